@@ -1,0 +1,1 @@
+//! Framing and encoding of wire messages (bincode is confined to this module).

@@ -1,0 +1,24 @@
+//! Strata's protocol core: pure, deterministic, and free of I/O.
+//!
+//! Nothing in this crate reads a clock, touches a socket or a disk, or draws random
+//! numbers. Every state machine takes `now` and inputs as arguments and hands back
+//! outputs; the relay, the agent and the simulator drive the same code.
+//!
+//! # Layout
+//!
+//! * [`time`]: the [`time::Instant`] drivers pass in, and wall-clock stamps for reports.
+//! * [`model`]: spaces, object keys, objects, revisions, clusters, health and status.
+//! * [`selector`]: Kubernetes label selectors with Kubernetes' exact semantics.
+//! * [`placement`]: which objects go to which clusters.
+//! * [`summary`]: the mergeable status summary (associative, commutative, with identity).
+//! * [`wire`]: messages by direction ([`wire::ChildToParent`], [`wire::ParentToChild`]).
+//! * [`codec`]: length-prefixed frames; the only place that knows the byte encoding.
+//! * [`sync`]: the sans-I/O state machines of one parent/child connection.
+
+pub mod codec;
+pub mod model;
+pub mod placement;
+pub mod selector;
+pub mod summary;
+pub mod time;
+pub mod wire;

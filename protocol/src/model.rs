@@ -1,0 +1,187 @@
+//! The object model: what Strata moves around, independent of how it moves.
+//!
+//! Relays treat object bodies as opaque bytes; they route on [`ObjectMeta`] (identity and
+//! labels), which the root extracts once when a user applies an object.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::UnixMillis;
+
+/// Labels of an object or a cluster, ordered so that iteration never depends on hashing.
+pub type Labels = BTreeMap<String, String>;
+
+/// A named, isolated workload description (a tenant's logical cluster). Everything at
+/// the root is scoped by space; a placement only ever places objects of its own space.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Space(pub String);
+
+impl Space {
+    /// The space used when the user names none.
+    pub fn default_space() -> Self {
+        Space("default".to_owned())
+    }
+}
+
+impl fmt::Display for Space {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A position in the root's ordered change log. The root assigns revisions; every other
+/// tier keeps the root's numbering, so a revision means the same thing everywhere.
+///
+/// `Revision(0)` is "before the first change": a new child subscribes after it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub struct Revision(pub u64);
+
+impl Revision {
+    /// Before any change.
+    pub const ZERO: Revision = Revision(0);
+
+    /// The revision right after this one.
+    pub fn next(self) -> Revision {
+        Revision(self.0.saturating_add(1))
+    }
+}
+
+impl fmt::Display for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The identity of an object: which space it lives in and which Kubernetes object it is.
+/// `namespace` is `None` for cluster-scoped kinds.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectKey {
+    /// The space the object belongs to.
+    pub space: Space,
+    /// API group; empty for the core group.
+    pub group: String,
+    /// API version within the group, e.g. `v1`.
+    pub version: String,
+    /// Kind, e.g. `Deployment`.
+    pub kind: String,
+    /// Namespace for namespaced kinds.
+    pub namespace: Option<String>,
+    /// Object name.
+    pub name: String,
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:", self.space)?;
+        if self.group.is_empty() {
+            write!(f, "{}/{}", self.version, self.kind)?;
+        } else {
+            write!(f, "{}/{}/{}", self.group, self.version, self.kind)?;
+        }
+        match &self.namespace {
+            Some(ns) => write!(f, " {ns}/{}", self.name),
+            None => write!(f, " {}", self.name),
+        }
+    }
+}
+
+/// What routing may look at: the identity and the labels of an object, never its body.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    /// Identity.
+    pub key: ObjectKey,
+    /// The object's `metadata.labels`.
+    pub labels: Labels,
+}
+
+/// A digest of an object's body, computed by the root (SHA-256). Lets every tier tell
+/// "same content" without comparing bodies.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub struct ContentHash(pub [u8; 32]);
+
+/// One version of an object as it travels outward: metadata for routing, the revision at
+/// which the root last changed it, and the opaque manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Object {
+    /// Identity and labels.
+    pub meta: ObjectMeta,
+    /// The root revision of this version.
+    pub revision: Revision,
+    /// Digest of `body`.
+    pub hash: ContentHash,
+    /// The manifest bytes, opaque to relays.
+    pub body: Vec<u8>,
+}
+
+impl Object {
+    /// The object's identity.
+    pub fn key(&self) -> &ObjectKey {
+        &self.meta.key
+    }
+}
+
+/// A leaf cluster as the inventory knows it (our SyncTarget). Registered by its agent and
+/// known to every relay on its path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cluster {
+    /// Unique name of the cluster in the hierarchy.
+    pub name: String,
+    /// Labels placements select on, including those inherited from the relays above.
+    pub labels: Labels,
+    /// Free-form properties (capacity, versions) usable by customization.
+    pub properties: BTreeMap<String, String>,
+    /// Relay names from the root down to the cluster's own parent.
+    pub path: Vec<String>,
+}
+
+/// The health of one object on one cluster, from least to most settled. `Degraded` and
+/// `Failed` are the two bad outcomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Health {
+    /// The agent handed the object to the cluster's API; nothing more is known.
+    Applied,
+    /// The object is converging (rollout in progress).
+    Progressing,
+    /// The object does what it should.
+    Available,
+    /// Running, but below what was asked (e.g. fewer ready replicas).
+    Degraded,
+    /// Could not be applied, or the object reports failure.
+    Failed,
+}
+
+impl Health {
+    /// Every health state, in declaration order.
+    pub const ALL: [Health; 5] = [
+        Health::Applied,
+        Health::Progressing,
+        Health::Available,
+        Health::Degraded,
+        Health::Failed,
+    ];
+}
+
+/// The status of one object on one cluster, as the agent reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// Health derived from the object's own status.
+    pub health: Health,
+    /// The root revision the agent applied.
+    pub revision: Revision,
+    /// `metadata.generation` the cluster's controller has observed, when the kind has one.
+    pub observed_generation: Option<i64>,
+    /// A human-readable reason, mostly for `Degraded` and `Failed`.
+    pub message: Option<String>,
+    /// Numeric fields extracted from `.status` (e.g. `readyReplicas`) for summaries.
+    pub numbers: BTreeMap<String, i64>,
+    /// The object's `.status`, serialized as JSON, for exact status of singletons.
+    pub status: Vec<u8>,
+    /// When the agent observed this status.
+    pub observed_at: UnixMillis,
+}

@@ -1,0 +1,156 @@
+//! Placements: which objects of a space go to which clusters.
+//!
+//! A placement selects objects (*what*) and clusters (*where*). Routing asks two
+//! questions of it: does it select this object, and does it select some cluster in a
+//! given subtree. Both are answered from metadata alone, so relays route without
+//! parsing object bodies.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Cluster, ObjectMeta, Space};
+use crate::selector::LabelSelector;
+
+/// A placement (our EdgePlacement): objects of one space, placed on clusters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The space whose objects this placement may select; never any other.
+    pub space: Space,
+    /// The placement's name, unique within its space.
+    pub name: String,
+    /// *What*: an object is selected when any entry selects it.
+    pub objects: Vec<ObjectSelector>,
+    /// *Where*: the clusters that receive the selected objects.
+    pub clusters: ClusterSelector,
+}
+
+/// Selects objects by kind, namespace, name and labels. An empty list means "any"; all
+/// given constraints must hold.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectSelector {
+    /// Kinds, e.g. `Deployment`; empty selects every kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<String>,
+    /// Namespaces; empty selects every namespace and cluster-scoped objects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// Object names; empty selects every name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// Object labels; absent places no constraint on labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+/// Selects clusters by their labels (their own plus those inherited from relays above).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterSelector {
+    /// Cluster labels; an empty selector selects every cluster.
+    pub selector: LabelSelector,
+}
+
+impl ObjectSelector {
+    /// Whether this entry selects the object.
+    pub fn selects(&self, meta: &ObjectMeta) -> bool {
+        let key = &meta.key;
+        (self.kinds.is_empty() || self.kinds.contains(&key.kind))
+            && (self.namespaces.is_empty()
+                || key
+                    .namespace
+                    .as_ref()
+                    .is_some_and(|ns| self.namespaces.contains(ns)))
+            && (self.names.is_empty() || self.names.contains(&key.name))
+            && self
+                .selector
+                .as_ref()
+                .is_none_or(|s| s.matches(&meta.labels))
+    }
+}
+
+impl Placement {
+    /// Whether the placement selects the object: same space, and some object entry
+    /// selects it.
+    pub fn selects_object(&self, meta: &ObjectMeta) -> bool {
+        meta.key.space == self.space && self.objects.iter().any(|o| o.selects(meta))
+    }
+
+    /// Whether the placement selects the cluster.
+    pub fn selects_cluster(&self, cluster: &Cluster) -> bool {
+        self.clusters.selector.matches(&cluster.labels)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::model::ObjectKey;
+
+    fn meta(space: &str, kind: &str, ns: Option<&str>, name: &str, app: &str) -> ObjectMeta {
+        ObjectMeta {
+            key: ObjectKey {
+                space: Space(space.to_owned()),
+                group: "apps".to_owned(),
+                version: "v1".to_owned(),
+                kind: kind.to_owned(),
+                namespace: ns.map(str::to_owned),
+                name: name.to_owned(),
+            },
+            labels: [("app".to_owned(), app.to_owned())].into(),
+        }
+    }
+
+    fn placement() -> Placement {
+        Placement {
+            space: Space("default".to_owned()),
+            name: "pos-app".to_owned(),
+            objects: vec![ObjectSelector {
+                kinds: vec!["Deployment".to_owned()],
+                namespaces: vec!["pos".to_owned()],
+                names: vec![],
+                selector: Some(LabelSelector {
+                    match_labels: [("app".to_owned(), "pos".to_owned())].into(),
+                    match_expressions: vec![],
+                }),
+            }],
+            clusters: ClusterSelector {
+                selector: LabelSelector {
+                    match_labels: [("role".to_owned(), "pos".to_owned())].into(),
+                    match_expressions: vec![],
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn selects_objects_by_every_constraint() {
+        let p = placement();
+        assert!(p.selects_object(&meta("default", "Deployment", Some("pos"), "a", "pos")));
+        assert!(!p.selects_object(&meta("default", "Service", Some("pos"), "a", "pos")));
+        assert!(!p.selects_object(&meta("default", "Deployment", Some("web"), "a", "pos")));
+        assert!(!p.selects_object(&meta("default", "Deployment", None, "a", "pos")));
+        assert!(!p.selects_object(&meta("default", "Deployment", Some("pos"), "a", "web")));
+    }
+
+    #[test]
+    fn never_selects_another_space() {
+        let p = placement();
+        assert!(!p.selects_object(&meta("other", "Deployment", Some("pos"), "a", "pos")));
+    }
+
+    #[test]
+    fn selects_clusters_by_labels() {
+        let p = placement();
+        let mut c = Cluster {
+            name: "store-1".to_owned(),
+            labels: [("role".to_owned(), "pos".to_owned())].into(),
+            properties: BTreeMap::new(),
+            path: vec!["center".to_owned()],
+        };
+        assert!(p.selects_cluster(&c));
+        c.labels.insert("role".to_owned(), "kiosk".to_owned());
+        assert!(!p.selects_cluster(&c));
+    }
+}
