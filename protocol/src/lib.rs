@@ -20,5 +20,6 @@ pub mod model;
 pub mod placement;
 pub mod selector;
 pub mod summary;
+pub mod sync;
 pub mod time;
 pub mod wire;

@@ -56,6 +56,51 @@ impl fmt::Display for Revision {
     }
 }
 
+/// Identifies one incarnation of a node's object log. A log rebuilt from nothing (a
+/// relay that lost its disk) gets a new id, so cursors into the old log are never
+/// mistaken for cursors into the new one. Chosen by the driver (randomly, or from the
+/// simulation's seeded RNG) when it creates the store.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub struct LogId(pub u64);
+
+/// A position in one node's object log. At the root, positions are revisions; a relay
+/// numbers the batches it commits itself, so positions are only meaningful together
+/// with their [`LogId`] (see [`Cursor`]).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub struct Position(pub u64);
+
+impl Position {
+    /// Before the first change.
+    pub const ZERO: Position = Position(0);
+
+    /// The position right after this one.
+    pub fn next(self) -> Position {
+        Position(self.0.saturating_add(1))
+    }
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// How far a child has applied its parent's log: durable at the child, reported in acks,
+/// and named when it subscribes again.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub struct Cursor {
+    /// The parent log the position refers to.
+    pub log: LogId,
+    /// Everything up to here is applied.
+    pub position: Position,
+}
+
 /// The identity of an object: which space it lives in and which Kubernetes object it is.
 /// `namespace` is `None` for cluster-scoped kinds.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

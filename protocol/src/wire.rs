@@ -9,14 +9,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Cluster, Object, ObjectKey, Revision, Status};
+use crate::model::{Cluster, Cursor, Object, ObjectKey, Position, Status};
 use crate::summary::Summary;
 
 /// A protocol version number. Peers negotiate the highest version both support.
 pub type ProtocolVersion = u16;
 
-/// The protocol version this crate speaks natively.
-pub const PROTOCOL_VERSION: ProtocolVersion = 1;
+/// The newest protocol version this crate speaks.
+pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 1;
 
 /// The oldest protocol version this crate still speaks.
 pub const MIN_PROTOCOL_VERSION: ProtocolVersion = 1;
@@ -31,6 +31,22 @@ pub enum StreamClass {
     Bulk,
     /// Reports flowing inward: statuses, summaries, inventory.
     Reports,
+}
+
+/// Identifies the routing predicate a parent applies for a child (a fingerprint of the
+/// placements and inventory it was computed from). Equal ids mean equal routes.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub struct RouteId(pub u64);
+
+/// The next frame a parent will send on a downsync subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamMark {
+    /// The subscription.
+    pub epoch: u32,
+    /// The `seq` of the next frame.
+    pub next_seq: u64,
 }
 
 /// What kind of node a child is.
@@ -53,6 +69,10 @@ pub struct Hello {
     pub node: String,
     /// Whether the child is a relay or an agent.
     pub role: Role,
+    /// Identifies this run of the child (a new value at every start). Reports that were
+    /// queued but unsent die with a run, so a parent that sees a new run forgets what
+    /// the child reported before, and the child reports everything again.
+    pub run: u64,
 }
 
 /// The parent's answer to an acceptable [`Hello`].
@@ -66,6 +86,9 @@ pub struct Welcome {
     pub heartbeat_ms: u64,
     /// Silence after which either side considers the other gone, in milliseconds.
     pub idle_timeout_ms: u64,
+    /// Identifies the parent's durable state. A child that sees a new incarnation
+    /// reports everything again: what it reported before may be gone.
+    pub incarnation: u64,
 }
 
 /// Why a session is refused or closed. Sent in [`ParentToChild::Refuse`] and in
@@ -116,7 +139,8 @@ impl Change {
     }
 }
 
-/// A part of the delta that takes a child from revision `from` to revision `to`.
+/// A part of the delta that takes a child from position `from` to position `to` of the
+/// parent's log.
 ///
 /// A delta may be split over several parts with consecutive `seq`; the child applies
 /// each part as it arrives and moves its cursor to `to` only on the part with `last`.
@@ -126,17 +150,23 @@ pub struct Delta {
     pub epoch: u32,
     /// Position of this frame in the subscription's stream, from 0.
     pub seq: u64,
-    /// The child's cursor this delta starts from.
-    pub from: Revision,
-    /// The cursor the child reaches once the last part is applied.
-    pub to: Revision,
+    /// Position of this part within its delta, from 0. A part 0 starts a new delta and
+    /// abandons any unfinished one (whose applied parts stay applied: they only ever
+    /// carry versions at least as new as the child's cursor).
+    pub part: u32,
+    /// The log the positions refer to.
+    pub log: crate::model::LogId,
+    /// The child's position this delta starts from.
+    pub from: Position,
+    /// The position the child reaches once the last part is applied.
+    pub to: Position,
     /// Whether this is the last part of the delta.
     pub last: bool,
     /// Upserts and deletes, at most one per key across all parts.
     pub changes: Vec<Change>,
 }
 
-/// A part of a snapshot: the child's whole view at revision `at`. Objects the child holds
+/// A part of a snapshot: the child's whole view at position `at` of the parent's log. Objects the child holds
 /// that no part of the snapshot names are deleted when the last part arrives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -144,8 +174,14 @@ pub struct Snapshot {
     pub epoch: u32,
     /// Position of this frame in the subscription's stream, from 0.
     pub seq: u64,
-    /// The revision the snapshot describes.
-    pub at: Revision,
+    /// Position of this part within its snapshot, from 0. A part 0 starts the snapshot
+    /// afresh, abandoning any unfinished one.
+    pub part: u32,
+    /// The log and position the snapshot describes.
+    pub at: Cursor,
+    /// The route the snapshot was cut with; the child keeps it with its cursor and
+    /// names it when it subscribes again.
+    pub route: RouteId,
     /// Whether this is the last part.
     pub last: bool,
     /// Live objects of the child's view.
@@ -199,10 +235,18 @@ pub struct Report {
     pub value: ReportValue,
 }
 
-/// A batch of reports, acknowledged as a whole by [`ParentToChild::ReportsAck`].
+/// A batch of reports, acknowledged cumulatively by [`ParentToChild::ReportsAck`].
+///
+/// Batches are numbered contiguously within an epoch. The child starts a new epoch when
+/// it retransmits (go-back-N); the parent accepts a new epoch only at its `epoch_start`,
+/// so a stale batch of an older epoch can never overwrite a newer value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reports {
-    /// Position of this batch in the connection's report stream, from 0.
+    /// The retransmission epoch.
+    pub epoch: u32,
+    /// The first `seq` of this epoch.
+    pub epoch_start: u64,
+    /// Position of this batch in the report stream.
     pub seq: u64,
     /// At most one report per key.
     pub items: Vec<Report>,
@@ -220,7 +264,10 @@ pub enum ChildToParent {
         /// The new epoch; frames of older epochs are ignored from now on.
         epoch: u32,
         /// The child's durable cursor.
-        after: Revision,
+        after: Cursor,
+        /// The route the child's view was cut with (from its last snapshot). A parent
+        /// whose route for the child differs answers with a snapshot.
+        route: RouteId,
     },
     /// Everything up to frame `seq` of `epoch` is durably applied; the cursor is `cursor`.
     Ack {
@@ -229,7 +276,7 @@ pub enum ChildToParent {
         /// The highest frame applied, contiguously from 0.
         seq: u64,
         /// The child's durable cursor after applying it.
-        cursor: Revision,
+        cursor: Cursor,
     },
     /// Status, summaries and inventory flowing inward.
     Reports(Reports),
@@ -273,6 +320,8 @@ pub enum ParentToChild {
     Snapshot(Snapshot),
     /// Report batches up to and including `seq` are durable at the parent.
     ReportsAck {
+        /// The epoch of the acknowledged batch.
+        epoch: u32,
         /// The highest batch durably accepted.
         seq: u64,
     },
@@ -280,6 +329,9 @@ pub enum ParentToChild {
     Ping {
         /// Echoed in the pong.
         nonce: u64,
+        /// How far the parent's downsync stream has got; lets a child notice frames it
+        /// never received and subscribe again.
+        mark: Option<StreamMark>,
     },
     /// Answer to the child's ping.
     Pong {

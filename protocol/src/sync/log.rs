@@ -1,0 +1,329 @@
+//! The ordered object log a parent serves its children from.
+//!
+//! The log keeps, for every key, only its latest change and the position at
+//! which that change became visible here. "Everything after position P" is then the
+//! latest state of every key whose position is above P: intermediate versions coalesce,
+//! so a child that was away for a thousand changes of one object receives one.
+//!
+//! Tombstones stay until [`ObjectLog::compact`] drops them; a child whose cursor is below
+//! the compacted floor may have missed a tombstone and must be sent a snapshot.
+//!
+//! Each key also keeps a short history of its *visibility* (live or not, and its
+//! metadata) above the floor. Routing needs it: an object whose labels change so that a
+//! child's route no longer selects it must be deleted at that child, and only the
+//! history can tell that the child may hold an older, selected version.
+//!
+//! Changes are staged at a position above the head and become visible to sessions only
+//! when that position is committed, so a delta that arrives in parts is served onward
+//! only once it is whole.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::{LogId, Object, ObjectKey, ObjectMeta, Position};
+use crate::wire::Change;
+
+/// Why the log refused a change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogError {
+    /// Changes must be staged above the committed head.
+    #[error("cannot stage a change at position {position}: the log is already at {head}")]
+    StaleStage {
+        /// Where the change was to be staged.
+        position: Position,
+        /// The committed head.
+        head: Position,
+    },
+}
+
+/// The latest change of one key, with its visibility history.
+#[derive(Debug, Clone)]
+pub struct KeyEntry {
+    position: Position,
+    object: Option<Object>,
+    /// Visibility changes in position order; the first may lie at or below the floor
+    /// (the state a child at the floor sees). Never empty.
+    history: Vec<Visibility>,
+}
+
+#[derive(Debug, Clone)]
+struct Visibility {
+    at: Position,
+    /// `None` while the key is deleted.
+    meta: Option<ObjectMeta>,
+}
+
+impl KeyEntry {
+    /// Where the latest change of this key sits in the log.
+    pub fn position(&self) -> Position {
+        self.position
+    }
+
+    /// The live object, or `None` for a tombstone.
+    pub fn object(&self) -> Option<&Object> {
+        self.object.as_ref()
+    }
+
+    /// Whether any retained visible state of the key satisfies `selected`: the test for
+    /// "a child whose route is `selected` may still hold some version of this key".
+    pub fn ever_selected(&self, mut selected: impl FnMut(&ObjectMeta) -> bool) -> bool {
+        self.history
+            .iter()
+            .any(|v| v.meta.as_ref().is_some_and(&mut selected))
+    }
+}
+
+/// An ordered, compactable object log, keyed by [`ObjectKey`].
+#[derive(Debug, Clone)]
+pub struct ObjectLog {
+    id: LogId,
+    serving: bool,
+    head: Position,
+    floor: Position,
+    keys: BTreeMap<ObjectKey, KeyEntry>,
+    /// `(position, key)` of every key's latest change, for range scans.
+    index: BTreeSet<(Position, ObjectKey)>,
+}
+
+impl ObjectLog {
+    /// An empty log at position zero. `id` must differ from the id of any earlier log of
+    /// this node whose cursors children may still hold.
+    pub fn new(id: LogId) -> Self {
+        ObjectLog {
+            id,
+            serving: false,
+            head: Position::ZERO,
+            floor: Position::ZERO,
+            keys: BTreeMap::new(),
+            index: BTreeSet::new(),
+        }
+    }
+
+    /// Whether sessions may serve from this log. A root's log serves from the start
+    /// ([`ObjectLog::mark_serving`]); a relay's log from its first commit, so that a
+    /// relay rebuilt from nothing never tells its children that everything is gone.
+    pub fn is_serving(&self) -> bool {
+        self.serving
+    }
+
+    /// Lets sessions serve from this log (the root, or a relay restored from disk).
+    pub fn mark_serving(&mut self) {
+        self.serving = true;
+    }
+
+    /// This log's identity.
+    pub fn id(&self) -> LogId {
+        self.id
+    }
+
+    /// The highest committed position: what sessions may serve.
+    pub fn head(&self) -> Position {
+        self.head
+    }
+
+    /// Cursors below this position cannot be served a delta (tombstones may be gone).
+    pub fn floor(&self) -> Position {
+        self.floor
+    }
+
+    /// Number of live objects.
+    pub fn live_len(&self) -> usize {
+        self.keys.values().filter(|e| e.object.is_some()).count()
+    }
+
+    /// The entry of one key, live or tombstone.
+    pub fn entry(&self, key: &ObjectKey) -> Option<&KeyEntry> {
+        self.keys.get(key)
+    }
+
+    /// The live object with this key.
+    pub fn get(&self, key: &ObjectKey) -> Option<&Object> {
+        self.keys.get(key).and_then(|e| e.object.as_ref())
+    }
+
+    /// Live objects in key order.
+    pub fn live(&self) -> impl Iterator<Item = &Object> {
+        self.keys.values().filter_map(|e| e.object.as_ref())
+    }
+
+    /// Live objects with keys strictly after `after` (or from the start), in key order:
+    /// lets a snapshot be cut in parts that resume where the last one stopped.
+    pub fn live_after<'a>(
+        &'a self,
+        after: Option<&ObjectKey>,
+    ) -> impl Iterator<Item = &'a Object> + 'a {
+        let range = match after {
+            Some(k) => self.keys.range((
+                std::ops::Bound::Excluded(k.clone()),
+                std::ops::Bound::Unbounded,
+            )),
+            None => self.keys.range(..),
+        };
+        range.filter_map(|(_, e)| e.object.as_ref())
+    }
+
+    /// Keys whose latest change lies in `(after, through]`, in position order.
+    pub fn keys_changed(&self, after: Position, through: Position) -> Vec<ObjectKey> {
+        if through <= after {
+            return Vec::new();
+        }
+        let start = (after.next(), min_key());
+        self.index
+            .range(start..)
+            .take_while(|(pos, _)| *pos <= through)
+            .map(|(_, k)| k.clone())
+            .collect()
+    }
+
+    /// Stages a change at `position` (above the head). Returns whether it changed
+    /// anything: an upsert of a version no newer than the one held, or a delete of
+    /// something not live, is a no-op, so replays are harmless and no key ever goes back
+    /// to an older revision.
+    pub fn stage(&mut self, position: Position, change: Change) -> Result<bool, LogError> {
+        if position <= self.head {
+            return Err(LogError::StaleStage {
+                position,
+                head: self.head,
+            });
+        }
+        Ok(match change {
+            Change::Upsert(object) => self.stage_upsert(position, object),
+            Change::Delete(key) => self.stage_delete(position, &key),
+        })
+    }
+
+    fn stage_upsert(&mut self, position: Position, object: Object) -> bool {
+        let key = object.key().clone();
+        match self.keys.get_mut(&key) {
+            Some(entry) => {
+                if let Some(held) = &entry.object
+                    && (held.revision > object.revision
+                        || (held.revision == object.revision && held.hash == object.hash))
+                {
+                    return false;
+                }
+                let meta_changed = entry
+                    .history
+                    .last()
+                    .is_none_or(|v| v.meta.as_ref() != Some(&object.meta));
+                if meta_changed {
+                    push_visibility(&mut entry.history, position, Some(object.meta.clone()));
+                }
+                self.index.remove(&(entry.position, key.clone()));
+                entry.position = position;
+                entry.object = Some(object);
+            }
+            None => {
+                let history = vec![Visibility {
+                    at: position,
+                    meta: Some(object.meta.clone()),
+                }];
+                self.keys.insert(
+                    key.clone(),
+                    KeyEntry {
+                        position,
+                        object: Some(object),
+                        history,
+                    },
+                );
+            }
+        }
+        self.index.insert((position, key));
+        true
+    }
+
+    fn stage_delete(&mut self, position: Position, key: &ObjectKey) -> bool {
+        let Some(entry) = self.keys.get_mut(key) else {
+            return false;
+        };
+        if entry.object.is_none() {
+            return false;
+        }
+        push_visibility(&mut entry.history, position, None);
+        self.index.remove(&(entry.position, key.clone()));
+        entry.position = position;
+        entry.object = None;
+        self.index.insert((position, key.clone()));
+        true
+    }
+
+    /// Makes everything staged at or below `position` visible.
+    pub fn commit(&mut self, position: Position) {
+        self.serving = true;
+        if position > self.head {
+            self.head = position;
+        }
+    }
+
+    /// Ends a snapshot received from upstream, whose objects were staged at `at`:
+    /// deletes (at `at`) every live key not in `keep`, then commits `at`. Children see
+    /// the snapshot as an ordinary delta: only what actually changed.
+    pub fn finish_snapshot(
+        &mut self,
+        at: Position,
+        keep: &BTreeSet<ObjectKey>,
+    ) -> Result<(), LogError> {
+        let doomed: Vec<ObjectKey> = self
+            .keys
+            .iter()
+            .filter(|(k, e)| e.object.is_some() && !keep.contains(*k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in doomed {
+            self.stage(at, Change::Delete(key))?;
+        }
+        self.commit(at);
+        Ok(())
+    }
+
+    /// Drops tombstones and visibility history at or below `through` (capped at the
+    /// head). Children with cursors below the new floor will be sent snapshots; callers
+    /// pass the lowest cursor they still want to serve with deltas.
+    pub fn compact(&mut self, through: Position) {
+        let floor = through.min(self.head);
+        if floor <= self.floor {
+            return;
+        }
+        self.floor = floor;
+        let dead: Vec<ObjectKey> = self
+            .index
+            .range(..(floor.next(), min_key()))
+            .filter(|(_, k)| self.keys.get(k).is_some_and(|e| e.object.is_none()))
+            .map(|(_, k)| k.clone())
+            .collect();
+        for key in dead {
+            if let Some(entry) = self.keys.remove(&key) {
+                self.index.remove(&(entry.position, key));
+            }
+        }
+        for entry in self.keys.values_mut() {
+            // Keep the last visibility at or below the floor as the base.
+            let below = entry.history.iter().filter(|v| v.at <= floor).count();
+            if below > 1 {
+                entry.history.drain(..below - 1);
+            }
+        }
+    }
+}
+
+fn push_visibility(history: &mut Vec<Visibility>, at: Position, meta: Option<ObjectMeta>) {
+    // Several changes staged at one position collapse into the last of them.
+    if let Some(last) = history.last_mut()
+        && last.at == at
+    {
+        last.meta = meta;
+        return;
+    }
+    history.push(Visibility { at, meta });
+}
+
+/// The smallest possible key, to start index ranges at a position.
+fn min_key() -> ObjectKey {
+    ObjectKey {
+        space: crate::model::Space(String::new()),
+        group: String::new(),
+        version: String::new(),
+        kind: String::new(),
+        namespace: None,
+        name: String::new(),
+    }
+}

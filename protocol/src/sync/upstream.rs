@@ -1,0 +1,554 @@
+//! The child's side of the link to its parent.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::time::Duration;
+
+use super::SessionError;
+use super::liveness::{Liveness, LivenessAction};
+use super::reports::{ReportOutbox, ReportsConfig};
+use crate::model::{Cursor, ObjectKey, Position};
+use crate::time::Instant;
+use crate::wire::{
+    Change, ChildToParent, Delta, ErrorCode, Hello, MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION,
+    ParentToChild, ProtocolVersion, Report, Role, RouteId, Snapshot, StreamMark,
+};
+
+/// Tuning of a child's link.
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    /// This node's name, as its certificate states it.
+    pub node: String,
+    /// Relay or agent.
+    pub role: Role,
+    /// Identifies this run of the node, new at every start (see [`Hello::run`]).
+    pub run: u64,
+    /// Heartbeat interval until the parent's welcome sets it.
+    pub heartbeat: Duration,
+    /// Idle timeout until the parent's welcome sets it; also bounds the wait for the
+    /// welcome itself.
+    pub idle_timeout: Duration,
+    /// How long the parent may appear ahead of what arrived (its heartbeat names frames
+    /// not received) before the child subscribes again.
+    pub resubscribe_after: Duration,
+    /// The report stream.
+    pub reports: ReportsConfig,
+}
+
+impl LinkConfig {
+    /// Defaults for a node of this name and role.
+    pub fn new(node: impl Into<String>, role: Role) -> Self {
+        LinkConfig {
+            node: node.into(),
+            role,
+            run: 0,
+            heartbeat: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(20),
+            resubscribe_after: Duration::from_secs(2),
+            reports: ReportsConfig::default(),
+        }
+    }
+}
+
+/// What a [`ParentLink`] tells its driver. Apply and persist each event before the next
+/// [`ParentLink::poll_transmit`]: that call acknowledges everything handed out so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// The parent welcomed us.
+    Connected {
+        /// The parent's node name.
+        parent: String,
+        /// The negotiated version.
+        version: ProtocolVersion,
+        /// The parent's incarnation: when it differs from the one last seen, push every
+        /// current report again.
+        incarnation: u64,
+    },
+    /// Apply this change now. It belongs to a delta or snapshot that is not complete
+    /// yet: the cursor does not move until [`LinkEvent::Advanced`] or
+    /// [`LinkEvent::SnapshotDone`].
+    Apply(Change),
+    /// A delta is complete: persist the new cursor.
+    Advanced(Cursor),
+    /// A snapshot is complete: remove every object whose key is not in `keep`, then
+    /// persist the cursor and the route.
+    SnapshotDone {
+        /// The new cursor.
+        cursor: Cursor,
+        /// The route the snapshot was cut with.
+        route: RouteId,
+        /// Every key the snapshot named.
+        keep: BTreeSet<ObjectKey>,
+    },
+    /// The session ended. Reconnect after `retry_after` if the parent named one,
+    /// otherwise after the driver's own backoff.
+    Closed {
+        /// Why.
+        error: SessionError,
+        /// The parent's hint.
+        retry_after: Option<Duration>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Disconnected,
+    AwaitWelcome,
+    Open,
+}
+
+#[derive(Debug)]
+struct PendingDelta {
+    to: Position,
+    next_part: u32,
+}
+
+#[derive(Debug)]
+struct PendingSnapshot {
+    at: Cursor,
+    route: RouteId,
+    next_part: u32,
+    keep: BTreeSet<ObjectKey>,
+}
+
+/// The child's side of its link to the parent, across reconnections: handshake,
+/// downsync applied strictly in order, acks, gap recovery, the report outbox, liveness.
+///
+/// The durable state is the [`Cursor`] and the [`RouteId`] (both handed out in events);
+/// a restarted child passes them back to [`ParentLink::new`] and resumes without a
+/// relist.
+///
+/// Call order:
+/// 1. [`ParentLink::handle_connected`] when a transport connection is up,
+///    [`ParentLink::handle_disconnected`] when it is gone;
+/// 2. [`ParentLink::handle_message`] for each message, [`ParentLink::handle_timeout`]
+///    when [`ParentLink::poll_timeout`] passes, [`ParentLink::push_report`] for local
+///    changes;
+/// 3. drain [`ParentLink::poll_event`] and persist what it hands out;
+/// 4. drain [`ParentLink::poll_transmit`];
+/// 5. re-arm the timer with [`ParentLink::poll_timeout`].
+#[derive(Debug)]
+pub struct ParentLink {
+    config: LinkConfig,
+    phase: Phase,
+    cursor: Cursor,
+    route: RouteId,
+    epoch: u32,
+    expected_seq: u64,
+    applied_seq: Option<u64>,
+    ack_due: bool,
+    subscribed_at: Instant,
+    delta: Option<PendingDelta>,
+    snapshot: Option<PendingSnapshot>,
+    /// The parent's heartbeat named frames we have not seen; resubscribe at the
+    /// deadline unless they arrive.
+    behind: Option<(StreamMark, Instant)>,
+    outbox: ReportOutbox,
+    liveness: Liveness,
+    control: VecDeque<ChildToParent>,
+    events: VecDeque<LinkEvent>,
+    ping_nonce: u64,
+}
+
+impl ParentLink {
+    /// A disconnected link that will resume from `cursor` with a view cut by `route`.
+    pub fn new(now: Instant, config: LinkConfig, cursor: Cursor, route: RouteId) -> Self {
+        let liveness = Liveness::new(now, config.heartbeat, config.idle_timeout);
+        let outbox = ReportOutbox::new(config.reports.clone());
+        ParentLink {
+            config,
+            phase: Phase::Disconnected,
+            cursor,
+            route,
+            epoch: 0,
+            expected_seq: 0,
+            applied_seq: None,
+            ack_due: false,
+            subscribed_at: now,
+            delta: None,
+            snapshot: None,
+            behind: None,
+            outbox,
+            liveness,
+            control: VecDeque::new(),
+            events: VecDeque::new(),
+            ping_nonce: 0,
+        }
+    }
+
+    /// The durable cursor: everything up to it is applied.
+    pub fn cursor(&self) -> Cursor {
+        self.cursor
+    }
+
+    /// The route the child's view was cut with.
+    pub fn route(&self) -> RouteId {
+        self.route
+    }
+
+    /// Whether the parent has welcomed us on the current connection.
+    pub fn is_open(&self) -> bool {
+        self.phase == Phase::Open
+    }
+
+    /// Reports queued or in flight.
+    pub fn unacked_reports(&self) -> usize {
+        self.outbox.unacked_len()
+    }
+
+    /// A transport connection is up: say hello.
+    pub fn handle_connected(&mut self, now: Instant) {
+        self.reset_connection();
+        self.phase = Phase::AwaitWelcome;
+        self.liveness = Liveness::new(now, self.config.heartbeat, self.config.idle_timeout);
+        self.control.push_back(ChildToParent::Hello(Hello {
+            min_version: MIN_PROTOCOL_VERSION,
+            max_version: MAX_PROTOCOL_VERSION,
+            node: self.config.node.clone(),
+            role: self.config.role,
+            run: self.config.run,
+        }));
+    }
+
+    /// The transport connection is gone. Unfinished deltas and snapshots are abandoned
+    /// (what was applied of them stays: it is never older than the cursor).
+    pub fn handle_disconnected(&mut self) {
+        self.reset_connection();
+        self.phase = Phase::Disconnected;
+    }
+
+    fn reset_connection(&mut self) {
+        self.control.clear();
+        self.delta = None;
+        self.snapshot = None;
+        self.behind = None;
+        self.ack_due = false;
+        self.applied_seq = None;
+        self.outbox.on_disconnected();
+    }
+
+    /// Queues a report for the parent, replacing an unsent one with the same key.
+    pub fn push_report(&mut self, now: Instant, report: Report) {
+        self.outbox.push(now, report);
+    }
+
+    /// Handles one message from the parent.
+    pub fn handle_message(&mut self, now: Instant, msg: ParentToChild) {
+        if self.phase == Phase::Disconnected {
+            return;
+        }
+        self.liveness.on_receive(now);
+        if let Err(e) = self.dispatch(now, msg) {
+            self.close(e, None, true);
+        }
+    }
+
+    fn dispatch(&mut self, now: Instant, msg: ParentToChild) -> Result<(), SessionError> {
+        match (self.phase, msg) {
+            (Phase::AwaitWelcome, ParentToChild::Welcome(w)) => {
+                if !(MIN_PROTOCOL_VERSION..=MAX_PROTOCOL_VERSION).contains(&w.version) {
+                    return Err(SessionError::new(
+                        ErrorCode::UnsupportedVersion,
+                        format!("parent chose version {}, which we do not speak", w.version),
+                    ));
+                }
+                self.phase = Phase::Open;
+                self.liveness.set_intervals(
+                    Duration::from_millis(w.heartbeat_ms),
+                    Duration::from_millis(w.idle_timeout_ms),
+                );
+                self.outbox.on_connected();
+                self.subscribe(now);
+                self.events.push_back(LinkEvent::Connected {
+                    parent: w.parent,
+                    version: w.version,
+                    incarnation: w.incarnation,
+                });
+                Ok(())
+            }
+            (
+                _,
+                ParentToChild::Refuse {
+                    code,
+                    reason,
+                    retry_after_ms,
+                }
+                | ParentToChild::Goodbye {
+                    code,
+                    reason,
+                    retry_after_ms,
+                },
+            ) => {
+                self.close(
+                    SessionError::new(code, format!("parent closed the session: {reason}")),
+                    retry_after_ms.map(Duration::from_millis),
+                    false,
+                );
+                Ok(())
+            }
+            (Phase::Open, ParentToChild::Delta(d)) => {
+                self.on_delta(now, d);
+                Ok(())
+            }
+            (Phase::Open, ParentToChild::Snapshot(s)) => {
+                self.on_snapshot(now, s);
+                Ok(())
+            }
+            (Phase::Open, ParentToChild::ReportsAck { epoch, seq }) => {
+                self.outbox.handle_ack(epoch, seq);
+                Ok(())
+            }
+            (Phase::Open, ParentToChild::Ping { nonce, mark }) => {
+                self.control.push_back(ChildToParent::Pong { nonce });
+                self.on_mark(now, mark);
+                Ok(())
+            }
+            (_, ParentToChild::Pong { .. }) => Ok(()),
+            (phase, other) => Err(SessionError::new(
+                ErrorCode::ProtocolViolation,
+                format!("unexpected {} while {phase:?}", parent_msg_name(&other)),
+            )),
+        }
+    }
+
+    /// Starts a new subscription epoch from the durable cursor.
+    fn subscribe(&mut self, now: Instant) {
+        self.epoch = self.epoch.wrapping_add(1);
+        self.expected_seq = 0;
+        self.applied_seq = None;
+        self.ack_due = false;
+        self.delta = None;
+        self.snapshot = None;
+        self.behind = None;
+        self.subscribed_at = now;
+        self.control.push_back(ChildToParent::Subscribe {
+            epoch: self.epoch,
+            after: self.cursor,
+            route: self.route,
+        });
+    }
+
+    /// Checks a frame's place in the stream. `true` when it is the next one; a gap
+    /// starts a new subscription; stale epochs and duplicates are dropped.
+    fn accept_frame(&mut self, now: Instant, epoch: u32, seq: u64) -> bool {
+        if epoch != self.epoch || seq < self.expected_seq {
+            return false;
+        }
+        if seq > self.expected_seq {
+            self.subscribe(now);
+            return false;
+        }
+        self.expected_seq += 1;
+        self.applied_seq = Some(seq);
+        self.ack_due = true;
+        if self
+            .behind
+            .is_some_and(|(mark, _)| self.expected_seq >= mark.next_seq)
+        {
+            self.behind = None;
+        }
+        true
+    }
+
+    fn on_delta(&mut self, now: Instant, d: Delta) {
+        if !self.accept_frame(now, d.epoch, d.seq) {
+            return;
+        }
+        let in_order = if d.part == 0 {
+            d.log == self.cursor.log && d.from == self.cursor.position
+        } else {
+            self.delta
+                .as_ref()
+                .is_some_and(|p| p.to == d.to && p.next_part == d.part)
+        };
+        if !in_order {
+            self.subscribe(now);
+            return;
+        }
+        self.snapshot = None;
+        let pending = self.delta.get_or_insert(PendingDelta {
+            to: d.to,
+            next_part: 0,
+        });
+        pending.next_part += 1;
+        self.events
+            .extend(d.changes.into_iter().map(LinkEvent::Apply));
+        if d.last {
+            self.delta = None;
+            self.cursor.position = d.to;
+            self.events.push_back(LinkEvent::Advanced(self.cursor));
+        }
+    }
+
+    fn on_snapshot(&mut self, now: Instant, s: Snapshot) {
+        if !self.accept_frame(now, s.epoch, s.seq) {
+            return;
+        }
+        if s.part == 0 {
+            self.delta = None;
+            self.snapshot = Some(PendingSnapshot {
+                at: s.at,
+                route: s.route,
+                next_part: 0,
+                keep: BTreeSet::new(),
+            });
+        }
+        let Some(pending) = self
+            .snapshot
+            .as_mut()
+            .filter(|p| p.at == s.at && p.route == s.route && p.next_part == s.part)
+        else {
+            self.subscribe(now);
+            return;
+        };
+        pending.next_part += 1;
+        for object in s.objects {
+            pending.keep.insert(object.key().clone());
+            self.events
+                .push_back(LinkEvent::Apply(Change::Upsert(object)));
+        }
+        if s.last
+            && let Some(done) = self.snapshot.take()
+        {
+            self.cursor = done.at;
+            self.route = done.route;
+            self.events.push_back(LinkEvent::SnapshotDone {
+                cursor: done.at,
+                route: done.route,
+                keep: done.keep,
+            });
+        }
+    }
+
+    fn on_mark(&mut self, now: Instant, mark: Option<StreamMark>) {
+        let overdue = now >= self.subscribed_at + self.config.resubscribe_after;
+        match mark {
+            // The parent never saw our subscription (or lost it): ask again.
+            None => {
+                if overdue {
+                    self.subscribe(now);
+                }
+            }
+            Some(m) if m.epoch != self.epoch => {
+                if overdue {
+                    self.subscribe(now);
+                }
+            }
+            Some(m) if m.next_seq > self.expected_seq => {
+                // Frames travel on another stream than heartbeats and may still be on
+                // their way: give them until the deadline.
+                if self.behind.is_none() {
+                    self.behind = Some((m, now + self.config.resubscribe_after));
+                }
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Handles the expiry of the timer from [`ParentLink::poll_timeout`].
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.phase == Phase::Disconnected {
+            return;
+        }
+        if self.behind.is_some_and(|(_, deadline)| now >= deadline) {
+            self.subscribe(now);
+        }
+        match self.liveness.poll(now) {
+            LivenessAction::TimedOut => self.close(
+                SessionError::new(
+                    ErrorCode::IdleTimeout,
+                    format!(
+                        "nothing heard from the parent for {:?}",
+                        self.liveness_idle()
+                    ),
+                ),
+                None,
+                false,
+            ),
+            LivenessAction::SendPing if self.phase == Phase::Open => {
+                self.ping_nonce += 1;
+                self.control.push_back(ChildToParent::Ping {
+                    nonce: self.ping_nonce,
+                });
+                // Acks may have been lost: repeat the last one with every heartbeat.
+                self.ack_due |= self.applied_seq.is_some();
+            }
+            _ => {}
+        }
+    }
+
+    fn liveness_idle(&self) -> Duration {
+        self.config.idle_timeout
+    }
+
+    /// When [`ParentLink::handle_timeout`] or [`ParentLink::poll_transmit`] next has
+    /// something to do.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.phase == Phase::Disconnected {
+            return None;
+        }
+        [
+            Some(self.liveness.next_deadline()),
+            self.behind.map(|(_, d)| d),
+            self.outbox.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The next event for the driver.
+    pub fn poll_event(&mut self) -> Option<LinkEvent> {
+        self.events.pop_front()
+    }
+
+    /// The next message to send: control first, then the ack of everything applied so
+    /// far, then reports.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<ChildToParent> {
+        let msg = self.control.pop_front().or_else(|| {
+            if self.phase != Phase::Open {
+                return None;
+            }
+            if self.ack_due
+                && let Some(seq) = self.applied_seq
+            {
+                self.ack_due = false;
+                return Some(ChildToParent::Ack {
+                    epoch: self.epoch,
+                    seq,
+                    cursor: self.cursor,
+                });
+            }
+            self.outbox.poll_transmit(now).map(ChildToParent::Reports)
+        });
+        if msg.is_some() {
+            self.liveness.on_send(now);
+        }
+        msg
+    }
+
+    fn close(&mut self, error: SessionError, retry_after: Option<Duration>, tell_parent: bool) {
+        self.reset_connection();
+        if tell_parent {
+            self.control.push_back(ChildToParent::Goodbye {
+                code: error.code,
+                reason: error.reason.clone(),
+            });
+        }
+        self.phase = Phase::Disconnected;
+        self.events
+            .push_back(LinkEvent::Closed { error, retry_after });
+    }
+}
+
+fn parent_msg_name(msg: &ParentToChild) -> &'static str {
+    match msg {
+        ParentToChild::Welcome(_) => "welcome",
+        ParentToChild::Refuse { .. } => "refuse",
+        ParentToChild::Delta(_) => "delta",
+        ParentToChild::Snapshot(_) => "snapshot",
+        ParentToChild::ReportsAck { .. } => "reports ack",
+        ParentToChild::Ping { .. } => "ping",
+        ParentToChild::Pong { .. } => "pong",
+        ParentToChild::Goodbye { .. } => "goodbye",
+    }
+}
