@@ -265,9 +265,10 @@ pub enum ChildToParent {
         epoch: u32,
         /// The child's durable cursor.
         after: Cursor,
-        /// The route the child's view was cut with (from its last snapshot). A parent
-        /// whose route for the child differs answers with a snapshot.
-        route: RouteId,
+        /// The route the child's view was cut with (from its last snapshot); `None`
+        /// when the view matches no route (a new child, or a snapshot that did not
+        /// finish). A parent whose route for the child differs answers with a snapshot.
+        route: Option<RouteId>,
     },
     /// Everything up to frame `seq` of `epoch` is durably applied; the cursor is `cursor`.
     Ack {

@@ -76,7 +76,10 @@ enum Phase {
 enum Stream {
     /// Subscribed, but the log is not serving yet (a relay that has not synced with its
     /// own parent since it lost its disk): how to start is decided once it is.
-    Undecided { after: Cursor, route: RouteId },
+    Undecided {
+        after: Cursor,
+        route: Option<RouteId>,
+    },
     /// Sent through `sent`; waits for the log to move.
     CaughtUp,
     /// Sending a snapshot of the log at `at`, in key order after `resume`.
@@ -292,7 +295,7 @@ impl ChildSession {
         Ok(())
     }
 
-    fn on_subscribe(&mut self, epoch: u32, after: Cursor, route: RouteId) {
+    fn on_subscribe(&mut self, epoch: u32, after: Cursor, route: Option<RouteId>) {
         // A delayed or duplicated subscribe must not restart a newer subscription.
         if self.sub.as_ref().is_some_and(|s| epoch <= s.epoch) {
             return;
@@ -426,7 +429,7 @@ impl ChildSession {
             let deltas_ok = after.log == log.id()
                 && after.position <= log.head()
                 && after.position >= log.floor()
-                && child_route == route.id();
+                && child_route == Some(route.id());
             sub.stream = if deltas_ok {
                 Stream::CaughtUp
             } else {

@@ -306,13 +306,9 @@ impl ObjectLog {
 }
 
 fn push_visibility(history: &mut Vec<Visibility>, at: Position, meta: Option<ObjectMeta>) {
-    // Several changes staged at one position collapse into the last of them.
-    if let Some(last) = history.last_mut()
-        && last.at == at
-    {
-        last.meta = meta;
-        return;
-    }
+    // Never collapse entries at one position: a staged version may already have gone
+    // to a child (deltas and snapshots send the latest version), and a later change
+    // staged at the same position must not erase the record that it was selected.
     history.push(Visibility { at, meta });
 }
 

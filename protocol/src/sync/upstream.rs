@@ -69,6 +69,10 @@ pub enum LinkEvent {
     Apply(Change),
     /// A delta is complete: persist the new cursor.
     Advanced(Cursor),
+    /// A snapshot begins: persist "no route" before applying its parts. A snapshot
+    /// applied in part matches no route; should the link drop before it completes, the
+    /// next subscription must ask for a snapshot again.
+    SnapshotStarted,
     /// A snapshot is complete: remove every object whose key is not in `keep`, then
     /// persist the cursor and the route.
     SnapshotDone {
@@ -131,7 +135,7 @@ pub struct ParentLink {
     config: LinkConfig,
     phase: Phase,
     cursor: Cursor,
-    route: RouteId,
+    route: Option<RouteId>,
     epoch: u32,
     expected_seq: u64,
     applied_seq: Option<u64>,
@@ -150,8 +154,9 @@ pub struct ParentLink {
 }
 
 impl ParentLink {
-    /// A disconnected link that will resume from `cursor` with a view cut by `route`.
-    pub fn new(now: Instant, config: LinkConfig, cursor: Cursor, route: RouteId) -> Self {
+    /// A disconnected link that will resume from `cursor` with a view cut by `route`
+    /// (`None` for a child without a view: it will be sent a snapshot).
+    pub fn new(now: Instant, config: LinkConfig, cursor: Cursor, route: Option<RouteId>) -> Self {
         let liveness = Liveness::new(now, config.heartbeat, config.idle_timeout);
         let outbox = ReportOutbox::new(config.reports.clone());
         ParentLink {
@@ -180,8 +185,8 @@ impl ParentLink {
         self.cursor
     }
 
-    /// The route the child's view was cut with.
-    pub fn route(&self) -> RouteId {
+    /// The route the child's view was cut with, if it matches one.
+    pub fn route(&self) -> Option<RouteId> {
         self.route
     }
 
@@ -385,6 +390,9 @@ impl ParentLink {
         }
         if s.part == 0 {
             self.delta = None;
+            if self.route.take().is_some() {
+                self.events.push_back(LinkEvent::SnapshotStarted);
+            }
             self.snapshot = Some(PendingSnapshot {
                 at: s.at,
                 route: s.route,
@@ -410,7 +418,7 @@ impl ParentLink {
             && let Some(done) = self.snapshot.take()
         {
             self.cursor = done.at;
-            self.route = done.route;
+            self.route = Some(done.route);
             self.events.push_back(LinkEvent::SnapshotDone {
                 cursor: done.at,
                 route: done.route,

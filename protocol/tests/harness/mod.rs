@@ -116,7 +116,7 @@ struct Wire {
 struct Disk {
     log: Option<ObjectLog>,
     cursor: Cursor,
-    route: RouteId,
+    route: Option<RouteId>,
     incarnation: u64,
     parent_incarnation: Option<u64>,
     /// Leaves: the objects applied to the "cluster".
@@ -200,7 +200,7 @@ impl World {
                 disk: Disk {
                     log: None,
                     cursor: Cursor::default(),
-                    route: RouteId::default(),
+                    route: None,
                     incarnation: 0,
                     parent_incarnation: None,
                     store: BTreeMap::new(),
@@ -251,7 +251,7 @@ impl World {
             let n = &mut self.nodes[i];
             n.disk.incarnation = id;
             n.disk.cursor = Cursor::default();
-            n.disk.route = RouteId::default();
+            n.disk.route = None;
             n.disk.parent_incarnation = None;
             n.disk.store.clear();
             n.disk.reports.clear();
@@ -543,7 +543,11 @@ impl World {
                 _ => 0,
             })
             .sum::<u64>();
+        let watch = std::env::var("STRATA_WATCH").ok();
         for msg in down {
+            if watch.as_deref() == Some(self.nodes[c].name.as_str()) {
+                eprintln!("{:?} -> {}: {}", now, self.nodes[c].name, describe(&msg));
+            }
             if let Some(link) = self.nodes[c].link.as_mut() {
                 link.handle_message(now, msg);
             }
@@ -601,6 +605,7 @@ impl World {
                         log.commit(next);
                     }
                 }
+                LinkEvent::SnapshotStarted => self.nodes[i].disk.route = None,
                 LinkEvent::SnapshotDone {
                     cursor,
                     route,
@@ -608,7 +613,7 @@ impl World {
                 } => {
                     let n = &mut self.nodes[i];
                     n.disk.cursor = cursor;
-                    n.disk.route = route;
+                    n.disk.route = Some(route);
                     if let Some(log) = n.disk.log.as_mut() {
                         let next = log.head().next();
                         log.finish_snapshot(next, &keep).expect("snapshot");
@@ -930,6 +935,44 @@ impl World {
 
     pub fn log_of(&self, i: usize) -> Option<&ObjectLog> {
         self.nodes[i].disk.log.as_ref()
+    }
+}
+
+fn describe(msg: &ParentToChild) -> String {
+    let change = |c: &Change| match c {
+        Change::Upsert(o) => format!(
+            "+{}@{}({})",
+            o.key().name,
+            o.revision,
+            o.meta.labels.get("dest").map_or("", String::as_str)
+        ),
+        Change::Delete(k) => format!("-{}", k.name),
+    };
+    match msg {
+        ParentToChild::Delta(d) => format!(
+            "delta e{} s{} p{} {}..{} last={} [{}]",
+            d.epoch,
+            d.seq,
+            d.part,
+            d.from,
+            d.to,
+            d.last,
+            d.changes.iter().map(change).collect::<Vec<_>>().join(" ")
+        ),
+        ParentToChild::Snapshot(s) => format!(
+            "snapshot e{} s{} p{} at {} last={} [{}]",
+            s.epoch,
+            s.seq,
+            s.part,
+            s.at.position,
+            s.last,
+            s.objects
+                .iter()
+                .map(|o| change(&Change::Upsert(o.clone())))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        other => format!("{other:?}"),
     }
 }
 
