@@ -1,0 +1,459 @@
+//! Unit tests of one session's rules, message by message: handshake, bad input, flow
+//! control, liveness, and the report stream.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_protocol::model::{
+    ContentHash, Cursor, LogId, Object, ObjectKey, ObjectMeta, Position, Revision, Space,
+};
+use strata_protocol::sync::{
+    ChildSession, EverythingRoute, LinkConfig, LinkEvent, ObjectLog, ParentLink, ReportInbox,
+    ReportOutbox, ReportsConfig, SessionConfig, SessionEvent,
+};
+use strata_protocol::time::Instant;
+use strata_protocol::wire::{
+    Change, ChildToParent, Delta, ErrorCode, Hello, ParentToChild, Report, ReportKey, ReportValue,
+    Reports, Role, RouteId, Welcome,
+};
+
+fn at(ms: u64) -> Instant {
+    Instant::from_origin(Duration::from_millis(ms))
+}
+
+fn key(name: &str) -> ObjectKey {
+    ObjectKey {
+        space: Space::default_space(),
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: Some("default".into()),
+        name: name.into(),
+    }
+}
+
+fn object(name: &str, rev: u64, size: usize) -> Object {
+    Object {
+        meta: ObjectMeta {
+            key: key(name),
+            labels: BTreeMap::new(),
+        },
+        revision: Revision(rev),
+        hash: ContentHash([rev as u8; 32]),
+        body: vec![7; size],
+    }
+}
+
+fn root_log(objects: usize, size: usize) -> ObjectLog {
+    let mut log = ObjectLog::new(LogId(42));
+    log.mark_serving();
+    for i in 0..objects {
+        let pos = log.head().next();
+        log.stage(pos, Change::Upsert(object(&format!("cm-{i}"), pos.0, size)))
+            .unwrap();
+        log.commit(pos);
+    }
+    log
+}
+
+fn hello(node: &str, min: u16, max: u16) -> ChildToParent {
+    ChildToParent::Hello(Hello {
+        min_version: min,
+        max_version: max,
+        node: node.into(),
+        role: Role::Agent,
+        run: 1,
+    })
+}
+
+fn session(config: SessionConfig) -> ChildSession {
+    ChildSession::new(at(0), "site-1".into(), Arc::new(EverythingRoute), config)
+}
+
+fn drain(s: &mut ChildSession, now: Instant, log: &ObjectLog) -> Vec<ParentToChild> {
+    std::iter::from_fn(|| s.poll_transmit(now, log)).collect()
+}
+
+fn events(s: &mut ChildSession) -> Vec<SessionEvent> {
+    std::iter::from_fn(|| s.poll_event()).collect()
+}
+
+fn closed_with(events: &[SessionEvent]) -> Option<ErrorCode> {
+    events.iter().find_map(|e| match e {
+        SessionEvent::Closed(err) => Some(err.code),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_hello_naming_another_node_is_refused() {
+    let log = root_log(0, 0);
+    let mut s = session(SessionConfig::default());
+    s.handle_message(at(1), hello("site-2", 1, 1));
+    assert_eq!(closed_with(&events(&mut s)), Some(ErrorCode::UnknownChild));
+    let out = drain(&mut s, at(1), &log);
+    assert!(matches!(
+        out.as_slice(),
+        [ParentToChild::Goodbye {
+            code: ErrorCode::UnknownChild,
+            ..
+        }]
+    ));
+    assert!(s.is_closed());
+}
+
+#[test]
+fn no_common_version_is_refused() {
+    let log = root_log(0, 0);
+    let mut s = session(SessionConfig::default());
+    s.handle_message(at(1), hello("site-1", 2, 3));
+    assert_eq!(
+        closed_with(&events(&mut s)),
+        Some(ErrorCode::UnsupportedVersion)
+    );
+    assert!(matches!(
+        drain(&mut s, at(1), &log).as_slice(),
+        [ParentToChild::Goodbye {
+            code: ErrorCode::UnsupportedVersion,
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn anything_before_hello_is_a_violation() {
+    let mut s = session(SessionConfig::default());
+    s.handle_message(at(1), ChildToParent::Ping { nonce: 1 });
+    assert_eq!(
+        closed_with(&events(&mut s)),
+        Some(ErrorCode::ProtocolViolation)
+    );
+}
+
+#[test]
+fn an_ack_of_a_frame_never_sent_is_a_violation() {
+    let log = root_log(1, 10);
+    let mut s = session(SessionConfig::default());
+    s.handle_message(at(1), hello("site-1", 1, 1));
+    s.handle_message(
+        at(1),
+        ChildToParent::Subscribe {
+            epoch: 1,
+            after: Cursor::default(),
+            route: None,
+        },
+    );
+    let sent = drain(&mut s, at(1), &log);
+    assert_eq!(sent.len(), 2, "welcome and one snapshot frame: {sent:?}");
+    s.handle_message(
+        at(2),
+        ChildToParent::Ack {
+            epoch: 1,
+            seq: 5,
+            cursor: Cursor::default(),
+        },
+    );
+    assert_eq!(
+        closed_with(&events(&mut s)),
+        Some(ErrorCode::ProtocolViolation)
+    );
+}
+
+#[test]
+fn the_window_bounds_unacked_bytes_and_acks_reopen_it() {
+    let log = root_log(20, 300);
+    let config = SessionConfig {
+        window_bytes: 1000,
+        part_bytes: 400,
+        ..SessionConfig::default()
+    };
+    let mut s = session(config);
+    s.handle_message(at(1), hello("site-1", 1, 1));
+    s.handle_message(
+        at(1),
+        ChildToParent::Subscribe {
+            epoch: 1,
+            after: Cursor::default(),
+            route: None,
+        },
+    );
+    let first = drain(&mut s, at(1), &log);
+    let frames = first
+        .iter()
+        .filter(|m| matches!(m, ParentToChild::Snapshot(_)))
+        .count();
+    assert!(
+        (2..=3).contains(&frames),
+        "window let {frames} frames through"
+    );
+    assert!(drain(&mut s, at(2), &log).is_empty(), "window is full");
+    s.handle_message(
+        at(3),
+        ChildToParent::Ack {
+            epoch: 1,
+            seq: frames as u64 - 1,
+            cursor: Cursor::default(),
+        },
+    );
+    assert!(
+        !drain(&mut s, at(3), &log).is_empty(),
+        "ack reopened the window"
+    );
+}
+
+#[test]
+fn silence_closes_the_session_and_heartbeats_carry_the_stream_mark() {
+    let log = root_log(1, 10);
+    let config = SessionConfig {
+        heartbeat: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(3),
+        ..SessionConfig::default()
+    };
+    let mut s = session(config);
+    s.handle_message(at(0), hello("site-1", 1, 1));
+    s.handle_message(
+        at(0),
+        ChildToParent::Subscribe {
+            epoch: 7,
+            after: Cursor::default(),
+            route: None,
+        },
+    );
+    drain(&mut s, at(0), &log);
+    assert_eq!(s.poll_timeout(), Some(at(1000)));
+    s.handle_timeout(at(1000));
+    let out = drain(&mut s, at(1000), &log);
+    assert!(out.iter().any(|m| matches!(
+        m,
+        ParentToChild::Ping { mark: Some(mark), .. } if mark.epoch == 7 && mark.next_seq == 1
+    )));
+    s.handle_timeout(at(3000));
+    assert_eq!(closed_with(&events(&mut s)), Some(ErrorCode::IdleTimeout));
+    assert_eq!(s.poll_timeout(), None);
+}
+
+fn open_link() -> ParentLink {
+    let mut link = ParentLink::new(
+        at(0),
+        LinkConfig::new("site-1", Role::Agent),
+        Cursor {
+            log: LogId(42),
+            position: Position(3),
+        },
+        Some(RouteId(0)),
+    );
+    link.handle_connected(at(0));
+    link.handle_message(
+        at(1),
+        ParentToChild::Welcome(Welcome {
+            version: 1,
+            parent: "center".into(),
+            heartbeat_ms: 1000,
+            idle_timeout_ms: 3000,
+            incarnation: 9,
+        }),
+    );
+    link
+}
+
+fn delta(epoch: u32, seq: u64, from: u64, to: u64, changes: Vec<Change>) -> ParentToChild {
+    ParentToChild::Delta(Delta {
+        epoch,
+        seq,
+        part: 0,
+        log: LogId(42),
+        from: Position(from),
+        to: Position(to),
+        last: true,
+        changes,
+    })
+}
+
+fn sent(link: &mut ParentLink, now: Instant) -> Vec<ChildToParent> {
+    std::iter::from_fn(|| link.poll_transmit(now)).collect()
+}
+
+#[test]
+fn a_child_subscribes_from_its_cursor_and_applies_in_order() {
+    let mut link = open_link();
+    let out = sent(&mut link, at(1));
+    assert!(out.iter().any(|m| matches!(
+        m,
+        ChildToParent::Subscribe { epoch: 1, after, route: Some(RouteId(0)) }
+            if after.position == Position(3)
+    )));
+    link.handle_message(
+        at(2),
+        delta(1, 0, 3, 5, vec![Change::Upsert(object("a", 5, 1))]),
+    );
+    // A duplicate of the same frame changes nothing.
+    link.handle_message(
+        at(2),
+        delta(1, 0, 3, 5, vec![Change::Upsert(object("a", 5, 1))]),
+    );
+    // A frame of an older epoch is ignored.
+    link.handle_message(at(2), delta(0, 1, 5, 6, vec![Change::Delete(key("a"))]));
+    let evs: Vec<LinkEvent> = std::iter::from_fn(|| link.poll_event()).collect();
+    assert_eq!(evs.len(), 3, "connected, one apply, one advance: {evs:?}");
+    assert_eq!(link.cursor().position, Position(5));
+    let acks: Vec<_> = sent(&mut link, at(2))
+        .into_iter()
+        .filter(|m| matches!(m, ChildToParent::Ack { .. }))
+        .collect();
+    assert_eq!(
+        acks,
+        vec![ChildToParent::Ack {
+            epoch: 1,
+            seq: 0,
+            cursor: Cursor {
+                log: LogId(42),
+                position: Position(5)
+            }
+        }]
+    );
+}
+
+#[test]
+fn a_gap_makes_the_child_subscribe_again_from_its_cursor() {
+    let mut link = open_link();
+    sent(&mut link, at(1));
+    link.handle_message(at(2), delta(1, 1, 3, 5, vec![Change::Delete(key("a"))]));
+    assert_eq!(
+        link.cursor().position,
+        Position(3),
+        "nothing applied across a gap"
+    );
+    let out = sent(&mut link, at(2));
+    assert!(out.iter().any(|m| matches!(
+        m,
+        ChildToParent::Subscribe { epoch: 2, after, .. } if after.position == Position(3)
+    )));
+}
+
+#[test]
+fn a_delta_that_does_not_start_at_the_cursor_is_not_applied() {
+    let mut link = open_link();
+    sent(&mut link, at(1));
+    link.handle_message(at(2), delta(1, 0, 4, 5, vec![Change::Delete(key("a"))]));
+    let evs: Vec<LinkEvent> = std::iter::from_fn(|| link.poll_event()).collect();
+    assert!(!evs.iter().any(|e| matches!(e, LinkEvent::Apply(_))));
+    assert!(
+        sent(&mut link, at(2))
+            .iter()
+            .any(|m| matches!(m, ChildToParent::Subscribe { epoch: 2, .. }))
+    );
+}
+
+fn status(cluster: &str, name: &str) -> ReportKey {
+    ReportKey::Status {
+        cluster: cluster.into(),
+        object: key(name),
+    }
+}
+
+fn outbox() -> ReportOutbox {
+    let mut o = ReportOutbox::new(ReportsConfig {
+        flush_interval: Duration::from_millis(100),
+        max_batch_items: 10,
+        max_inflight_batches: 1,
+        retransmit_after: Duration::from_secs(5),
+    });
+    o.on_connected();
+    o
+}
+
+#[test]
+fn unsent_reports_coalesce_to_the_latest_per_key() {
+    let mut o = outbox();
+    o.push(
+        at(0),
+        Report {
+            key: status("c1", "a"),
+            value: ReportValue::Removed,
+        },
+    );
+    o.push(
+        at(10),
+        Report {
+            key: status("c1", "b"),
+            value: ReportValue::Removed,
+        },
+    );
+    o.push(
+        at(20),
+        Report {
+            key: status("c1", "a"),
+            value: ReportValue::Cluster(strata_protocol::model::Cluster {
+                name: "c1".into(),
+                labels: BTreeMap::new(),
+                properties: BTreeMap::new(),
+                path: vec![],
+            }),
+        },
+    );
+    assert_eq!(o.poll_transmit(at(50)), None, "still coalescing");
+    let batch = o.poll_transmit(at(100)).expect("due");
+    assert_eq!(batch.items.len(), 2);
+    assert!(
+        matches!(batch.items[0].value, ReportValue::Cluster(_)),
+        "latest value of a"
+    );
+}
+
+#[test]
+fn an_overdue_ack_resends_in_a_new_epoch_that_a_stale_batch_cannot_overtake() {
+    let mut o = outbox();
+    let mut inbox = ReportInbox::new();
+    o.push(
+        at(0),
+        Report {
+            key: status("c1", "a"),
+            value: ReportValue::Removed,
+        },
+    );
+    let first = o.poll_transmit(at(100)).expect("first batch");
+    assert_eq!((first.epoch, first.seq), (1, 0));
+    // The batch is lost; nothing more goes out until the ack is overdue.
+    o.push(
+        at(200),
+        Report {
+            key: status("c1", "b"),
+            value: ReportValue::Removed,
+        },
+    );
+    assert_eq!(
+        o.poll_transmit(at(300)),
+        None,
+        "one batch in flight at most"
+    );
+    let resent = o.poll_transmit(at(5100)).expect("resent after timeout");
+    assert_eq!((resent.epoch, resent.epoch_start, resent.seq), (2, 0, 0));
+    assert_eq!(resent.items.len(), 2);
+    assert!(inbox.handle(resent.clone()).is_some());
+    // The lost batch shows up late: an older epoch is never accepted again.
+    assert!(inbox.handle(first).is_none());
+    assert_eq!(inbox.poll_ack(), Some((2, 0)));
+    o.handle_ack(2, 0);
+    assert_eq!(o.unacked_len(), 0);
+}
+
+#[test]
+fn the_inbox_accepts_only_the_next_batch_of_an_epoch() {
+    let mut inbox = ReportInbox::new();
+    let batch = |epoch, epoch_start, seq| Reports {
+        epoch,
+        epoch_start,
+        seq,
+        items: vec![],
+    };
+    assert!(
+        inbox.handle(batch(1, 0, 1)).is_none(),
+        "a new epoch starts at its start"
+    );
+    assert!(inbox.handle(batch(1, 0, 0)).is_some());
+    assert!(inbox.handle(batch(1, 0, 0)).is_none(), "duplicate");
+    assert!(inbox.handle(batch(1, 0, 2)).is_none(), "gap");
+    assert!(inbox.handle(batch(1, 0, 1)).is_some());
+    assert_eq!(inbox.poll_ack(), Some((1, 1)));
+}
