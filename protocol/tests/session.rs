@@ -51,7 +51,7 @@ fn root_log(objects: usize, size: usize) -> ObjectLog {
     for i in 0..objects {
         let pos = log.head().next();
         log.stage(pos, Change::Upsert(object(&format!("cm-{i}"), pos.0, size)))
-            .unwrap();
+            .expect("stage above head");
         log.commit(pos);
     }
     log
