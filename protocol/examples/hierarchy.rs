@@ -47,43 +47,69 @@ fn main() {
     println!("strata sync core, virtual time, seed {seed}");
     println!("hierarchy: center -> eu, us -> 2 sites each -> 2 clusters per site\n");
 
-    step(&mut world, "apply 10 objects for eu, 6 for us, 4 for everyone", |w| {
-        for k in 0..20u8 {
-            let dest = match k {
-                0..10 => EU,
-                10..16 => US,
-                _ => ALL,
-            };
-            w.apply(&[(k, dest, vec![k; 2048])]);
-        }
-    });
+    step(
+        &mut world,
+        "apply 10 objects for eu, 6 for us, 4 for everyone",
+        |w| {
+            for k in 0..20u8 {
+                let dest = match k {
+                    0..10 => EU,
+                    10..16 => US,
+                    _ => ALL,
+                };
+                w.apply(&[(k, dest, vec![k; 2048])]);
+            }
+        },
+    );
 
     let before = world.delivered_changes(2);
-    step(&mut world, "cut us off (100% loss) while 3 us objects change 5 times each", |w| {
-        w.set_faults(2, Faults { loss: 100, dup: 0, jitter_ms: 0 });
-        for round in 0..5u8 {
-            for k in 10..13u8 {
-                w.apply(&[(k, US, vec![round; 2048])]);
+    step(
+        &mut world,
+        "cut us off (100% loss) while 3 us objects change 5 times each",
+        |w| {
+            w.set_faults(
+                2,
+                Faults {
+                    loss: 100,
+                    dup: 0,
+                    jitter_ms: 0,
+                },
+            );
+            for round in 0..5u8 {
+                for k in 10..13u8 {
+                    w.apply(&[(k, US, vec![round; 2048])]);
+                }
+                w.run(Duration::from_secs(1));
             }
-            w.run(Duration::from_secs(1));
-        }
-        w.heal();
-    });
+            w.heal();
+        },
+    );
     println!(
         "  objects resent to us after the partition: {} (3 changed; intermediate versions coalesced)\n",
         world.delivered_changes(2) - before
     );
 
-    step(&mut world, "flaky links everywhere (20% loss, duplicates, reordering) during 30 changes", |w| {
-        for c in 1..15 {
-            w.set_faults(c, Faults { loss: 20, dup: 10, jitter_ms: 200 });
-        }
-        for k in 0..30u8 {
-            w.apply(&[(k % 20, [EU, US, ALL][usize::from(k % 3)], vec![k; 1024])]);
-            w.run(Duration::from_millis(300));
-        }
-        w.heal();
-    });
+    step(
+        &mut world,
+        "flaky links everywhere (20% loss, duplicates, reordering) during 30 changes",
+        |w| {
+            for c in 1..15 {
+                w.set_faults(
+                    c,
+                    Faults {
+                        loss: 20,
+                        dup: 10,
+                        jitter_ms: 200,
+                    },
+                );
+            }
+            for k in 0..30u8 {
+                w.apply(&[(k % 20, [EU, US, ALL][usize::from(k % 3)], vec![k; 1024])]);
+                w.run(Duration::from_millis(300));
+            }
+            w.heal();
+        },
+    );
 
     step(&mut world, "move the eu objects to us (relabel)", |w| {
         for k in 0..10u8 {
@@ -92,7 +118,9 @@ fn main() {
     });
 
     match world.check_converged() {
-        Ok(()) => println!("every node holds exactly its placed objects; the center holds every cluster's status"),
+        Ok(()) => println!(
+            "every node holds exactly its placed objects; the center holds every cluster's status"
+        ),
         Err(e) => {
             println!("NOT CONVERGED: {e}");
             std::process::exit(1);

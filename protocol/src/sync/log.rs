@@ -19,6 +19,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::{Deserialize, Serialize};
+
 use crate::model::{LogId, Object, ObjectKey, ObjectMeta, Position};
 use crate::wire::Change;
 
@@ -35,8 +37,9 @@ pub enum LogError {
     },
 }
 
-/// The latest change of one key, with its visibility history.
-#[derive(Debug, Clone)]
+/// The latest change of one key, with its visibility history. Serializable, so a driver
+/// can persist each entry the log reports dirty and [`ObjectLog::restore`] it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyEntry {
     position: Position,
     object: Option<Object>,
@@ -45,7 +48,7 @@ pub struct KeyEntry {
     history: Vec<Visibility>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Visibility {
     at: Position,
     /// `None` while the key is deleted.
@@ -72,7 +75,25 @@ impl KeyEntry {
     }
 }
 
+/// The log's scalar state, persisted next to its entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogMeta {
+    /// The log's identity.
+    pub id: LogId,
+    /// Whether sessions may serve from it.
+    pub serving: bool,
+    /// The committed head.
+    pub head: Position,
+    /// The compaction floor.
+    pub floor: Position,
+}
+
 /// An ordered, compactable object log, keyed by [`ObjectKey`].
+///
+/// Persistence: after each batch of changes (stage, commit, compact), write
+/// [`ObjectLog::meta`] and, for every key from [`ObjectLog::take_dirty`], its
+/// [`ObjectLog::entry`] (or its removal) in one atomic write; rebuild with
+/// [`ObjectLog::restore`].
 #[derive(Debug, Clone)]
 pub struct ObjectLog {
     id: LogId,
@@ -82,6 +103,8 @@ pub struct ObjectLog {
     keys: BTreeMap<ObjectKey, KeyEntry>,
     /// `(position, key)` of every key's latest change, for range scans.
     index: BTreeSet<(Position, ObjectKey)>,
+    /// Keys changed since the last [`ObjectLog::take_dirty`].
+    dirty: BTreeSet<ObjectKey>,
 }
 
 impl ObjectLog {
@@ -95,7 +118,42 @@ impl ObjectLog {
             floor: Position::ZERO,
             keys: BTreeMap::new(),
             index: BTreeSet::new(),
+            dirty: BTreeSet::new(),
         }
+    }
+
+    /// Rebuilds a log from what a driver persisted. Entries staged above the head (a
+    /// delta that was still arriving) come back staged.
+    pub fn restore(
+        meta: LogMeta,
+        entries: impl IntoIterator<Item = (ObjectKey, KeyEntry)>,
+    ) -> Self {
+        let keys: BTreeMap<ObjectKey, KeyEntry> = entries.into_iter().collect();
+        let index = keys.iter().map(|(k, e)| (e.position, k.clone())).collect();
+        ObjectLog {
+            id: meta.id,
+            serving: meta.serving,
+            head: meta.head,
+            floor: meta.floor,
+            keys,
+            index,
+            dirty: BTreeSet::new(),
+        }
+    }
+
+    /// The scalar state to persist.
+    pub fn meta(&self) -> LogMeta {
+        LogMeta {
+            id: self.id,
+            serving: self.serving,
+            head: self.head,
+            floor: self.floor,
+        }
+    }
+
+    /// Keys whose entries changed (or were removed) since the last call.
+    pub fn take_dirty(&mut self) -> BTreeSet<ObjectKey> {
+        std::mem::take(&mut self.dirty)
     }
 
     /// Whether sessions may serve from this log. A root's log serves from the start
@@ -133,6 +191,11 @@ impl ObjectLog {
     /// The entry of one key, live or tombstone.
     pub fn entry(&self, key: &ObjectKey) -> Option<&KeyEntry> {
         self.keys.get(key)
+    }
+
+    /// Every entry, live or tombstone, in key order.
+    pub fn entries(&self) -> impl Iterator<Item = (&ObjectKey, &KeyEntry)> {
+        self.keys.iter()
     }
 
     /// The live object with this key.
@@ -185,10 +248,15 @@ impl ObjectLog {
                 head: self.head,
             });
         }
-        Ok(match change {
+        let key = change.key().clone();
+        let changed = match change {
             Change::Upsert(object) => self.stage_upsert(position, object),
             Change::Delete(key) => self.stage_delete(position, &key),
-        })
+        };
+        if changed {
+            self.dirty.insert(key);
+        }
+        Ok(changed)
     }
 
     fn stage_upsert(&mut self, position: Position, object: Object) -> bool {
@@ -292,14 +360,16 @@ impl ObjectLog {
             .collect();
         for key in dead {
             if let Some(entry) = self.keys.remove(&key) {
-                self.index.remove(&(entry.position, key));
+                self.index.remove(&(entry.position, key.clone()));
+                self.dirty.insert(key);
             }
         }
-        for entry in self.keys.values_mut() {
+        for (key, entry) in self.keys.iter_mut() {
             // Keep the last visibility at or below the floor as the base.
             let below = entry.history.iter().filter(|v| v.at <= floor).count();
             if below > 1 {
                 entry.history.drain(..below - 1);
+                self.dirty.insert(key.clone());
             }
         }
     }

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 pub use downstream::{ChildSession, SessionConfig, SessionEvent};
 pub use liveness::{Liveness, LivenessAction};
-pub use log::{KeyEntry, LogError, ObjectLog};
+pub use log::{KeyEntry, LogError, LogMeta, ObjectLog};
 pub use reports::{ReportInbox, ReportOutbox, ReportsConfig};
 pub use upstream::{LinkConfig, LinkEvent, ParentLink};
 
