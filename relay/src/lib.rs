@@ -1,5 +1,11 @@
 //! The relay runtime: QUIC endpoint with mutual TLS, upstream link, downstream child
 //! sessions, the durable store, routing, aggregation and the root user API.
 //!
-//! Not built yet (issue 3). What exists today is the protocol core it will drive:
+//! # Layout
+//!
+//! * [`config`]: the node configuration file, validated with every fault named.
+//!
+//! Under construction (issue 3): the protocol core it drives is
 //! [`strata_protocol::sync`].
+
+pub mod config;

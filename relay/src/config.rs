@@ -1,0 +1,363 @@
+//! The configuration file of one node (`relay serve --config FILE`).
+//!
+//! Parsed into raw serde structs with unknown fields refused, then checked in one pass
+//! that reports every fault at once, each naming the file and the field. A path the user
+//! named that does not exist is an error, never a silent default.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A node's configuration, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    /// The node's name; must match the name in its certificate.
+    pub node: String,
+    /// Where children connect (QUIC over UDP). `None` for a node without children.
+    pub listen: Option<SocketAddr>,
+    /// The parent to connect to; `None` at the root.
+    pub parent: Option<ParentConfig>,
+    /// Certificate, key and CA files.
+    pub tls: TlsFiles,
+    /// The store's directory.
+    pub data: PathBuf,
+    /// Node names allowed to connect as children.
+    pub children: Vec<String>,
+    /// Labels every cluster below this node inherits.
+    pub labels: BTreeMap<String, String>,
+    /// The root's user API (root only).
+    pub api: Option<ApiConfig>,
+    /// Where Prometheus metrics are served, if anywhere.
+    pub metrics: Option<SocketAddr>,
+    /// How often merged status summaries are sent upward.
+    pub summary_interval: Duration,
+}
+
+/// Where the parent is and what its certificate must say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentConfig {
+    /// The parent's node name (checked against its certificate).
+    pub name: String,
+    /// The parent's QUIC address.
+    pub address: SocketAddr,
+}
+
+/// Certificate files (PEM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// This node's certificate chain.
+    pub cert: PathBuf,
+    /// This node's private key.
+    pub key: PathBuf,
+    /// The hierarchy's CA certificate.
+    pub ca: PathBuf,
+}
+
+/// The root's user API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiConfig {
+    /// HTTPS listen address.
+    pub listen: SocketAddr,
+    /// A file whose lines are accepted bearer tokens.
+    pub tokens: PathBuf,
+}
+
+/// Why a configuration file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: cannot read the configuration file: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML for a node configuration.
+    #[error("{path}: {detail}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        detail: String,
+    },
+    /// The file parsed but some fields are wrong; every fault is listed.
+    #[error("{path}: {}", Faults(.faults))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Each fault: the field and what is wrong with it.
+        faults: Vec<String>,
+    },
+}
+
+struct Faults<'a>(&'a [String]);
+
+impl fmt::Display for Faults<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, fault) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            f.write_str(fault)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    node: String,
+    #[serde(default)]
+    listen: Option<String>,
+    #[serde(default)]
+    parent: Option<RawParent>,
+    tls: RawTls,
+    data: PathBuf,
+    #[serde(default)]
+    children: Vec<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    api: Option<RawApi>,
+    #[serde(default)]
+    metrics: Option<String>,
+    #[serde(default)]
+    summary_interval_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawParent {
+    name: String,
+    address: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApi {
+    listen: String,
+    tokens: PathBuf,
+}
+
+/// The default interval of summary updates toward the parent.
+pub const DEFAULT_SUMMARY_INTERVAL: Duration = Duration::from_millis(200);
+
+impl NodeConfig {
+    /// Reads and validates a configuration file. Relative paths in it are taken
+    /// relative to the file's directory.
+    pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, base).map_err(|e| match e {
+            Refusal::Parse(detail) => ConfigError::Parse {
+                path: path.to_owned(),
+                detail,
+            },
+            Refusal::Invalid(faults) => ConfigError::Invalid {
+                path: path.to_owned(),
+                faults,
+            },
+        })
+    }
+
+    fn parse(text: &str, base: &Path) -> Result<NodeConfig, Refusal> {
+        let raw: RawConfig =
+            serde_saphyr::from_str(text).map_err(|e| Refusal::Parse(e.to_string()))?;
+        let mut faults = Vec::new();
+        if let Err(why) = check_node_name(&raw.node) {
+            faults.push(format!("node: {why}"));
+        }
+        let listen = raw
+            .listen
+            .as_deref()
+            .and_then(|a| addr("listen", a, &mut faults));
+        let parent = raw.parent.and_then(|p| {
+            if let Err(why) = check_node_name(&p.name) {
+                faults.push(format!("parent.name: {why}"));
+            }
+            if p.name == raw.node {
+                faults.push("parent.name: a node cannot be its own parent".to_owned());
+            }
+            addr("parent.address", &p.address, &mut faults).map(|address| ParentConfig {
+                name: p.name,
+                address,
+            })
+        });
+        for (i, child) in raw.children.iter().enumerate() {
+            if let Err(why) = check_node_name(child) {
+                faults.push(format!("children[{i}]: {why}"));
+            }
+        }
+        if !raw.children.is_empty() && raw.listen.is_none() {
+            faults.push("listen: required when the node has children".to_owned());
+        }
+        let api = raw.api.and_then(|a| {
+            addr("api.listen", &a.listen, &mut faults).map(|listen| ApiConfig {
+                listen,
+                tokens: base.join(a.tokens),
+            })
+        });
+        if api.is_some() && parent.is_some() {
+            faults
+                .push("api: only the root (a node without parent) serves the user API".to_owned());
+        }
+        let metrics = raw
+            .metrics
+            .as_deref()
+            .and_then(|a| addr("metrics", a, &mut faults));
+        let summary_interval = match raw.summary_interval_ms {
+            Some(0) => {
+                faults.push("summary_interval_ms: must be at least 1".to_owned());
+                DEFAULT_SUMMARY_INTERVAL
+            }
+            Some(ms) => Duration::from_millis(ms),
+            None => DEFAULT_SUMMARY_INTERVAL,
+        };
+        if !faults.is_empty() {
+            return Err(Refusal::Invalid(faults));
+        }
+        Ok(NodeConfig {
+            node: raw.node,
+            listen,
+            parent,
+            tls: TlsFiles {
+                cert: base.join(raw.tls.cert),
+                key: base.join(raw.tls.key),
+                ca: base.join(raw.tls.ca),
+            },
+            data: base.join(raw.data),
+            children: raw.children,
+            labels: raw.labels,
+            api,
+            metrics,
+            summary_interval,
+        })
+    }
+
+    /// Whether this node is the root.
+    pub fn is_root(&self) -> bool {
+        self.parent.is_none()
+    }
+}
+
+#[derive(Debug)]
+enum Refusal {
+    Parse(String),
+    Invalid(Vec<String>),
+}
+
+fn addr(field: &str, value: &str, faults: &mut Vec<String>) -> Option<SocketAddr> {
+    match value.parse() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            faults.push(format!(
+                "{field}: {value:?} is not an address of the form IP:PORT"
+            ));
+            None
+        }
+    }
+}
+
+/// Node names are DNS labels: they appear in certificates and in cluster paths.
+pub fn check_node_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a valid node name (1-63 characters of a-z, 0-9 and '-', not starting or ending with '-')"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROOT: &str = "
+node: center
+listen: 127.0.0.1:7443
+tls: { cert: center.crt, key: center.key, ca: ca.crt }
+data: data/center
+children: [eu-west, us-east]
+api: { listen: 127.0.0.1:8443, tokens: tokens.txt }
+";
+
+    #[test]
+    fn a_root_config_parses_with_paths_relative_to_the_file() {
+        let c = NodeConfig::parse(ROOT, Path::new("/etc/strata")).unwrap();
+        assert!(c.is_root());
+        assert_eq!(c.tls.ca, Path::new("/etc/strata/ca.crt"));
+        assert_eq!(c.data, Path::new("/etc/strata/data/center"));
+        assert_eq!(c.children, ["eu-west", "us-east"]);
+        assert_eq!(c.summary_interval, DEFAULT_SUMMARY_INTERVAL);
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_with_their_name() {
+        let text = format!("{ROOT}colour: blue\n");
+        match NodeConfig::parse(&text, Path::new(".")) {
+            Err(Refusal::Parse(detail)) => assert!(detail.contains("colour"), "{detail}"),
+            _ => panic!("accepted an unknown field"),
+        }
+    }
+
+    #[test]
+    fn every_fault_is_reported_at_once() {
+        let text = "
+node: Eu_West
+parent: { name: Eu_West, address: nowhere }
+tls: { cert: a, key: b, ca: c }
+data: d
+children: [ok-child, -bad]
+api: { listen: 127.0.0.1:1, tokens: t }
+";
+        let Err(Refusal::Invalid(faults)) = NodeConfig::parse(text, Path::new(".")) else {
+            panic!("accepted");
+        };
+        assert_eq!(
+            faults,
+            [
+                "node: \"Eu_West\" is not a valid node name (1-63 characters of a-z, 0-9 and '-', not starting or ending with '-')",
+                "parent.name: \"Eu_West\" is not a valid node name (1-63 characters of a-z, 0-9 and '-', not starting or ending with '-')",
+                "parent.name: a node cannot be its own parent",
+                "parent.address: \"nowhere\" is not an address of the form IP:PORT",
+                "children[1]: \"-bad\" is not a valid node name (1-63 characters of a-z, 0-9 and '-', not starting or ending with '-')",
+                "listen: required when the node has children",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_file_is_an_error_naming_it() {
+        let err = NodeConfig::load(Path::new("/nonexistent/strata.yaml")).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("/nonexistent/strata.yaml: cannot read"),
+            "{err}"
+        );
+    }
+}
