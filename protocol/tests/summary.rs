@@ -1,0 +1,188 @@
+//! The summary algebra's laws, and summaries of known inputs.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use strata_protocol::model::{Health, Revision, Status};
+use strata_protocol::summary::{ERROR_SAMPLES, ErrorSample, Summary};
+use strata_protocol::time::UnixMillis;
+
+fn health() -> impl Strategy<Value = Health> {
+    prop::sample::select(Health::ALL.to_vec())
+}
+
+fn status() -> impl Strategy<Value = Status> {
+    (
+        health(),
+        0u64..20,
+        prop::option::of(prop::sample::select(vec![
+            "ImagePullBackOff",
+            "CrashLoopBackOff",
+            "OOMKilled",
+        ])),
+        prop::collection::btree_map(
+            prop::sample::select(vec!["ready", "replicas", "restarts"]),
+            -5i64..100,
+            0..3,
+        ),
+        0u64..50,
+    )
+        .prop_map(|(health, rev, message, numbers, at)| Status {
+            health,
+            revision: Revision(rev),
+            observed_generation: None,
+            message: message.map(str::to_owned),
+            numbers: numbers
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+            status: Vec::new(),
+            observed_at: UnixMillis(at),
+        })
+}
+
+/// Reports of distinct clusters.
+fn reports() -> impl Strategy<Value = Vec<(String, Status)>> {
+    prop::collection::vec(status(), 0..24).prop_map(|statuses| {
+        statuses
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| (format!("cluster-{i:02}"), s))
+            .collect()
+    })
+}
+
+fn summary_of(reports: &[(String, Status)]) -> Summary {
+    reports.iter().fold(Summary::default(), |acc, (c, s)| {
+        acc.merged(&Summary::of_status(c, s))
+    })
+}
+
+fn any_summary() -> impl Strategy<Value = Summary> {
+    (reports(), 0u64..5).prop_map(|(r, extra)| summary_of(&r).merged(&Summary::expected(extra)))
+}
+
+proptest! {
+    #[test]
+    fn merge_is_commutative(a in any_summary(), b in any_summary()) {
+        prop_assert_eq!(a.clone().merged(&b), b.merged(&a));
+    }
+
+    #[test]
+    fn merge_is_associative(a in any_summary(), b in any_summary(), c in any_summary()) {
+        prop_assert_eq!(a.clone().merged(&b).merged(&c), a.merged(&b.merged(&c)));
+    }
+
+    #[test]
+    fn the_empty_summary_is_the_identity(a in any_summary()) {
+        prop_assert_eq!(a.clone().merged(&Summary::default()), a.clone());
+        prop_assert_eq!(Summary::default().merged(&a), a);
+    }
+
+    /// However the clusters are split among tiers and merged back, the result is the
+    /// summary of all of them.
+    #[test]
+    fn merging_parts_equals_summarizing_the_union(
+        all in reports(),
+        groups in prop::collection::vec(0usize..4, 24),
+        order in prop::collection::vec(any::<prop::sample::Index>(), 4),
+    ) {
+        let mut parts: Vec<Vec<(String, Status)>> = vec![Vec::new(); 4];
+        for (i, r) in all.iter().enumerate() {
+            parts[groups[i]].push(r.clone());
+        }
+        let mut summaries: Vec<Summary> = parts.iter().map(|p| summary_of(p)).collect();
+        // Merge in a shuffled order, nesting differently from a left fold.
+        let mut merged = Summary::default();
+        while !summaries.is_empty() {
+            let i = order[summaries.len() - 1].index(summaries.len());
+            let s = summaries.swap_remove(i);
+            merged = s.merged(&merged);
+        }
+        let whole = summary_of(&all);
+        prop_assert_eq!(&merged, &whole);
+        prop_assert_eq!(whole.health.total(), whole.reporting);
+        prop_assert_eq!(whole.reporting, all.len() as u64);
+    }
+
+    /// The samples are exactly the first k errors of the full list in sample order.
+    #[test]
+    fn error_samples_are_the_top_k_of_all_errors(all in reports()) {
+        let mut every: Vec<ErrorSample> = all
+            .iter()
+            .filter(|(_, s)| matches!(s.health, Health::Degraded | Health::Failed))
+            .filter_map(|(c, s)| s.message.as_ref().map(|m| ErrorSample {
+                cluster: c.clone(),
+                health: s.health,
+                message: m.clone(),
+                observed_at: s.observed_at,
+            }))
+            .collect();
+        every.sort_by(ErrorSample::order);
+        let s = summary_of(&all);
+        prop_assert_eq!(s.errors, every.len() as u64);
+        every.truncate(ERROR_SAMPLES);
+        prop_assert_eq!(s.error_samples, every);
+    }
+}
+
+#[test]
+fn three_clusters_one_failed() {
+    let ok = |ready| Status {
+        health: Health::Available,
+        revision: Revision(7),
+        observed_generation: Some(2),
+        message: None,
+        numbers: BTreeMap::from([("readyReplicas".to_owned(), ready)]),
+        status: Vec::new(),
+        observed_at: UnixMillis(1_000),
+    };
+    let failed = Status {
+        health: Health::Failed,
+        revision: Revision(6),
+        message: Some("ImagePullBackOff".into()),
+        numbers: BTreeMap::from([("readyReplicas".to_owned(), 0)]),
+        observed_at: UnixMillis(400),
+        ..ok(0)
+    };
+    let s = Summary::expected(1)
+        .merged(&Summary::of_status("a", &ok(3)))
+        .merged(&Summary::of_status("b", &ok(2)))
+        .merged(&Summary::of_status("c", &failed));
+    assert_eq!(s.expected, 4);
+    assert_eq!(s.reporting, 3);
+    assert_eq!(s.silent(), 1);
+    assert_eq!((s.health.available, s.health.failed), (2, 1));
+    let ready = s.numbers["readyReplicas"];
+    assert_eq!((ready.min, ready.max, ready.sum, ready.count), (0, 3, 5, 3));
+    assert_eq!(s.errors, 1);
+    assert_eq!(s.error_samples[0].cluster, "c");
+    assert_eq!(s.error_samples[0].message, "ImagePullBackOff");
+    assert_eq!(s.oldest_report, Some(UnixMillis(400)));
+    assert_eq!(s.newest_report, Some(UnixMillis(1_000)));
+    assert_eq!(
+        (s.min_revision, s.max_revision),
+        (Some(Revision(6)), Some(Revision(7)))
+    );
+}
+
+#[test]
+fn samples_keep_the_most_recent_errors() {
+    let err = |at| Status {
+        health: Health::Degraded,
+        revision: Revision(1),
+        observed_generation: None,
+        message: Some(format!("slow at {at}")),
+        numbers: BTreeMap::new(),
+        status: Vec::new(),
+        observed_at: UnixMillis(at),
+    };
+    let s: Summary = (0..10u64)
+        .map(|i| Summary::of_status(&format!("c{i}"), &err(i)))
+        .collect::<Vec<_>>()
+        .iter()
+        .collect();
+    assert_eq!(s.errors, 10);
+    let times: Vec<u64> = s.error_samples.iter().map(|e| e.observed_at.0).collect();
+    assert_eq!(times, [9, 8, 7, 6, 5]);
+}
