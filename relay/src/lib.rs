@@ -4,8 +4,10 @@
 //! # Layout
 //!
 //! * [`config`]: the node configuration file, validated with every fault named.
+//! * [`objects`]: user manifests (any Kubernetes object, placements) into objects.
 //!
 //! Under construction (issue 3): the protocol core it drives is
 //! [`strata_protocol::sync`].
 
 pub mod config;
+pub mod objects;

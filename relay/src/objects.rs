@@ -1,0 +1,309 @@
+//! User manifests: multi-document YAML of any Kubernetes objects and placements, turned
+//! into [`Object`]s with their routing metadata extracted once, at the root.
+//!
+//! Bodies are stored as JSON. Every fault names the document (from 1) and the field;
+//! a request with any faulty document is refused whole.
+
+use std::fmt;
+
+use serde::Deserialize;
+use serde_json::Value;
+use strata_protocol::model::{ContentHash, Labels, Object, ObjectKey, ObjectMeta, Revision, Space};
+use strata_protocol::placement::{ClusterSelector, ObjectSelector, Placement};
+use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
+
+/// One fault in one document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestError {
+    /// The document's index in the request, from 1 (0 when the YAML itself is broken).
+    pub document: usize,
+    /// The field at fault, e.g. `metadata.name`.
+    pub field: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.document == 0 {
+            write!(f, "{}", self.reason)
+        } else {
+            write!(
+                f,
+                "document {}: {}: {}",
+                self.document, self.field, self.reason
+            )
+        }
+    }
+}
+
+/// A parsed manifest, ready to become an [`Object`] at some revision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// Identity and labels.
+    pub meta: ObjectMeta,
+    /// The whole manifest.
+    pub value: Value,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlacementSpec {
+    objects: Vec<ObjectSelector>,
+    clusters: ClusterSelector,
+}
+
+fn fault(document: usize, field: &str, reason: impl Into<String>) -> ManifestError {
+    ManifestError {
+        document,
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses a multi-document YAML request into manifests of `space`, or every fault.
+pub fn parse_manifests(text: &str, space: &Space) -> Result<Vec<Manifest>, Vec<ManifestError>> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text)
+        .map_err(|e| vec![fault(0, "", format!("not valid YAML: {e}"))])?;
+    let mut out = Vec::new();
+    let mut faults = Vec::new();
+    for (i, doc) in docs.into_iter().enumerate().filter(|(_, d)| !d.is_null()) {
+        match manifest(i + 1, doc, space) {
+            Ok(m) => out.push(m),
+            Err(mut f) => faults.append(&mut f),
+        }
+    }
+    if faults.is_empty() {
+        Ok(out)
+    } else {
+        Err(faults)
+    }
+}
+
+fn manifest(doc: usize, value: Value, space: &Space) -> Result<Manifest, Vec<ManifestError>> {
+    let mut faults = Vec::new();
+    let text = |field: &str, v: Option<&Value>, faults: &mut Vec<ManifestError>| match v {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(_) => {
+            faults.push(fault(doc, field, "must be a non-empty string"));
+            None
+        }
+        None => {
+            faults.push(fault(doc, field, "is required"));
+            None
+        }
+    };
+    if !value.is_object() {
+        return Err(vec![fault(doc, "", "a manifest must be a mapping")]);
+    }
+    let api_version = text("apiVersion", value.get("apiVersion"), &mut faults);
+    let kind = text("kind", value.get("kind"), &mut faults);
+    let metadata = value.get("metadata");
+    let name = text(
+        "metadata.name",
+        metadata.and_then(|m| m.get("name")),
+        &mut faults,
+    );
+    if let Some(n) = &name
+        && !valid_name(n)
+    {
+        faults.push(fault(doc, "metadata.name", format!("{n:?} is not a valid object name (lowercase alphanumerics, '-' and '.', at most 253 characters)")));
+    }
+    let namespace = match metadata.and_then(|m| m.get("namespace")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(ns)) if valid_name(ns) => Some(ns.clone()),
+        Some(_) => {
+            faults.push(fault(
+                doc,
+                "metadata.namespace",
+                "must be a valid namespace name",
+            ));
+            None
+        }
+    };
+    let mut labels = Labels::new();
+    match metadata.and_then(|m| m.get("labels")) {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(map)) => {
+            for (k, v) in map {
+                match v {
+                    Value::String(s) => {
+                        labels.insert(k.clone(), s.clone());
+                    }
+                    _ => faults.push(fault(
+                        doc,
+                        &format!("metadata.labels.{k}"),
+                        "label values must be strings",
+                    )),
+                }
+            }
+        }
+        Some(_) => faults.push(fault(
+            doc,
+            "metadata.labels",
+            "must be a mapping of strings",
+        )),
+    }
+    let (group, version) = match api_version.as_deref().map(|v| v.rsplit_once('/')) {
+        Some(Some((g, v))) => (g.to_owned(), v.to_owned()),
+        Some(None) => (String::new(), api_version.clone().unwrap_or_default()),
+        None => (String::new(), String::new()),
+    };
+    let (Some(kind), Some(name)) = (kind, name) else {
+        return Err(faults);
+    };
+    let meta = ObjectMeta {
+        key: ObjectKey {
+            space: space.clone(),
+            group,
+            version,
+            kind,
+            namespace,
+            name,
+        },
+        labels,
+    };
+    if meta.key.group == STRATA_GROUP
+        && meta.key.kind == PLACEMENT_KIND
+        && let Err(e) = placement_from(&meta.key, &value)
+    {
+        faults.push(ManifestError { document: doc, ..e });
+    }
+    if faults.is_empty() {
+        Ok(Manifest { meta, value })
+    } else {
+        Err(faults)
+    }
+}
+
+fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 253
+        && n.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && n.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && n.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+}
+
+fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestError> {
+    let spec = value
+        .get("spec")
+        .ok_or_else(|| fault(0, "spec", "is required for a Placement"))?;
+    let spec: PlacementSpec =
+        serde_json::from_value(spec.clone()).map_err(|e| fault(0, "spec", e.to_string()))?;
+    if let Err(errors) = spec.clusters.selector.validate() {
+        let e = &errors[0];
+        return Err(fault(
+            0,
+            &format!("spec.clusters.selector.{}", e.field),
+            e.reason.clone(),
+        ));
+    }
+    for (i, o) in spec.objects.iter().enumerate() {
+        if let Some(Err(errors)) = o.selector.as_ref().map(|s| s.validate()) {
+            let e = &errors[0];
+            return Err(fault(
+                0,
+                &format!("spec.objects[{i}].selector.{}", e.field),
+                e.reason.clone(),
+            ));
+        }
+    }
+    Ok(Placement {
+        space: key.space.clone(),
+        name: key.name.clone(),
+        objects: spec.objects,
+        clusters: spec.clusters,
+    })
+}
+
+/// The object a manifest becomes at `revision`: JSON body and its SHA-256.
+pub fn to_object(manifest: &Manifest, revision: Revision) -> Object {
+    let body = serde_json::to_vec(&manifest.value).unwrap_or_default();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &body);
+    let mut hash = [0u8; 32];
+    hash.copy_from_slice(digest.as_ref());
+    Object {
+        meta: manifest.meta.clone(),
+        revision,
+        hash: ContentHash(hash),
+        body,
+    }
+}
+
+/// The placement an object holds (relays parse placements to route).
+pub fn parse_placement(object: &Object) -> Result<Placement, ManifestError> {
+    let value: Value = serde_json::from_slice(&object.body)
+        .map_err(|e| fault(0, "", format!("placement body is not JSON: {e}")))?;
+    placement_from(object.key(), &value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const APP: &str = "
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: pos, namespace: pos, labels: { app: pos } }
+spec: { replicas: 2 }
+---
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: pos-app }
+spec:
+  objects: [ { kinds: [Deployment], selector: { matchLabels: { app: pos } } } ]
+  clusters: { selector: { matchLabels: { role: pos } } }
+";
+
+    #[test]
+    fn objects_and_placements_parse() {
+        let m = parse_manifests(APP, &Space::default_space()).unwrap();
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].meta.key.group, "apps");
+        assert_eq!(m[0].meta.key.namespace.as_deref(), Some("pos"));
+        assert_eq!(m[0].meta.labels["app"], "pos");
+        let o = to_object(&m[1], Revision(3));
+        let p = parse_placement(&o).unwrap();
+        assert_eq!(p.name, "pos-app");
+        assert_eq!(p.objects[0].kinds, ["Deployment"]);
+    }
+
+    #[test]
+    fn every_fault_names_its_document_and_field() {
+        let text = "
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: Bad_Name }
+---
+kind: Secret
+metadata: { name: ok, labels: { n: 1 } }
+---
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: p }
+spec: { objects: [], clusters: { selector: { matchExpressions: [ { key: a, operator: In } ] } }, extra: 1 }
+";
+        let errors: Vec<String> = parse_manifests(text, &Space::default_space())
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(errors.len(), 4, "{errors:#?}");
+        assert!(
+            errors[0].starts_with("document 1: metadata.name: \"Bad_Name\""),
+            "{}",
+            errors[0]
+        );
+        assert_eq!(errors[1], "document 2: apiVersion: is required");
+        assert_eq!(
+            errors[2],
+            "document 2: metadata.labels.n: label values must be strings"
+        );
+        assert!(
+            errors[3].starts_with("document 3: spec: unknown field `extra`"),
+            "{}",
+            errors[3]
+        );
+    }
+}
