@@ -1,4 +1,12 @@
-//! The agent runtime: upstream link, cluster backends (Kubernetes API, simulated cluster),
-//! local desired-state cache and status watcher.
+//! The agent runtime: upstream link, cluster backends (Kubernetes API, simulated
+//! cluster), local desired-state cache and status watcher.
 //!
-//! Not built yet (issues 3 and 4).
+//! # Layout
+//!
+//! * [`backend`]: the [`backend::ClusterBackend`] trait every cluster kind implements.
+//! * [`simulated`]: a simulated cluster (a fake, for demos, tests and benchmarks).
+//!
+//! The runtime that connects to a parent is under construction (issue 3).
+
+pub mod backend;
+pub mod simulated;
