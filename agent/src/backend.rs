@@ -8,8 +8,8 @@ use strata_protocol::time::{Instant, UnixMillis};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {reason}")]
 pub struct BackendError {
-    /// The object concerned.
-    pub key: ObjectKey,
+    /// The object concerned (boxed: errors travel on the cold path).
+    pub key: Box<ObjectKey>,
     /// What went wrong.
     pub reason: String,
 }

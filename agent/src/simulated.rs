@@ -88,7 +88,7 @@ impl ClusterBackend for SimulatedCluster {
     ) -> Result<(), BackendError> {
         let body: serde_json::Value =
             serde_json::from_slice(&object.body).map_err(|e| BackendError {
-                key: object.key().clone(),
+                key: Box::new(object.key().clone()),
                 reason: format!("manifest is not JSON: {e}"),
             })?;
         if self
