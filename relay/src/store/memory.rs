@@ -1,0 +1,99 @@
+//! An in-memory store for tests and the simulator. Clones share the data, so a test can
+//! "crash" a node, drop everything else, and start it again on the same store.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use strata_protocol::model::{Cursor, ObjectKey};
+use strata_protocol::sync::{KeyEntry, LogMeta};
+use strata_protocol::wire::ReportKey;
+
+use super::{Batch, Store, StoreError, Stored, StoredReport, UpstreamState};
+
+#[derive(Debug, Default)]
+struct Data {
+    node_id: u64,
+    log_meta: Option<LogMeta>,
+    entries: BTreeMap<ObjectKey, KeyEntry>,
+    upstream: Option<UpstreamState>,
+    child_acks: BTreeMap<String, Cursor>,
+    child_runs: BTreeMap<String, u64>,
+    reports: BTreeMap<ReportKey, StoredReport>,
+}
+
+/// A store in memory.
+#[derive(Debug, Clone)]
+pub struct MemStore {
+    inner: Arc<RwLock<Data>>,
+}
+
+impl MemStore {
+    /// An empty store whose node id is `node_id`.
+    pub fn new(node_id: u64) -> Self {
+        MemStore {
+            inner: Arc::new(RwLock::new(Data {
+                node_id,
+                ..Data::default()
+            })),
+        }
+    }
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Write {
+        detail: "the in-memory store's lock is poisoned".into(),
+    }
+}
+
+fn apply<K: Ord, V>(map: &mut BTreeMap<K, V>, k: K, v: Option<V>) {
+    match v {
+        Some(v) => {
+            map.insert(k, v);
+        }
+        None => {
+            map.remove(&k);
+        }
+    }
+}
+
+impl Store for MemStore {
+    fn load(&self) -> Result<Stored, StoreError> {
+        let d = self.inner.read().map_err(|_| poisoned())?;
+        Ok(Stored {
+            node_id: d.node_id,
+            log_meta: d.log_meta,
+            entries: d
+                .entries
+                .iter()
+                .map(|(k, e)| (k.clone(), e.clone()))
+                .collect(),
+            upstream: d.upstream.clone(),
+            child_acks: d.child_acks.clone(),
+            child_runs: d.child_runs.clone(),
+            reports: d.reports.clone(),
+        })
+    }
+
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        let mut d = self.inner.write().map_err(|_| poisoned())?;
+        if let Some(meta) = batch.log_meta {
+            d.log_meta = Some(meta);
+        }
+        for (k, e) in batch.entries {
+            apply(&mut d.entries, k, e);
+        }
+        if let Some(u) = batch.upstream {
+            d.upstream = Some(u);
+        }
+        d.child_acks.extend(batch.child_acks);
+        d.child_runs.extend(batch.child_runs);
+        for (k, r) in batch.reports {
+            apply(&mut d.reports, k, r);
+        }
+        Ok(())
+    }
+
+    fn size_bytes(&self) -> u64 {
+        0
+    }
+}

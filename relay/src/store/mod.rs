@@ -1,0 +1,154 @@
+//! The durable store every node keeps: its object log, its cursor into its parent's log,
+//! the cursors its children acknowledged, and what its children reported.
+//!
+//! [`Store::commit`] is atomic and returns only once the batch is durable: anything a
+//! node acknowledges to a peer goes through it first. The sled implementation is the
+//! default (sled 0.34 calls itself beta; the kill -9 tests in `tests/store_crash.rs`
+//! are how we hold it to its word); [`MemStore`] serves tests and the simulator.
+
+mod memory;
+mod sled_store;
+
+use std::collections::BTreeMap;
+
+use strata_protocol::model::{Cursor, ObjectKey};
+use strata_protocol::sync::{KeyEntry, LogMeta, ObjectLog};
+use strata_protocol::wire::{ReportKey, ReportValue, RouteId};
+
+pub use memory::MemStore;
+pub use sled_store::SledStore;
+
+/// A node's position in its parent's log.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UpstreamState {
+    /// How far the parent's log is applied.
+    pub cursor: Cursor,
+    /// The route the view was cut with (`None`: no settled view).
+    pub route: Option<RouteId>,
+    /// The parent's incarnation when we last reported to it.
+    pub parent_incarnation: Option<u64>,
+}
+
+/// A report received from a child, with the child's name.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredReport {
+    /// The child that sent it.
+    pub from_child: String,
+    /// Its value.
+    pub value: ReportValue,
+}
+
+/// Everything a node keeps across restarts.
+#[derive(Debug, Default)]
+pub struct Stored {
+    /// Chosen when the store was created; the node's log id and incarnation.
+    pub node_id: u64,
+    /// The log's scalar state, if a log was ever written.
+    pub log_meta: Option<LogMeta>,
+    /// The log's entries.
+    pub entries: Vec<(ObjectKey, KeyEntry)>,
+    /// Position in the parent's log.
+    pub upstream: Option<UpstreamState>,
+    /// Per child: the last cursor it acknowledged.
+    pub child_acks: BTreeMap<String, Cursor>,
+    /// Per child: its last run id (a new run means its reports start over).
+    pub child_runs: BTreeMap<String, u64>,
+    /// Reports received from children.
+    pub reports: BTreeMap<ReportKey, StoredReport>,
+}
+
+/// One atomic, durable write; empty fields write nothing.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// The log's scalar state.
+    pub log_meta: Option<LogMeta>,
+    /// Entries to write (`None` removes).
+    pub entries: Vec<(ObjectKey, Option<KeyEntry>)>,
+    /// Position in the parent's log.
+    pub upstream: Option<UpstreamState>,
+    /// Children's acknowledged cursors.
+    pub child_acks: Vec<(String, Cursor)>,
+    /// Children's run ids.
+    pub child_runs: Vec<(String, u64)>,
+    /// Reports to write (`None` removes).
+    pub reports: Vec<(ReportKey, Option<StoredReport>)>,
+}
+
+impl Batch {
+    /// The log's pending changes: its meta and every dirty entry.
+    pub fn log_changes(log: &mut ObjectLog) -> Batch {
+        let dirty = log.take_dirty();
+        Batch {
+            log_meta: Some(log.meta()),
+            entries: dirty
+                .into_iter()
+                .map(|k| {
+                    let entry = log.entry(&k).cloned();
+                    (k, entry)
+                })
+                .collect(),
+            ..Batch::default()
+        }
+    }
+
+    /// Adds `other`'s writes after this batch's (later writes win).
+    pub fn merge(&mut self, other: Batch) {
+        if other.log_meta.is_some() {
+            self.log_meta = other.log_meta;
+        }
+        self.entries.extend(other.entries);
+        if other.upstream.is_some() {
+            self.upstream = other.upstream;
+        }
+        self.child_acks.extend(other.child_acks);
+        self.child_runs.extend(other.child_runs);
+        self.reports.extend(other.reports);
+    }
+
+    /// Whether the batch writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.log_meta.is_none()
+            && self.entries.is_empty()
+            && self.upstream.is_none()
+            && self.child_acks.is_empty()
+            && self.child_runs.is_empty()
+            && self.reports.is_empty()
+    }
+}
+
+/// Why the store failed. A failed commit leaves what was committed before intact.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store could not be opened.
+    #[error("cannot open the store at {path}: {detail}")]
+    Open {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why (permissions, another process holds it, corruption).
+        detail: String,
+    },
+    /// A stored record does not decode.
+    #[error("corrupt record {record} in the store: {detail}")]
+    Corrupt {
+        /// Which record.
+        record: String,
+        /// What the decoder said.
+        detail: String,
+    },
+    /// A write or flush failed (a full disk, an I/O error).
+    #[error("store write failed: {detail}")]
+    Write {
+        /// What the store said.
+        detail: String,
+    },
+}
+
+/// A node's durable state.
+pub trait Store: Send + Sync + 'static {
+    /// Everything stored, for startup.
+    fn load(&self) -> Result<Stored, StoreError>;
+    /// Applies `batch` atomically and returns once it is durable.
+    fn commit(&self, batch: Batch) -> Result<(), StoreError>;
+    /// Approximate bytes used, for metrics.
+    fn size_bytes(&self) -> u64;
+}

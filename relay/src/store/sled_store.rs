@@ -1,0 +1,191 @@
+//! The sled store: one tree, records under prefixed keys, each commit one atomic
+//! `apply_batch` followed by a flush.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use strata_protocol::codec::{decode_value, encode_value};
+
+use super::{Batch, Store, StoreError, Stored};
+
+const NODE_ID: &[u8] = b"id";
+const LOG_META: &[u8] = b"m";
+const UPSTREAM: &[u8] = b"u";
+const ENTRY: &[u8] = b"o/";
+const ACK: &[u8] = b"a/";
+const RUN: &[u8] = b"n/";
+const REPORT: &[u8] = b"r/";
+
+/// A store in a sled database on disk.
+#[derive(Debug)]
+pub struct SledStore {
+    db: sled::Db,
+    path: PathBuf,
+}
+
+fn write_err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Write {
+        detail: e.to_string(),
+    }
+}
+
+fn enc<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
+    encode_value(v).map_err(write_err)
+}
+
+fn dec<T: DeserializeOwned>(
+    record: impl FnOnce() -> String,
+    bytes: &[u8],
+) -> Result<T, StoreError> {
+    decode_value(bytes).map_err(|e| StoreError::Corrupt {
+        record: record(),
+        detail: e.to_string(),
+    })
+}
+
+fn prefixed(prefix: &[u8], rest: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + rest.len());
+    k.extend_from_slice(prefix);
+    k.extend_from_slice(rest);
+    k
+}
+
+impl SledStore {
+    /// Opens (creating if needed) the store in `dir`. A directory another process holds
+    /// open is refused with its path.
+    pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
+        let open_err = |detail: String| StoreError::Open {
+            path: dir.to_owned(),
+            detail,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| open_err(e.to_string()))?;
+        let db = sled::Config::new()
+            .path(dir)
+            .open()
+            .map_err(|e| open_err(e.to_string()))?;
+        if db
+            .get(NODE_ID)
+            .map_err(|e| open_err(e.to_string()))?
+            .is_none()
+        {
+            let id = random_u64().map_err(open_err)?;
+            db.insert(NODE_ID, &id.to_be_bytes())
+                .map_err(|e| open_err(e.to_string()))?;
+            db.flush().map_err(|e| open_err(e.to_string()))?;
+        }
+        Ok(SledStore {
+            db,
+            path: dir.to_owned(),
+        })
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn random_u64() -> Result<u64, String> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 8];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| "the system random source failed".to_owned())?;
+    // Zero means "no log" on the wire; never use it.
+    Ok(u64::from_be_bytes(bytes).max(1))
+}
+
+impl Store for SledStore {
+    fn load(&self) -> Result<Stored, StoreError> {
+        let read = |e: sled::Error| StoreError::Corrupt {
+            record: "(read)".into(),
+            detail: e.to_string(),
+        };
+        let node_id = match self.db.get(NODE_ID).map_err(read)? {
+            Some(v) => {
+                let bytes: [u8; 8] = v.as_ref().try_into().map_err(|_| StoreError::Corrupt {
+                    record: "node id".into(),
+                    detail: format!("{} bytes, expected 8", v.len()),
+                })?;
+                u64::from_be_bytes(bytes)
+            }
+            None => 0,
+        };
+        let mut stored = Stored {
+            node_id,
+            ..Stored::default()
+        };
+        if let Some(v) = self.db.get(LOG_META).map_err(read)? {
+            stored.log_meta = Some(dec(|| "log meta".into(), &v)?);
+        }
+        if let Some(v) = self.db.get(UPSTREAM).map_err(read)? {
+            stored.upstream = Some(dec(|| "upstream cursor".into(), &v)?);
+        }
+        for item in self.db.scan_prefix(ENTRY) {
+            let (k, v) = item.map_err(read)?;
+            let key = dec(|| format!("object key {:?}", &k[..]), &k[ENTRY.len()..])?;
+            let entry = dec(|| format!("object entry {key:?}"), &v)?;
+            stored.entries.push((key, entry));
+        }
+        for item in self.db.scan_prefix(ACK) {
+            let (k, v) = item.map_err(read)?;
+            let child = String::from_utf8_lossy(&k[ACK.len()..]).into_owned();
+            let cursor = dec(|| format!("ack of child {child:?}"), &v)?;
+            stored.child_acks.insert(child, cursor);
+        }
+        for item in self.db.scan_prefix(RUN) {
+            let (k, v) = item.map_err(read)?;
+            let child = String::from_utf8_lossy(&k[RUN.len()..]).into_owned();
+            let run = dec(|| format!("run of child {child:?}"), &v)?;
+            stored.child_runs.insert(child, run);
+        }
+        for item in self.db.scan_prefix(REPORT) {
+            let (k, v) = item.map_err(read)?;
+            let key = dec(|| format!("report key {:?}", &k[..]), &k[REPORT.len()..])?;
+            let report = dec(|| format!("report {key:?}"), &v)?;
+            stored.reports.insert(key, report);
+        }
+        Ok(stored)
+    }
+
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut b = sled::Batch::default();
+        if let Some(meta) = &batch.log_meta {
+            b.insert(LOG_META, enc(meta)?);
+        }
+        for (key, entry) in &batch.entries {
+            let k = prefixed(ENTRY, &enc(key)?);
+            match entry {
+                Some(e) => b.insert(k, enc(e)?),
+                None => b.remove(k),
+            }
+        }
+        if let Some(u) = &batch.upstream {
+            b.insert(UPSTREAM, enc(u)?);
+        }
+        for (child, cursor) in &batch.child_acks {
+            b.insert(prefixed(ACK, child.as_bytes()), enc(cursor)?);
+        }
+        for (child, run) in &batch.child_runs {
+            b.insert(prefixed(RUN, child.as_bytes()), enc(run)?);
+        }
+        for (key, report) in &batch.reports {
+            let k = prefixed(REPORT, &enc(key)?);
+            match report {
+                Some(r) => b.insert(k, enc(r)?),
+                None => b.remove(k),
+            }
+        }
+        self.db.apply_batch(b).map_err(write_err)?;
+        self.db.flush().map_err(write_err)?;
+        Ok(())
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
+    }
+}

@@ -1,0 +1,152 @@
+//! Both stores pass the same suite; the sled store also survives reopening.
+
+#![allow(clippy::unwrap_used)] // integration tests may unwrap
+
+use std::collections::BTreeMap;
+
+use strata_protocol::model::{
+    Cluster, ContentHash, Cursor, LogId, Object, ObjectKey, ObjectMeta, Position, Revision, Space,
+};
+use strata_protocol::sync::ObjectLog;
+use strata_protocol::wire::{Change, ReportKey, ReportValue, RouteId};
+use strata_relay::store::{Batch, MemStore, SledStore, Store, StoredReport, UpstreamState};
+
+fn key(n: u8) -> ObjectKey {
+    ObjectKey {
+        space: Space::default_space(),
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: Some("a".into()),
+        name: format!("cm-{n}"),
+    }
+}
+
+fn object(n: u8, rev: u64) -> Object {
+    Object {
+        meta: ObjectMeta {
+            key: key(n),
+            labels: BTreeMap::new(),
+        },
+        revision: Revision(rev),
+        hash: ContentHash([n; 32]),
+        body: vec![n; 10],
+    }
+}
+
+fn cursor(p: u64) -> Cursor {
+    Cursor {
+        log: LogId(9),
+        position: Position(p),
+    }
+}
+
+fn suite(store: &dyn Store) {
+    let empty = store.load().unwrap();
+    assert!(empty.log_meta.is_none() && empty.entries.is_empty() && empty.upstream.is_none());
+
+    let mut log = ObjectLog::new(LogId(empty.node_id));
+    log.mark_serving();
+    for (i, n) in [1u8, 2, 3].iter().enumerate() {
+        let pos = Position(i as u64 + 1);
+        log.stage(pos, Change::Upsert(object(*n, pos.0))).unwrap();
+        log.commit(pos);
+    }
+    log.stage(Position(4), Change::Delete(key(2))).unwrap();
+    log.commit(Position(4));
+    log.compact(Position(4));
+    let mut batch = Batch::log_changes(&mut log);
+    batch.upstream = Some(UpstreamState {
+        cursor: cursor(7),
+        route: Some(RouteId(5)),
+        parent_incarnation: Some(11),
+    });
+    batch.child_acks.push(("site-1".into(), cursor(3)));
+    batch.child_runs.push(("site-1".into(), 77));
+    let report = ReportKey::Cluster { name: "c1".into() };
+    batch.reports.push((
+        report.clone(),
+        Some(StoredReport {
+            from_child: "site-1".into(),
+            value: ReportValue::Cluster(Cluster {
+                name: "c1".into(),
+                labels: BTreeMap::new(),
+                properties: BTreeMap::new(),
+                path: vec!["site-1".into()],
+            }),
+        }),
+    ));
+    store.commit(batch).unwrap();
+
+    let loaded = store.load().unwrap();
+    let restored = ObjectLog::restore(loaded.log_meta.unwrap(), loaded.entries);
+    assert_eq!(restored.meta(), log.meta());
+    assert_eq!(
+        restored.entries().collect::<Vec<_>>(),
+        log.entries().collect::<Vec<_>>()
+    );
+    assert!(
+        restored.get(&key(2)).is_none(),
+        "the deleted object stays deleted"
+    );
+    assert_eq!(loaded.upstream.unwrap().cursor, cursor(7));
+    assert_eq!(loaded.child_acks["site-1"], cursor(3));
+    assert_eq!(loaded.child_runs["site-1"], 77);
+    assert_eq!(loaded.reports[&report].from_child, "site-1");
+
+    // Removal.
+    let mut batch = Batch::default();
+    batch.reports.push((report.clone(), None));
+    store.commit(batch).unwrap();
+    assert!(store.load().unwrap().reports.is_empty());
+}
+
+#[test]
+fn the_memory_store_keeps_everything() {
+    suite(&MemStore::new(3));
+}
+
+#[test]
+fn the_sled_store_keeps_everything_across_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let node_id = {
+        let store = SledStore::open(dir.path()).unwrap();
+        suite(&store);
+        store.load().unwrap().node_id
+    };
+    assert_ne!(node_id, 0);
+    let store = SledStore::open(dir.path()).unwrap();
+    let loaded = store.load().unwrap();
+    assert_eq!(loaded.node_id, node_id, "the node id survives a restart");
+    assert_eq!(loaded.entries.len(), 2);
+}
+
+#[test]
+fn a_store_held_by_another_process_is_refused_with_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let _held = SledStore::open(dir.path()).unwrap();
+    let err = SledStore::open(dir.path()).unwrap_err().to_string();
+    assert!(err.contains(&dir.path().display().to_string()), "{err}");
+}
+
+#[test]
+fn a_corrupt_record_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        let mut batch = Batch::default();
+        batch.child_acks.push(("site-1".into(), cursor(3)));
+        store.commit(batch).unwrap();
+    }
+    {
+        let db = sled::open(dir.path()).unwrap();
+        db.insert(b"a/site-1", &b"\xff\xff\xff"[..]).unwrap();
+        db.flush().unwrap();
+    }
+    let err = SledStore::open(dir.path())
+        .unwrap()
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ack of child \"site-1\""), "{err}");
+}
