@@ -1,0 +1,143 @@
+//! Mutual TLS for the links between nodes: rustls with the ring provider only.
+//!
+//! A parent requires a client certificate chaining to the hierarchy's CA and learns the
+//! child's node name from it ([`peer_node_name`]); a child checks that the parent's
+//! certificate names the parent it meant to reach.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::server::WebPkiClientVerifier;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// The ALPN protocol of node links.
+pub const ALPN: &[u8] = b"strata/1";
+
+/// Why TLS could not be set up, or a peer could not be identified.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A PEM file is missing or unusable.
+    #[error("{path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// rustls refused the configuration.
+    #[error("TLS configuration refused: {0}")]
+    Config(String),
+    /// The peer presented no usable certificate.
+    #[error("peer certificate: {0}")]
+    Peer(String),
+}
+
+/// This node's certificate chain, key, and the CA it trusts.
+#[derive(Debug)]
+pub struct Identity {
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    roots: RootCertStore,
+}
+
+fn file_err(path: &Path, reason: impl Into<String>) -> TlsError {
+    TlsError::File {
+        path: path.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+impl Identity {
+    /// Loads PEM files: the node's certificate (chain), its private key, the CA.
+    pub fn load(cert: &Path, key: &Path, ca: &Path) -> Result<Identity, TlsError> {
+        let read =
+            |p: &Path| std::fs::read(p).map_err(|e| file_err(p, format!("cannot read: {e}")));
+        let (c, k, a) = (read(cert)?, read(key)?, read(ca)?);
+        Self::from_pem(&c, &k, &a).map_err(|(which, reason)| match which {
+            0 => file_err(cert, reason),
+            1 => file_err(key, reason),
+            _ => file_err(ca, reason),
+        })
+    }
+
+    /// Builds an identity from PEM bytes. The error says which input (0 = certificate,
+    /// 1 = key, 2 = CA) is at fault.
+    pub fn from_pem(cert: &[u8], key: &[u8], ca: &[u8]) -> Result<Identity, (u8, String)> {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
+            .collect::<Result<_, _>>()
+            .map_err(|e| (0, format!("not a PEM certificate: {e}")))?;
+        if certs.is_empty() {
+            return Err((0, "holds no certificate".into()));
+        }
+        let key = PrivateKeyDer::from_pem_slice(key)
+            .map_err(|e| (1, format!("not a PEM private key: {e}")))?;
+        let mut roots = RootCertStore::empty();
+        let cas: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(ca)
+            .collect::<Result<_, _>>()
+            .map_err(|e| (2, format!("not a PEM certificate: {e}")))?;
+        if cas.is_empty() {
+            return Err((2, "holds no CA certificate".into()));
+        }
+        for c in cas {
+            roots
+                .add(c)
+                .map_err(|e| (2, format!("unusable CA certificate: {e}")))?;
+        }
+        Ok(Identity { certs, key, roots })
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// TLS for a node's listener: TLS 1.3, client certificates required and verified
+/// against the CA.
+pub fn server_config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let verifier =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(id.roots.clone()), provider())
+            .build()
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(id.certs.clone(), id.key.clone_key())
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// TLS for a node's link to its parent: TLS 1.3, the parent verified against the CA,
+/// our certificate presented.
+pub fn client_config(id: &Identity) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(id.roots.clone())
+        .with_client_auth_cert(id.certs.clone(), id.key.clone_key())
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The node name in the peer's (already verified) certificate: its first DNS name.
+pub fn peer_node_name(conn: &quinn::Connection) -> Result<String, TlsError> {
+    let identity = conn
+        .peer_identity()
+        .ok_or_else(|| TlsError::Peer("the peer presented no certificate".into()))?;
+    let certs = identity
+        .downcast::<Vec<CertificateDer<'static>>>()
+        .map_err(|_| TlsError::Peer("unexpected peer identity type".into()))?;
+    let leaf = certs
+        .first()
+        .ok_or_else(|| TlsError::Peer("empty certificate chain".into()))?;
+    let cert = webpki::EndEntityCert::try_from(leaf)
+        .map_err(|e| TlsError::Peer(format!("unparsable certificate: {e}")))?;
+    cert.valid_dns_names()
+        .next()
+        .map(str::to_owned)
+        .ok_or_else(|| TlsError::Peer("the certificate names no node (no DNS name)".into()))
+}

@@ -1,0 +1,382 @@
+//! Node links over QUIC: endpoints, and framed messages on one unidirectional stream
+//! per [`StreamClass`] in each direction, so heartbeats and acks (control) never wait
+//! behind bulk downsync data.
+//!
+//! Nothing here creates sockets except the two endpoint constructors: the runtime can
+//! be handed any ready [`quinn::Endpoint`] (the simulator builds its own over turmoil).
+//!
+//! A fact of TLS 1.3 worth knowing: a client whose certificate the server rejects (a
+//! foreign CA) still sees `connect()` succeed; the rejection surfaces on first use of
+//! the connection. [`TransportError::Closed`] says so when it happens that early.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{Connection, Endpoint, EndpointConfig, TokioRuntime, VarInt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use strata_protocol::codec::{self, FrameDecoder};
+use strata_protocol::wire::{ChildToParent, ParentToChild, StreamClass};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+/// QUIC application close codes of node links.
+pub mod close_code {
+    /// A frame did not decode.
+    pub const MALFORMED: u32 = 1;
+    /// A frame exceeded the maximum size.
+    pub const OVERSIZED: u32 = 2;
+    /// The peer's certificate names no node allowed here.
+    pub const UNKNOWN_CHILD: u32 = 3;
+    /// A newer connection of the same child took over.
+    pub const REPLACED: u32 = 4;
+    /// The node is shutting down.
+    pub const SHUTDOWN: u32 = 5;
+    /// The peer broke the protocol (see the reason).
+    pub const PROTOCOL: u32 = 6;
+    /// The peer did not keep up.
+    pub const TOO_SLOW: u32 = 7;
+}
+
+/// How many messages of one class may wait to be written or handled.
+const QUEUE: usize = 1024;
+
+/// Why a link failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// A socket could not be bound.
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// TLS configuration unusable for QUIC.
+    #[error("TLS configuration unusable for QUIC: {0}")]
+    Tls(String),
+    /// Connecting failed.
+    #[error("cannot connect to {name} at {addr}: {detail}")]
+    Connect {
+        /// The parent's name.
+        name: String,
+        /// Its address.
+        addr: SocketAddr,
+        /// Why.
+        detail: String,
+    },
+    /// The connection closed. When this happens on first use it may be the peer
+    /// refusing our certificate (TLS 1.3 reports that only then).
+    #[error(
+        "connection closed: {0} (if this is the first exchange, the peer may have refused our certificate)"
+    )]
+    Closed(String),
+    /// The peer sent a frame that does not decode; the connection was closed.
+    #[error("malformed {class:?} stream from the peer: {detail}")]
+    Malformed {
+        /// Which stream.
+        class: Option<StreamClass>,
+        /// What was wrong.
+        detail: String,
+    },
+    /// A send queue is full: the peer does not keep up.
+    #[error("the {0:?} queue to the peer is full")]
+    TooSlow(StreamClass),
+}
+
+/// Transport tuning shared by both ends: keep-alives shorter than typical load-balancer
+/// idle timeouts, and an idle timeout that notices dead peers in seconds.
+pub fn transport_config() -> Arc<quinn::TransportConfig> {
+    let mut t = quinn::TransportConfig::default();
+    t.keep_alive_interval(Some(Duration::from_secs(5)));
+    t.max_idle_timeout(Some(VarInt::from_u32(20_000).into()));
+    t.max_concurrent_uni_streams(VarInt::from_u32(16));
+    t.max_concurrent_bidi_streams(VarInt::from_u32(0));
+    Arc::new(t)
+}
+
+/// A listening endpoint. `secret` must persist across restarts: it keys the stateless
+/// resets and connection IDs, so that children of a restarted node learn at once that
+/// their connection is gone instead of waiting out the idle timeout.
+pub fn server_endpoint(
+    listen: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+    secret: [u8; 32],
+) -> Result<Endpoint, TransportError> {
+    let crypto = QuicServerConfig::try_from(tls).map_err(|e| TransportError::Tls(e.to_string()))?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(transport_config());
+    let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret);
+    let mut endpoint = EndpointConfig::new(Arc::new(reset_key));
+    let cid_key = u64::from_be_bytes([
+        secret[0], secret[1], secret[2], secret[3], secret[4], secret[5], secret[6], secret[7],
+    ]);
+    endpoint.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    let socket = std::net::UdpSocket::bind(listen).map_err(|source| TransportError::Bind {
+        addr: listen,
+        source,
+    })?;
+    Endpoint::new(endpoint, Some(server), socket, Arc::new(TokioRuntime)).map_err(|source| {
+        TransportError::Bind {
+            addr: listen,
+            source,
+        }
+    })
+}
+
+/// An endpoint for connecting to a parent.
+pub fn client_endpoint(
+    bind: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+) -> Result<Endpoint, TransportError> {
+    let crypto = QuicClientConfig::try_from(tls).map_err(|e| TransportError::Tls(e.to_string()))?;
+    let mut client = quinn::ClientConfig::new(Arc::new(crypto));
+    client.transport_config(transport_config());
+    let mut endpoint =
+        Endpoint::client(bind).map_err(|source| TransportError::Bind { addr: bind, source })?;
+    endpoint.set_default_client_config(client);
+    Ok(endpoint)
+}
+
+/// Connects to the parent `name` at `addr`; the parent's certificate must name it.
+pub async fn connect(
+    endpoint: &Endpoint,
+    addr: SocketAddr,
+    name: &str,
+) -> Result<Connection, TransportError> {
+    let err = |detail: String| TransportError::Connect {
+        name: name.to_owned(),
+        addr,
+        detail,
+    };
+    endpoint
+        .connect(addr, name)
+        .map_err(|e| err(e.to_string()))?
+        .await
+        .map_err(|e| err(e.to_string()))
+}
+
+/// A message that knows its stream class.
+pub trait WireMessage: Serialize + DeserializeOwned + Send + 'static {
+    /// The stream it travels on.
+    fn class(&self) -> StreamClass;
+}
+
+impl WireMessage for ChildToParent {
+    fn class(&self) -> StreamClass {
+        ChildToParent::class(self)
+    }
+}
+
+impl WireMessage for ParentToChild {
+    fn class(&self) -> StreamClass {
+        ParentToChild::class(self)
+    }
+}
+
+const CLASSES: [StreamClass; 3] = [
+    StreamClass::Control,
+    StreamClass::Bulk,
+    StreamClass::Reports,
+];
+
+fn tag(class: StreamClass) -> u8 {
+    match class {
+        StreamClass::Control => 0,
+        StreamClass::Bulk => 1,
+        StreamClass::Reports => 2,
+    }
+}
+
+fn slot(class: StreamClass) -> usize {
+    usize::from(tag(class))
+}
+
+/// The sending half of a link: one queue and one writer task per class.
+#[derive(Debug)]
+pub struct Sender<M> {
+    queues: [mpsc::Sender<M>; 3],
+    _tasks: JoinSet<()>,
+}
+
+impl<M: WireMessage> Sender<M> {
+    /// Queues a message on its class's stream. A full queue means the peer does not
+    /// keep up; the caller closes the link.
+    pub fn send(&self, msg: M) -> Result<(), TransportError> {
+        let class = msg.class();
+        self.queues[slot(class)]
+            .try_send(msg)
+            .map_err(|_| TransportError::TooSlow(class))
+    }
+}
+
+/// The receiving half of a link: messages of each class in order, control first.
+#[derive(Debug)]
+pub struct Receiver<M> {
+    conn: Connection,
+    queues: [mpsc::Receiver<Result<M, TransportError>>; 3],
+    _tasks: JoinSet<()>,
+}
+
+impl<M: WireMessage> Receiver<M> {
+    /// The next message; control before reports before bulk when several are ready.
+    pub async fn recv(&mut self) -> Result<M, TransportError> {
+        let [control, bulk, reports] = &mut self.queues;
+        let next = tokio::select! {
+            biased;
+            Some(m) = control.recv() => m,
+            Some(m) = reports.recv() => m,
+            Some(m) = bulk.recv() => m,
+            reason = self.conn.closed() => Err(TransportError::Closed(reason.to_string())),
+        };
+        next
+    }
+}
+
+/// Splits a connection into its sending and receiving halves. `max_frame` bounds what
+/// the peer may send in one frame.
+pub fn split<Out: WireMessage, In: WireMessage>(
+    conn: Connection,
+    max_frame: usize,
+) -> (Sender<Out>, Receiver<In>) {
+    let mut writers = JoinSet::new();
+    let queues = CLASSES.map(|class| {
+        let (tx, rx) = mpsc::channel::<Out>(QUEUE);
+        writers.spawn(write_stream(conn.clone(), class, rx));
+        tx
+    });
+    let mut readers = JoinSet::new();
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..3).map(|_| mpsc::channel(QUEUE)).unzip();
+    let txs: [mpsc::Sender<Result<In, TransportError>>; 3] = match txs.try_into() {
+        Ok(t) => t,
+        Err(_) => unreachable!("three classes"),
+    };
+    let rxs: [mpsc::Receiver<Result<In, TransportError>>; 3] = match rxs.try_into() {
+        Ok(r) => r,
+        Err(_) => unreachable!("three classes"),
+    };
+    readers.spawn(accept_streams(conn.clone(), txs, max_frame));
+    (
+        Sender {
+            queues,
+            _tasks: writers,
+        },
+        Receiver {
+            conn,
+            queues: rxs,
+            _tasks: readers,
+        },
+    )
+}
+
+async fn write_stream<M: WireMessage>(
+    conn: Connection,
+    class: StreamClass,
+    mut rx: mpsc::Receiver<M>,
+) {
+    let mut stream = None;
+    let mut buf = Vec::new();
+    while let Some(msg) = rx.recv().await {
+        buf.clear();
+        if let Err(e) = codec::encode(&msg, codec::DEFAULT_MAX_FRAME, &mut buf) {
+            tracing::error!(?class, error = %e, "dropping a message that cannot be framed");
+            continue;
+        }
+        if stream.is_none() {
+            match conn.open_uni().await {
+                Ok(mut s) => {
+                    if s.write_all(&[tag(class)]).await.is_err() {
+                        return;
+                    }
+                    stream = Some(s);
+                }
+                Err(_) => return,
+            }
+        }
+        if let Some(s) = stream.as_mut()
+            && s.write_all(&buf).await.is_err()
+        {
+            return;
+        }
+    }
+}
+
+async fn accept_streams<M: WireMessage>(
+    conn: Connection,
+    queues: [mpsc::Sender<Result<M, TransportError>>; 3],
+    max_frame: usize,
+) {
+    let mut readers = JoinSet::new();
+    while let Ok(mut stream) = conn.accept_uni().await {
+        let mut tag_byte = [0u8; 1];
+        if stream.read_exact(&mut tag_byte).await.is_err() {
+            continue;
+        }
+        let Some(class) = CLASSES.into_iter().find(|c| tag(*c) == tag_byte[0]) else {
+            let detail = format!("unknown stream class {}", tag_byte[0]);
+            conn.close(VarInt::from_u32(close_code::MALFORMED), detail.as_bytes());
+            let _ = queues[0]
+                .send(Err(TransportError::Malformed {
+                    class: None,
+                    detail,
+                }))
+                .await;
+            return;
+        };
+        readers.spawn(read_stream(
+            conn.clone(),
+            class,
+            stream,
+            queues[slot(class)].clone(),
+            max_frame,
+        ));
+    }
+    // Keep the readers alive until the connection ends.
+    while readers.join_next().await.is_some() {}
+}
+
+async fn read_stream<M: WireMessage>(
+    conn: Connection,
+    class: StreamClass,
+    mut stream: quinn::RecvStream,
+    queue: mpsc::Sender<Result<M, TransportError>>,
+    max_frame: usize,
+) {
+    let mut decoder = FrameDecoder::new(max_frame);
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        match stream.read(&mut chunk).await {
+            Ok(Some(n)) => decoder.extend(&chunk[..n]),
+            Ok(None) | Err(_) => return,
+        }
+        loop {
+            match decoder.next_message::<M>() {
+                Ok(Some(msg)) => {
+                    if queue.send(Ok(msg)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let code = match e {
+                        codec::DecodeError::Oversized { .. } => close_code::OVERSIZED,
+                        _ => close_code::MALFORMED,
+                    };
+                    let detail = e.to_string();
+                    conn.close(VarInt::from_u32(code), detail.as_bytes());
+                    let _ = queue
+                        .send(Err(TransportError::Malformed {
+                            class: Some(class),
+                            detail,
+                        }))
+                        .await;
+                    return;
+                }
+            }
+        }
+    }
+}

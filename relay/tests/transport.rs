@@ -1,0 +1,195 @@
+//! Real QUIC with mutual TLS on loopback: identities, refusals, and framed messages on
+//! their class streams.
+
+#![allow(clippy::unwrap_used)] // integration tests may unwrap
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use strata_protocol::wire::{ChildToParent, Hello, ParentToChild, Reports, Role};
+use strata_relay::certs::Ca;
+use strata_relay::tls::{self, Identity};
+use strata_relay::transport::{self, TransportError, close_code};
+use tokio::time::timeout;
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn identity(dir: &Path, ca: &Ca, name: &str) -> Identity {
+    let (cert, key) = ca.issue(name).unwrap().write_to(dir).unwrap();
+    let ca_path = dir.join(format!("ca-for-{name}.crt"));
+    std::fs::write(&ca_path, ca.cert_pem()).unwrap();
+    Identity::load(&cert, &key, &ca_path).unwrap()
+}
+
+struct Parent {
+    endpoint: quinn::Endpoint,
+    addr: SocketAddr,
+}
+
+fn parent(dir: &Path, ca: &Ca) -> Parent {
+    let id = identity(dir, ca, "center");
+    let endpoint = transport::server_endpoint(
+        "127.0.0.1:0".parse().unwrap(),
+        tls::server_config(&id).unwrap(),
+        [7; 32],
+    )
+    .unwrap();
+    let addr = endpoint.local_addr().unwrap();
+    Parent { endpoint, addr }
+}
+
+fn child_endpoint(dir: &Path, ca: &Ca, name: &str) -> quinn::Endpoint {
+    let id = identity(dir, ca, name);
+    transport::client_endpoint(
+        "127.0.0.1:0".parse().unwrap(),
+        tls::client_config(&id).unwrap(),
+    )
+    .unwrap()
+}
+
+fn hello(node: &str) -> ChildToParent {
+    ChildToParent::Hello(Hello {
+        min_version: 1,
+        max_version: 1,
+        node: node.into(),
+        role: Role::Relay,
+        run: 1,
+    })
+}
+
+#[tokio::test]
+async fn messages_of_every_class_cross_both_ways_and_the_parent_knows_the_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::generate("test").unwrap();
+    let p = parent(dir.path(), &ca);
+    let child = child_endpoint(dir.path(), &ca, "site-1");
+    let (conn, incoming) = tokio::join!(transport::connect(&child, p.addr, "center"), async {
+        p.endpoint.accept().await.unwrap().await.unwrap()
+    });
+    let conn = conn.unwrap();
+    assert_eq!(tls::peer_node_name(&incoming).unwrap(), "site-1");
+    assert_eq!(tls::peer_node_name(&conn).unwrap(), "center");
+
+    let (up_tx, mut up_rx) = transport::split::<ChildToParent, ParentToChild>(conn, 1 << 20);
+    let (down_tx, mut down_rx) =
+        transport::split::<ParentToChild, ChildToParent>(incoming, 1 << 20);
+    up_tx.send(hello("site-1")).unwrap();
+    up_tx
+        .send(ChildToParent::Reports(Reports {
+            epoch: 1,
+            epoch_start: 0,
+            seq: 0,
+            items: vec![],
+        }))
+        .unwrap();
+    let mut got = [
+        timeout(LIMIT, down_rx.recv()).await.unwrap().unwrap(),
+        timeout(LIMIT, down_rx.recv()).await.unwrap().unwrap(),
+    ];
+    got.sort_by_key(|m| matches!(m, ChildToParent::Reports(_)));
+    assert_eq!(got[0], hello("site-1"));
+    assert!(matches!(got[1], ChildToParent::Reports(_)));
+
+    down_tx.send(ParentToChild::Pong { nonce: 9 }).unwrap();
+    assert_eq!(
+        timeout(LIMIT, up_rx.recv()).await.unwrap().unwrap(),
+        ParentToChild::Pong { nonce: 9 }
+    );
+}
+
+#[tokio::test]
+async fn a_certificate_from_a_foreign_ca_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::generate("test").unwrap();
+    let foreign = Ca::generate("foreign").unwrap();
+    let p = parent(dir.path(), &ca);
+    // The intruder trusts our CA (so it accepts the parent) but its own certificate
+    // comes from another CA.
+    let cert = foreign.issue("site-1").unwrap();
+    let (c, k) = cert.write_to(dir.path()).unwrap();
+    let ca_path = dir.path().join("ours.crt");
+    std::fs::write(&ca_path, ca.cert_pem()).unwrap();
+    let id = Identity::load(&c, &k, &ca_path).unwrap();
+    let intruder = transport::client_endpoint(
+        "127.0.0.1:0".parse().unwrap(),
+        tls::client_config(&id).unwrap(),
+    )
+    .unwrap();
+    let accept = tokio::spawn(async move {
+        let incoming = p.endpoint.accept().await.unwrap();
+        incoming.await.map(|_| ())
+    });
+    let outcome = timeout(LIMIT, async {
+        let conn = transport::connect(&intruder, p.addr, "center").await?;
+        // TLS 1.3: the refusal shows on first use.
+        let (tx, mut rx) = transport::split::<ChildToParent, ParentToChild>(conn, 1 << 20);
+        tx.send(hello("site-1"))?;
+        rx.recv().await.map(|_| ())
+    })
+    .await
+    .unwrap();
+    assert!(outcome.is_err(), "the intruder got an answer");
+    assert!(
+        timeout(LIMIT, accept).await.unwrap().unwrap().is_err(),
+        "the parent accepted it"
+    );
+}
+
+#[tokio::test]
+async fn a_parent_whose_certificate_names_another_node_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::generate("test").unwrap();
+    let p = parent(dir.path(), &ca);
+    let child = child_endpoint(dir.path(), &ca, "site-1");
+    tokio::spawn(async move {
+        if let Some(i) = p.endpoint.accept().await {
+            let _ = i.await;
+        }
+    });
+    let err = timeout(LIMIT, transport::connect(&child, p.addr, "elsewhere"))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Connect { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn garbage_closes_only_that_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::generate("test").unwrap();
+    let p = parent(dir.path(), &ca);
+    let good = child_endpoint(dir.path(), &ca, "site-1");
+    let bad = child_endpoint(dir.path(), &ca, "site-2");
+
+    let (good_conn, good_in) = tokio::join!(transport::connect(&good, p.addr, "center"), async {
+        p.endpoint.accept().await.unwrap().await.unwrap()
+    });
+    let (good_tx, _good_rx) =
+        transport::split::<ChildToParent, ParentToChild>(good_conn.unwrap(), 1 << 20);
+    let (_to_good, mut from_good) =
+        transport::split::<ParentToChild, ChildToParent>(good_in, 1 << 20);
+
+    let (bad_conn, bad_in) = tokio::join!(transport::connect(&bad, p.addr, "center"), async {
+        p.endpoint.accept().await.unwrap().await.unwrap()
+    });
+    let bad_conn = bad_conn.unwrap();
+    let (_to_bad, mut from_bad) = transport::split::<ParentToChild, ChildToParent>(bad_in, 1 << 20);
+    let mut raw = bad_conn.open_uni().await.unwrap();
+    raw.write_all(&[0, 0, 0, 0, 3, 0xff, 0xff, 0xff])
+        .await
+        .unwrap();
+    let err = timeout(LIMIT, from_bad.recv()).await.unwrap().unwrap_err();
+    assert!(matches!(err, TransportError::Malformed { .. }), "{err}");
+    let reason = timeout(LIMIT, bad_conn.closed()).await.unwrap();
+    assert!(
+        matches!(&reason, quinn::ConnectionError::ApplicationClosed(c) if c.error_code == quinn::VarInt::from_u32(close_code::MALFORMED)),
+        "{reason}"
+    );
+
+    good_tx.send(ChildToParent::Ping { nonce: 1 }).unwrap();
+    assert_eq!(
+        timeout(LIMIT, from_good.recv()).await.unwrap().unwrap(),
+        ChildToParent::Ping { nonce: 1 }
+    );
+}
