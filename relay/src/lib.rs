@@ -5,6 +5,7 @@
 //!
 //! * [`certs`]: issuing the hierarchy's CA and node certificates (rcgen).
 //! * [`config`]: the node configuration file, validated with every fault named.
+//! * [`node`]: a node's sync core and the tasks driving it.
 //! * [`objects`]: user manifests (any Kubernetes object, placements) into objects.
 //! * [`transport`]: QUIC endpoints and framed messages, one stream per class.
 //! * [`tls`]: mutual TLS (rustls, ring) and the peer's node name.
@@ -15,6 +16,7 @@
 
 pub mod certs;
 pub mod config;
+pub mod node;
 pub mod objects;
 pub mod store;
 pub mod tls;

@@ -1,0 +1,655 @@
+//! The sync core of one node: its object log, one [`ChildSession`] per connected child,
+//! the [`ParentLink`] to its parent, and what its children reported. No I/O: the
+//! runtime feeds it inputs, commits the [`Batch`] it hands out, then sends what it says.
+//!
+//! Call order after every input (mirrors the protocol's state machines):
+//! 1. an input method (`child_*`, `upstream_*`, `apply`, `handle_timeout`);
+//! 2. [`NodeCore::process`], then commit the returned batch durably;
+//! 3. [`NodeCore::transmit`], and send what it returns;
+//! 4. sleep until [`NodeCore::poll_timeout`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_protocol::model::{Cluster, Cursor, Labels, LogId, ObjectKey, Position};
+use strata_protocol::placement::Placement;
+use strata_protocol::route::{PlacementRoute, is_placement};
+use strata_protocol::summary::Summary;
+use strata_protocol::sync::{
+    ChildSession, LinkEvent, ObjectLog, ParentLink, SessionConfig, SessionError, SessionEvent,
+    SharedRoute,
+};
+use strata_protocol::time::Instant;
+use strata_protocol::wire::{
+    Change, ChildToParent, ErrorCode, ParentToChild, Report, ReportKey, ReportValue, Role,
+};
+
+use super::reports::SubtreeReports;
+use crate::store::{Batch, StoredReport, UpstreamState};
+
+/// One connected child.
+#[derive(Debug)]
+struct Child {
+    conn: u64,
+    session: ChildSession,
+    relay: bool,
+}
+
+/// What the runtime must send after a [`NodeCore::transmit`].
+#[derive(Debug, Default)]
+pub struct Outgoing {
+    /// Messages for children: (child, connection, message).
+    pub to_children: Vec<(String, u64, ParentToChild)>,
+    /// Messages for the parent.
+    pub to_parent: Vec<ChildToParent>,
+    /// Child connections to close after sending what is queued for them.
+    pub close_children: Vec<(String, u64, SessionError)>,
+    /// The upstream connection must be closed (the link gave up on it).
+    pub close_upstream: Option<SessionError>,
+}
+
+/// Counters for metrics.
+#[derive(Debug, Default, Clone)]
+pub struct CoreStats {
+    /// Summary updates sent upward.
+    pub summaries_sent: u64,
+    /// Reports refused because they were outside the child's subtree.
+    pub reports_refused: u64,
+}
+
+/// The state of one node.
+#[derive(Debug)]
+pub struct NodeCore {
+    name: String,
+    labels: Labels,
+    allowed: BTreeSet<String>,
+    config: SessionConfig,
+    log: ObjectLog,
+    placements: Vec<Placement>,
+    children: BTreeMap<String, Child>,
+    child_runs: BTreeMap<String, u64>,
+    acked: BTreeMap<String, Cursor>,
+    reports: SubtreeReports,
+    upstream: Option<ParentLink>,
+    upstream_state: UpstreamState,
+    /// Summaries last pushed upward, per (placement, object).
+    sent: BTreeMap<(String, ObjectKey), Summary>,
+    /// Objects whose summaries may have changed.
+    dirty: BTreeSet<ObjectKey>,
+    routes_stale: bool,
+    summary_interval: Duration,
+    next_summary: Instant,
+    batch: Batch,
+    outgoing: Outgoing,
+    stats: CoreStats,
+}
+
+/// How a node starts.
+#[derive(Debug)]
+pub struct CoreSetup {
+    /// Node name.
+    pub name: String,
+    /// Labels clusters below inherit.
+    pub labels: Labels,
+    /// Children allowed to connect.
+    pub children: Vec<String>,
+    /// Session tuning (its `parent` and `incarnation` are filled in here).
+    pub sessions: SessionConfig,
+    /// The restored log (or a new one).
+    pub log: ObjectLog,
+    /// Restored reports.
+    pub reports: SubtreeReports,
+    /// Restored per-child acks.
+    pub acked: BTreeMap<String, Cursor>,
+    /// Restored per-child run ids.
+    pub child_runs: BTreeMap<String, u64>,
+    /// The link to the parent, if any.
+    pub upstream: Option<ParentLink>,
+    /// Restored upstream state.
+    pub upstream_state: UpstreamState,
+    /// How often summaries go upward.
+    pub summary_interval: Duration,
+}
+
+impl NodeCore {
+    /// A core from restored state.
+    pub fn new(now: Instant, setup: CoreSetup) -> Self {
+        let mut config = setup.sessions;
+        config.parent = setup.name.clone();
+        config.incarnation = setup.log.id().0;
+        let mut core = NodeCore {
+            name: setup.name,
+            labels: setup.labels,
+            allowed: setup.children.into_iter().collect(),
+            config,
+            log: setup.log,
+            placements: Vec::new(),
+            children: BTreeMap::new(),
+            child_runs: setup.child_runs,
+            acked: setup.acked,
+            reports: setup.reports,
+            upstream: setup.upstream,
+            upstream_state: setup.upstream_state,
+            sent: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            routes_stale: true,
+            summary_interval: setup.summary_interval,
+            next_summary: now,
+            batch: Batch::default(),
+            outgoing: Outgoing::default(),
+            stats: CoreStats::default(),
+        };
+        core.reload_placements();
+        core
+    }
+
+    /// The node's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The object log.
+    pub fn log(&self) -> &ObjectLog {
+        &self.log
+    }
+
+    /// What the children reported.
+    pub fn reports(&self) -> &SubtreeReports {
+        &self.reports
+    }
+
+    /// The placements in the log.
+    pub fn placements(&self) -> &[Placement] {
+        &self.placements
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &CoreStats {
+        &self.stats
+    }
+
+    /// Connected children and their last acked cursor.
+    pub fn children(&self) -> impl Iterator<Item = (&str, Option<Cursor>)> {
+        self.children
+            .iter()
+            .map(|(n, c)| (n.as_str(), c.session.acked().or(self.acked.get(n).copied())))
+    }
+
+    /// Whether the upstream link is open.
+    pub fn upstream_open(&self) -> bool {
+        self.upstream.as_ref().is_some_and(ParentLink::is_open)
+    }
+
+    /// The upstream link, if this node has a parent.
+    pub fn upstream(&self) -> Option<&ParentLink> {
+        self.upstream.as_ref()
+    }
+
+    // ---- children ------------------------------------------------------------
+
+    /// A child's connection is up and its certificate names `name`. The newest
+    /// connection of a child replaces its older session.
+    pub fn child_connected(
+        &mut self,
+        now: Instant,
+        name: &str,
+        conn: u64,
+    ) -> Result<(), SessionError> {
+        if !self.allowed.contains(name) {
+            return Err(SessionError {
+                code: ErrorCode::UnknownChild,
+                reason: format!("{name:?} is not a child of {:?}", self.name),
+            });
+        }
+        let route = self.route_for(name, false);
+        let session = ChildSession::new(now, name.to_owned(), route, self.config.clone());
+        if let Some(old) = self.children.insert(
+            name.to_owned(),
+            Child {
+                conn,
+                session,
+                relay: false,
+            },
+        ) {
+            self.outgoing.close_children.push((
+                name.to_owned(),
+                old.conn,
+                SessionError {
+                    code: ErrorCode::Replaced,
+                    reason: "a newer connection of this child took over".into(),
+                },
+            ));
+        }
+        Ok(())
+    }
+
+    /// A message from a child's connection.
+    pub fn child_message(&mut self, now: Instant, name: &str, conn: u64, msg: ChildToParent) {
+        if let Some(child) = self.children.get_mut(name).filter(|c| c.conn == conn) {
+            child.session.handle_message(now, msg);
+        }
+    }
+
+    /// A child's connection is gone.
+    pub fn child_gone(&mut self, name: &str, conn: u64) {
+        if self.children.get(name).is_some_and(|c| c.conn == conn) {
+            self.children.remove(name);
+        }
+    }
+
+    // ---- upstream -------------------------------------------------------------
+
+    /// The connection to the parent is up.
+    pub fn upstream_connected(&mut self, now: Instant) {
+        if let Some(link) = &mut self.upstream {
+            link.handle_connected(now);
+        }
+    }
+
+    /// A message from the parent.
+    pub fn upstream_message(&mut self, now: Instant, msg: ParentToChild) {
+        if let Some(link) = &mut self.upstream {
+            link.handle_message(now, msg);
+        }
+    }
+
+    /// The connection to the parent is gone.
+    pub fn upstream_gone(&mut self) {
+        if let Some(link) = &mut self.upstream {
+            link.handle_disconnected();
+        }
+    }
+
+    // ---- the root's writes ----------------------------------------------------
+
+    /// Applies user changes at the root in one revision (all or nothing: they are
+    /// staged together and committed at one position). Returns that position.
+    pub fn apply(
+        &mut self,
+        changes: Vec<Change>,
+    ) -> Result<Position, strata_protocol::sync::LogError> {
+        let pos = self.log.head().next();
+        for change in changes {
+            self.note_change(&change);
+            self.log.stage(pos, change)?;
+        }
+        self.log.commit(pos);
+        Ok(pos)
+    }
+
+    // ---- time ----------------------------------------------------------------
+
+    /// Handles timers that are due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for child in self.children.values_mut() {
+            if child.session.poll_timeout().is_some_and(|t| t <= now) {
+                child.session.handle_timeout(now);
+            }
+        }
+        if let Some(link) = &mut self.upstream
+            && link.poll_timeout().is_some_and(|t| t <= now)
+        {
+            link.handle_timeout(now);
+        }
+    }
+
+    /// When [`NodeCore::handle_timeout`] should next run.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let sessions = self
+            .children
+            .values()
+            .filter_map(|c| c.session.poll_timeout());
+        let link = self.upstream.as_ref().and_then(ParentLink::poll_timeout);
+        let summaries =
+            (!self.dirty.is_empty() && self.upstream.is_some()).then_some(self.next_summary);
+        sessions.chain(link).chain(summaries).min()
+    }
+
+    // ---- processing ------------------------------------------------------------
+
+    /// Handles every pending event and returns what must be made durable before
+    /// [`NodeCore::transmit`].
+    pub fn process(&mut self, now: Instant) -> Batch {
+        self.drain_upstream_events(now);
+        self.drain_child_events(now);
+        if self.routes_stale {
+            self.routes_stale = false;
+            self.reload_placements();
+            let names: Vec<String> = self.children.keys().cloned().collect();
+            for name in names {
+                let relay = self.children.get(&name).is_some_and(|c| c.relay);
+                let route = self.route_for(&name, relay);
+                if let Some(child) = self.children.get_mut(&name) {
+                    child.session.set_route(route, &self.log);
+                }
+            }
+        }
+        if now >= self.next_summary {
+            self.push_summaries(now);
+        }
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.merge(Batch::log_changes(&mut self.log));
+        batch
+    }
+
+    /// Everything to send now. Call only once the last batch is durable: it acknowledges
+    /// what that batch holds.
+    pub fn transmit(&mut self, now: Instant) -> Outgoing {
+        let mut out = std::mem::take(&mut self.outgoing);
+        for (name, child) in &mut self.children {
+            while let Some(msg) = child.session.poll_transmit(now, &self.log) {
+                out.to_children.push((name.clone(), child.conn, msg));
+            }
+        }
+        if let Some(link) = &mut self.upstream {
+            while let Some(msg) = link.poll_transmit(now) {
+                out.to_parent.push(msg);
+            }
+        }
+        let closed: Vec<String> = self
+            .children
+            .iter()
+            .filter(|(_, c)| c.session.is_closed())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in closed {
+            self.children.remove(&name);
+        }
+        out
+    }
+
+    fn drain_upstream_events(&mut self, now: Instant) {
+        let Some(mut link) = self.upstream.take() else {
+            return;
+        };
+        while let Some(event) = link.poll_event() {
+            match event {
+                LinkEvent::Connected { incarnation, .. } => {
+                    if self.upstream_state.parent_incarnation != Some(incarnation) {
+                        // The parent does not know what we reported: report it all.
+                        self.upstream_state.parent_incarnation = Some(incarnation);
+                        self.batch.upstream = Some(self.upstream_state.clone());
+                        self.sent.clear();
+                        for cluster in self.reports.clusters() {
+                            link.push_report(now, self.cluster_upward(cluster));
+                        }
+                        self.dirty.extend(self.log.live().map(|o| o.key().clone()));
+                    }
+                }
+                LinkEvent::Apply(change) => {
+                    self.note_change(&change);
+                    let pos = self.log.head().next();
+                    // Staging above the head cannot fail.
+                    let _ = self.log.stage(pos, change);
+                }
+                LinkEvent::Advanced(cursor) => {
+                    let pos = self.log.head().next();
+                    self.log.commit(pos);
+                    self.upstream_state.cursor = cursor;
+                    self.batch.upstream = Some(self.upstream_state.clone());
+                }
+                LinkEvent::SnapshotStarted => {
+                    self.upstream_state.route = None;
+                    self.batch.upstream = Some(self.upstream_state.clone());
+                }
+                LinkEvent::SnapshotDone {
+                    cursor,
+                    route,
+                    keep,
+                } => {
+                    let pos = self.log.head().next();
+                    let gone: Vec<ObjectKey> = self
+                        .log
+                        .live()
+                        .map(|o| o.key().clone())
+                        .filter(|k| !keep.contains(k))
+                        .collect();
+                    for key in gone {
+                        self.note_change(&Change::Delete(key));
+                    }
+                    let _ = self.log.finish_snapshot(pos, &keep);
+                    self.upstream_state.cursor = cursor;
+                    self.upstream_state.route = Some(route);
+                    self.batch.upstream = Some(self.upstream_state.clone());
+                    self.routes_stale = true;
+                }
+                LinkEvent::Closed { error, .. } => {
+                    self.outgoing.close_upstream = Some(error);
+                }
+            }
+        }
+        self.upstream = Some(link);
+    }
+
+    fn note_change(&mut self, change: &Change) {
+        if let Change::Upsert(o) = change
+            && is_placement(&o.meta)
+        {
+            self.routes_stale = true;
+        }
+        if let Change::Delete(k) = change
+            && k.group == strata_protocol::route::STRATA_GROUP
+        {
+            self.routes_stale = true;
+        }
+        self.dirty.insert(change.key().clone());
+    }
+
+    fn drain_child_events(&mut self, now: Instant) {
+        let names: Vec<String> = self.children.keys().cloned().collect();
+        for name in names {
+            while let Some(event) = self
+                .children
+                .get_mut(&name)
+                .and_then(|c| c.session.poll_event())
+            {
+                self.on_child_event(now, &name, event);
+            }
+        }
+    }
+
+    fn on_child_event(&mut self, now: Instant, name: &str, event: SessionEvent) {
+        match event {
+            SessionEvent::Opened { hello, .. } => {
+                let relay = hello.role == Role::Relay;
+                if let Some(c) = self.children.get_mut(name) {
+                    c.relay = relay;
+                }
+                if self.child_runs.get(name) != Some(&hello.run) {
+                    self.child_runs.insert(name.to_owned(), hello.run);
+                    self.batch.child_runs.push((name.to_owned(), hello.run));
+                    for key in self.reports.forget(name) {
+                        self.forget_report(now, key);
+                    }
+                }
+                self.refresh_route(name);
+            }
+            SessionEvent::Acked(cursor) => {
+                self.acked.insert(name.to_owned(), cursor);
+                self.batch.child_acks.push((name.to_owned(), cursor));
+            }
+            SessionEvent::Reports(items) => {
+                let relay = self.children.get(name).is_some_and(|c| c.relay);
+                for report in items {
+                    if let Err(refusal) = self.reports.check(name, relay, &report) {
+                        self.stats.reports_refused += 1;
+                        tracing::warn!(child = name, %refusal, "closing the session: report outside its subtree");
+                        if let Some(c) = self.children.get_mut(name) {
+                            self.outgoing.close_children.push((
+                                name.to_owned(),
+                                c.conn,
+                                SessionError {
+                                    code: ErrorCode::OutsideSubtree,
+                                    reason: refusal.to_string(),
+                                },
+                            ));
+                        }
+                        return;
+                    }
+                    self.accept_report(now, name, relay, report);
+                }
+            }
+            SessionEvent::Closed(error) => {
+                tracing::info!(child = name, code = ?error.code, reason = %error.reason, "child session closed");
+                if let Some(c) = self.children.get(name) {
+                    self.outgoing
+                        .close_children
+                        .push((name.to_owned(), c.conn, error));
+                }
+            }
+        }
+    }
+
+    fn accept_report(&mut self, now: Instant, child: &str, relay: bool, mut report: Report) {
+        let mut cluster_changed = false;
+        if let ReportValue::Cluster(c) = &mut report.value {
+            if !relay {
+                c.path.clear();
+            }
+            c.path.insert(0, self.name.clone());
+            cluster_changed = true;
+        }
+        match &report.key {
+            ReportKey::Status { object, .. } | ReportKey::Summary { object, .. } => {
+                self.dirty.insert(object.clone());
+            }
+            ReportKey::Cluster { .. } => cluster_changed = true,
+        }
+        let stored = match &report.value {
+            ReportValue::Removed => None,
+            value => Some(StoredReport {
+                from_child: child.to_owned(),
+                value: value.clone(),
+            }),
+        };
+        if self.reports.accept(child, report.clone()) {
+            self.batch.reports.push((report.key.clone(), stored));
+            if cluster_changed {
+                if let ReportKey::Cluster { .. } = &report.key {
+                    let up = match &report.value {
+                        ReportValue::Cluster(c) => self.cluster_upward(c),
+                        _ => report.clone(),
+                    };
+                    if let Some(link) = &mut self.upstream {
+                        link.push_report(now, up);
+                    }
+                }
+                self.refresh_route(child);
+                self.dirty.extend(self.log.live().map(|o| o.key().clone()));
+            }
+        }
+    }
+
+    fn forget_report(&mut self, now: Instant, key: ReportKey) {
+        self.batch.reports.push((key.clone(), None));
+        if let (Some(link), ReportKey::Cluster { .. }) = (&mut self.upstream, &key) {
+            link.push_report(
+                now,
+                Report {
+                    key,
+                    value: ReportValue::Removed,
+                },
+            );
+        } else if let ReportKey::Status { object, .. } | ReportKey::Summary { object, .. } = &key {
+            self.dirty.insert(object.clone());
+        }
+    }
+
+    /// The cluster record as this node reports it upward: this node's labels added
+    /// (the cluster's own win).
+    fn cluster_upward(&self, cluster: &Cluster) -> Report {
+        let mut c = cluster.clone();
+        for (k, v) in &self.labels {
+            c.labels.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        Report {
+            key: ReportKey::Cluster {
+                name: c.name.clone(),
+            },
+            value: ReportValue::Cluster(c),
+        }
+    }
+
+    fn reload_placements(&mut self) {
+        self.placements = self
+            .log
+            .live()
+            .filter(|o| is_placement(&o.meta))
+            .filter_map(|o| match crate::objects::parse_placement(o) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!(placement = %o.key(), error = %e, "ignoring a placement that does not parse");
+                    None
+                }
+            })
+            .collect();
+    }
+
+    fn route_for(&self, child: &str, relay: bool) -> SharedRoute {
+        let clusters = self.reports.clusters_below(child);
+        Arc::new(PlacementRoute::new(relay, &self.placements, &clusters))
+    }
+
+    fn refresh_route(&mut self, child: &str) {
+        let relay = self.children.get(child).is_some_and(|c| c.relay);
+        let route = self.route_for(child, relay);
+        if let Some(c) = self.children.get_mut(child) {
+            c.session.set_route(route, &self.log);
+        }
+    }
+
+    /// Recomputes the summaries of changed objects and pushes those that changed
+    /// upward (relays only; the root answers queries from its reports).
+    fn push_summaries(&mut self, now: Instant) {
+        self.next_summary = now + self.summary_interval;
+        let Some(link) = &mut self.upstream else {
+            self.dirty.clear();
+            return;
+        };
+        for object in std::mem::take(&mut self.dirty) {
+            let live = self.log.get(&object).map(|o| o.meta.clone());
+            for placement in &self.placements {
+                let key = (placement.name.clone(), object.clone());
+                let selected = live.as_ref().is_some_and(|m| placement.selects_object(m));
+                let report_key = ReportKey::Summary {
+                    placement: placement.name.clone(),
+                    object: object.clone(),
+                };
+                if !selected {
+                    if self.sent.remove(&key).is_some() {
+                        link.push_report(
+                            now,
+                            Report {
+                                key: report_key,
+                                value: ReportValue::Removed,
+                            },
+                        );
+                    }
+                    continue;
+                }
+                let summary = self.reports.summarize(placement, &object);
+                if self.sent.get(&key) != Some(&summary) {
+                    self.stats.summaries_sent += 1;
+                    self.sent.insert(key, summary.clone());
+                    link.push_report(
+                        now,
+                        Report {
+                            key: report_key,
+                            value: ReportValue::Summary(summary),
+                        },
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A fresh log for a node whose store had none.
+pub fn new_log(node_id: u64, root: bool) -> ObjectLog {
+    let mut log = ObjectLog::new(LogId(node_id));
+    if root {
+        log.mark_serving();
+    }
+    log
+}

@@ -1,0 +1,525 @@
+//! The tasks that drive a [`NodeCore`]: one core task that owns all sync state, an
+//! accept loop with one task per child connection, and the upstream link with
+//! reconnection. Every task is owned by a `JoinSet` and ends with the node.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::{Connection, Endpoint, VarInt};
+use strata_protocol::codec::DEFAULT_MAX_FRAME;
+use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
+use strata_protocol::wire::{ChildToParent, ErrorCode, ParentToChild, Role};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use super::clock::Clock;
+use super::core::{CoreSetup, NodeCore, Outgoing, new_log};
+use super::reports::SubtreeReports;
+use crate::store::{Batch, Store, StoreError};
+use crate::tls::peer_node_name;
+use crate::transport::{self, Receiver, Sender, close_code};
+
+/// What a node needs to run.
+pub struct NodeParts {
+    /// Node name.
+    pub name: String,
+    /// Labels clusters below inherit.
+    pub labels: strata_protocol::model::Labels,
+    /// Children allowed to connect.
+    pub children: Vec<String>,
+    /// The parent (`None` at the root).
+    pub parent: Option<(String, SocketAddr)>,
+    /// The durable store.
+    pub store: Arc<dyn Store>,
+    /// Where children connect, if this node has any.
+    pub listener: Option<Endpoint>,
+    /// The endpoint used to reach the parent.
+    pub connector: Option<Endpoint>,
+    /// Session tuning.
+    pub sessions: SessionConfig,
+    /// How often summaries go upward.
+    pub summary_interval: Duration,
+    /// The clock.
+    pub clock: Clock,
+    /// This run's id (new at every start).
+    pub run: u64,
+}
+
+impl std::fmt::Debug for NodeParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeParts")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a node stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The store failed at startup.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A request to the core from the API or a test, answered with a snapshot of state.
+pub type Query = Box<dyn FnOnce(&mut NodeCore) + Send>;
+
+/// A running node.
+#[derive(Debug)]
+pub struct NodeHandle {
+    queries: mpsc::Sender<Input>,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), NodeError>>,
+}
+
+impl NodeHandle {
+    /// Runs `f` on the core's state inside the core task and returns its result.
+    pub async fn query<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut NodeCore) -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = oneshot::channel();
+        let q: Query = Box::new(move |core| {
+            let _ = tx.send(f(core));
+        });
+        self.queries.send(Input::Query(q)).await.ok()?;
+        rx.await.ok()
+    }
+
+    /// Stops the node: children and parent are told, tasks end, the store is flushed.
+    pub async fn shutdown(self) -> Result<(), NodeError> {
+        let _ = self.shutdown.send(true);
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) if e.is_cancelled() => Ok(()),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+
+    /// Waits until the node stops by itself.
+    pub async fn wait(&mut self) -> Result<(), NodeError> {
+        match (&mut self.task).await {
+            Ok(r) => r,
+            Err(e) if e.is_cancelled() => Ok(()),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+}
+
+enum Input {
+    ChildUp {
+        name: String,
+        conn_id: u64,
+        conn: Connection,
+        sender: Sender<ParentToChild>,
+    },
+    ChildMsg {
+        name: String,
+        conn_id: u64,
+        msg: ChildToParent,
+    },
+    ChildDown {
+        name: String,
+        conn_id: u64,
+        why: String,
+    },
+    UpstreamUp {
+        conn: Connection,
+        sender: Sender<ChildToParent>,
+    },
+    UpstreamMsg(ParentToChild),
+    UpstreamDown(String),
+    Query(Query),
+}
+
+/// Starts a node from its store and returns its handle.
+pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
+    let stored = parts.store.load()?;
+    let now = parts.clock.now();
+    let root = parts.parent.is_none();
+    let log = match stored.log_meta {
+        Some(meta) => {
+            let mut log = ObjectLog::restore(meta, stored.entries);
+            if root {
+                log.mark_serving();
+            }
+            log
+        }
+        None => new_log(stored.node_id, root),
+    };
+    let upstream_state = stored.upstream.unwrap_or_default();
+    let upstream = parts.parent.as_ref().map(|_| {
+        let mut config = LinkConfig::new(parts.name.clone(), Role::Relay);
+        config.run = parts.run;
+        ParentLink::new(now, config, upstream_state.cursor, upstream_state.route)
+    });
+    let reports = SubtreeReports::restore(
+        stored
+            .reports
+            .into_iter()
+            .map(|(k, r)| (k, (r.from_child, r.value))),
+    );
+    let core = NodeCore::new(
+        now,
+        CoreSetup {
+            name: parts.name.clone(),
+            labels: parts.labels.clone(),
+            children: parts.children.clone(),
+            sessions: parts.sessions.clone(),
+            log,
+            reports,
+            acked: stored.child_acks,
+            child_runs: stored.child_runs,
+            upstream,
+            upstream_state,
+            summary_interval: parts.summary_interval,
+        },
+    );
+    let (tx, rx) = mpsc::channel(4096);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let span = tracing::info_span!("node", node = %parts.name);
+    let task = tokio::spawn(drive(parts, core, tx.clone(), rx, shutdown_rx).instrument(span));
+    Ok(NodeHandle {
+        queries: tx,
+        shutdown: shutdown_tx,
+        task,
+    })
+}
+
+async fn drive(
+    parts: NodeParts,
+    mut core: NodeCore,
+    tx: mpsc::Sender<Input>,
+    mut rx: mpsc::Receiver<Input>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), NodeError> {
+    let mut tasks = JoinSet::new();
+    if let Some(listener) = parts.listener.clone() {
+        tasks.spawn(accept_loop(listener, tx.clone()));
+    }
+    if let (Some(connector), Some((name, addr))) = (parts.connector.clone(), parts.parent.clone()) {
+        tasks.spawn(upstream_loop(connector, name, addr, tx.clone()));
+    }
+    let clock = parts.clock;
+    let mut children: BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)> =
+        BTreeMap::new();
+    let mut upstream: Option<(Connection, Sender<ChildToParent>)> = None;
+    let mut unsaved = Batch::default();
+    loop {
+        let deadline = core
+            .poll_timeout()
+            .map(|t| clock.deadline(t))
+            .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            biased;
+            // Shutdown first: nothing else matters once it is asked for.
+            _ = shutdown.changed() => break,
+            // Then inputs in arrival order.
+            Some(input) = rx.recv() => {
+                handle(&mut core, clock, input, &mut children, &mut upstream);
+                // Take what else is waiting, so one commit covers many inputs.
+                for _ in 0..256 {
+                    let Ok(input) = rx.try_recv() else { break };
+                    handle(&mut core, clock, input, &mut children, &mut upstream);
+                }
+            }
+            // Then timers.
+            _ = tokio::time::sleep_until(deadline) => core.handle_timeout(clock.now()),
+        }
+        let now = clock.now();
+        unsaved.merge(core.process(now));
+        if !unsaved.is_empty() {
+            let batch = std::mem::take(&mut unsaved);
+            let store = parts.store.clone();
+            // The store flushes to disk: keep it off the async workers.
+            let result = tokio::task::block_in_place(move || store.commit(batch));
+            if let Err(e) = result {
+                // Nothing is acknowledged until the write succeeds; the core keeps
+                // serving from memory and the next round retries what is dirty.
+                tracing::error!(error = %e, "store commit failed; acknowledgements held back");
+                unsaved.merge(core.process(now));
+                continue;
+            }
+        }
+        let out = core.transmit(now);
+        dispatch(out, &mut core, &mut children, &mut upstream);
+    }
+    // Graceful end: tell everyone, then stop the tasks.
+    for ((_, _), (conn, _)) in children {
+        conn.close(
+            VarInt::from_u32(close_code::SHUTDOWN),
+            b"node shutting down",
+        );
+    }
+    if let Some((conn, _)) = upstream {
+        conn.close(
+            VarInt::from_u32(close_code::SHUTDOWN),
+            b"node shutting down",
+        );
+    }
+    if let Some(l) = &parts.listener {
+        l.close(
+            VarInt::from_u32(close_code::SHUTDOWN),
+            b"node shutting down",
+        );
+    }
+    tasks.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn handle(
+    core: &mut NodeCore,
+    clock: Clock,
+    input: Input,
+    children: &mut BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)>,
+    upstream: &mut Option<(Connection, Sender<ChildToParent>)>,
+) {
+    let now = clock.now();
+    match input {
+        Input::ChildUp {
+            name,
+            conn_id,
+            conn,
+            sender,
+        } => match core.child_connected(now, &name, conn_id) {
+            Ok(()) => {
+                tracing::info!(child = %name, remote = %conn.remote_address(), "child connected");
+                children.insert((name, conn_id), (conn, sender));
+            }
+            Err(e) => {
+                tracing::warn!(child = %name, reason = %e.reason, "refusing a connection");
+                conn.close(
+                    VarInt::from_u32(close_code::UNKNOWN_CHILD),
+                    e.reason.as_bytes(),
+                );
+            }
+        },
+        Input::ChildMsg { name, conn_id, msg } => core.child_message(now, &name, conn_id, msg),
+        Input::ChildDown { name, conn_id, why } => {
+            if children.remove(&(name.clone(), conn_id)).is_some() {
+                tracing::info!(child = %name, %why, "child disconnected");
+            }
+            core.child_gone(&name, conn_id);
+        }
+        Input::UpstreamUp { conn, sender } => {
+            tracing::info!(parent = %conn.remote_address(), "connected to parent");
+            *upstream = Some((conn, sender));
+            core.upstream_connected(now);
+        }
+        Input::UpstreamMsg(msg) => core.upstream_message(now, msg),
+        Input::UpstreamDown(why) => {
+            if upstream.take().is_some() {
+                tracing::warn!(%why, "lost the parent");
+            }
+            core.upstream_gone();
+        }
+        Input::Query(q) => q(core),
+    }
+}
+
+fn dispatch(
+    out: Outgoing,
+    core: &mut NodeCore,
+    children: &mut BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)>,
+    upstream: &mut Option<(Connection, Sender<ChildToParent>)>,
+) {
+    let mut too_slow = Vec::new();
+    for (name, conn_id, msg) in out.to_children {
+        if let Some((_, sender)) = children.get(&(name.clone(), conn_id))
+            && sender.send(msg).is_err()
+        {
+            too_slow.push((name, conn_id));
+        }
+    }
+    for (name, conn_id) in too_slow {
+        if let Some((conn, _)) = children.remove(&(name.clone(), conn_id)) {
+            tracing::warn!(child = %name, "closing a child that does not keep up");
+            conn.close(VarInt::from_u32(close_code::TOO_SLOW), b"queue full");
+        }
+        core.child_gone(&name, conn_id);
+    }
+    for (name, conn_id, error) in out.close_children {
+        if let Some((conn, _)) = children.remove(&(name.clone(), conn_id)) {
+            let code = match error.code {
+                ErrorCode::Replaced => close_code::REPLACED,
+                ErrorCode::UnknownChild => close_code::UNKNOWN_CHILD,
+                _ => close_code::PROTOCOL,
+            };
+            // Let queued messages (a goodbye) go out first; QUIC close is immediate.
+            let reason = error.reason.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                conn.close(VarInt::from_u32(code), reason.as_bytes());
+            });
+        }
+        core.child_gone(&name, conn_id);
+    }
+    if let Some((_, sender)) = upstream.as_ref() {
+        for msg in out.to_parent {
+            if sender.send(msg).is_err() {
+                break;
+            }
+        }
+    }
+    if let Some(error) = out.close_upstream
+        && let Some((conn, _)) = upstream.take()
+    {
+        tracing::warn!(code = ?error.code, reason = %error.reason, "closing the link to the parent");
+        conn.close(
+            VarInt::from_u32(close_code::PROTOCOL),
+            error.reason.as_bytes(),
+        );
+        core.upstream_gone();
+    }
+}
+
+async fn accept_loop(listener: Endpoint, tx: mpsc::Sender<Input>) {
+    let mut conns = JoinSet::new();
+    let mut next_id = 0u64;
+    while let Some(incoming) = listener.accept().await {
+        next_id += 1;
+        let conn_id = next_id;
+        let tx = tx.clone();
+        conns.spawn(async move {
+            let conn = match incoming.await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::info!(error = %e, "handshake failed (a certificate refused?)");
+                    return;
+                }
+            };
+            let name = match peer_node_name(&conn) {
+                Ok(n) => n,
+                Err(e) => {
+                    conn.close(
+                        VarInt::from_u32(close_code::UNKNOWN_CHILD),
+                        e.to_string().as_bytes(),
+                    );
+                    return;
+                }
+            };
+            let (sender, receiver) =
+                transport::split::<ParentToChild, ChildToParent>(conn.clone(), DEFAULT_MAX_FRAME);
+            if tx
+                .send(Input::ChildUp {
+                    name: name.clone(),
+                    conn_id,
+                    conn,
+                    sender,
+                })
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let why = pump_child(receiver, &name, conn_id, &tx).await;
+            let _ = tx.send(Input::ChildDown { name, conn_id, why }).await;
+        });
+        // Reap finished connection tasks so the set does not grow without bound.
+        while conns.try_join_next().is_some() {}
+    }
+    conns.shutdown().await;
+}
+
+async fn pump_child(
+    mut receiver: Receiver<ChildToParent>,
+    name: &str,
+    conn_id: u64,
+    tx: &mpsc::Sender<Input>,
+) -> String {
+    loop {
+        match receiver.recv().await {
+            Ok(msg) => {
+                let input = Input::ChildMsg {
+                    name: name.to_owned(),
+                    conn_id,
+                    msg,
+                };
+                if tx.send(input).await.is_err() {
+                    return "node stopping".into();
+                }
+            }
+            Err(e) => return e.to_string(),
+        }
+    }
+}
+
+/// Reconnects to the parent for as long as the node runs: exponential backoff with full
+/// jitter, reset after a connection that lasted.
+async fn upstream_loop(
+    connector: Endpoint,
+    name: String,
+    addr: SocketAddr,
+    tx: mpsc::Sender<Input>,
+) {
+    let mut backoff = Backoff::new();
+    loop {
+        match transport::connect(&connector, addr, &name).await {
+            Ok(conn) => {
+                let started = tokio::time::Instant::now();
+                let (sender, mut receiver) = transport::split::<ChildToParent, ParentToChild>(
+                    conn.clone(),
+                    DEFAULT_MAX_FRAME,
+                );
+                if tx.send(Input::UpstreamUp { conn, sender }).await.is_err() {
+                    return;
+                }
+                let why = loop {
+                    match receiver.recv().await {
+                        Ok(msg) => {
+                            if tx.send(Input::UpstreamMsg(msg)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => break e.to_string(),
+                    }
+                };
+                if tx.send(Input::UpstreamDown(why)).await.is_err() {
+                    return;
+                }
+                if started.elapsed() > Duration::from_secs(10) {
+                    backoff = Backoff::new();
+                }
+            }
+            Err(e) => tracing::info!(error = %e, "cannot reach the parent"),
+        }
+        tokio::time::sleep(backoff.next()).await;
+    }
+}
+
+/// Exponential backoff with full jitter: a uniform wait between zero and a cap that
+/// doubles from 200 ms to 10 s.
+#[derive(Debug)]
+struct Backoff {
+    cap: Duration,
+    seed: u64,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        use ring::rand::SecureRandom;
+        let mut b = [0u8; 8];
+        let _ = ring::rand::SystemRandom::new().fill(&mut b);
+        Backoff {
+            cap: Duration::from_millis(200),
+            seed: u64::from_be_bytes(b) | 1,
+        }
+    }
+
+    fn next(&mut self) -> Duration {
+        // xorshift64: the jitter only has to spread reconnect storms.
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        let cap_ms = u64::try_from(self.cap.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let wait = Duration::from_millis(self.seed % cap_ms);
+        self.cap = (self.cap * 2).min(Duration::from_secs(10));
+        wait
+    }
+}
