@@ -5,8 +5,10 @@
 //!
 //! * [`backend`]: the [`backend::ClusterBackend`] trait every cluster kind implements.
 //! * [`simulated`]: a simulated cluster (a fake, for demos, tests and benchmarks).
-//!
-//! The runtime that connects to a parent is under construction (issue 3).
+//! * [`core`]: the agent's sync core (link, desired state, cluster), no I/O.
+//! * [`runtime`]: the tasks that drive it.
 
 pub mod backend;
+pub mod core;
+pub mod runtime;
 pub mod simulated;

@@ -4,3 +4,4 @@ pub mod clock;
 pub mod core;
 pub mod reports;
 pub mod runtime;
+pub mod upstream;

@@ -18,6 +18,7 @@ use tracing::Instrument;
 use super::clock::Clock;
 use super::core::{CoreSetup, NodeCore, Outgoing, new_log};
 use super::reports::SubtreeReports;
+use super::upstream::{UpstreamInput, upstream_loop};
 use crate::store::{Batch, Store, StoreError};
 use crate::tls::peer_node_name;
 use crate::transport::{self, Receiver, Sender, close_code};
@@ -126,13 +127,14 @@ enum Input {
         conn_id: u64,
         why: String,
     },
-    UpstreamUp {
-        conn: Connection,
-        sender: Sender<ChildToParent>,
-    },
-    UpstreamMsg(ParentToChild),
-    UpstreamDown(String),
+    Upstream(UpstreamInput),
     Query(Query),
+}
+
+impl From<UpstreamInput> for Input {
+    fn from(u: UpstreamInput) -> Self {
+        Input::Upstream(u)
+    }
 }
 
 /// Starts a node from its store and returns its handle.
@@ -305,13 +307,13 @@ fn handle(
             }
             core.child_gone(&name, conn_id);
         }
-        Input::UpstreamUp { conn, sender } => {
+        Input::Upstream(UpstreamInput::Up { conn, sender }) => {
             tracing::info!(parent = %conn.remote_address(), "connected to parent");
             *upstream = Some((conn, sender));
             core.upstream_connected(now);
         }
-        Input::UpstreamMsg(msg) => core.upstream_message(now, msg),
-        Input::UpstreamDown(why) => {
+        Input::Upstream(UpstreamInput::Message(msg)) => core.upstream_message(now, msg),
+        Input::Upstream(UpstreamInput::Down(why)) => {
             if upstream.take().is_some() {
                 tracing::warn!(%why, "lost the parent");
             }
@@ -445,81 +447,5 @@ async fn pump_child(
             }
             Err(e) => return e.to_string(),
         }
-    }
-}
-
-/// Reconnects to the parent for as long as the node runs: exponential backoff with full
-/// jitter, reset after a connection that lasted.
-async fn upstream_loop(
-    connector: Endpoint,
-    name: String,
-    addr: SocketAddr,
-    tx: mpsc::Sender<Input>,
-) {
-    let mut backoff = Backoff::new();
-    loop {
-        match transport::connect(&connector, addr, &name).await {
-            Ok(conn) => {
-                let started = tokio::time::Instant::now();
-                let (sender, mut receiver) = transport::split::<ChildToParent, ParentToChild>(
-                    conn.clone(),
-                    DEFAULT_MAX_FRAME,
-                );
-                if tx.send(Input::UpstreamUp { conn, sender }).await.is_err() {
-                    return;
-                }
-                let why = loop {
-                    match receiver.recv().await {
-                        Ok(msg) => {
-                            if tx.send(Input::UpstreamMsg(msg)).await.is_err() {
-                                return;
-                            }
-                        }
-                        Err(e) => break e.to_string(),
-                    }
-                };
-                if tx.send(Input::UpstreamDown(why)).await.is_err() {
-                    return;
-                }
-                if started.elapsed() > Duration::from_secs(10) {
-                    backoff = Backoff::new();
-                }
-            }
-            Err(e) => tracing::info!(error = %e, "cannot reach the parent"),
-        }
-        tokio::time::sleep(backoff.next()).await;
-    }
-}
-
-/// Exponential backoff with full jitter: a uniform wait between zero and a cap that
-/// doubles from 200 ms to 10 s.
-#[derive(Debug)]
-struct Backoff {
-    cap: Duration,
-    seed: u64,
-}
-
-impl Backoff {
-    fn new() -> Self {
-        use ring::rand::SecureRandom;
-        let mut b = [0u8; 8];
-        let _ = ring::rand::SystemRandom::new().fill(&mut b);
-        Backoff {
-            cap: Duration::from_millis(200),
-            seed: u64::from_be_bytes(b) | 1,
-        }
-    }
-
-    fn next(&mut self) -> Duration {
-        // xorshift64: the jitter only has to spread reconnect storms.
-        self.seed ^= self.seed << 13;
-        self.seed ^= self.seed >> 7;
-        self.seed ^= self.seed << 17;
-        let cap_ms = u64::try_from(self.cap.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let wait = Duration::from_millis(self.seed % cap_ms);
-        self.cap = (self.cap * 2).min(Duration::from_secs(10));
-        wait
     }
 }

@@ -1,0 +1,251 @@
+//! The agent's sync core: its link to the parent, its desired state (an object log, so
+//! deltas arriving in parts and snapshots work as at every tier), and the cluster it
+//! keeps in that state. No I/O; the runtime drives it like a relay's core.
+
+use std::collections::BTreeMap;
+
+use strata_protocol::model::{Cluster, Health, ObjectKey, Status};
+use strata_protocol::sync::{LinkEvent, ObjectLog, ParentLink, SessionError};
+use strata_protocol::time::{Instant, UnixMillis};
+use strata_protocol::wire::{Change, ChildToParent, ParentToChild, Report, ReportKey, ReportValue};
+use strata_relay::store::{Batch, UpstreamState};
+
+use crate::backend::ClusterBackend;
+
+/// The state of one agent.
+pub struct AgentCore {
+    cluster: Cluster,
+    link: ParentLink,
+    log: ObjectLog,
+    upstream: UpstreamState,
+    backend: Box<dyn ClusterBackend + Send>,
+    /// The last status reported per object.
+    statuses: BTreeMap<ObjectKey, Status>,
+    batch: Batch,
+    close_upstream: Option<SessionError>,
+}
+
+impl std::fmt::Debug for AgentCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentCore")
+            .field("cluster", &self.cluster.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentCore {
+    /// An agent from its restored state. Everything it held is applied again at once:
+    /// the cluster is kept in its last desired state whether or not the parent is
+    /// reachable.
+    pub fn new(
+        now: Instant,
+        at: UnixMillis,
+        cluster: Cluster,
+        link: ParentLink,
+        log: ObjectLog,
+        upstream: UpstreamState,
+        backend: Box<dyn ClusterBackend + Send>,
+    ) -> Self {
+        let mut core = AgentCore {
+            cluster,
+            link,
+            log,
+            upstream,
+            backend,
+            statuses: BTreeMap::new(),
+            batch: Batch::default(),
+            close_upstream: None,
+        };
+        let objects: Vec<_> = core.log.live().cloned().collect();
+        for o in objects {
+            core.apply_to_cluster(now, at, &Change::Upsert(o));
+        }
+        let report = core.cluster_report();
+        core.link.push_report(now, report);
+        core
+    }
+
+    /// The desired state.
+    pub fn log(&self) -> &ObjectLog {
+        &self.log
+    }
+
+    /// The link to the parent.
+    pub fn link(&self) -> &ParentLink {
+        &self.link
+    }
+
+    /// Whether the parent is connected.
+    pub fn connected(&self) -> bool {
+        self.link.is_open()
+    }
+
+    fn cluster_report(&self) -> Report {
+        Report {
+            key: ReportKey::Cluster {
+                name: self.cluster.name.clone(),
+            },
+            value: ReportValue::Cluster(self.cluster.clone()),
+        }
+    }
+
+    /// The connection to the parent is up.
+    pub fn upstream_connected(&mut self, now: Instant) {
+        self.link.handle_connected(now);
+    }
+
+    /// A message from the parent.
+    pub fn upstream_message(&mut self, now: Instant, msg: ParentToChild) {
+        self.link.handle_message(now, msg);
+    }
+
+    /// The connection to the parent is gone.
+    pub fn upstream_gone(&mut self) {
+        self.link.handle_disconnected();
+    }
+
+    /// Handles due timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.link.poll_timeout().is_some_and(|t| t <= now) {
+            self.link.handle_timeout(now);
+        }
+    }
+
+    /// When something is next due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [self.link.poll_timeout(), self.backend.next_change()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Handles pending events; returns what must be durable before
+    /// [`AgentCore::transmit`].
+    pub fn process(&mut self, now: Instant, at: UnixMillis) -> Batch {
+        while let Some(event) = self.link.poll_event() {
+            match event {
+                LinkEvent::Connected { incarnation, .. } => {
+                    if self.upstream.parent_incarnation != Some(incarnation) {
+                        self.upstream.parent_incarnation = Some(incarnation);
+                        self.batch.upstream = Some(self.upstream.clone());
+                        let report = self.cluster_report();
+                        self.link.push_report(now, report);
+                        let all: Vec<_> = self
+                            .statuses
+                            .iter()
+                            .map(|(k, s)| (k.clone(), s.clone()))
+                            .collect();
+                        for (k, s) in all {
+                            self.push_status(now, &k, Some(s));
+                        }
+                    }
+                }
+                LinkEvent::Apply(change) => {
+                    self.apply_to_cluster(now, at, &change);
+                    let pos = self.log.head().next();
+                    let _ = self.log.stage(pos, change);
+                }
+                LinkEvent::Advanced(cursor) => {
+                    let pos = self.log.head().next();
+                    self.log.commit(pos);
+                    self.upstream.cursor = cursor;
+                    self.batch.upstream = Some(self.upstream.clone());
+                }
+                LinkEvent::SnapshotStarted => {
+                    self.upstream.route = None;
+                    self.batch.upstream = Some(self.upstream.clone());
+                }
+                LinkEvent::SnapshotDone {
+                    cursor,
+                    route,
+                    keep,
+                } => {
+                    let gone: Vec<ObjectKey> = self
+                        .log
+                        .live()
+                        .map(|o| o.key().clone())
+                        .filter(|k| !keep.contains(k))
+                        .collect();
+                    for key in gone {
+                        self.apply_to_cluster(now, at, &Change::Delete(key));
+                    }
+                    let pos = self.log.head().next();
+                    let _ = self.log.finish_snapshot(pos, &keep);
+                    self.upstream.cursor = cursor;
+                    self.upstream.route = Some(route);
+                    self.batch.upstream = Some(self.upstream.clone());
+                }
+                LinkEvent::Closed { error, .. } => self.close_upstream = Some(error),
+            }
+        }
+        for (key, status) in self.backend.poll_status(now, at) {
+            if self.log.get(&key).is_some() {
+                self.push_status(now, &key, Some(status));
+            }
+        }
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.merge(Batch::log_changes(&mut self.log));
+        batch
+    }
+
+    /// Messages for the parent, and whether to close the connection.
+    pub fn transmit(&mut self, now: Instant) -> (Vec<ChildToParent>, Option<SessionError>) {
+        let mut out = Vec::new();
+        while let Some(msg) = self.link.poll_transmit(now) {
+            out.push(msg);
+        }
+        (out, self.close_upstream.take())
+    }
+
+    fn apply_to_cluster(&mut self, now: Instant, at: UnixMillis, change: &Change) {
+        match change {
+            Change::Upsert(object) => {
+                if let Err(e) = self.backend.apply(now, at, object) {
+                    tracing::warn!(object = %object.key(), error = %e, "apply failed");
+                    let status = Status {
+                        health: Health::Failed,
+                        revision: object.revision,
+                        observed_generation: None,
+                        message: Some(e.reason),
+                        numbers: BTreeMap::new(),
+                        status: Vec::new(),
+                        observed_at: at,
+                    };
+                    self.push_status(now, object.key(), Some(status));
+                }
+            }
+            Change::Delete(key) => {
+                if let Err(e) = self.backend.delete(now, key) {
+                    tracing::warn!(object = %key, error = %e, "delete failed");
+                }
+                if self.statuses.contains_key(key) {
+                    self.push_status(now, key, None);
+                }
+            }
+        }
+    }
+
+    fn push_status(&mut self, now: Instant, key: &ObjectKey, status: Option<Status>) {
+        let report_key = ReportKey::Status {
+            cluster: self.cluster.name.clone(),
+            object: key.clone(),
+        };
+        let value = match status {
+            Some(s) => {
+                self.statuses.insert(key.clone(), s.clone());
+                ReportValue::Status(s)
+            }
+            None => {
+                self.statuses.remove(key);
+                ReportValue::Removed
+            }
+        };
+        self.link.push_report(
+            now,
+            Report {
+                key: report_key,
+                value,
+            },
+        );
+    }
+}

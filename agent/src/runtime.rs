@@ -1,0 +1,214 @@
+//! The agent's tasks: the core task and the upstream link.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::{Connection, Endpoint, VarInt};
+use strata_protocol::model::Cluster;
+use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink};
+use strata_protocol::wire::{ChildToParent, Role};
+use strata_relay::node::clock::Clock;
+use strata_relay::node::upstream::{UpstreamInput, upstream_loop};
+use strata_relay::store::{Batch, Store, StoreError};
+use strata_relay::transport::{Sender, close_code};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use crate::backend::ClusterBackend;
+use crate::core::AgentCore;
+
+/// What an agent needs to run.
+pub struct AgentParts {
+    /// The cluster this agent manages (name, labels, properties).
+    pub cluster: Cluster,
+    /// The parent's name and address.
+    pub parent: (String, SocketAddr),
+    /// Durable desired state.
+    pub store: Arc<dyn Store>,
+    /// Endpoint for reaching the parent.
+    pub connector: Endpoint,
+    /// The cluster.
+    pub backend: Box<dyn ClusterBackend + Send>,
+    /// The clock.
+    pub clock: Clock,
+    /// This run's id.
+    pub run: u64,
+}
+
+enum Input {
+    Upstream(UpstreamInput),
+    Query(Box<dyn FnOnce(&mut AgentCore) + Send>),
+}
+
+impl From<UpstreamInput> for Input {
+    fn from(u: UpstreamInput) -> Self {
+        Input::Upstream(u)
+    }
+}
+
+/// A running agent.
+#[derive(Debug)]
+pub struct AgentHandle {
+    tx: mpsc::Sender<Input>,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Input")
+    }
+}
+
+impl AgentHandle {
+    /// Runs `f` on the agent's state inside its task.
+    pub async fn query<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut AgentCore) -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = oneshot::channel();
+        let q = Box::new(move |core: &mut AgentCore| {
+            let _ = tx.send(f(core));
+        });
+        self.tx.send(Input::Query(q)).await.ok()?;
+        rx.await.ok()
+    }
+
+    /// Stops the agent.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Waits until the agent stops.
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// Starts an agent from its store.
+pub fn start(parts: AgentParts) -> Result<AgentHandle, StoreError> {
+    let stored = parts.store.load()?;
+    let now = parts.clock.now();
+    let log = match stored.log_meta {
+        Some(meta) => ObjectLog::restore(meta, stored.entries),
+        None => ObjectLog::new(strata_protocol::model::LogId(stored.node_id)),
+    };
+    let upstream = stored.upstream.unwrap_or_default();
+    let mut config = LinkConfig::new(parts.cluster.name.clone(), Role::Agent);
+    config.run = parts.run;
+    let link = ParentLink::new(now, config, upstream.cursor, upstream.route);
+    let name = parts.cluster.name.clone();
+    let core = AgentCore::new(
+        now,
+        parts.clock.wall(),
+        parts.cluster.clone(),
+        link,
+        log,
+        upstream,
+        parts.backend,
+    );
+    let (tx, rx) = mpsc::channel(1024);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let task = tokio::spawn(
+        drive(
+            core,
+            parts.store,
+            parts.clock,
+            parts.connector,
+            parts.parent,
+            tx.clone(),
+            rx,
+            shutdown_rx,
+        )
+        .instrument(tracing::info_span!("agent", cluster = %name)),
+    );
+    Ok(AgentHandle {
+        tx,
+        shutdown: shutdown_tx,
+        task,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    mut core: AgentCore,
+    store: Arc<dyn Store>,
+    clock: Clock,
+    connector: Endpoint,
+    (parent, addr): (String, SocketAddr),
+    tx: mpsc::Sender<Input>,
+    mut rx: mpsc::Receiver<Input>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tasks = JoinSet::new();
+    tasks.spawn(upstream_loop(connector, parent, addr, tx));
+    let mut upstream: Option<(Connection, Sender<ChildToParent>)> = None;
+    let mut unsaved = Batch::default();
+    loop {
+        let deadline = core
+            .poll_timeout()
+            .map(|t| clock.deadline(t))
+            .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => break,
+            Some(input) = rx.recv() => {
+                let now = clock.now();
+                match input {
+                    Input::Upstream(UpstreamInput::Up { conn, sender }) => {
+                        tracing::info!(parent = %conn.remote_address(), "connected to parent");
+                        upstream = Some((conn, sender));
+                        core.upstream_connected(now);
+                    }
+                    Input::Upstream(UpstreamInput::Message(msg)) => core.upstream_message(now, msg),
+                    Input::Upstream(UpstreamInput::Down(why)) => {
+                        if upstream.take().is_some() {
+                            tracing::warn!(%why, "lost the parent; keeping the cluster in its last desired state");
+                        }
+                        core.upstream_gone();
+                    }
+                    Input::Query(q) => q(&mut core),
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => core.handle_timeout(clock.now()),
+        }
+        let now = clock.now();
+        unsaved.merge(core.process(now, clock.wall()));
+        if !unsaved.is_empty() {
+            let batch = std::mem::take(&mut unsaved);
+            let s = store.clone();
+            if let Err(e) = tokio::task::block_in_place(move || s.commit(batch)) {
+                tracing::error!(error = %e, "store commit failed; acknowledgements held back");
+                continue;
+            }
+        }
+        let (out, close) = core.transmit(now);
+        if let Some((_, sender)) = &upstream {
+            for msg in out {
+                if sender.send(msg).is_err() {
+                    break;
+                }
+            }
+        }
+        if let Some(error) = close
+            && let Some((conn, _)) = upstream.take()
+        {
+            tracing::warn!(code = ?error.code, reason = %error.reason, "closing the link to the parent");
+            conn.close(
+                VarInt::from_u32(close_code::PROTOCOL),
+                error.reason.as_bytes(),
+            );
+            core.upstream_gone();
+        }
+    }
+    if let Some((conn, _)) = upstream {
+        conn.close(
+            VarInt::from_u32(close_code::SHUTDOWN),
+            b"agent shutting down",
+        );
+    }
+    tasks.shutdown().await;
+}

@@ -1,0 +1,242 @@
+//! A root, a site relay and two agents with simulated clusters, in one process over
+//! real QUIC with mutual TLS on loopback: placement routing, status summaries, and an
+//! agent that keeps its cluster while its relay is gone.
+
+#![allow(clippy::unwrap_used)] // integration tests may unwrap
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
+use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
+use strata_protocol::model::{Cluster, Revision, Space};
+use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
+use strata_protocol::sync::SessionConfig;
+use strata_protocol::wire::Change;
+use strata_relay::certs::Ca;
+use strata_relay::node::clock::Clock;
+use strata_relay::node::runtime::{self as node, NodeHandle, NodeParts};
+use strata_relay::objects::{parse_manifests, to_object};
+use strata_relay::store::{MemStore, Store};
+use strata_relay::tls::{self, Identity};
+use strata_relay::transport;
+
+fn identity(dir: &Path, ca: &Ca, name: &str) -> Identity {
+    let (cert, key) = ca.issue(name).unwrap().write_to(dir).unwrap();
+    let ca_path = dir.join("ca.crt");
+    std::fs::write(&ca_path, ca.cert_pem()).unwrap();
+    Identity::load(&cert, &key, &ca_path).unwrap()
+}
+
+fn start_node(
+    dir: &Path,
+    ca: &Ca,
+    name: &str,
+    parent: Option<(&str, SocketAddr)>,
+    children: &[&str],
+    store: MemStore,
+) -> (NodeHandle, SocketAddr) {
+    let id = identity(dir, ca, name);
+    let listener = transport::server_endpoint(
+        "127.0.0.1:0".parse().unwrap(),
+        tls::server_config(&id).unwrap(),
+        [name.len() as u8; 32],
+    )
+    .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connector = parent.map(|_| {
+        transport::client_endpoint(
+            "127.0.0.1:0".parse().unwrap(),
+            tls::client_config(&id).unwrap(),
+        )
+        .unwrap()
+    });
+    let handle = node::start(NodeParts {
+        name: name.into(),
+        labels: BTreeMap::new(),
+        children: children.iter().map(|c| (*c).to_owned()).collect(),
+        parent: parent.map(|(n, a)| (n.to_owned(), a)),
+        store: Arc::new(store) as Arc<dyn Store>,
+        listener: Some(listener),
+        connector,
+        sessions: SessionConfig::default(),
+        summary_interval: Duration::from_millis(100),
+        clock: Clock::start(),
+        run: rand_run(name),
+    })
+    .unwrap();
+    (handle, addr)
+}
+
+fn rand_run(name: &str) -> u64 {
+    name.bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+        ^ u64::from(std::process::id())
+}
+
+fn start_agent(dir: &Path, ca: &Ca, name: &str, role: &str, parent: SocketAddr) -> AgentHandle {
+    let id = identity(dir, ca, name);
+    let connector = transport::client_endpoint(
+        "127.0.0.1:0".parse().unwrap(),
+        tls::client_config(&id).unwrap(),
+    )
+    .unwrap();
+    agent::start(AgentParts {
+        cluster: Cluster {
+            name: name.into(),
+            labels: [("role".to_owned(), role.to_owned())].into(),
+            properties: BTreeMap::new(),
+            path: vec![],
+        },
+        parent: ("site-1".into(), parent),
+        store: Arc::new(MemStore::new(rand_run(name))),
+        connector,
+        backend: Box::new(SimulatedCluster::new(SimulatedConfig {
+            ready_delay: Duration::from_millis(200),
+            fail_all: None,
+        })),
+        clock: Clock::start(),
+        run: rand_run(name),
+    })
+    .unwrap()
+}
+
+const APP: &str = "
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: pos, namespace: pos, labels: { app: pos } }
+spec: { replicas: 2 }
+---
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: pos-app }
+spec:
+  objects: [ { kinds: [Deployment], selector: { matchLabels: { app: pos } } } ]
+  clusters: { selector: { matchLabels: { role: pos } } }
+";
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..400 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placement_reaches_only_selected_clusters_and_status_comes_back_summarized() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::generate("test").unwrap();
+    let (root, root_addr) = start_node(
+        dir.path(),
+        &ca,
+        "center",
+        None,
+        &["site-1"],
+        MemStore::new(11),
+    );
+    let (site, site_addr) = start_node(
+        dir.path(),
+        &ca,
+        "site-1",
+        Some(("center", root_addr)),
+        &["pos-1", "kiosk-1"],
+        MemStore::new(12),
+    );
+    let pos = start_agent(dir.path(), &ca, "pos-1", "pos", site_addr);
+    let kiosk = start_agent(dir.path(), &ca, "kiosk-1", "kiosk", site_addr);
+
+    // Inventory reaches the root before anything is placed.
+    eventually("the root knows both clusters", || async {
+        root.query(|c| c.reports().clusters().count()).await == Some(2)
+    })
+    .await;
+
+    let manifests = parse_manifests(APP, &Space::default_space()).unwrap();
+    root.query(move |c| {
+        let rev = Revision(c.log().head().next().0);
+        let changes = manifests
+            .iter()
+            .map(|m| Change::Upsert(to_object(m, rev)))
+            .collect();
+        c.apply(changes).unwrap();
+    })
+    .await
+    .unwrap();
+
+    eventually("pos-1 holds the deployment", || async {
+        pos.query(|a| a.log().live().any(|o| o.key().kind == "Deployment"))
+            .await
+            == Some(true)
+    })
+    .await;
+
+    let placement = root
+        .query(|c| c.placements().to_vec())
+        .await
+        .unwrap()
+        .into_iter()
+        .next()
+        .unwrap();
+    let key = root
+        .query(|c| {
+            c.log()
+                .live()
+                .find(|o| o.key().kind == "Deployment")
+                .unwrap()
+                .key()
+                .clone()
+        })
+        .await
+        .unwrap();
+    eventually(
+        "the root's summary shows the deployment available on one cluster",
+        || {
+            let placement = placement.clone();
+            let key = key.clone();
+            async {
+                let s = root
+                    .query(move |c| c.reports().summarize(&placement, &key))
+                    .await
+                    .unwrap();
+                s.expected == 1 && s.health.available == 1
+            }
+        },
+    )
+    .await;
+
+    // The kiosk never received the deployment (nor the placement: agents do not route).
+    let kiosk_objects = kiosk.query(|a| a.log().live().count()).await.unwrap();
+    assert_eq!(kiosk_objects, 0, "an unselected cluster received objects");
+    let site_has_placement = site
+        .query(|c| {
+            c.log()
+                .live()
+                .any(|o| o.key().group == STRATA_GROUP && o.key().kind == PLACEMENT_KIND)
+        })
+        .await
+        .unwrap();
+    assert!(site_has_placement, "relays route with the placements");
+
+    // The site relay goes away: the agent keeps its cluster as it was.
+    site.shutdown().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let still = pos.query(|a| a.log().live().count()).await.unwrap();
+    assert_eq!(
+        still, 1,
+        "the agent dropped its desired state when its parent left"
+    );
+
+    pos.shutdown().await;
+    kiosk.shutdown().await;
+    root.shutdown().await.unwrap();
+}

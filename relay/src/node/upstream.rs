@@ -1,0 +1,107 @@
+//! The link to a parent, kept up for as long as the node runs.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use quinn::{Connection, Endpoint};
+use strata_protocol::codec::DEFAULT_MAX_FRAME;
+use strata_protocol::wire::{ChildToParent, ParentToChild};
+use tokio::sync::mpsc;
+
+use crate::transport::{self, Sender};
+
+/// What the upstream task tells its node.
+#[derive(Debug)]
+pub enum UpstreamInput {
+    /// Connected (TLS verified the parent's name).
+    Up {
+        /// The connection.
+        conn: Connection,
+        /// Where to send messages for the parent.
+        sender: Sender<ChildToParent>,
+    },
+    /// A message from the parent.
+    Message(ParentToChild),
+    /// The connection is gone, and why.
+    Down(String),
+}
+
+/// Reconnects to the parent for as long as the node runs: exponential backoff with full
+/// jitter, reset after a connection that lasted.
+pub async fn upstream_loop<T: From<UpstreamInput> + Send + 'static>(
+    connector: Endpoint,
+    name: String,
+    addr: SocketAddr,
+    tx: mpsc::Sender<T>,
+) {
+    let mut backoff = Backoff::new();
+    loop {
+        match transport::connect(&connector, addr, &name).await {
+            Ok(conn) => {
+                let started = tokio::time::Instant::now();
+                let (sender, mut receiver) = transport::split::<ChildToParent, ParentToChild>(
+                    conn.clone(),
+                    DEFAULT_MAX_FRAME,
+                );
+                if tx
+                    .send(UpstreamInput::Up { conn, sender }.into())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                let why = loop {
+                    match receiver.recv().await {
+                        Ok(msg) => {
+                            if tx.send(UpstreamInput::Message(msg).into()).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => break e.to_string(),
+                    }
+                };
+                if tx.send(UpstreamInput::Down(why).into()).await.is_err() {
+                    return;
+                }
+                if started.elapsed() > Duration::from_secs(10) {
+                    backoff = Backoff::new();
+                }
+            }
+            Err(e) => tracing::info!(error = %e, "cannot reach the parent"),
+        }
+        tokio::time::sleep(backoff.next()).await;
+    }
+}
+
+/// Exponential backoff with full jitter: a uniform wait between zero and a cap that
+/// doubles from 200 ms to 10 s.
+#[derive(Debug)]
+struct Backoff {
+    cap: Duration,
+    seed: u64,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        use ring::rand::SecureRandom;
+        let mut b = [0u8; 8];
+        let _ = ring::rand::SystemRandom::new().fill(&mut b);
+        Backoff {
+            cap: Duration::from_millis(200),
+            seed: u64::from_be_bytes(b) | 1,
+        }
+    }
+
+    fn next(&mut self) -> Duration {
+        // xorshift64: the jitter only has to spread reconnect storms.
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        let cap_ms = u64::try_from(self.cap.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let wait = Duration::from_millis(self.seed % cap_ms);
+        self.cap = (self.cap * 2).min(Duration::from_secs(10));
+        wait
+    }
+}
