@@ -23,6 +23,8 @@ pub struct AgentCore {
     statuses: BTreeMap<ObjectKey, Status>,
     batch: Batch,
     close_upstream: Option<SessionError>,
+    /// Whether everything was reported since this run started.
+    reported_this_run: bool,
 }
 
 impl std::fmt::Debug for AgentCore {
@@ -55,6 +57,7 @@ impl AgentCore {
             statuses: BTreeMap::new(),
             batch: Batch::default(),
             close_upstream: None,
+            reported_this_run: false,
         };
         let objects: Vec<_> = core.log.live().cloned().collect();
         for o in objects {
@@ -125,7 +128,13 @@ impl AgentCore {
         while let Some(event) = self.link.poll_event() {
             match event {
                 LinkEvent::Connected { incarnation, .. } => {
-                    if self.upstream.parent_incarnation != Some(incarnation) {
+                    // Report everything again when the parent may not hold it: it is
+                    // a new parent (lost its state), or this is our first connection in
+                    // this run (the parent forgets a child's reports when it restarts).
+                    if self.upstream.parent_incarnation != Some(incarnation)
+                        || !self.reported_this_run
+                    {
+                        self.reported_this_run = true;
                         self.upstream.parent_incarnation = Some(incarnation);
                         self.batch.upstream = Some(self.upstream.clone());
                         let report = self.cluster_report();

@@ -5,10 +5,12 @@
 //!
 //! * [`backend`]: the [`backend::ClusterBackend`] trait every cluster kind implements.
 //! * [`simulated`]: a simulated cluster (a fake, for demos, tests and benchmarks).
+//! * [`config`]: the agent's configuration file.
 //! * [`core`]: the agent's sync core (link, desired state, cluster), no I/O.
 //! * [`runtime`]: the tasks that drive it.
 
 pub mod backend;
+pub mod config;
 pub mod core;
 pub mod runtime;
 pub mod simulated;

@@ -3,21 +3,29 @@
 //!
 //! # Layout
 //!
+//! * [`api`]: the root's HTTPS user API (bearer tokens).
+//! * [`cli`]: the `relay` command line.
 //! * [`certs`]: issuing the hierarchy's CA and node certificates (rcgen).
+//! * [`client`]: the CLI's HTTPS client of the API.
 //! * [`config`]: the node configuration file, validated with every fault named.
 //! * [`node`]: a node's sync core and the tasks driving it.
 //! * [`objects`]: user manifests (any Kubernetes object, placements) into objects.
 //! * [`transport`]: QUIC endpoints and framed messages, one stream per class.
 //! * [`tls`]: mutual TLS (rustls, ring) and the peer's node name.
+//! * [`serve`]: `relay serve`: a node from its configuration file until a signal.
 //! * [`store`]: the durable [`store::Store`] (sled, or in memory for tests).
 //!
 //! Under construction (issue 3): the protocol core it drives is
 //! [`strata_protocol::sync`].
 
+pub mod api;
 pub mod certs;
+pub mod cli;
+pub mod client;
 pub mod config;
 pub mod node;
 pub mod objects;
+pub mod serve;
 pub mod store;
 pub mod tls;
 pub mod transport;

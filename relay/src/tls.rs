@@ -141,3 +141,38 @@ pub fn peer_node_name(conn: &quinn::Connection) -> Result<String, TlsError> {
         .map(str::to_owned)
         .ok_or_else(|| TlsError::Peer("the certificate names no node (no DNS name)".into()))
 }
+
+/// TLS for the root's user API: the root's certificate, no client certificate required
+/// (clients authenticate with bearer tokens), HTTP/1.1.
+pub fn api_server_config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(id.certs.clone(), id.key.clone_key())
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// TLS for API clients: the root verified against the CA, no client certificate.
+pub fn api_client_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let pem = std::fs::read(ca).map_err(|e| file_err(ca, format!("cannot read: {e}")))?;
+    let mut roots = RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(&pem) {
+        let c = c.map_err(|e| file_err(ca, format!("not a PEM certificate: {e}")))?;
+        roots
+            .add(c)
+            .map_err(|e| file_err(ca, format!("unusable CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(file_err(ca, "holds no CA certificate"));
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}

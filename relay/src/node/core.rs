@@ -78,6 +78,8 @@ pub struct NodeCore {
     /// Objects whose summaries may have changed.
     dirty: BTreeSet<ObjectKey>,
     routes_stale: bool,
+    /// Whether everything was reported upward since this run started.
+    reported_this_run: bool,
     summary_interval: Duration,
     next_summary: Instant,
     batch: Batch,
@@ -134,6 +136,7 @@ impl NodeCore {
             sent: BTreeMap::new(),
             dirty: BTreeSet::new(),
             routes_stale: true,
+            reported_this_run: false,
             summary_interval: setup.summary_interval,
             next_summary: now,
             batch: Batch::default(),
@@ -366,7 +369,13 @@ impl NodeCore {
         while let Some(event) = link.poll_event() {
             match event {
                 LinkEvent::Connected { incarnation, .. } => {
-                    if self.upstream_state.parent_incarnation != Some(incarnation) {
+                    // Report everything again when the parent may not hold it: it is
+                    // a new parent (lost its state), or this is our first connection in
+                    // this run (the parent forgets a child's reports when it restarts).
+                    if self.upstream_state.parent_incarnation != Some(incarnation)
+                        || !self.reported_this_run
+                    {
+                        self.reported_this_run = true;
                         // The parent does not know what we reported: report it all.
                         self.upstream_state.parent_incarnation = Some(incarnation);
                         self.batch.upstream = Some(self.upstream_state.clone());

@@ -71,13 +71,20 @@ pub type Query = Box<dyn FnOnce(&mut NodeCore) + Send>;
 /// A running node.
 #[derive(Debug)]
 pub struct NodeHandle {
-    queries: mpsc::Sender<Input>,
+    client: NodeClient,
     shutdown: watch::Sender<bool>,
     task: tokio::task::JoinHandle<Result<(), NodeError>>,
 }
 
-impl NodeHandle {
-    /// Runs `f` on the core's state inside the core task and returns its result.
+/// A cloneable way to ask a running node things (the API uses it).
+#[derive(Debug, Clone)]
+pub struct NodeClient {
+    queries: mpsc::Sender<Input>,
+}
+
+impl NodeClient {
+    /// Runs `f` on the core's state inside the core task and returns its result;
+    /// `None` once the node has stopped.
     pub async fn query<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut NodeCore) -> T + Send + 'static,
@@ -88,6 +95,21 @@ impl NodeHandle {
         });
         self.queries.send(Input::Query(q)).await.ok()?;
         rx.await.ok()
+    }
+}
+
+impl NodeHandle {
+    /// Runs `f` on the core's state inside the core task and returns its result.
+    pub async fn query<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut NodeCore) -> T + Send + 'static,
+    ) -> Option<T> {
+        self.client.query(f).await
+    }
+
+    /// A cloneable client of this node.
+    pub fn client(&self) -> NodeClient {
+        self.client.clone()
     }
 
     /// Stops the node: children and parent are told, tasks end, the store is flushed.
@@ -185,7 +207,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
     let span = tracing::info_span!("node", node = %parts.name);
     let task = tokio::spawn(drive(parts, core, tx.clone(), rx, shutdown_rx).instrument(span));
     Ok(NodeHandle {
-        queries: tx,
+        client: NodeClient { queries: tx },
         shutdown: shutdown_tx,
         task,
     })

@@ -1,0 +1,132 @@
+//! The agent's configuration file (`agent run --config FILE`): which cluster, which
+//! parent, which certificates, where to keep state, and the cluster backend.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use strata_relay::config::{ParentConfig, TlsFiles, check_node_name};
+
+/// An agent's configuration, validated.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The cluster's name (and the agent's node name, in its certificate).
+    pub cluster: String,
+    /// The cluster's labels.
+    pub labels: BTreeMap<String, String>,
+    /// The cluster's properties.
+    pub properties: BTreeMap<String, String>,
+    /// The parent relay.
+    pub parent: ParentConfig,
+    /// Certificate files.
+    pub tls: TlsFiles,
+    /// Where the desired state is kept.
+    pub data: PathBuf,
+    /// The simulated cluster's behaviour (the only backend today).
+    pub simulated: Simulated,
+}
+
+/// How the simulated cluster behaves.
+#[derive(Debug, Clone)]
+pub struct Simulated {
+    /// How long workloads take to become available.
+    pub ready_delay: Duration,
+    /// Every object fails with this reason, when set.
+    pub fail: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    cluster: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    properties: BTreeMap<String, String>,
+    parent: RawParent,
+    tls: RawTls,
+    data: PathBuf,
+    #[serde(default)]
+    simulated: Option<RawSimulated>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawParent {
+    name: String,
+    address: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSimulated {
+    #[serde(default)]
+    ready_delay_ms: Option<u64>,
+    #[serde(default)]
+    fail: Option<String>,
+}
+
+impl AgentConfig {
+    /// Reads and validates a configuration file; every fault names the file and field.
+    pub fn load(path: &Path) -> anyhow::Result<AgentConfig> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: cannot read the configuration file: {e}",
+                path.display()
+            )
+        })?;
+        let raw: Raw = serde_saphyr::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let mut faults = Vec::new();
+        if let Err(e) = check_node_name(&raw.cluster) {
+            faults.push(format!("cluster: {e}"));
+        }
+        if let Err(e) = check_node_name(&raw.parent.name) {
+            faults.push(format!("parent.name: {e}"));
+        }
+        let address: Option<SocketAddr> = raw.parent.address.parse().ok();
+        if address.is_none() {
+            faults.push(format!(
+                "parent.address: {:?} is not an address of the form IP:PORT",
+                raw.parent.address
+            ));
+        }
+        let (Some(address), true) = (address, faults.is_empty()) else {
+            anyhow::bail!("{}: {}", path.display(), faults.join("; "));
+        };
+        let simulated = raw.simulated.unwrap_or(RawSimulated {
+            ready_delay_ms: None,
+            fail: None,
+        });
+        Ok(AgentConfig {
+            cluster: raw.cluster,
+            labels: raw.labels,
+            properties: raw.properties,
+            parent: ParentConfig {
+                name: raw.parent.name,
+                address,
+            },
+            tls: TlsFiles {
+                cert: base.join(raw.tls.cert),
+                key: base.join(raw.tls.key),
+                ca: base.join(raw.tls.ca),
+            },
+            data: base.join(raw.data),
+            simulated: Simulated {
+                ready_delay: Duration::from_millis(simulated.ready_delay_ms.unwrap_or(500)),
+                fail: simulated.fail,
+            },
+        })
+    }
+}

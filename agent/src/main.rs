@@ -1,0 +1,96 @@
+//! The `agent` binary.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use strata_agent::config::AgentConfig;
+use strata_agent::runtime::{self, AgentParts};
+use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
+use strata_protocol::model::Cluster;
+use strata_relay::node::clock::Clock;
+use strata_relay::store::{SledStore, Store};
+use strata_relay::tls::{self, Identity};
+use strata_relay::transport;
+
+/// Strata agent: keeps one leaf cluster in the state its placements describe, reports
+/// how it is doing, and keeps enforcing that state while its parent is unreachable.
+#[derive(Debug, Parser)]
+#[command(name = "agent", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the agent until SIGTERM or SIGINT.
+    Run {
+        /// The agent's configuration file (YAML).
+        #[arg(long, short = 'c', value_name = "FILE")]
+        config: PathBuf,
+    },
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let Command::Run { config } = Cli::parse().command;
+    match run(&config).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(path: &std::path::Path) -> anyhow::Result<()> {
+    let config = AgentConfig::load(path)?;
+    let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
+    let store = SledStore::open(&config.data)?;
+    let connector =
+        transport::client_endpoint("0.0.0.0:0".parse()?, tls::client_config(&identity)?)?;
+    let handle = runtime::start(AgentParts {
+        cluster: Cluster {
+            name: config.cluster.clone(),
+            labels: config.labels.clone(),
+            properties: config.properties.clone(),
+            path: Vec::new(),
+        },
+        parent: (config.parent.name.clone(), config.parent.address),
+        store: Arc::new(store) as Arc<dyn Store>,
+        connector,
+        backend: Box::new(SimulatedCluster::new(SimulatedConfig {
+            ready_delay: config.simulated.ready_delay,
+            fail_all: config.simulated.fail.clone(),
+        })),
+        clock: Clock::start(),
+        run: strata_relay::serve::random_u64(),
+    })?;
+    tracing::info!(cluster = %config.cluster, parent = %config.parent.name, "agent started (simulated cluster)");
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    handle.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,418 @@
+//! The root's user API: HTTPS with bearer tokens, JSON out, YAML manifests in.
+//!
+//! | method | path | what |
+//! |---|---|---|
+//! | POST | `/spaces/{space}/apply` | apply a multi-document YAML body (all or nothing) |
+//! | POST | `/spaces/{space}/delete` | delete the objects a YAML body names |
+//! | DELETE | `/spaces/{space}/objects/{kind}/{name}[?namespace=NS]` | delete one object |
+//! | GET | `/spaces/{space}/objects?kind=K[&name=N]` | objects with per-placement summaries |
+//! | GET | `/clusters` | the inventory |
+//! | GET | `/status` | this node's links |
+//!
+//! Every request needs `Authorization: Bearer <token>` with a token from the tokens
+//! file; nothing is served anonymously.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use strata_protocol::model::{ObjectKey, Revision, Space};
+use strata_protocol::route::is_placement;
+use strata_protocol::wire::Change;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::{ApiConfig, NodeConfig};
+use crate::node::core::NodeCore;
+use crate::node::runtime::NodeClient;
+use crate::objects::{parse_manifests, to_object};
+use crate::tls::{self, Identity};
+
+/// Largest request body accepted.
+pub const MAX_BODY: usize = 16 << 20;
+
+struct Ctx {
+    tokens: Vec<String>,
+    node: NodeClient,
+}
+
+/// Starts serving the API; the returned task ends when aborted.
+pub fn spawn(
+    api: &ApiConfig,
+    config: &NodeConfig,
+    node: NodeClient,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let tokens: Vec<String> = std::fs::read_to_string(&api.tokens)
+        .map_err(|e| anyhow::anyhow!("{}: cannot read the API tokens: {e}", api.tokens.display()))?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect();
+    if tokens.is_empty() {
+        anyhow::bail!(
+            "{}: holds no token; the API serves no one anonymously",
+            api.tokens.display()
+        );
+    }
+    let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
+    let acceptor = TlsAcceptor::from(tls::api_server_config(&identity)?);
+    let std_listener = std::net::TcpListener::bind(api.listen)
+        .map_err(|e| anyhow::anyhow!("cannot bind the API on {}: {e}", api.listen))?;
+    std_listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(std_listener)?;
+    tracing::info!(listen = %api.listen, "user API serving");
+    let ctx = Arc::new(Ctx { tokens, node });
+    Ok(tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            let Ok((tcp, peer)) = listener.accept().await else {
+                continue;
+            };
+            let acceptor = acceptor.clone();
+            let ctx = ctx.clone();
+            conns.spawn(async move {
+                let tls = match acceptor.accept(tcp).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "API TLS handshake failed");
+                        return;
+                    }
+                };
+                let service = hyper::service::service_fn(move |req| {
+                    let ctx = ctx.clone();
+                    async move { Ok::<_, Infallible>(handle(req, &ctx).await) }
+                });
+                if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await
+                {
+                    tracing::debug!(%peer, error = %e, "API connection ended");
+                }
+            });
+            while conns.try_join_next().is_some() {}
+        }
+    }))
+}
+
+fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>> {
+    reply(status, json!({ "error": message.into() }))
+}
+
+async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Full<Bytes>> {
+    let authorized = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| {
+            ctx.tokens
+                .iter()
+                .any(|k| constant_time_eq(k.as_bytes(), t.as_bytes()))
+        });
+    if !authorized {
+        return error(StatusCode::UNAUTHORIZED, "missing or unknown bearer token");
+    }
+    let method = req.method().clone();
+    let path: Vec<String> = req
+        .uri()
+        .path()
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let query = parse_query(req.uri().query().unwrap_or(""));
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("body larger than {MAX_BODY} bytes or unreadable"),
+            );
+        }
+    };
+    let p: Vec<&str> = path.iter().map(String::as_str).collect();
+    match (&method, p.as_slice()) {
+        (&Method::POST, ["spaces", space, "apply"]) => apply(ctx, space, &body).await,
+        (&Method::POST, ["spaces", space, "delete"]) => delete_manifests(ctx, space, &body).await,
+        (&Method::DELETE, ["spaces", space, "objects", kind, name]) => {
+            let ns = query
+                .iter()
+                .find(|(k, _)| k == "namespace")
+                .map(|(_, v)| v.clone());
+            delete_one(ctx, space, kind, name, ns).await
+        }
+        (&Method::GET, ["spaces", space, "objects"]) => get_objects(ctx, space, &query).await,
+        (&Method::GET, ["clusters"]) => clusters(ctx).await,
+        (&Method::GET, ["status"]) => status(ctx).await,
+        _ => error(
+            StatusCode::NOT_FOUND,
+            format!("no such endpoint: {method} /{}", path.join("/")),
+        ),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn parse_query(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|s| !s.is_empty())
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_owned(), v.to_owned()),
+            None => (kv.to_owned(), String::new()),
+        })
+        .collect()
+}
+
+fn space_of(space: &str) -> Result<Space, Box<Response<Full<Bytes>>>> {
+    crate::config::check_node_name(space)
+        .map(|()| Space(space.to_owned()))
+        .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, format!("space: {e}"))))
+}
+
+async fn apply(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Full<Bytes>> {
+    let space = match space_of(space) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let text = match std::str::from_utf8(body) {
+        Ok(t) => t,
+        Err(_) => return error(StatusCode::BAD_REQUEST, "the body is not UTF-8 YAML"),
+    };
+    let manifests = match parse_manifests(text, &space) {
+        Ok(m) => m,
+        Err(errors) => {
+            let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            return reply(
+                StatusCode::BAD_REQUEST,
+                json!({ "error": "nothing was applied", "errors": errors }),
+            );
+        }
+    };
+    let result = ctx
+        .node
+        .query(move |core: &mut NodeCore| {
+            let rev = Revision(core.log().head().next().0);
+            let mut changes = Vec::new();
+            let mut unchanged = Vec::new();
+            for m in &manifests {
+                let object = to_object(m, rev);
+                match core.log().get(object.key()) {
+                    Some(held) if held.hash == object.hash => {
+                        unchanged.push(object.key().to_string())
+                    }
+                    _ => changes.push(Change::Upsert(object)),
+                }
+            }
+            let applied: Vec<String> = changes.iter().map(|c| c.key().to_string()).collect();
+            if changes.is_empty() {
+                return Ok((None, applied, unchanged));
+            }
+            core.apply(changes)
+                .map(|pos| (Some(pos.0), applied, unchanged))
+        })
+        .await;
+    match result {
+        Some(Ok((revision, applied, unchanged))) => reply(
+            StatusCode::OK,
+            json!({ "revision": revision, "applied": applied, "unchanged": unchanged }),
+        ),
+        Some(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
+    }
+}
+
+async fn delete_keys(ctx: &Ctx, keys: Vec<ObjectKey>) -> Response<Full<Bytes>> {
+    let result = ctx
+        .node
+        .query(move |core: &mut NodeCore| {
+            let present: Vec<ObjectKey> = keys
+                .into_iter()
+                .filter(|k| core.log().get(k).is_some())
+                .collect();
+            let names: Vec<String> = present.iter().map(ToString::to_string).collect();
+            if present.is_empty() {
+                return Ok((None, names));
+            }
+            core.apply(present.into_iter().map(Change::Delete).collect())
+                .map(|pos| (Some(pos.0), names))
+        })
+        .await;
+    match result {
+        Some(Ok((revision, deleted))) => reply(
+            StatusCode::OK,
+            json!({ "revision": revision, "deleted": deleted }),
+        ),
+        Some(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
+    }
+}
+
+async fn delete_manifests(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Full<Bytes>> {
+    let space = match space_of(space) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let Ok(text) = std::str::from_utf8(body) else {
+        return error(StatusCode::BAD_REQUEST, "the body is not UTF-8 YAML");
+    };
+    match parse_manifests(text, &space) {
+        Ok(m) => delete_keys(ctx, m.into_iter().map(|m| m.meta.key).collect()).await,
+        Err(errors) => {
+            let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            reply(
+                StatusCode::BAD_REQUEST,
+                json!({ "error": "nothing was deleted", "errors": errors }),
+            )
+        }
+    }
+}
+
+fn kind_matches(kind: &str, wanted: &str) -> bool {
+    let w = wanted.to_ascii_lowercase();
+    let k = kind.to_ascii_lowercase();
+    k == w || format!("{k}s") == w
+}
+
+async fn delete_one(
+    ctx: &Ctx,
+    space: &str,
+    kind: &str,
+    name: &str,
+    ns: Option<String>,
+) -> Response<Full<Bytes>> {
+    let space = match space_of(space) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let (kind, name) = (kind.to_owned(), name.to_owned());
+    let keys = ctx
+        .node
+        .query(move |core: &mut NodeCore| {
+            core.log()
+                .live()
+                .map(|o| o.key().clone())
+                .filter(|k| k.space == space && kind_matches(&k.kind, &kind) && k.name == name)
+                .filter(|k| ns.is_none() || k.namespace == ns)
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+    if keys.is_empty() {
+        return error(StatusCode::NOT_FOUND, "no such object");
+    }
+    delete_keys(ctx, keys).await
+}
+
+async fn get_objects(ctx: &Ctx, space: &str, query: &[(String, String)]) -> Response<Full<Bytes>> {
+    let space = match space_of(space) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let kind = query
+        .iter()
+        .find(|(k, _)| k == "kind")
+        .map(|(_, v)| v.clone());
+    let name = query
+        .iter()
+        .find(|(k, _)| k == "name")
+        .map(|(_, v)| v.clone());
+    let objects = ctx
+        .node
+        .query(move |core: &mut NodeCore| {
+            core.log()
+                .live()
+                .filter(|o| o.key().space == space)
+                .filter(|o| kind.as_ref().is_none_or(|k| kind_matches(&o.key().kind, k)))
+                .filter(|o| name.as_ref().is_none_or(|n| &o.key().name == n))
+                .map(|o| {
+                    let placements: Vec<Value> = core
+                        .placements()
+                        .iter()
+                        .filter(|p| !is_placement(&o.meta) && p.selects_object(&o.meta))
+                        .map(|p| {
+                            let s = core.reports().summarize(p, o.key());
+                            json!({
+                                "placement": p.name,
+                                "summary": serde_json::to_value(&s).unwrap_or(Value::Null),
+                                "silent": s.silent(),
+                            })
+                        })
+                        .collect();
+                    let body: Value = serde_json::from_slice(&o.body).unwrap_or(Value::Null);
+                    json!({
+                        "key": {
+                            "space": o.key().space.0, "group": o.key().group, "version": o.key().version,
+                            "kind": o.key().kind, "namespace": o.key().namespace, "name": o.key().name,
+                        },
+                        "revision": o.revision.0,
+                        "manifest": body,
+                        "placements": placements,
+                    })
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+    match objects {
+        Some(items) => reply(StatusCode::OK, json!({ "items": items })),
+        None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
+    }
+}
+
+async fn clusters(ctx: &Ctx) -> Response<Full<Bytes>> {
+    let items = ctx
+        .node
+        .query(|core: &mut NodeCore| {
+            core.reports()
+                .clusters()
+                .map(|c| json!({ "name": c.name, "path": c.path, "labels": c.labels, "properties": c.properties }))
+                .collect::<Vec<_>>()
+        })
+        .await;
+    match items {
+        Some(items) => reply(StatusCode::OK, json!({ "items": items })),
+        None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
+    }
+}
+
+async fn status(ctx: &Ctx) -> Response<Full<Bytes>> {
+    let s = ctx
+        .node
+        .query(|core: &mut NodeCore| {
+            let head = core.log().head().0;
+            let children: Vec<Value> = core
+                .children()
+                .map(|(name, acked)| {
+                    let position = acked.map(|c| c.position.0);
+                    json!({
+                        "name": name,
+                        "acked": position,
+                        "lag": position.map(|p| head.saturating_sub(p)),
+                        "clusters": core.reports().clusters_below(name).len(),
+                    })
+                })
+                .collect();
+            json!({ "node": core.name(), "head": head, "children": children })
+        })
+        .await;
+    match s {
+        Some(v) => reply(StatusCode::OK, v),
+        None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
+    }
+}

@@ -1,0 +1,374 @@
+//! The `relay` command line: run a node, or talk to the root's API.
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use hyper::{Method, StatusCode};
+use serde_json::Value;
+
+use crate::client::ApiClient;
+
+/// Strata relay: one binary at every tier of the hierarchy.
+///
+/// `relay serve` runs a node (root, regional or site relay) from its configuration file.
+/// The other commands talk to the root's API: apply manifests and placements, see where
+/// they are and how they are doing.
+#[derive(Debug, Parser)]
+#[command(name = "relay", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one node until SIGTERM or SIGINT.
+    Serve {
+        /// The node's configuration file (YAML).
+        #[arg(long, short = 'c', value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Apply manifests (any Kubernetes objects and Placements) to a space. A bad
+    /// document is rejected with its index and field, and nothing is applied.
+    Apply {
+        /// A YAML file, a directory of them, or - for standard input.
+        #[arg(short = 'f', long = "filename", value_name = "FILE|DIR|-")]
+        file: String,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Delete what a file names, or one object by kind and name.
+    Delete {
+        /// A YAML file, a directory of them, or -.
+        #[arg(short = 'f', long = "filename", value_name = "FILE|DIR|-", conflicts_with_all = ["kind", "name"])]
+        file: Option<String>,
+        /// Kind (e.g. deployment).
+        kind: Option<String>,
+        /// Name.
+        name: Option<String>,
+        /// Namespace of the object.
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Show objects with their rollout and status summary per placement.
+    Get {
+        /// Kind (e.g. deployment, configmap, placement).
+        kind: String,
+        /// Name; all objects of the kind when omitted.
+        name: Option<String>,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Show the clusters the root knows, by relay path.
+    Clusters {
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Show the root's links to its children.
+    Status {
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+}
+
+/// Output formats of `get`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Output {
+    /// A table.
+    Table,
+    /// The table with error samples and versions.
+    Wide,
+    /// YAML.
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+/// How to reach the root's API.
+#[derive(Debug, Args)]
+pub struct ApiArgs {
+    /// The API's address.
+    #[arg(long, env = "STRATA_SERVER", default_value = "127.0.0.1:8443")]
+    pub server: SocketAddr,
+    /// The root's node name, which its certificate must carry.
+    #[arg(long, env = "STRATA_SERVER_NAME", default_value = "center")]
+    pub server_name: String,
+    /// The hierarchy's CA certificate.
+    #[arg(long, env = "STRATA_CA", value_name = "FILE")]
+    pub ca: PathBuf,
+    /// A bearer token from the root's tokens file.
+    #[arg(long, env = "STRATA_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// The space.
+    #[arg(long, env = "STRATA_SPACE", default_value = "default")]
+    pub space: String,
+}
+
+impl ApiArgs {
+    fn client(&self) -> anyhow::Result<ApiClient> {
+        ApiClient::new(self.server, &self.server_name, &self.ca, &self.token)
+    }
+}
+
+/// Runs a command.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve { config } => crate::serve::serve(&config).await,
+        Command::Apply { file, api } => {
+            let body = read_manifests(&file)?;
+            let v = call(
+                &api,
+                Method::POST,
+                &format!("/spaces/{}/apply", api.space),
+                Some(body),
+            )
+            .await?;
+            for k in v["applied"].as_array().into_iter().flatten() {
+                println!("applied   {}", k.as_str().unwrap_or_default());
+            }
+            for k in v["unchanged"].as_array().into_iter().flatten() {
+                println!("unchanged {}", k.as_str().unwrap_or_default());
+            }
+            if let Some(rev) = v["revision"].as_u64() {
+                println!("revision {rev}");
+            }
+            Ok(())
+        }
+        Command::Delete {
+            file,
+            kind,
+            name,
+            namespace,
+            api,
+        } => {
+            let v = match (file, kind, name) {
+                (Some(file), _, _) => {
+                    let body = read_manifests(&file)?;
+                    call(
+                        &api,
+                        Method::POST,
+                        &format!("/spaces/{}/delete", api.space),
+                        Some(body),
+                    )
+                    .await?
+                }
+                (None, Some(kind), Some(name)) => {
+                    let mut path = format!("/spaces/{}/objects/{kind}/{name}", api.space);
+                    if let Some(ns) = namespace {
+                        path.push_str(&format!("?namespace={ns}"));
+                    }
+                    call(&api, Method::DELETE, &path, None).await?
+                }
+                _ => anyhow::bail!("give -f FILE, or KIND and NAME"),
+            };
+            for k in v["deleted"].as_array().into_iter().flatten() {
+                println!("deleted {}", k.as_str().unwrap_or_default());
+            }
+            Ok(())
+        }
+        Command::Get {
+            kind,
+            name,
+            output,
+            api,
+        } => {
+            let mut path = format!("/spaces/{}/objects?kind={kind}", api.space);
+            if let Some(n) = &name {
+                path.push_str(&format!("&name={n}"));
+            }
+            let v = call(&api, Method::GET, &path, None).await?;
+            let items = v["items"].as_array().cloned().unwrap_or_default();
+            if name.is_some() && items.is_empty() {
+                anyhow::bail!(
+                    "{kind} {:?} not found in space {:?}",
+                    name.unwrap_or_default(),
+                    api.space
+                );
+            }
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&items)?),
+                Output::Yaml => print!("{}", serde_saphyr::to_string(&items)?),
+                Output::Table | Output::Wide => {
+                    print!("{}", table(&items, matches!(output, Output::Wide)))
+                }
+            }
+            Ok(())
+        }
+        Command::Clusters { api } => {
+            let v = call(&api, Method::GET, "/clusters", None).await?;
+            let mut items = v["items"].as_array().cloned().unwrap_or_default();
+            items.sort_by_key(path_of);
+            println!("{:<40} {:<30} LABELS", "PATH", "CLUSTER");
+            for c in items {
+                let labels: Vec<String> = c["labels"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                    .collect();
+                println!(
+                    "{:<40} {:<30} {}",
+                    path_of(&c),
+                    c["name"].as_str().unwrap_or_default(),
+                    labels.join(",")
+                );
+            }
+            Ok(())
+        }
+        Command::Status { api } => {
+            let v = call(&api, Method::GET, "/status", None).await?;
+            println!(
+                "{}  root  rev {}",
+                v["node"].as_str().unwrap_or_default(),
+                v["head"]
+            );
+            let children = v["children"].as_array().cloned().unwrap_or_default();
+            for (i, c) in children.iter().enumerate() {
+                let branch = if i + 1 == children.len() {
+                    "└─"
+                } else {
+                    "├─"
+                };
+                println!(
+                    "{branch} {:<16} up   lag {:<6} clusters {}",
+                    c["name"].as_str().unwrap_or_default(),
+                    c["lag"].as_u64().map_or("?".into(), |l| l.to_string()),
+                    c["clusters"]
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn path_of(c: &Value) -> String {
+    c["path"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+async fn call(
+    api: &ApiArgs,
+    method: Method,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> anyhow::Result<Value> {
+    let (status, v) = api.client()?.request(method, path, body).await?;
+    if status == StatusCode::OK {
+        return Ok(v);
+    }
+    let mut message = format!(
+        "{status}: {}",
+        v["error"].as_str().unwrap_or("request refused")
+    );
+    for e in v["errors"].as_array().into_iter().flatten() {
+        message.push_str(&format!("\n  {}", e.as_str().unwrap_or_default()));
+    }
+    anyhow::bail!(message)
+}
+
+/// Reads a file, every *.yaml / *.yml of a directory (sorted, as separate documents),
+/// or standard input.
+fn read_manifests(source: &str) -> anyhow::Result<Vec<u8>> {
+    if source == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading standard input")?;
+        return Ok(s.into_bytes());
+    }
+    let path = Path::new(source);
+    if path.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            .with_context(|| format!("{source}: cannot list"))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+            .collect();
+        files.sort();
+        let mut out = String::new();
+        for f in files {
+            out.push_str("---\n");
+            out.push_str(
+                &std::fs::read_to_string(&f)
+                    .with_context(|| format!("{}: cannot read", f.display()))?,
+            );
+            out.push('\n');
+        }
+        return Ok(out.into_bytes());
+    }
+    std::fs::read(path).with_context(|| format!("{source}: cannot read"))
+}
+
+fn table(items: &[Value], wide: bool) -> String {
+    let mut out = format!(
+        "{:<24} {:<12} {:<16} {:>5} {:>8} {:>7} {:>9} {:>6} {:>11}  OLDEST-REPORT\n",
+        "NAME",
+        "NAMESPACE",
+        "PLACEMENT",
+        "REV",
+        "CLUSTERS",
+        "APPLIED",
+        "AVAILABLE",
+        "FAILED",
+        "UNREACHABLE"
+    );
+    for item in items {
+        let name = item["key"]["name"].as_str().unwrap_or_default();
+        let ns = item["key"]["namespace"].as_str().unwrap_or("-");
+        let rev = item["revision"].as_u64().unwrap_or(0);
+        let placements = item["placements"].as_array().cloned().unwrap_or_default();
+        if placements.is_empty() {
+            out.push_str(&format!("{name:<24} {ns:<12} {:<16} {rev:>5}\n", "<none>"));
+        }
+        for p in placements {
+            let s = &p["summary"];
+            let oldest = s["oldest_report"]
+                .as_u64()
+                .map_or("-".to_owned(), |t| t.to_string());
+            out.push_str(&format!(
+                "{name:<24} {ns:<12} {:<16} {rev:>5} {:>8} {:>7} {:>9} {:>6} {:>11}  {oldest}\n",
+                p["placement"].as_str().unwrap_or_default(),
+                s["expected"],
+                s["reporting"],
+                s["health"]["available"],
+                s["health"]["failed"],
+                p["silent"],
+            ));
+            let samples = s["error_samples"].as_array().cloned().unwrap_or_default();
+            if !samples.is_empty() {
+                let shown: Vec<String> = samples
+                    .iter()
+                    .take(if wide { 5 } else { 3 })
+                    .map(|e| {
+                        format!(
+                            "{} ({})",
+                            e["cluster"].as_str().unwrap_or_default(),
+                            e["message"].as_str().unwrap_or_default()
+                        )
+                    })
+                    .collect();
+                out.push_str(&format!("  failed: {}\n", shown.join(", ")));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,121 @@
+//! `relay serve`: one node from its configuration file, until SIGTERM or SIGINT.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use strata_protocol::sync::SessionConfig;
+
+use crate::config::NodeConfig;
+use crate::node::clock::Clock;
+use crate::node::runtime::{self, NodeHandle, NodeParts};
+use crate::store::{SledStore, Store};
+use crate::tls::{self, Identity};
+use crate::transport;
+
+/// How long a graceful shutdown may take before the process gives up on it.
+pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Starts the node a configuration describes.
+pub fn start_node(config: &NodeConfig) -> anyhow::Result<NodeHandle> {
+    let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
+    let store = SledStore::open(&config.data)?;
+    let secret = endpoint_secret(&config.data)?;
+    let listener = match config.listen {
+        Some(addr) => Some(transport::server_endpoint(
+            addr,
+            tls::server_config(&identity)?,
+            secret,
+        )?),
+        None => None,
+    };
+    let connector = match &config.parent {
+        Some(_) => Some(transport::client_endpoint(
+            "0.0.0.0:0".parse()?,
+            tls::client_config(&identity)?,
+        )?),
+        None => None,
+    };
+    let handle = runtime::start(NodeParts {
+        name: config.node.clone(),
+        labels: config.labels.clone(),
+        children: config.children.clone(),
+        parent: config.parent.as_ref().map(|p| (p.name.clone(), p.address)),
+        store: Arc::new(store) as Arc<dyn Store>,
+        listener,
+        connector,
+        sessions: SessionConfig::default(),
+        summary_interval: config.summary_interval,
+        clock: Clock::start(),
+        run: random_u64(),
+    })?;
+    Ok(handle)
+}
+
+/// Runs a node until SIGTERM or SIGINT, then shuts it down within the deadline.
+pub async fn serve(config_path: &Path) -> anyhow::Result<()> {
+    let config = NodeConfig::load(config_path)?;
+    let handle = start_node(&config)?;
+    tracing::info!(
+        node = %config.node,
+        listen = ?config.listen,
+        parent = ?config.parent.as_ref().map(|p| &p.name),
+        data = %config.data.display(),
+        "node started"
+    );
+    let api = match &config.api {
+        Some(api) => Some(crate::api::spawn(api, &config, handle.client())?),
+        None => None,
+    };
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    if let Some(api) = api {
+        api.abort();
+    }
+    match tokio::time::timeout(SHUTDOWN_DEADLINE, handle.shutdown()).await {
+        Ok(r) => r.context("node stopped with an error"),
+        Err(_) => anyhow::bail!("shutdown took longer than {SHUTDOWN_DEADLINE:?}; exiting anyway"),
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the node");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// The secret that keys stateless resets and connection IDs; kept in the data
+/// directory so it survives restarts.
+fn endpoint_secret(dir: &Path) -> anyhow::Result<[u8; 32]> {
+    let path = dir.join("endpoint.secret");
+    if let Ok(bytes) = std::fs::read(&path) {
+        return <[u8; 32]>::try_from(bytes.as_slice())
+            .map_err(|_| anyhow::anyhow!("{}: expected 32 bytes", path.display()));
+    }
+    use ring::rand::SecureRandom;
+    let mut secret = [0u8; 32];
+    ring::rand::SystemRandom::new()
+        .fill(&mut secret)
+        .map_err(|_| anyhow::anyhow!("the system random source failed"))?;
+    std::fs::write(&path, secret).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(secret)
+}
+
+/// A random u64 (run ids).
+pub fn random_u64() -> u64 {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 8];
+    let _ = ring::rand::SystemRandom::new().fill(&mut b);
+    u64::from_be_bytes(b)
+}
