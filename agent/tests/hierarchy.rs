@@ -39,6 +39,18 @@ fn start_node(
     children: &[&str],
     store: MemStore,
 ) -> (NodeHandle, SocketAddr) {
+    start_labelled(dir, ca, name, parent, children, store, &[])
+}
+
+fn start_labelled(
+    dir: &Path,
+    ca: &Ca,
+    name: &str,
+    parent: Option<(&str, SocketAddr)>,
+    children: &[&str],
+    store: MemStore,
+    labels: &[(&str, &str)],
+) -> (NodeHandle, SocketAddr) {
     let id = identity(dir, ca, name);
     let listener = transport::server_endpoint(
         "127.0.0.1:0".parse().unwrap(),
@@ -56,7 +68,10 @@ fn start_node(
     });
     let handle = node::start(NodeParts {
         name: name.into(),
-        labels: BTreeMap::new(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
         children: children.iter().map(|c| (*c).to_owned()).collect(),
         parent: parent.map(|(n, a)| (n.to_owned(), a)),
         store: Arc::new(store) as Arc<dyn Store>,
@@ -78,6 +93,17 @@ fn rand_run(name: &str) -> u64 {
 }
 
 fn start_agent(dir: &Path, ca: &Ca, name: &str, role: &str, parent: SocketAddr) -> AgentHandle {
+    start_agent_under(dir, ca, name, role, "site-1", parent)
+}
+
+fn start_agent_under(
+    dir: &Path,
+    ca: &Ca,
+    name: &str,
+    role: &str,
+    parent_name: &str,
+    parent: SocketAddr,
+) -> AgentHandle {
     let id = identity(dir, ca, name);
     let connector = transport::client_endpoint(
         "127.0.0.1:0".parse().unwrap(),
@@ -91,7 +117,7 @@ fn start_agent(dir: &Path, ca: &Ca, name: &str, role: &str, parent: SocketAddr) 
             properties: BTreeMap::new(),
             path: vec![],
         },
-        parent: ("site-1".into(), parent),
+        parent: (parent_name.into(), parent),
         store: Arc::new(MemStore::new(rand_run(name))),
         connector,
         backend: Box::new(SimulatedCluster::new(SimulatedConfig {
@@ -238,5 +264,89 @@ async fn a_placement_reaches_only_selected_clusters_and_status_comes_back_summar
 
     pos.shutdown().await;
     kiosk.shutdown().await;
+    root.shutdown().await.unwrap();
+}
+
+const REGIONAL: &str = "
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: settings, namespace: shop, labels: { app: shop } }
+data: { a: b }
+---
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: shop }
+spec:
+  objects: [ { selector: { matchLabels: { app: shop } } } ]
+  clusters: { selector: { matchLabels: { region: eu } } }
+";
+
+/// A label set on a regional relay selects every cluster below it, through the site
+/// relays that never had it in their own configuration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_inherited_from_a_region_select_clusters_at_every_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::generate("test").unwrap();
+    let (root, root_addr) = start_node(dir.path(), &ca, "center", None, &["eu"], MemStore::new(21));
+    let (region, region_addr) = start_labelled(
+        dir.path(),
+        &ca,
+        "eu",
+        Some(("center", root_addr)),
+        &["eu-1", "eu-2"],
+        MemStore::new(22),
+        &[("region", "eu")],
+    );
+    let mut sites = Vec::new();
+    let mut agents = Vec::new();
+    for s in ["eu-1", "eu-2"] {
+        let clusters = [format!("{s}-a"), format!("{s}-b")];
+        let names: Vec<&str> = clusters.iter().map(String::as_str).collect();
+        let (site, site_addr) = start_node(
+            dir.path(),
+            &ca,
+            s,
+            Some(("eu", region_addr)),
+            &names,
+            MemStore::new(23),
+        );
+        for c in &clusters {
+            agents.push((
+                c.clone(),
+                start_agent_under(dir.path(), &ca, c, "store", s, site_addr),
+            ));
+        }
+        sites.push(site);
+    }
+    eventually("the root knows all four clusters", || async {
+        root.query(|c| c.reports().clusters().count()).await == Some(4)
+    })
+    .await;
+    let manifests = parse_manifests(REGIONAL, &Space::default_space()).unwrap();
+    root.query(move |c| {
+        let rev = Revision(c.log().head().next().0);
+        c.apply(
+            manifests
+                .iter()
+                .map(|m| Change::Upsert(to_object(m, rev)))
+                .collect(),
+        )
+        .unwrap();
+    })
+    .await
+    .unwrap();
+    for (name, agent) in &agents {
+        eventually(&format!("{name} holds the config map"), || async {
+            agent.query(|a| a.log().live().count()).await == Some(1)
+        })
+        .await;
+    }
+    for (_, a) in agents {
+        a.shutdown().await;
+    }
+    for s in sites {
+        s.shutdown().await.unwrap();
+    }
+    region.shutdown().await.unwrap();
     root.shutdown().await.unwrap();
 }

@@ -5,31 +5,20 @@
 //! summarized; a site relay killed with SIGKILL and restarted resumes from its store
 //! and its subtree converges to changes made meanwhile; graceful shutdown on SIGTERM.
 
-#![allow(clippy::unwrap_used)] // integration tests may unwrap
+#![allow(clippy::unwrap_used)]
+// integration tests may unwrap
 // A synchronous test driving processes: there is no runtime for a sleep to block.
 #![allow(clippy::disallowed_methods)]
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::bin;
 use serde_json::Value;
 use strata_relay::certs::Ca;
-
-fn bin(name: &str) -> PathBuf {
-    let agent = PathBuf::from(env!("CARGO_BIN_EXE_agent"));
-    let path = agent.with_file_name(name);
-    if name != "agent" && !path.exists() {
-        // `cargo test --workspace` builds every binary; a narrower run may not have.
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "strata-relay", "--bin", "relay"])
-            .status()
-            .unwrap();
-        assert!(status.success(), "could not build the relay binary");
-    }
-    path
-}
 
 fn free_port() -> u16 {
     // Both protocols free on one port number: QUIC (UDP) for children, TCP for the API.

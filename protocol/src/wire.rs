@@ -7,6 +7,8 @@
 //! Every message belongs to a [`StreamClass`], so that drivers can carry heartbeats on a
 //! stream that never waits behind bulk downsync data.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Cluster, Cursor, Object, ObjectKey, Position, Status};
@@ -89,6 +91,10 @@ pub struct Welcome {
     /// Identifies the parent's durable state. A child that sees a new incarnation
     /// reports everything again: what it reported before may be gone.
     pub incarnation: u64,
+    /// Labels the parent and its ancestors give every cluster below them. A relay routes
+    /// and summarizes with them, so that placements selecting, say, `region` work at
+    /// every tier, not only where the label was set.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Why a session is refused or closed. Sent in [`ParentToChild::Refuse`] and in

@@ -252,6 +252,7 @@ fn open_link() -> ParentLink {
             heartbeat_ms: 1000,
             idle_timeout_ms: 3000,
             incarnation: 9,
+            labels: BTreeMap::new(),
         }),
     );
     link

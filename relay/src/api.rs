@@ -22,7 +22,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use strata_protocol::model::{ObjectKey, Revision, Space};
 use strata_protocol::route::is_placement;
-use strata_protocol::wire::Change;
+use strata_protocol::wire::{Change, ReportKey, ReportValue};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -348,10 +348,26 @@ async fn get_objects(ctx: &Ctx, space: &str, query: &[(String, String)]) -> Resp
                         .filter(|p| !is_placement(&o.meta) && p.selects_object(&o.meta))
                         .map(|p| {
                             let s = core.reports().summarize(p, o.key());
+                            // What each child reported for its subtree.
+                            let by_child: Vec<Value> = core
+                                .reports()
+                                .iter()
+                                .filter_map(|((child, key), value)| match (key, value) {
+                                    (
+                                        ReportKey::Summary { placement, object },
+                                        ReportValue::Summary(sum),
+                                    ) if placement == &p.name && object == o.key() => Some(json!({
+                                        "child": child,
+                                        "summary": serde_json::to_value(sum).unwrap_or(Value::Null),
+                                    })),
+                                    _ => None,
+                                })
+                                .collect();
                             json!({
                                 "placement": p.name,
                                 "summary": serde_json::to_value(&s).unwrap_or(Value::Null),
                                 "silent": s.silent(),
+                                "by_child": by_child,
                             })
                         })
                         .collect();

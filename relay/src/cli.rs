@@ -33,6 +33,14 @@ pub enum Command {
         #[arg(long, short = 'c', value_name = "FILE")]
         config: PathBuf,
     },
+    /// Start a demo hierarchy on this machine (root, 2 regions, 3 sites each, 4 simulated
+    /// clusters per site, all separate processes), roll out a sample app to one region,
+    /// move it to the other, and stop.
+    Demo {
+        /// Keep the demo's files (certificates, configs, stores, logs) here.
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+    },
     /// Apply manifests (any Kubernetes objects and Placements) to a space. A bad
     /// document is rejected with its index and field, and nothing is applied.
     Apply {
@@ -129,6 +137,7 @@ impl ApiArgs {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { config } => crate::serve::serve(&config).await,
+        Command::Demo { data } => crate::demo::run(data).await,
         Command::Apply { file, api } => {
             let body = read_manifests(&file)?;
             let v = call(

@@ -8,6 +8,7 @@
 //! * [`certs`]: issuing the hierarchy's CA and node certificates (rcgen).
 //! * [`client`]: the CLI's HTTPS client of the API.
 //! * [`config`]: the node configuration file, validated with every fault named.
+//! * [`demo`]: `relay demo`, a whole hierarchy of processes on this machine.
 //! * [`node`]: a node's sync core and the tasks driving it.
 //! * [`objects`]: user manifests (any Kubernetes object, placements) into objects.
 //! * [`transport`]: QUIC endpoints and framed messages, one stream per class.
@@ -23,6 +24,7 @@ pub mod certs;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod demo;
 pub mod node;
 pub mod objects;
 pub mod serve;

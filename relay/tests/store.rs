@@ -9,7 +9,7 @@ use strata_protocol::model::{
 };
 use strata_protocol::sync::ObjectLog;
 use strata_protocol::wire::{Change, ReportKey, ReportValue, RouteId};
-use strata_relay::store::{Batch, MemStore, SledStore, Store, StoredReport, UpstreamState};
+use strata_relay::store::{Batch, MemStore, SledStore, Store, UpstreamState};
 
 fn key(n: u8) -> ObjectKey {
     ObjectKey {
@@ -60,21 +60,22 @@ fn suite(store: &dyn Store) {
         cursor: cursor(7),
         route: Some(RouteId(5)),
         parent_incarnation: Some(11),
+        inherited: BTreeMap::new(),
     });
     batch.child_acks.push(("site-1".into(), cursor(3)));
     batch.child_runs.push(("site-1".into(), 77));
-    let report = ReportKey::Cluster { name: "c1".into() };
+    let report = (
+        "site-1".to_owned(),
+        ReportKey::Cluster { name: "c1".into() },
+    );
     batch.reports.push((
         report.clone(),
-        Some(StoredReport {
-            from_child: "site-1".into(),
-            value: ReportValue::Cluster(Cluster {
-                name: "c1".into(),
-                labels: BTreeMap::new(),
-                properties: BTreeMap::new(),
-                path: vec!["site-1".into()],
-            }),
-        }),
+        Some(ReportValue::Cluster(Cluster {
+            name: "c1".into(),
+            labels: BTreeMap::new(),
+            properties: BTreeMap::new(),
+            path: vec!["site-1".into()],
+        })),
     ));
     store.commit(batch).unwrap();
 
@@ -92,7 +93,7 @@ fn suite(store: &dyn Store) {
     assert_eq!(loaded.upstream.unwrap().cursor, cursor(7));
     assert_eq!(loaded.child_acks["site-1"], cursor(3));
     assert_eq!(loaded.child_runs["site-1"], 77);
-    assert_eq!(loaded.reports[&report].from_child, "site-1");
+    assert!(matches!(loaded.reports[&report], ReportValue::Cluster(_)));
 
     // Removal.
     let mut batch = Batch::default();

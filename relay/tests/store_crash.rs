@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 use strata_protocol::model::{Cursor, LogId, Position};
 use strata_protocol::wire::{ReportKey, ReportValue};
-use strata_relay::store::{Batch, SledStore, Store, StoredReport, UpstreamState};
+use strata_relay::store::{Batch, SledStore, Store, UpstreamState};
 
 const DIR_VAR: &str = "STRATA_CRASH_STORE_DIR";
 
@@ -36,17 +36,18 @@ fn crash_writer() {
                 },
                 route: None,
                 parent_incarnation: None,
+                inherited: Default::default(),
             }),
             ..Batch::default()
         };
         batch.reports.push((
-            ReportKey::Cluster {
-                name: format!("c{n}"),
-            },
-            Some(StoredReport {
-                from_child: "x".into(),
-                value: ReportValue::Removed,
-            }),
+            (
+                "x".to_owned(),
+                ReportKey::Cluster {
+                    name: format!("c{n}"),
+                },
+            ),
+            Some(ReportValue::Removed),
         ));
         store.commit(batch).unwrap();
         println!("acked {n}");
@@ -94,9 +95,12 @@ fn acknowledged_commits_survive_kill_9() {
         );
         for n in 1..=last_acked {
             assert!(
-                stored.reports.contains_key(&ReportKey::Cluster {
-                    name: format!("c{n}")
-                }),
+                stored.reports.contains_key(&(
+                    "x".to_owned(),
+                    ReportKey::Cluster {
+                        name: format!("c{n}")
+                    }
+                )),
                 "round {round}: acknowledged batch {n} lost"
             );
         }

@@ -21,6 +21,8 @@ pub struct SessionConfig {
     pub parent: String,
     /// Identifies the parent's durable state (see [`Welcome::incarnation`]).
     pub incarnation: u64,
+    /// Labels every cluster below this parent carries (see [`Welcome::labels`]).
+    pub labels: crate::model::Labels,
     /// Heartbeat interval when a side is otherwise silent.
     pub heartbeat: Duration,
     /// Silence after which the peer is considered gone.
@@ -36,6 +38,7 @@ impl Default for SessionConfig {
         SessionConfig {
             parent: String::new(),
             incarnation: 0,
+            labels: crate::model::Labels::new(),
             heartbeat: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(20),
             window_bytes: 4 << 20,
@@ -289,6 +292,7 @@ impl ChildSession {
             heartbeat_ms: duration_ms(self.config.heartbeat),
             idle_timeout_ms: duration_ms(self.config.idle_timeout),
             incarnation: self.config.incarnation,
+            labels: self.config.labels.clone(),
         }));
         self.events
             .push_back(SessionEvent::Opened { version, hello });

@@ -62,6 +62,8 @@ pub enum LinkEvent {
         /// The parent's incarnation: when it differs from the one last seen, push every
         /// current report again.
         incarnation: u64,
+        /// Labels the parent and its ancestors give every cluster below.
+        labels: crate::model::Labels,
     },
     /// Apply this change now. It belongs to a delta or snapshot that is not complete
     /// yet: the cursor does not move until [`LinkEvent::Advanced`] or
@@ -267,6 +269,7 @@ impl ParentLink {
                     parent: w.parent,
                     version: w.version,
                     incarnation: w.incarnation,
+                    labels: w.labels,
                 });
                 Ok(())
             }

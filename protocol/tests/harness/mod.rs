@@ -162,6 +162,7 @@ fn session_config(name: &str, incarnation: u64) -> SessionConfig {
     SessionConfig {
         parent: name.to_owned(),
         incarnation,
+        labels: BTreeMap::new(),
         heartbeat: Duration::from_millis(500),
         idle_timeout: Duration::from_secs(3),
         // Small on purpose: deltas and snapshots come in several parts, and the

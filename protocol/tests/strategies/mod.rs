@@ -210,16 +210,18 @@ pub fn parent_to_child() -> impl Strategy<Value = ParentToChild> {
             name(),
             any::<u64>(),
             any::<u64>(),
-            any::<u64>()
+            any::<u64>(),
+            labels()
         )
             .prop_map(
-                |(version, parent, heartbeat_ms, idle_timeout_ms, incarnation)| {
+                |(version, parent, heartbeat_ms, idle_timeout_ms, incarnation, labels)| {
                     ParentToChild::Welcome(Welcome {
                         version,
                         parent,
                         heartbeat_ms,
                         idle_timeout_ms,
                         incarnation,
+                        labels,
                     })
                 }
             ),

@@ -26,7 +26,7 @@ use strata_protocol::wire::{
 };
 
 use super::reports::SubtreeReports;
-use crate::store::{Batch, StoredReport, UpstreamState};
+use crate::store::{Batch, ReportSlot, UpstreamState};
 
 /// One connected child.
 #[derive(Debug)]
@@ -120,6 +120,10 @@ impl NodeCore {
         let mut config = setup.sessions;
         config.parent = setup.name.clone();
         config.incarnation = setup.log.id().0;
+        let mut reports = setup.reports;
+        let all = all_labels(&setup.labels, &setup.upstream_state.inherited);
+        config.labels = all.clone();
+        reports.set_labels(all);
         let mut core = NodeCore {
             name: setup.name,
             labels: setup.labels,
@@ -130,7 +134,7 @@ impl NodeCore {
             children: BTreeMap::new(),
             child_runs: setup.child_runs,
             acked: setup.acked,
-            reports: setup.reports,
+            reports,
             upstream: setup.upstream,
             upstream_state: setup.upstream_state,
             sent: BTreeMap::new(),
@@ -368,7 +372,21 @@ impl NodeCore {
         };
         while let Some(event) = link.poll_event() {
             match event {
-                LinkEvent::Connected { incarnation, .. } => {
+                LinkEvent::Connected {
+                    incarnation,
+                    labels,
+                    ..
+                } => {
+                    if labels != self.upstream_state.inherited {
+                        self.upstream_state.inherited = labels;
+                        self.batch.upstream = Some(self.upstream_state.clone());
+                        let all = all_labels(&self.labels, &self.upstream_state.inherited);
+                        // Children welcomed from now on learn the new labels.
+                        self.config.labels = all.clone();
+                        self.reports.set_labels(all);
+                        self.routes_stale = true;
+                        self.dirty.extend(self.log.live().map(|o| o.key().clone()));
+                    }
                     // Report everything again when the parent may not hold it: it is
                     // a new parent (lost its state), or this is our first connection in
                     // this run (the parent forgets a child's reports when it restarts).
@@ -527,13 +545,12 @@ impl NodeCore {
         }
         let stored = match &report.value {
             ReportValue::Removed => None,
-            value => Some(StoredReport {
-                from_child: child.to_owned(),
-                value: value.clone(),
-            }),
+            value => Some(value.clone()),
         };
         if self.reports.accept(child, report.clone()) {
-            self.batch.reports.push((report.key.clone(), stored));
+            self.batch
+                .reports
+                .push(((child.to_owned(), report.key.clone()), stored));
             if cluster_changed {
                 if let ReportKey::Cluster { .. } = &report.key {
                     let up = match &report.value {
@@ -550,8 +567,9 @@ impl NodeCore {
         }
     }
 
-    fn forget_report(&mut self, now: Instant, key: ReportKey) {
-        self.batch.reports.push((key.clone(), None));
+    fn forget_report(&mut self, now: Instant, slot: ReportSlot) {
+        self.batch.reports.push((slot.clone(), None));
+        let key = slot.1;
         if let (Some(link), ReportKey::Cluster { .. }) = (&mut self.upstream, &key) {
             link.push_report(
                 now,
@@ -652,6 +670,13 @@ impl NodeCore {
             }
         }
     }
+}
+
+/// This node's labels over its ancestors' (its own win).
+fn all_labels(own: &Labels, inherited: &Labels) -> Labels {
+    let mut all = inherited.clone();
+    all.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+    all
 }
 
 /// A fresh log for a node whose store had none.

@@ -4,10 +4,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use strata_protocol::model::{Cluster, ObjectKey, Status};
+use strata_protocol::model::{Cluster, Labels, ObjectKey};
 use strata_protocol::placement::Placement;
 use strata_protocol::summary::Summary;
 use strata_protocol::wire::{Report, ReportKey, ReportValue};
+
+use crate::store::ReportSlot;
 
 /// Why a child's report was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,11 +36,15 @@ pub enum ReportRefusal {
     },
 }
 
-/// Reports received from children, indexed for routing and summarizing.
+/// Reports received from children, indexed for routing and summarizing. Each child's
+/// reports are kept apart: several children report summaries of the same object.
 #[derive(Debug, Default)]
 pub struct SubtreeReports {
-    /// Every stored report and the child it came from.
-    stored: BTreeMap<ReportKey, (String, ReportValue)>,
+    /// Every stored report, by the child that sent it and what it is about.
+    stored: BTreeMap<ReportSlot, ReportValue>,
+    /// Labels this node and its ancestors give every cluster below (a cluster's own
+    /// labels win).
+    labels: Labels,
 }
 
 impl SubtreeReports {
@@ -48,10 +54,25 @@ impl SubtreeReports {
     }
 
     /// Rebuilds from what the store kept.
-    pub fn restore(stored: impl IntoIterator<Item = (ReportKey, (String, ReportValue))>) -> Self {
+    pub fn restore(stored: impl IntoIterator<Item = (ReportSlot, ReportValue)>) -> Self {
         SubtreeReports {
             stored: stored.into_iter().collect(),
+            labels: Labels::new(),
         }
+    }
+
+    /// Sets the labels every cluster below inherits.
+    pub fn set_labels(&mut self, labels: Labels) {
+        self.labels = labels;
+    }
+
+    /// A cluster as placements see it here: with the inherited labels.
+    fn effective(&self, cluster: &Cluster) -> Cluster {
+        let mut c = cluster.clone();
+        for (k, v) in &self.labels {
+            c.labels.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        c
     }
 
     /// Checks that `child` may report this: an agent only its own cluster, a relay only
@@ -91,57 +112,52 @@ impl SubtreeReports {
 
     /// Stores a report from `child`. Returns whether anything changed.
     pub fn accept(&mut self, child: &str, report: Report) -> bool {
+        let slot = (child.to_owned(), report.key);
         match report.value {
-            ReportValue::Removed => self.stored.remove(&report.key).is_some(),
+            ReportValue::Removed => self.stored.remove(&slot).is_some(),
             value => {
-                let new = (child.to_owned(), value);
-                let changed = self.stored.get(&report.key) != Some(&new);
-                self.stored.insert(report.key, new);
+                let changed = self.stored.get(&slot) != Some(&value);
+                self.stored.insert(slot, value);
                 changed
             }
         }
     }
 
     /// Forgets everything `child` reported (it restarted and will report again).
-    /// Returns the keys removed.
-    pub fn forget(&mut self, child: &str) -> Vec<ReportKey> {
-        let gone: Vec<ReportKey> = self
+    /// Returns the slots removed.
+    pub fn forget(&mut self, child: &str) -> Vec<ReportSlot> {
+        let gone: Vec<ReportSlot> = self
             .stored
-            .iter()
-            .filter(|(_, (from, _))| from == child)
-            .map(|(k, _)| k.clone())
+            .keys()
+            .filter(|(from, _)| from == child)
+            .cloned()
             .collect();
-        for k in &gone {
-            self.stored.remove(k);
+        for slot in &gone {
+            self.stored.remove(slot);
         }
         gone
     }
 
-    /// The stored value of a report.
-    pub fn get(&self, key: &ReportKey) -> Option<&(String, ReportValue)> {
-        self.stored.get(key)
-    }
-
     /// Every stored report.
-    pub fn iter(&self) -> impl Iterator<Item = (&ReportKey, &(String, ReportValue))> {
+    pub fn iter(&self) -> impl Iterator<Item = (&ReportSlot, &ReportValue)> {
         self.stored.iter()
     }
 
-    /// The clusters below `child`.
+    /// The clusters below `child`, with their inherited labels.
     pub fn clusters_below(&self, child: &str) -> Vec<Cluster> {
         self.stored
-            .values()
-            .filter(|(from, _)| from == child)
+            .iter()
+            .filter(|((from, _), _)| from == child)
             .filter_map(|(_, v)| match v {
-                ReportValue::Cluster(c) => Some(c.clone()),
+                ReportValue::Cluster(c) => Some(self.effective(c)),
                 _ => None,
             })
             .collect()
     }
 
-    /// Every cluster in the subtree.
+    /// Every cluster in the subtree, as reported (without inherited labels).
     pub fn clusters(&self) -> impl Iterator<Item = &Cluster> {
-        self.stored.values().filter_map(|(_, v)| match v {
+        self.stored.values().filter_map(|v| match v {
             ReportValue::Cluster(c) => Some(c),
             _ => None,
         })
@@ -149,20 +165,19 @@ impl SubtreeReports {
 
     /// The summary of `object` under `placement` for this node's whole subtree: the
     /// merge of children's summaries, of direct clusters' statuses, and of the clusters
-    /// expected (selected by the placement) in the subtree.
+    /// expected (selected by the placement) that have not reported.
     pub fn summarize(&self, placement: &Placement, object: &ObjectKey) -> Summary {
         let mut s = Summary::default();
-        let clusters: BTreeMap<&str, &Cluster> =
-            self.clusters().map(|c| (c.name.as_str(), c)).collect();
-        let selected: BTreeSet<&str> = clusters
-            .values()
-            .filter(|c| placement.selects_cluster(c))
+        let selected: BTreeSet<&str> = self
+            .clusters()
+            .filter(|c| placement.selects_cluster(&self.effective(c)))
             .map(|c| c.name.as_str())
             .collect();
-        // Clusters that report through a relay child are covered by its summary; count
-        // expected ones only for directly reporting clusters.
+        // Children that summarized this object cover their whole subtree; count the
+        // clusters of other children one by one.
         let mut via_summary: BTreeSet<&str> = BTreeSet::new();
-        for (key, (from, value)) in &self.stored {
+        let mut reported: BTreeSet<&str> = BTreeSet::new();
+        for ((from, key), value) in &self.stored {
             match (key, value) {
                 (
                     ReportKey::Summary {
@@ -178,40 +193,22 @@ impl SubtreeReports {
                     if o == object && selected.contains(cluster.as_str()) =>
                 {
                     s.merge(&Summary::of_status(cluster, status));
+                    reported.insert(cluster.as_str());
                 }
                 _ => {}
             }
         }
-        let reported_directly: BTreeSet<&str> = self
+        let silent = self
             .stored
-            .keys()
-            .filter_map(|k| match k {
-                ReportKey::Status { cluster, object: o } if o == object => Some(cluster.as_str()),
+            .iter()
+            .filter(|((from, _), _)| !via_summary.contains(from.as_str()))
+            .filter_map(|(_, v)| match v {
+                ReportValue::Cluster(c) => Some(c.name.as_str()),
                 _ => None,
             })
-            .collect();
-        let silent_direct = self
-            .stored
-            .values()
-            .filter_map(|(from, v)| match v {
-                ReportValue::Cluster(c) if !via_summary.contains(from.as_str()) => Some(c),
-                _ => None,
-            })
-            .filter(|c| selected.contains(c.name.as_str()))
-            .filter(|c| !reported_directly.contains(c.name.as_str()))
+            .filter(|name| selected.contains(name) && !reported.contains(name))
             .count();
-        s.merge(&Summary::expected(silent_direct as u64));
+        s.merge(&Summary::expected(silent as u64));
         s
-    }
-
-    /// The exact status of `object` on `cluster`, if a direct child reported it.
-    pub fn status(&self, cluster: &str, object: &ObjectKey) -> Option<&Status> {
-        match self.stored.get(&ReportKey::Status {
-            cluster: cluster.to_owned(),
-            object: object.clone(),
-        }) {
-            Some((_, ReportValue::Status(s))) => Some(s),
-            _ => None,
-        }
     }
 }

@@ -180,12 +180,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
         config.run = parts.run;
         ParentLink::new(now, config, upstream_state.cursor, upstream_state.route)
     });
-    let reports = SubtreeReports::restore(
-        stored
-            .reports
-            .into_iter()
-            .map(|(k, r)| (k, (r.from_child, r.value))),
-    );
+    let reports = SubtreeReports::restore(stored.reports);
     let core = NodeCore::new(
         now,
         CoreSetup {

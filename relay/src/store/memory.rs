@@ -6,9 +6,9 @@ use std::sync::{Arc, RwLock};
 
 use strata_protocol::model::{Cursor, ObjectKey};
 use strata_protocol::sync::{KeyEntry, LogMeta};
-use strata_protocol::wire::ReportKey;
+use strata_protocol::wire::ReportValue;
 
-use super::{Batch, Store, StoreError, Stored, StoredReport, UpstreamState};
+use super::{Batch, ReportSlot, Store, StoreError, Stored, UpstreamState};
 
 #[derive(Debug, Default)]
 struct Data {
@@ -18,7 +18,7 @@ struct Data {
     upstream: Option<UpstreamState>,
     child_acks: BTreeMap<String, Cursor>,
     child_runs: BTreeMap<String, u64>,
-    reports: BTreeMap<ReportKey, StoredReport>,
+    reports: BTreeMap<ReportSlot, ReportValue>,
 }
 
 /// A store in memory.

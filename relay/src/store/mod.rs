@@ -27,16 +27,14 @@ pub struct UpstreamState {
     pub route: Option<RouteId>,
     /// The parent's incarnation when we last reported to it.
     pub parent_incarnation: Option<u64>,
+    /// Labels the ancestors give every cluster below (from the parent's welcome).
+    #[serde(default)]
+    pub inherited: strata_protocol::model::Labels,
 }
 
-/// A report received from a child, with the child's name.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct StoredReport {
-    /// The child that sent it.
-    pub from_child: String,
-    /// Its value.
-    pub value: ReportValue,
-}
+/// Where a report is kept: the child that sent it and what it is about. Two children
+/// may report the same key (each its own summary of one object).
+pub type ReportSlot = (String, ReportKey);
 
 /// Everything a node keeps across restarts.
 #[derive(Debug, Default)]
@@ -54,7 +52,7 @@ pub struct Stored {
     /// Per child: its last run id (a new run means its reports start over).
     pub child_runs: BTreeMap<String, u64>,
     /// Reports received from children.
-    pub reports: BTreeMap<ReportKey, StoredReport>,
+    pub reports: BTreeMap<ReportSlot, ReportValue>,
 }
 
 /// One atomic, durable write; empty fields write nothing.
@@ -71,7 +69,7 @@ pub struct Batch {
     /// Children's run ids.
     pub child_runs: Vec<(String, u64)>,
     /// Reports to write (`None` removes).
-    pub reports: Vec<(ReportKey, Option<StoredReport>)>,
+    pub reports: Vec<(ReportSlot, Option<ReportValue>)>,
 }
 
 impl Batch {

@@ -142,9 +142,10 @@ impl Store for SledStore {
         }
         for item in self.db.scan_prefix(REPORT) {
             let (k, v) = item.map_err(read)?;
-            let key = dec(|| format!("report key {:?}", &k[..]), &k[REPORT.len()..])?;
-            let report = dec(|| format!("report {key:?}"), &v)?;
-            stored.reports.insert(key, report);
+            let slot: super::ReportSlot =
+                dec(|| format!("report key {:?}", &k[..]), &k[REPORT.len()..])?;
+            let report = dec(|| format!("report {slot:?}"), &v)?;
+            stored.reports.insert(slot, report);
         }
         Ok(stored)
     }
