@@ -98,6 +98,15 @@ impl NodeClient {
     }
 }
 
+impl NodeClient {
+    /// Bytes on the node's live connections.
+    pub async fn link_stats(&self) -> Option<LinkStats> {
+        let (tx, rx) = oneshot::channel();
+        self.queries.send(Input::LinkStats(tx)).await.ok()?;
+        rx.await.ok()
+    }
+}
+
 impl NodeHandle {
     /// Runs `f` on the core's state inside the core task and returns its result.
     pub async fn query<T: Send + 'static>(
@@ -151,6 +160,17 @@ enum Input {
     },
     Upstream(UpstreamInput),
     Query(Query),
+    LinkStats(oneshot::Sender<LinkStats>),
+}
+
+/// Bytes on this node's links (UDP payload, as quinn counts it), for benchmarks and
+/// metrics.
+#[derive(Debug, Clone, Default)]
+pub struct LinkStats {
+    /// Per connected child: (name, bytes sent, bytes received).
+    pub children: Vec<(String, u64, u64)>,
+    /// To and from the parent: (bytes sent, bytes received).
+    pub parent: Option<(u64, u64)>,
 }
 
 impl From<UpstreamInput> for Input {
@@ -337,6 +357,22 @@ fn handle(
             core.upstream_gone();
         }
         Input::Query(q) => q(core),
+        Input::LinkStats(reply) => {
+            let udp = |c: &Connection| {
+                let s = c.stats();
+                (s.udp_tx.bytes, s.udp_rx.bytes)
+            };
+            let _ = reply.send(LinkStats {
+                children: children
+                    .iter()
+                    .map(|((name, _), (conn, _))| {
+                        let (tx, rx) = udp(conn);
+                        (name.clone(), tx, rx)
+                    })
+                    .collect(),
+                parent: upstream.as_ref().map(|(c, _)| udp(c)),
+            });
+        }
     }
 }
 
