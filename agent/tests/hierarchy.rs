@@ -350,3 +350,60 @@ async fn labels_inherited_from_a_region_select_clusters_at_every_tier() {
     region.shutdown().await.unwrap();
     root.shutdown().await.unwrap();
 }
+
+/// A node with a valid certificate that is not one of the parent's children is refused;
+/// the parent's own children keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_for_another_subtree_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::generate("test").unwrap();
+    let (root, root_addr) = start_node(
+        dir.path(),
+        &ca,
+        "center",
+        None,
+        &["site-1"],
+        MemStore::new(31),
+    );
+    let (site, site_addr) = start_node(
+        dir.path(),
+        &ca,
+        "site-1",
+        Some(("center", root_addr)),
+        &["pos-1"],
+        MemStore::new(32),
+    );
+    let pos = start_agent(dir.path(), &ca, "pos-1", "pos", site_addr);
+    // "pos-9" holds a valid certificate of the hierarchy but belongs elsewhere.
+    let rogue = start_agent(dir.path(), &ca, "pos-9", "pos", site_addr);
+    eventually("site-1 serves pos-1", || async {
+        site.query(|c| c.children().any(|(n, _)| n == "pos-1"))
+            .await
+            == Some(true)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let children: Vec<String> = site
+        .query(|c| c.children().map(|(n, _)| n.to_owned()).collect())
+        .await
+        .unwrap();
+    assert_eq!(children, ["pos-1"], "the rogue got a session");
+    let known = root
+        .query(|c| {
+            c.reports()
+                .clusters()
+                .map(|c| c.name.clone())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap();
+    assert!(
+        !known.contains(&"pos-9".to_owned()),
+        "the rogue's cluster reached the root"
+    );
+    assert_eq!(rogue.query(|a| a.connected()).await, Some(false));
+    rogue.shutdown().await;
+    pos.shutdown().await;
+    site.shutdown().await.unwrap();
+    root.shutdown().await.unwrap();
+}

@@ -334,10 +334,36 @@ impl NodeCore {
         }
         if now >= self.next_summary {
             self.push_summaries(now);
+            self.compact();
         }
         let mut batch = std::mem::take(&mut self.batch);
         batch.merge(Batch::log_changes(&mut self.log));
         batch
+    }
+
+    /// Drops tombstones no child needs any more: below every connected session's
+    /// retention floor and every known child's last acknowledged position, except that a
+    /// child more than [`MAX_RETAINED`] positions behind is left to a snapshot rather
+    /// than holding the log's history forever.
+    fn compact(&mut self) {
+        let head = self.log.head();
+        let oldest_allowed = Position(head.0.saturating_sub(MAX_RETAINED));
+        let log_id = self.log.id();
+        let sessions = self
+            .children
+            .values()
+            .filter_map(|c| c.session.retention_floor());
+        let acked = self
+            .allowed
+            .iter()
+            .filter(|name| !self.children.contains_key(*name))
+            .filter_map(|name| self.acked.get(name))
+            .filter(|c| c.log == log_id)
+            .map(|c| c.position.max(oldest_allowed));
+        let floor = sessions.chain(acked).min().unwrap_or(head);
+        if floor > self.log.floor() {
+            self.log.compact(floor);
+        }
     }
 
     /// Everything to send now. Call only once the last batch is durable: it acknowledges
@@ -671,6 +697,10 @@ impl NodeCore {
         }
     }
 }
+
+/// How many positions of history a node keeps for a disconnected child before leaving
+/// it to a snapshot when it returns.
+pub const MAX_RETAINED: u64 = 100_000;
 
 /// This node's labels over its ancestors' (its own win).
 fn all_labels(own: &Labels, inherited: &Labels) -> Labels {

@@ -212,3 +212,73 @@ impl SubtreeReports {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn cluster(name: &str, path: &[&str]) -> Report {
+        Report {
+            key: ReportKey::Cluster { name: name.into() },
+            value: ReportValue::Cluster(Cluster {
+                name: name.into(),
+                labels: BTreeMap::new(),
+                properties: BTreeMap::new(),
+                path: path.iter().map(|p| (*p).to_owned()).collect(),
+            }),
+        }
+    }
+
+    #[test]
+    fn an_agent_may_report_only_its_own_cluster() {
+        let r = SubtreeReports::new();
+        assert!(r.check("pos-1", false, &cluster("pos-1", &[])).is_ok());
+        assert_eq!(
+            r.check("pos-1", false, &cluster("pos-2", &[]))
+                .unwrap_err()
+                .to_string(),
+            "agent \"pos-1\" reported for cluster \"pos-2\", which is not its own"
+        );
+    }
+
+    #[test]
+    fn a_relay_may_report_only_clusters_below_it() {
+        let r = SubtreeReports::new();
+        assert!(r.check("eu", true, &cluster("c1", &["eu", "site"])).is_ok());
+        assert!(
+            r.check("eu", true, &cluster("c1", &["us", "site"]))
+                .is_err()
+        );
+        assert!(r.check("eu", true, &cluster("c1", &[])).is_err());
+    }
+
+    #[test]
+    fn children_keep_their_own_summaries_of_one_object() {
+        let mut r = SubtreeReports::new();
+        let key = ReportKey::Summary {
+            placement: "p".into(),
+            object: ObjectKey {
+                space: strata_protocol::model::Space::default_space(),
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: None,
+                name: "x".into(),
+            },
+        };
+        for child in ["a", "b"] {
+            r.accept(
+                child,
+                Report {
+                    key: key.clone(),
+                    value: ReportValue::Summary(Summary::expected(3)),
+                },
+            );
+        }
+        assert_eq!(r.iter().count(), 2);
+        assert_eq!(r.forget("a").len(), 1);
+        assert_eq!(r.iter().count(), 1);
+    }
+}
