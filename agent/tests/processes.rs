@@ -137,6 +137,19 @@ impl Cluster {
     }
 }
 
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        tcp,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    tcp.read_to_string(&mut out).unwrap();
+    out
+}
+
 fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
@@ -170,7 +183,8 @@ fn a_hierarchy_of_processes_delivers_survives_kill_9_and_shuts_down_cleanly() {
         ca.issue(n).unwrap().write_to(&dir).unwrap();
     }
     write(&dir.join("tokens"), "s3cret\n");
-    let (root_port, api_port, site_port) = (free_port(), free_port(), free_port());
+    let (root_port, api_port, site_port, metrics_port) =
+        (free_port(), free_port(), free_port(), free_port());
     write(
         &dir.join("center.yaml"),
         &format!(
@@ -180,7 +194,7 @@ fn a_hierarchy_of_processes_delivers_survives_kill_9_and_shuts_down_cleanly() {
     write(
         &dir.join("site-1.yaml"),
         &format!(
-            "node: site-1\nlisten: 127.0.0.1:{site_port}\nparent: {{ name: center, address: 127.0.0.1:{root_port} }}\ntls: {{ cert: site-1.crt, key: site-1.key, ca: ca.crt }}\ndata: data/site-1\nchildren: [pos-1, kiosk-1]\nlabels: {{ site: one }}\nsummary_interval_ms: 100\n"
+            "node: site-1\nlisten: 127.0.0.1:{site_port}\nparent: {{ name: center, address: 127.0.0.1:{root_port} }}\ntls: {{ cert: site-1.crt, key: site-1.key, ca: ca.crt }}\ndata: data/site-1\nchildren: [pos-1, kiosk-1]\nlabels: {{ site: one }}\nsummary_interval_ms: 100\nmetrics: 127.0.0.1:{metrics_port}\n"
         ),
     );
     for (n, role) in [("pos-1", "pos"), ("kiosk-1", "kiosk")] {
@@ -299,6 +313,21 @@ fn a_hierarchy_of_processes_delivers_survives_kill_9_and_shuts_down_cleanly() {
 
     let (ok, out, _) = c.relay(&["get", "deployment", "pos"]);
     assert!(ok && out.contains("pos-app"), "{out}");
+
+    // The site's metrics say who is connected and how far behind they are.
+    let metrics = http_get(metrics_port, "/metrics");
+    assert!(
+        metrics.contains("strata_children_connected{node=\"site-1\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("strata_child_lag{node=\"site-1\",child=\"pos-1\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("strata_parent_connected{node=\"site-1\"} 1"),
+        "{metrics}"
+    );
 
     // Everyone stops cleanly on SIGTERM.
     for p in [kiosk, pos, site, root] {

@@ -9,6 +9,7 @@
 //! * [`client`]: the CLI's HTTPS client of the API.
 //! * [`config`]: the node configuration file, validated with every fault named.
 //! * [`demo`]: `relay demo`, a whole hierarchy of processes on this machine.
+//! * [`metrics`]: Prometheus text metrics over HTTP.
 //! * [`node`]: a node's sync core and the tasks driving it.
 //! * [`objects`]: user manifests (any Kubernetes object, placements) into objects.
 //! * [`transport`]: QUIC endpoints and framed messages, one stream per class.
@@ -25,6 +26,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod metrics;
 pub mod node;
 pub mod objects;
 pub mod serve;

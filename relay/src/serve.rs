@@ -19,8 +19,13 @@ pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Starts the node a configuration describes.
 pub fn start_node(config: &NodeConfig) -> anyhow::Result<NodeHandle> {
+    Ok(start_with_store(config)?.0)
+}
+
+/// Starts the node and returns its store too (for metrics).
+pub fn start_with_store(config: &NodeConfig) -> anyhow::Result<(NodeHandle, Arc<dyn Store>)> {
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
-    let store = SledStore::open(&config.data)?;
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.data)?);
     let secret = endpoint_secret(&config.data)?;
     let listener = match config.listen {
         Some(addr) => Some(transport::server_endpoint(
@@ -42,7 +47,7 @@ pub fn start_node(config: &NodeConfig) -> anyhow::Result<NodeHandle> {
         labels: config.labels.clone(),
         children: config.children.clone(),
         parent: config.parent.as_ref().map(|p| (p.name.clone(), p.address)),
-        store: Arc::new(store) as Arc<dyn Store>,
+        store: store.clone(),
         listener,
         connector,
         sessions: SessionConfig::default(),
@@ -50,13 +55,13 @@ pub fn start_node(config: &NodeConfig) -> anyhow::Result<NodeHandle> {
         clock: Clock::start(),
         run: random_u64(),
     })?;
-    Ok(handle)
+    Ok((handle, store))
 }
 
 /// Runs a node until SIGTERM or SIGINT, then shuts it down within the deadline.
 pub async fn serve(config_path: &Path) -> anyhow::Result<()> {
     let config = NodeConfig::load(config_path)?;
-    let handle = start_node(&config)?;
+    let (handle, store) = start_with_store(&config)?;
     tracing::info!(
         node = %config.node,
         listen = ?config.listen,
@@ -68,10 +73,17 @@ pub async fn serve(config_path: &Path) -> anyhow::Result<()> {
         Some(api) => Some(crate::api::spawn(api, &config, handle.client())?),
         None => None,
     };
+    let metrics = match config.metrics {
+        Some(addr) => {
+            tracing::info!(listen = %addr, "metrics serving at /metrics");
+            Some(crate::metrics::spawn(addr, handle.client(), store)?)
+        }
+        None => None,
+    };
     wait_for_signal().await;
     tracing::info!("shutting down");
-    if let Some(api) = api {
-        api.abort();
+    for task in [api, metrics].into_iter().flatten() {
+        task.abort();
     }
     match tokio::time::timeout(SHUTDOWN_DEADLINE, handle.shutdown()).await {
         Ok(r) => r.context("node stopped with an error"),

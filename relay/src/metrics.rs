@@ -1,0 +1,199 @@
+//! Prometheus text metrics of a node, served over plain HTTP on the configured address
+//! (`GET /metrics`).
+
+use std::convert::Infallible;
+use std::fmt::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::node::runtime::NodeClient;
+use crate::store::Store;
+
+/// Renders the node's metrics in the Prometheus text format.
+pub async fn render(node: &NodeClient, store: &dyn Store) -> Option<String> {
+    let core = node
+        .query(|c| {
+            let head = c.log().head().0;
+            let lags: Vec<(String, u64)> = c
+                .children()
+                .map(|(n, acked)| {
+                    let lag = acked.map_or(head, |a| head.saturating_sub(a.position.0));
+                    (n.to_owned(), lag)
+                })
+                .collect();
+            (
+                c.name().to_owned(),
+                head,
+                c.log().floor().0,
+                c.log().live_len(),
+                lags,
+                c.upstream_open(),
+                c.stats().clone(),
+            )
+        })
+        .await?;
+    let links = node.link_stats().await.unwrap_or_default();
+    let (name, head, floor, live, lags, up, stats) = core;
+    let mut out = String::new();
+    let mut metric = |help: &str, kind: &str, name: &str, samples: &[(String, f64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, v) in samples {
+            let _ = writeln!(out, "{name}{labels} {v}");
+        }
+    };
+    let node_label = format!("{{node=\"{name}\"}}");
+    metric(
+        "Position of the node's log head.",
+        "gauge",
+        "strata_log_head",
+        &[(node_label.clone(), head as f64)],
+    );
+    metric(
+        "Compaction floor of the node's log.",
+        "gauge",
+        "strata_log_floor",
+        &[(node_label.clone(), floor as f64)],
+    );
+    metric(
+        "Live objects in the node's log.",
+        "gauge",
+        "strata_log_objects",
+        &[(node_label.clone(), live as f64)],
+    );
+    metric(
+        "Children connected now.",
+        "gauge",
+        "strata_children_connected",
+        &[(node_label.clone(), lags.len() as f64)],
+    );
+    let lag: Vec<(String, f64)> = lags
+        .iter()
+        .map(|(c, l)| (format!("{{node=\"{name}\",child=\"{c}\"}}"), *l as f64))
+        .collect();
+    metric(
+        "Log positions a child has not acknowledged.",
+        "gauge",
+        "strata_child_lag",
+        &lag,
+    );
+    let sent: Vec<(String, f64)> = links
+        .children
+        .iter()
+        .map(|(c, tx, _)| (format!("{{node=\"{name}\",peer=\"{c}\"}}"), *tx as f64))
+        .chain(
+            links
+                .parent
+                .map(|(tx, _)| (format!("{{node=\"{name}\",peer=\"parent\"}}"), tx as f64)),
+        )
+        .collect();
+    let received: Vec<(String, f64)> = links
+        .children
+        .iter()
+        .map(|(c, _, rx)| (format!("{{node=\"{name}\",peer=\"{c}\"}}"), *rx as f64))
+        .chain(
+            links
+                .parent
+                .map(|(_, rx)| (format!("{{node=\"{name}\",peer=\"parent\"}}"), rx as f64)),
+        )
+        .collect();
+    metric(
+        "UDP payload bytes sent on the current connection to a peer.",
+        "counter",
+        "strata_link_sent_bytes",
+        &sent,
+    );
+    metric(
+        "UDP payload bytes received on the current connection from a peer.",
+        "counter",
+        "strata_link_received_bytes",
+        &received,
+    );
+    metric(
+        "Whether the link to the parent is open.",
+        "gauge",
+        "strata_parent_connected",
+        &[(node_label.clone(), f64::from(u8::from(up)))],
+    );
+    metric(
+        "Summary updates sent upward.",
+        "counter",
+        "strata_summaries_sent_total",
+        &[(node_label.clone(), stats.summaries_sent as f64)],
+    );
+    metric(
+        "Reports refused as outside a child's subtree.",
+        "counter",
+        "strata_reports_refused_total",
+        &[(node_label.clone(), stats.reports_refused as f64)],
+    );
+    metric(
+        "Bytes the store uses.",
+        "gauge",
+        "strata_store_bytes",
+        &[(node_label, store.size_bytes() as f64)],
+    );
+    Some(out)
+}
+
+/// Serves `GET /metrics` on `addr` until the returned task is aborted.
+pub fn spawn(
+    addr: SocketAddr,
+    node: NodeClient,
+    store: Arc<dyn Store>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let std_listener = std::net::TcpListener::bind(addr)
+        .map_err(|e| anyhow::anyhow!("cannot bind metrics on {addr}: {e}"))?;
+    std_listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(std_listener)?;
+    Ok(tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let (node, store) = (node.clone(), store.clone());
+            conns.spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (node, store) = (node.clone(), store.clone());
+                        async move {
+                            let resp = if req.uri().path() != "/metrics" {
+                                status(StatusCode::NOT_FOUND, "try /metrics\n".into())
+                            } else {
+                                match render(&node, store.as_ref()).await {
+                                    Some(text) => status(StatusCode::OK, text),
+                                    None => status(
+                                        StatusCode::SERVICE_UNAVAILABLE,
+                                        "node stopping\n".into(),
+                                    ),
+                                }
+                            };
+                            Ok::<_, Infallible>(resp)
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), service)
+                    .await;
+            });
+            while conns.try_join_next().is_some() {}
+        }
+    }))
+}
+
+fn status(code: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    resp
+}
