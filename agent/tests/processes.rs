@@ -208,7 +208,7 @@ fn a_hierarchy_of_processes_delivers_survives_kill_9_and_shuts_down_cleanly() {
     let relay = bin("relay");
     let agent = bin("agent");
     let cfg = |n: &str| dir.join(format!("{n}.yaml")).display().to_string();
-    let root = Proc::spawn(
+    let mut root = Proc::spawn(
         &dir,
         "center",
         &relay,
@@ -313,6 +313,10 @@ fn a_hierarchy_of_processes_delivers_survives_kill_9_and_shuts_down_cleanly() {
 
     let (ok, out, _) = c.relay(&["get", "deployment", "pos"]);
     assert!(ok && out.contains("pos-app"), "{out}");
+    // One cluster selected: its exact status reaches the root.
+    let exact = c.get_json("deployment", "pos").unwrap()["placements"][0]["exactStatus"].clone();
+    assert_eq!(exact["cluster"], "pos-1", "{exact}");
+    assert_eq!(exact["status"]["readyReplicas"], 5, "{exact}");
 
     // The site's metrics say who is connected and how far behind they are.
     let metrics = http_get(metrics_port, "/metrics");
@@ -328,6 +332,22 @@ fn a_hierarchy_of_processes_delivers_survives_kill_9_and_shuts_down_cleanly() {
         metrics.contains("strata_parent_connected{node=\"site-1\"} 1"),
         "{metrics}"
     );
+
+    // The root dies hard and comes back: nothing it accepted is lost, and the summary
+    // is whole again once the site reconnects.
+    root.kill9();
+    let root = Proc::spawn(
+        &dir,
+        "center",
+        &relay,
+        &["serve", "--config", &cfg("center")],
+    );
+    c.eventually("the restarted root shows the app as before", |c| {
+        c.get_json("deployment", "pos").is_some_and(|v| {
+            let s = &v["placements"][0]["summary"];
+            s["health"]["available"] == 1 && s["numbers"]["readyReplicas"]["sum"] == 5
+        }) && c.get_json("configmap", "pos-settings").is_none()
+    });
 
     // Everyone stops cleanly on SIGTERM.
     for p in [kiosk, pos, site, root] {

@@ -45,6 +45,19 @@ pub struct Summary {
     pub min_revision: Option<Revision>,
     /// The highest revision any cluster reported.
     pub max_revision: Option<Revision>,
+    /// When exactly one cluster is expected and it reported: its name and exact
+    /// status, so that a placement resolving to one cluster shows that cluster's
+    /// `.status` at the root. Always `None` when `expected != 1`.
+    pub exact: Option<ExactStatus>,
+}
+
+/// One cluster's status, carried whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExactStatus {
+    /// The cluster.
+    pub cluster: String,
+    /// Its status of the object.
+    pub status: Status,
 }
 
 /// Count of reports per [`Health`] state.
@@ -195,11 +208,26 @@ impl Summary {
             newest_report: Some(status.observed_at),
             min_revision: Some(status.revision),
             max_revision: Some(status.revision),
+            exact: Some(ExactStatus {
+                cluster: cluster.to_owned(),
+                status: status.clone(),
+            }),
         }
     }
 
     /// Merges `other` into `self`.
     pub fn merge(&mut self, other: &Summary) {
+        // The exact status survives only while one cluster is expected in all: then
+        // exactly one side expects it, and that side's exact status (if any) stands.
+        self.exact = if self.expected + other.expected == 1 {
+            if self.expected == 1 {
+                self.exact.take()
+            } else {
+                other.exact.clone()
+            }
+        } else {
+            None
+        };
         self.expected += other.expected;
         self.reporting += other.reporting;
         for h in Health::ALL {

@@ -186,3 +186,27 @@ fn samples_keep_the_most_recent_errors() {
     let times: Vec<u64> = s.error_samples.iter().map(|e| e.observed_at.0).collect();
     assert_eq!(times, [9, 8, 7, 6, 5]);
 }
+
+#[test]
+fn a_single_expected_cluster_keeps_its_exact_status_up_the_tiers() {
+    let status = Status {
+        health: Health::Available,
+        revision: Revision(3),
+        observed_generation: Some(1),
+        message: None,
+        numbers: BTreeMap::new(),
+        status: br#"{"readyReplicas":2}"#.to_vec(),
+        observed_at: UnixMillis(5),
+    };
+    let site = Summary::of_status("store-1", &status);
+    // A region adds its silent-but-unselected nothing, the root merges the region.
+    let root = Summary::default().merged(&site.clone().merged(&Summary::expected(0)));
+    let exact = root
+        .exact
+        .clone()
+        .expect("singleton keeps its exact status");
+    assert_eq!(exact.cluster, "store-1");
+    assert_eq!(exact.status, status);
+    // A second expected cluster makes it a summary like any other.
+    assert!(root.merged(&Summary::expected(1)).exact.is_none());
+}

@@ -363,11 +363,28 @@ async fn get_objects(ctx: &Ctx, space: &str, query: &[(String, String)]) -> Resp
                                     _ => None,
                                 })
                                 .collect();
+                            // With one cluster selected, that cluster's exact `.status`.
+                            let exact = s.exact.as_ref().map(|e| {
+                                json!({
+                                    "cluster": e.cluster,
+                                    "health": format!("{:?}", e.status.health),
+                                    "revision": e.status.revision.0,
+                                    "observedGeneration": e.status.observed_generation,
+                                    "message": e.status.message,
+                                    "status": serde_json::from_slice::<Value>(&e.status.status)
+                                        .unwrap_or(Value::Null),
+                                })
+                            });
+                            let mut summary = serde_json::to_value(&s).unwrap_or(Value::Null);
+                            if let Some(obj) = summary.as_object_mut() {
+                                obj.remove("exact");
+                            }
                             json!({
                                 "placement": p.name,
-                                "summary": serde_json::to_value(&s).unwrap_or(Value::Null),
+                                "summary": summary,
                                 "silent": s.silent(),
                                 "by_child": by_child,
+                                "exactStatus": exact,
                             })
                         })
                         .collect();
