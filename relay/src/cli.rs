@@ -139,7 +139,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve { config } => crate::serve::serve(&config).await,
         Command::Demo { data } => crate::demo::run(data).await,
         Command::Apply { file, api } => {
-            let body = read_manifests(&file)?;
+            let body = read_manifests(&file, &api.space)?;
             let v = call(
                 &api,
                 Method::POST,
@@ -167,7 +167,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             let v = match (file, kind, name) {
                 (Some(file), _, _) => {
-                    let body = read_manifests(&file)?;
+                    let body = read_manifests(&file, &api.space)?;
                     call(
                         &api,
                         Method::POST,
@@ -295,36 +295,51 @@ async fn call(
     anyhow::bail!(message)
 }
 
-/// Reads a file, every *.yaml / *.yml of a directory (sorted, as separate documents),
-/// or standard input.
-fn read_manifests(source: &str) -> anyhow::Result<Vec<u8>> {
+/// Reads a file, every *.yaml / *.yml of a directory (sorted), or standard input, and
+/// checks every document before anything is sent, naming the file, the document and
+/// the field of each fault. The root checks again; this is for the user's sake.
+fn read_manifests(source: &str, space: &str) -> anyhow::Result<Vec<u8>> {
+    let mut files: Vec<(String, String)> = Vec::new();
     if source == "-" {
         let mut s = String::new();
         std::io::stdin()
             .read_to_string(&mut s)
             .context("reading standard input")?;
-        return Ok(s.into_bytes());
-    }
-    let path = Path::new(source);
-    if path.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        files.push(("<stdin>".into(), s));
+    } else if Path::new(source).is_dir() {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(source)
             .with_context(|| format!("{source}: cannot list"))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
             .collect();
-        files.sort();
-        let mut out = String::new();
-        for f in files {
-            out.push_str("---\n");
-            out.push_str(
-                &std::fs::read_to_string(&f)
-                    .with_context(|| format!("{}: cannot read", f.display()))?,
-            );
-            out.push('\n');
+        paths.sort();
+        for p in paths {
+            let text = std::fs::read_to_string(&p)
+                .with_context(|| format!("{}: cannot read", p.display()))?;
+            files.push((p.display().to_string(), text));
         }
-        return Ok(out.into_bytes());
+    } else {
+        let text =
+            std::fs::read_to_string(source).with_context(|| format!("{source}: cannot read"))?;
+        files.push((source.to_owned(), text));
     }
-    std::fs::read(path).with_context(|| format!("{source}: cannot read"))
+    let space = strata_protocol::model::Space(space.to_owned());
+    let mut faults = Vec::new();
+    for (name, text) in &files {
+        if let Err(errors) = crate::objects::parse_manifests(text, &space) {
+            faults.extend(errors.iter().map(|e| format!("{name}: {e}")));
+        }
+    }
+    if !faults.is_empty() {
+        anyhow::bail!("nothing was sent:\n  {}", faults.join("\n  "));
+    }
+    let mut body = String::new();
+    for (_, text) in files {
+        body.push_str("---\n");
+        body.push_str(&text);
+        body.push('\n');
+    }
+    Ok(body.into_bytes())
 }
 
 fn table(items: &[Value], wide: bool) -> String {
