@@ -407,3 +407,117 @@ async fn a_certificate_for_another_subtree_is_refused() {
     site.shutdown().await.unwrap();
     root.shutdown().await.unwrap();
 }
+
+/// A site relay that restarts from its store is sent only what changed while it was
+/// away, not a relist; and while the root is unreachable it keeps serving its subtree
+/// from its cache, even to a cluster that joins with nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_relay_resyncs_only_the_delta_and_serves_from_cache_without_its_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::generate("test").unwrap();
+    let (root, root_addr) = start_node(
+        dir.path(),
+        &ca,
+        "center",
+        None,
+        &["site-1"],
+        MemStore::new(41),
+    );
+    let site_store = MemStore::new(42);
+    let (site, site_addr) = start_node(
+        dir.path(),
+        &ca,
+        "site-1",
+        Some(("center", root_addr)),
+        &["pos-1", "pos-2"],
+        site_store.clone(),
+    );
+    let pos = start_agent(dir.path(), &ca, "pos-1", "pos", site_addr);
+    eventually("the root knows pos-1", || async {
+        root.query(|c| c.reports().clusters().count()).await == Some(1)
+    })
+    .await;
+
+    // Forty objects of 8 KiB each.
+    let many = |version: u32, only: Option<u32>| {
+        let mut text = String::from(
+            "apiVersion: strata.dev/v1alpha1\nkind: Placement\nmetadata: { name: bulk }\nspec:\n  objects: [ { selector: { matchLabels: { app: bulk } } } ]\n  clusters: { selector: { matchLabels: { role: pos } } }\n",
+        );
+        for i in 0..40u32 {
+            let v = if only.is_none_or(|o| o == i) {
+                version
+            } else {
+                1
+            };
+            text.push_str(&format!(
+                "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: cm-{i}, namespace: bulk, labels: {{ app: bulk }} }}\ndata: {{ v: \"{v}\", blob: \"{}\" }}\n",
+                "x".repeat(8192)
+            ));
+        }
+        text
+    };
+    let apply = |text: String| {
+        let root = &root;
+        async move {
+            let manifests = parse_manifests(&text, &Space::default_space()).unwrap();
+            root.query(move |c| {
+                let rev = Revision(c.log().head().next().0);
+                let changes: Vec<Change> = manifests
+                    .iter()
+                    .map(|m| to_object(m, rev))
+                    .filter(|o| c.log().get(o.key()).is_none_or(|h| h.hash != o.hash))
+                    .map(Change::Upsert)
+                    .collect();
+                c.apply(changes).unwrap()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    apply(many(1, None)).await;
+    eventually("pos-1 holds the forty objects", || async {
+        pos.query(|a| a.log().live().count()).await == Some(40)
+    })
+    .await;
+    let full = root.client().link_stats().await.unwrap().children[0].1;
+
+    // The site goes away; one object changes; the site comes back on its store.
+    site.shutdown().await.unwrap();
+    let rev = apply(many(2, Some(7))).await;
+    let (site, site_addr2) = start_node(
+        dir.path(),
+        &ca,
+        "site-1",
+        Some(("center", root_addr)),
+        &["pos-1", "pos-2"],
+        site_store,
+    );
+    eventually("the site caught up", || async {
+        site.query(move |c| {
+            c.log()
+                .live()
+                .any(|o| o.key().name == "cm-7" && o.revision.0 == rev.0)
+        })
+        .await
+            == Some(true)
+    })
+    .await;
+    let resync = root.client().link_stats().await.unwrap().children[0].1;
+    assert!(
+        resync < full / 4,
+        "the resync sent {resync} bytes; the first sync of everything took {full}"
+    );
+
+    // The root becomes unreachable; a new cluster joins the site with nothing and is
+    // served from the site's cache.
+    root.shutdown().await.unwrap();
+    let newcomer = start_agent_under(dir.path(), &ca, "pos-2", "pos", "site-1", site_addr2);
+    eventually(
+        "pos-2 got all forty objects from the site alone",
+        || async { newcomer.query(|a| a.log().live().count()).await == Some(40) },
+    )
+    .await;
+    newcomer.shutdown().await;
+    pos.shutdown().await;
+    site.shutdown().await.unwrap();
+}
