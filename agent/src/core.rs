@@ -8,6 +8,7 @@ use strata_protocol::model::{Cluster, Health, ObjectKey, Status};
 use strata_protocol::sync::{LinkEvent, ObjectLog, ParentLink, SessionError};
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{Change, ChildToParent, ParentToChild, Report, ReportKey, ReportValue};
+use strata_relay::node::follow::follow_parent;
 use strata_relay::store::{Batch, UpstreamState};
 
 use crate::backend::ClusterBackend;
@@ -149,42 +150,22 @@ impl AgentCore {
                         }
                     }
                 }
-                LinkEvent::Apply(change) => {
-                    self.apply_to_cluster(now, at, &change);
-                    let pos = self.log.head().next();
-                    let _ = self.log.stage(pos, change);
-                }
-                LinkEvent::Advanced(cursor) => {
-                    let pos = self.log.head().next();
-                    self.log.commit(pos);
-                    self.upstream.cursor = cursor;
-                    self.batch.upstream = Some(self.upstream.clone());
-                }
-                LinkEvent::SnapshotStarted => {
-                    self.upstream.route = None;
-                    self.batch.upstream = Some(self.upstream.clone());
-                }
-                LinkEvent::SnapshotDone {
-                    cursor,
-                    route,
-                    keep,
-                } => {
-                    let gone: Vec<ObjectKey> = self
-                        .log
-                        .live()
-                        .map(|o| o.key().clone())
-                        .filter(|k| !keep.contains(k))
-                        .collect();
-                    for key in gone {
-                        self.apply_to_cluster(now, at, &Change::Delete(key));
+                event => {
+                    let mut changes = Vec::new();
+                    let rest = follow_parent(
+                        &mut self.log,
+                        &mut self.upstream,
+                        &mut self.batch,
+                        event,
+                        |c| changes.push(c.clone()),
+                    );
+                    for change in changes {
+                        self.apply_to_cluster(now, at, &change);
                     }
-                    let pos = self.log.head().next();
-                    let _ = self.log.finish_snapshot(pos, &keep);
-                    self.upstream.cursor = cursor;
-                    self.upstream.route = Some(route);
-                    self.batch.upstream = Some(self.upstream.clone());
+                    if let Some(LinkEvent::Closed { error, .. }) = rest {
+                        self.close_upstream = Some(error);
+                    }
                 }
-                LinkEvent::Closed { error, .. } => self.close_upstream = Some(error),
             }
         }
         for (key, status) in self.backend.poll_status(now, at) {

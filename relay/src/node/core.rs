@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use strata_protocol::model::{Cluster, Cursor, Labels, LogId, ObjectKey, Position};
 use strata_protocol::placement::Placement;
-use strata_protocol::route::{PlacementRoute, is_placement};
+use strata_protocol::route::{PLACEMENT_KIND, PlacementRoute, STRATA_GROUP, is_placement};
 use strata_protocol::summary::Summary;
 use strata_protocol::sync::{
     ChildSession, LinkEvent, ObjectLog, ParentLink, SessionConfig, SessionError, SessionEvent,
@@ -25,6 +25,7 @@ use strata_protocol::wire::{
     Change, ChildToParent, ErrorCode, ParentToChild, Report, ReportKey, ReportValue, Role,
 };
 
+use super::follow::follow_parent;
 use super::reports::SubtreeReports;
 use crate::store::{Batch, ReportSlot, UpstreamState};
 
@@ -430,45 +431,21 @@ impl NodeCore {
                         self.dirty.extend(self.log.live().map(|o| o.key().clone()));
                     }
                 }
-                LinkEvent::Apply(change) => {
-                    self.note_change(&change);
-                    let pos = self.log.head().next();
-                    // Staging above the head cannot fail.
-                    let _ = self.log.stage(pos, change);
-                }
-                LinkEvent::Advanced(cursor) => {
-                    let pos = self.log.head().next();
-                    self.log.commit(pos);
-                    self.upstream_state.cursor = cursor;
-                    self.batch.upstream = Some(self.upstream_state.clone());
-                }
-                LinkEvent::SnapshotStarted => {
-                    self.upstream_state.route = None;
-                    self.batch.upstream = Some(self.upstream_state.clone());
-                }
-                LinkEvent::SnapshotDone {
-                    cursor,
-                    route,
-                    keep,
-                } => {
-                    let pos = self.log.head().next();
-                    let gone: Vec<ObjectKey> = self
-                        .log
-                        .live()
-                        .map(|o| o.key().clone())
-                        .filter(|k| !keep.contains(k))
-                        .collect();
-                    for key in gone {
-                        self.note_change(&Change::Delete(key));
+                event => {
+                    let mut changed = Vec::new();
+                    let rest = follow_parent(
+                        &mut self.log,
+                        &mut self.upstream_state,
+                        &mut self.batch,
+                        event,
+                        |c| changed.push(c.key().clone()),
+                    );
+                    for key in changed {
+                        self.note_key(key);
                     }
-                    let _ = self.log.finish_snapshot(pos, &keep);
-                    self.upstream_state.cursor = cursor;
-                    self.upstream_state.route = Some(route);
-                    self.batch.upstream = Some(self.upstream_state.clone());
-                    self.routes_stale = true;
-                }
-                LinkEvent::Closed { error, .. } => {
-                    self.outgoing.close_upstream = Some(error);
+                    if let Some(LinkEvent::Closed { error, .. }) = rest {
+                        self.outgoing.close_upstream = Some(error);
+                    }
                 }
             }
         }
@@ -476,17 +453,16 @@ impl NodeCore {
     }
 
     fn note_change(&mut self, change: &Change) {
-        if let Change::Upsert(o) = change
-            && is_placement(&o.meta)
-        {
+        self.note_key(change.key().clone());
+    }
+
+    /// A key changed in the log: its summaries may change, and a placement changing
+    /// changes routes.
+    fn note_key(&mut self, key: ObjectKey) {
+        if key.group == STRATA_GROUP && key.kind == PLACEMENT_KIND {
             self.routes_stale = true;
         }
-        if let Change::Delete(k) = change
-            && k.group == strata_protocol::route::STRATA_GROUP
-        {
-            self.routes_stale = true;
-        }
-        self.dirty.insert(change.key().clone());
+        self.dirty.insert(key);
     }
 
     fn drain_child_events(&mut self, now: Instant) {

@@ -2,6 +2,7 @@
 
 pub mod clock;
 pub mod core;
+pub mod follow;
 pub mod reports;
 pub mod runtime;
 pub mod upstream;
