@@ -16,11 +16,10 @@ use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_protocol::model::{Cluster, Revision, Space};
 use strata_protocol::sync::SessionConfig;
-use strata_protocol::wire::Change;
 use strata_relay::certs::Ca;
 use strata_relay::node::clock::Clock;
 use strata_relay::node::runtime::{self as node, NodeHandle, NodeParts};
-use strata_relay::objects::{parse_manifests, to_object};
+use strata_relay::objects::parse_manifests;
 use strata_relay::store::{MemStore, Store};
 use strata_relay::tls::{self, Identity};
 use strata_relay::transport;
@@ -101,20 +100,14 @@ spec:
 async fn apply(root: &NodeHandle, text: String) -> anyhow::Result<u64> {
     let m =
         parse_manifests(&text, &Space::default_space()).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let pos = root
-        .query(move |c| {
-            let rev = Revision(c.log().head().next().0);
-            let changes: Vec<Change> = m
-                .iter()
-                .map(|m| to_object(m, rev))
-                .filter(|o| c.log().get(o.key()).is_none_or(|h| h.hash != o.hash))
-                .map(Change::Upsert)
-                .collect();
-            c.apply(changes).map(|p| p.0)
-        })
+    let applied = root
+        .query(move |c| c.apply_manifests(&m))
         .await
         .ok_or_else(|| anyhow::anyhow!("root stopped"))??;
-    Ok(pos)
+    applied
+        .revision
+        .map(|p| p.0)
+        .ok_or_else(|| anyhow::anyhow!("nothing changed"))
 }
 
 /// Polls every agent until each holds the payload at `revision`; returns arrival times.

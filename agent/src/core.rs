@@ -26,6 +26,8 @@ pub struct AgentCore {
     close_upstream: Option<SessionError>,
     /// Whether everything was reported since this run started.
     reported_this_run: bool,
+    /// This run's id (as in the hello).
+    run: u64,
 }
 
 impl std::fmt::Debug for AgentCore {
@@ -36,20 +38,37 @@ impl std::fmt::Debug for AgentCore {
     }
 }
 
+/// What an agent starts from.
+pub struct AgentSetup {
+    /// The cluster it manages.
+    pub cluster: Cluster,
+    /// The link to its parent.
+    pub link: ParentLink,
+    /// The restored desired state.
+    pub log: ObjectLog,
+    /// The restored position in the parent's log.
+    pub upstream: UpstreamState,
+    /// The cluster's backend.
+    pub backend: Box<dyn ClusterBackend + Send>,
+    /// This run's id.
+    pub run: u64,
+}
+
 impl AgentCore {
     /// An agent from its restored state. Everything it held is applied again at once:
     /// the cluster is kept in its last desired state whether or not the parent is
     /// reachable.
-    pub fn new(
-        now: Instant,
-        at: UnixMillis,
-        cluster: Cluster,
-        link: ParentLink,
-        log: ObjectLog,
-        upstream: UpstreamState,
-        backend: Box<dyn ClusterBackend + Send>,
-    ) -> Self {
+    pub fn new(now: Instant, at: UnixMillis, setup: AgentSetup) -> Self {
+        let AgentSetup {
+            cluster,
+            link,
+            log,
+            upstream,
+            backend,
+            run,
+        } = setup;
         let mut core = AgentCore {
+            run,
             cluster,
             link,
             log,
@@ -148,6 +167,15 @@ impl AgentCore {
                         for (k, s) in all {
                             self.push_status(now, &k, Some(s));
                         }
+                        // Everything this run knows is queued: the parent may drop what
+                        // earlier runs reported and this one did not.
+                        self.link.push_report(
+                            now,
+                            Report {
+                                key: ReportKey::Complete { run: self.run },
+                                value: ReportValue::Complete,
+                            },
+                        );
                     }
                 }
                 event => {

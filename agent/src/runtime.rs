@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::backend::ClusterBackend;
-use crate::core::AgentCore;
+use crate::core::{AgentCore, AgentSetup};
 
 /// What an agent needs to run.
 pub struct AgentParts {
@@ -104,11 +104,14 @@ pub fn start(parts: AgentParts) -> Result<AgentHandle, StoreError> {
     let core = AgentCore::new(
         now,
         parts.clock.wall(),
-        parts.cluster.clone(),
-        link,
-        log,
-        upstream,
-        parts.backend,
+        AgentSetup {
+            cluster: parts.cluster.clone(),
+            link,
+            log,
+            upstream,
+            backend: parts.backend,
+            run: parts.run,
+        },
     );
     let (tx, rx) = mpsc::channel(1024);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);

@@ -12,14 +12,13 @@ use std::time::Duration;
 
 use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
-use strata_protocol::model::{Cluster, Revision, Space};
+use strata_protocol::model::{Cluster, Position, Space};
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::SessionConfig;
-use strata_protocol::wire::Change;
 use strata_relay::certs::Ca;
 use strata_relay::node::clock::Clock;
 use strata_relay::node::runtime::{self as node, NodeHandle, NodeParts};
-use strata_relay::objects::{parse_manifests, to_object};
+use strata_relay::objects::parse_manifests;
 use strata_relay::store::{MemStore, Store};
 use strata_relay::tls::{self, Identity};
 use strata_relay::transport;
@@ -144,6 +143,14 @@ spec:
   clusters: { selector: { matchLabels: { role: pos } } }
 ";
 
+/// Applies manifests at the root; returns the revision.
+async fn apply(root: &NodeHandle, text: &str) -> Position {
+    let manifests = parse_manifests(text, &Space::default_space()).unwrap();
+    root.query(move |c| c.apply_manifests(&manifests).unwrap().revision.unwrap())
+        .await
+        .unwrap()
+}
+
 async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
@@ -187,17 +194,7 @@ async fn a_placement_reaches_only_selected_clusters_and_status_comes_back_summar
     })
     .await;
 
-    let manifests = parse_manifests(APP, &Space::default_space()).unwrap();
-    root.query(move |c| {
-        let rev = Revision(c.log().head().next().0);
-        let changes = manifests
-            .iter()
-            .map(|m| Change::Upsert(to_object(m, rev)))
-            .collect();
-        c.apply(changes).unwrap();
-    })
-    .await
-    .unwrap();
+    apply(&root, APP).await;
 
     eventually("pos-1 holds the deployment", || async {
         pos.query(|a| a.log().live().any(|o| o.key().kind == "Deployment"))
@@ -322,19 +319,7 @@ async fn labels_inherited_from_a_region_select_clusters_at_every_tier() {
         root.query(|c| c.reports().clusters().count()).await == Some(4)
     })
     .await;
-    let manifests = parse_manifests(REGIONAL, &Space::default_space()).unwrap();
-    root.query(move |c| {
-        let rev = Revision(c.log().head().next().0);
-        c.apply(
-            manifests
-                .iter()
-                .map(|m| Change::Upsert(to_object(m, rev)))
-                .collect(),
-        )
-        .unwrap();
-    })
-    .await
-    .unwrap();
+    apply(&root, REGIONAL).await;
     for (name, agent) in &agents {
         eventually(&format!("{name} holds the config map"), || async {
             agent.query(|a| a.log().live().count()).await == Some(1)
@@ -456,25 +441,7 @@ async fn a_restarted_relay_resyncs_only_the_delta_and_serves_from_cache_without_
         }
         text
     };
-    let apply = |text: String| {
-        let root = &root;
-        async move {
-            let manifests = parse_manifests(&text, &Space::default_space()).unwrap();
-            root.query(move |c| {
-                let rev = Revision(c.log().head().next().0);
-                let changes: Vec<Change> = manifests
-                    .iter()
-                    .map(|m| to_object(m, rev))
-                    .filter(|o| c.log().get(o.key()).is_none_or(|h| h.hash != o.hash))
-                    .map(Change::Upsert)
-                    .collect();
-                c.apply(changes).unwrap()
-            })
-            .await
-            .unwrap()
-        }
-    };
-    apply(many(1, None)).await;
+    apply(&root, &many(1, None)).await;
     eventually("pos-1 holds the forty objects", || async {
         pos.query(|a| a.log().live().count()).await == Some(40)
     })
@@ -483,7 +450,7 @@ async fn a_restarted_relay_resyncs_only_the_delta_and_serves_from_cache_without_
 
     // The site goes away; one object changes; the site comes back on its store.
     site.shutdown().await.unwrap();
-    let rev = apply(many(2, Some(7))).await;
+    let rev = apply(&root, &many(2, Some(7))).await;
     let (site, site_addr2) = start_node(
         dir.path(),
         &ca,

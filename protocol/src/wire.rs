@@ -216,6 +216,14 @@ pub enum ReportKey {
         /// The cluster's name.
         name: String,
     },
+    /// Marks that everything this run of the child reported before it has been sent:
+    /// the parent drops what the child's earlier runs reported and this run did not.
+    /// Declared last so that it sorts after every other key and an outbox, which sends
+    /// in key order, sends it after everything queued with it.
+    Complete {
+        /// The child's run (see [`Hello::run`]).
+        run: u64,
+    },
 }
 
 /// The latest value for a [`ReportKey`].
@@ -230,6 +238,8 @@ pub enum ReportValue {
     Cluster(Cluster),
     /// The keyed thing no longer exists (object removed, cluster left).
     Removed,
+    /// For [`ReportKey::Complete`].
+    Complete,
 }
 
 /// One report: the latest value of one key.

@@ -20,7 +20,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use strata_protocol::model::{ObjectKey, Revision, Space};
+use strata_protocol::model::{ObjectKey, Space};
 use strata_protocol::route::is_placement;
 use strata_protocol::wire::{Change, ReportKey, ReportValue};
 use tokio::net::TcpListener;
@@ -29,7 +29,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::config::{ApiConfig, NodeConfig};
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
-use crate::objects::{parse_manifests, to_object};
+use crate::objects::parse_manifests;
 use crate::tls::{self, Identity};
 
 /// Largest request body accepted.
@@ -207,32 +207,21 @@ async fn apply(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Full<Bytes>> {
     };
     let result = ctx
         .node
-        .query(move |core: &mut NodeCore| {
-            let rev = Revision(core.log().head().next().0);
-            let mut changes = Vec::new();
-            let mut unchanged = Vec::new();
-            for m in &manifests {
-                let object = to_object(m, rev);
-                match core.log().get(object.key()) {
-                    Some(held) if held.hash == object.hash => {
-                        unchanged.push(object.key().to_string())
-                    }
-                    _ => changes.push(Change::Upsert(object)),
-                }
-            }
-            let applied: Vec<String> = changes.iter().map(|c| c.key().to_string()).collect();
-            if changes.is_empty() {
-                return Ok((None, applied, unchanged));
-            }
-            core.apply(changes)
-                .map(|pos| (Some(pos.0), applied, unchanged))
-        })
+        .query(move |core: &mut NodeCore| core.apply_manifests(&manifests))
         .await;
     match result {
-        Some(Ok((revision, applied, unchanged))) => reply(
-            StatusCode::OK,
-            json!({ "revision": revision, "applied": applied, "unchanged": unchanged }),
-        ),
+        Some(Ok(a)) => {
+            let names =
+                |keys: &[ObjectKey]| keys.iter().map(ToString::to_string).collect::<Vec<_>>();
+            reply(
+                StatusCode::OK,
+                json!({
+                    "revision": a.revision.map(|p| p.0),
+                    "applied": names(&a.applied),
+                    "unchanged": names(&a.unchanged),
+                }),
+            )
+        }
         Some(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
     }

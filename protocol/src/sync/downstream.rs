@@ -106,6 +106,8 @@ struct Subscription {
     next_seq: u64,
     /// The child's position once everything sent so far is applied.
     sent: Position,
+    /// What the child has durably applied: its cursor when it subscribed, then its acks.
+    durable: Cursor,
     stream: Stream,
     inflight: VecDeque<(u64, usize)>,
     inflight_bytes: usize,
@@ -176,16 +178,19 @@ impl ChildSession {
         matches!(self.phase, Phase::Closed)
     }
 
-    /// The lowest log position this session still needs history for: compacting the
-    /// log above it would make the session's deltas unsound. `None` when the session
-    /// needs nothing (not subscribed, or sending a snapshot cut at a position it holds).
-    pub fn retention_floor(&self) -> Option<Position> {
+    /// The lowest position of `log` this session still needs history for: compacting
+    /// above it would make the session's deltas unsound, or force the child into a
+    /// snapshot should this connection drop before it acknowledges what was sent.
+    /// `None` when the session needs nothing.
+    pub fn retention_floor(&self, log: &ObjectLog) -> Option<Position> {
         let sub = self.sub.as_ref()?;
-        match &sub.stream {
+        let durable = (sub.durable.log == log.id()).then_some(sub.durable.position);
+        let stream = match &sub.stream {
             Stream::Snapshot { at, .. } => Some(*at),
             Stream::Undecided { .. } => None,
             _ => Some(sub.sent),
-        }
+        };
+        [durable, stream].into_iter().flatten().min()
     }
 
     /// Changes the child's route. A different route id restarts the downsync with a
@@ -308,6 +313,7 @@ impl ChildSession {
             epoch,
             next_seq: 0,
             sent: after.position,
+            durable: after,
             stream: Stream::Undecided { after, route },
             inflight: VecDeque::new(),
             inflight_bytes: 0,
@@ -332,6 +338,7 @@ impl ChildSession {
                 sub.inflight_bytes -= bytes;
             }
         }
+        sub.durable = cursor;
         if self.acked.is_none_or(|a| a != cursor) {
             self.acked = Some(cursor);
             self.events.push_back(SessionEvent::Acked(cursor));

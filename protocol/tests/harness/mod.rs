@@ -379,7 +379,7 @@ impl World {
         let floor = n
             .sessions
             .values()
-            .filter_map(ChildSession::retention_floor)
+            .filter_map(|s| s.retention_floor(log))
             .min()
             .unwrap_or(log.head());
         log.compact(floor);

@@ -146,12 +146,14 @@ fn report() -> impl Strategy<Value = Report> {
         (name(), key()).prop_map(|(cluster, object)| ReportKey::Status { cluster, object }),
         (name(), key()).prop_map(|(placement, object)| ReportKey::Summary { placement, object }),
         name().prop_map(|name| ReportKey::Cluster { name }),
+        any::<u64>().prop_map(|run| ReportKey::Complete { run }),
     ];
     let value = prop_oneof![
         status().prop_map(ReportValue::Status),
         summary().prop_map(ReportValue::Summary),
         cluster().prop_map(ReportValue::Cluster),
         Just(ReportValue::Removed),
+        Just(ReportValue::Complete),
     ];
     (key, value).prop_map(|(key, value)| Report { key, value })
 }

@@ -50,6 +50,17 @@ pub struct Outgoing {
     pub close_upstream: Option<SessionError>,
 }
 
+/// What an apply did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The revision of the change; `None` when nothing changed.
+    pub revision: Option<Position>,
+    /// Objects created or changed.
+    pub applied: Vec<ObjectKey>,
+    /// Objects already exactly so.
+    pub unchanged: Vec<ObjectKey>,
+}
+
 /// Counters for metrics.
 #[derive(Debug, Default, Clone)]
 pub struct CoreStats {
@@ -81,6 +92,13 @@ pub struct NodeCore {
     routes_stale: bool,
     /// Whether everything was reported upward since this run started.
     reported_this_run: bool,
+    /// Everything must be reported upward at the next processing.
+    report_all: bool,
+    /// This run's id.
+    run: u64,
+    /// Reports of children's earlier runs, kept (routes stay stable) until the child's
+    /// new run says it has reported everything; then what it did not report again goes.
+    stale: BTreeSet<ReportSlot>,
     summary_interval: Duration,
     next_summary: Instant,
     batch: Batch,
@@ -113,6 +131,8 @@ pub struct CoreSetup {
     pub upstream_state: UpstreamState,
     /// How often summaries go upward.
     pub summary_interval: Duration,
+    /// This run's id (as in the hello to the parent).
+    pub run: u64,
 }
 
 impl NodeCore {
@@ -142,6 +162,9 @@ impl NodeCore {
             dirty: BTreeSet::new(),
             routes_stale: true,
             reported_this_run: false,
+            report_all: false,
+            run: setup.run,
+            stale: BTreeSet::new(),
             summary_interval: setup.summary_interval,
             next_summary: now,
             batch: Batch::default(),
@@ -286,6 +309,35 @@ impl NodeCore {
         Ok(pos)
     }
 
+    /// Applies user manifests at the root in one revision; manifests identical to what
+    /// the log holds are left alone (applying twice changes nothing).
+    pub fn apply_manifests(
+        &mut self,
+        manifests: &[crate::objects::Manifest],
+    ) -> Result<Applied, strata_protocol::sync::LogError> {
+        let rev = strata_protocol::model::Revision(self.log.head().next().0);
+        let mut changes = Vec::new();
+        let mut unchanged = Vec::new();
+        for m in manifests {
+            let object = crate::objects::to_object(m, rev);
+            match self.log.get(object.key()) {
+                Some(held) if held.hash == object.hash => unchanged.push(object.key().clone()),
+                _ => changes.push(Change::Upsert(object)),
+            }
+        }
+        let applied: Vec<ObjectKey> = changes.iter().map(|c| c.key().clone()).collect();
+        let revision = if changes.is_empty() {
+            None
+        } else {
+            Some(self.apply(changes)?)
+        };
+        Ok(Applied {
+            revision,
+            applied,
+            unchanged,
+        })
+    }
+
     // ---- time ----------------------------------------------------------------
 
     /// Handles timers that are due.
@@ -319,8 +371,11 @@ impl NodeCore {
     /// Handles every pending event and returns what must be made durable before
     /// [`NodeCore::transmit`].
     pub fn process(&mut self, now: Instant) -> Batch {
-        self.drain_upstream_events(now);
+        self.drain_upstream_events();
         self.drain_child_events(now);
+        if std::mem::take(&mut self.report_all) {
+            self.report_everything(now);
+        }
         if self.routes_stale {
             self.routes_stale = false;
             self.reload_placements();
@@ -353,7 +408,7 @@ impl NodeCore {
         let sessions = self
             .children
             .values()
-            .filter_map(|c| c.session.retention_floor());
+            .filter_map(|c| c.session.retention_floor(&self.log));
         let acked = self
             .allowed
             .iter()
@@ -393,7 +448,7 @@ impl NodeCore {
         out
     }
 
-    fn drain_upstream_events(&mut self, now: Instant) {
+    fn drain_upstream_events(&mut self) {
         let Some(mut link) = self.upstream.take() else {
             return;
         };
@@ -421,14 +476,9 @@ impl NodeCore {
                         || !self.reported_this_run
                     {
                         self.reported_this_run = true;
-                        // The parent does not know what we reported: report it all.
                         self.upstream_state.parent_incarnation = Some(incarnation);
                         self.batch.upstream = Some(self.upstream_state.clone());
-                        self.sent.clear();
-                        for cluster in self.reports.clusters() {
-                            link.push_report(now, self.cluster_upward(cluster));
-                        }
-                        self.dirty.extend(self.log.live().map(|o| o.key().clone()));
+                        self.report_all = true;
                     }
                 }
                 event => {
@@ -486,11 +536,11 @@ impl NodeCore {
                     c.relay = relay;
                 }
                 if self.child_runs.get(name) != Some(&hello.run) {
+                    // A new run: what the child reported before stays (routes must not
+                    // flap) until it says it has reported everything again.
                     self.child_runs.insert(name.to_owned(), hello.run);
                     self.batch.child_runs.push((name.to_owned(), hello.run));
-                    for key in self.reports.forget(name) {
-                        self.forget_report(now, key);
-                    }
+                    self.stale.extend(self.reports.slots_of(name));
                 }
                 self.refresh_route(name);
             }
@@ -501,6 +551,12 @@ impl NodeCore {
             SessionEvent::Reports(items) => {
                 let relay = self.children.get(name).is_some_and(|c| c.relay);
                 for report in items {
+                    if let ReportKey::Complete { run } = report.key {
+                        if self.child_runs.get(name) == Some(&run) {
+                            self.sweep(now, name);
+                        }
+                        continue;
+                    }
                     if let Err(refusal) = self.reports.check(name, relay, &report) {
                         self.stats.reports_refused += 1;
                         tracing::warn!(child = name, %refusal, "closing the session: report outside its subtree");
@@ -544,11 +600,13 @@ impl NodeCore {
                 self.dirty.insert(object.clone());
             }
             ReportKey::Cluster { .. } => cluster_changed = true,
+            ReportKey::Complete { .. } => return,
         }
         let stored = match &report.value {
             ReportValue::Removed => None,
             value => Some(value.clone()),
         };
+        self.stale.remove(&(child.to_owned(), report.key.clone()));
         if self.reports.accept(child, report.clone()) {
             self.batch
                 .reports
@@ -566,6 +624,53 @@ impl NodeCore {
                 self.refresh_route(child);
                 self.dirty.extend(self.log.live().map(|o| o.key().clone()));
             }
+        }
+    }
+
+    /// Drops what `child` reported in earlier runs and not again in this one.
+    fn sweep(&mut self, now: Instant, child: &str) {
+        let gone: Vec<ReportSlot> = self
+            .stale
+            .iter()
+            .filter(|(from, _)| from == child)
+            .cloned()
+            .collect();
+        for slot in gone {
+            self.stale.remove(&slot);
+            if self.reports.remove(&slot) {
+                let cluster = matches!(slot.1, ReportKey::Cluster { .. });
+                self.forget_report(now, slot);
+                if cluster {
+                    self.refresh_route(child);
+                }
+            }
+        }
+    }
+
+    /// Reports everything upward (clusters, summaries of every object), then the
+    /// marker that says so.
+    fn report_everything(&mut self, now: Instant) {
+        self.sent.clear();
+        let clusters: Vec<Report> = self
+            .reports
+            .clusters()
+            .map(|c| self.cluster_upward(c))
+            .collect();
+        if let Some(link) = &mut self.upstream {
+            for r in clusters {
+                link.push_report(now, r);
+            }
+        }
+        self.dirty.extend(self.log.live().map(|o| o.key().clone()));
+        self.push_summaries(now);
+        if let Some(link) = &mut self.upstream {
+            link.push_report(
+                now,
+                Report {
+                    key: ReportKey::Complete { run: self.run },
+                    value: ReportValue::Complete,
+                },
+            );
         }
     }
 

@@ -85,7 +85,7 @@ impl SubtreeReports {
     ) -> Result<(), ReportRefusal> {
         let cluster = match &report.key {
             ReportKey::Status { cluster, .. } | ReportKey::Cluster { name: cluster } => cluster,
-            ReportKey::Summary { .. } => return Ok(()),
+            ReportKey::Summary { .. } | ReportKey::Complete { .. } => return Ok(()),
         };
         if !child_is_relay {
             if cluster != child {
@@ -123,19 +123,18 @@ impl SubtreeReports {
         }
     }
 
-    /// Forgets everything `child` reported (it restarted and will report again).
-    /// Returns the slots removed.
-    pub fn forget(&mut self, child: &str) -> Vec<ReportSlot> {
-        let gone: Vec<ReportSlot> = self
-            .stored
+    /// Every slot `child` reported.
+    pub fn slots_of(&self, child: &str) -> Vec<ReportSlot> {
+        self.stored
             .keys()
             .filter(|(from, _)| from == child)
             .cloned()
-            .collect();
-        for slot in &gone {
-            self.stored.remove(slot);
-        }
-        gone
+            .collect()
+    }
+
+    /// Drops one stored report. Returns whether it was there.
+    pub fn remove(&mut self, slot: &ReportSlot) -> bool {
+        self.stored.remove(slot).is_some()
     }
 
     /// Every stored report.
@@ -278,7 +277,9 @@ mod tests {
             );
         }
         assert_eq!(r.iter().count(), 2);
-        assert_eq!(r.forget("a").len(), 1);
+        let of_a = r.slots_of("a");
+        assert_eq!(of_a.len(), 1);
+        assert!(r.remove(&of_a[0]));
         assert_eq!(r.iter().count(), 1);
     }
 }

@@ -215,6 +215,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
             upstream,
             upstream_state,
             summary_interval: parts.summary_interval,
+            run: parts.run,
         },
     );
     let (tx, rx) = mpsc::channel(4096);
