@@ -365,7 +365,14 @@ impl ObjectLog {
             }
         }
         for (key, entry) in self.keys.iter_mut() {
-            // Keep the last visibility at or below the floor as the base.
+            // Only a settled key (its latest change at or below the floor, so every
+            // child the floor serves has been sent that change) forgets its older
+            // visibility. A key with a change pending above the floor keeps it all: a
+            // child may still hold a version older than anything at the floor, because
+            // a change that moved on before a delta was cut is delivered with the next.
+            if entry.position > floor {
+                continue;
+            }
             let below = entry.history.iter().filter(|v| v.at <= floor).count();
             if below > 1 {
                 entry.history.drain(..below - 1);
