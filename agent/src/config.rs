@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-use strata_relay::config::{ParentConfig, TlsFiles, check_node_name};
+use strata_relay::config::{ParentConfig, RawParent, RawTls, TlsFiles, check_node_name};
 
 /// An agent's configuration, validated.
 #[derive(Debug, Clone)]
@@ -50,21 +50,6 @@ struct Raw {
     data: PathBuf,
     #[serde(default)]
     simulated: Option<RawSimulated>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawParent {
-    name: String,
-    address: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTls {
-    cert: PathBuf,
-    key: PathBuf,
-    ca: PathBuf,
 }
 
 #[derive(Debug, Deserialize)]
@@ -117,11 +102,7 @@ impl AgentConfig {
                 name: raw.parent.name,
                 address,
             },
-            tls: TlsFiles {
-                cert: base.join(raw.tls.cert),
-                key: base.join(raw.tls.key),
-                ca: base.join(raw.tls.ca),
-            },
+            tls: raw.tls.resolve(base),
             data: base.join(raw.data),
             simulated: Simulated {
                 ready_delay: Duration::from_millis(simulated.ready_delay_ms.unwrap_or(500)),

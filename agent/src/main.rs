@@ -34,12 +34,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    strata_relay::init_logging();
     let Command::Run { config } = Cli::parse().command;
     match run(&config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -131,19 +131,37 @@ struct RawConfig {
     summary_interval_ms: Option<u64>,
 }
 
+/// The `parent` section as written (shared by the agent's configuration).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawParent {
-    name: String,
-    address: String,
+pub struct RawParent {
+    /// The parent's node name.
+    pub name: String,
+    /// Its address, `IP:PORT`.
+    pub address: String,
 }
 
+/// The `tls` section as written (shared by the agent's configuration).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawTls {
-    cert: PathBuf,
-    key: PathBuf,
-    ca: PathBuf,
+pub struct RawTls {
+    /// Certificate file.
+    pub cert: PathBuf,
+    /// Key file.
+    pub key: PathBuf,
+    /// CA file.
+    pub ca: PathBuf,
+}
+
+impl RawTls {
+    /// The files, relative to `base` (the configuration file's directory).
+    pub fn resolve(self, base: &Path) -> TlsFiles {
+        TlsFiles {
+            cert: base.join(self.cert),
+            key: base.join(self.key),
+            ca: base.join(self.ca),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -237,11 +255,7 @@ impl NodeConfig {
             node: raw.node,
             listen,
             parent,
-            tls: TlsFiles {
-                cert: base.join(raw.tls.cert),
-                key: base.join(raw.tls.key),
-                ca: base.join(raw.tls.ca),
-            },
+            tls: raw.tls.resolve(base),
             data: base.join(raw.data),
             children: raw.children,
             labels: raw.labels,

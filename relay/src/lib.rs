@@ -33,3 +33,14 @@ pub mod serve;
 pub mod store;
 pub mod tls;
 pub mod transport;
+
+/// Logs to standard error, filtered by `RUST_LOG` (default `info`): what the `relay`
+/// and `agent` binaries use.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

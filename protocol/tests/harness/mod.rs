@@ -791,35 +791,28 @@ impl World {
         Duration::from_millis(5 + self.rng.below(f.jitter_ms + 1))
     }
 
-    fn send_down(&mut self, c: usize, conn: u64, msg: ParentToChild) {
+    /// Delivery times for one message on child `c`'s link: none when it is lost, two
+    /// when it is duplicated, each with its own latency (so copies reorder).
+    fn schedule(&mut self, c: usize, conn: u64) -> Vec<Instant> {
         let f = self.nodes[c].wire.faults;
         if conn == 0 || self.rng.chance(f.loss) {
-            return;
+            return Vec::new();
         }
         let copies = if self.rng.chance(f.dup) { 2 } else { 1 };
-        for _ in 0..copies {
-            let at = self.now + self.latency(c);
-            self.nodes[c].wire.down.push(InFlight {
-                at,
-                conn,
-                msg: msg.clone(),
-            });
+        (0..copies).map(|_| self.now + self.latency(c)).collect()
+    }
+
+    fn send_down(&mut self, c: usize, conn: u64, msg: ParentToChild) {
+        for at in self.schedule(c, conn) {
+            let msg = msg.clone();
+            self.nodes[c].wire.down.push(InFlight { at, conn, msg });
         }
     }
 
     fn send_up(&mut self, c: usize, conn: u64, msg: ChildToParent) {
-        let f = self.nodes[c].wire.faults;
-        if conn == 0 || self.rng.chance(f.loss) {
-            return;
-        }
-        let copies = if self.rng.chance(f.dup) { 2 } else { 1 };
-        for _ in 0..copies {
-            let at = self.now + self.latency(c);
-            self.nodes[c].wire.up.push(InFlight {
-                at,
-                conn,
-                msg: msg.clone(),
-            });
+        for at in self.schedule(c, conn) {
+            let msg = msg.clone();
+            self.nodes[c].wire.up.push(InFlight { at, conn, msg });
         }
     }
 
