@@ -23,7 +23,7 @@ pub struct AgentCore {
     /// The last status reported per object.
     statuses: BTreeMap<ObjectKey, Status>,
     batch: Batch,
-    close_upstream: Option<SessionError>,
+    close_upstream: Option<(SessionError, Option<std::time::Duration>)>,
     /// Whether everything was reported since this run started.
     reported_this_run: bool,
     /// This run's id (as in the hello).
@@ -190,8 +190,8 @@ impl AgentCore {
                     for change in changes {
                         self.apply_to_cluster(now, at, &change);
                     }
-                    if let Some(LinkEvent::Closed { error, .. }) = rest {
-                        self.close_upstream = Some(error);
+                    if let Some(LinkEvent::Closed { error, retry_after }) = rest {
+                        self.close_upstream = Some((error, retry_after));
                     }
                 }
             }
@@ -206,8 +206,16 @@ impl AgentCore {
         batch
     }
 
-    /// Messages for the parent, and whether to close the connection.
-    pub fn transmit(&mut self, now: Instant) -> (Vec<ChildToParent>, Option<SessionError>) {
+    /// Messages for the parent, and whether to close the connection (with the parent's
+    /// hint of when to come back).
+    #[allow(clippy::type_complexity)]
+    pub fn transmit(
+        &mut self,
+        now: Instant,
+    ) -> (
+        Vec<ChildToParent>,
+        Option<(SessionError, Option<std::time::Duration>)>,
+    ) {
         let mut out = Vec::new();
         while let Some(msg) = self.link.poll_transmit(now) {
             out.push(msg);

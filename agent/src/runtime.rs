@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use quinn::{Connection, Endpoint, VarInt};
@@ -147,7 +148,14 @@ async fn drive(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut tasks = JoinSet::new();
-    tasks.spawn(upstream_loop(connector, parent, addr, tx));
+    let retry_after = Arc::new(AtomicU64::new(0));
+    tasks.spawn(upstream_loop(
+        connector,
+        parent,
+        addr,
+        tx,
+        retry_after.clone(),
+    ));
     let mut upstream: Option<(Connection, Sender<ChildToParent>)> = None;
     let mut unsaved = Batch::default();
     loop {
@@ -196,9 +204,15 @@ async fn drive(
                 }
             }
         }
-        if let Some(error) = close
+        if let Some((error, hint)) = close
             && let Some((conn, _)) = upstream.take()
         {
+            if let Some(hint) = hint {
+                retry_after.store(
+                    u64::try_from(hint.as_millis()).unwrap_or(u64::MAX),
+                    Ordering::Relaxed,
+                );
+            }
             tracing::warn!(code = ?error.code, reason = %error.reason, "closing the link to the parent");
             conn.close(
                 VarInt::from_u32(close_code::PROTOCOL),

@@ -458,3 +458,26 @@ fn the_inbox_accepts_only_the_next_batch_of_an_epoch() {
     assert!(inbox.handle(batch(1, 0, 1)).is_some());
     assert_eq!(inbox.poll_ack(), Some((1, 1)));
 }
+
+#[test]
+fn a_parent_goodbye_carries_its_retry_hint_to_the_driver() {
+    let mut link = open_link();
+    sent(&mut link, at(1));
+    link.handle_message(
+        at(2),
+        ParentToChild::Goodbye {
+            code: ErrorCode::ShuttingDown,
+            reason: "restarting".into(),
+            retry_after_ms: Some(1500),
+        },
+    );
+    let closed = std::iter::from_fn(|| link.poll_event()).find_map(|e| match e {
+        LinkEvent::Closed { error, retry_after } => Some((error.code, retry_after)),
+        _ => None,
+    });
+    assert_eq!(
+        closed,
+        Some((ErrorCode::ShuttingDown, Some(Duration::from_millis(1500))))
+    );
+    assert!(!link.is_open());
+}

@@ -46,8 +46,9 @@ pub struct Outgoing {
     pub to_parent: Vec<ChildToParent>,
     /// Child connections to close after sending what is queued for them.
     pub close_children: Vec<(String, u64, SessionError)>,
-    /// The upstream connection must be closed (the link gave up on it).
-    pub close_upstream: Option<SessionError>,
+    /// The upstream connection must be closed (the link gave up on it), with the
+    /// parent's hint of when to come back.
+    pub close_upstream: Option<(SessionError, Option<Duration>)>,
 }
 
 /// What an apply did.
@@ -493,8 +494,8 @@ impl NodeCore {
                     for key in changed {
                         self.note_key(key);
                     }
-                    if let Some(LinkEvent::Closed { error, .. }) = rest {
-                        self.outgoing.close_upstream = Some(error);
+                    if let Some(LinkEvent::Closed { error, retry_after }) = rest {
+                        self.outgoing.close_upstream = Some((error, retry_after));
                     }
                 }
             }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use quinn::{Connection, Endpoint, VarInt};
@@ -240,8 +241,15 @@ async fn drive(
     if let Some(listener) = parts.listener.clone() {
         tasks.spawn(accept_loop(listener, tx.clone()));
     }
+    let retry_after = Arc::new(AtomicU64::new(0));
     if let (Some(connector), Some((name, addr))) = (parts.connector.clone(), parts.parent.clone()) {
-        tasks.spawn(upstream_loop(connector, name, addr, tx.clone()));
+        tasks.spawn(upstream_loop(
+            connector,
+            name,
+            addr,
+            tx.clone(),
+            retry_after.clone(),
+        ));
     }
     let clock = parts.clock;
     let mut children: BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)> =
@@ -285,9 +293,20 @@ async fn drive(
             }
         }
         let out = core.transmit(now);
-        dispatch(out, &mut core, &mut children, &mut upstream);
+        dispatch(out, &mut core, &mut children, &mut upstream, &retry_after);
     }
-    // Graceful end: tell everyone, then stop the tasks.
+    // Graceful end: tell the children when to come back, give the goodbyes a moment to
+    // leave, then close everything and stop the tasks.
+    for (_, sender) in children.values() {
+        let _ = sender.send(ParentToChild::Goodbye {
+            code: ErrorCode::ShuttingDown,
+            reason: "node shutting down".into(),
+            retry_after_ms: Some(RESTART_HINT_MS),
+        });
+    }
+    if !children.is_empty() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     for ((_, _), (conn, _)) in children {
         conn.close(
             VarInt::from_u32(close_code::SHUTDOWN),
@@ -377,11 +396,17 @@ fn handle(
     }
 }
 
+/// How long a node shutting down asks its children to wait before reconnecting: a
+/// restart usually takes about this long, and reconnecting sooner only meets a closed
+/// port.
+const RESTART_HINT_MS: u64 = 1000;
+
 fn dispatch(
     out: Outgoing,
     core: &mut NodeCore,
     children: &mut BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)>,
     upstream: &mut Option<(Connection, Sender<ChildToParent>)>,
+    retry_after: &AtomicU64,
 ) {
     let mut too_slow = Vec::new();
     for (name, conn_id, msg) in out.to_children {
@@ -421,9 +446,15 @@ fn dispatch(
             }
         }
     }
-    if let Some(error) = out.close_upstream
+    if let Some((error, hint)) = out.close_upstream
         && let Some((conn, _)) = upstream.take()
     {
+        if let Some(hint) = hint {
+            retry_after.store(
+                u64::try_from(hint.as_millis()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
+        }
         tracing::warn!(code = ?error.code, reason = %error.reason, "closing the link to the parent");
         conn.close(
             VarInt::from_u32(close_code::PROTOCOL),

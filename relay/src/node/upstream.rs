@@ -1,6 +1,8 @@
 //! The link to a parent, kept up for as long as the node runs.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use quinn::{Connection, Endpoint};
@@ -28,11 +30,14 @@ pub enum UpstreamInput {
 
 /// Reconnects to the parent for as long as the node runs: exponential backoff with full
 /// jitter, reset after a connection that lasted.
+/// `retry_after_ms` is the parent's last hint of when to come back (0: none); the next
+/// wait is at least that long.
 pub async fn upstream_loop<T: From<UpstreamInput> + Send + 'static>(
     connector: Endpoint,
     name: String,
     addr: SocketAddr,
     tx: mpsc::Sender<T>,
+    retry_after_ms: Arc<AtomicU64>,
 ) {
     let mut backoff = Backoff::new();
     loop {
@@ -69,7 +74,12 @@ pub async fn upstream_loop<T: From<UpstreamInput> + Send + 'static>(
             }
             Err(e) => tracing::info!(error = %e, "cannot reach the parent"),
         }
-        tokio::time::sleep(backoff.next()).await;
+        let hint = Duration::from_millis(retry_after_ms.swap(0, Ordering::Relaxed));
+        let wait = backoff.next().max(hint);
+        if !hint.is_zero() {
+            tracing::info!(?wait, "the parent asked to come back later");
+        }
+        tokio::time::sleep(wait).await;
     }
 }
 
