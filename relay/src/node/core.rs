@@ -398,26 +398,32 @@ impl NodeCore {
         batch
     }
 
-    /// Drops tombstones no child needs any more: below every connected session's
-    /// retention floor and every known child's last acknowledged position, except that a
+    /// Drops tombstones no child needs any more: below every live session's retention
+    /// floor and, for a child without one, its last acknowledged position, except that a
     /// child more than [`MAX_RETAINED`] positions behind is left to a snapshot rather
     /// than holding the log's history forever.
     fn compact(&mut self) {
         let head = self.log.head();
         let oldest_allowed = Position(head.0.saturating_sub(MAX_RETAINED));
         let log_id = self.log.id();
-        let sessions = self
-            .children
-            .values()
-            .filter_map(|c| c.session.retention_floor(&self.log));
-        let acked = self
+        // Per known child: what its live session still needs, or else (not connected,
+        // or connected but not subscribed yet) what it last acknowledged.
+        let floor = self
             .allowed
             .iter()
-            .filter(|name| !self.children.contains_key(*name))
-            .filter_map(|name| self.acked.get(name))
-            .filter(|c| c.log == log_id)
-            .map(|c| c.position.max(oldest_allowed));
-        let floor = sessions.chain(acked).min().unwrap_or(head);
+            .filter_map(|name| {
+                self.children
+                    .get(name)
+                    .and_then(|c| c.session.retention_floor(&self.log))
+                    .or_else(|| {
+                        self.acked
+                            .get(name)
+                            .filter(|c| c.log == log_id)
+                            .map(|c| c.position.max(oldest_allowed))
+                    })
+            })
+            .min()
+            .unwrap_or(head);
         if floor > self.log.floor() {
             self.log.compact(floor);
         }
