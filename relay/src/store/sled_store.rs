@@ -60,10 +60,7 @@ impl SledStore {
             detail,
         };
         std::fs::create_dir_all(dir).map_err(|e| open_err(e.to_string()))?;
-        let db = sled::Config::new()
-            .path(dir)
-            .open()
-            .map_err(|e| open_err(e.to_string()))?;
+        let db = open_db(dir).map_err(|e| open_err(e.to_string()))?;
         if db
             .get(NODE_ID)
             .map_err(|e| open_err(e.to_string()))?
@@ -83,6 +80,25 @@ impl SledStore {
     /// The store's directory.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// Opens the database, waiting up to a second for a lock held by a `Db` this process
+/// just dropped: sled releases it from a background thread. A lock another process
+/// holds is still refused, after that second.
+#[allow(clippy::disallowed_methods)] // a short wait at startup, before any runtime work
+fn open_db(dir: &Path) -> sled::Result<sled::Db> {
+    let mut attempts = 0;
+    loop {
+        match sled::Config::new().path(dir).open() {
+            Err(sled::Error::Io(e))
+                if e.kind() == std::io::ErrorKind::WouldBlock && attempts < 20 =>
+            {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            other => return other,
+        }
     }
 }
 

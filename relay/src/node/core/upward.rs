@@ -1,0 +1,181 @@
+//! What a node tells its parent: the clusters below it, summaries of its subtree, and
+//! the marker that a run has reported everything; and how it takes children's reports.
+
+use strata_protocol::model::Cluster;
+use strata_protocol::time::Instant;
+use strata_protocol::wire::{Report, ReportKey, ReportValue};
+
+use super::NodeCore;
+use crate::store::ReportSlot;
+
+impl NodeCore {
+    pub(super) fn accept_report(
+        &mut self,
+        now: Instant,
+        child: &str,
+        relay: bool,
+        mut report: Report,
+    ) {
+        let mut cluster_changed = false;
+        if let ReportValue::Cluster(c) = &mut report.value {
+            if !relay {
+                c.path.clear();
+            }
+            c.path.insert(0, self.name.clone());
+            cluster_changed = true;
+        }
+        match &report.key {
+            ReportKey::Status { object, .. } | ReportKey::Summary { object, .. } => {
+                self.dirty.insert(object.clone());
+            }
+            ReportKey::Cluster { .. } => cluster_changed = true,
+            ReportKey::Complete { .. } => return,
+        }
+        let stored = match &report.value {
+            ReportValue::Removed => None,
+            value => Some(value.clone()),
+        };
+        self.stale.remove(&(child.to_owned(), report.key.clone()));
+        if self.reports.accept(child, report.clone()) {
+            self.batch
+                .reports
+                .push(((child.to_owned(), report.key.clone()), stored));
+            if cluster_changed {
+                if let ReportKey::Cluster { .. } = &report.key {
+                    let up = match &report.value {
+                        ReportValue::Cluster(c) => self.cluster_upward(c),
+                        _ => report.clone(),
+                    };
+                    if let Some(link) = &mut self.upstream {
+                        link.push_report(now, up);
+                    }
+                }
+                self.refresh_route(child);
+                self.dirty.extend(self.log.live().map(|o| o.key().clone()));
+            }
+        }
+    }
+
+    /// Drops what `child` reported in earlier runs and not again in this one.
+    pub(super) fn sweep(&mut self, now: Instant, child: &str) {
+        let gone: Vec<ReportSlot> = self
+            .stale
+            .iter()
+            .filter(|(from, _)| from == child)
+            .cloned()
+            .collect();
+        for slot in gone {
+            self.stale.remove(&slot);
+            if self.reports.remove(&slot) {
+                let cluster = matches!(slot.1, ReportKey::Cluster { .. });
+                self.forget_report(now, slot);
+                if cluster {
+                    self.refresh_route(child);
+                }
+            }
+        }
+    }
+
+    /// Reports everything upward (clusters, summaries of every object), then the
+    /// marker that says so.
+    pub(super) fn report_everything(&mut self, now: Instant) {
+        self.sent.clear();
+        let clusters: Vec<Report> = self
+            .reports
+            .clusters()
+            .map(|c| self.cluster_upward(c))
+            .collect();
+        if let Some(link) = &mut self.upstream {
+            for r in clusters {
+                link.push_report(now, r);
+            }
+        }
+        self.dirty.extend(self.log.live().map(|o| o.key().clone()));
+        self.push_summaries(now);
+        if let Some(link) = &mut self.upstream {
+            link.push_report(
+                now,
+                Report {
+                    key: ReportKey::Complete { run: self.run },
+                    value: ReportValue::Complete,
+                },
+            );
+        }
+    }
+
+    pub(super) fn forget_report(&mut self, now: Instant, slot: ReportSlot) {
+        self.batch.reports.push((slot.clone(), None));
+        let key = slot.1;
+        if let (Some(link), ReportKey::Cluster { .. }) = (&mut self.upstream, &key) {
+            link.push_report(
+                now,
+                Report {
+                    key,
+                    value: ReportValue::Removed,
+                },
+            );
+        } else if let ReportKey::Status { object, .. } | ReportKey::Summary { object, .. } = &key {
+            self.dirty.insert(object.clone());
+        }
+    }
+
+    /// The cluster record as this node reports it upward: this node's labels added
+    /// (the cluster's own win).
+    pub(super) fn cluster_upward(&self, cluster: &Cluster) -> Report {
+        let mut c = cluster.clone();
+        for (k, v) in &self.labels {
+            c.labels.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        Report {
+            key: ReportKey::Cluster {
+                name: c.name.clone(),
+            },
+            value: ReportValue::Cluster(c),
+        }
+    }
+
+    /// Recomputes the summaries of changed objects and pushes those that changed
+    /// upward (relays only; the root answers queries from its reports).
+    pub(super) fn push_summaries(&mut self, now: Instant) {
+        self.next_summary = now + self.summary_interval;
+        let Some(link) = &mut self.upstream else {
+            self.dirty.clear();
+            return;
+        };
+        for object in std::mem::take(&mut self.dirty) {
+            let live = self.log.get(&object).map(|o| o.meta.clone());
+            for placement in &self.placements {
+                let key = (placement.name.clone(), object.clone());
+                let selected = live.as_ref().is_some_and(|m| placement.selects_object(m));
+                let report_key = ReportKey::Summary {
+                    placement: placement.name.clone(),
+                    object: object.clone(),
+                };
+                if !selected {
+                    if self.sent.remove(&key).is_some() {
+                        link.push_report(
+                            now,
+                            Report {
+                                key: report_key,
+                                value: ReportValue::Removed,
+                            },
+                        );
+                    }
+                    continue;
+                }
+                let summary = self.reports.summarize(placement, &object);
+                if self.sent.get(&key) != Some(&summary) {
+                    self.stats.summaries_sent += 1;
+                    self.sent.insert(key, summary.clone());
+                    link.push_report(
+                        now,
+                        Report {
+                            key: report_key,
+                            value: ReportValue::Summary(summary),
+                        },
+                    );
+                }
+            }
+        }
+    }
+}
