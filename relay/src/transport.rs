@@ -250,15 +250,12 @@ pub fn split<Out: WireMessage, In: WireMessage>(
         tx
     });
     let mut readers = JoinSet::new();
-    let (txs, rxs): (Vec<_>, Vec<_>) = (0..3).map(|_| mpsc::channel(QUEUE)).unzip();
-    let txs: [mpsc::Sender<Result<In, TransportError>>; 3] = match txs.try_into() {
-        Ok(t) => t,
-        Err(_) => unreachable!("three classes"),
-    };
-    let rxs: [mpsc::Receiver<Result<In, TransportError>>; 3] = match rxs.try_into() {
-        Ok(r) => r,
-        Err(_) => unreachable!("three classes"),
-    };
+    // One queue per class, indexed like `CLASSES`.
+    let (control_tx, control_rx) = mpsc::channel::<Result<In, TransportError>>(QUEUE);
+    let (bulk_tx, bulk_rx) = mpsc::channel(QUEUE);
+    let (reports_tx, reports_rx) = mpsc::channel(QUEUE);
+    let txs = [control_tx, bulk_tx, reports_tx];
+    let rxs = [control_rx, bulk_rx, reports_rx];
     readers.spawn(accept_streams(conn.clone(), txs, max_frame));
     (
         Sender {
