@@ -2,17 +2,17 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use quinn::{Connection, Endpoint, VarInt};
+use quinn::{Endpoint, VarInt};
 use strata_protocol::model::Cluster;
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink};
-use strata_protocol::wire::{ChildToParent, Role};
+use strata_protocol::wire::Role;
 use strata_relay::node::clock::Clock;
-use strata_relay::node::upstream::{UpstreamInput, upstream_loop};
+use strata_relay::node::upstream::{Upstream, UpstreamInput, deliver_upstream, upstream_loop};
 use strata_relay::store::{Batch, Store, StoreError};
-use strata_relay::transport::{Sender, close_code};
+use strata_relay::transport::close_code;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -156,7 +156,7 @@ async fn drive(
         tx,
         retry_after.clone(),
     ));
-    let mut upstream: Option<(Connection, Sender<ChildToParent>)> = None;
+    let mut upstream: Upstream = None;
     let mut unsaved = Batch::default();
     loop {
         let deadline = core
@@ -197,27 +197,7 @@ async fn drive(
             }
         }
         let (out, close) = core.transmit(now);
-        if let Some((_, sender)) = &upstream {
-            for msg in out {
-                if sender.send(msg).is_err() {
-                    break;
-                }
-            }
-        }
-        if let Some((error, hint)) = close
-            && let Some((conn, _)) = upstream.take()
-        {
-            if let Some(hint) = hint {
-                retry_after.store(
-                    u64::try_from(hint.as_millis()).unwrap_or(u64::MAX),
-                    Ordering::Relaxed,
-                );
-            }
-            tracing::warn!(code = ?error.code, reason = %error.reason, "closing the link to the parent");
-            conn.close(
-                VarInt::from_u32(close_code::PROTOCOL),
-                error.reason.as_bytes(),
-            );
+        if deliver_upstream(&mut upstream, out, close, &retry_after) {
             core.upstream_gone();
         }
     }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use quinn::{Connection, Endpoint, VarInt};
@@ -19,7 +19,7 @@ use tracing::Instrument;
 use super::clock::Clock;
 use super::core::{CoreSetup, NodeCore, Outgoing, new_log};
 use super::reports::SubtreeReports;
-use super::upstream::{UpstreamInput, upstream_loop};
+use super::upstream::{Upstream, UpstreamInput, deliver_upstream, upstream_loop};
 use crate::store::{Batch, Store, StoreError};
 use crate::tls::peer_node_name;
 use crate::transport::{self, Receiver, Sender, close_code};
@@ -254,7 +254,7 @@ async fn drive(
     let clock = parts.clock;
     let mut children: BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)> =
         BTreeMap::new();
-    let mut upstream: Option<(Connection, Sender<ChildToParent>)> = None;
+    let mut upstream: Upstream = None;
     let mut unsaved = Batch::default();
     loop {
         let deadline = core
@@ -335,7 +335,7 @@ fn handle(
     clock: Clock,
     input: Input,
     children: &mut BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)>,
-    upstream: &mut Option<(Connection, Sender<ChildToParent>)>,
+    upstream: &mut Upstream,
 ) {
     let now = clock.now();
     match input {
@@ -405,7 +405,7 @@ fn dispatch(
     out: Outgoing,
     core: &mut NodeCore,
     children: &mut BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)>,
-    upstream: &mut Option<(Connection, Sender<ChildToParent>)>,
+    upstream: &mut Upstream,
     retry_after: &AtomicU64,
 ) {
     let mut too_slow = Vec::new();
@@ -439,27 +439,7 @@ fn dispatch(
         }
         core.child_gone(&name, conn_id);
     }
-    if let Some((_, sender)) = upstream.as_ref() {
-        for msg in out.to_parent {
-            if sender.send(msg).is_err() {
-                break;
-            }
-        }
-    }
-    if let Some((error, hint)) = out.close_upstream
-        && let Some((conn, _)) = upstream.take()
-    {
-        if let Some(hint) = hint {
-            retry_after.store(
-                u64::try_from(hint.as_millis()).unwrap_or(u64::MAX),
-                Ordering::Relaxed,
-            );
-        }
-        tracing::warn!(code = ?error.code, reason = %error.reason, "closing the link to the parent");
-        conn.close(
-            VarInt::from_u32(close_code::PROTOCOL),
-            error.reason.as_bytes(),
-        );
+    if deliver_upstream(upstream, out.to_parent, out.close_upstream, retry_after) {
         core.upstream_gone();
     }
 }

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use quinn::{Connection, Endpoint};
+use quinn::{Connection, Endpoint, VarInt};
 use strata_protocol::codec::DEFAULT_MAX_FRAME;
+use strata_protocol::sync::SessionError;
 use strata_protocol::wire::{ChildToParent, ParentToChild};
 use tokio::sync::mpsc;
 
-use crate::transport::{self, Sender};
+use crate::transport::{self, Sender, close_code};
 
 /// What the upstream task tells its node.
 #[derive(Debug)]
@@ -114,4 +115,41 @@ impl Backoff {
         self.cap = (self.cap * 2).min(Duration::from_secs(10));
         wait
     }
+}
+
+/// The link to the parent as a node's core task holds it, while it is up.
+pub type Upstream = Option<(Connection, Sender<ChildToParent>)>;
+
+/// Sends what the core has for the parent, and closes the link when the core gave up on
+/// it, leaving the parent's hint of when to come back for the reconnect loop. Returns
+/// whether the link was closed (the core must then be told it is gone).
+pub fn deliver_upstream(
+    upstream: &mut Upstream,
+    messages: Vec<ChildToParent>,
+    close: Option<(SessionError, Option<Duration>)>,
+    retry_after_ms: &AtomicU64,
+) -> bool {
+    if let Some((_, sender)) = upstream.as_ref() {
+        for msg in messages {
+            if sender.send(msg).is_err() {
+                break;
+            }
+        }
+    }
+    let Some((error, hint)) = close else {
+        return false;
+    };
+    let Some((conn, _)) = upstream.take() else {
+        return false;
+    };
+    if let Some(hint) = hint {
+        let ms = u64::try_from(hint.as_millis()).unwrap_or(u64::MAX);
+        retry_after_ms.store(ms, Ordering::Relaxed);
+    }
+    tracing::warn!(code = ?error.code, reason = %error.reason, "closing the link to the parent");
+    conn.close(
+        VarInt::from_u32(close_code::PROTOCOL),
+        error.reason.as_bytes(),
+    );
+    true
 }
