@@ -189,12 +189,13 @@ async fn drive(
         let now = clock.now();
         unsaved.merge(core.process(now, clock.wall()));
         if !unsaved.is_empty() {
-            let batch = std::mem::take(&mut unsaved);
-            let s = store.clone();
-            if let Err(e) = tokio::task::block_in_place(move || s.commit(batch)) {
+            if let Err(e) = tokio::task::block_in_place(|| store.commit(&unsaved)) {
+                // Kept and retried: nothing is acknowledged until it is durable.
                 tracing::error!(error = %e, "store commit failed; acknowledgements held back");
+                tokio::time::sleep(strata_relay::node::runtime::COMMIT_RETRY).await;
                 continue;
             }
+            unsaved = Batch::default();
         }
         let (out, close) = core.transmit(now);
         if deliver_upstream(&mut upstream, out, close, &retry_after) {

@@ -488,3 +488,77 @@ async fn a_restarted_relay_resyncs_only_the_delta_and_serves_from_cache_without_
     pos.shutdown().await;
     site.shutdown().await.unwrap();
 }
+
+/// A relay whose disk is full acknowledges and forwards nothing it could not store,
+/// keeps serving, and delivers everything once there is room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_holds_acknowledgements_back_until_there_is_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::generate("test").unwrap();
+    let (root, root_addr) = start_node(
+        dir.path(),
+        &ca,
+        "center",
+        None,
+        &["site-1"],
+        MemStore::new(51),
+    );
+    let site_store = MemStore::new(52);
+    let (site, site_addr) = start_node(
+        dir.path(),
+        &ca,
+        "site-1",
+        Some(("center", root_addr)),
+        &["pos-1"],
+        site_store.clone(),
+    );
+    let pos = start_agent(dir.path(), &ca, "pos-1", "pos", site_addr);
+    eventually("the root knows pos-1", || async {
+        root.query(|c| c.reports().clusters().count()).await == Some(1)
+    })
+    .await;
+    site_store.set_full(true);
+    let rev = apply(&root, APP).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let stored = strata_relay::store::Store::load(&site_store).unwrap();
+    assert!(stored.entries.is_empty(), "the full store took entries");
+    let acked = root
+        .query(|c| {
+            c.children()
+                .map(|(_, a)| a.map(|a| a.position))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap();
+    assert!(
+        acked.iter().all(|a| a.is_none_or(|p| p < rev)),
+        "acked while the disk was full: {acked:?}"
+    );
+    assert_eq!(
+        pos.query(|a| a.log().live().count()).await,
+        Some(0),
+        "forwarded what it could not store"
+    );
+    site_store.set_full(false);
+    eventually(
+        "pos-1 holds the deployment once the disk has room",
+        || async {
+            pos.query(|a| a.log().live().any(|o| o.key().kind == "Deployment"))
+                .await
+                == Some(true)
+        },
+    )
+    .await;
+    // What could not be written then is on disk now: the failed batch was kept.
+    let stored = strata_relay::store::Store::load(&site_store).unwrap();
+    assert!(
+        stored
+            .entries
+            .iter()
+            .any(|(k, e)| k.kind == "Deployment" && e.object().is_some()),
+        "the write refused by the full disk was lost"
+    );
+    pos.shutdown().await;
+    site.shutdown().await.unwrap();
+    root.shutdown().await.unwrap();
+}

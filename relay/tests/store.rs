@@ -77,7 +77,7 @@ fn suite(store: &dyn Store) {
             path: vec!["site-1".into()],
         })),
     ));
-    store.commit(batch).unwrap();
+    store.commit(&batch).unwrap();
 
     let loaded = store.load().unwrap();
     let restored = ObjectLog::restore(loaded.log_meta.unwrap(), loaded.entries);
@@ -98,7 +98,7 @@ fn suite(store: &dyn Store) {
     // Removal.
     let mut batch = Batch::default();
     batch.reports.push((report.clone(), None));
-    store.commit(batch).unwrap();
+    store.commit(&batch).unwrap();
     assert!(store.load().unwrap().reports.is_empty());
 }
 
@@ -137,7 +137,7 @@ fn a_corrupt_record_is_named() {
         let store = SledStore::open(dir.path()).unwrap();
         let mut batch = Batch::default();
         batch.child_acks.push(("site-1".into(), cursor(3)));
-        store.commit(batch).unwrap();
+        store.commit(&batch).unwrap();
     }
     {
         let db = sled::open(dir.path()).unwrap();
@@ -150,4 +150,21 @@ fn a_corrupt_record_is_named() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("ack of child \"site-1\""), "{err}");
+}
+
+#[test]
+fn a_full_store_refuses_a_batch_whole_and_takes_it_when_there_is_room() {
+    let store = MemStore::new(5);
+    let mut batch = Batch::default();
+    batch.child_acks.push(("site-1".into(), cursor(4)));
+    store.set_full(true);
+    let err = store.commit(&batch).unwrap_err().to_string();
+    assert!(err.contains("no space left"), "{err}");
+    assert!(
+        store.load().unwrap().child_acks.is_empty(),
+        "half a batch was written"
+    );
+    store.set_full(false);
+    store.commit(&batch).unwrap();
+    assert_eq!(store.load().unwrap().child_acks["site-1"], cursor(4));
 }

@@ -49,7 +49,7 @@ fn crash_writer() {
             ),
             Some(ReportValue::Removed),
         ));
-        store.commit(batch).unwrap();
+        store.commit(&batch).unwrap();
         println!("acked {n}");
     }
 }

@@ -280,17 +280,17 @@ async fn drive(
         let now = clock.now();
         unsaved.merge(core.process(now));
         if !unsaved.is_empty() {
-            let batch = std::mem::take(&mut unsaved);
-            let store = parts.store.clone();
             // The store flushes to disk: keep it off the async workers.
-            let result = tokio::task::block_in_place(move || store.commit(batch));
+            let result = tokio::task::block_in_place(|| parts.store.commit(&unsaved));
             if let Err(e) = result {
-                // Nothing is acknowledged until the write succeeds; the core keeps
-                // serving from memory and the next round retries what is dirty.
+                // Nothing is acknowledged until the write succeeds: the batch is kept,
+                // the core keeps serving from memory, and the write is retried shortly
+                // (with whatever else changed meanwhile).
                 tracing::error!(error = %e, "store commit failed; acknowledgements held back");
-                unsaved.merge(core.process(now));
+                tokio::time::sleep(COMMIT_RETRY).await;
                 continue;
             }
+            unsaved = Batch::default();
         }
         let out = core.transmit(now);
         dispatch(out, &mut core, &mut children, &mut upstream, &retry_after);
@@ -395,6 +395,9 @@ fn handle(
         }
     }
 }
+
+/// How long a node waits before retrying a store commit that failed (a full disk).
+pub const COMMIT_RETRY: Duration = Duration::from_millis(200);
 
 /// How long a node shutting down asks its children to wait before reconnecting: a
 /// restart usually takes about this long, and reconnecting sooner only meets a closed

@@ -25,6 +25,7 @@ struct Data {
 #[derive(Debug, Clone)]
 pub struct MemStore {
     inner: Arc<RwLock<Data>>,
+    full: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl MemStore {
@@ -35,7 +36,13 @@ impl MemStore {
                 node_id,
                 ..Data::default()
             })),
+            full: Arc::default(),
         }
+    }
+
+    /// Simulates a full disk: while set, every commit fails and changes nothing.
+    pub fn set_full(&self, full: bool) {
+        self.full.store(full, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -74,21 +81,26 @@ impl Store for MemStore {
         })
     }
 
-    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+    fn commit(&self, batch: &Batch) -> Result<(), StoreError> {
+        if self.full.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(StoreError::Write {
+                detail: "no space left on device (simulated)".into(),
+            });
+        }
         let mut d = self.inner.write().map_err(|_| poisoned())?;
         if let Some(meta) = batch.log_meta {
             d.log_meta = Some(meta);
         }
-        for (k, e) in batch.entries {
-            apply(&mut d.entries, k, e);
+        for (k, e) in &batch.entries {
+            apply(&mut d.entries, k.clone(), e.clone());
         }
-        if let Some(u) = batch.upstream {
-            d.upstream = Some(u);
+        if let Some(u) = &batch.upstream {
+            d.upstream = Some(u.clone());
         }
-        d.child_acks.extend(batch.child_acks);
-        d.child_runs.extend(batch.child_runs);
-        for (k, r) in batch.reports {
-            apply(&mut d.reports, k, r);
+        d.child_acks.extend(batch.child_acks.iter().cloned());
+        d.child_runs.extend(batch.child_runs.iter().cloned());
+        for (k, r) in &batch.reports {
+            apply(&mut d.reports, k.clone(), r.clone());
         }
         Ok(())
     }

@@ -145,8 +145,10 @@ pub enum StoreError {
 pub trait Store: Send + Sync + 'static {
     /// Everything stored, for startup.
     fn load(&self) -> Result<Stored, StoreError>;
-    /// Applies `batch` atomically and returns once it is durable.
-    fn commit(&self, batch: Batch) -> Result<(), StoreError>;
+    /// Applies `batch` atomically and returns once it is durable. On an error nothing
+    /// of the batch is applied; the caller keeps it and retries (the log's dirty set it
+    /// came from is already drained).
+    fn commit(&self, batch: &Batch) -> Result<(), StoreError>;
     /// Approximate bytes used, for metrics.
     fn size_bytes(&self) -> u64;
 }

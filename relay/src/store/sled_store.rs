@@ -166,7 +166,7 @@ impl Store for SledStore {
         Ok(stored)
     }
 
-    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+    fn commit(&self, batch: &Batch) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());
         }
