@@ -16,20 +16,42 @@ pub const FRAME_HEADER_LEN: usize = 4;
 /// The default maximum body size of one frame: 16 MiB.
 pub const DEFAULT_MAX_FRAME: usize = 16 << 20;
 
-/// bincode's allocation limit while decoding; no frame body may claim more.
-const DECODE_LIMIT: usize = 64 << 20;
+/// The largest body any frame may have, whatever maximum a caller asks for: it keeps
+/// the decoder's allocation bound (below) finite.
+pub const MAX_FRAME_CEILING: usize = 256 << 20;
 
-type Config = bincode::config::Configuration<
+type Config<const LIMIT: usize> = bincode::config::Configuration<
     bincode::config::BigEndian,
     bincode::config::Varint,
-    bincode::config::Limit<DECODE_LIMIT>,
+    bincode::config::Limit<LIMIT>,
 >;
 
-fn config() -> Config {
+fn config<const LIMIT: usize>() -> Config<LIMIT> {
     bincode::config::standard()
         .with_big_endian()
         .with_variable_int_encoding()
-        .with_limit::<DECODE_LIMIT>()
+        .with_limit::<LIMIT>()
+}
+
+/// Decodes a body under an allocation limit scaled to its length. bincode charges every
+/// value at its in-memory size (a `u64` costs 8 even when it took 1 byte), so a valid
+/// body of n bytes may need up to 16·n; a fixed limit would refuse valid, integer-dense
+/// messages. The limit is 16 times the largest body of the body's size class, so valid
+/// bodies always decode and a corrupt length inside a body can claim at most 1 MiB, or
+/// 256 times the body's length.
+fn decode_body<M: DeserializeOwned>(body: &[u8]) -> Result<(M, usize), String> {
+    let r = match body.len() {
+        n if n <= 64 << 10 => bincode::serde::decode_from_slice(body, config::<{ 1 << 20 }>()),
+        n if n <= 1 << 20 => bincode::serde::decode_from_slice(body, config::<{ 16 << 20 }>()),
+        n if n <= 16 << 20 => bincode::serde::decode_from_slice(body, config::<{ 256 << 20 }>()),
+        _ => bincode::serde::decode_from_slice(body, config::<{ 16 * MAX_FRAME_CEILING }>()),
+    };
+    r.map_err(|e| e.to_string())
+}
+
+/// The encoder's configuration (limits apply only when decoding).
+fn encoding() -> Config<{ 16 * MAX_FRAME_CEILING }> {
+    config()
 }
 
 /// Why a message could not be framed.
@@ -90,7 +112,8 @@ pub fn encode<M: Serialize>(
 ) -> Result<usize, EncodeError> {
     let start = out.len();
     out.extend_from_slice(&[0; FRAME_HEADER_LEN]);
-    let len = match bincode::serde::encode_into_std_write(msg, out, config()) {
+    let max_frame = max_frame.min(MAX_FRAME_CEILING);
+    let len = match bincode::serde::encode_into_std_write(msg, out, encoding()) {
         Ok(len) => len,
         Err(e) => {
             out.truncate(start);
@@ -115,7 +138,7 @@ pub fn encode<M: Serialize>(
 
 /// The length of the frame [`encode`] would write for `msg`, header included.
 pub fn encoded_len<M: Serialize>(msg: &M) -> Result<usize, EncodeError> {
-    bincode::serde::encode_into_std_write(msg, &mut std::io::sink(), config())
+    bincode::serde::encode_into_std_write(msg, &mut std::io::sink(), encoding())
         .map(|len| FRAME_HEADER_LEN + len)
         .map_err(|e| EncodeError::Serialize {
             detail: e.to_string(),
@@ -132,6 +155,7 @@ pub fn decode<M: DeserializeOwned>(
     let Some(header) = buf.first_chunk::<FRAME_HEADER_LEN>() else {
         return Ok(None);
     };
+    let max_frame = max_frame.min(MAX_FRAME_CEILING);
     let len = usize::try_from(u32::from_be_bytes(*header)).unwrap_or(usize::MAX);
     if len > max_frame {
         return Err(DecodeError::Oversized {
@@ -142,11 +166,7 @@ pub fn decode<M: DeserializeOwned>(
     let Some(body) = buf.get(FRAME_HEADER_LEN..FRAME_HEADER_LEN + len) else {
         return Ok(None);
     };
-    let (msg, used) =
-        bincode::serde::decode_from_slice(body, config()).map_err(|e| DecodeError::Corrupt {
-            len,
-            detail: e.to_string(),
-        })?;
+    let (msg, used) = decode_body(body).map_err(|detail| DecodeError::Corrupt { len, detail })?;
     if used != len {
         return Err(DecodeError::TrailingBytes { len, used });
     }
@@ -220,7 +240,7 @@ pub struct ValueError {
 /// Encodes a value for storage (not a frame: no length prefix). Drivers persist protocol
 /// values with this, so that the byte encoding stays in one module.
 pub fn encode_value<T: Serialize>(value: &T) -> Result<Vec<u8>, ValueError> {
-    bincode::serde::encode_to_vec(value, config()).map_err(|e| ValueError {
+    bincode::serde::encode_to_vec(value, encoding()).map_err(|e| ValueError {
         len: 0,
         detail: e.to_string(),
     })
@@ -232,8 +252,7 @@ pub fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ValueError> 
         len: bytes.len(),
         detail,
     };
-    let (value, used) =
-        bincode::serde::decode_from_slice(bytes, config()).map_err(|e| err(e.to_string()))?;
+    let (value, used) = decode_body(bytes).map_err(err)?;
     if used != bytes.len() {
         return Err(err(format!("{} trailing bytes", bytes.len() - used)));
     }

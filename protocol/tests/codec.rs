@@ -172,3 +172,28 @@ fn values_round_trip_and_reject_trailing_bytes() {
     longer.push(0);
     assert!(codec::decode_value::<ChildToParent>(&longer).is_err());
 }
+
+#[test]
+fn integer_dense_bodies_decode_at_their_length() {
+    // Ten million zeros take a byte each on the wire but 8 bytes each of bincode's
+    // allocation budget: a limit fixed at a few times the maximum frame refused this
+    // valid 10 MB frame.
+    let msg = vec![0u64; 10_000_000];
+    let mut bytes = Vec::new();
+    codec::encode(&msg, DEFAULT_MAX_FRAME, &mut bytes).unwrap();
+    assert!(bytes.len() < DEFAULT_MAX_FRAME);
+    let (back, used) = codec::decode::<Vec<u64>>(&bytes, DEFAULT_MAX_FRAME)
+        .unwrap()
+        .unwrap();
+    assert_eq!(used, bytes.len());
+    assert_eq!(back.len(), msg.len());
+}
+
+#[test]
+fn a_maximum_above_the_ceiling_acts_as_the_ceiling() {
+    let header = ((codec::MAX_FRAME_CEILING + 1) as u32).to_be_bytes();
+    assert!(matches!(
+        codec::decode::<ChildToParent>(&header, usize::MAX),
+        Err(DecodeError::Oversized { max, .. }) if max == codec::MAX_FRAME_CEILING
+    ));
+}
