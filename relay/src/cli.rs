@@ -80,14 +80,20 @@ pub enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
-    /// Show the clusters the root knows, by relay path.
+    /// Show the clusters the root knows, by relay path, with their labels and when each
+    /// was last seen ("now" while every link on its path is up).
     Clusters {
         /// How to reach the API.
         #[command(flatten)]
         api: ApiArgs,
     },
-    /// Show the root's links to its children.
+    /// Show the tier tree: every relay link's state (up or DOWN, since when), its lag in
+    /// revisions and its last heartbeat, as each parent last reported it. Deeper links
+    /// are refreshed upward every few seconds, so their heartbeats can be that old.
     Status {
+        /// List agents' links too, not only relays'.
+        #[arg(long)]
+        agents: bool,
         /// How to reach the API.
         #[command(flatten)]
         api: ApiArgs,
@@ -220,59 +226,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Clusters { api } => {
             let v = call(&api, Method::GET, "/clusters", None).await?;
-            let mut items = v["items"].as_array().cloned().unwrap_or_default();
-            items.sort_by_key(path_of);
-            println!("{:<40} {:<30} LABELS", "PATH", "CLUSTER");
-            for c in items {
-                let labels: Vec<String> = c["labels"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                    .collect();
-                println!(
-                    "{:<40} {:<30} {}",
-                    path_of(&c),
-                    c["name"].as_str().unwrap_or_default(),
-                    labels.join(",")
-                );
-            }
+            print!("{}", crate::views::clusters_table(&v));
             Ok(())
         }
-        Command::Status { api } => {
+        Command::Status { api, agents } => {
             let v = call(&api, Method::GET, "/status", None).await?;
-            println!(
-                "{}  root  rev {}",
-                v["node"].as_str().unwrap_or_default(),
-                v["head"]
-            );
-            let children = v["children"].as_array().cloned().unwrap_or_default();
-            for (i, c) in children.iter().enumerate() {
-                let branch = if i + 1 == children.len() {
-                    "└─"
-                } else {
-                    "├─"
-                };
-                println!(
-                    "{branch} {:<16} up   lag {:<6} clusters {}",
-                    c["name"].as_str().unwrap_or_default(),
-                    c["lag"].as_u64().map_or("?".into(), |l| l.to_string()),
-                    c["clusters"]
-                );
-            }
+            print!("{}", crate::views::status_tree(&v, agents));
             Ok(())
         }
     }
-}
-
-fn path_of(c: &Value) -> String {
-    c["path"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect::<Vec<_>>()
-        .join("/")
 }
 
 async fn call(

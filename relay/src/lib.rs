@@ -16,6 +16,7 @@
 //! * [`tls`]: mutual TLS (rustls, ring) and the peer's node name.
 //! * [`serve`]: `relay serve`: a node from its configuration file until a signal.
 //! * [`store`]: the durable [`store::Store`] (sled, or in memory for tests).
+//! * [`views`]: the CLI's text views of the tier tree and the inventory.
 //!
 //! Under construction (issue 3): the protocol core it drives is
 //! [`strata_protocol::sync`].
@@ -33,6 +34,7 @@ pub mod serve;
 pub mod store;
 pub mod tls;
 pub mod transport;
+pub mod views;
 
 /// Logs to standard error, filtered by `RUST_LOG` (default `info`): what the `relay`
 /// and `agent` binaries use.
