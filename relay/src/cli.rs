@@ -219,7 +219,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&items)?),
                 Output::Yaml => print!("{}", serde_saphyr::to_string(&items)?),
                 Output::Table | Output::Wide => {
-                    print!("{}", table(&items, matches!(output, Output::Wide)))
+                    print!(
+                        "{}",
+                        crate::views::objects_table(
+                            &items,
+                            matches!(output, Output::Wide),
+                            crate::node::clock::Clock::start().wall().0,
+                        )
+                    )
                 }
             }
             Ok(())
@@ -302,59 +309,4 @@ fn read_manifests(source: &str, space: &str) -> anyhow::Result<Vec<u8>> {
         body.push('\n');
     }
     Ok(body.into_bytes())
-}
-
-fn table(items: &[Value], wide: bool) -> String {
-    let mut out = format!(
-        "{:<24} {:<12} {:<16} {:>5} {:>8} {:>7} {:>9} {:>6} {:>11}  OLDEST-REPORT\n",
-        "NAME",
-        "NAMESPACE",
-        "PLACEMENT",
-        "REV",
-        "CLUSTERS",
-        "APPLIED",
-        "AVAILABLE",
-        "FAILED",
-        "UNREACHABLE"
-    );
-    for item in items {
-        let name = item["key"]["name"].as_str().unwrap_or_default();
-        let ns = item["key"]["namespace"].as_str().unwrap_or("-");
-        let rev = item["revision"].as_u64().unwrap_or(0);
-        let placements = item["placements"].as_array().cloned().unwrap_or_default();
-        if placements.is_empty() {
-            out.push_str(&format!("{name:<24} {ns:<12} {:<16} {rev:>5}\n", "<none>"));
-        }
-        for p in placements {
-            let s = &p["summary"];
-            let oldest = s["oldest_report"]
-                .as_u64()
-                .map_or("-".to_owned(), |t| t.to_string());
-            out.push_str(&format!(
-                "{name:<24} {ns:<12} {:<16} {rev:>5} {:>8} {:>7} {:>9} {:>6} {:>11}  {oldest}\n",
-                p["placement"].as_str().unwrap_or_default(),
-                s["expected"],
-                s["reporting"],
-                s["health"]["available"],
-                s["health"]["failed"],
-                p["silent"],
-            ));
-            let samples = s["error_samples"].as_array().cloned().unwrap_or_default();
-            if !samples.is_empty() {
-                let shown: Vec<String> = samples
-                    .iter()
-                    .take(if wide { 5 } else { 3 })
-                    .map(|e| {
-                        format!(
-                            "{} ({})",
-                            e["cluster"].as_str().unwrap_or_default(),
-                            e["message"].as_str().unwrap_or_default()
-                        )
-                    })
-                    .collect();
-                out.push_str(&format!("  failed: {}\n", shown.join(", ")));
-            }
-        }
-    }
-    out
 }

@@ -104,6 +104,60 @@ fn branch(
     }
 }
 
+/// Objects with their rollout summary per placement, as `relay get` shows them; `now`
+/// (wall-clock milliseconds) dates the oldest report. Up to 3 failed clusters are named
+/// under a placement's line (5 with `wide`).
+pub fn objects_table(items: &[Value], wide: bool, now: u64) -> String {
+    let mut out = format!(
+        "{:<24} {:<12} {:<16} {:>5} {:>8} {:>7} {:>9} {:>6} {:>11}  OLDEST-REPORT\n",
+        "NAME",
+        "NAMESPACE",
+        "PLACEMENT",
+        "REV",
+        "CLUSTERS",
+        "APPLIED",
+        "AVAILABLE",
+        "FAILED",
+        "UNREACHABLE"
+    );
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    for item in items {
+        let name = item["key"]["name"].as_str().unwrap_or_default();
+        let ns = item["key"]["namespace"].as_str().unwrap_or("-");
+        let rev = n(&item["revision"]);
+        let placements = item["placements"].as_array().cloned().unwrap_or_default();
+        if placements.is_empty() {
+            let _ = writeln!(out, "{name:<24} {ns:<12} {:<16} {rev:>5}", "<none>");
+        }
+        for p in placements {
+            let s = &p["summary"];
+            let oldest = s["oldest_report"]
+                .as_u64()
+                .map_or("-".to_owned(), |t| ago(now.saturating_sub(t)));
+            let _ = writeln!(
+                out,
+                "{name:<24} {ns:<12} {:<16} {rev:>5} {:>8} {:>7} {:>9} {:>6} {:>11}  {oldest}",
+                text(&p, "placement"),
+                n(&s["expected"]),
+                n(&s["reporting"]),
+                n(&s["health"]["available"]),
+                n(&s["health"]["failed"]),
+                n(&p["silent"]),
+            );
+            let samples = s["error_samples"].as_array().cloned().unwrap_or_default();
+            if !samples.is_empty() {
+                let shown: Vec<String> = samples
+                    .iter()
+                    .take(if wide { 5 } else { 3 })
+                    .map(|e| format!("{} ({})", text(e, "cluster"), text(e, "message")))
+                    .collect();
+                let _ = writeln!(out, "  failed: {}", shown.join(", "));
+            }
+        }
+    }
+    out
+}
+
 /// The inventory as a table by relay path: labels, and whether each cluster is
 /// reachable now or when it was last seen.
 pub fn clusters_table(v: &Value) -> String {
@@ -198,6 +252,32 @@ agents: 1/1 connected (relay status --agents lists them)
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[1].starts_with("center/eu") && lines[1].contains(" now "));
         assert!(lines[2].contains("60s ago") && lines[2].ends_with("region=us"));
+    }
+
+    #[test]
+    fn objects_line_up_in_columns_and_name_failed_clusters() {
+        let items = vec![json!({
+            "key": { "name": "pos", "namespace": "pos" },
+            "revision": 118,
+            "placements": [{
+                "placement": "pos-app", "silent": 3,
+                "summary": {
+                    "expected": 1204, "reporting": 1204, "oldest_report": 86_000,
+                    "health": { "available": 1199, "failed": 2 },
+                    "error_samples": [
+                        { "cluster": "store-0917-pos", "message": "ImagePullBackOff" },
+                        { "cluster": "store-1102-pos", "message": "CrashLoopBackOff" },
+                    ],
+                },
+            }],
+        })];
+        let text = objects_table(&items, false, 100_000);
+        let expected = "\
+NAME                     NAMESPACE    PLACEMENT          REV CLUSTERS APPLIED AVAILABLE FAILED UNREACHABLE  OLDEST-REPORT
+pos                      pos          pos-app            118     1204    1204      1199      2           3  14s
+  failed: store-0917-pos (ImagePullBackOff), store-1102-pos (CrashLoopBackOff)
+";
+        assert_eq!(text, expected);
     }
 
     #[test]
