@@ -416,7 +416,6 @@ fn relay_addrs(
 ) -> Relay {
     let listen = addr(who, "listen", listen.as_deref(), errors)
         .unwrap_or(Addr::Auto(Ipv4Addr::LOCALHOST.into()));
-    claim(&listen, format!("{who} (listen)"), udp);
     let address = address
         .as_deref()
         .and_then(|a| match a.parse::<SocketAddr>() {
@@ -434,6 +433,18 @@ fn relay_addrs(
                 None
             }
         });
+    // Two relays conflict when they listen on one port of one host: a specific IP names
+    // the host; a wildcard listen is on the host of its dial address, when given.
+    let on_host = match (listen, address) {
+        (Addr::Fixed(l), Some(a)) if l.ip().is_unspecified() => {
+            Some(Addr::Fixed(SocketAddr::new(a.ip(), l.port())))
+        }
+        (Addr::Fixed(l), None) if l.ip().is_unspecified() => None,
+        (l, _) => Some(l),
+    };
+    if let Some(a) = on_host {
+        claim(&a, format!("{who} (listen)"), udp);
+    }
     let metrics = metrics.as_deref().and_then(|m| {
         let a = addr(who, "metrics", Some(m), errors)?;
         claim(&a, format!("{who} (metrics)"), tcp);

@@ -121,12 +121,16 @@ fn longer_cycles_are_named_once_from_their_first_relay() {
 fn addresses_are_checked() {
     let text = format!(
         "{HEAD}spec:
-  root: {{ name: center, listen: 0.0.0.0:7443, api: nowhere, metrics: 127.0.0.1:9000 }}
+  root: {{ name: center, listen: 0.0.0.0:7443, address: 10.0.0.1:7443, api: nowhere, metrics: 127.0.0.1:9000 }}
   relays:
     - {{ name: eu, parent: center, listen: 0.0.0.0:0, metrics: 127.0.0.1:9000 }}
     - {{ name: us, parent: center, listen: 0.0.0.0:7443, address: 0.0.0.0:7443 }}
+    - {{ name: us-1, parent: center, listen: 10.0.0.1:7443 }}
+    - {{ name: us-2, parent: center, listen: 0.0.0.0:7443, address: 10.0.0.2:7443 }}
   clusters:
     - {{ name: c1, parent: us }}
+    - {{ name: c2, parent: us-1 }}
+    - {{ name: c3, parent: us-2 }}
 "
     );
     assert_eq!(
@@ -135,9 +139,8 @@ fn addresses_are_checked() {
             "root \"center\": api: \"nowhere\" is not an address of the form IP:PORT",
             "relay \"eu\": listen: \"0.0.0.0:0\": an assigned port needs a specific IP (e.g. 127.0.0.1:0)",
             "relay \"us\": address: \"0.0.0.0:7443\" must be a specific IP and port children can dial",
-            "address 0.0.0.0:7443 is claimed 2 times: root \"center\" (listen), relay \"us\" (listen)",
+            "address 10.0.0.1:7443 is claimed 2 times: root \"center\" (listen), relay \"us-1\" (listen)",
             "address 127.0.0.1:9000 is claimed 2 times: root \"center\" (metrics), relay \"eu\" (metrics)",
-            "root \"center\": listen 0.0.0.0:7443 is a wildcard; give the address its children dial (address: IP:PORT)",
             "relay \"us\": listen 0.0.0.0:7443 is a wildcard; give the address its children dial (address: IP:PORT)",
         ]
     );
