@@ -134,14 +134,18 @@ pub fn run(command: TopologyCommand) -> anyhow::Result<()> {
 
 fn summarize(done: &[(PathBuf, Action)]) {
     let count = |a: Action| done.iter().filter(|(_, x)| *x == a).count();
-    for (path, action) in done {
-        if *action != Action::Kept {
-            println!(
-                "{:<8} {}",
-                format!("{action:?}").to_lowercase(),
-                path.display()
-            );
-        }
+    // A topology of thousands of stores writes thousands of files: name the first few.
+    const SHOWN: usize = 20;
+    let changed: Vec<_> = done.iter().filter(|(_, a)| *a != Action::Kept).collect();
+    for (path, action) in changed.iter().take(SHOWN) {
+        println!(
+            "{:<8} {}",
+            format!("{action:?}").to_lowercase(),
+            path.display()
+        );
+    }
+    if changed.len() > SHOWN {
+        println!("... and {} more", changed.len() - SHOWN);
     }
     println!(
         "{} created, {} replaced, {} kept",
