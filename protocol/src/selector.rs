@@ -144,7 +144,7 @@ fn err(field: String, reason: String) -> SelectorError {
 
 /// A label key: an optional DNS-subdomain prefix and `/`, then a name of at most 63
 /// characters of `[A-Za-z0-9_.-]` that starts and ends alphanumeric.
-fn validate_key(key: &str) -> Result<(), String> {
+pub fn validate_key(key: &str) -> Result<(), String> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -176,7 +176,7 @@ fn validate_key(key: &str) -> Result<(), String> {
 
 /// A label value: empty, or at most 63 characters of `[A-Za-z0-9_.-]` that start and end
 /// alphanumeric.
-fn validate_value(value: &str) -> Result<(), String> {
+pub fn validate_value(value: &str) -> Result<(), String> {
     if value.is_empty() {
         return Ok(());
     }

@@ -41,6 +41,23 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
     },
+    /// Check a topology file, issue its certificates, render each node's configuration.
+    Topology {
+        /// What to do with it.
+        #[command(subcommand)]
+        command: crate::topology_cli::TopologyCommand,
+    },
+    /// Start the whole hierarchy a topology file describes on this machine (a process
+    /// per relay, an agent with a simulated cluster per cluster), wait until every link
+    /// is connected, print how to reach the root; stop everything on Ctrl-C or SIGTERM.
+    Up {
+        /// The topology file (YAML).
+        file: PathBuf,
+        /// Keep certificates, configs, stores and logs here across runs (a temporary
+        /// directory, removed on exit, otherwise).
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+    },
     /// Apply manifests (any Kubernetes objects and Placements) to a space. A bad
     /// document is rejected with its index and field, and nothing is applied.
     Apply {
@@ -144,6 +161,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { config } => crate::serve::serve(&config).await,
         Command::Demo { data } => crate::demo::run(data).await,
+        Command::Topology { command } => crate::topology_cli::run(command),
+        Command::Up { file, data } => crate::up::run(&file, data).await,
         Command::Apply { file, api } => {
             let body = read_manifests(&file, &api.space)?;
             let v = call(

@@ -15,6 +15,8 @@
 //! * [`transport`]: QUIC endpoints and framed messages, one stream per class.
 //! * [`tls`]: mutual TLS (rustls, ring) and the peer's node name.
 //! * [`serve`]: `relay serve`: a node from its configuration file until a signal.
+//! * [`topology_cli`]: `relay topology validate|certs|render` over [`strata_topology`].
+//! * [`up`]: `relay up`: a whole topology as processes on this machine.
 //! * [`store`]: the durable [`store::Store`] (sled, or in memory for tests).
 //! * [`views`]: the CLI's text views of the tier tree and the inventory.
 //!
@@ -33,7 +35,9 @@ pub mod objects;
 pub mod serve;
 pub mod store;
 pub mod tls;
+pub mod topology_cli;
 pub mod transport;
+pub mod up;
 pub mod views;
 
 /// Logs to standard error, filtered by `RUST_LOG` (default `info`): what the `relay`

@@ -91,7 +91,8 @@ pub async fn serve(config_path: &Path) -> anyhow::Result<()> {
     }
 }
 
-async fn wait_for_signal() {
+/// Returns on SIGTERM or SIGINT (Ctrl-C).
+pub async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,

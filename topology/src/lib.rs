@@ -1,4 +1,94 @@
 //! The topology YAML schema, its validation with precise messages, certificate issuance
 //! and per-node configuration rendering.
 //!
-//! Not built yet (issue 5).
+//! A topology file describes a whole hierarchy: the root, relays at any depth with their
+//! parents and listen addresses, labels that clusters below inherit, the leaf clusters,
+//! and where agents not listed may join with a token. It is read into raw serde structs
+//! that refuse unknown fields ([`raw`]), then compiled in one pass that reports every
+//! error at once, each naming the node and the fault ([`compile`]).
+//!
+//! # Layout
+//!
+//! * [`raw`]: the document as written.
+//! * [`compile`]: checks, and the [`Topology`] it yields.
+//! * [`names`]: what a node name may be.
+//! * [`certs`]: the CA, node certificates and join tokens (rcgen), written once.
+//! * [`render`]: each node's `relay serve` / `agent run` configuration file.
+
+use std::path::{Path, PathBuf};
+
+pub mod certs;
+pub mod compile;
+pub mod names;
+pub mod raw;
+pub mod render;
+
+pub use compile::{Addr, Cluster, Diagnostics, Relay, Topology, compile};
+
+/// A topology that compiled, with its warnings.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The topology.
+    pub topology: Topology,
+    /// Warnings (it was accepted regardless).
+    pub warnings: Vec<String>,
+}
+
+/// Why a topology file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("{path}: cannot read the topology: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not YAML of the topology's shape (an unknown field, a wrong type).
+    #[error("{path}: {detail}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        detail: String,
+    },
+    /// The file parsed, but the hierarchy it describes is wrong; every error is listed.
+    #[error("{path}: {} error(s):\n  {}", errors.len(), errors.join("\n  "))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Each error.
+        errors: Vec<String>,
+        /// Warnings found on the way.
+        warnings: Vec<String>,
+    },
+}
+
+/// Parses and compiles topology text (`path` only names it in errors).
+pub fn parse(text: &str, path: &Path) -> Result<Checked, LoadError> {
+    let raw: raw::RawTopology = serde_saphyr::from_str(text).map_err(|e| LoadError::Parse {
+        path: path.to_owned(),
+        detail: e.to_string(),
+    })?;
+    match compile(raw) {
+        (Some(topology), d) => Ok(Checked {
+            topology,
+            warnings: d.warnings,
+        }),
+        (None, d) => Err(LoadError::Invalid {
+            path: path.to_owned(),
+            errors: d.errors,
+            warnings: d.warnings,
+        }),
+    }
+}
+
+/// Reads, parses and compiles a topology file.
+pub fn load(path: &Path) -> Result<Checked, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse(&text, path)
+}

@@ -1,0 +1,254 @@
+//! `relay up` of a small topology: real processes over QUIC on loopback reach
+//! all-connected, the root answers with the printed credentials, SIGTERM stops every
+//! process (none left running), and a second run on the same `--data` comes back on the
+//! same addresses. Also: rendered agent configurations load with the agent's parser.
+
+#![allow(clippy::unwrap_used)]
+// integration tests may unwrap
+// A synchronous test driving processes: there is no runtime for a sleep to block.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use strata_agent::config::AgentConfig;
+use strata_topology::render::{Process, RenderOptions, render};
+
+const TOPOLOGY: &str = "apiVersion: strata.dev/v1alpha1
+kind: Topology
+metadata: { name: small }
+spec:
+  root: { name: center }
+  relays:
+    - { name: eu, parent: center, labels: { region: eu } }
+    - { name: eu-site, parent: eu, labels: { site: one } }
+  clusters:
+    - { name: shop-1, parent: eu-site, labels: { role: pos } }
+    - { name: shop-2, parent: eu-site }
+    - { name: depot, parent: eu, properties: { size: large } }
+";
+
+/// Processes running a configuration from `dir` (the nodes `relay up` started).
+fn processes_in(dir: &Path) -> Vec<String> {
+    let needle = format!("--config {}", dir.display());
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(&needle) {
+            found.push(cmd);
+        }
+    }
+    found
+}
+
+struct Up {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Up {
+    fn start(file: &Path, dir: &Path) -> Up {
+        let mut child = Command::new(common::bin("relay"))
+            .args([
+                "up",
+                file.to_str().unwrap(),
+                "--data",
+                dir.to_str().unwrap(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Up {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads lines until one contains `what` (at most 120 s); returns it.
+    fn until(&mut self, what: &str, dir: &Path) -> String {
+        for _ in 0..1200 {
+            match self.lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(what) {
+                        return line;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let logs: Vec<String> = ["center", "eu", "eu-site", "shop-1", "depot"]
+            .iter()
+            .map(|n| {
+                let log = std::fs::read_to_string(dir.join("logs").join(format!("{n}.log")))
+                    .unwrap_or_default();
+                format!("--- {n}\n{log}")
+            })
+            .collect();
+        panic!(
+            "relay up never printed {what:?}; it printed:\n{}\n{}",
+            self.seen.join("\n"),
+            logs.join("\n")
+        );
+    }
+
+    fn terminate(mut self, dir: &Path) {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        self.until("stopped every process", dir);
+        let mut status = None;
+        for _ in 0..300 {
+            status = self.child.try_wait().unwrap();
+            if status.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let Some(status) = status else {
+            let _ = self.child.kill();
+            panic!("relay up did not exit within 30 s of SIGTERM");
+        };
+        assert!(status.success(), "relay up exited with {status}");
+    }
+}
+
+impl Drop for Up {
+    /// On a failed assertion: SIGTERM, so that `relay up` stops its nodes (a SIGKILL
+    /// would leave them running), then SIGKILL after 30 s.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            for _ in 0..300 {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn env_of(line: &str) -> Vec<(String, String)> {
+    line.trim()
+        .trim_start_matches("export ")
+        .split(' ')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+#[test]
+fn relay_up_connects_every_link_and_stops_every_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("small.yaml");
+    std::fs::write(&file, TOPOLOGY).unwrap();
+    let dir = tmp.path().join("data");
+
+    let mut up = Up::start(&file, &dir);
+    up.until("started 3 relays and 3 agents", &dir);
+    up.until("links connected: 5/5", &dir);
+    up.until("every link is connected", &dir);
+    let export = up.until("export STRATA_SERVER=", &dir);
+    assert_eq!(processes_in(&dir).len(), 6, "{:?}", processes_in(&dir));
+
+    // The printed credentials reach the root, which knows every cluster by its path.
+    let out = Command::new(common::bin("relay"))
+        .arg("clusters")
+        .envs(env_of(&export))
+        .output()
+        .unwrap();
+    let clusters = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for c in [
+        "center/eu/eu-site  ",
+        "shop-1",
+        "shop-2",
+        "depot",
+        "region=eu",
+    ] {
+        assert!(clusters.contains(c), "{c} missing:\n{clusters}");
+    }
+
+    up.terminate(&dir);
+    assert_eq!(processes_in(&dir), Vec::<String>::new(), "stray processes");
+
+    // Same data directory: same certificates and addresses, and it connects again.
+    let mut again = Up::start(&file, &dir);
+    again.until("every link is connected", &dir);
+    assert_eq!(again.until("export STRATA_SERVER=", &dir), export);
+    again.terminate(&dir);
+    assert_eq!(processes_in(&dir), Vec::<String>::new(), "stray processes");
+}
+
+#[test]
+fn rendered_agent_configs_load_with_the_agents_parser() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = strata_topology::parse(TOPOLOGY, Path::new("small.yaml"))
+        .unwrap()
+        .topology;
+    let options = RenderOptions {
+        simulated_ready_delay_ms: Some(42),
+        ..RenderOptions::default()
+    };
+    let rendered = render(&t, tmp.path(), &options).unwrap();
+    let site = rendered.nodes.iter().find(|n| n.name == "eu-site").unwrap();
+    let site_listen = strata_relay::config::NodeConfig::load(&site.config)
+        .unwrap()
+        .listen
+        .unwrap();
+    let agents: Vec<AgentConfig> = rendered
+        .nodes
+        .iter()
+        .filter(|n| n.process == Process::Agent)
+        .map(|n| AgentConfig::load(&n.config).unwrap())
+        .collect();
+    assert_eq!(agents.len(), 3);
+    let shop = &agents[0];
+    assert_eq!(shop.cluster, "shop-1");
+    assert_eq!(shop.labels["role"], "pos");
+    assert_eq!(shop.parent.name, "eu-site");
+    assert_eq!(shop.parent.address, site_listen);
+    assert_eq!(shop.simulated.ready_delay, Duration::from_millis(42));
+    assert_eq!(shop.tls.ca, tmp.path().join("ca.crt"));
+    assert_eq!(agents[2].properties["size"], "large");
+}

@@ -1,0 +1,156 @@
+//! `relay topology validate|certs|render`: check a topology file, issue its
+//! certificates, write each node's configuration.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use strata_topology::certs::{self, Action, CertOptions};
+use strata_topology::render::{self, RenderOptions};
+
+use crate::up::print_warnings;
+
+/// The `relay topology` commands.
+#[derive(Debug, Subcommand)]
+pub enum TopologyCommand {
+    /// Check a topology file: every error at once, each naming the node and the fault;
+    /// warnings apart. Exits non-zero on an error (or a warning with --deny-warnings).
+    Validate {
+        /// The topology file (YAML).
+        file: PathBuf,
+        /// Treat warnings as errors.
+        #[arg(long)]
+        deny_warnings: bool,
+    },
+    /// Issue the CA (or use the given one), a certificate per node naming it, the root
+    /// API's token and the join tokens of `joining:` entries. Re-running keeps what
+    /// exists; no key is replaced without --force.
+    Certs {
+        /// The topology file (YAML).
+        file: PathBuf,
+        /// Where to write (created if missing).
+        #[arg(short = 'o', long = "out", value_name = "DIR")]
+        out: PathBuf,
+        /// An existing CA certificate to issue with (needs --ca-key).
+        #[arg(long, value_name = "FILE", requires = "ca_key")]
+        ca_cert: Option<PathBuf>,
+        /// The existing CA's key (needs --ca-cert).
+        #[arg(long, value_name = "FILE", requires = "ca_cert")]
+        ca_key: Option<PathBuf>,
+        /// Replace existing keys, certificates and tokens.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Write each node's configuration: `<relay>.yaml` for `relay serve --config`,
+    /// `<cluster>.yaml` for `agent run --config`. Ports left to assign (`127.0.0.1:0`
+    /// or no address) are chosen once and kept in `ports.yaml`.
+    Render {
+        /// The topology file (YAML).
+        file: PathBuf,
+        /// Where to write (created if missing); the certificates go here too.
+        #[arg(short = 'o', long = "out", value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
+/// Runs a `relay topology` command.
+pub fn run(command: TopologyCommand) -> anyhow::Result<()> {
+    match command {
+        TopologyCommand::Validate {
+            file,
+            deny_warnings,
+        } => {
+            let checked = match strata_topology::load(&file) {
+                Ok(c) => c,
+                Err(strata_topology::LoadError::Invalid {
+                    path,
+                    errors,
+                    warnings,
+                }) => {
+                    for w in &warnings {
+                        eprintln!("warning: {}: {w}", path.display());
+                    }
+                    for e in &errors {
+                        eprintln!("error: {}: {e}", path.display());
+                    }
+                    anyhow::bail!("{}: {} error(s)", path.display(), errors.len());
+                }
+                Err(e) => return Err(e.into()),
+            };
+            print_warnings(&file, &checked);
+            let t = &checked.topology;
+            if deny_warnings && !checked.warnings.is_empty() {
+                anyhow::bail!(
+                    "{}: {} warning(s), denied by --deny-warnings",
+                    file.display(),
+                    checked.warnings.len()
+                );
+            }
+            println!(
+                "{}: topology {:?} is valid: 1 root, {} relays, {} clusters, {} join tokens",
+                file.display(),
+                t.name,
+                t.relays.len() - 1,
+                t.clusters.len(),
+                t.relays.iter().map(|r| r.join_tokens).sum::<u32>()
+            );
+            Ok(())
+        }
+        TopologyCommand::Certs {
+            file,
+            out,
+            ca_cert,
+            ca_key,
+            force,
+        } => {
+            let checked = strata_topology::load(&file)?;
+            print_warnings(&file, &checked);
+            let done = certs::issue_all(
+                &checked.topology,
+                &out,
+                &CertOptions {
+                    ca: ca_cert.zip(ca_key),
+                    force,
+                },
+            )?;
+            summarize(&done);
+            Ok(())
+        }
+        TopologyCommand::Render { file, out } => {
+            let checked = strata_topology::load(&file)?;
+            print_warnings(&file, &checked);
+            let rendered = render::render(&checked.topology, &out, &RenderOptions::default())?;
+            summarize(&rendered.files);
+            println!(
+                "root {:?}: API on {}; certificates: relay topology certs {} -o {}",
+                rendered.root,
+                rendered.api,
+                file.display(),
+                out.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+fn summarize(done: &[(PathBuf, Action)]) {
+    let count = |a: Action| done.iter().filter(|(_, x)| *x == a).count();
+    // A topology of thousands of stores writes thousands of files: name the first few.
+    const SHOWN: usize = 20;
+    let changed: Vec<_> = done.iter().filter(|(_, a)| *a != Action::Kept).collect();
+    for (path, action) in changed.iter().take(SHOWN) {
+        println!(
+            "{:<8} {}",
+            format!("{action:?}").to_lowercase(),
+            path.display()
+        );
+    }
+    if changed.len() > SHOWN {
+        println!("... and {} more", changed.len() - SHOWN);
+    }
+    println!(
+        "{} created, {} replaced, {} kept",
+        count(Action::Created),
+        count(Action::Replaced),
+        count(Action::Kept)
+    );
+}

@@ -1,0 +1,158 @@
+//! Rendered relay configurations load with `relay serve`'s own parser and say what the
+//! topology says; re-rendering changes nothing; `relay topology validate` exits as the
+//! topology deserves.
+
+#![allow(clippy::unwrap_used)] // integration tests may unwrap
+
+use std::path::Path;
+use std::process::Command;
+
+use strata_relay::config::NodeConfig;
+use strata_topology::certs::Action;
+use strata_topology::render::{Process, RenderOptions, render};
+
+const TOPOLOGY: &str = "apiVersion: strata.dev/v1alpha1
+kind: Topology
+metadata: { name: t }
+spec:
+  root: { name: center, listen: 127.0.0.1:7443, api: 127.0.0.1:8443 }
+  relays:
+    - { name: eu, parent: center, listen: 0.0.0.0:7450, address: 127.0.0.2:7450, labels: { region: eu, odd: \"false\" } }
+    - { name: eu-1, parent: eu }
+  clusters:
+    - { name: shop-1, parent: eu-1, labels: { role: pos } }
+  joining:
+    - { parent: eu, tokens: 2 }
+";
+
+#[test]
+fn rendered_relay_configs_load_and_re_rendering_is_idempotent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let t = strata_topology::parse(TOPOLOGY, Path::new("t.yaml"))
+        .unwrap()
+        .topology;
+    let options = RenderOptions {
+        metrics_everywhere: true,
+        summary_interval_ms: Some(100),
+        simulated_ready_delay_ms: None,
+    };
+    let first = render(&t, dir, &options).unwrap();
+    let relays: Vec<NodeConfig> = first
+        .nodes
+        .iter()
+        .filter(|n| n.process == Process::Relay)
+        .map(|n| NodeConfig::load(&n.config).unwrap())
+        .collect();
+    let [center, eu, eu1] = &relays[..] else {
+        panic!("{relays:?}")
+    };
+    assert!(center.is_root());
+    assert_eq!(center.listen, Some("127.0.0.1:7443".parse().unwrap()));
+    assert_eq!(
+        center.api.as_ref().unwrap().listen,
+        "127.0.0.1:8443".parse().unwrap()
+    );
+    assert_eq!(center.children, ["eu"]);
+    assert_eq!(eu.listen, Some("0.0.0.0:7450".parse().unwrap()));
+    assert_eq!(eu.labels["odd"], "false");
+    assert_eq!(eu.children, ["eu-1"]);
+    let p = eu1.parent.as_ref().unwrap();
+    assert_eq!(
+        (p.name.as_str(), p.address),
+        ("eu", "127.0.0.2:7450".parse().unwrap()),
+        "children dial the relay's address, not its wildcard listen"
+    );
+    let auto = eu1.listen.unwrap();
+    assert!(auto.ip().is_loopback() && auto.port() != 0, "{auto}");
+    assert_eq!(eu1.children, ["shop-1"]);
+    assert!(eu1.metrics.is_some());
+    assert_eq!(eu1.tls.cert, dir.join("eu-1.crt"));
+    assert_eq!(eu1.summary_interval.as_millis(), 100);
+
+    let again = render(&t, dir, &options).unwrap();
+    assert!(
+        again.files.iter().all(|(_, a)| *a == Action::Kept),
+        "{:?}",
+        again.files
+    );
+    assert_eq!(again.nodes, first.nodes, "assigned ports are kept");
+}
+
+fn relay(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn validate_names_every_error_and_denies_warnings_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: strata.dev/v1alpha1\nkind: Topology\nmetadata: { name: t }\nspec:\n  root: { name: center }\n  relays:\n    - { name: eu-1, parent: us-0 }\n    - { name: a, parent: b }\n    - { name: b, parent: a }\n",
+    )
+    .unwrap();
+    let (ok, _, err) = relay(&["topology", "validate", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("relay \"eu-1\": parent \"us-0\" is not defined"),
+        "{err}"
+    );
+    assert!(err.contains("cycle: a -> b -> a"), "{err}");
+
+    let lonely = tmp.path().join("lonely.yaml");
+    std::fs::write(
+        &lonely,
+        "apiVersion: strata.dev/v1alpha1\nkind: Topology\nmetadata: { name: t }\nspec:\n  root: { name: center }\n  relays:\n    - { name: eu, parent: center }\n",
+    )
+    .unwrap();
+    let (ok, out, err) = relay(&["topology", "validate", lonely.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("is valid"), "{out}");
+    assert!(
+        err.contains("warning:") && err.contains("\"eu\": has no children"),
+        "{err}"
+    );
+    let (ok, _, err) = relay(&[
+        "topology",
+        "validate",
+        "--deny-warnings",
+        lonely.to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("denied by --deny-warnings"), "{err}");
+}
+
+#[test]
+fn certs_and_render_commands_are_idempotent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("t.yaml");
+    std::fs::write(&file, TOPOLOGY).unwrap();
+    let out = tmp.path().join("out");
+    let (f, o) = (file.to_str().unwrap(), out.to_str().unwrap());
+    let (ok, first, err) = relay(&["topology", "certs", f, "-o", o]);
+    assert!(ok, "{err}");
+    assert!(
+        first.contains("created") && first.contains("join/eu.tokens"),
+        "{first}"
+    );
+    let key = std::fs::read(out.join("eu.key")).unwrap();
+    let (ok, again, err) = relay(&["topology", "certs", f, "-o", o]);
+    assert!(ok, "{err}");
+    assert!(again.contains("0 created, 0 replaced"), "{again}");
+    assert_eq!(std::fs::read(out.join("eu.key")).unwrap(), key);
+
+    let (ok, _, err) = relay(&["topology", "render", f, "-o", o]);
+    assert!(ok, "{err}");
+    let (ok, again, err) = relay(&["topology", "render", f, "-o", o]);
+    assert!(ok, "{err}");
+    assert!(again.contains("0 created, 0 replaced, 4 kept"), "{again}");
+    NodeConfig::load(&out.join("eu.yaml")).unwrap();
+}

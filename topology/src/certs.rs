@@ -1,0 +1,403 @@
+//! The hierarchy's secrets, issued with rcgen: one CA, a certificate per node naming it
+//! (common name and DNS subject alternative name), the root API's bearer token and the
+//! single-use join tokens of `joining:` entries.
+//!
+//! [`issue_all`] is idempotent: what exists is kept, a missing certificate is issued for
+//! an existing key, and no key is ever replaced unless `force` is set.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+
+use crate::Topology;
+use crate::names::check_node_name;
+
+/// Why a certificate could not be issued or written.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    /// The node name cannot go into a certificate.
+    #[error("cannot issue a certificate for {name:?}: {reason}")]
+    BadName {
+        /// The name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// rcgen refused.
+    #[error("certificate generation failed: {0}")]
+    Generate(#[from] rcgen::Error),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A PEM file holds no usable CA certificate or key.
+    #[error("{path}: {reason}")]
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// Going on would replace a key or the CA; `--force` allows it.
+    #[error("{path}: {reason}; pass --force to replace it")]
+    WouldReplace {
+        /// The file.
+        path: PathBuf,
+        /// What would be replaced.
+        reason: String,
+    },
+}
+
+/// A certificate authority able to issue node certificates.
+pub struct Ca {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+    /// The certificate as users hold it (kept byte for byte when loaded).
+    pem: String,
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ca").finish_non_exhaustive()
+    }
+}
+
+/// A node's certificate and key, in PEM.
+#[derive(Debug, Clone)]
+pub struct NodeCert {
+    /// The node's name.
+    pub name: String,
+    /// Certificate (PEM).
+    pub cert_pem: String,
+    /// Private key (PEM, PKCS#8).
+    pub key_pem: String,
+}
+
+impl Ca {
+    /// A new self-signed CA for the hierarchy `name`.
+    pub fn generate(name: &str) -> Result<Ca, CertError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, format!("{name} strata CA"));
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        let pem = cert.pem();
+        Ok(Ca { cert, key, pem })
+    }
+
+    /// An existing CA from its certificate and key (PEM files).
+    pub fn load(cert_path: &Path, key_path: &Path) -> Result<Ca, CertError> {
+        let pem = read(cert_path)?;
+        let key_pem = read(key_path)?;
+        let bad = |path: &Path, e: rcgen::Error| CertError::BadFile {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        };
+        let params = CertificateParams::from_ca_cert_pem(&pem).map_err(|e| bad(cert_path, e))?;
+        let key = KeyPair::from_pem(&key_pem).map_err(|e| bad(key_path, e))?;
+        // Signing needs an rcgen certificate: re-derive one with the same subject and key.
+        // Issued certificates name the CA's subject and verify against the original.
+        let cert = params.self_signed(&key).map_err(|e| bad(cert_path, e))?;
+        Ok(Ca { cert, key, pem })
+    }
+
+    /// The CA certificate (PEM), which every node trusts.
+    pub fn cert_pem(&self) -> String {
+        self.pem.clone()
+    }
+
+    /// The CA's private key (PEM).
+    pub fn key_pem(&self) -> String {
+        self.key.serialize_pem()
+    }
+
+    /// Issues a certificate naming `node`, usable to serve children and to connect to a
+    /// parent, with a new key.
+    pub fn issue(&self, node: &str) -> Result<NodeCert, CertError> {
+        self.issue_for_key(node, KeyPair::generate()?)
+    }
+
+    fn issue_for_key(&self, node: &str, key: KeyPair) -> Result<NodeCert, CertError> {
+        check_node_name(node).map_err(|reason| CertError::BadName {
+            name: node.to_owned(),
+            reason,
+        })?;
+        let mut params = CertificateParams::new(vec![node.to_owned()])?;
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, node);
+        params.distinguished_name = dn;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.signed_by(&key, &self.cert, &self.key)?;
+        Ok(NodeCert {
+            name: node.to_owned(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+}
+
+impl NodeCert {
+    /// Writes `<name>.crt` and `<name>.key` into `dir` (replacing them); returns their
+    /// paths.
+    pub fn write_to(&self, dir: &Path) -> Result<(PathBuf, PathBuf), CertError> {
+        let cert = dir.join(format!("{}.crt", self.name));
+        let key = dir.join(format!("{}.key", self.name));
+        write(&cert, &self.cert_pem)?;
+        write_secret(&key, &self.key_pem)?;
+        Ok((cert, key))
+    }
+}
+
+/// Writes a file, naming it in the error.
+pub fn write(path: &Path, contents: &str) -> Result<(), CertError> {
+    std::fs::write(path, contents).map_err(|source| CertError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Writes a file only its owner may read (keys, tokens).
+pub fn write_secret(path: &Path, contents: &str) -> Result<(), CertError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| CertError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io)?;
+    f.write_all(contents.as_bytes()).map_err(io)
+}
+
+fn read(path: &Path) -> Result<String, CertError> {
+    std::fs::read_to_string(path).map_err(|source| CertError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Where a topology's secrets go in the output directory.
+pub mod files {
+    use std::path::{Path, PathBuf};
+
+    /// The CA certificate every node trusts.
+    pub fn ca_cert(dir: &Path) -> PathBuf {
+        dir.join("ca.crt")
+    }
+    /// The CA key (only when the CA was generated here).
+    pub fn ca_key(dir: &Path) -> PathBuf {
+        dir.join("ca.key")
+    }
+    /// A node's certificate.
+    pub fn node_cert(dir: &Path, node: &str) -> PathBuf {
+        dir.join(format!("{node}.crt"))
+    }
+    /// A node's key.
+    pub fn node_key(dir: &Path, node: &str) -> PathBuf {
+        dir.join(format!("{node}.key"))
+    }
+    /// The bearer tokens the root's API accepts, one per line.
+    pub fn api_tokens(dir: &Path) -> PathBuf {
+        dir.join("api.tokens")
+    }
+    /// The single-use join tokens a relay admits, one per line.
+    pub fn join_tokens(dir: &Path, relay: &str) -> PathBuf {
+        dir.join("join").join(format!("{relay}.tokens"))
+    }
+}
+
+/// Where the CA comes from.
+#[derive(Debug, Clone, Default)]
+pub struct CertOptions {
+    /// An existing CA (certificate, key) to issue with; otherwise `DIR/ca.crt` and
+    /// `DIR/ca.key`, generated on the first run.
+    pub ca: Option<(PathBuf, PathBuf)>,
+    /// Replace existing keys, certificates and tokens.
+    pub force: bool,
+}
+
+/// What [`issue_all`] did to one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Written now.
+    Created,
+    /// Already there; left alone.
+    Kept,
+    /// Replaced (`force`).
+    Replaced,
+}
+
+/// Issues everything a topology needs into `dir`; returns each file and what was done.
+pub fn issue_all(
+    topology: &Topology,
+    dir: &Path,
+    options: &CertOptions,
+) -> Result<Vec<(PathBuf, Action)>, CertError> {
+    let mkdir = |d: &Path| {
+        std::fs::create_dir_all(d).map_err(|source| CertError::Io {
+            path: d.to_owned(),
+            source,
+        })
+    };
+    mkdir(dir)?;
+    let mut done = Vec::new();
+    let force = options.force;
+    let (ca_cert, ca_key) = (files::ca_cert(dir), files::ca_key(dir));
+    let ca = match &options.ca {
+        Some((cert, key)) => {
+            let ca = Ca::load(cert, key)?;
+            match std::fs::read_to_string(&ca_cert) {
+                Ok(existing) if existing == ca.cert_pem() => done.push((ca_cert, Action::Kept)),
+                Ok(_) if !force => {
+                    return Err(CertError::WouldReplace {
+                        path: ca_cert,
+                        reason: format!(
+                            "a different CA than {} issued this directory's certificates",
+                            cert.display()
+                        ),
+                    });
+                }
+                existing => {
+                    write(&ca_cert, &ca.cert_pem())?;
+                    let action = if existing.is_ok() {
+                        Action::Replaced
+                    } else {
+                        Action::Created
+                    };
+                    done.push((ca_cert, action));
+                }
+            }
+            ca
+        }
+        None => match (ca_cert.exists(), ca_key.exists()) {
+            (true, true) if !force => {
+                done.push((ca_cert.clone(), Action::Kept));
+                Ca::load(&ca_cert, &ca_key)?
+            }
+            (true, false) if !force => {
+                return Err(CertError::WouldReplace {
+                    path: ca_cert,
+                    reason: "the CA certificate is here but not its key (ca.key); give the CA with --ca-cert and --ca-key".to_owned(),
+                });
+            }
+            (existed, _) => {
+                if ca_key.exists() && !force {
+                    return Err(CertError::WouldReplace {
+                        path: ca_key,
+                        reason: "a CA key without its certificate".to_owned(),
+                    });
+                }
+                let ca = Ca::generate(&topology.name)?;
+                write(&ca_cert, &ca.cert_pem())?;
+                write_secret(&ca_key, &ca.key_pem())?;
+                let action = if existed {
+                    Action::Replaced
+                } else {
+                    Action::Created
+                };
+                done.push((ca_cert, action));
+                done.push((ca_key, action));
+                ca
+            }
+        },
+    };
+    for node in topology.node_names() {
+        let (cert, key) = (files::node_cert(dir, node), files::node_key(dir, node));
+        match (cert.exists(), key.exists(), force) {
+            (true, true, false) => done.push((cert, Action::Kept)),
+            (_, true, false) => {
+                // A key without its certificate: issue one for the key, never replace it.
+                let key_pair = KeyPair::from_pem(&read(&key)?).map_err(|e| CertError::BadFile {
+                    path: key.clone(),
+                    reason: e.to_string(),
+                })?;
+                write(&cert, &ca.issue_for_key(node, key_pair)?.cert_pem)?;
+                done.push((cert, Action::Created));
+            }
+            (existed, _, _) => {
+                ca.issue(node)?.write_to(dir)?;
+                let action = if existed {
+                    Action::Replaced
+                } else {
+                    Action::Created
+                };
+                done.push((cert, action));
+                done.push((key, action));
+            }
+        }
+    }
+    let api = files::api_tokens(dir);
+    done.push(tokens_file(&api, 1, force)?);
+    for relay in topology.relays.iter().filter(|r| r.join_tokens > 0) {
+        let path = files::join_tokens(dir, &relay.name);
+        if let Some(parent) = path.parent() {
+            mkdir(parent)?;
+        }
+        done.push(tokens_file(&path, relay.join_tokens as usize, force)?);
+    }
+    Ok(done)
+}
+
+/// A file of `count` random tokens; an existing one keeps its tokens (some may have been
+/// handed out) and gets new ones appended up to `count`.
+fn tokens_file(path: &Path, count: usize, force: bool) -> Result<(PathBuf, Action), CertError> {
+    let existing = if force {
+        Vec::new()
+    } else {
+        match std::fs::read_to_string(path) {
+            Ok(text) => text.lines().map(str::to_owned).collect(),
+            Err(_) => Vec::new(),
+        }
+    };
+    let existed = path.exists();
+    if existing.len() >= count {
+        return Ok((path.to_owned(), Action::Kept));
+    }
+    let mut tokens = existing;
+    while tokens.len() < count {
+        tokens.push(random_token()?);
+    }
+    write_secret(path, &format!("{}\n", tokens.join("\n")))?;
+    let action = if existed {
+        Action::Replaced
+    } else {
+        Action::Created
+    };
+    Ok((path.to_owned(), action))
+}
+
+/// 128 random bits, hex.
+pub fn random_token() -> Result<String, CertError> {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut b)
+        .map_err(|_| CertError::BadFile {
+            path: PathBuf::from("<system random>"),
+            reason: "the system random source failed".to_owned(),
+        })?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}

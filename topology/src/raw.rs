@@ -1,0 +1,119 @@
+//! The topology file as written: serde structs that refuse unknown fields. Nothing here
+//! is checked beyond YAML types; [`crate::compile`] checks everything else at once.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// A whole topology document.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawTopology {
+    /// Must be `strata.dev/v1alpha1`.
+    pub api_version: String,
+    /// Must be `Topology`.
+    pub kind: String,
+    /// The hierarchy's name.
+    pub metadata: RawMetadata,
+    /// The nodes.
+    pub spec: RawSpec,
+}
+
+/// `metadata`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetadata {
+    /// The hierarchy's name (goes into the CA's name).
+    pub name: String,
+}
+
+/// `spec`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSpec {
+    /// The root relay (optional here so that its absence is reported with the rest).
+    #[serde(default)]
+    pub root: Option<RawRoot>,
+    /// Relays below the root, at any depth.
+    #[serde(default)]
+    pub relays: Vec<RawRelay>,
+    /// Leaf clusters, each run by an agent.
+    #[serde(default)]
+    pub clusters: Vec<RawCluster>,
+    /// Where agents not listed may join with a token.
+    #[serde(default)]
+    pub joining: Vec<RawJoining>,
+}
+
+/// `spec.root`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoot {
+    /// Node name.
+    pub name: String,
+    /// QUIC listen address; `127.0.0.1:0` or absent: a port assigned when rendering.
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// The address children dial, when `listen` is a wildcard (`0.0.0.0:7443`).
+    #[serde(default)]
+    pub address: Option<String>,
+    /// The user API's HTTPS address; `127.0.0.1:0` or absent: assigned when rendering.
+    #[serde(default)]
+    pub api: Option<String>,
+    /// Prometheus metrics address.
+    #[serde(default)]
+    pub metrics: Option<String>,
+    /// Labels every cluster inherits.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One entry of `spec.relays`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRelay {
+    /// Node name.
+    pub name: String,
+    /// The parent's name (a relay or the root). Optional here so a missing parent is
+    /// reported as a second root, with the rest.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// QUIC listen address; `127.0.0.1:0` or absent: a port assigned when rendering.
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// The address children dial, when `listen` is a wildcard.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// Prometheus metrics address.
+    #[serde(default)]
+    pub metrics: Option<String>,
+    /// Labels every cluster below inherits.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One entry of `spec.clusters`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    /// The cluster's (and its agent's) name.
+    pub name: String,
+    /// The relay it connects to.
+    pub parent: String,
+    /// The cluster's own labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The cluster's properties.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// One entry of `spec.joining`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJoining {
+    /// The relay agents join below.
+    pub parent: String,
+    /// How many single-use join tokens to issue.
+    pub tokens: u32,
+}

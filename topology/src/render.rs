@@ -1,0 +1,346 @@
+//! Each node's configuration file from a topology: `<relay>.yaml` for `relay serve
+//! --config`, `<cluster>.yaml` for `agent run --config`, all in one directory next to the
+//! certificates of [`crate::certs`] (paths inside are relative to it).
+//!
+//! Addresses the topology leaves to be assigned (`127.0.0.1:0`, or omitted) get a free
+//! port on first render, kept in `ports.yaml` so that re-rendering gives the same files.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use crate::certs::{Action, files};
+use crate::{Addr, Topology};
+
+/// Why the configs could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `ports.yaml` is not what render writes.
+    #[error("{path}: {detail}")]
+    Ports {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        detail: String,
+    },
+    /// No free port could be found on an IP.
+    #[error("no free port on {ip} for {what}: {source}")]
+    NoPort {
+        /// The IP.
+        ip: IpAddr,
+        /// What needed it (`center.listen`).
+        what: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Choices the topology does not make.
+#[derive(Debug, Clone, Default)]
+pub struct RenderOptions {
+    /// Give every relay a metrics address (assigned on its listen IP) when the topology
+    /// gives none; `relay up` reads them to see that every link is connected.
+    pub metrics_everywhere: bool,
+    /// `summary_interval_ms` of every relay (the relay's default when `None`).
+    pub summary_interval_ms: Option<u64>,
+    /// Render agents with a simulated cluster taking this long to become available.
+    pub simulated_ready_delay_ms: Option<u64>,
+}
+
+/// What kind of process runs a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Process {
+    /// `relay serve --config FILE`.
+    Relay,
+    /// `agent run --config FILE`.
+    Agent,
+}
+
+/// One node's rendered configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFile {
+    /// The node.
+    pub name: String,
+    /// Which binary runs it.
+    pub process: Process,
+    /// Its configuration file.
+    pub config: PathBuf,
+    /// Where its metrics are served, if anywhere.
+    pub metrics: Option<SocketAddr>,
+    /// How many children the topology puts below it (relays and clusters).
+    pub children: usize,
+}
+
+/// Every node's configuration, parents before children.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// The nodes: the root first, each relay before its children, agents last.
+    pub nodes: Vec<NodeFile>,
+    /// The root's name.
+    pub root: String,
+    /// The root's user API.
+    pub api: SocketAddr,
+    /// What was written or kept, per file.
+    pub files: Vec<(PathBuf, Action)>,
+}
+
+/// The file keeping assigned ports.
+pub fn ports_file(dir: &Path) -> PathBuf {
+    dir.join("ports.yaml")
+}
+
+/// Writes every node's configuration into `dir`.
+pub fn render(
+    topology: &Topology,
+    dir: &Path,
+    options: &RenderOptions,
+) -> Result<Rendered, RenderError> {
+    std::fs::create_dir_all(dir).map_err(|source| RenderError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let mut ports = Ports::load(dir)?;
+    // Resolve every relay's addresses first: children need their parent's.
+    let mut resolved: BTreeMap<&str, (SocketAddr, SocketAddr, Option<SocketAddr>)> =
+        BTreeMap::new();
+    for r in &topology.relays {
+        let listen = ports.resolve(&r.name, "listen", r.listen)?;
+        let dial = r.address.unwrap_or(listen);
+        let metrics = match (r.metrics, options.metrics_everywhere) {
+            (Some(m), _) => Some(ports.resolve(&r.name, "metrics", m)?),
+            (None, true) => {
+                let ip = match r.listen {
+                    Addr::Fixed(a) if a.ip().is_unspecified() => IpAddr::from([127, 0, 0, 1]),
+                    Addr::Fixed(a) => a.ip(),
+                    Addr::Auto(ip) => ip,
+                };
+                Some(ports.resolve(&r.name, "metrics", Addr::Auto(ip))?)
+            }
+            (None, false) => None,
+        };
+        resolved.insert(&r.name, (listen, dial, metrics));
+    }
+    let root = topology.root();
+    let api = ports.resolve(
+        &root.name,
+        "api",
+        root.api.unwrap_or(Addr::Auto(IpAddr::from([127, 0, 0, 1]))),
+    )?;
+    ports.save()?;
+
+    let mut nodes = Vec::new();
+    let mut written = Vec::new();
+    let parent_of = |name: &str| -> String {
+        let (_, dial, _) = resolved[name];
+        format!("parent: {{ name: {name}, address: \"{dial}\" }}\n")
+    };
+    for r in &topology.relays {
+        let (listen, _, metrics) = resolved[r.name.as_str()];
+        let mut y = format!("# rendered from topology {:?}\n", topology.name);
+        let _ = writeln!(y, "node: {}", r.name);
+        let _ = writeln!(y, "listen: \"{listen}\"");
+        if let Some(p) = &r.parent {
+            y.push_str(&parent_of(p));
+        }
+        y.push_str(&tls(&r.name));
+        let children: Vec<&str> = r
+            .relays
+            .iter()
+            .chain(r.clusters.iter())
+            .map(String::as_str)
+            .collect();
+        let _ = writeln!(y, "children: [{}]", children.join(", "));
+        let _ = writeln!(y, "labels: {}", flow_map(&r.labels));
+        if r.parent.is_none() {
+            let _ = writeln!(
+                y,
+                "api: {{ listen: \"{api}\", tokens: {} }}",
+                file_name(&files::api_tokens(dir))
+            );
+        }
+        if let Some(m) = metrics {
+            let _ = writeln!(y, "metrics: \"{m}\"");
+        }
+        if let Some(ms) = options.summary_interval_ms {
+            let _ = writeln!(y, "summary_interval_ms: {ms}");
+        }
+        if r.join_tokens > 0 {
+            let _ = writeln!(
+                y,
+                "# {} single-use join tokens for agents not listed: join/{}.tokens\n# (not read by the relay yet: admitting agents by token is not built)",
+                r.join_tokens, r.name
+            );
+        }
+        let path = dir.join(format!("{}.yaml", r.name));
+        written.push(write_if_changed(&path, &y)?);
+        nodes.push(NodeFile {
+            name: r.name.clone(),
+            process: Process::Relay,
+            config: path,
+            metrics,
+            children: children.len(),
+        });
+    }
+    for c in &topology.clusters {
+        let mut y = format!("# rendered from topology {:?}\n", topology.name);
+        let _ = writeln!(y, "cluster: {}", c.name);
+        let _ = writeln!(y, "labels: {}", flow_map(&c.labels));
+        if !c.properties.is_empty() {
+            let _ = writeln!(y, "properties: {}", flow_map(&c.properties));
+        }
+        y.push_str(&parent_of(&c.parent));
+        y.push_str(&tls(&c.name));
+        if let Some(ms) = options.simulated_ready_delay_ms {
+            let _ = writeln!(y, "simulated: {{ ready_delay_ms: {ms} }}");
+        }
+        let path = dir.join(format!("{}.yaml", c.name));
+        written.push(write_if_changed(&path, &y)?);
+        nodes.push(NodeFile {
+            name: c.name.clone(),
+            process: Process::Agent,
+            config: path,
+            metrics: None,
+            children: 0,
+        });
+    }
+    Ok(Rendered {
+        nodes,
+        root: root.name.clone(),
+        api,
+        files: written,
+    })
+}
+
+fn tls(name: &str) -> String {
+    format!("tls: {{ cert: {name}.crt, key: {name}.key, ca: ca.crt }}\ndata: data/{name}\n")
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// A YAML flow map with every key and value double-quoted.
+fn flow_map(m: &BTreeMap<String, String>) -> String {
+    let items: Vec<String> = m
+        .iter()
+        .map(|(k, v)| format!("{}: {}", quote(k), quote(v)))
+        .collect();
+    format!("{{ {} }}", items.join(", "))
+}
+
+fn quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn write_if_changed(path: &Path, text: &str) -> Result<(PathBuf, Action), RenderError> {
+    let action = match std::fs::read_to_string(path) {
+        Ok(existing) if existing == text => return Ok((path.to_owned(), Action::Kept)),
+        Ok(_) => Action::Replaced,
+        Err(_) => Action::Created,
+    };
+    std::fs::write(path, text).map_err(|source| RenderError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok((path.to_owned(), action))
+}
+
+/// Ports assigned to `Addr::Auto` addresses, by `node.field`.
+struct Ports {
+    path: PathBuf,
+    ports: BTreeMap<String, u16>,
+    changed: bool,
+}
+
+impl Ports {
+    fn load(dir: &Path) -> Result<Ports, RenderError> {
+        let path = ports_file(dir);
+        let ports = match std::fs::read_to_string(&path) {
+            Ok(text) => serde_saphyr::from_str(&text).map_err(|e| RenderError::Ports {
+                path: path.clone(),
+                detail: e.to_string(),
+            })?,
+            Err(_) => BTreeMap::new(),
+        };
+        Ok(Ports {
+            path,
+            ports,
+            changed: false,
+        })
+    }
+
+    fn resolve(&mut self, node: &str, field: &str, a: Addr) -> Result<SocketAddr, RenderError> {
+        let ip = match a {
+            Addr::Fixed(a) => return Ok(a),
+            Addr::Auto(ip) => ip,
+        };
+        let key = format!("{node}.{field}");
+        if let Some(&port) = self.ports.get(&key) {
+            return Ok(SocketAddr::new(ip, port));
+        }
+        let taken: Vec<u16> = self.ports.values().copied().collect();
+        let port = free_port(ip, &taken).map_err(|source| RenderError::NoPort {
+            ip,
+            what: key.clone(),
+            source,
+        })?;
+        self.ports.insert(key, port);
+        self.changed = true;
+        Ok(SocketAddr::new(ip, port))
+    }
+
+    fn save(&self) -> Result<(), RenderError> {
+        if !self.changed {
+            return Ok(());
+        }
+        let mut text =
+            String::from("# ports assigned by `relay topology render`; delete to reassign\n");
+        for (k, p) in &self.ports {
+            let _ = writeln!(text, "{k}: {p}");
+        }
+        std::fs::write(&self.path, text).map_err(|source| RenderError::Io {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+/// A port free for both UDP (QUIC) and TCP (the API, metrics) on `ip`, not among `taken`.
+fn free_port(ip: IpAddr, taken: &[u16]) -> std::io::Result<u16> {
+    let mut last = None;
+    for _ in 0..100 {
+        let udp = std::net::UdpSocket::bind((ip, 0))?;
+        let port = udp.local_addr()?.port();
+        if taken.contains(&port) {
+            continue;
+        }
+        match std::net::TcpListener::bind((ip, port)) {
+            Ok(_) => return Ok(port),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("every port tried was taken")))
+}

@@ -1,0 +1,154 @@
+//! `issue_all`: chains verify with webpki (the verifier rustls uses) and name their node;
+//! re-runs keep every key; a different CA is refused without `force`.
+
+#![allow(clippy::unwrap_used)] // integration tests may unwrap
+
+use std::path::Path;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+use strata_topology::certs::{Action, Ca, CertError, CertOptions, files, issue_all};
+use strata_topology::{Topology, parse};
+
+const TOPOLOGY: &str = "apiVersion: strata.dev/v1alpha1
+kind: Topology
+metadata: { name: t }
+spec:
+  root: { name: center }
+  relays:
+    - { name: eu, parent: center }
+  clusters:
+    - { name: shop-1, parent: eu }
+  joining:
+    - { parent: eu, tokens: 3 }
+";
+
+fn topology() -> Topology {
+    parse(TOPOLOGY, Path::new("t.yaml")).unwrap().topology
+}
+
+fn der(path: &Path) -> CertificateDer<'static> {
+    CertificateDer::from_pem_file(path).unwrap()
+}
+
+/// Verifies `node`'s certificate in `dir` against `dir/ca.crt` for both TLS roles and
+/// checks that it names `node` (and only it).
+fn verify(dir: &Path, node: &str) -> Result<(), webpki::Error> {
+    let ca = der(&files::ca_cert(dir));
+    let anchor = webpki::anchor_from_trusted_cert(&ca)?;
+    let leaf = der(&files::node_cert(dir, node));
+    let ee = webpki::EndEntityCert::try_from(&leaf)?;
+    for usage in [
+        webpki::KeyUsage::server_auth(),
+        webpki::KeyUsage::client_auth(),
+    ] {
+        ee.verify_for_usage(
+            webpki::ALL_VERIFICATION_ALGS,
+            std::slice::from_ref(&anchor),
+            &[],
+            UnixTime::now(),
+            usage,
+            None,
+            None,
+        )?;
+    }
+    ee.verify_is_valid_for_subject_name(&ServerName::try_from(node.to_owned()).unwrap())?;
+    let other = ServerName::try_from("someone-else").unwrap();
+    assert!(ee.verify_is_valid_for_subject_name(&other).is_err());
+    Ok(())
+}
+
+#[test]
+fn every_node_gets_a_certificate_naming_it_that_chains_to_the_ca() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let done = issue_all(&topology(), dir, &CertOptions::default()).unwrap();
+    assert!(done.iter().all(|(_, a)| *a == Action::Created), "{done:?}");
+    for node in ["center", "eu", "shop-1"] {
+        verify(dir, node).unwrap_or_else(|e| panic!("{node}: {e}"));
+    }
+    let tokens = std::fs::read_to_string(files::join_tokens(dir, "eu")).unwrap();
+    assert_eq!(tokens.lines().count(), 3);
+    assert_eq!(
+        std::fs::read_to_string(files::api_tokens(dir))
+            .unwrap()
+            .lines()
+            .count(),
+        1
+    );
+    // A certificate from another CA does not verify against this one.
+    let stranger = Ca::generate("other").unwrap().issue("eu").unwrap();
+    stranger.write_to(dir).unwrap();
+    assert!(verify(dir, "eu").is_err(), "a foreign chain verified");
+}
+
+#[test]
+fn re_runs_keep_keys_and_issue_what_is_missing_for_the_existing_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    issue_all(&topology(), dir, &CertOptions::default()).unwrap();
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap();
+    let (ca_key, eu_key, tokens) = (
+        read(files::ca_key(dir)),
+        read(files::node_key(dir, "eu")),
+        read(files::join_tokens(dir, "eu")),
+    );
+    let again = issue_all(&topology(), dir, &CertOptions::default()).unwrap();
+    assert!(again.iter().all(|(_, a)| *a == Action::Kept), "{again:?}");
+
+    std::fs::remove_file(files::node_cert(dir, "eu")).unwrap();
+    issue_all(&topology(), dir, &CertOptions::default()).unwrap();
+    verify(dir, "eu").unwrap();
+    assert_eq!(read(files::ca_key(dir)), ca_key);
+    assert_eq!(
+        read(files::node_key(dir, "eu")),
+        eu_key,
+        "a key was replaced"
+    );
+    assert_eq!(read(files::join_tokens(dir, "eu")), tokens);
+
+    // With force, keys are replaced and the chains still verify.
+    issue_all(
+        &topology(),
+        dir,
+        &CertOptions {
+            ca: None,
+            force: true,
+        },
+    )
+    .unwrap();
+    assert_ne!(read(files::node_key(dir, "eu")), eu_key);
+    verify(dir, "eu").unwrap();
+}
+
+#[test]
+fn a_given_ca_issues_the_certificates_and_a_different_one_needs_force() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ours = tmp.path().join("ours");
+    std::fs::create_dir_all(&ours).unwrap();
+    let ca = Ca::generate("corp").unwrap();
+    let (cert, key) = (ours.join("corp.crt"), ours.join("corp.key"));
+    std::fs::write(&cert, ca.cert_pem()).unwrap();
+    std::fs::write(&key, ca.key_pem()).unwrap();
+    let dir = tmp.path().join("out");
+    let given = CertOptions {
+        ca: Some((cert.clone(), key.clone())),
+        force: false,
+    };
+    issue_all(&topology(), &dir, &given).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(files::ca_cert(&dir)).unwrap(),
+        ca.cert_pem(),
+        "the given CA certificate is the one nodes trust"
+    );
+    assert!(!files::ca_key(&dir).exists(), "the given CA key was copied");
+    verify(&dir, "shop-1").unwrap();
+
+    let other = Ca::generate("other").unwrap();
+    std::fs::write(&cert, other.cert_pem()).unwrap();
+    std::fs::write(&key, other.key_pem()).unwrap();
+    match issue_all(&topology(), &dir, &given) {
+        Err(CertError::WouldReplace { path, .. }) => assert_eq!(path, files::ca_cert(&dir)),
+        other => panic!("a different CA was accepted: {other:?}"),
+    }
+}

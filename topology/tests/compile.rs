@@ -1,0 +1,184 @@
+//! Compiling topologies: every error at once, with exact messages; warnings apart.
+
+#![allow(clippy::unwrap_used)] // integration tests may unwrap
+
+use std::path::Path;
+
+use strata_topology::{Addr, LoadError, parse};
+
+fn errors(text: &str) -> Vec<String> {
+    match parse(text, Path::new("t.yaml")) {
+        Err(LoadError::Invalid { errors, .. }) => errors,
+        Err(e) => panic!("not a compile error: {e}"),
+        Ok(_) => panic!("accepted:\n{text}"),
+    }
+}
+
+const HEAD: &str = "apiVersion: strata.dev/v1alpha1\nkind: Topology\nmetadata: { name: t }\n";
+
+#[test]
+fn a_good_topology_compiles_in_tree_order() {
+    let text = format!(
+        "{HEAD}spec:
+  root: {{ name: center, listen: 127.0.0.1:7443, api: 127.0.0.1:8443 }}
+  relays:
+    - {{ name: eu-1, parent: eu, listen: 127.0.0.1:7445 }}
+    - {{ name: eu, parent: center, labels: {{ region: eu }} }}
+  clusters:
+    - {{ name: c1, parent: eu-1, labels: {{ role: pos, gpu: \"false\" }} }}
+  joining:
+    - {{ parent: eu, tokens: 5 }}
+"
+    );
+    let c = parse(&text, Path::new("t.yaml")).unwrap();
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    let t = c.topology;
+    let names: Vec<&str> = t.relays.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["center", "eu", "eu-1"],
+        "parents come before children"
+    );
+    assert_eq!(t.root().relays, ["eu"]);
+    assert_eq!(t.relay("eu").unwrap().join_tokens, 5);
+    assert_eq!(t.relay("eu-1").unwrap().clusters, ["c1"]);
+    assert_eq!(
+        t.relay("eu").unwrap().listen,
+        Addr::Auto([127, 0, 0, 1].into()),
+        "an omitted listen address is assigned later"
+    );
+}
+
+#[test]
+fn every_error_is_reported_at_once_naming_node_and_fault() {
+    let text = format!(
+        "{HEAD}spec:
+  root: {{ name: center, listen: 127.0.0.1:7443, api: 127.0.0.1:8443 }}
+  relays:
+    - {{ name: eu, parent: center, listen: 127.0.0.1:7444 }}
+    - {{ name: eu-1, parent: us-0 }}
+    - {{ name: a, parent: b }}
+    - {{ name: b, parent: a }}
+    - {{ name: us, parent: center, listen: 127.0.0.1:7444 }}
+    - {{ name: eu, parent: center }}
+    - {{ name: loner }}
+    - {{ name: Bad_Name, parent: center, labels: {{ \"Bad Key\": x }} }}
+    - {{ name: under-cluster, parent: c1 }}
+  clusters:
+    - {{ name: c1, parent: eu }}
+    - {{ name: c2, parent: c1 }}
+  joining:
+    - {{ parent: nowhere, tokens: 0 }}
+"
+    );
+    assert_eq!(
+        errors(&text),
+        [
+            "relay \"Bad_Name\": name: \"Bad_Name\" is not a valid node name (1-63 characters of a-z, 0-9 and '-', not starting or ending with '-')",
+            "name \"eu\" is used by 2 nodes (relay, relay)",
+            "two roots: relay \"loner\" has no parent, and \"center\" is the root",
+            "relay \"eu-1\": parent \"us-0\" is not defined",
+            "relay \"under-cluster\": parent \"c1\" is a cluster; only relays have children",
+            "cluster \"c2\": parent \"c1\" is a cluster; only relays have children",
+            "joining[0]: parent \"nowhere\" is not defined",
+            "joining[0]: tokens must be at least 1",
+            "cycle: a -> b -> a",
+            "relay \"Bad_Name\": labels: key \"Bad Key\": may contain only alphanumerics, '-', '_' and '.'",
+            "address 127.0.0.1:7444 is claimed 2 times: relay \"eu\" (listen), relay \"us\" (listen)",
+        ]
+    );
+}
+
+#[test]
+fn no_root_is_an_error() {
+    let text = format!("{HEAD}spec:\n  relays:\n    - {{ name: eu }}\n");
+    assert_eq!(
+        errors(&text),
+        ["no root: spec.root is missing", "relay \"eu\": no parent"]
+    );
+}
+
+#[test]
+fn longer_cycles_are_named_once_from_their_first_relay() {
+    let text = format!(
+        "{HEAD}spec:
+  root: {{ name: center }}
+  relays:
+    - {{ name: x, parent: z }}
+    - {{ name: feeder, parent: y }}
+    - {{ name: y, parent: x }}
+    - {{ name: z, parent: y }}
+    - {{ name: self, parent: self }}
+"
+    );
+    assert_eq!(
+        errors(&text),
+        ["cycle: x -> z -> y -> x", "cycle: self -> self"]
+    );
+}
+
+#[test]
+fn addresses_are_checked() {
+    let text = format!(
+        "{HEAD}spec:
+  root: {{ name: center, listen: 0.0.0.0:7443, address: 10.0.0.1:7443, api: nowhere, metrics: 127.0.0.1:9000 }}
+  relays:
+    - {{ name: eu, parent: center, listen: 0.0.0.0:0, metrics: 127.0.0.1:9000 }}
+    - {{ name: us, parent: center, listen: 0.0.0.0:7443, address: 0.0.0.0:7443 }}
+    - {{ name: us-1, parent: center, listen: 10.0.0.1:7443 }}
+    - {{ name: us-2, parent: center, listen: 0.0.0.0:7443, address: 10.0.0.2:7443 }}
+  clusters:
+    - {{ name: c1, parent: us }}
+    - {{ name: c2, parent: us-1 }}
+    - {{ name: c3, parent: us-2 }}
+"
+    );
+    assert_eq!(
+        errors(&text),
+        [
+            "root \"center\": api: \"nowhere\" is not an address of the form IP:PORT",
+            "relay \"eu\": listen: \"0.0.0.0:0\": an assigned port needs a specific IP (e.g. 127.0.0.1:0)",
+            "relay \"us\": address: \"0.0.0.0:7443\" must be a specific IP and port children can dial",
+            "address 10.0.0.1:7443 is claimed 2 times: root \"center\" (listen), relay \"us-1\" (listen)",
+            "address 127.0.0.1:9000 is claimed 2 times: root \"center\" (metrics), relay \"eu\" (metrics)",
+            "relay \"us\": listen 0.0.0.0:7443 is a wildcard; give the address its children dial (address: IP:PORT)",
+        ]
+    );
+}
+
+#[test]
+fn wrong_header_and_unknown_fields_are_refused() {
+    let text =
+        "apiVersion: v1\nkind: Topo\nmetadata: { name: t }\nspec: { root: { name: center } }\n";
+    assert_eq!(
+        errors(text),
+        [
+            "apiVersion: expected \"strata.dev/v1alpha1\", found \"v1\"",
+            "kind: expected \"Topology\", found \"Topo\"",
+        ]
+    );
+    let text = format!("{HEAD}spec: {{ root: {{ name: center, colour: blue }} }}\n");
+    match parse(&text, Path::new("t.yaml")) {
+        Err(LoadError::Parse { detail, .. }) => assert!(detail.contains("colour"), "{detail}"),
+        other => panic!("accepted an unknown field: {other:?}"),
+    }
+}
+
+#[test]
+fn relays_without_children_are_warnings_not_errors() {
+    let text = format!(
+        "{HEAD}spec:
+  root: {{ name: center }}
+  relays:
+    - {{ name: eu, parent: center }}
+    - {{ name: us, parent: center }}
+  joining:
+    - {{ parent: us, tokens: 3 }}
+"
+    );
+    let c = parse(&text, Path::new("t.yaml")).unwrap();
+    assert_eq!(
+        c.warnings,
+        ["relay \"eu\": has no children (no relay, cluster or joining entry names it as parent)"]
+    );
+}
