@@ -149,13 +149,7 @@ async fn drive(
 ) {
     let mut tasks = JoinSet::new();
     let retry_after = Arc::new(AtomicU64::new(0));
-    tasks.spawn(upstream_loop(
-        connector,
-        parent,
-        addr,
-        tx,
-        retry_after.clone(),
-    ));
+    tasks.spawn(upstream_loop(connector, parent, addr, tx, retry_after.clone()).in_current_span());
     let mut upstream: Upstream = None;
     let mut unsaved = Batch::default();
     loop {

@@ -243,17 +243,13 @@ async fn drive(
 ) -> Result<(), NodeError> {
     let mut tasks = JoinSet::new();
     if let Some(listener) = parts.listener.clone() {
-        tasks.spawn(accept_loop(listener, tx.clone()));
+        tasks.spawn(accept_loop(listener, tx.clone()).in_current_span());
     }
     let retry_after = Arc::new(AtomicU64::new(0));
     if let (Some(connector), Some((name, addr))) = (parts.connector.clone(), parts.parent.clone()) {
-        tasks.spawn(upstream_loop(
-            connector,
-            name,
-            addr,
-            tx.clone(),
-            retry_after.clone(),
-        ));
+        tasks.spawn(
+            upstream_loop(connector, name, addr, tx.clone(), retry_after.clone()).in_current_span(),
+        );
     }
     let clock = parts.clock;
     let mut children: BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)> =
@@ -481,41 +477,51 @@ async fn accept_loop(listener: Endpoint, tx: mpsc::Sender<Input>) {
         next_id += 1;
         let conn_id = next_id;
         let tx = tx.clone();
-        conns.spawn(async move {
-            let conn = match incoming.await {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::info!(error = %e, "handshake failed (a certificate refused?)");
-                    return;
-                }
-            };
-            let name = match peer_node_name(&conn) {
-                Ok(n) => n,
-                Err(e) => {
-                    conn.close(
-                        VarInt::from_u32(close_code::UNKNOWN_CHILD),
-                        e.to_string().as_bytes(),
+        conns.spawn(
+            async move {
+                let conn = match incoming.await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::info!(error = %e, "handshake failed (a certificate refused?)");
+                        return;
+                    }
+                };
+                let name = match peer_node_name(&conn) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        conn.close(
+                            VarInt::from_u32(close_code::UNKNOWN_CHILD),
+                            e.to_string().as_bytes(),
+                        );
+                        return;
+                    }
+                };
+                let span = tracing::info_span!("child", peer = %name, conn = conn_id);
+                async move {
+                    let (sender, receiver) = transport::split::<ParentToChild, ChildToParent>(
+                        conn.clone(),
+                        DEFAULT_MAX_FRAME,
                     );
-                    return;
+                    if tx
+                        .send(Input::ChildUp {
+                            name: name.clone(),
+                            conn_id,
+                            conn,
+                            sender,
+                        })
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    let why = pump_child(receiver, &name, conn_id, &tx).await;
+                    let _ = tx.send(Input::ChildDown { name, conn_id, why }).await;
                 }
-            };
-            let (sender, receiver) =
-                transport::split::<ParentToChild, ChildToParent>(conn.clone(), DEFAULT_MAX_FRAME);
-            if tx
-                .send(Input::ChildUp {
-                    name: name.clone(),
-                    conn_id,
-                    conn,
-                    sender,
-                })
-                .await
-                .is_err()
-            {
-                return;
+                .instrument(span)
+                .await;
             }
-            let why = pump_child(receiver, &name, conn_id, &tx).await;
-            let _ = tx.send(Input::ChildDown { name, conn_id, why }).await;
-        });
+            .in_current_span(),
+        );
         // Reap finished connection tasks so the set does not grow without bound.
         while conns.try_join_next().is_some() {}
     }

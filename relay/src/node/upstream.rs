@@ -10,6 +10,7 @@ use strata_protocol::codec::DEFAULT_MAX_FRAME;
 use strata_protocol::sync::SessionError;
 use strata_protocol::wire::{ChildToParent, ParentToChild};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use crate::transport::{self, Sender, close_code};
 
@@ -34,6 +35,19 @@ pub enum UpstreamInput {
 /// `retry_after_ms` is the parent's last hint of when to come back (0: none); the next
 /// wait is at least that long.
 pub async fn upstream_loop<T: From<UpstreamInput> + Send + 'static>(
+    connector: Endpoint,
+    name: String,
+    addr: SocketAddr,
+    tx: mpsc::Sender<T>,
+    retry_after_ms: Arc<AtomicU64>,
+) {
+    let span = tracing::info_span!("parent", peer = %name, %addr);
+    keep_connected(connector, name, addr, tx, retry_after_ms)
+        .instrument(span)
+        .await;
+}
+
+async fn keep_connected<T: From<UpstreamInput> + Send + 'static>(
     connector: Endpoint,
     name: String,
     addr: SocketAddr,
