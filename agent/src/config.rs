@@ -24,8 +24,26 @@ pub struct AgentConfig {
     pub tls: TlsFiles,
     /// Where the desired state is kept.
     pub data: PathBuf,
-    /// The simulated cluster's behaviour (the only backend today).
-    pub simulated: Simulated,
+    /// The cluster backend.
+    pub backend: Backend,
+}
+
+/// Which cluster the agent keeps.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// A simulated cluster (the default when the file names no backend).
+    Simulated(Simulated),
+    /// A real cluster through its Kubernetes API.
+    Kubernetes(Kubernetes),
+}
+
+/// How to reach a real cluster's API server.
+#[derive(Debug, Clone)]
+pub struct Kubernetes {
+    /// How to connect.
+    pub connect: crate::kubernetes::Connect,
+    /// Take over fields other managers own when applying.
+    pub force_conflicts: bool,
 }
 
 /// How the simulated cluster behaves.
@@ -50,6 +68,22 @@ struct Raw {
     data: PathBuf,
     #[serde(default)]
     simulated: Option<RawSimulated>,
+    #[serde(default)]
+    kubernetes: Option<RawKubernetes>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKubernetes {
+    /// A kubeconfig file (relative to the configuration file); without it and without
+    /// `in_cluster`, `KUBECONFIG` or `~/.kube/config`.
+    #[serde(default)]
+    kubeconfig: Option<PathBuf>,
+    /// Use the pod's service account.
+    #[serde(default)]
+    in_cluster: bool,
+    #[serde(default)]
+    force_conflicts: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -87,13 +121,39 @@ impl AgentConfig {
                 raw.parent.address
             ));
         }
+        if raw.simulated.is_some() && raw.kubernetes.is_some() {
+            faults.push("simulated, kubernetes: name one cluster backend, not both".to_owned());
+        }
+        if let Some(k) = &raw.kubernetes
+            && k.in_cluster
+            && k.kubeconfig.is_some()
+        {
+            faults
+                .push("kubernetes: kubeconfig and in_cluster: true exclude each other".to_owned());
+        }
         let (Some(address), true) = (address, faults.is_empty()) else {
             anyhow::bail!("{}: {}", path.display(), faults.join("; "));
         };
-        let simulated = raw.simulated.unwrap_or(RawSimulated {
-            ready_delay_ms: None,
-            fail: None,
-        });
+        let backend = match raw.kubernetes {
+            Some(k) => Backend::Kubernetes(Kubernetes {
+                connect: match (k.kubeconfig, k.in_cluster) {
+                    (Some(p), _) => crate::kubernetes::Connect::Kubeconfig(base.join(p)),
+                    (None, true) => crate::kubernetes::Connect::InCluster,
+                    (None, false) => crate::kubernetes::Connect::KubeconfigFromEnv,
+                },
+                force_conflicts: k.force_conflicts.unwrap_or(true),
+            }),
+            None => {
+                let simulated = raw.simulated.unwrap_or(RawSimulated {
+                    ready_delay_ms: None,
+                    fail: None,
+                });
+                Backend::Simulated(Simulated {
+                    ready_delay: Duration::from_millis(simulated.ready_delay_ms.unwrap_or(500)),
+                    fail: simulated.fail,
+                })
+            }
+        };
         Ok(AgentConfig {
             cluster: raw.cluster,
             labels: raw.labels,
@@ -104,10 +164,7 @@ impl AgentConfig {
             },
             tls: raw.tls.resolve(base),
             data: base.join(raw.data),
-            simulated: Simulated {
-                ready_delay: Duration::from_millis(simulated.ready_delay_ms.unwrap_or(500)),
-                fail: simulated.fail,
-            },
+            backend,
         })
     }
 }

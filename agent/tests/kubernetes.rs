@@ -139,7 +139,14 @@ async fn a_custom_resource_waits_for_its_crd_to_be_established() {
     b.apply(t0(), UnixMillis(0), &object(cr, 2)).unwrap();
     b.apply(t0(), UnixMillis(0), &object(crd(), 1)).unwrap();
     let mut seen = BTreeMap::new();
-    let waiting = status_of(&mut b, &mut seen, "w1", |s| s.health == Health::Progressing).await;
+    // (It may first say its kind is not served yet, if it came alone.)
+    let waiting = status_of(&mut b, &mut seen, "w1", |s| {
+        s.message
+            .as_deref()
+            .is_some_and(|m| m.contains("widgets.example.com"))
+    })
+    .await;
+    assert_eq!(waiting.health, Health::Progressing);
     assert!(
         waiting
             .message
@@ -434,4 +441,145 @@ async fn drift_is_repaired_while_disconnected() {
     assert!(KubeCounters::get(&counters.drift_repairs) >= 2);
     core.process(t0(), UnixMillis(0));
     assert!(!core.connected());
+}
+
+fn pod(
+    name: &str,
+    owner_uid: &str,
+    phase: &str,
+    ready: bool,
+    restarts: i64,
+    waiting: Option<&str>,
+    created: &str,
+) -> Value {
+    let state = match waiting {
+        Some(reason) => json!({"waiting": {"reason": reason}}),
+        None => json!({"running": {"startedAt": created}}),
+    };
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "pos", "creationTimestamp": created,
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1",
+                                          "uid": owner_uid, "controller": true}]},
+        "status": {"phase": phase,
+                   "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+                   "containerStatuses": [{"name": "web", "ready": ready, "restartCount": restarts, "state": state}]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_reports_its_replicasets_and_pods() {
+    let fake = FakeApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = backend(&fake, dir.path()).await;
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "pos"}, "spec": {"replicas": 3}});
+    b.apply(t0(), UnixMillis(0), &object(deployment, 1))
+        .unwrap();
+    until("the deployment", || async {
+        fake.get("apps", "deployments", Some("pos"), "web")
+            .await
+            .is_some()
+    })
+    .await;
+    let uid = fake
+        .get("apps", "deployments", Some("pos"), "web")
+        .await
+        .unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // What the Deployment and ReplicaSet controllers would create.
+    let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web-1", "namespace": "pos",
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": uid, "controller": true}]},
+        "spec": {"replicas": 3}});
+    fake.insert("apps", "replicasets", Some("pos"), rs).await;
+    let rs_uid = fake
+        .get("apps", "replicasets", Some("pos"), "web-1")
+        .await
+        .unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    fake.insert(
+        "apps",
+        "replicasets",
+        Some("pos"),
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "other", "namespace": "pos"}, "spec": {"replicas": 1}}),
+    )
+    .await;
+    for p in [
+        pod(
+            "web-1-a",
+            &rs_uid,
+            "Running",
+            true,
+            0,
+            None,
+            "2026-11-22T10:00:00Z",
+        ),
+        pod(
+            "web-1-b",
+            &rs_uid,
+            "Running",
+            true,
+            1,
+            None,
+            "2026-11-22T10:00:01Z",
+        ),
+        pod(
+            "web-1-c",
+            &rs_uid,
+            "Running",
+            false,
+            4,
+            Some("CrashLoopBackOff"),
+            "2026-11-22T10:00:02Z",
+        ),
+        pod(
+            "stranger",
+            "someone-else",
+            "Running",
+            true,
+            9,
+            None,
+            "2026-11-22T10:00:03Z",
+        ),
+    ] {
+        fake.insert("", "pods", Some("pos"), p).await;
+    }
+    // The Deployment controller's status update.
+    fake.patch(
+        "apps",
+        "deployments",
+        Some("pos"),
+        "web",
+        json!({"status": {"observedGeneration": 1,
+        "replicas": 3, "updatedReplicas": 3, "readyReplicas": 2, "availableReplicas": 2}}),
+        "kube-controller-manager",
+    )
+    .await;
+    // The associated objects are read at the next resync; the test asks for one by
+    // re-applying a new revision (which reads them too).
+    let deployment2 = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "pos", "labels": {"v": "2"}}, "spec": {"replicas": 3}});
+    b.apply(t0(), UnixMillis(0), &object(deployment2, 2))
+        .unwrap();
+    let mut seen = BTreeMap::new();
+    let s = status_of(&mut b, &mut seen, "web", |s| {
+        s.revision == Revision(2) && s.numbers.contains_key("pods")
+    })
+    .await;
+    assert_eq!(s.numbers["replicaSets"], 1);
+    assert_eq!(s.numbers["pods"], 3);
+    assert_eq!(s.numbers["pods.ready"], 2);
+    assert_eq!(s.numbers["pods.running"], 3);
+    assert_eq!(s.numbers["pods.restarts"], 5);
+    assert_eq!(s.health, Health::Progressing);
+    let m = s.message.unwrap();
+    assert!(
+        m.contains("pod web-1-c: container web: CrashLoopBackOff"),
+        "{m}"
+    );
+    assert_eq!(s.observed_generation, Some(1));
 }

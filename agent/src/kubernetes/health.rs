@@ -352,3 +352,7 @@ fn generic(v: &Value) -> (Health, Option<String>) {
     // No status to speak of (ConfigMap, Secret, RBAC...): applied is all there is.
     verdict(Health::Available, None)
 }
+
+#[cfg(test)]
+#[path = "health_tests.rs"]
+mod tests;

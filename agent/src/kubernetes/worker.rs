@@ -139,6 +139,7 @@ struct Worker {
     watched: BTreeSet<(String, String, String)>,
     live: BTreeMap<ObjectKey, Value>,
     reported: BTreeMap<ObjectKey, Status>,
+    associated: BTreeMap<ObjectKey, associated::Associated>,
     tasks: JoinSet<()>,
 }
 
@@ -171,6 +172,7 @@ pub(super) async fn run(
         watched: BTreeSet::new(),
         live: BTreeMap::new(),
         reported: BTreeMap::new(),
+        associated: BTreeMap::new(),
         tasks: JoinSet::new(),
     };
     loop {
@@ -259,6 +261,7 @@ impl Worker {
         self.due.remove(key);
         self.attempts.remove(key);
         self.reported.remove(key);
+        self.associated.remove(key);
     }
 
     /// Deletes an object that is no longer placed, if (and only if) it carries the
@@ -553,25 +556,17 @@ impl Worker {
         let a = assess(&key.kind, live);
         let mut numbers = a.numbers;
         let mut message = a.message;
-        match associated {
-            Some(assoc) => {
-                numbers.extend(assoc.numbers());
-                if let Some(f) = &assoc.latest_failure {
-                    message = Some(match message {
-                        Some(m) => format!("{m}; {f}"),
-                        None => f.clone(),
-                    });
-                }
-            }
-            // Keep the last known associated numbers until they are read again.
-            None => {
-                if let Some(prev) = self.reported.get(key) {
-                    for (k, v) in &prev.numbers {
-                        if k.starts_with("pods") || k == "replicaSets" {
-                            numbers.entry(k.clone()).or_insert(*v);
-                        }
-                    }
-                }
+        // Between two reads, the last summary of the associated objects stands.
+        if let Some(assoc) = associated {
+            self.associated.insert(key.clone(), assoc);
+        }
+        if let Some(assoc) = self.associated.get(key) {
+            numbers.extend(assoc.numbers());
+            if let Some(f) = &assoc.latest_failure {
+                message = Some(match message {
+                    Some(m) => format!("{m}; {f}"),
+                    None => f.clone(),
+                });
             }
         }
         let status = Status {
