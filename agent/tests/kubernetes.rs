@@ -243,11 +243,14 @@ async fn an_unchanged_object_costs_no_write() {
     let fake = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let cm = object(configmap("cm", "1"), 1);
+    let late = object(configmap("late", "1"), 1);
     let mut seen = BTreeMap::new();
     {
         let mut b = backend(&fake, dir.path()).await;
         b.apply(t0(), UnixMillis(0), &cm).unwrap();
+        b.apply(t0(), UnixMillis(0), &late).unwrap();
         status_of(&mut b, &mut seen, "cm", |s| s.health == Health::Available).await;
+        status_of(&mut b, &mut seen, "late", |s| s.health == Health::Available).await;
     }
     let writes_before = fake
         .requests()
@@ -263,6 +266,13 @@ async fn an_unchanged_object_costs_no_write() {
     status_of(&mut b, &mut seen, "cm", |s| s.health == Health::Available).await;
     until("the reconcile", || async {
         KubeCounters::get(&counters.unchanged) == 1
+    })
+    .await;
+    // An object restored after its kind was listed and watched is known too.
+    b.apply(t0(), UnixMillis(0), &late).unwrap();
+    status_of(&mut b, &mut seen, "late", |s| s.health == Health::Available).await;
+    until("the second reconcile", || async {
+        KubeCounters::get(&counters.unchanged) == 2
     })
     .await;
     let writes_after = fake

@@ -138,6 +138,9 @@ struct Worker {
     resources: BTreeMap<(String, String, String), (ApiResource, bool)>,
     watched: BTreeSet<(String, String, String)>,
     live: BTreeMap<ObjectKey, Value>,
+    /// Managed objects seen on the cluster that are not (yet) desired: an object
+    /// restored from the store may arrive after its kind was listed.
+    unclaimed: BTreeMap<ObjectRef, Value>,
     reported: BTreeMap<ObjectKey, Status>,
     associated: BTreeMap<ObjectKey, associated::Associated>,
     tasks: JoinSet<()>,
@@ -171,6 +174,7 @@ pub(super) async fn run(
         resources: BTreeMap::new(),
         watched: BTreeSet::new(),
         live: BTreeMap::new(),
+        unclaimed: BTreeMap::new(),
         reported: BTreeMap::new(),
         associated: BTreeMap::new(),
         tasks: JoinSet::new(),
@@ -220,7 +224,11 @@ impl Worker {
                                     self.crds.insert((g.to_owned(), k.to_owned()), key.clone());
                                 }
                             }
-                            self.by_ref.insert(object_ref(&key), key.clone());
+                            let r = object_ref(&key);
+                            if let Some(v) = self.unclaimed.remove(&r) {
+                                self.live.insert(key.clone(), v);
+                            }
+                            self.by_ref.insert(r, key.clone());
                             self.desired.insert(
                                 key.clone(),
                                 Desired {
@@ -363,8 +371,13 @@ impl Worker {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), ar);
         let (objects, rv) = watch::list(&api, ar).await?;
         for (r, v) in objects {
-            if let Some(k) = self.by_ref.get(&r) {
-                self.live.insert(k.clone(), v);
+            match self.by_ref.get(&r) {
+                Some(k) => {
+                    self.live.insert(k.clone(), v);
+                }
+                None => {
+                    self.unclaimed.insert(r, v);
+                }
             }
         }
         self.watched.insert(id);
@@ -485,6 +498,8 @@ impl Worker {
                 for r in missing {
                     self.observe(&r, None);
                 }
+                self.unclaimed
+                    .retain(|r, _| r.group != group || r.kind != kind || present.contains(r));
                 for (r, v) in objects {
                     self.observe(&r, Some(v));
                 }
@@ -495,6 +510,10 @@ impl Worker {
     /// A managed object changed on the cluster: keep it, or repair it.
     fn observe(&mut self, r: &ObjectRef, live: Option<Value>) {
         let Some(key) = self.by_ref.get(r).cloned() else {
+            match live {
+                Some(v) => self.unclaimed.insert(r.clone(), v),
+                None => self.unclaimed.remove(r),
+            };
             return;
         };
         let Some(d) = self.desired.get(&key) else {

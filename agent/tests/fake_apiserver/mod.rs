@@ -333,7 +333,14 @@ impl FakeApiServer {
     /// Starts the fake on 127.0.0.1 (an ephemeral port). CRDs become Established as
     /// soon as they are stored.
     pub async fn start() -> FakeApiServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(0).await
+    }
+
+    /// Starts the fake on 127.0.0.1:`port`.
+    pub async fn start_on(port: u16) -> FakeApiServer {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
         let addr = listener.local_addr().unwrap();
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
@@ -497,6 +504,14 @@ async fn handle(inner: &Arc<Inner>, req: Request<Incoming>) -> Response<BoxBody>
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     let mut state = inner.state.lock().await;
+    // The fake's own counter, for a figures program in another process (not logged).
+    if path == "/fake/requests" {
+        let writes = state.log.iter().filter(|r| r.is_write()).count();
+        return json_response(
+            StatusCode::OK,
+            &json!({"total": state.log.len(), "writes": writes}),
+        );
+    }
     state.log.push(Logged {
         method: parts.method.to_string(),
         path: path.clone(),
