@@ -153,32 +153,48 @@ async fn list(
         .collect())
 }
 
-/// Reads a workload's ReplicaSets (for a Deployment) and Pods in its namespace and
-/// summarizes them (two LIST requests at most).
-pub async fn read(
+/// The ReplicaSets and Pods of one namespace.
+#[derive(Debug, Default)]
+pub struct NamespaceLists {
+    /// ReplicaSets (listed only when a Deployment is there).
+    pub replica_sets: Vec<Value>,
+    /// Pods.
+    pub pods: Vec<Value>,
+}
+
+/// Lists a namespace's Pods, and its ReplicaSets when `replica_sets` (two LIST
+/// requests at most, whatever the number of workloads there).
+pub async fn list_namespace(
     client: &kube::Client,
-    kind: &str,
-    live: &Value,
-) -> Result<Associated, kube::Error> {
-    let (Some(ns), Some(owner)) = (
-        live.pointer("/metadata/namespace").and_then(Value::as_str),
-        uid(live),
-    ) else {
-        return Ok(Associated::default());
+    ns: &str,
+    replica_sets: bool,
+) -> Result<NamespaceLists, kube::Error> {
+    let replica_sets = if replica_sets {
+        list(client, ns, &core("ReplicaSet", "replicasets", "apps")).await?
+    } else {
+        Vec::new()
+    };
+    let pods = list(client, ns, &core("Pod", "pods", "")).await?;
+    Ok(NamespaceLists { replica_sets, pods })
+}
+
+/// Summarizes a workload's associated objects from its namespace's lists.
+pub fn summarize(kind: &str, live: &Value, lists: &NamespaceLists) -> Associated {
+    let Some(owner) = uid(live) else {
+        return Associated::default();
     };
     let mut owners = BTreeSet::from([owner]);
     let mut replica_sets = None;
     if kind == "Deployment" {
-        let sets: Vec<Value> = list(client, ns, &core("ReplicaSet", "replicasets", "apps"))
-            .await?
-            .into_iter()
+        let sets: Vec<&Value> = lists
+            .replica_sets
+            .iter()
             .filter(|rs| owned_by(rs, &owners))
             .collect();
         replica_sets = Some(i64::try_from(sets.len()).unwrap_or(i64::MAX));
-        owners = sets.iter().filter_map(uid).collect();
+        owners = sets.into_iter().filter_map(uid).collect();
     }
-    let pods = list(client, ns, &core("Pod", "pods", "")).await?;
-    let mut s = summarize_pods(&owners, &pods);
+    let mut s = summarize_pods(&owners, &lists.pods);
     s.replica_sets = replica_sets;
-    Ok(s)
+    s
 }

@@ -15,8 +15,9 @@
 //!   desired state when someone edits or deletes a managed object (connected to its
 //!   parent or not: the desired state is the agent's own), and writes nothing for an
 //!   object that already holds it;
-//! * reports health ([`health`]) and, for workloads, a summary of their ReplicaSets
-//!   and Pods ([`associated`]).
+//! * reports health ([`health`]) as the watch sees statuses change and, for
+//!   workloads, a summary of their ReplicaSets and Pods ([`associated`]), read at every
+//!   resync with one LIST of each per namespace.
 
 pub mod associated;
 pub mod health;

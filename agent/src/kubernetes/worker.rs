@@ -450,7 +450,7 @@ impl Worker {
                 == Some(hash.as_str());
             if same_hash && holds(live, &body) {
                 self.counters.unchanged.fetch_add(1, Ordering::Relaxed);
-                self.report(key).await;
+                self.report_sync(key, None);
                 return Outcome::Done;
             }
         }
@@ -460,7 +460,7 @@ impl Worker {
         match api.patch(&key.name, &params, &Patch::Apply(&body)).await {
             Ok(o) => {
                 self.live.insert(key.clone(), watch::to_value(&ar, &o));
-                self.report(key).await;
+                self.report_sync(key, None);
                 Outcome::Done
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -534,38 +534,41 @@ impl Worker {
             }
             self.due.insert(key, TokioInstant::now());
         } else {
-            // Status only: reported at once (associated objects at the next resync).
+            // Status only: reported at once (associated objects are read at each resync).
             self.report_sync(&key, None);
         }
     }
 
+    /// Reads the associated objects of every workload again: one LIST of ReplicaSets
+    /// (when a Deployment is there) and one of Pods per namespace.
     async fn resync(&mut self) {
-        let keys: Vec<ObjectKey> = self
-            .live
-            .keys()
-            .filter(|k| has_pods(&k.kind))
-            .cloned()
-            .collect();
-        for key in keys {
-            self.report(&key).await;
-        }
-    }
-
-    /// Reports the status of a live object, with its associated objects for workloads.
-    async fn report(&mut self, key: &ObjectKey) {
-        let associated = match self.live.get(key) {
-            Some(live) if has_pods(&key.kind) => {
-                match associated::read(&self.client, &key.kind, live).await {
-                    Ok(a) => Some(a),
-                    Err(e) => {
-                        tracing::debug!(object = %key, error = %e, "cannot read associated objects");
-                        None
-                    }
-                }
+        let mut by_namespace: BTreeMap<String, Vec<ObjectKey>> = BTreeMap::new();
+        for key in self.live.keys().filter(|k| has_pods(&k.kind)) {
+            if let Some(ns) = &key.namespace {
+                by_namespace
+                    .entry(ns.clone())
+                    .or_default()
+                    .push(key.clone());
             }
-            _ => None,
-        };
-        self.report_sync(key, associated);
+        }
+        for (ns, keys) in by_namespace {
+            let deployments = keys.iter().any(|k| k.kind == "Deployment");
+            let lists = associated::list_namespace(&self.client, &ns, deployments).await;
+            let lists = match lists {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::debug!(namespace = %ns, error = %e, "cannot read associated objects");
+                    continue;
+                }
+            };
+            for key in keys {
+                let summary = self
+                    .live
+                    .get(&key)
+                    .map(|live| associated::summarize(&key.kind, live, &lists));
+                self.report_sync(&key, summary);
+            }
+        }
     }
 
     fn report_sync(&mut self, key: &ObjectKey, associated: Option<associated::Associated>) {
