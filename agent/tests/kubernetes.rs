@@ -598,3 +598,113 @@ async fn a_deployment_reports_its_replicasets_and_pods() {
     );
     assert_eq!(s.observed_generation, Some(1));
 }
+
+fn report(name: &str, ns: &str, app: &str, pass: i64) -> Value {
+    json!({"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+        "summary": {"pass": pass, "fail": 0, "warn": 0, "error": 0, "skip": 0}, "results": []})
+}
+
+/// Waits for the next `n` upsync changes.
+async fn upsynced(b: &mut KubeCluster, n: usize) -> Vec<(String, Option<Value>)> {
+    let mut got = Vec::new();
+    for _ in 0..500 {
+        for u in b.poll_upsync() {
+            let body = u.body.map(|b| serde_json::from_slice(&b).unwrap());
+            got.push((u.key.name, body));
+        }
+        if got.len() >= n {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("expected {n} upsync changes, got {got:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaf_born_objects_are_upsynced_kept_current_and_removed() {
+    let fake = FakeApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // A policy engine's CRD and reports, none of them applied by the agent.
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "policyreports.wgpolicyk8s.io"},
+        "spec": {"group": "wgpolicyk8s.io", "scope": "Namespaced",
+                 "names": {"kind": "PolicyReport", "plural": "policyreports"},
+                 "versions": [{"name": "v1alpha2", "served": true, "storage": true}]}});
+    fake.insert(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        None,
+        crd,
+    )
+    .await;
+    assert!(fake.establish("policyreports.wgpolicyk8s.io").await);
+    let g = "wgpolicyk8s.io";
+    fake.insert(
+        g,
+        "policyreports",
+        Some("pos"),
+        report("web-1", "pos", "web", 3),
+    )
+    .await;
+    fake.insert(
+        g,
+        "policyreports",
+        Some("pos"),
+        report("db-1", "pos", "db", 1),
+    )
+    .await;
+    fake.insert(
+        g,
+        "policyreports",
+        Some("other"),
+        report("web-2", "other", "web", 1),
+    )
+    .await;
+    let mut b = backend(&fake, dir.path()).await;
+    b.set_upsync(vec![kubernetes::upsync::UpsyncRule {
+        group: g.into(),
+        version: "v1alpha2".into(),
+        kind: "PolicyReport".into(),
+        namespace: Some("pos".into()),
+        names: vec![],
+        selector: "app=web".into(),
+    }]);
+    let got = upsynced(&mut b, 1).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].0, "web-1");
+    assert_eq!(got[0].1.as_ref().unwrap()["summary"]["pass"], 3);
+    // Kept current.
+    fake.patch(
+        g,
+        "policyreports",
+        Some("pos"),
+        "web-1",
+        json!({"summary": {"pass": 4}}),
+        "kyverno",
+    )
+    .await;
+    let got = upsynced(&mut b, 1).await;
+    assert_eq!(got[0].1.as_ref().unwrap()["summary"]["pass"], 4);
+    // A new one.
+    fake.insert(
+        g,
+        "policyreports",
+        Some("pos"),
+        report("web-3", "pos", "web", 0),
+    )
+    .await;
+    let got = upsynced(&mut b, 1).await;
+    assert_eq!(got[0].0, "web-3");
+    // Removed when it disappears.
+    assert!(fake.remove(g, "policyreports", Some("pos"), "web-1").await);
+    let got = upsynced(&mut b, 1).await;
+    assert_eq!(got, vec![("web-1".to_owned(), None)]);
+    // Nothing else moved.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(b.poll_upsync().is_empty());
+    // Rules dropped: what was upsynced is removed.
+    b.set_upsync(vec![]);
+    let got = upsynced(&mut b, 1).await;
+    assert_eq!(got, vec![("web-3".to_owned(), None)]);
+}

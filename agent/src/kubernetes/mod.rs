@@ -17,10 +17,12 @@
 //!   object that already holds it;
 //! * reports health ([`health`]) as the watch sees statuses change and, for
 //!   workloads, a summary of their ReplicaSets and Pods ([`associated`]), read at every
-//!   resync with one LIST of each per namespace.
+//!   resync with one LIST of each per namespace;
+//! * follows the leaf-born objects an upsync rule selects ([`upsync`]).
 
 pub mod associated;
 pub mod health;
+pub mod upsync;
 mod watch;
 mod worker;
 
@@ -182,6 +184,7 @@ impl KubeCounters {
 enum Command {
     Apply(Box<Object>),
     Delete(ObjectKey),
+    Upsync(Vec<upsync::UpsyncRule>),
 }
 
 /// A real cluster behind its API server, as the agent core drives it.
@@ -189,6 +192,7 @@ enum Command {
 pub struct KubeCluster {
     commands: mpsc::UnboundedSender<Command>,
     statuses: mpsc::UnboundedReceiver<(ObjectKey, Status)>,
+    upsynced: mpsc::UnboundedReceiver<upsync::Upsynced>,
     wake: Arc<Notify>,
     counters: Arc<KubeCounters>,
     task: tokio::task::JoinHandle<()>,
@@ -199,6 +203,7 @@ impl std::fmt::Debug for Command {
         match self {
             Command::Apply(o) => write!(f, "Apply({})", o.key()),
             Command::Delete(k) => write!(f, "Delete({k})"),
+            Command::Upsync(r) => write!(f, "Upsync({} rules)", r.len()),
         }
     }
 }
@@ -214,6 +219,7 @@ impl KubeCluster {
     pub fn start(client: kube::Client, options: KubeOptions, clock: Clock) -> KubeCluster {
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (statuses_tx, statuses) = mpsc::unbounded_channel();
+        let (upsynced_tx, upsynced) = mpsc::unbounded_channel();
         let wake = Arc::new(Notify::new());
         let counters = Arc::new(KubeCounters::default());
         let task = tokio::spawn(worker::run(
@@ -221,13 +227,17 @@ impl KubeCluster {
             options,
             clock,
             commands_rx,
-            statuses_tx,
-            wake.clone(),
-            counters.clone(),
+            worker::Outputs {
+                statuses: statuses_tx,
+                upsynced: upsynced_tx,
+                wake: wake.clone(),
+                counters: counters.clone(),
+            },
         ));
         KubeCluster {
             commands,
             statuses,
+            upsynced,
             wake,
             counters,
             task,
@@ -237,6 +247,21 @@ impl KubeCluster {
     /// The requests made so far.
     pub fn counters(&self) -> Arc<KubeCounters> {
         self.counters.clone()
+    }
+
+    /// Replaces the upsync rules: the objects they select are listed, handed out by
+    /// [`KubeCluster::poll_upsync`], and followed from then on.
+    pub fn set_upsync(&self, rules: Vec<upsync::UpsyncRule>) {
+        let _ = self.commands.send(Command::Upsync(rules));
+    }
+
+    /// Upsynced objects that changed since the last call (at most one per change).
+    pub fn poll_upsync(&mut self) -> Vec<upsync::Upsynced> {
+        let mut out = Vec::new();
+        while let Ok(u) = self.upsynced.try_recv() {
+            out.push(u);
+        }
+        out
     }
 
     fn send(&self, key: &ObjectKey, c: Command) -> Result<(), BackendError> {

@@ -22,7 +22,7 @@ pub(super) struct ObjectRef {
 }
 
 impl ObjectRef {
-    fn of(ar: &ApiResource, o: &DynamicObject) -> ObjectRef {
+    pub(super) fn of(ar: &ApiResource, o: &DynamicObject) -> ObjectRef {
         ObjectRef {
             group: ar.group.clone(),
             kind: ar.kind.clone(),
@@ -53,14 +53,14 @@ pub(super) fn managed_selector() -> String {
     format!("{MANAGED_LABEL}={MANAGED_VALUE}")
 }
 
-/// Lists the kind's managed objects, with the resourceVersion to watch from.
+/// Lists the kind's objects that match `selector`, with the resourceVersion to watch
+/// from.
 pub(super) async fn list(
     api: &Api<DynamicObject>,
     ar: &ApiResource,
+    selector: &str,
 ) -> Result<(Vec<(ObjectRef, Value)>, String), kube::Error> {
-    let list = api
-        .list(&ListParams::default().labels(&managed_selector()))
-        .await?;
+    let list = api.list(&ListParams::default().labels(selector)).await?;
     let rv = list.metadata.resource_version.clone().unwrap_or_default();
     let objects = list
         .items
@@ -80,17 +80,16 @@ pub(super) fn to_value(ar: &ApiResource, o: &DynamicObject) -> Value {
     v
 }
 
-/// Watches from `rv` until the worker goes away; starts over with a list when the
-/// API server says the position is too old.
+/// Watches the objects matching `selector` from `rv` until the receiver goes away;
+/// starts over with a list when the API server says the position is too old.
 pub(super) async fn follow(
     api: Api<DynamicObject>,
     ar: ApiResource,
+    selector: String,
     mut rv: String,
     tx: mpsc::UnboundedSender<Seen>,
 ) {
-    let params = WatchParams::default()
-        .labels(&managed_selector())
-        .timeout(290);
+    let params = WatchParams::default().labels(&selector).timeout(290);
     loop {
         let mut relist = false;
         match api.watch(&params, &rv).await {
@@ -132,7 +131,7 @@ pub(super) async fn follow(
             }
         }
         if relist {
-            match list(&api, &ar).await {
+            match list(&api, &ar, &selector).await {
                 Ok((objects, new_rv)) => {
                     rv = new_rv;
                     let listed = Seen::Listed {

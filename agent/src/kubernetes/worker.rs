@@ -17,6 +17,7 @@ use tokio::time::Instant as TokioInstant;
 
 use super::associated::{self, has_pods};
 use super::health::{assess, crd_established};
+use super::upsync::{Upsync, Upsynced};
 use super::watch::{self, ObjectRef, Seen};
 use super::{
     Command, FIELD_MANAGER, HASH_ANNOTATION, KubeCounters, KubeOptions, MANAGED_LABEL,
@@ -126,6 +127,7 @@ struct Worker {
     clock: Clock,
     counters: Arc<KubeCounters>,
     statuses: mpsc::UnboundedSender<(ObjectKey, Status)>,
+    upsync: Upsync,
     wake: Arc<Notify>,
     seen: mpsc::UnboundedSender<Seen>,
     desired: BTreeMap<ObjectKey, Desired>,
@@ -146,15 +148,27 @@ struct Worker {
     tasks: JoinSet<()>,
 }
 
+/// Where the worker's findings go.
+pub(super) struct Outputs {
+    pub(super) statuses: mpsc::UnboundedSender<(ObjectKey, Status)>,
+    pub(super) upsynced: mpsc::UnboundedSender<Upsynced>,
+    pub(super) wake: Arc<Notify>,
+    pub(super) counters: Arc<KubeCounters>,
+}
+
 pub(super) async fn run(
     client: kube::Client,
     options: KubeOptions,
     clock: Clock,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    statuses: mpsc::UnboundedSender<(ObjectKey, Status)>,
-    wake: Arc<Notify>,
-    counters: Arc<KubeCounters>,
+    out: Outputs,
 ) {
+    let Outputs {
+        statuses,
+        upsynced,
+        wake,
+        counters,
+    } = out;
     let (seen_tx, mut seen_rx) = mpsc::unbounded_channel();
     let mut resync = tokio::time::interval(options.resync);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -164,6 +178,7 @@ pub(super) async fn run(
         clock,
         counters,
         statuses,
+        upsync: Upsync::new(upsynced, wake.clone()),
         wake,
         seen: seen_tx,
         desired: BTreeMap::new(),
@@ -194,6 +209,7 @@ pub(super) async fn run(
             }
             // Then what the cluster did (drift, status).
             Some(seen) = seen_rx.recv() => w.seen(seen),
+            Some(seen) = w.upsync.rx.recv() => w.upsync.seen(seen),
             _ = tokio::time::sleep_until(next.unwrap_or_else(TokioInstant::now)), if next.is_some() => {}
             _ = resync.tick() => w.resync().await,
         }
@@ -248,6 +264,7 @@ impl Worker {
                     }
                 }
                 Command::Delete(key) => deletes.push(key),
+                Command::Upsync(rules) => self.upsync.set_rules(&self.client, rules).await,
             }
         }
         // Custom resources before their CRDs, namespaces last.
@@ -369,7 +386,8 @@ impl Worker {
             return Ok(());
         }
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), ar);
-        let (objects, rv) = watch::list(&api, ar).await?;
+        let selector = watch::managed_selector();
+        let (objects, rv) = watch::list(&api, ar, &selector).await?;
         for (r, v) in objects {
             match self.by_ref.get(&r) {
                 Some(k) => {
@@ -381,8 +399,13 @@ impl Worker {
             }
         }
         self.watched.insert(id);
-        self.tasks
-            .spawn(watch::follow(api, ar.clone(), rv, self.seen.clone()));
+        self.tasks.spawn(watch::follow(
+            api,
+            ar.clone(),
+            selector,
+            rv,
+            self.seen.clone(),
+        ));
         Ok(())
     }
 
