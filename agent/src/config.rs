@@ -168,3 +168,50 @@ impl AgentConfig {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> anyhow::Result<AgentConfig> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("agent.yaml");
+        std::fs::write(&path, text)?;
+        AgentConfig::load(&path)
+    }
+
+    const BASE: &str = "cluster: leaf\nparent: { name: site, address: 127.0.0.1:7443 }\n\
+                        tls: { cert: a.crt, key: a.key, ca: ca.crt }\ndata: data\n";
+
+    #[test]
+    fn the_kubernetes_section_picks_the_backend() {
+        let c = load(&format!("{BASE}kubernetes: {{ kubeconfig: kc }}\n")).unwrap();
+        let Backend::Kubernetes(k) = c.backend else {
+            panic!("not kubernetes")
+        };
+        assert!(
+            matches!(&k.connect, crate::kubernetes::Connect::Kubeconfig(p) if p.ends_with("kc"))
+        );
+        assert!(k.force_conflicts);
+        let c = load(&format!("{BASE}kubernetes: {{ in_cluster: true }}\n")).unwrap();
+        assert!(matches!(
+            c.backend,
+            Backend::Kubernetes(Kubernetes {
+                connect: crate::kubernetes::Connect::InCluster,
+                ..
+            })
+        ));
+        assert!(matches!(load(BASE).unwrap().backend, Backend::Simulated(_)));
+    }
+
+    #[test]
+    fn conflicting_backends_are_refused_by_name() {
+        let e = load(&format!(
+            "{BASE}simulated: {{}}\nkubernetes: {{ in_cluster: true, kubeconfig: kc }}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("name one cluster backend"), "{e}");
+        assert!(e.contains("exclude each other"), "{e}");
+    }
+}
