@@ -226,6 +226,8 @@ impl Worker {
             match c {
                 Command::Apply(object) => {
                     let key = object.key().clone();
+                    // Deleted, then placed again within one batch: it stays.
+                    deletes.retain(|k| *k != key);
                     if self.desired.get(&key).is_some_and(|d| {
                         d.object.hash == object.hash && d.object.revision == object.revision
                     }) {
