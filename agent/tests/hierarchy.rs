@@ -167,6 +167,20 @@ async fn apply(root: &NodeHandle, text: &str) -> Position {
         .unwrap()
 }
 
+/// The key of the Deployment the root holds.
+async fn deployment_key(root: &NodeHandle) -> strata_protocol::model::ObjectKey {
+    root.query(|c| {
+        c.log()
+            .live()
+            .find(|o| o.key().kind == "Deployment")
+            .unwrap()
+            .key()
+            .clone()
+    })
+    .await
+    .unwrap()
+}
+
 async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
@@ -226,17 +240,7 @@ async fn a_placement_reaches_only_selected_clusters_and_status_comes_back_summar
         .into_iter()
         .next()
         .unwrap();
-    let key = root
-        .query(|c| {
-            c.log()
-                .live()
-                .find(|o| o.key().kind == "Deployment")
-                .unwrap()
-                .key()
-                .clone()
-        })
-        .await
-        .unwrap();
+    let key = deployment_key(&root).await;
     eventually(
         "the root's summary shows the deployment available on one cluster",
         || {
@@ -613,16 +617,9 @@ async fn a_kubernetes_cluster_is_kept_and_reports_through_the_hierarchy() {
     })
     .await;
     apply(&root, APP).await;
-    eventually("the cluster holds the deployment", || async {
-        fake.get("apps", "deployments", Some("pos"), "pos")
-            .await
-            .is_some()
-    })
-    .await;
     let live = fake
-        .get("apps", "deployments", Some("pos"), "pos")
-        .await
-        .unwrap();
+        .wait_for("apps", "deployments", Some("pos"), "pos")
+        .await;
     assert_eq!(live["spec"]["replicas"], 2);
     // The Deployment controller's work.
     fake.patch(
@@ -636,17 +633,7 @@ async fn a_kubernetes_cluster_is_kept_and_reports_through_the_hierarchy() {
     )
     .await;
     let placement = root.query(|c| c.placements().to_vec()).await.unwrap()[0].clone();
-    let key = root
-        .query(|c| {
-            c.log()
-                .live()
-                .find(|o| o.key().kind == "Deployment")
-                .unwrap()
-                .key()
-                .clone()
-        })
-        .await
-        .unwrap();
+    let key = deployment_key(&root).await;
     eventually("the root's summary shows the deployment available", || {
         let (placement, key) = (placement.clone(), key.clone());
         async {
@@ -665,12 +652,8 @@ async fn a_kubernetes_cluster_is_kept_and_reports_through_the_hierarchy() {
     })
     .await;
     assert!(fake.remove("apps", "deployments", Some("pos"), "pos").await);
-    eventually("the deletion is repaired", || async {
-        fake.get("apps", "deployments", Some("pos"), "pos")
-            .await
-            .is_some()
-    })
-    .await;
+    fake.wait_for("apps", "deployments", Some("pos"), "pos")
+        .await;
     assert_eq!(pos.query(|a| a.connected()).await, Some(false));
     pos.shutdown().await;
 }

@@ -175,12 +175,8 @@ async fn a_custom_resource_waits_for_its_crd_to_be_established() {
         "no CR write before Established"
     );
     assert!(fake.establish("widgets.example.com").await);
-    until("the custom resource", || async {
-        fake.get("example.com", "widgets", Some("pos"), "w1")
-            .await
-            .is_some()
-    })
-    .await;
+    fake.wait_for("example.com", "widgets", Some("pos"), "w1")
+        .await;
     let log = fake.requests().await;
     let crd_patch = log
         .iter()
@@ -203,16 +199,7 @@ async fn prune_deletes_only_what_the_agent_owns() {
     let mut b = backend(&fake, dir.path()).await;
     let ours = object(configmap("ours", "1"), 1);
     b.apply(t0(), UnixMillis(0), &ours).unwrap();
-    until("ours applied", || async {
-        fake.get("", "configmaps", Some("pos"), "ours")
-            .await
-            .is_some()
-    })
-    .await;
-    let live = fake
-        .get("", "configmaps", Some("pos"), "ours")
-        .await
-        .unwrap();
+    let live = fake.wait_for("", "configmaps", Some("pos"), "ours").await;
     assert_eq!(live["metadata"]["labels"][MANAGED_LABEL], MANAGED_VALUE);
     // Both are no longer placed; only ours carries the label.
     let theirs = object(configmap("theirs", "x"), 1);
@@ -494,16 +481,9 @@ async fn a_deployment_reports_its_replicasets_and_pods() {
         "metadata": {"name": "web", "namespace": "pos"}, "spec": {"replicas": 3}});
     b.apply(t0(), UnixMillis(0), &object(deployment, 1))
         .unwrap();
-    until("the deployment", || async {
-        fake.get("apps", "deployments", Some("pos"), "web")
-            .await
-            .is_some()
-    })
-    .await;
     let uid = fake
-        .get("apps", "deployments", Some("pos"), "web")
-        .await
-        .unwrap()["metadata"]["uid"]
+        .wait_for("apps", "deployments", Some("pos"), "web")
+        .await["metadata"]["uid"]
         .as_str()
         .unwrap()
         .to_owned();

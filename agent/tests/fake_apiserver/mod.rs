@@ -432,6 +432,17 @@ impl FakeApiServer {
             .map(|s| s.object.clone())
     }
 
+    /// Waits until an object exists (at most 10 s) and returns it.
+    pub async fn wait_for(&self, group: &str, plural: &str, ns: Option<&str>, name: &str) -> Value {
+        for _ in 0..500 {
+            if let Some(o) = self.get(group, plural, ns, name).await {
+                return o;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{plural} {name} never appeared");
+    }
+
     /// Creates or replaces an object as someone else would (a user, a controller).
     pub async fn insert(&self, group: &str, plural: &str, ns: Option<&str>, object: Value) {
         let name = object["metadata"]["name"].as_str().unwrap().to_owned();
