@@ -59,44 +59,58 @@ pub enum Connect {
     InCluster,
 }
 
-/// The API server could not be reached or refused the agent.
+/// The API server could not be reached or refused the agent. Each variant's message
+/// holds the whole chain of causes, each said once (kube's errors repeat some of their
+/// causes in their own message and hide others).
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The kubeconfig file is unreadable or invalid.
-    #[error("kubeconfig {path}: {source}")]
+    #[error("kubeconfig {path}: {reason}")]
     Kubeconfig {
         /// The file.
         path: PathBuf,
         /// Why.
-        #[source]
-        source: kube::config::KubeconfigError,
+        reason: String,
     },
     /// No kubeconfig found through `KUBECONFIG` or the home directory.
     #[error("no kubeconfig (KUBECONFIG or ~/.kube/config): {0}")]
-    NoKubeconfig(#[source] kube::config::KubeconfigError),
+    NoKubeconfig(String),
     /// Not running in a pod, or its service account files are missing.
     #[error("in-cluster configuration: {0}")]
-    InCluster(#[source] kube::config::InClusterError),
+    InCluster(String),
     /// The client could not be built (TLS material, proxy).
-    #[error("Kubernetes client for {server}: {source}")]
+    #[error("Kubernetes client for {server}: {reason}")]
     Client {
         /// The API server.
         server: String,
         /// Why.
-        #[source]
-        source: kube::Error,
+        reason: String,
     },
     /// The API server refused or failed the first request.
-    #[error("the Kubernetes API server at {server} {what}: {source}")]
+    #[error("the Kubernetes API server at {server} {what}: {reason}")]
     Probe {
         /// The API server.
         server: String,
         /// "denied access" or "is unreachable".
         what: &'static str,
         /// Why.
-        #[source]
-        source: kube::Error,
+        reason: String,
     },
+}
+
+/// An error and its causes, each said once.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// Builds a client and checks that the API server answers (`GET /api`), so a wrong
@@ -106,24 +120,26 @@ pub async fn connect(how: &Connect) -> Result<kube::Client, ConnectError> {
         Connect::Kubeconfig(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|source| ConnectError::Kubeconfig {
                 path: path.clone(),
-                source,
+                reason: chain(&source),
             })?;
             kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
                 .map_err(|source| ConnectError::Kubeconfig {
                     path: path.clone(),
-                    source,
+                    reason: chain(&source),
                 })?
         }
         Connect::KubeconfigFromEnv => kube::Config::from_kubeconfig(&KubeConfigOptions::default())
             .await
-            .map_err(ConnectError::NoKubeconfig)?,
-        Connect::InCluster => kube::Config::incluster().map_err(ConnectError::InCluster)?,
+            .map_err(|e| ConnectError::NoKubeconfig(chain(&e)))?,
+        Connect::InCluster => {
+            kube::Config::incluster().map_err(|e| ConnectError::InCluster(chain(&e)))?
+        }
     };
     let server = config.cluster_url.to_string();
     let client = kube::Client::try_from(config).map_err(|source| ConnectError::Client {
         server: server.clone(),
-        source,
+        reason: chain(&source),
     })?;
     if let Err(source) = client.list_core_api_versions().await {
         let what = match &source {
@@ -133,7 +149,7 @@ pub async fn connect(how: &Connect) -> Result<kube::Client, ConnectError> {
         return Err(ConnectError::Probe {
             server,
             what,
-            source,
+            reason: chain(&source),
         });
     }
     Ok(client)
