@@ -347,6 +347,7 @@ async fn a_wrong_kubeconfig_or_a_denied_api_is_a_clear_error() {
         e.contains("127.0.0.1:1") && e.contains("unreachable"),
         "{e}"
     );
+    assert!(e.contains("Connection refused"), "the cause is said: {e}");
     let fake = FakeApiServer::start().await;
     fake.deny("get", "*").await;
     let e = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(dir.path())))
