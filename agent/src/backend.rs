@@ -1,8 +1,11 @@
 //! What the agent needs from a cluster: apply, delete, and tell how objects are doing.
-//! The simulated cluster implements it today; the Kubernetes API backend (issue 4) will.
+//! The simulated cluster and the Kubernetes API backend implement it.
+
+use std::sync::Arc;
 
 use strata_protocol::model::{Object, ObjectKey, Status};
 use strata_protocol::time::{Instant, UnixMillis};
+use tokio::sync::Notify;
 
 /// A cluster refused or failed an operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -24,4 +27,10 @@ pub trait ClusterBackend {
     fn poll_status(&mut self, now: Instant, at: UnixMillis) -> Vec<(ObjectKey, Status)>;
     /// When [`ClusterBackend::poll_status`] will next have something to say.
     fn next_change(&self) -> Option<Instant>;
+    /// Notified when [`ClusterBackend::poll_status`] has something to say before
+    /// [`ClusterBackend::next_change`] (a backend with its own task, such as the
+    /// Kubernetes API backend). `None` for a backend driven by time alone.
+    fn wake(&self) -> Option<Arc<Notify>> {
+        None
+    }
 }

@@ -24,8 +24,26 @@ pub struct AgentConfig {
     pub tls: TlsFiles,
     /// Where the desired state is kept.
     pub data: PathBuf,
-    /// The simulated cluster's behaviour (the only backend today).
-    pub simulated: Simulated,
+    /// The cluster backend.
+    pub backend: Backend,
+}
+
+/// Which cluster the agent keeps.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// A simulated cluster (the default when the file names no backend).
+    Simulated(Simulated),
+    /// A real cluster through its Kubernetes API.
+    Kubernetes(Kubernetes),
+}
+
+/// How to reach a real cluster's API server.
+#[derive(Debug, Clone)]
+pub struct Kubernetes {
+    /// How to connect.
+    pub connect: crate::kubernetes::Connect,
+    /// Take over fields other managers own when applying.
+    pub force_conflicts: bool,
 }
 
 /// How the simulated cluster behaves.
@@ -50,6 +68,22 @@ struct Raw {
     data: PathBuf,
     #[serde(default)]
     simulated: Option<RawSimulated>,
+    #[serde(default)]
+    kubernetes: Option<RawKubernetes>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKubernetes {
+    /// A kubeconfig file (relative to the configuration file); without it and without
+    /// `in_cluster`, `KUBECONFIG` or `~/.kube/config`.
+    #[serde(default)]
+    kubeconfig: Option<PathBuf>,
+    /// Use the pod's service account.
+    #[serde(default)]
+    in_cluster: bool,
+    #[serde(default)]
+    force_conflicts: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -87,13 +121,39 @@ impl AgentConfig {
                 raw.parent.address
             ));
         }
+        if raw.simulated.is_some() && raw.kubernetes.is_some() {
+            faults.push("simulated, kubernetes: name one cluster backend, not both".to_owned());
+        }
+        if let Some(k) = &raw.kubernetes
+            && k.in_cluster
+            && k.kubeconfig.is_some()
+        {
+            faults
+                .push("kubernetes: kubeconfig and in_cluster: true exclude each other".to_owned());
+        }
         let (Some(address), true) = (address, faults.is_empty()) else {
             anyhow::bail!("{}: {}", path.display(), faults.join("; "));
         };
-        let simulated = raw.simulated.unwrap_or(RawSimulated {
-            ready_delay_ms: None,
-            fail: None,
-        });
+        let backend = match raw.kubernetes {
+            Some(k) => Backend::Kubernetes(Kubernetes {
+                connect: match (k.kubeconfig, k.in_cluster) {
+                    (Some(p), _) => crate::kubernetes::Connect::Kubeconfig(base.join(p)),
+                    (None, true) => crate::kubernetes::Connect::InCluster,
+                    (None, false) => crate::kubernetes::Connect::KubeconfigFromEnv,
+                },
+                force_conflicts: k.force_conflicts.unwrap_or(true),
+            }),
+            None => {
+                let simulated = raw.simulated.unwrap_or(RawSimulated {
+                    ready_delay_ms: None,
+                    fail: None,
+                });
+                Backend::Simulated(Simulated {
+                    ready_delay: Duration::from_millis(simulated.ready_delay_ms.unwrap_or(500)),
+                    fail: simulated.fail,
+                })
+            }
+        };
         Ok(AgentConfig {
             cluster: raw.cluster,
             labels: raw.labels,
@@ -104,10 +164,54 @@ impl AgentConfig {
             },
             tls: raw.tls.resolve(base),
             data: base.join(raw.data),
-            simulated: Simulated {
-                ready_delay: Duration::from_millis(simulated.ready_delay_ms.unwrap_or(500)),
-                fail: simulated.fail,
-            },
+            backend,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> anyhow::Result<AgentConfig> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("agent.yaml");
+        std::fs::write(&path, text)?;
+        AgentConfig::load(&path)
+    }
+
+    const BASE: &str = "cluster: leaf\nparent: { name: site, address: 127.0.0.1:7443 }\n\
+                        tls: { cert: a.crt, key: a.key, ca: ca.crt }\ndata: data\n";
+
+    #[test]
+    fn the_kubernetes_section_picks_the_backend() {
+        let c = load(&format!("{BASE}kubernetes: {{ kubeconfig: kc }}\n")).unwrap();
+        let Backend::Kubernetes(k) = c.backend else {
+            panic!("not kubernetes")
+        };
+        assert!(
+            matches!(&k.connect, crate::kubernetes::Connect::Kubeconfig(p) if p.ends_with("kc"))
+        );
+        assert!(k.force_conflicts);
+        let c = load(&format!("{BASE}kubernetes: {{ in_cluster: true }}\n")).unwrap();
+        assert!(matches!(
+            c.backend,
+            Backend::Kubernetes(Kubernetes {
+                connect: crate::kubernetes::Connect::InCluster,
+                ..
+            })
+        ));
+        assert!(matches!(load(BASE).unwrap().backend, Backend::Simulated(_)));
+    }
+
+    #[test]
+    fn conflicting_backends_are_refused_by_name() {
+        let e = load(&format!(
+            "{BASE}simulated: {{}}\nkubernetes: {{ in_cluster: true, kubeconfig: kc }}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("name one cluster backend"), "{e}");
+        assert!(e.contains("exclude each other"), "{e}");
     }
 }

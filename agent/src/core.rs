@@ -93,6 +93,11 @@ impl AgentCore {
         &self.log
     }
 
+    /// What wakes the agent when the backend has statuses to report.
+    pub fn backend_wake(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        self.backend.wake()
+    }
+
     /// The link to the parent.
     pub fn link(&self) -> &ParentLink {
         &self.link

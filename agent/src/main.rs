@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use strata_agent::config::AgentConfig;
+use strata_agent::backend::ClusterBackend;
+use strata_agent::config::{AgentConfig, Backend};
+use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
 use strata_agent::runtime::{self, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_protocol::model::Cluster;
@@ -29,14 +31,18 @@ enum Command {
         /// The agent's configuration file (YAML).
         #[arg(long, short = 'c', value_name = "FILE")]
         config: PathBuf,
+        /// Use this kubeconfig for the Kubernetes backend (overrides the file's
+        /// `kubernetes.kubeconfig`; without either, `KUBECONFIG` or ~/.kube/config).
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
     },
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     strata_relay::init_logging();
-    let Command::Run { config } = Cli::parse().command;
-    match run(&config).await {
+    let Command::Run { config, kubeconfig } = Cli::parse().command;
+    match run(&config, kubeconfig).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -45,8 +51,38 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(path: &std::path::Path) -> anyhow::Result<()> {
-    let config = AgentConfig::load(path)?;
+async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Result<()> {
+    let mut config = AgentConfig::load(path)?;
+    if let Some(kc) = kubeconfig {
+        match &mut config.backend {
+            Backend::Kubernetes(k) => k.connect = Connect::Kubeconfig(kc),
+            Backend::Simulated(_) => anyhow::bail!(
+                "--kubeconfig: {} names no `kubernetes:` backend (it runs a simulated cluster)",
+                path.display()
+            ),
+        }
+    }
+    let clock = Clock::start();
+    let (backend, what): (Box<dyn ClusterBackend + Send>, &str) = match &config.backend {
+        Backend::Simulated(s) => (
+            Box::new(SimulatedCluster::new(SimulatedConfig {
+                ready_delay: s.ready_delay,
+                fail_all: s.fail.clone(),
+            })),
+            "simulated cluster",
+        ),
+        Backend::Kubernetes(k) => {
+            let client = kubernetes::connect(&k.connect).await?;
+            let options = KubeOptions {
+                force_conflicts: k.force_conflicts,
+                ..KubeOptions::default()
+            };
+            (
+                Box::new(KubeCluster::start(client, options, clock)),
+                "Kubernetes API",
+            )
+        }
+    };
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
     let store = SledStore::open(&config.data)?;
     let connector =
@@ -61,14 +97,11 @@ async fn run(path: &std::path::Path) -> anyhow::Result<()> {
         parent: (config.parent.name.clone(), config.parent.address),
         store: Arc::new(store) as Arc<dyn Store>,
         connector,
-        backend: Box::new(SimulatedCluster::new(SimulatedConfig {
-            ready_delay: config.simulated.ready_delay,
-            fail_all: config.simulated.fail.clone(),
-        })),
-        clock: Clock::start(),
+        backend,
+        clock,
         run: strata_relay::serve::random_u64(),
     })?;
-    tracing::info!(cluster = %config.cluster, parent = %config.parent.name, "agent started (simulated cluster)");
+    tracing::info!(cluster = %config.cluster, parent = %config.parent.name, backend = what, "agent started");
     wait_for_signal().await;
     tracing::info!("shutting down");
     handle.shutdown().await;

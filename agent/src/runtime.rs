@@ -136,6 +136,13 @@ pub fn start(parts: AgentParts) -> Result<AgentHandle, StoreError> {
     })
 }
 
+async fn backend_woke(wake: &Option<Arc<tokio::sync::Notify>>) {
+    match wake {
+        Some(w) => w.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn drive(
     mut core: AgentCore,
@@ -152,6 +159,7 @@ async fn drive(
     tasks.spawn(upstream_loop(connector, parent, addr, tx, retry_after.clone()).in_current_span());
     let mut upstream: Upstream = None;
     let mut unsaved = Batch::default();
+    let wake = core.backend_wake();
     loop {
         let deadline = core
             .poll_timeout()
@@ -179,6 +187,8 @@ async fn drive(
                 }
             }
             _ = tokio::time::sleep_until(deadline) => core.handle_timeout(clock.now()),
+            // The backend has statuses (its own task found them); `process` polls them.
+            _ = backend_woke(&wake) => {}
         }
         let now = clock.now();
         unsaved.merge(core.process(now, clock.wall()));

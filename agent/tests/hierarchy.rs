@@ -4,12 +4,16 @@
 
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
+mod fake_apiserver;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use strata_agent::backend::ClusterBackend;
+use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
 use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_protocol::model::{Cluster, Position, Space};
@@ -103,6 +107,21 @@ fn start_agent_under(
     parent_name: &str,
     parent: SocketAddr,
 ) -> AgentHandle {
+    let backend = Box::new(SimulatedCluster::new(SimulatedConfig {
+        ready_delay: Duration::from_millis(200),
+        fail_all: None,
+    }));
+    start_agent_with(dir, ca, name, role, (parent_name, parent), backend)
+}
+
+fn start_agent_with(
+    dir: &Path,
+    ca: &Ca,
+    name: &str,
+    role: &str,
+    (parent_name, parent): (&str, SocketAddr),
+    backend: Box<dyn ClusterBackend + Send>,
+) -> AgentHandle {
     let id = identity(dir, ca, name);
     let connector = transport::client_endpoint(
         "127.0.0.1:0".parse().unwrap(),
@@ -119,10 +138,7 @@ fn start_agent_under(
         parent: (parent_name.into(), parent),
         store: Arc::new(MemStore::new(rand_run(name))),
         connector,
-        backend: Box::new(SimulatedCluster::new(SimulatedConfig {
-            ready_delay: Duration::from_millis(200),
-            fail_all: None,
-        })),
+        backend,
         clock: Clock::start(),
         run: rand_run(name),
     })
@@ -149,6 +165,20 @@ async fn apply(root: &NodeHandle, text: &str) -> Position {
     root.query(move |c| c.apply_manifests(&manifests).unwrap().revision.unwrap())
         .await
         .unwrap()
+}
+
+/// The key of the Deployment the root holds.
+async fn deployment_key(root: &NodeHandle) -> strata_protocol::model::ObjectKey {
+    root.query(|c| {
+        c.log()
+            .live()
+            .find(|o| o.key().kind == "Deployment")
+            .unwrap()
+            .key()
+            .clone()
+    })
+    .await
+    .unwrap()
 }
 
 async fn eventually<F, Fut>(what: &str, mut check: F)
@@ -210,17 +240,7 @@ async fn a_placement_reaches_only_selected_clusters_and_status_comes_back_summar
         .into_iter()
         .next()
         .unwrap();
-    let key = root
-        .query(|c| {
-            c.log()
-                .live()
-                .find(|o| o.key().kind == "Deployment")
-                .unwrap()
-                .key()
-                .clone()
-        })
-        .await
-        .unwrap();
+    let key = deployment_key(&root).await;
     eventually(
         "the root's summary shows the deployment available on one cluster",
         || {
@@ -561,4 +581,79 @@ async fn a_full_disk_holds_acknowledgements_back_until_there_is_room() {
     pos.shutdown().await;
     site.shutdown().await.unwrap();
     root.shutdown().await.unwrap();
+}
+
+/// The whole path with a Kubernetes cluster behind `FakeApiServer` (a fake API server
+/// over real HTTP): the root places a Deployment, the agent applies it, the status the
+/// cluster's controller writes comes back to the root's summary; with the root gone, a
+/// deletion on the cluster is repaired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubernetes_cluster_is_kept_and_reports_through_the_hierarchy() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::generate("test").unwrap();
+    let fake = fake_apiserver::FakeApiServer::start().await;
+    let client = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(dir.path())))
+        .await
+        .unwrap();
+    let (root, root_addr) = start_node(
+        dir.path(),
+        &ca,
+        "center",
+        None,
+        &["pos-k"],
+        MemStore::new(31),
+    );
+    let backend = KubeCluster::start(client, KubeOptions::default(), Clock::start());
+    let pos = start_agent_with(
+        dir.path(),
+        &ca,
+        "pos-k",
+        "pos",
+        ("center", root_addr),
+        Box::new(backend),
+    );
+    eventually("the root knows the cluster", || async {
+        root.query(|c| c.reports().clusters().count()).await == Some(1)
+    })
+    .await;
+    apply(&root, APP).await;
+    let live = fake
+        .wait_for("apps", "deployments", Some("pos"), "pos")
+        .await;
+    assert_eq!(live["spec"]["replicas"], 2);
+    // The Deployment controller's work.
+    fake.patch(
+        "apps",
+        "deployments",
+        Some("pos"),
+        "pos",
+        serde_json::json!({"status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
+                                      "readyReplicas": 2, "availableReplicas": 2}}),
+        "kube-controller-manager",
+    )
+    .await;
+    let placement = root.query(|c| c.placements().to_vec()).await.unwrap()[0].clone();
+    let key = deployment_key(&root).await;
+    eventually("the root's summary shows the deployment available", || {
+        let (placement, key) = (placement.clone(), key.clone());
+        async {
+            let s = root
+                .query(move |c| c.reports().summarize(&placement, &key))
+                .await
+                .unwrap();
+            s.expected == 1 && s.health.available == 1
+        }
+    })
+    .await;
+    // Cut off from its parent, the agent still repairs its cluster.
+    root.shutdown().await.unwrap();
+    eventually("the agent notices", || async {
+        pos.query(|a| a.connected()).await == Some(false)
+    })
+    .await;
+    assert!(fake.remove("apps", "deployments", Some("pos"), "pos").await);
+    fake.wait_for("apps", "deployments", Some("pos"), "pos")
+        .await;
+    assert_eq!(pos.query(|a| a.connected()).await, Some(false));
+    pos.shutdown().await;
 }

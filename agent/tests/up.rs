@@ -248,7 +248,12 @@ fn rendered_agent_configs_load_with_the_agents_parser() {
     assert_eq!(shop.labels["role"], "pos");
     assert_eq!(shop.parent.name, "eu-site");
     assert_eq!(shop.parent.address, site_listen);
-    assert_eq!(shop.simulated.ready_delay, Duration::from_millis(42));
+    match &shop.backend {
+        strata_agent::config::Backend::Simulated(sim) => {
+            assert_eq!(sim.ready_delay, Duration::from_millis(42));
+        }
+        other => panic!("a rendered agent drives a simulated cluster, not {other:?}"),
+    }
     assert_eq!(shop.tls.ca, tmp.path().join("ca.crt"));
     assert_eq!(agents[2].properties["size"], "large");
 }

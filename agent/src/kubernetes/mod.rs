@@ -1,0 +1,320 @@
+//! The Kubernetes API backend: keeps a real cluster in the agent's desired state.
+//!
+//! [`KubeCluster`] is the [`ClusterBackend`] the agent core drives. It hands every
+//! change to its own task (the worker, [`worker`]) over a channel and takes statuses
+//! back the same way, waking the agent's loop through a [`Notify`]. The worker:
+//!
+//! * maps kind → resource and scope with API discovery (one request per group
+//!   version, cached; a kind it cannot find yet is retried, which is how a custom
+//!   resource waits for its CRD);
+//! * applies with server-side apply, field manager [`FIELD_MANAGER`], namespaces and
+//!   CRDs first, custom resources only once their CRD is Established;
+//! * marks what it applies with [`MANAGED_LABEL`] and [`HASH_ANNOTATION`], and deletes
+//!   only objects that carry the label;
+//! * lists and watches every kind it manages (label-selected), re-applies the last
+//!   desired state when someone edits or deletes a managed object (connected to its
+//!   parent or not: the desired state is the agent's own), and writes nothing for an
+//!   object that already holds it;
+//! * reports health ([`health`]) as the watch sees statuses change and, for
+//!   workloads, a summary of their ReplicaSets and Pods ([`associated`]), read at every
+//!   resync with one LIST of each per namespace;
+//! * follows the leaf-born objects an upsync rule selects ([`upsync`]).
+
+pub mod associated;
+pub mod health;
+pub mod upsync;
+mod watch;
+mod worker;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use strata_protocol::model::{Object, ObjectKey, Status};
+use strata_protocol::time::{Instant, UnixMillis};
+use strata_relay::node::clock::Clock;
+use tokio::sync::{Notify, mpsc};
+
+use crate::backend::{BackendError, ClusterBackend};
+
+/// The field manager of every server-side apply.
+pub const FIELD_MANAGER: &str = "strata";
+/// The label on every object the agent applied; the agent deletes nothing without it.
+pub const MANAGED_LABEL: &str = "strata.dev/managed-by";
+/// The value of [`MANAGED_LABEL`].
+pub const MANAGED_VALUE: &str = "strata-agent";
+/// The annotation holding the content hash of the applied manifest.
+pub const HASH_ANNOTATION: &str = "strata.dev/content-hash";
+
+/// How to reach the API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Connect {
+    /// This kubeconfig file (its current context).
+    Kubeconfig(PathBuf),
+    /// `KUBECONFIG`, else `~/.kube/config` (kube-rs's rules).
+    KubeconfigFromEnv,
+    /// The pod's service account (`KUBERNETES_SERVICE_HOST`, the mounted token and CA).
+    InCluster,
+}
+
+/// The API server could not be reached or refused the agent. Each variant's message
+/// holds the whole chain of causes, each said once (kube's errors repeat some of their
+/// causes in their own message and hide others).
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The kubeconfig file is unreadable or invalid.
+    #[error("kubeconfig {path}: {reason}")]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// No kubeconfig found through `KUBECONFIG` or the home directory.
+    #[error("no kubeconfig (KUBECONFIG or ~/.kube/config): {0}")]
+    NoKubeconfig(String),
+    /// Not running in a pod, or its service account files are missing.
+    #[error("in-cluster configuration: {0}")]
+    InCluster(String),
+    /// The client could not be built (TLS material, proxy).
+    #[error("Kubernetes client for {server}: {reason}")]
+    Client {
+        /// The API server.
+        server: String,
+        /// Why.
+        reason: String,
+    },
+    /// The API server refused or failed the first request.
+    #[error("the Kubernetes API server at {server} {what}: {reason}")]
+    Probe {
+        /// The API server.
+        server: String,
+        /// "denied access" or "is unreachable".
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// An error and its causes, each said once.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// Builds a client and checks that the API server answers (`GET /api`), so a wrong
+/// kubeconfig or missing rights fail at start with the server's name.
+pub async fn connect(how: &Connect) -> Result<kube::Client, ConnectError> {
+    let config = match how {
+        Connect::Kubeconfig(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|source| ConnectError::Kubeconfig {
+                path: path.clone(),
+                reason: chain(&source),
+            })?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|source| ConnectError::Kubeconfig {
+                    path: path.clone(),
+                    reason: chain(&source),
+                })?
+        }
+        Connect::KubeconfigFromEnv => kube::Config::from_kubeconfig(&KubeConfigOptions::default())
+            .await
+            .map_err(|e| ConnectError::NoKubeconfig(chain(&e)))?,
+        Connect::InCluster => {
+            kube::Config::incluster().map_err(|e| ConnectError::InCluster(chain(&e)))?
+        }
+    };
+    let server = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config).map_err(|source| ConnectError::Client {
+        server: server.clone(),
+        reason: chain(&source),
+    })?;
+    if let Err(source) = client.list_core_api_versions().await {
+        let what = match &source {
+            kube::Error::Api(s) if s.code == 401 || s.code == 403 => "denied access",
+            _ => "is unreachable",
+        };
+        return Err(ConnectError::Probe {
+            server,
+            what,
+            reason: chain(&source),
+        });
+    }
+    Ok(client)
+}
+
+/// How the backend behaves.
+#[derive(Debug, Clone)]
+pub struct KubeOptions {
+    /// Take over fields another manager owns (`force` in server-side apply). Without
+    /// it a conflict is reported as the object's failure.
+    pub force_conflicts: bool,
+    /// How often workloads' statuses and associated objects are read again.
+    pub resync: Duration,
+    /// How long to wait before retrying what could not be applied yet.
+    pub retry: Duration,
+}
+
+impl Default for KubeOptions {
+    fn default() -> Self {
+        KubeOptions {
+            force_conflicts: true,
+            resync: Duration::from_secs(30),
+            retry: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Counters of the requests the backend made (for tests and figures).
+#[derive(Debug, Default)]
+pub struct KubeCounters {
+    /// Server-side apply requests.
+    pub applies: AtomicU64,
+    /// DELETE requests.
+    pub deletes: AtomicU64,
+    /// Applies skipped because the live object already held the desired state.
+    pub unchanged: AtomicU64,
+    /// Re-applies after someone changed or deleted a managed object.
+    pub drift_repairs: AtomicU64,
+}
+
+impl KubeCounters {
+    /// A counter's value.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+enum Command {
+    Apply(Box<Object>),
+    Delete(ObjectKey),
+    Upsync(Vec<upsync::UpsyncRule>),
+}
+
+/// A real cluster behind its API server, as the agent core drives it.
+#[derive(Debug)]
+pub struct KubeCluster {
+    commands: mpsc::UnboundedSender<Command>,
+    statuses: mpsc::UnboundedReceiver<(ObjectKey, Status)>,
+    upsynced: mpsc::UnboundedReceiver<upsync::Upsynced>,
+    wake: Arc<Notify>,
+    counters: Arc<KubeCounters>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Apply(o) => write!(f, "Apply({})", o.key()),
+            Command::Delete(k) => write!(f, "Delete({k})"),
+            Command::Upsync(r) => write!(f, "Upsync({} rules)", r.len()),
+        }
+    }
+}
+
+impl Drop for KubeCluster {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl KubeCluster {
+    /// Starts the backend's worker task (inside the current tokio runtime).
+    pub fn start(client: kube::Client, options: KubeOptions, clock: Clock) -> KubeCluster {
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        let (statuses_tx, statuses) = mpsc::unbounded_channel();
+        let (upsynced_tx, upsynced) = mpsc::unbounded_channel();
+        let wake = Arc::new(Notify::new());
+        let counters = Arc::new(KubeCounters::default());
+        let task = tokio::spawn(worker::run(
+            client,
+            options,
+            clock,
+            commands_rx,
+            worker::Outputs {
+                statuses: statuses_tx,
+                upsynced: upsynced_tx,
+                wake: wake.clone(),
+                counters: counters.clone(),
+            },
+        ));
+        KubeCluster {
+            commands,
+            statuses,
+            upsynced,
+            wake,
+            counters,
+            task,
+        }
+    }
+
+    /// The requests made so far.
+    pub fn counters(&self) -> Arc<KubeCounters> {
+        self.counters.clone()
+    }
+
+    /// Replaces the upsync rules: the objects they select are listed, handed out by
+    /// [`KubeCluster::poll_upsync`], and followed from then on.
+    pub fn set_upsync(&self, rules: Vec<upsync::UpsyncRule>) {
+        let _ = self.commands.send(Command::Upsync(rules));
+    }
+
+    /// Upsynced objects that changed since the last call (at most one per change).
+    pub fn poll_upsync(&mut self) -> Vec<upsync::Upsynced> {
+        let mut out = Vec::new();
+        while let Ok(u) = self.upsynced.try_recv() {
+            out.push(u);
+        }
+        out
+    }
+
+    fn send(&self, key: &ObjectKey, c: Command) -> Result<(), BackendError> {
+        self.commands.send(c).map_err(|_| BackendError {
+            key: Box::new(key.clone()),
+            reason: "the Kubernetes backend has stopped".to_owned(),
+        })
+    }
+}
+
+impl ClusterBackend for KubeCluster {
+    fn apply(
+        &mut self,
+        _now: Instant,
+        _at: UnixMillis,
+        object: &Object,
+    ) -> Result<(), BackendError> {
+        self.send(object.key(), Command::Apply(Box::new(object.clone())))
+    }
+
+    fn delete(&mut self, _now: Instant, key: &ObjectKey) -> Result<(), BackendError> {
+        self.send(key, Command::Delete(key.clone()))
+    }
+
+    fn poll_status(&mut self, _now: Instant, _at: UnixMillis) -> Vec<(ObjectKey, Status)> {
+        let mut out = Vec::new();
+        while let Ok(s) = self.statuses.try_recv() {
+            out.push(s);
+        }
+        out
+    }
+
+    fn next_change(&self) -> Option<Instant> {
+        None
+    }
+
+    fn wake(&self) -> Option<Arc<Notify>> {
+        Some(self.wake.clone())
+    }
+}
