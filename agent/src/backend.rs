@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use strata_protocol::model::{Object, ObjectKey, Status};
+use strata_protocol::model::{Object, ObjectKey, Space, Status};
 use strata_protocol::time::{Instant, UnixMillis};
 use tokio::sync::Notify;
 
@@ -33,4 +33,39 @@ pub trait ClusterBackend {
     fn wake(&self) -> Option<Arc<Notify>> {
         None
     }
+    /// Replaces the upsync rules: the placements on this cluster that ask for objects
+    /// born here. A backend that cannot upsync (the simulated cluster) ignores them.
+    fn set_upsync(&mut self, _rules: Vec<UpsyncRule>) {}
+    /// Upsynced objects that changed since the last call (at most one per change).
+    fn poll_upsync(&mut self) -> Vec<Upsynced> {
+        Vec::new()
+    }
+}
+
+/// Which leaf-born objects to copy to the center (from a placement's `upsync`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpsyncRule {
+    /// The space of the placement that asks: upsynced objects appear there.
+    pub space: Space,
+    /// API group (empty for the core group).
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Only this namespace, when set.
+    pub namespace: Option<String>,
+    /// Only these names, when not empty.
+    pub names: Vec<String>,
+    /// A label selector (`app=web,tier!=db`); empty selects everything.
+    pub selector: String,
+}
+
+/// One upsynced object changed: its manifest now, or `None` once it is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upsynced {
+    /// The object (in the space of the placement that asked for it).
+    pub key: ObjectKey,
+    /// The manifest as JSON, without `managedFields` and `resourceVersion`.
+    pub body: Option<Vec<u8>>,
 }

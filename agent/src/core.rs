@@ -5,13 +5,15 @@
 use std::collections::BTreeMap;
 
 use strata_protocol::model::{Cluster, Health, ObjectKey, Status};
+use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP, is_placement};
 use strata_protocol::sync::{LinkEvent, ObjectLog, ParentLink, SessionError};
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{Change, ChildToParent, ParentToChild, Report, ReportKey, ReportValue};
 use strata_relay::node::follow::follow_parent;
+use strata_relay::objects::parse_placement;
 use strata_relay::store::{Batch, UpstreamState};
 
-use crate::backend::ClusterBackend;
+use crate::backend::{ClusterBackend, UpsyncRule};
 
 /// The state of one agent.
 pub struct AgentCore {
@@ -28,6 +30,11 @@ pub struct AgentCore {
     reported_this_run: bool,
     /// This run's id (as in the hello).
     run: u64,
+    /// Upsynced objects as last reported (reported again to a parent that may have
+    /// lost them).
+    upsynced: BTreeMap<ObjectKey, Vec<u8>>,
+    /// The placements held changed: the upsync rules must be given to the backend.
+    upsync_stale: bool,
 }
 
 impl std::fmt::Debug for AgentCore {
@@ -78,6 +85,8 @@ impl AgentCore {
             batch: Batch::default(),
             close_upstream: None,
             reported_this_run: false,
+            upsynced: BTreeMap::new(),
+            upsync_stale: true,
         };
         let objects: Vec<_> = core.log.live().cloned().collect();
         for o in objects {
@@ -172,6 +181,14 @@ impl AgentCore {
                         for (k, s) in all {
                             self.push_status(now, &k, Some(s));
                         }
+                        let upsynced: Vec<_> = self
+                            .upsynced
+                            .iter()
+                            .map(|(k, b)| (k.clone(), b.clone()))
+                            .collect();
+                        for (k, body) in upsynced {
+                            self.push_upsynced(now, k, Some(body));
+                        }
                         // Everything this run knows is queued: the parent may drop what
                         // earlier runs reported and this one did not.
                         self.link.push_report(
@@ -206,6 +223,12 @@ impl AgentCore {
                 self.push_status(now, &key, Some(status));
             }
         }
+        if std::mem::take(&mut self.upsync_stale) {
+            self.backend.set_upsync(upsync_rules(&self.log));
+        }
+        for u in self.backend.poll_upsync() {
+            self.push_upsynced(now, u.key, u.body);
+        }
         let mut batch = std::mem::take(&mut self.batch);
         batch.merge(Batch::log_changes(&mut self.log));
         batch
@@ -229,6 +252,12 @@ impl AgentCore {
     }
 
     fn apply_to_cluster(&mut self, now: Instant, at: UnixMillis, change: &Change) {
+        // Placements reach an agent only to say what to upsync; they are ours, never
+        // the cluster's.
+        if change.key().group == STRATA_GROUP && change.key().kind == PLACEMENT_KIND {
+            self.upsync_stale = true;
+            return;
+        }
         match change {
             Change::Upsert(object) => {
                 if let Err(e) = self.backend.apply(now, at, object) {
@@ -256,6 +285,29 @@ impl AgentCore {
         }
     }
 
+    fn push_upsynced(&mut self, now: Instant, key: ObjectKey, body: Option<Vec<u8>>) {
+        let value = match body {
+            Some(b) => {
+                self.upsynced.insert(key.clone(), b.clone());
+                ReportValue::Upsynced(b)
+            }
+            None => {
+                self.upsynced.remove(&key);
+                ReportValue::Removed
+            }
+        };
+        self.link.push_report(
+            now,
+            Report {
+                key: ReportKey::Upsynced {
+                    cluster: self.cluster.name.clone(),
+                    object: key,
+                },
+                value,
+            },
+        );
+    }
+
     fn push_status(&mut self, now: Instant, key: &ObjectKey, status: Option<Status>) {
         let report_key = ReportKey::Status {
             cluster: self.cluster.name.clone(),
@@ -279,4 +331,30 @@ impl AgentCore {
             },
         );
     }
+}
+
+/// The upsync rules of the placements this agent holds (its parent sends it only the
+/// placements that select its cluster and ask for upsync).
+fn upsync_rules(log: &ObjectLog) -> Vec<UpsyncRule> {
+    log.live()
+        .filter(|o| is_placement(&o.meta))
+        .filter_map(|o| match parse_placement(o) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!(placement = %o.key(), error = %e, "ignoring a placement that does not parse");
+                None
+            }
+        })
+        .flat_map(|p| {
+            p.upsync.into_iter().map(move |u| UpsyncRule {
+                space: p.space.clone(),
+                group: u.group,
+                version: u.version,
+                kind: u.kind,
+                namespace: u.namespace,
+                names: u.names,
+                selector: u.selector.map(|s| s.to_query()).unwrap_or_default(),
+            })
+        })
+        .collect()
 }

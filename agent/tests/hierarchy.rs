@@ -19,6 +19,7 @@ use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_protocol::model::{Cluster, Position, Space};
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::SessionConfig;
+use strata_protocol::wire::{ReportKey, ReportValue};
 use strata_relay::certs::Ca;
 use strata_relay::node::clock::Clock;
 use strata_relay::node::runtime::{self as node, NodeHandle, NodeParts};
@@ -656,4 +657,132 @@ async fn a_kubernetes_cluster_is_kept_and_reports_through_the_hierarchy() {
         .await;
     assert_eq!(pos.query(|a| a.connected()).await, Some(false));
     pos.shutdown().await;
+}
+
+/// Upsync end to end: a placement asks for config maps labelled `report: "yes"` in the
+/// `audit` namespace of the clusters it selects; the agent (Kubernetes backend over
+/// `FakeApiServer`, a fake API server) copies them through a site relay to the root,
+/// keeps them current and removes them when they go; unlabelled ones never travel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaf_born_objects_reach_the_root_through_a_relay_and_follow_their_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::generate("test").unwrap();
+    let fake = fake_apiserver::FakeApiServer::start().await;
+    let client = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(dir.path())))
+        .await
+        .unwrap();
+    let cm = |name: &str, report: Option<&str>, pass: u32| {
+        let labels = report.map_or(
+            serde_json::json!({}),
+            |r| serde_json::json!({ "report": r }),
+        );
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "audit", "labels": labels},
+            "data": {"pass": pass.to_string()}})
+    };
+    fake.insert(
+        "",
+        "configmaps",
+        Some("audit"),
+        cm("report-1", Some("yes"), 3),
+    )
+    .await;
+    fake.insert("", "configmaps", Some("audit"), cm("scratch", None, 0))
+        .await;
+    let (root, root_addr) = start_node(
+        dir.path(),
+        &ca,
+        "center",
+        None,
+        &["site"],
+        MemStore::new(41),
+    );
+    let (site, site_addr) = start_node(
+        dir.path(),
+        &ca,
+        "site",
+        Some(("center", root_addr)),
+        &["pos-k"],
+        MemStore::new(42),
+    );
+    let backend = KubeCluster::start(client, KubeOptions::default(), Clock::start());
+    let pos = start_agent_with(
+        dir.path(),
+        &ca,
+        "pos-k",
+        "pos",
+        ("site", site_addr),
+        Box::new(backend),
+    );
+    apply(
+        &root,
+        "
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: audit }
+spec:
+  objects: [ { kinds: [Nothing] } ]
+  clusters: { selector: { matchLabels: { role: pos } } }
+  upsync:
+    - { version: v1, kind: ConfigMap, namespace: audit, selector: { matchLabels: { report: \"yes\" } } }
+",
+    )
+    .await;
+    // What the root holds of cluster pos-k's upsynced objects: name -> data.pass.
+    let at_root = || async {
+        root.query(|c| {
+            c.reports()
+                .iter()
+                .filter_map(|((_, key), value)| match (key, value) {
+                    (ReportKey::Upsynced { cluster, object }, ReportValue::Upsynced(body))
+                        if cluster == "pos-k" =>
+                    {
+                        let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+                        Some((
+                            object.name.clone(),
+                            v["data"]["pass"].as_str().unwrap().to_owned(),
+                        ))
+                    }
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap()
+    };
+    eventually("the labelled config map reaches the root", || async {
+        at_root().await == [("report-1".to_owned(), "3".to_owned())]
+    })
+    .await;
+    // The placement itself is Strata's: the agent never applied it to the cluster.
+    assert!(
+        fake.get("strata.dev", "placements", None, "audit")
+            .await
+            .is_none(),
+        "a placement was applied to the cluster"
+    );
+    fake.patch(
+        "",
+        "configmaps",
+        Some("audit"),
+        "report-1",
+        serde_json::json!({"data": {"pass": "4"}}),
+        "policy-engine",
+    )
+    .await;
+    eventually("the root follows the change", || async {
+        at_root().await == [("report-1".to_owned(), "4".to_owned())]
+    })
+    .await;
+    assert!(
+        fake.remove("", "configmaps", Some("audit"), "report-1")
+            .await
+    );
+    eventually("the root forgets it once it is gone", || async {
+        at_root().await.is_empty()
+    })
+    .await;
+    pos.shutdown().await;
+    site.shutdown().await.unwrap();
+    root.shutdown().await.unwrap();
 }

@@ -644,6 +644,7 @@ async fn leaf_born_objects_are_upsynced_kept_current_and_removed() {
     .await;
     let mut b = backend(&fake, dir.path()).await;
     b.set_upsync(vec![kubernetes::upsync::UpsyncRule {
+        space: strata_protocol::model::Space::default_space(),
         group: g.into(),
         version: "v1alpha2".into(),
         kind: "PolicyReport".into(),

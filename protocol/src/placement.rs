@@ -21,6 +21,33 @@ pub struct Placement {
     pub objects: Vec<ObjectSelector>,
     /// *Where*: the clusters that receive the selected objects.
     pub clusters: ClusterSelector,
+    /// *What comes back*: objects born on the selected clusters that their agents copy
+    /// to the center, where they appear under the cluster's name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upsync: Vec<UpsyncSelector>,
+}
+
+/// Selects objects born on a leaf cluster (policy reports, events of interest...) for
+/// upsync: one kind, optionally one namespace, some names, and labels.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpsyncSelector {
+    /// API group (empty: the core group).
+    #[serde(default)]
+    pub group: String,
+    /// API version, e.g. `v1`.
+    pub version: String,
+    /// Kind, e.g. `PolicyReport`.
+    pub kind: String,
+    /// Only this namespace; absent: every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Only these names; empty: every name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// Object labels; absent places no constraint on labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
 }
 
 /// Selects objects by kind, namespace, name and labels. An empty list means "any"; all
@@ -121,6 +148,7 @@ mod tests {
                     match_expressions: vec![],
                 },
             },
+            upsync: vec![],
         }
     }
 

@@ -2,7 +2,8 @@
 //!
 //! A parent forwards an object to a child only when some placement selects the object
 //! and some cluster in the child's subtree. Placements themselves travel to every relay
-//! child (relays route with them); agents receive only what is placed on their cluster.
+//! child (relays route with them); agents receive only what is placed on their cluster,
+//! and the placements selecting their cluster that ask for upsync.
 
 use std::sync::Arc;
 
@@ -62,7 +63,12 @@ impl Route for PlacementRoute {
 
     fn includes(&self, meta: &ObjectMeta) -> bool {
         if is_placement(meta) {
-            return self.relay;
+            // Relays route with every placement; an agent needs those that place on
+            // its cluster and ask for upsync, to know what to copy back.
+            return self.relay
+                || self.placements.iter().any(|p| {
+                    !p.upsync.is_empty() && p.space == meta.key.space && p.name == meta.key.name
+                });
         }
         self.placements.iter().any(|p| p.selects_object(meta))
     }
@@ -124,6 +130,7 @@ mod tests {
                     match_expressions: vec![],
                 },
             },
+            upsync: vec![],
         }
     }
 

@@ -73,6 +73,19 @@ impl LabelSelector {
             && self.match_expressions.iter().all(|r| r.matches(labels))
     }
 
+    /// The selector in the Kubernetes API's query syntax (`labelSelector=`):
+    /// `app=web,tier in (a,b),!legacy`. Empty for a selector that matches everything.
+    pub fn to_query(&self) -> String {
+        let labels = self.match_labels.iter().map(|(k, v)| format!("{k}={v}"));
+        let expressions = self.match_expressions.iter().map(|r| match r.operator {
+            SelectorOperator::In => format!("{} in ({})", r.key, r.values.join(",")),
+            SelectorOperator::NotIn => format!("{} notin ({})", r.key, r.values.join(",")),
+            SelectorOperator::Exists => r.key.clone(),
+            SelectorOperator::DoesNotExist => format!("!{}", r.key),
+        });
+        labels.chain(expressions).collect::<Vec<_>>().join(",")
+    }
+
     /// Whether this selector has no requirements, and so matches everything.
     pub fn is_empty(&self) -> bool {
         self.match_labels.is_empty() && self.match_expressions.is_empty()
@@ -218,6 +231,22 @@ mod tests {
             operator,
             values: values.iter().map(|v| (*v).to_owned()).collect(),
         }
+    }
+
+    #[test]
+    fn query_syntax_is_the_api_servers() {
+        let mut s = sel(vec![
+            req("tier", SelectorOperator::In, &["a", "b"]),
+            req("zone", SelectorOperator::NotIn, &["x"]),
+            req("gpu", SelectorOperator::Exists, &[]),
+            req("legacy", SelectorOperator::DoesNotExist, &[]),
+        ]);
+        s.match_labels.insert("app".into(), "web".into());
+        assert_eq!(
+            s.to_query(),
+            "app=web,tier in (a,b),zone notin (x),gpu,!legacy"
+        );
+        assert_eq!(LabelSelector::default().to_query(), "");
     }
 
     fn sel(exprs: Vec<LabelSelectorRequirement>) -> LabelSelector {

@@ -225,6 +225,13 @@ pub enum ReportKey {
         /// has one parent).
         node: String,
     },
+    /// An object born on a cluster that a placement asks to copy to the center.
+    Upsynced {
+        /// The cluster it lives on.
+        cluster: String,
+        /// The object (in the space of the placement that asked for it).
+        object: ObjectKey,
+    },
     /// Marks that everything this run of the child reported before it has been sent:
     /// the parent drops what the child's earlier runs reported and this run did not.
     /// Declared last so that it sorts after every other key and an outbox, which sends
@@ -247,6 +254,8 @@ pub enum ReportValue {
     Cluster(Cluster),
     /// For [`ReportKey::Link`].
     Link(LinkRecord),
+    /// For [`ReportKey::Upsynced`]: the object's manifest as JSON.
+    Upsynced(Vec<u8>),
     /// The keyed thing no longer exists (object removed, cluster left).
     Removed,
     /// For [`ReportKey::Complete`].

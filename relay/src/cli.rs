@@ -104,6 +104,18 @@ pub enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Show objects born on clusters that placements copy to the center (`upsync:`),
+    /// under their cluster's name.
+    Upsynced {
+        /// Only this cluster's.
+        cluster: Option<String>,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Show the tier tree: every relay link's state (up or DOWN, since when), its lag in
     /// revisions and its last heartbeat, as each parent last reported it. Deeper links
     /// are refreshed upward every few seconds, so their heartbeats can be that old.
@@ -253,6 +265,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Clusters { api } => {
             let v = call(&api, Method::GET, "/clusters", None).await?;
             print!("{}", crate::views::clusters_table(&v));
+            Ok(())
+        }
+        Command::Upsynced {
+            cluster,
+            output,
+            api,
+        } => {
+            let path = match &cluster {
+                Some(c) => format!("/upsynced?cluster={c}"),
+                None => "/upsynced".to_owned(),
+            };
+            let v = call(&api, Method::GET, &path, None).await?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&v["items"])?),
+                Output::Yaml => print!("{}", serde_saphyr::to_string(&v["items"])?),
+                Output::Table | Output::Wide => print!("{}", crate::views::upsynced_table(&v)),
+            }
             Ok(())
         }
         Command::Status { api, agents } => {

@@ -9,7 +9,7 @@ use std::fmt;
 use serde::Deserialize;
 use serde_json::Value;
 use strata_protocol::model::{ContentHash, Labels, Object, ObjectKey, ObjectMeta, Revision, Space};
-use strata_protocol::placement::{ClusterSelector, ObjectSelector, Placement};
+use strata_protocol::placement::{ClusterSelector, ObjectSelector, Placement, UpsyncSelector};
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 
 /// One fault in one document.
@@ -51,6 +51,8 @@ pub struct Manifest {
 struct PlacementSpec {
     objects: Vec<ObjectSelector>,
     clusters: ClusterSelector,
+    #[serde(default)]
+    upsync: Vec<UpsyncSelector>,
 }
 
 fn fault(document: usize, field: &str, reason: impl Into<String>) -> ManifestError {
@@ -209,11 +211,29 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
             ));
         }
     }
+    for (i, u) in spec.upsync.iter().enumerate() {
+        if u.kind.is_empty() || u.version.is_empty() {
+            return Err(fault(
+                0,
+                &format!("spec.upsync[{i}]"),
+                "kind and version are required",
+            ));
+        }
+        if let Some(Err(errors)) = u.selector.as_ref().map(|s| s.validate()) {
+            let e = &errors[0];
+            return Err(fault(
+                0,
+                &format!("spec.upsync[{i}].selector.{}", e.field),
+                e.reason.clone(),
+            ));
+        }
+    }
     Ok(Placement {
         space: key.space.clone(),
         name: key.name.clone(),
         objects: spec.objects,
         clusters: spec.clusters,
+        upsync: spec.upsync,
     })
 }
 

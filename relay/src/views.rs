@@ -193,6 +193,32 @@ pub fn clusters_table(v: &Value) -> String {
     out
 }
 
+/// Upsynced objects, one line each: cluster, space, kind, namespace, name.
+pub fn upsynced_table(v: &Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<24} {:<12} {:<24} {:<16} NAME",
+        "CLUSTER", "SPACE", "KIND", "NAMESPACE"
+    );
+    for item in v["items"].as_array().into_iter().flatten() {
+        let k = &item["key"];
+        let kind = match text(k, "group") {
+            "" => text(k, "kind").to_owned(),
+            g => format!("{}.{g}", text(k, "kind")),
+        };
+        let _ = writeln!(
+            out,
+            "{:<24} {:<12} {kind:<24} {:<16} {}",
+            text(item, "cluster"),
+            text(k, "space"),
+            k["namespace"].as_str().unwrap_or("-"),
+            text(k, "name")
+        );
+    }
+    out
+}
+
 /// A cluster's relay path, joined with `/`.
 pub fn path_of(c: &Value) -> String {
     c["path"]

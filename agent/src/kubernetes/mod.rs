@@ -317,4 +317,12 @@ impl ClusterBackend for KubeCluster {
     fn wake(&self) -> Option<Arc<Notify>> {
         Some(self.wake.clone())
     }
+
+    fn set_upsync(&mut self, rules: Vec<upsync::UpsyncRule>) {
+        KubeCluster::set_upsync(self, rules);
+    }
+
+    fn poll_upsync(&mut self) -> Vec<upsync::Upsynced> {
+        KubeCluster::poll_upsync(self)
+    }
 }

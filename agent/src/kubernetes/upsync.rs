@@ -2,8 +2,8 @@
 //! for, by kind, namespace, names and label selector. The agent lists and watches
 //! them and hands out each change (current manifest, or gone) once.
 //!
-//! Only the cluster half exists: the protocol has no report for an upsynced object
-//! yet, so [`super::KubeCluster::poll_upsync`] is where the changes stop today.
+//! The rules come from the placements on this cluster that ask for upsync; the agent
+//! core reports each change upward as a [`strata_protocol::wire::ReportKey::Upsynced`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,28 +13,13 @@ use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 use kube::discovery::pinned_kind;
 use serde_json::Value;
-use strata_protocol::model::{ObjectKey, Space};
+use strata_protocol::model::ObjectKey;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 
 use super::watch::{self, ObjectRef, Seen};
 
-/// Which leaf-born objects to copy to the center.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpsyncRule {
-    /// API group (empty for the core group).
-    pub group: String,
-    /// API version.
-    pub version: String,
-    /// Kind.
-    pub kind: String,
-    /// Only this namespace, when set.
-    pub namespace: Option<String>,
-    /// Only these names, when not empty.
-    pub names: Vec<String>,
-    /// A label selector (`app=web,tier!=db`); empty selects everything.
-    pub selector: String,
-}
+pub use crate::backend::UpsyncRule;
 
 impl UpsyncRule {
     fn accepts(&self, r: &ObjectRef) -> bool {
@@ -48,14 +33,7 @@ impl UpsyncRule {
     }
 }
 
-/// One upsynced object changed: its manifest now, or `None` once it is gone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Upsynced {
-    /// The object (in the default space).
-    pub key: ObjectKey,
-    /// The manifest as JSON, without `managedFields` and `resourceVersion`.
-    pub body: Option<Vec<u8>>,
-}
+pub use crate::backend::Upsynced;
 
 /// The agent's upsync state, owned by the worker.
 pub(super) struct Upsync {
@@ -146,7 +124,7 @@ impl Upsync {
 
     fn key(&self, rule: &UpsyncRule, r: &ObjectRef) -> ObjectKey {
         ObjectKey {
-            space: Space::default_space(),
+            space: rule.space.clone(),
             group: r.group.clone(),
             version: rule.version.clone(),
             kind: r.kind.clone(),

@@ -170,6 +170,7 @@ fn report() -> impl Strategy<Value = Report> {
         (name(), key()).prop_map(|(placement, object)| ReportKey::Summary { placement, object }),
         name().prop_map(|name| ReportKey::Cluster { name }),
         name().prop_map(|node| ReportKey::Link { node }),
+        (name(), key()).prop_map(|(cluster, object)| ReportKey::Upsynced { cluster, object }),
         any::<u64>().prop_map(|run| ReportKey::Complete { run }),
     ];
     let value = prop_oneof![
@@ -177,6 +178,7 @@ fn report() -> impl Strategy<Value = Report> {
         summary().prop_map(ReportValue::Summary),
         cluster().prop_map(ReportValue::Cluster),
         link().prop_map(ReportValue::Link),
+        prop::collection::vec(any::<u8>(), 0..64).prop_map(ReportValue::Upsynced),
         Just(ReportValue::Removed),
         Just(ReportValue::Complete),
     ];

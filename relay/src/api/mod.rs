@@ -10,6 +10,7 @@
 //! | DELETE | `/spaces/{space}/api[s]/.../{name}` | delete one object by its Kubernetes-shaped path |
 //! | GET | `/clusters` | the inventory, with each cluster's link state and last-seen |
 //! | GET | `/status` | the tier tree: every link's state, lag and last heartbeat |
+//! | GET | `/upsynced[?cluster=C]` | objects born on clusters that placements upsync, by cluster |
 //!
 //! Every request needs `Authorization: Bearer <token>` with a token from the tokens
 //! file; nothing is served anonymously.
@@ -186,6 +187,7 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Full<Bytes>> {
         }
         (&Method::GET, ["clusters"]) => tree::clusters(ctx).await,
         (&Method::GET, ["status"]) => tree::status(ctx).await,
+        (&Method::GET, ["upsynced"]) => tree::upsynced(ctx, param(&query, "cluster")).await,
         _ => error(
             StatusCode::NOT_FOUND,
             format!("no such endpoint: {method} /{}", path.join("/")),

@@ -108,6 +108,39 @@ pub(super) async fn clusters(ctx: &Ctx) -> Response<Full<Bytes>> {
     }
 }
 
+/// Objects born on clusters and copied to the center by a placement's `upsync`, under
+/// their cluster's name; `cluster` narrows to one cluster.
+pub(super) async fn upsynced(ctx: &Ctx, cluster: Option<String>) -> Response<Full<Bytes>> {
+    let items = ctx
+        .node
+        .query(move |core: &mut NodeCore| {
+            core.reports()
+                .iter()
+                .filter_map(|((_, key), value)| match (key, value) {
+                    (ReportKey::Upsynced { cluster: c, object }, ReportValue::Upsynced(body))
+                        if cluster.as_ref().is_none_or(|want| want == c) =>
+                    {
+                        Some(json!({
+                            "cluster": c,
+                            "key": {
+                                "space": object.space.0, "group": object.group,
+                                "version": object.version, "kind": object.kind,
+                                "namespace": object.namespace, "name": object.name,
+                            },
+                            "manifest": serde_json::from_slice::<Value>(body).unwrap_or(Value::Null),
+                        }))
+                    }
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+    match items {
+        Some(items) => reply(StatusCode::OK, json!({ "items": items })),
+        None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
+    }
+}
+
 pub(super) async fn status(ctx: &Ctx) -> Response<Full<Bytes>> {
     let now = Clock::start().wall();
     let s = ctx

@@ -131,6 +131,22 @@ impl SubtreeReports {
     ) -> Result<(), ReportRefusal> {
         let cluster = match &report.key {
             ReportKey::Status { cluster, .. } | ReportKey::Cluster { name: cluster } => cluster,
+            ReportKey::Upsynced { cluster, .. } if child_is_relay => {
+                // A relay forwards upsynced objects of the clusters below it only.
+                if self
+                    .clusters_below(child)
+                    .iter()
+                    .any(|c| &c.name == cluster)
+                {
+                    return Ok(());
+                }
+                return Err(ReportRefusal::OutsideSubtree {
+                    child: child.to_owned(),
+                    cluster: cluster.clone(),
+                    path: Vec::new(),
+                });
+            }
+            ReportKey::Upsynced { cluster, .. } => cluster,
             ReportKey::Link { node } => return check_link(child, child_is_relay, node, report),
             ReportKey::Summary { .. } | ReportKey::Complete { .. } => return Ok(()),
         };

@@ -29,7 +29,9 @@ impl NodeCore {
                 self.dirty.insert(object.clone());
             }
             ReportKey::Cluster { .. } => cluster_changed = true,
-            ReportKey::Link { .. } => return self.accept_link(now, child, report),
+            ReportKey::Link { .. } | ReportKey::Upsynced { .. } => {
+                return self.accept_forwarded(now, child, report);
+            }
             ReportKey::Complete { .. } => return,
         }
         if self.store_report(child, &report) && cluster_changed {
@@ -48,9 +50,10 @@ impl NodeCore {
         }
     }
 
-    /// A link record from a relay child (checked to start with that child): stored with
-    /// this node put first in its path, and forwarded as is.
-    fn accept_link(&mut self, now: Instant, child: &str, mut report: Report) {
+    /// A report kept here and forwarded upward whole: a link record from a relay child
+    /// (checked to start with that child; stored with this node put first in its path)
+    /// or an upsynced object.
+    fn accept_forwarded(&mut self, now: Instant, child: &str, mut report: Report) {
         if let ReportValue::Link(l) = &mut report.value {
             l.path.insert(0, self.name.clone());
         }
@@ -110,7 +113,7 @@ impl NodeCore {
         let links: Vec<Report> = self
             .reports
             .iter()
-            .filter(|((_, k), _)| matches!(k, ReportKey::Link { .. }))
+            .filter(|((_, k), _)| matches!(k, ReportKey::Link { .. } | ReportKey::Upsynced { .. }))
             .map(|((_, key), value)| Report {
                 key: key.clone(),
                 value: value.clone(),
@@ -138,8 +141,10 @@ impl NodeCore {
     pub(super) fn forget_report(&mut self, now: Instant, slot: ReportSlot) {
         self.batch.reports.push((slot.clone(), None));
         let key = slot.1;
-        if let (Some(link), ReportKey::Cluster { .. } | ReportKey::Link { .. }) =
-            (&mut self.upstream, &key)
+        if let (
+            Some(link),
+            ReportKey::Cluster { .. } | ReportKey::Link { .. } | ReportKey::Upsynced { .. },
+        ) = (&mut self.upstream, &key)
         {
             link.push_report(
                 now,
