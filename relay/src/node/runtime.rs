@@ -249,6 +249,7 @@ async fn drive(
             addr,
             tx.clone(),
             retry_after.clone(),
+            parts.run,
         ));
     }
     let clock = parts.clock;
@@ -280,8 +281,7 @@ async fn drive(
         let now = clock.now();
         unsaved.merge(core.process(now));
         if !unsaved.is_empty() {
-            // The store flushes to disk: keep it off the async workers.
-            let result = tokio::task::block_in_place(|| parts.store.commit(&unsaved));
+            let result = crate::store::commit_off_workers(parts.store.as_ref(), &unsaved);
             if let Err(e) = result {
                 // Nothing is acknowledged until the write succeeds: the batch is kept,
                 // the core keeps serving from memory, and the write is retried shortly
