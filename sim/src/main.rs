@@ -126,6 +126,11 @@ fn print_summary(path: &std::path::Path, o: &Outcome, wall: Duration) {
     }
     println!("  total: {bytes} bytes, {dgrams} datagrams (messages)");
     println!("  max revision lag: {}", o.max_lag);
+    if let Some((sent, full)) = o.resync {
+        println!(
+            "  resync after the partition: {sent} bytes (a full resend: {full} bytes of bodies)"
+        );
+    }
     println!("  trace hash: {:016x}", o.trace_hash);
     if let Some((v, at, trace)) = &o.violation {
         println!(

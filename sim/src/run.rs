@@ -39,6 +39,9 @@ pub struct Outcome {
     pub revisions: u64,
     /// Hash of the event trace: equal for equal seeds.
     pub trace_hash: u64,
+    /// The delta check's figures: bytes sent on the link after it healed, and the bytes
+    /// a full resend would have carried.
+    pub resync: Option<(u64, u64)>,
     /// The first broken invariant, with a short trace.
     pub violation: Option<(Violation, Duration, Vec<String>)>,
 }
@@ -67,6 +70,7 @@ struct Events {
     converged: Option<(Duration, Duration)>,
     max_lag: u64,
     revisions: u64,
+    resync: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Clone)]
@@ -141,7 +145,13 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
     }
     let mut pending: VecDeque<(Duration, Action)> = actions(&scenario.faults).into();
     let all_hosts = shared.hosts();
+    let progress = std::env::var_os("SIM_PROGRESS").is_some();
+    let mut next_report = Duration::ZERO;
     loop {
+        if progress && sim.elapsed() >= next_report {
+            eprintln!("simulated {}", secs(sim.elapsed()));
+            next_report += Duration::from_secs(1);
+        }
         while pending.front().is_some_and(|(t, _)| *t <= sim.elapsed()) {
             let Some((_, action)) = pending.pop_front() else {
                 break;
@@ -197,6 +207,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
         max_lag: ev.max_lag,
         revisions: ev.revisions,
         trace_hash: h,
+        resync: ev.resync,
         violation: ev.violation.clone().map(|(v, at)| (v, at, tail)),
     })
 }
@@ -607,6 +618,7 @@ async fn observe(
                 let sent = link_bytes(&shared, &d.link) - start;
                 let full = child_bytes(&shared, &d.link[1]).await;
                 let limit = (full as f64 * d.max_fraction) as u64;
+                events.borrow_mut().resync = Some((sent, full));
                 events.borrow_mut().trace.push(format!(
                     "{} resync {} -> {}: {sent} bytes, full resend {full}",
                     secs(t),

@@ -16,9 +16,9 @@
 //!   delta: { link: [center, eu], after: 90s, max_fraction: 0.5 }
 //! ```
 //!
-//! Names in faults are relays, clusters, or `agents` (every agent). The agents below one
-//! relay share one simulated host (turmoil's cost grows with the cube of the hosts), so
-//! a fault on a cluster applies to every cluster of its host.
+//! Names in faults are relays, clusters, `agents` (every agent) or `*` (every host). The
+//! agents below one relay share one simulated host (turmoil's cost grows with the cube
+//! of the hosts), so a fault on a cluster applies to every cluster of its host.
 
 use std::path::Path;
 use std::time::Duration;
@@ -273,7 +273,7 @@ impl Scenario {
                 }
             }
             for name in f.names() {
-                if name != "agents" && !s.knows(name) {
+                if name != "agents" && name != "*" && !s.knows(name) {
                     return Err(parse(format!("faults[{i}]: unknown node {name:?}")));
                 }
             }
