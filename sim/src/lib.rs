@@ -12,6 +12,7 @@
 //! * [`hosts`]: relays and agents as turmoil hosts built from factories; disks kept or
 //!   lost across crashes.
 //! * [`check`]: the invariant checkers.
+//! * `observe`: the observer task: workload at the root, samples, checks.
 //! * [`run`]: one simulation of one seed: faults, workload, checks, summary, trace hash.
 //!
 //! The `sim` binary (`src/main.rs`) runs one seed or sweeps many.
@@ -19,6 +20,7 @@
 pub mod check;
 pub mod hosts;
 pub mod net;
+mod observe;
 pub mod rng;
 pub mod run;
 pub mod scenario;
