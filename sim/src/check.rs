@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use strata_protocol::model::{ObjectKey, ObjectMeta, Revision};
+use strata_protocol::model::{Cluster, ObjectKey, ObjectMeta, Revision};
 use strata_protocol::placement::Placement;
 use strata_protocol::summary::Summary;
 
@@ -36,28 +36,36 @@ pub struct Violation {
     pub detail: String,
 }
 
-/// The objects placed on each cluster at the root's latest revision.
-pub fn expected(topology: &Topology, root: &RootView) -> BTreeMap<String, Held> {
-    let mut out = BTreeMap::new();
-    for cluster in topology.all_clusters() {
-        let labels = topology.effective_labels(&cluster);
-        let c = strata_protocol::model::Cluster {
-            name: cluster.name.clone(),
-            labels,
+/// Every cluster of the topology with the labels placements see (inherited ones
+/// included).
+pub fn effective_clusters(topology: &Topology) -> Vec<Cluster> {
+    topology
+        .all_clusters()
+        .iter()
+        .map(|c| Cluster {
+            name: c.name.clone(),
+            labels: topology.effective_labels(c),
             properties: BTreeMap::new(),
             path: vec![],
-        };
+        })
+        .collect()
+}
+
+/// The objects placed on each cluster at the root's latest revision.
+pub fn expected(clusters: &[Cluster], root: &RootView) -> BTreeMap<String, Held> {
+    let mut out = BTreeMap::new();
+    for c in clusters {
         let mut held = Held::new();
         for (meta, rev) in &root.objects {
             if root
                 .placements
                 .iter()
-                .any(|p| p.selects_object(meta) && p.selects_cluster(&c))
+                .any(|p| p.selects_object(meta) && p.selects_cluster(c))
             {
                 held.insert(meta.key.clone(), *rev);
             }
         }
-        out.insert(cluster.name, held);
+        out.insert(c.name.clone(), held);
     }
     out
 }
@@ -97,7 +105,7 @@ pub fn divergence(
 /// selected cluster holds the object at the root's revision and its simulated cluster
 /// reports it available (no scenario object is labelled to fail).
 pub fn summary_mismatches(
-    topology: &Topology,
+    clusters: &[Cluster],
     root: &RootView,
     agents: &BTreeMap<String, Held>,
 ) -> Vec<String> {
@@ -116,16 +124,10 @@ pub fn summary_mismatches(
         };
         let mut selected = 0u64;
         let mut available = 0u64;
-        for cluster in topology.all_clusters() {
-            let c = strata_protocol::model::Cluster {
-                name: cluster.name.clone(),
-                labels: topology.effective_labels(&cluster),
-                properties: BTreeMap::new(),
-                path: vec![],
-            };
-            if p.selects_cluster(&c) {
+        for c in clusters {
+            if p.selects_cluster(c) {
                 selected += 1;
-                if agents.get(&cluster.name).and_then(|h| h.get(key)) == Some(&rev) {
+                if agents.get(&c.name).and_then(|h| h.get(key)) == Some(&rev) {
                     available += 1;
                 }
             }

@@ -4,7 +4,10 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::Poll;
 use std::time::Duration;
 
 use strata_protocol::model::{ObjectKey, Space};
@@ -142,6 +145,34 @@ async fn root_view(shared: &Shared) -> Option<RootView> {
     .await
 }
 
+/// Runs every future at once and collects their results in order: a sample asks all
+/// nodes together, so it takes a step or two of simulated time, not one per node.
+async fn all<T>(futures: Vec<Pin<Box<dyn Future<Output = T> + '_>>>) -> Vec<T> {
+    let mut futures: Vec<_> = futures.into_iter().map(Some).collect();
+    let mut out: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (slot, result) in futures.iter_mut().zip(out.iter_mut()) {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => {
+                        *result = Some(v);
+                        *slot = None;
+                    }
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
+
 async fn agents_view(shared: &Shared) -> BTreeMap<String, Held> {
     let handles: Vec<_> = shared
         .agents
@@ -149,21 +180,23 @@ async fn agents_view(shared: &Shared) -> BTreeMap<String, Held> {
         .iter()
         .map(|(n, h)| (n.clone(), h.clone()))
         .collect();
-    let mut out = BTreeMap::new();
-    for (name, h) in handles {
-        if let Some(held) = h
-            .query(|a| {
-                a.log()
-                    .live()
-                    .map(|o| (o.key().clone(), o.revision))
-                    .collect::<Held>()
-            })
-            .await
-        {
-            out.insert(name, held);
-        }
-    }
-    out
+    let queries = handles
+        .into_iter()
+        .map(|(name, h)| {
+            Box::pin(async move {
+                let held = h
+                    .query(|a| {
+                        a.log()
+                            .live()
+                            .map(|o| (o.key().clone(), o.revision))
+                            .collect::<Held>()
+                    })
+                    .await;
+                held.map(|held| (name, held))
+            }) as Pin<Box<dyn Future<Output = _>>>
+        })
+        .collect();
+    all(queries).await.into_iter().flatten().collect()
 }
 
 async fn relay_heads(shared: &Shared) -> BTreeMap<String, u64> {
@@ -173,13 +206,16 @@ async fn relay_heads(shared: &Shared) -> BTreeMap<String, u64> {
         .iter()
         .map(|(n, c)| (n.clone(), c.clone()))
         .collect();
-    let mut out = BTreeMap::new();
-    for (name, c) in clients {
-        if let Some(head) = c.query(|core| core.log().head().0).await {
-            out.insert(name, head);
-        }
-    }
-    out
+    let queries = clients
+        .into_iter()
+        .map(|(name, c)| {
+            Box::pin(async move {
+                let head = c.query(|core| core.log().head().0).await;
+                head.map(|head| (name, head))
+            }) as Pin<Box<dyn Future<Output = _>>>
+        })
+        .collect();
+    all(queries).await.into_iter().flatten().collect()
 }
 
 pub(crate) async fn observe(
@@ -197,6 +233,7 @@ pub(crate) async fn observe(
     };
     let last_work = workload.back().map(|w| w.at).unwrap_or_default();
     let healed = scenario.healed_at().max(last_work);
+    let clusters = check::effective_clusters(&shared.topology);
     let mut monotonic = Monotonic::default();
     // Writes the root acknowledged: key → (revision, live).
     let mut acked: BTreeMap<ObjectKey, (u64, bool)> = BTreeMap::new();
@@ -281,7 +318,7 @@ pub(crate) async fn observe(
         }
         let expected = root
             .as_ref()
-            .map(|r| check::expected(&shared.topology, r))
+            .map(|r| check::expected(&clusters, r))
             .unwrap_or_default();
         if root.is_some()
             && let Some(v) = monotonic.observe(&agents, &expected)
@@ -306,7 +343,7 @@ pub(crate) async fn observe(
         let converged = root.as_ref().is_some_and(|r| {
             workload.is_empty()
                 && check::divergence(&expected, &agents).is_empty()
-                && check::summary_mismatches(&shared.topology, r, &agents).is_empty()
+                && check::summary_mismatches(&clusters, r, &agents).is_empty()
         });
         if converged && t >= healed {
             events.borrow_mut().converged = Some((t, t - healed));
@@ -337,7 +374,7 @@ pub(crate) async fn observe(
         if t >= healed + scenario.settle || t >= scenario.duration {
             let mut why = check::divergence(&expected, &agents);
             if let Some(r) = &root {
-                why.extend(check::summary_mismatches(&shared.topology, r, &agents));
+                why.extend(check::summary_mismatches(&clusters, r, &agents));
             } else {
                 why.push("the root is down".into());
             }

@@ -85,22 +85,19 @@ fn actions(faults: &[Fault]) -> Vec<(Duration, Action)> {
     let mut out = Vec::new();
     for f in faults {
         let at = f.at.unwrap_or_default();
-        let pair = |p: &[String; 2]| (p[0].clone(), p[1].clone());
-        if let Some(p) = &f.partition {
-            let (a, b) = pair(p);
-            out.push((at, Action::Partition(a, b)));
-        } else if let Some(p) = &f.partition_oneway {
-            let (a, b) = pair(p);
-            out.push((at, Action::PartitionOneway(a, b)));
-        } else if let Some(p) = &f.repair {
-            let (a, b) = pair(p);
-            out.push((at, Action::Repair(a, b)));
-        } else if let Some(p) = &f.hold {
-            let (a, b) = pair(p);
-            out.push((at, Action::Hold(a, b)));
-        } else if let Some(p) = &f.release {
-            let (a, b) = pair(p);
-            out.push((at, Action::Release(a, b)));
+        type LinkAction = fn(String, String) -> Action;
+        let links: [(&Option<[String; 2]>, LinkAction); 5] = [
+            (&f.partition, Action::Partition),
+            (&f.partition_oneway, Action::PartitionOneway),
+            (&f.repair, Action::Repair),
+            (&f.hold, Action::Hold),
+            (&f.release, Action::Release),
+        ];
+        let link = links
+            .into_iter()
+            .find_map(|(p, make)| p.as_ref().map(|[a, b]| make(a.clone(), b.clone())));
+        if let Some(action) = link {
+            out.push((at, action));
         } else if let Some(target) = &f.crash {
             out.push((
                 at,
