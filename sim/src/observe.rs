@@ -238,7 +238,6 @@ pub(crate) async fn observe(
     // Writes the root acknowledged: key → (revision, live).
     let mut acked: BTreeMap<ObjectKey, (u64, bool)> = BTreeMap::new();
     let mut heads: BTreeMap<String, u64> = BTreeMap::new();
-    let mut delta_start: Option<u64> = None;
     loop {
         let t = now();
         for node in std::mem::take(&mut events.borrow_mut().lost_disks) {
@@ -273,13 +272,6 @@ pub(crate) async fn observe(
                     return Ok(());
                 }
             }
-        }
-        // Delta bytes: counted from when the partition healed.
-        if let Some(d) = &scenario.checks.delta
-            && delta_start.is_none()
-            && t >= d.after
-        {
-            delta_start = Some(link_bytes(&shared, &d.link));
         }
         let root = root_view(&shared).await;
         let agents = agents_view(&shared).await;
@@ -347,8 +339,9 @@ pub(crate) async fn observe(
         });
         if converged && t >= healed {
             events.borrow_mut().converged = Some((t, t - healed));
+            let delta_start = events.borrow().delta_start;
             if let (Some(d), Some(start)) = (&scenario.checks.delta, delta_start) {
-                let sent = link_bytes(&shared, &d.link) - start;
+                let sent = link_bytes(&shared, &d.link, |h| turmoil::lookup(h)) - start;
                 let full = child_bytes(&shared, &d.link[1]).await;
                 let limit = (full as f64 * d.max_fraction) as u64;
                 events.borrow_mut().resync = Some((sent, full));
@@ -397,9 +390,15 @@ pub(crate) async fn observe(
     }
 }
 
-fn link_bytes(shared: &Shared, link: &[String; 2]) -> u64 {
-    let from = turmoil::lookup(shared.host_of(&link[0]));
-    let to = turmoil::lookup(shared.host_of(&link[1]));
+/// Bytes sent so far from the first to the second node of `link`; `lookup` resolves
+/// host names (turmoil's, inside or outside the simulation).
+pub(crate) fn link_bytes(
+    shared: &Shared,
+    link: &[String; 2],
+    lookup: impl Fn(&str) -> std::net::IpAddr,
+) -> u64 {
+    let from = lookup(&shared.host_of(&link[0]));
+    let to = lookup(&shared.host_of(&link[1]));
     shared
         .network
         .traffic()

@@ -66,6 +66,8 @@ pub(crate) struct Events {
     pub(crate) max_lag: u64,
     pub(crate) revisions: u64,
     pub(crate) resync: Option<(u64, u64)>,
+    /// Bytes on the delta check's link when it healed.
+    pub(crate) delta_start: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -151,6 +153,14 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
             let line = format!("{} fault {action:?}", secs(sim.elapsed()));
             apply_fault(&mut sim, &shared, &all_hosts, action, &events);
             events.borrow_mut().trace.push(line);
+        }
+        // The delta check counts from the very step the link heals.
+        if let Some(d) = &scenario.checks.delta
+            && events.borrow().delta_start.is_none()
+            && sim.elapsed() >= d.after
+        {
+            let bytes = crate::observe::link_bytes(&shared, &d.link, |h| sim.lookup(h));
+            events.borrow_mut().delta_start = Some(bytes);
         }
         match sim.step() {
             Ok(true) => break,
