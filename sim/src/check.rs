@@ -38,13 +38,23 @@ pub struct Violation {
 
 /// Every cluster of the topology with the labels placements see (inherited ones
 /// included).
-pub fn effective_clusters(topology: &Topology) -> Vec<Cluster> {
+/// `relabeled` replaces some clusters' own labels.
+pub fn effective_clusters(
+    topology: &Topology,
+    relabeled: &BTreeMap<String, strata_protocol::model::Labels>,
+) -> Vec<Cluster> {
     topology
         .all_clusters()
-        .iter()
+        .into_iter()
+        .map(|mut c| {
+            if let Some(l) = relabeled.get(&c.name) {
+                c.labels = l.clone();
+            }
+            c
+        })
         .map(|c| Cluster {
             name: c.name.clone(),
-            labels: topology.effective_labels(c),
+            labels: topology.effective_labels(&c),
             properties: BTreeMap::new(),
             path: vec![],
         })

@@ -9,7 +9,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +21,7 @@ use rcgen::{
 };
 use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
-use strata_protocol::model::Cluster;
+use strata_protocol::model::{Cluster, Labels};
 use strata_protocol::sync::SessionConfig;
 use strata_protocol::time::UnixMillis;
 use strata_relay::node::clock::Clock;
@@ -76,6 +76,8 @@ pub struct Shared {
     pub relays: RefCell<BTreeMap<String, NodeClient>>,
     /// The running agents.
     pub agents: RefCell<BTreeMap<String, Rc<AgentHandle>>>,
+    /// Clusters whose labels the workload replaced.
+    pub relabeled: RefCell<BTreeMap<String, Labels>>,
     /// Starts so far per node (each start gets a new run id).
     starts: RefCell<BTreeMap<String, u64>>,
     tls: BTreeMap<String, Tls>,
@@ -155,6 +157,7 @@ impl Shared {
             disks: RefCell::new(disks),
             relays: RefCell::new(BTreeMap::new()),
             agents: RefCell::new(BTreeMap::new()),
+            relabeled: RefCell::new(BTreeMap::new()),
             starts: RefCell::new(BTreeMap::new()),
             tls: tls_by_name,
             disk_generation: Cell::new(0),
@@ -296,7 +299,12 @@ impl Shared {
             let handle = agent::start(AgentParts {
                 cluster: Cluster {
                     name: spec.name.clone(),
-                    labels: spec.labels.clone(),
+                    labels: self
+                        .relabeled
+                        .borrow()
+                        .get(&spec.name)
+                        .cloned()
+                        .unwrap_or_else(|| spec.labels.clone()),
                     properties: BTreeMap::new(),
                     path: vec![],
                 },
@@ -316,11 +324,6 @@ impl Shared {
         }
         std::future::pending::<()>().await;
         Ok(())
-    }
-
-    /// The address of a host.
-    pub fn ip(sim: &turmoil::Sim<'_>, host: &str) -> IpAddr {
-        sim.lookup(host)
     }
 }
 

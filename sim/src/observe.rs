@@ -56,6 +56,13 @@ async fn apply_workload(
     else {
         return Ok(None);
     };
+    if let Some(r) = &w.relabel {
+        shared
+            .relabeled
+            .borrow_mut()
+            .insert(r.cluster.clone(), r.labels.clone());
+        return Ok(Some((0, vec![])));
+    }
     if let Some(d) = &w.delete {
         let key = ObjectKey {
             space: Space::default_space(),
@@ -233,7 +240,7 @@ pub(crate) async fn observe(
     };
     let last_work = workload.back().map(|w| w.at).unwrap_or_default();
     let healed = scenario.healed_at().max(last_work);
-    let clusters = check::effective_clusters(&shared.topology);
+    let mut clusters = check::effective_clusters(&shared.topology, &BTreeMap::new());
     let mut monotonic = Monotonic::default();
     // Writes the root acknowledged: key → (revision, live).
     let mut acked: BTreeMap<ObjectKey, (u64, bool)> = BTreeMap::new();
@@ -261,7 +268,12 @@ pub(crate) async fn observe(
                     for (k, live) in keys {
                         acked.insert(k, (rev, live));
                     }
+                    if let Some(r) = &w.relabel {
+                        ev.restarts.push(shared.host_of(&r.cluster));
+                    }
                     drop(ev);
+                    clusters =
+                        check::effective_clusters(&shared.topology, &shared.relabeled.borrow());
                     workload.pop_front();
                 }
                 Err(e) => {

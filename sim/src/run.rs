@@ -66,6 +66,8 @@ pub(crate) struct Events {
     pub(crate) max_lag: u64,
     pub(crate) revisions: u64,
     pub(crate) resync: Option<(u64, u64)>,
+    /// Hosts to restart (an agent relabeled).
+    pub(crate) restarts: Vec<String>,
     /// Bytes on the delta check's link when it healed.
     pub(crate) delta_start: Option<u64>,
 }
@@ -153,6 +155,14 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
             let line = format!("{} fault {action:?}", secs(sim.elapsed()));
             apply_fault(&mut sim, &shared, &all_hosts, action, &events);
             events.borrow_mut().trace.push(line);
+        }
+        let restarts = std::mem::take(&mut events.borrow_mut().restarts);
+        for host in restarts {
+            events.borrow_mut().trace.push(format!(
+                "{} restart {host} (relabeled)",
+                secs(sim.elapsed())
+            ));
+            sim.bounce(host.as_str());
         }
         // The delta check counts from the very step the link heals.
         if let Some(d) = &scenario.checks.delta

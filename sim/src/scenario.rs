@@ -8,9 +8,10 @@
 //!   - { at: 1s, configmaps: { count: 20, prefix: cfg, namespace: app, labels: { app: web } } }
 //!   - { at: 2s, apply: "<manifests, YAML>" }
 //!   - { at: 9s, delete: { kind: ConfigMap, namespace: app, name: cfg-3 } }
+//!   - { at: 12s, relabel: { cluster: eu-pos-1, labels: { role: kiosk } } }
 //! faults:
 //!   - { at: 60s, partition: [center, eu] }          # also: partition_oneway, repair, hold, release
-//!   - { at: 200s, crash: eu, keep_disk: true, restart_after: 30s }
+//!   - { at: 200s, crash: eu, keep_disk: true, restart_after: 30s }   # keep_disk: default true
 //!   - { from: 0s, to: 600s, loss: 0.2, latency: 500ms, jitter: 100ms }   # optional link: [a, b]
 //! checks:
 //!   delta: { link: [center, eu], after: 90s, max_fraction: 0.5 }
@@ -64,6 +65,18 @@ pub struct Workload {
     pub configmaps: Option<ConfigMaps>,
     /// An object deleted at the root.
     pub delete: Option<DeleteSpec>,
+    /// A cluster's own labels replaced (its agent restarts with them).
+    pub relabel: Option<Relabel>,
+}
+
+/// New labels for one cluster.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Relabel {
+    /// The cluster.
+    pub cluster: String,
+    /// Its labels from now on (replacing those the topology gave it).
+    pub labels: Labels,
 }
 
 /// `count` ConfigMaps `prefix-0..`; applying again with another `version` changes them.
@@ -239,13 +252,26 @@ impl Scenario {
                 w.apply.is_some(),
                 w.configmaps.is_some(),
                 w.delete.is_some(),
+                w.relabel.is_some(),
             ]
             .iter()
             .filter(|b| **b)
             .count();
             if n != 1 {
                 return Err(parse(format!(
-                    "workload[{i}]: exactly one of apply, configmaps, delete"
+                    "workload[{i}]: exactly one of apply, configmaps, delete, relabel"
+                )));
+            }
+            if let Some(r) = &w.relabel
+                && !s
+                    .topology
+                    .all_clusters()
+                    .iter()
+                    .any(|c| c.name == r.cluster)
+            {
+                return Err(parse(format!(
+                    "workload[{i}]: relabel names {:?}, which is not a cluster",
+                    r.cluster
                 )));
             }
         }
