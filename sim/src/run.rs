@@ -265,22 +265,27 @@ fn apply_fault(
         }
         out
     };
+    type LinkOp = fn(&turmoil::Sim<'_>, &str, &str);
+    let link: Option<(&str, &str, LinkOp)> = match &action {
+        Action::Partition(a, b) => Some((a, b, |s, x, y| s.partition(x, y))),
+        Action::PartitionOneway(a, b) => Some((a, b, |s, x, y| s.partition_oneway(x, y))),
+        Action::Repair(a, b) => Some((a, b, |s, x, y| s.repair(x, y))),
+        Action::Hold(a, b) => Some((a, b, |s, x, y| s.hold(x, y))),
+        Action::Release(a, b) => Some((a, b, |s, x, y| s.release(x, y))),
+        _ => None,
+    };
+    if let Some((a, b, op)) = link {
+        for (x, y) in pairs(a, b) {
+            op(sim, &x, &y);
+        }
+        return;
+    }
     match action {
-        Action::Partition(a, b) => pairs(&a, &b)
-            .into_iter()
-            .for_each(|(x, y)| sim.partition(x.as_str(), y.as_str())),
-        Action::PartitionOneway(a, b) => pairs(&a, &b)
-            .into_iter()
-            .for_each(|(x, y)| sim.partition_oneway(x.as_str(), y.as_str())),
-        Action::Repair(a, b) => pairs(&a, &b)
-            .into_iter()
-            .for_each(|(x, y)| sim.repair(x.as_str(), y.as_str())),
-        Action::Hold(a, b) => pairs(&a, &b)
-            .into_iter()
-            .for_each(|(x, y)| sim.hold(x.as_str(), y.as_str())),
-        Action::Release(a, b) => pairs(&a, &b)
-            .into_iter()
-            .for_each(|(x, y)| sim.release(x.as_str(), y.as_str())),
+        Action::Partition(..)
+        | Action::PartitionOneway(..)
+        | Action::Repair(..)
+        | Action::Hold(..)
+        | Action::Release(..) => {}
         Action::Crash { target, keep_disk } => {
             for host in hosts_of(shared, all, &target) {
                 sim.crash(host.as_str());
