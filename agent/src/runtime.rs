@@ -126,6 +126,7 @@ pub fn start(parts: AgentParts) -> Result<AgentHandle, StoreError> {
             tx.clone(),
             rx,
             shutdown_rx,
+            parts.run,
         )
         .instrument(tracing::info_span!("agent", cluster = %name)),
     );
@@ -153,10 +154,13 @@ async fn drive(
     tx: mpsc::Sender<Input>,
     mut rx: mpsc::Receiver<Input>,
     mut shutdown: watch::Receiver<bool>,
+    run: u64,
 ) {
     let mut tasks = JoinSet::new();
     let retry_after = Arc::new(AtomicU64::new(0));
-    tasks.spawn(upstream_loop(connector, parent, addr, tx, retry_after.clone()).in_current_span());
+    tasks.spawn(
+        upstream_loop(connector, parent, addr, tx, retry_after.clone(), run).in_current_span(),
+    );
     let mut upstream: Upstream = None;
     let mut unsaved = Batch::default();
     let wake = core.backend_wake();
@@ -193,7 +197,7 @@ async fn drive(
         let now = clock.now();
         unsaved.merge(core.process(now, clock.wall()));
         if !unsaved.is_empty() {
-            if let Err(e) = tokio::task::block_in_place(|| store.commit(&unsaved)) {
+            if let Err(e) = strata_relay::store::commit_off_workers(store.as_ref(), &unsaved) {
                 // Kept and retried: nothing is acknowledged until it is durable.
                 tracing::error!(error = %e, "store commit failed; acknowledgements held back");
                 tokio::time::sleep(strata_relay::node::runtime::COMMIT_RETRY).await;

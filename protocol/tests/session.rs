@@ -233,6 +233,41 @@ fn silence_closes_the_session_and_heartbeats_carry_the_stream_mark() {
     assert_eq!(s.poll_timeout(), None);
 }
 
+/// Found by the simulation (sim/scenarios/lossy-slow-network.yaml, seed 1): with 500 ms
+/// latency the welcome or hello took longer than a heartbeat, the heartbeat deadline
+/// passed, `handle_timeout` sent nothing (no ping before the session is open) and
+/// `poll_timeout` kept returning that past deadline: the driver spun at full CPU until
+/// the welcome came.
+#[test]
+fn before_the_handshake_completes_no_timer_stays_due_after_handling_it() {
+    let config = SessionConfig {
+        heartbeat: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(3),
+        ..SessionConfig::default()
+    };
+    let mut s = session(config);
+    s.handle_timeout(at(1500));
+    assert!(
+        s.poll_timeout().is_some_and(|t| t > at(1500)),
+        "parent side spins"
+    );
+
+    let mut link = ParentLink::new(
+        at(0),
+        LinkConfig::new("site-1", Role::Agent),
+        Cursor::default(),
+        None,
+    );
+    link.handle_connected(at(0));
+    let heartbeat = LinkConfig::new("site-1", Role::Agent).heartbeat;
+    let late = at(u64::try_from(heartbeat.as_millis()).unwrap() + 1);
+    link.handle_timeout(late);
+    assert!(
+        link.poll_timeout().is_some_and(|t| t > late),
+        "child side spins"
+    );
+}
+
 fn open_link() -> ParentLink {
     let mut link = ParentLink::new(
         at(0),

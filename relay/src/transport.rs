@@ -106,17 +106,7 @@ pub fn server_endpoint(
     tls: Arc<rustls::ServerConfig>,
     secret: [u8; 32],
 ) -> Result<Endpoint, TransportError> {
-    let crypto = QuicServerConfig::try_from(tls).map_err(|e| TransportError::Tls(e.to_string()))?;
-    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    server.transport_config(transport_config());
-    let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret);
-    let mut endpoint = EndpointConfig::new(Arc::new(reset_key));
-    let cid_key = u64::from_be_bytes([
-        secret[0], secret[1], secret[2], secret[3], secret[4], secret[5], secret[6], secret[7],
-    ]);
-    endpoint.cid_generator(move || {
-        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
-    });
+    let (endpoint, server) = server_configs(tls, secret)?;
     let socket = std::net::UdpSocket::bind(listen).map_err(|source| TransportError::Bind {
         addr: listen,
         source,
@@ -129,14 +119,42 @@ pub fn server_endpoint(
     })
 }
 
+/// The endpoint and server configurations of a listening endpoint (see
+/// [`server_endpoint`]), for callers that bring their own socket (the simulator).
+pub fn server_configs(
+    tls: Arc<rustls::ServerConfig>,
+    secret: [u8; 32],
+) -> Result<(EndpointConfig, quinn::ServerConfig), TransportError> {
+    let crypto = QuicServerConfig::try_from(tls).map_err(|e| TransportError::Tls(e.to_string()))?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(transport_config());
+    let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret);
+    let mut endpoint = EndpointConfig::new(Arc::new(reset_key));
+    let cid_key = u64::from_be_bytes([
+        secret[0], secret[1], secret[2], secret[3], secret[4], secret[5], secret[6], secret[7],
+    ]);
+    endpoint.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    Ok((endpoint, server))
+}
+
+/// The client configuration every connecting endpoint uses (see [`client_endpoint`]).
+pub fn client_configs(
+    tls: Arc<rustls::ClientConfig>,
+) -> Result<quinn::ClientConfig, TransportError> {
+    let crypto = QuicClientConfig::try_from(tls).map_err(|e| TransportError::Tls(e.to_string()))?;
+    let mut client = quinn::ClientConfig::new(Arc::new(crypto));
+    client.transport_config(transport_config());
+    Ok(client)
+}
+
 /// An endpoint for connecting to a parent.
 pub fn client_endpoint(
     bind: SocketAddr,
     tls: Arc<rustls::ClientConfig>,
 ) -> Result<Endpoint, TransportError> {
-    let crypto = QuicClientConfig::try_from(tls).map_err(|e| TransportError::Tls(e.to_string()))?;
-    let mut client = quinn::ClientConfig::new(Arc::new(crypto));
-    client.transport_config(transport_config());
+    let client = client_configs(tls)?;
     let mut endpoint =
         Endpoint::client(bind).map_err(|source| TransportError::Bind { addr: bind, source })?;
     endpoint.set_default_client_config(client);

@@ -1,5 +1,27 @@
-//! Deterministic simulation (turmoil) of the real relay and agent code, scenario files,
-//! invariant checkers and the scale benchmark harness.
+//! Deterministic simulation (turmoil) of the real relay and agent code: scenario files,
+//! invariant checkers and the `sim` command.
 //!
-//! Not built yet (issues 6 and 7). The protocol core has its own in-crate harness today:
-//! `protocol/tests/harness/`.
+//! # Layout
+//!
+//! * [`net`]: quinn over turmoil's UDP (the `AsyncUdpSocket` adapter), per-message loss
+//!   and byte counters per pair of hosts.
+//! * [`rng`]: the one seeded source of randomness.
+//! * [`topology`]: the inline hierarchy of a scenario (to be replaced by the topology
+//!   crate's parser).
+//! * [`scenario`]: scenario files (topology, workload, faults, checks).
+//! * [`hosts`]: relays and agents as turmoil hosts built from factories; disks kept or
+//!   lost across crashes.
+//! * [`check`]: the invariant checkers.
+//! * `observe`: the observer task: workload at the root, samples, checks.
+//! * [`run`]: one simulation of one seed: faults, workload, checks, summary, trace hash.
+//!
+//! The `sim` binary (`src/main.rs`) runs one seed or sweeps many.
+
+pub mod check;
+pub mod hosts;
+pub mod net;
+mod observe;
+pub mod rng;
+pub mod run;
+pub mod scenario;
+pub mod topology;

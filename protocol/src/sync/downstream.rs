@@ -381,9 +381,12 @@ impl ChildSession {
 
     /// When [`ChildSession::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        // Pings go out only once the session is open: before the hello, only the idle
+        // timeout is due (a heartbeat deadline would be handled without moving on).
         match self.phase {
             Phase::Closed => None,
-            _ => Some(self.liveness.next_deadline()),
+            Phase::AwaitHello => Some(self.liveness.idle_deadline()),
+            Phase::Open => Some(self.liveness.next_deadline()),
         }
     }
 

@@ -60,6 +60,12 @@ impl Liveness {
         self.last_sent = self.last_sent.max(now);
     }
 
+    /// When the idle timeout passes, if nothing is heard meanwhile. Before a session is
+    /// open no ping can be sent, so this is the only deadline that counts then.
+    pub fn idle_deadline(&self) -> Instant {
+        self.last_received + self.idle_timeout
+    }
+
     /// The earliest instant at which [`Liveness::poll`] has something to say.
     pub fn next_deadline(&self) -> Instant {
         (self.last_sent + self.heartbeat).min(self.last_received + self.idle_timeout)

@@ -497,8 +497,14 @@ impl ParentLink {
         if self.phase == Phase::Disconnected {
             return None;
         }
+        // A heartbeat is only sent on an open link: before the welcome, asking to be
+        // woken when one is due would wake the driver again and again at that instant.
+        let liveness = match self.phase {
+            Phase::Open => self.liveness.next_deadline(),
+            _ => self.liveness.idle_deadline(),
+        };
         [
-            Some(self.liveness.next_deadline()),
+            Some(liveness),
             self.behind.map(|(_, d)| d),
             self.outbox.poll_timeout(),
         ]

@@ -248,7 +248,15 @@ async fn drive(
     let retry_after = Arc::new(AtomicU64::new(0));
     if let (Some(connector), Some((name, addr))) = (parts.connector.clone(), parts.parent.clone()) {
         tasks.spawn(
-            upstream_loop(connector, name, addr, tx.clone(), retry_after.clone()).in_current_span(),
+            upstream_loop(
+                connector,
+                name,
+                addr,
+                tx.clone(),
+                retry_after.clone(),
+                parts.run,
+            )
+            .in_current_span(),
         );
     }
     let clock = parts.clock;
@@ -280,8 +288,7 @@ async fn drive(
         let now = clock.now();
         unsaved.merge(core.process(now));
         if !unsaved.is_empty() {
-            // The store flushes to disk: keep it off the async workers.
-            let result = tokio::task::block_in_place(|| parts.store.commit(&unsaved));
+            let result = crate::store::commit_off_workers(parts.store.as_ref(), &unsaved);
             if let Err(e) = result {
                 // Nothing is acknowledged until the write succeeds: the batch is kept,
                 // the core keeps serving from memory, and the write is retried shortly

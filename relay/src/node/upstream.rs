@@ -33,16 +33,18 @@ pub enum UpstreamInput {
 /// Reconnects to the parent for as long as the node runs: exponential backoff with full
 /// jitter, reset after a connection that lasted.
 /// `retry_after_ms` is the parent's last hint of when to come back (0: none); the next
-/// wait is at least that long.
+/// wait is at least that long. `jitter_seed` seeds the jitter (the node's random run id
+/// in production, a seeded value in the simulation, so that runs are reproducible).
 pub async fn upstream_loop<T: From<UpstreamInput> + Send + 'static>(
     connector: Endpoint,
     name: String,
     addr: SocketAddr,
     tx: mpsc::Sender<T>,
     retry_after_ms: Arc<AtomicU64>,
+    jitter_seed: u64,
 ) {
     let span = tracing::info_span!("parent", peer = %name, %addr);
-    keep_connected(connector, name, addr, tx, retry_after_ms)
+    keep_connected(connector, name, addr, tx, retry_after_ms, jitter_seed)
         .instrument(span)
         .await;
 }
@@ -53,8 +55,9 @@ async fn keep_connected<T: From<UpstreamInput> + Send + 'static>(
     addr: SocketAddr,
     tx: mpsc::Sender<T>,
     retry_after_ms: Arc<AtomicU64>,
+    jitter_seed: u64,
 ) {
-    let mut backoff = Backoff::new();
+    let mut backoff = Backoff::new(jitter_seed);
     loop {
         match transport::connect(&connector, addr, &name).await {
             Ok(conn) => {
@@ -84,7 +87,7 @@ async fn keep_connected<T: From<UpstreamInput> + Send + 'static>(
                     return;
                 }
                 if started.elapsed() > Duration::from_secs(10) {
-                    backoff = Backoff::new();
+                    backoff.reset();
                 }
             }
             Err(e) => tracing::info!(error = %e, "cannot reach the parent"),
@@ -107,14 +110,18 @@ struct Backoff {
 }
 
 impl Backoff {
-    fn new() -> Self {
-        use ring::rand::SecureRandom;
-        let mut b = [0u8; 8];
-        let _ = ring::rand::SystemRandom::new().fill(&mut b);
+    fn new(seed: u64) -> Self {
         Backoff {
             cap: Duration::from_millis(200),
-            seed: u64::from_be_bytes(b) | 1,
+            // Mixed so that nearby seeds do not start with nearby waits; never zero
+            // (xorshift's fixed point).
+            seed: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
         }
+    }
+
+    /// Back to the shortest cap; the jitter sequence continues.
+    fn reset(&mut self) {
+        self.cap = Duration::from_millis(200);
     }
 
     fn next(&mut self) -> Duration {

@@ -152,3 +152,15 @@ pub trait Store: Send + Sync + 'static {
     /// Approximate bytes used, for metrics.
     fn size_bytes(&self) -> u64;
 }
+
+/// Commits `batch`, keeping a store that flushes to disk off the async workers on a
+/// multi-threaded runtime. On a current-thread runtime (the simulator's hosts), where
+/// `block_in_place` is not allowed, the commit runs in place.
+pub fn commit_off_workers(store: &dyn Store, batch: &Batch) -> Result<(), StoreError> {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+            tokio::task::block_in_place(|| store.commit(batch))
+        }
+        _ => store.commit(batch),
+    }
+}

@@ -1,0 +1,364 @@
+//! The simulated hierarchy: one turmoil host per relay, and one host per relay for all
+//! the agents directly below it (turmoil's cost grows with the cube of the hosts). Hosts
+//! are built from factories, so a crash drops everything running on them and a restart
+//! starts the real relay or agent runtime again, on the same in-memory disk ("keep
+//! disk") or on a fresh one ("lose disk").
+//!
+//! Certificates use Ed25519, whose signatures have a fixed length, so that handshakes
+//! are the same size in every run (ECDSA signatures vary by a byte or two).
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::EndpointConfig;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
+};
+use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
+use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
+use strata_protocol::model::{Cluster, Labels};
+use strata_protocol::sync::SessionConfig;
+use strata_protocol::time::UnixMillis;
+use strata_relay::node::clock::Clock;
+use strata_relay::node::runtime::{self as node, NodeClient, NodeParts};
+use strata_relay::store::{MemStore, Store};
+use strata_relay::tls::{self, Identity};
+use strata_relay::transport;
+
+use crate::net::{self, Network, SimUdpSocket};
+use crate::rng::{SimRng, hash, mix};
+use crate::topology::Topology;
+
+/// The port every relay listens on.
+pub const RELAY_PORT: u16 = 7443;
+/// The wall clock's origin (2026-01-01), fixed so that stamps are reproducible.
+pub const EPOCH_MS: u64 = 1_767_225_600_000;
+/// How long a simulated workload takes to become available.
+pub const READY_DELAY: Duration = Duration::from_millis(200);
+/// How often relays send summaries upward.
+pub const SUMMARY_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Why the hierarchy could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// Certificate generation failed.
+    #[error("certificate for {node}: {detail}")]
+    Cert {
+        /// The node.
+        node: String,
+        /// Why.
+        detail: String,
+    },
+}
+
+/// TLS configurations of one node, made once before the simulation starts.
+struct Tls {
+    server: Arc<rustls::ServerConfig>,
+    client: Arc<rustls::ClientConfig>,
+}
+
+/// Everything the hosts and the observer share (one thread: `Rc`).
+pub struct Shared {
+    /// The topology.
+    pub topology: Topology,
+    /// The seed.
+    pub seed: u64,
+    /// The simulated network's knobs and counters.
+    pub network: Arc<Network>,
+    /// Each node's disk, kept across restarts unless the disk is lost.
+    pub disks: RefCell<BTreeMap<String, MemStore>>,
+    /// The running relays.
+    pub relays: RefCell<BTreeMap<String, NodeClient>>,
+    /// The running agents.
+    pub agents: RefCell<BTreeMap<String, Rc<AgentHandle>>>,
+    /// Clusters whose labels the workload replaced.
+    pub relabeled: RefCell<BTreeMap<String, Labels>>,
+    /// Starts so far per node (each start gets a new run id).
+    starts: RefCell<BTreeMap<String, u64>>,
+    tls: BTreeMap<String, Tls>,
+    disk_generation: Cell<u64>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The host that runs the agents below `relay`.
+pub fn agents_host(relay: &str) -> String {
+    format!("agents-of-{relay}")
+}
+
+impl Shared {
+    /// Certificates and fresh disks for every node of `topology`.
+    pub fn new(topology: Topology, seed: u64) -> Result<Rc<Shared>, BuildError> {
+        let cert_err = |node: &str, e: &dyn std::fmt::Display| BuildError::Cert {
+            node: node.to_owned(),
+            detail: e.to_string(),
+        };
+        let ca_key = KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(|e| cert_err("ca", &e))?;
+        let mut params =
+            CertificateParams::new(Vec::<String>::new()).map_err(|e| cert_err("ca", &e))?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "simulation strata CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca = params
+            .self_signed(&ca_key)
+            .map_err(|e| cert_err("ca", &e))?;
+        let ca_pem = ca.pem();
+        let mut names = vec![topology.root.name.clone()];
+        names.extend(topology.relays.iter().map(|r| r.name.clone()));
+        names.extend(topology.all_clusters().into_iter().map(|c| c.name));
+        let mut tls_by_name = BTreeMap::new();
+        let mut disks = BTreeMap::new();
+        let mut rng = SimRng::new(seed).fork("disks");
+        for name in names {
+            let key =
+                KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(|e| cert_err(&name, &e))?;
+            let mut p =
+                CertificateParams::new(vec![name.clone()]).map_err(|e| cert_err(&name, &e))?;
+            p.distinguished_name.push(DnType::CommonName, name.clone());
+            p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+            p.extended_key_usages = vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ];
+            let cert = p
+                .signed_by(&key, &ca, &ca_key)
+                .map_err(|e| cert_err(&name, &e))?;
+            let id = Identity::from_pem(
+                cert.pem().as_bytes(),
+                key.serialize_pem().as_bytes(),
+                ca_pem.as_bytes(),
+            )
+            .map_err(|(_, e)| cert_err(&name, &e))?;
+            let server = tls::server_config(&id).map_err(|e| cert_err(&name, &e))?;
+            let client = tls::client_config(&id).map_err(|e| cert_err(&name, &e))?;
+            disks.insert(name.clone(), MemStore::new(rng.next_u64()));
+            tls_by_name.insert(name, Tls { server, client });
+        }
+        Ok(Rc::new(Shared {
+            network: Network::new(SimRng::new(seed).fork("loss").next_u64()),
+            topology,
+            seed,
+            disks: RefCell::new(disks),
+            relays: RefCell::new(BTreeMap::new()),
+            agents: RefCell::new(BTreeMap::new()),
+            relabeled: RefCell::new(BTreeMap::new()),
+            starts: RefCell::new(BTreeMap::new()),
+            tls: tls_by_name,
+            disk_generation: Cell::new(0),
+        }))
+    }
+
+    /// Replaces a node's disk with an empty one (and a new node id).
+    pub fn lose_disk(&self, name: &str) {
+        let generation = self.disk_generation.get() + 1;
+        self.disk_generation.set(generation);
+        let id = mix(self.seed ^ hash(name) ^ generation.wrapping_mul(0x51_7CC1_B727_220A));
+        self.disks
+            .borrow_mut()
+            .insert(name.to_owned(), MemStore::new(id));
+    }
+
+    /// The simulated host a node runs on.
+    pub fn host_of(&self, name: &str) -> String {
+        match self
+            .topology
+            .all_clusters()
+            .into_iter()
+            .find(|c| c.name == name)
+        {
+            Some(c) => agents_host(&c.parent),
+            None => name.to_owned(),
+        }
+    }
+
+    /// Every host, relays first.
+    pub fn hosts(&self) -> Vec<String> {
+        let mut out = vec![self.topology.root.name.clone()];
+        out.extend(self.topology.relays.iter().map(|r| r.name.clone()));
+        out.extend(self.agent_hosts());
+        out
+    }
+
+    /// The hosts that run agents.
+    pub fn agent_hosts(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .topology
+            .all_clusters()
+            .iter()
+            .map(|c| agents_host(&c.parent))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// A seeded value for the next start of `name` (run id, quinn seeds).
+    fn next_start(&self, name: &str) -> SimRng {
+        let mut starts = self.starts.borrow_mut();
+        let n = starts.entry(name.to_owned()).or_insert(0);
+        *n += 1;
+        SimRng::new(mix(self.seed ^ hash(name)).wrapping_add(*n))
+    }
+
+    fn store(&self, name: &str) -> Arc<dyn Store> {
+        let disk = self
+            .disks
+            .borrow()
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| MemStore::new(hash(name)));
+        Arc::new(disk)
+    }
+
+    fn client_endpoint(
+        &self,
+        name: &str,
+        socket: SimUdpSocket,
+        rng: &mut SimRng,
+    ) -> std::io::Result<quinn::Endpoint> {
+        let mut config = EndpointConfig::default();
+        let cid_key = rng.next_u64();
+        config.cid_generator(move || {
+            Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+        });
+        let mut endpoint = net::endpoint(socket, config, None, rng.bytes32())?;
+        let tls = self.tls.get(name).ok_or_else(|| missing(name))?;
+        endpoint.set_default_client_config(
+            transport::client_configs(tls.client.clone()).map_err(std::io::Error::other)?,
+        );
+        Ok(endpoint)
+    }
+
+    /// Runs relay `name` on the current host until the host crashes.
+    pub async fn run_relay(self: Rc<Self>, name: String) -> turmoil::Result {
+        let mut rng = self.next_start(&name);
+        let ip = turmoil::lookup(name.as_str());
+        let tls = self.tls.get(&name).ok_or_else(|| missing(&name))?;
+        // The endpoint secret lives on the node's disk: the same across restarts.
+        let secret = SimRng::new(mix(self.seed ^ hash(&name))).bytes32();
+        let (config, server) = transport::server_configs(tls.server.clone(), secret)?;
+        let socket = SimUdpSocket::bind(ip, RELAY_PORT, self.network.clone()).await?;
+        let listener = net::endpoint(socket, config, Some(server), rng.bytes32())?;
+        let topo = &self.topology;
+        let parent = topo.relays.iter().find(|r| r.name == name).map(|r| {
+            let addr = SocketAddr::new(turmoil::lookup(r.parent.as_str()), RELAY_PORT);
+            (r.parent.clone(), addr)
+        });
+        let connector = match parent {
+            Some(_) => {
+                let socket = SimUdpSocket::bind(ip, 0, self.network.clone()).await?;
+                Some(self.client_endpoint(&name, socket, &mut rng)?)
+            }
+            None => None,
+        };
+        let mut handle = node::start(NodeParts {
+            name: name.clone(),
+            labels: topo.relay_labels(&name),
+            children: topo.children_of(&name),
+            parent,
+            store: self.store(&name),
+            listener: Some(listener),
+            connector,
+            sessions: SessionConfig::default(),
+            summary_interval: SUMMARY_INTERVAL,
+            clock: Clock::start_at(wall_now()),
+            run: rng.next_u64(),
+        })?;
+        self.relays.borrow_mut().insert(name, handle.client());
+        handle.wait().await?;
+        Ok(())
+    }
+
+    /// Runs every agent below `relay` on the current host until the host crashes.
+    pub async fn run_agents(self: Rc<Self>, relay: String) -> turmoil::Result {
+        let ip = turmoil::lookup(agents_host(&relay));
+        let parent_addr = SocketAddr::new(turmoil::lookup(relay.as_str()), RELAY_PORT);
+        for spec in self.topology.all_clusters() {
+            if spec.parent != relay {
+                continue;
+            }
+            let mut rng = self.next_start(&spec.name);
+            let socket = SimUdpSocket::bind(ip, 0, self.network.clone()).await?;
+            let connector = self.client_endpoint(&spec.name, socket, &mut rng)?;
+            let handle = agent::start(AgentParts {
+                cluster: Cluster {
+                    name: spec.name.clone(),
+                    labels: self
+                        .relabeled
+                        .borrow()
+                        .get(&spec.name)
+                        .cloned()
+                        .unwrap_or_else(|| spec.labels.clone()),
+                    properties: BTreeMap::new(),
+                    path: vec![],
+                },
+                parent: (relay.clone(), parent_addr),
+                store: self.store(&spec.name),
+                connector,
+                backend: Box::new(SimulatedCluster::new(SimulatedConfig {
+                    ready_delay: READY_DELAY,
+                    fail_all: None,
+                })),
+                clock: Clock::start_at(wall_now()),
+                run: rng.next_u64(),
+            })?;
+            self.agents
+                .borrow_mut()
+                .insert(spec.name.clone(), Rc::new(handle));
+        }
+        std::future::pending::<()>().await;
+        Ok(())
+    }
+}
+
+fn missing(name: &str) -> std::io::Error {
+    std::io::Error::other(format!("no certificate for {name}"))
+}
+
+/// The wall clock: the fixed origin plus simulated time.
+pub fn wall_now() -> UnixMillis {
+    let elapsed = turmoil::sim_elapsed().unwrap_or_default();
+    UnixMillis(EPOCH_MS + u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Registers every host of the hierarchy with `sim`.
+pub fn register(sim: &mut turmoil::Sim<'_>, shared: &Rc<Shared>) {
+    let mut relays = vec![shared.topology.root.name.clone()];
+    relays.extend(shared.topology.relays.iter().map(|r| r.name.clone()));
+    for name in relays {
+        let s = shared.clone();
+        let n = name.clone();
+        sim.host(name.as_str(), move || s.clone().run_relay(n.clone()));
+    }
+    let mut parents: Vec<String> = shared
+        .topology
+        .all_clusters()
+        .into_iter()
+        .map(|c| c.parent)
+        .collect();
+    parents.sort();
+    parents.dedup();
+    for relay in parents {
+        let s = shared.clone();
+        let r = relay.clone();
+        sim.host(agents_host(&relay).as_str(), move || {
+            s.clone().run_agents(r.clone())
+        });
+    }
+}

@@ -1,0 +1,439 @@
+//! The observer: a task inside the simulation that applies the workload at the root
+//! when it is due and samples every node to check the invariants, during the run and
+//! at its end.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::Duration;
+
+use strata_protocol::model::{ObjectKey, Space};
+use strata_protocol::route::is_placement;
+use strata_protocol::wire::Change;
+use strata_relay::objects::parse_manifests;
+
+use crate::check::{self, Held, Monotonic, RootView, Violation, secs};
+use crate::hosts::Shared;
+use crate::rng::hash;
+use crate::run::{Events, SAMPLE};
+use crate::scenario::{ConfigMaps, Scenario, Workload};
+
+fn now() -> Duration {
+    turmoil::sim_elapsed().unwrap_or_default()
+}
+
+fn configmaps(c: &ConfigMaps) -> String {
+    let filler = "x".repeat(c.size);
+    let labels: String = c
+        .labels
+        .iter()
+        .map(|(k, v)| format!("{k}: {v:?}, "))
+        .collect();
+    (c.first..c.count)
+        .map(|i| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: {}-{i}, namespace: {}, labels: {{ {labels} }} }}\ndata: {{ version: \"{}\", filler: \"{filler}\" }}\n---\n",
+                c.prefix, c.namespace, c.version
+            )
+        })
+        .collect()
+}
+
+/// Applies one workload step at the root; `Ok(None)` when the root is down (retried
+/// later), the revision and the keys written otherwise.
+async fn apply_workload(
+    shared: &Shared,
+    w: &Workload,
+) -> Result<Option<(u64, Vec<(ObjectKey, bool)>)>, String> {
+    let Some(root) = shared
+        .relays
+        .borrow()
+        .get(&shared.topology.root.name)
+        .cloned()
+    else {
+        return Ok(None);
+    };
+    if let Some(r) = &w.relabel {
+        shared
+            .relabeled
+            .borrow_mut()
+            .insert(r.cluster.clone(), r.labels.clone());
+        return Ok(Some((0, vec![])));
+    }
+    if let Some(d) = &w.delete {
+        let key = ObjectKey {
+            space: Space::default_space(),
+            group: d.group.clone(),
+            version: d.version.clone(),
+            kind: d.kind.clone(),
+            namespace: d.namespace.clone(),
+            name: d.name.clone(),
+        };
+        let k = key.clone();
+        let r = root
+            .query(move |c| {
+                if c.log().get(&k).is_none() {
+                    return Ok(None);
+                }
+                c.apply(vec![Change::Delete(k)]).map(|p| Some(p.0))
+            })
+            .await;
+        return match r {
+            None => Ok(None),
+            Some(Ok(rev)) => Ok(Some((rev.unwrap_or(0), vec![(key, false)]))),
+            Some(Err(e)) => Err(format!("delete refused: {e}")),
+        };
+    }
+    let text = match (&w.apply, &w.configmaps) {
+        (Some(t), _) => t.clone(),
+        (None, Some(c)) => configmaps(c),
+        (None, None) => return Ok(Some((0, vec![]))),
+    };
+    let manifests = parse_manifests(&text, &Space::default_space()).map_err(|errs| {
+        errs.iter()
+            .map(|e| format!("document {} {}: {}", e.document, e.field, e.reason))
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
+    let r = root
+        .query(move |c| c.apply_manifests(&manifests).map_err(|e| e.to_string()))
+        .await;
+    match r {
+        None => Ok(None),
+        Some(Ok(applied)) => Ok(Some((
+            applied.revision.map(|p| p.0).unwrap_or(0),
+            applied.applied.into_iter().map(|k| (k, true)).collect(),
+        ))),
+        Some(Err(e)) => Err(e),
+    }
+}
+
+async fn root_view(shared: &Shared) -> Option<RootView> {
+    let root = shared
+        .relays
+        .borrow()
+        .get(&shared.topology.root.name)
+        .cloned()?;
+    root.query(|c| {
+        let placements = c.placements().to_vec();
+        let objects: Vec<_> = c
+            .log()
+            .live()
+            .filter(|o| !is_placement(&o.meta))
+            .map(|o| (o.meta.clone(), o.revision))
+            .collect();
+        let mut summaries = Vec::new();
+        for p in &placements {
+            for (meta, _) in &objects {
+                if p.selects_object(meta) {
+                    summaries.push((
+                        p.name.clone(),
+                        meta.key.clone(),
+                        c.reports().summarize(p, &meta.key),
+                    ));
+                }
+            }
+        }
+        let all = c
+            .log()
+            .live()
+            .map(|o| (o.key().clone(), o.revision))
+            .collect();
+        RootView {
+            objects,
+            placements,
+            all,
+            summaries,
+        }
+    })
+    .await
+}
+
+/// Runs every future at once and collects their results in order: a sample asks all
+/// nodes together, so it takes a step or two of simulated time, not one per node.
+async fn all<T>(futures: Vec<Pin<Box<dyn Future<Output = T> + '_>>>) -> Vec<T> {
+    let mut futures: Vec<_> = futures.into_iter().map(Some).collect();
+    let mut out: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (slot, result) in futures.iter_mut().zip(out.iter_mut()) {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => {
+                        *result = Some(v);
+                        *slot = None;
+                    }
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
+
+async fn agents_view(shared: &Shared) -> BTreeMap<String, Held> {
+    let handles: Vec<_> = shared
+        .agents
+        .borrow()
+        .iter()
+        .map(|(n, h)| (n.clone(), h.clone()))
+        .collect();
+    let queries = handles
+        .into_iter()
+        .map(|(name, h)| {
+            Box::pin(async move {
+                let held = h
+                    .query(|a| {
+                        a.log()
+                            .live()
+                            .map(|o| (o.key().clone(), o.revision))
+                            .collect::<Held>()
+                    })
+                    .await;
+                held.map(|held| (name, held))
+            }) as Pin<Box<dyn Future<Output = _>>>
+        })
+        .collect();
+    all(queries).await.into_iter().flatten().collect()
+}
+
+async fn relay_heads(shared: &Shared) -> BTreeMap<String, u64> {
+    let clients: Vec<_> = shared
+        .relays
+        .borrow()
+        .iter()
+        .map(|(n, c)| (n.clone(), c.clone()))
+        .collect();
+    let queries = clients
+        .into_iter()
+        .map(|(name, c)| {
+            Box::pin(async move {
+                let head = c.query(|core| core.log().head().0).await;
+                head.map(|head| (name, head))
+            }) as Pin<Box<dyn Future<Output = _>>>
+        })
+        .collect();
+    all(queries).await.into_iter().flatten().collect()
+}
+
+pub(crate) async fn observe(
+    shared: Rc<Shared>,
+    events: Rc<RefCell<Events>>,
+    scenario: Scenario,
+) -> turmoil::Result {
+    let fail = |v: Violation| {
+        events.borrow_mut().violation = Some((v, now()));
+    };
+    let mut workload: VecDeque<Workload> = {
+        let mut w = scenario.workload.clone();
+        w.sort_by_key(|w| w.at);
+        w.into()
+    };
+    let last_work = workload.back().map(|w| w.at).unwrap_or_default();
+    let healed = scenario.healed_at().max(last_work);
+    let mut clusters = check::effective_clusters(&shared.topology, &BTreeMap::new());
+    let mut monotonic = Monotonic::default();
+    // Writes the root acknowledged: key → (revision, live).
+    let mut acked: BTreeMap<ObjectKey, (u64, bool)> = BTreeMap::new();
+    let mut heads: BTreeMap<String, u64> = BTreeMap::new();
+    loop {
+        let t = now();
+        for node in std::mem::take(&mut events.borrow_mut().lost_disks) {
+            monotonic.forget(&node);
+            heads.remove(&node);
+        }
+        while workload.front().is_some_and(|w| w.at <= t) {
+            let Some(w) = workload.front() else { break };
+            match apply_workload(&shared, w).await {
+                Ok(None) => break,
+                Ok(Some((rev, keys))) => {
+                    let mut ev = events.borrow_mut();
+                    ev.trace.push(format!(
+                        "{} workload rev {rev} ({} objects)",
+                        secs(t),
+                        keys.len()
+                    ));
+                    if rev > 0 {
+                        ev.revisions += 1;
+                    }
+                    for (k, live) in keys {
+                        acked.insert(k, (rev, live));
+                    }
+                    if let Some(r) = &w.relabel {
+                        ev.restarts.push(shared.host_of(&r.cluster));
+                    }
+                    drop(ev);
+                    clusters =
+                        check::effective_clusters(&shared.topology, &shared.relabeled.borrow());
+                    workload.pop_front();
+                }
+                Err(e) => {
+                    fail(Violation {
+                        invariant: "the workload applies",
+                        detail: e,
+                    });
+                    return Ok(());
+                }
+            }
+        }
+        let root = root_view(&shared).await;
+        let agents = agents_view(&shared).await;
+        let relay_heads = relay_heads(&shared).await;
+        // Nothing acknowledged is lost across crashes that keep the disk.
+        for (name, head) in &relay_heads {
+            let before = heads.insert(name.clone(), *head).unwrap_or(0);
+            if *head < before {
+                fail(Violation {
+                    invariant: "nothing acknowledged is lost across a crash that keeps the disk",
+                    detail: format!("{name}'s log went back from position {before} to {head}"),
+                });
+                return Ok(());
+            }
+        }
+        if let Some(root) = &root {
+            for (key, (rev, live)) in &acked {
+                let held = root.all.get(key).map(|r| ((), *r));
+                let ok = match (live, held) {
+                    (true, Some((_, r))) => r.0 >= *rev,
+                    (false, None) => true,
+                    _ => false,
+                };
+                if !ok {
+                    fail(Violation {
+                        invariant: "nothing acknowledged is lost across a crash that keeps the disk",
+                        detail: format!(
+                            "the root acknowledged {} at rev {rev} (live: {live}) and now holds {:?}",
+                            key.name,
+                            held.map(|(_, r)| r.0)
+                        ),
+                    });
+                    return Ok(());
+                }
+            }
+        }
+        let expected = root
+            .as_ref()
+            .map(|r| check::expected(&clusters, r))
+            .unwrap_or_default();
+        if root.is_some()
+            && let Some(v) = monotonic.observe(&agents, &expected)
+        {
+            fail(v);
+            return Ok(());
+        }
+        let digest = agents.iter().fold(0u64, |h, (n, held)| {
+            held.iter().fold(h ^ hash(n), |h, (k, r)| {
+                (h ^ hash(&k.name) ^ r.0).wrapping_mul(0x0100_0000_01B3)
+            })
+        });
+        {
+            let mut ev = events.borrow_mut();
+            ev.max_lag = monotonic.max_lag;
+            ev.trace.push(format!(
+                "{} sample agents {} digest {digest:x} heads {relay_heads:?}",
+                secs(t),
+                agents.len()
+            ));
+        }
+        let converged = root.as_ref().is_some_and(|r| {
+            workload.is_empty()
+                && check::divergence(&expected, &agents).is_empty()
+                && check::summary_mismatches(&clusters, r, &agents).is_empty()
+        });
+        if converged && t >= healed {
+            events.borrow_mut().converged = Some((t, t - healed));
+            let delta_start = events.borrow().delta_start;
+            if let (Some(d), Some(start)) = (&scenario.checks.delta, delta_start) {
+                let sent = link_bytes(&shared, &d.link, |h| turmoil::lookup(h)) - start;
+                let full = child_bytes(&shared, &d.link[1]).await;
+                let limit = (full as f64 * d.max_fraction) as u64;
+                events.borrow_mut().resync = Some((sent, full));
+                events.borrow_mut().trace.push(format!(
+                    "{} resync {} -> {}: {sent} bytes, full resend {full}",
+                    secs(t),
+                    d.link[0],
+                    d.link[1]
+                ));
+                if sent > limit {
+                    fail(Violation {
+                        invariant: "resync after a partition sends only the delta",
+                        detail: format!(
+                            "{} -> {}: {sent} bytes after healing, over {limit} ({} of a full \
+                             resend of {full} bytes)",
+                            d.link[0], d.link[1], d.max_fraction
+                        ),
+                    });
+                }
+            }
+            return Ok(());
+        }
+        if t >= healed + scenario.settle || t >= scenario.duration {
+            let mut why = check::divergence(&expected, &agents);
+            if let Some(r) = &root {
+                why.extend(check::summary_mismatches(&clusters, r, &agents));
+            } else {
+                why.push("the root is down".into());
+            }
+            if !workload.is_empty() {
+                why.push(format!("{} workload steps not applied", workload.len()));
+            }
+            why.truncate(6);
+            fail(Violation {
+                invariant: "the hierarchy converges within `settle` once the network healed",
+                detail: format!(
+                    "not converged {} after healing at {}: {}",
+                    secs(t.saturating_sub(healed)),
+                    secs(healed),
+                    why.join("; ")
+                ),
+            });
+            return Ok(());
+        }
+        tokio::time::sleep(SAMPLE).await;
+    }
+}
+
+/// Bytes sent so far from the first to the second node of `link`; `lookup` resolves
+/// host names (turmoil's, inside or outside the simulation).
+pub(crate) fn link_bytes(
+    shared: &Shared,
+    link: &[String; 2],
+    lookup: impl Fn(&str) -> std::net::IpAddr,
+) -> u64 {
+    let from = lookup(&shared.host_of(&link[0]));
+    let to = lookup(&shared.host_of(&link[1]));
+    shared
+        .network
+        .traffic()
+        .get(&(from, to))
+        .map(|t| t.bytes)
+        .unwrap_or(0)
+}
+
+/// Body bytes of everything `node` holds: what a full resend would carry.
+async fn child_bytes(shared: &Shared, node: &str) -> u64 {
+    let relay = shared.relays.borrow().get(node).cloned();
+    if let Some(c) = relay {
+        return c
+            .query(|core| core.log().live().map(|o| o.body.len() as u64).sum())
+            .await
+            .unwrap_or(0);
+    }
+    let agent = shared.agents.borrow().get(node).cloned();
+    match agent {
+        Some(a) => a
+            .query(|core| core.log().live().map(|o| o.body.len() as u64).sum())
+            .await
+            .unwrap_or(0),
+        None => 0,
+    }
+}
