@@ -176,8 +176,9 @@ pub fn render(
         if r.join_tokens > 0 {
             let _ = writeln!(
                 y,
-                "# {} single-use join tokens for agents not listed: join/{}.tokens\n# (not read by the relay yet: admitting agents by token is not built)",
-                r.join_tokens, r.name
+                "# {} single-use join tokens for agents not listed: join/{n}.tokens, and the\n# intermediate CA to sign their certificates: join/{n}.ca.crt, join/{n}.ca.key\n# (not read by the relay yet: admitting agents by token is not built)",
+                r.join_tokens,
+                n = r.name
             );
         }
         let path = dir.join(format!("{}.yaml", r.name));
