@@ -237,6 +237,9 @@ fn flow_map(m: &BTreeMap<String, String>) -> String {
         .iter()
         .map(|(k, v)| format!("{}: {}", quote(k), quote(v)))
         .collect();
+    if items.is_empty() {
+        return "{}".to_owned();
+    }
     format!("{{ {} }}", items.join(", "))
 }
 
