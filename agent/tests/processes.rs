@@ -12,73 +12,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use common::bin;
+use common::{POS_APP, Proc, bin, free_port, http_get, log_tails, relay_cli, write};
 use serde_json::Value;
 use strata_relay::certs::Ca;
-
-fn free_port() -> u16 {
-    // Both protocols free on one port number: QUIC (UDP) for children, TCP for the API.
-    loop {
-        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = udp.local_addr().unwrap().port();
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
-struct Proc {
-    name: String,
-    child: Child,
-}
-
-impl Proc {
-    fn spawn(dir: &Path, name: &str, program: &Path, args: &[&str]) -> Proc {
-        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-        let child = Command::new(program)
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        Proc {
-            name: name.to_owned(),
-            child,
-        }
-    }
-
-    fn kill9(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-
-    fn terminate(mut self) -> std::process::ExitStatus {
-        Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        for _ in 0..200 {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        panic!("{} did not stop within 10 s of SIGTERM", self.name);
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 struct Cluster {
     dir: PathBuf,
@@ -87,19 +26,7 @@ struct Cluster {
 
 impl Cluster {
     fn relay(&self, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new(bin("relay"))
-            .args(args)
-            .env("STRATA_SERVER", format!("127.0.0.1:{}", self.api_port))
-            .env("STRATA_SERVER_NAME", "center")
-            .env("STRATA_CA", self.dir.join("ca.crt"))
-            .env("STRATA_TOKEN", "s3cret")
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        relay_cli(&self.dir, self.api_port, args)
     }
 
     fn get_json(&self, kind: &str, name: &str) -> Option<Value> {
@@ -121,57 +48,16 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let logs: Vec<String> = ["center", "site-1", "pos-1", "kiosk-1"]
+        let names: Vec<String> = ["center", "site-1", "pos-1", "kiosk-1"]
             .iter()
-            .map(|n| {
-                let log =
-                    std::fs::read_to_string(self.dir.join(format!("{n}.log"))).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(15).collect();
-                format!(
-                    "--- {n}\n{}",
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                )
-            })
+            .map(|n| (*n).to_owned())
             .collect();
-        panic!("timed out waiting until {what}\n{}", logs.join("\n"));
+        panic!(
+            "timed out waiting until {what}\n{}",
+            log_tails(&self.dir, &names, 15)
+        );
     }
 }
-
-fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        tcp,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    tcp.read_to_string(&mut out).unwrap();
-    out
-}
-
-fn write(path: &Path, text: &str) {
-    std::fs::write(path, text).unwrap();
-}
-
-const APP_V1: &str = "
-apiVersion: apps/v1
-kind: Deployment
-metadata: { name: pos, namespace: pos, labels: { app: pos } }
-spec: { replicas: 2 }
----
-apiVersion: v1
-kind: ConfigMap
-metadata: { name: pos-settings, namespace: pos, labels: { app: pos } }
-data: { currency: EUR }
----
-apiVersion: strata.dev/v1alpha1
-kind: Placement
-metadata: { name: pos-app }
-spec:
-  objects: [ { selector: { matchLabels: { app: pos } } } ]
-  clusters: { selector: { matchLabels: { role: pos } } }
-";
 
 #[test]
 fn a_hierarchy_of_processes_delivers_survives_kill_9_and_shuts_down_cleanly() {
@@ -247,7 +133,7 @@ fn a_hierarchy_of_processes_delivers_survives_kill_9_and_shuts_down_cleanly() {
         "clusters inherit their relay's labels:\n{out}"
     );
 
-    write(&dir.join("app.yaml"), APP_V1);
+    write(&dir.join("app.yaml"), POS_APP);
     let (ok, out, err) = c.relay(&["apply", "-f", &dir.join("app.yaml").display().to_string()]);
     assert!(ok, "apply failed: {err}");
     assert!(out.contains("revision 1"), "{out}");
@@ -287,7 +173,7 @@ fn a_hierarchy_of_processes_delivers_survives_kill_9_and_shuts_down_cleanly() {
     site.kill9();
     write(
         &dir.join("app.yaml"),
-        &APP_V1.replace("replicas: 2", "replicas: 5"),
+        &POS_APP.replace("replicas: 2", "replicas: 5"),
     );
     let (ok, _, err) = c.relay(&["apply", "-f", &dir.join("app.yaml").display().to_string()]);
     assert!(ok, "{err}");

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{Cluster, Cursor, Object, ObjectKey, Position, Status};
 use crate::summary::Summary;
+use crate::time::UnixMillis;
 
 /// A protocol version number. Peers negotiate the highest version both support.
 pub type ProtocolVersion = u16;
@@ -216,6 +217,14 @@ pub enum ReportKey {
         /// The cluster's name.
         name: String,
     },
+    /// The state of the link between a node (relay or agent) and its parent, as that
+    /// parent sees it. Relays report their children's links and forward those of their
+    /// subtree, so that the root can show the whole tier tree.
+    Link {
+        /// The child end of the link (node names are unique in a hierarchy, and a node
+        /// has one parent).
+        node: String,
+    },
     /// Marks that everything this run of the child reported before it has been sent:
     /// the parent drops what the child's earlier runs reported and this run did not.
     /// Declared last so that it sorts after every other key and an outbox, which sends
@@ -236,10 +245,37 @@ pub enum ReportValue {
     Summary(Summary),
     /// For [`ReportKey::Cluster`].
     Cluster(Cluster),
+    /// For [`ReportKey::Link`].
+    Link(LinkRecord),
     /// The keyed thing no longer exists (object removed, cluster left).
     Removed,
     /// For [`ReportKey::Complete`].
     Complete,
+}
+
+/// A parent-to-child link as the parent sees it.
+///
+/// Link records change on connection and disconnection; a relay child's record is also
+/// refreshed at most every few seconds while it is up (heartbeat and lag), an agent's
+/// only when it connects or goes, so that leaves do not flood the tiers above.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkRecord {
+    /// Relay names from the reporter's direct child down to the link's parent end.
+    /// Like [`Cluster::path`], it grows on the way up: each relay puts itself first.
+    pub path: Vec<String>,
+    /// Whether the child end is a relay (or an agent).
+    pub role: Role,
+    /// Whether the link is up.
+    pub connected: bool,
+    /// When the link came up or went down (the parent's wall clock).
+    pub since: UnixMillis,
+    /// When the parent last heard from the child (the parent's wall clock).
+    pub last_heard: UnixMillis,
+    /// Revisions of the parent's log the child had not acknowledged at `last_heard`
+    /// (`None` before its first acknowledgement).
+    pub lag: Option<u64>,
+    /// Clusters below the child (1 for an agent).
+    pub clusters: u64,
 }
 
 /// One report: the latest value of one key.

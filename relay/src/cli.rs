@@ -97,14 +97,20 @@ pub enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
-    /// Show the clusters the root knows, by relay path.
+    /// Show the clusters the root knows, by relay path, with their labels and when each
+    /// was last seen ("now" while every link on its path is up).
     Clusters {
         /// How to reach the API.
         #[command(flatten)]
         api: ApiArgs,
     },
-    /// Show the root's links to its children.
+    /// Show the tier tree: every relay link's state (up or DOWN, since when), its lag in
+    /// revisions and its last heartbeat, as each parent last reported it. Deeper links
+    /// are refreshed upward every few seconds, so their heartbeats can be that old.
     Status {
+        /// List agents' links too, not only relays'.
+        #[arg(long)]
+        agents: bool,
         /// How to reach the API.
         #[command(flatten)]
         api: ApiArgs,
@@ -232,66 +238,29 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&items)?),
                 Output::Yaml => print!("{}", serde_saphyr::to_string(&items)?),
                 Output::Table | Output::Wide => {
-                    print!("{}", table(&items, matches!(output, Output::Wide)))
+                    print!(
+                        "{}",
+                        crate::views::objects_table(
+                            &items,
+                            matches!(output, Output::Wide),
+                            crate::node::clock::Clock::start().wall().0,
+                        )
+                    )
                 }
             }
             Ok(())
         }
         Command::Clusters { api } => {
             let v = call(&api, Method::GET, "/clusters", None).await?;
-            let mut items = v["items"].as_array().cloned().unwrap_or_default();
-            items.sort_by_key(path_of);
-            println!("{:<40} {:<30} LABELS", "PATH", "CLUSTER");
-            for c in items {
-                let labels: Vec<String> = c["labels"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                    .collect();
-                println!(
-                    "{:<40} {:<30} {}",
-                    path_of(&c),
-                    c["name"].as_str().unwrap_or_default(),
-                    labels.join(",")
-                );
-            }
+            print!("{}", crate::views::clusters_table(&v));
             Ok(())
         }
-        Command::Status { api } => {
+        Command::Status { api, agents } => {
             let v = call(&api, Method::GET, "/status", None).await?;
-            println!(
-                "{}  root  rev {}",
-                v["node"].as_str().unwrap_or_default(),
-                v["head"]
-            );
-            let children = v["children"].as_array().cloned().unwrap_or_default();
-            for (i, c) in children.iter().enumerate() {
-                let branch = if i + 1 == children.len() {
-                    "└─"
-                } else {
-                    "├─"
-                };
-                println!(
-                    "{branch} {:<16} up   lag {:<6} clusters {}",
-                    c["name"].as_str().unwrap_or_default(),
-                    c["lag"].as_u64().map_or("?".into(), |l| l.to_string()),
-                    c["clusters"]
-                );
-            }
+            print!("{}", crate::views::status_tree(&v, agents));
             Ok(())
         }
     }
-}
-
-fn path_of(c: &Value) -> String {
-    c["path"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect::<Vec<_>>()
-        .join("/")
 }
 
 async fn call(
@@ -359,59 +328,4 @@ fn read_manifests(source: &str, space: &str) -> anyhow::Result<Vec<u8>> {
         body.push('\n');
     }
     Ok(body.into_bytes())
-}
-
-fn table(items: &[Value], wide: bool) -> String {
-    let mut out = format!(
-        "{:<24} {:<12} {:<16} {:>5} {:>8} {:>7} {:>9} {:>6} {:>11}  OLDEST-REPORT\n",
-        "NAME",
-        "NAMESPACE",
-        "PLACEMENT",
-        "REV",
-        "CLUSTERS",
-        "APPLIED",
-        "AVAILABLE",
-        "FAILED",
-        "UNREACHABLE"
-    );
-    for item in items {
-        let name = item["key"]["name"].as_str().unwrap_or_default();
-        let ns = item["key"]["namespace"].as_str().unwrap_or("-");
-        let rev = item["revision"].as_u64().unwrap_or(0);
-        let placements = item["placements"].as_array().cloned().unwrap_or_default();
-        if placements.is_empty() {
-            out.push_str(&format!("{name:<24} {ns:<12} {:<16} {rev:>5}\n", "<none>"));
-        }
-        for p in placements {
-            let s = &p["summary"];
-            let oldest = s["oldest_report"]
-                .as_u64()
-                .map_or("-".to_owned(), |t| t.to_string());
-            out.push_str(&format!(
-                "{name:<24} {ns:<12} {:<16} {rev:>5} {:>8} {:>7} {:>9} {:>6} {:>11}  {oldest}\n",
-                p["placement"].as_str().unwrap_or_default(),
-                s["expected"],
-                s["reporting"],
-                s["health"]["available"],
-                s["health"]["failed"],
-                p["silent"],
-            ));
-            let samples = s["error_samples"].as_array().cloned().unwrap_or_default();
-            if !samples.is_empty() {
-                let shown: Vec<String> = samples
-                    .iter()
-                    .take(if wide { 5 } else { 3 })
-                    .map(|e| {
-                        format!(
-                            "{} ({})",
-                            e["cluster"].as_str().unwrap_or_default(),
-                            e["message"].as_str().unwrap_or_default()
-                        )
-                    })
-                    .collect();
-                out.push_str(&format!("  failed: {}\n", shown.join(", ")));
-            }
-        }
-    }
-    out
 }

@@ -18,6 +18,7 @@
 //! * [`topology_cli`]: `relay topology validate|certs|render` over [`strata_topology`].
 //! * [`up`]: `relay up`: a whole topology as processes on this machine.
 //! * [`store`]: the durable [`store::Store`] (sled, or in memory for tests).
+//! * [`views`]: the CLI's text views of the tier tree and the inventory.
 //!
 //! Under construction (issue 3): the protocol core it drives is
 //! [`strata_protocol::sync`].
@@ -37,6 +38,7 @@ pub mod tls;
 pub mod topology_cli;
 pub mod transport;
 pub mod up;
+pub mod views;
 
 /// Logs to standard error, filtered by `RUST_LOG` (default `info`): what the `relay`
 /// and `agent` binaries use.

@@ -5,6 +5,7 @@ use std::convert::Infallible;
 use std::fmt::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use strata_protocol::wire::StreamClass;
 
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -114,6 +115,36 @@ pub async fn render(node: &NodeClient, store: &dyn Store) -> Option<String> {
         "counter",
         "strata_link_received_bytes",
         &received,
+    );
+    let class_label = |peer: &str, class: &StreamClass| {
+        let class = match class {
+            StreamClass::Control => "control",
+            StreamClass::Bulk => "bulk",
+            StreamClass::Reports => "reports",
+        };
+        format!("{{node=\"{name}\",peer=\"{peer}\",class=\"{class}\"}}")
+    };
+    let stream_sent: Vec<(String, f64)> = links
+        .streams
+        .iter()
+        .map(|(peer, class, tx, _)| (class_label(peer, class), *tx as f64))
+        .collect();
+    let stream_received: Vec<(String, f64)> = links
+        .streams
+        .iter()
+        .map(|(peer, class, _, rx)| (class_label(peer, class), *rx as f64))
+        .collect();
+    metric(
+        "Framed message bytes sent on the current connection to a peer, per stream class.",
+        "counter",
+        "strata_stream_sent_bytes",
+        &stream_sent,
+    );
+    metric(
+        "Framed message bytes received on the current connection from a peer, per stream class.",
+        "counter",
+        "strata_stream_received_bytes",
+        &stream_received,
     );
     metric(
         "Whether the link to the parent is open.",

@@ -11,6 +11,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
@@ -196,10 +197,33 @@ fn slot(class: StreamClass) -> usize {
     usize::from(tag(class))
 }
 
+/// Framed bytes (length prefix included) moved on one link, per [`StreamClass`].
+#[derive(Debug, Default)]
+pub struct ClassBytes {
+    sent: [AtomicU64; 3],
+    received: [AtomicU64; 3],
+}
+
+impl ClassBytes {
+    /// Bytes sent on `class`'s stream.
+    pub fn sent(&self, class: StreamClass) -> u64 {
+        self.sent[slot(class)].load(Ordering::Relaxed)
+    }
+
+    /// Bytes received on `class`'s stream.
+    pub fn received(&self, class: StreamClass) -> u64 {
+        self.received[slot(class)].load(Ordering::Relaxed)
+    }
+}
+
+/// Every stream class, in tag order.
+pub const STREAM_CLASSES: [StreamClass; 3] = CLASSES;
+
 /// The sending half of a link: one queue and one writer task per class.
 #[derive(Debug)]
 pub struct Sender<M> {
     queues: [mpsc::Sender<M>; 3],
+    bytes: Arc<ClassBytes>,
     _tasks: JoinSet<()>,
 }
 
@@ -211,6 +235,11 @@ impl<M: WireMessage> Sender<M> {
         self.queues[slot(class)]
             .try_send(msg)
             .map_err(|_| TransportError::TooSlow(class))
+    }
+
+    /// Bytes this link has moved so far, per class, in both directions.
+    pub fn bytes(&self) -> &ClassBytes {
+        &self.bytes
     }
 }
 
@@ -243,10 +272,11 @@ pub fn split<Out: WireMessage, In: WireMessage>(
     conn: Connection,
     max_frame: usize,
 ) -> (Sender<Out>, Receiver<In>) {
+    let bytes = Arc::new(ClassBytes::default());
     let mut writers = JoinSet::new();
     let queues = CLASSES.map(|class| {
         let (tx, rx) = mpsc::channel::<Out>(QUEUE);
-        writers.spawn(write_stream(conn.clone(), class, rx));
+        writers.spawn(write_stream(conn.clone(), class, rx, bytes.clone()));
         tx
     });
     let mut readers = JoinSet::new();
@@ -256,10 +286,11 @@ pub fn split<Out: WireMessage, In: WireMessage>(
     let (reports_tx, reports_rx) = mpsc::channel(QUEUE);
     let txs = [control_tx, bulk_tx, reports_tx];
     let rxs = [control_rx, bulk_rx, reports_rx];
-    readers.spawn(accept_streams(conn.clone(), txs, max_frame));
+    readers.spawn(accept_streams(conn.clone(), txs, max_frame, bytes.clone()));
     (
         Sender {
             queues,
+            bytes,
             _tasks: writers,
         },
         Receiver {
@@ -274,6 +305,7 @@ async fn write_stream<M: WireMessage>(
     conn: Connection,
     class: StreamClass,
     mut rx: mpsc::Receiver<M>,
+    bytes: Arc<ClassBytes>,
 ) {
     let mut stream = None;
     let mut buf = Vec::new();
@@ -299,6 +331,7 @@ async fn write_stream<M: WireMessage>(
         {
             return;
         }
+        bytes.sent[slot(class)].fetch_add(buf.len() as u64, Ordering::Relaxed);
     }
 }
 
@@ -306,6 +339,7 @@ async fn accept_streams<M: WireMessage>(
     conn: Connection,
     queues: [mpsc::Sender<Result<M, TransportError>>; 3],
     max_frame: usize,
+    bytes: Arc<ClassBytes>,
 ) {
     let mut readers = JoinSet::new();
     while let Ok(mut stream) = conn.accept_uni().await {
@@ -330,6 +364,7 @@ async fn accept_streams<M: WireMessage>(
             stream,
             queues[slot(class)].clone(),
             max_frame,
+            bytes.clone(),
         ));
     }
     // Keep the readers alive until the connection ends.
@@ -342,12 +377,16 @@ async fn read_stream<M: WireMessage>(
     mut stream: quinn::RecvStream,
     queue: mpsc::Sender<Result<M, TransportError>>,
     max_frame: usize,
+    bytes: Arc<ClassBytes>,
 ) {
     let mut decoder = FrameDecoder::new(max_frame);
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
         match stream.read(&mut chunk).await {
-            Ok(Some(n)) => decoder.extend(&chunk[..n]),
+            Ok(Some(n)) => {
+                bytes.received[slot(class)].fetch_add(n as u64, Ordering::Relaxed);
+                decoder.extend(&chunk[..n]);
+            }
             Ok(None) | Err(_) => return,
         }
         loop {

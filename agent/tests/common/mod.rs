@@ -1,10 +1,14 @@
 //! Helpers shared by the tests that run the binaries.
 
 #![allow(dead_code, unreachable_pub, missing_docs)]
+#![allow(clippy::unwrap_used)]
+// Synchronous helpers driving processes: there is no runtime for a sleep to block.
+#![allow(clippy::disallowed_methods)]
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Once;
+use std::time::Duration;
 
 static RELAY_BUILT: Once = Once::new();
 
@@ -24,4 +28,136 @@ pub fn bin(name: &str) -> PathBuf {
         });
     }
     agent.with_file_name(name)
+}
+
+pub fn free_port() -> u16 {
+    // Both protocols free on one port number: QUIC (UDP) for children, TCP for the API.
+    loop {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = udp.local_addr().unwrap().port();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+pub struct Proc {
+    pub name: String,
+    pub child: Child,
+}
+
+impl Proc {
+    pub fn spawn(dir: &Path, name: &str, program: &Path, args: &[&str]) -> Proc {
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        let child = Command::new(program)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Proc {
+            name: name.to_owned(),
+            child,
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        for _ in 0..200 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        panic!("{} did not stop within 10 s of SIGTERM", self.name);
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        tcp,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    tcp.read_to_string(&mut out).unwrap();
+    out
+}
+
+pub fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+}
+
+/// Runs the `relay` CLI against the root's API at `api_port` (named `center`, CA and
+/// token `s3cret` in `dir`); returns success, standard output and standard error.
+pub fn relay_cli(dir: &Path, api_port: u16, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(bin("relay"))
+        .args(args)
+        .env("STRATA_SERVER", format!("127.0.0.1:{api_port}"))
+        .env("STRATA_SERVER_NAME", "center")
+        .env("STRATA_CA", dir.join("ca.crt"))
+        .env("STRATA_TOKEN", "s3cret")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A deployment and a config map of the `pos` app, placed on clusters labelled
+/// `role: pos`.
+pub const POS_APP: &str = "
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: pos, namespace: pos, labels: { app: pos } }
+spec: { replicas: 2 }
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: pos-settings, namespace: pos, labels: { app: pos } }
+data: { currency: EUR }
+---
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: pos-app }
+spec:
+  objects: [ { selector: { matchLabels: { app: pos } } } ]
+  clusters: { selector: { matchLabels: { role: pos } } }
+";
+
+/// The last `lines` lines of each named node's log in `dir`, for a failure message.
+pub fn log_tails(dir: &Path, names: &[String], lines: usize) -> String {
+    names
+        .iter()
+        .map(|n| {
+            let log = std::fs::read_to_string(dir.join(format!("{n}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+            format!(
+                "--- {n}\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }

@@ -10,8 +10,8 @@ use strata_protocol::model::{
 use strata_protocol::summary::{ErrorSample, Summary};
 use strata_protocol::time::UnixMillis;
 use strata_protocol::wire::{
-    Change, ChildToParent, Delta, ErrorCode, Hello, ParentToChild, Report, ReportKey, ReportValue,
-    Reports, Role, RouteId, Snapshot, StreamMark, Welcome,
+    Change, ChildToParent, Delta, ErrorCode, Hello, LinkRecord, ParentToChild, Report, ReportKey,
+    ReportValue, Reports, Role, RouteId, Snapshot, StreamMark, Welcome,
 };
 
 fn name() -> impl Strategy<Value = String> {
@@ -110,6 +110,29 @@ fn cluster() -> impl Strategy<Value = Cluster> {
         })
 }
 
+fn link() -> impl Strategy<Value = LinkRecord> {
+    (
+        prop::collection::vec(name(), 0..3),
+        any::<bool>(),
+        any::<bool>(),
+        any::<u64>(),
+        any::<u64>(),
+        proptest::option::of(any::<u64>()),
+        any::<u64>(),
+    )
+        .prop_map(
+            |(path, relay, connected, since, last_heard, lag, clusters)| LinkRecord {
+                path,
+                role: if relay { Role::Relay } else { Role::Agent },
+                connected,
+                since: UnixMillis(since),
+                last_heard: UnixMillis(last_heard),
+                lag,
+                clusters,
+            },
+        )
+}
+
 fn summary() -> impl Strategy<Value = Summary> {
     prop::collection::vec((name(), status()), 0..4).prop_map(|reports| {
         reports.iter().fold(Summary::default(), |acc, (c, s)| {
@@ -146,12 +169,14 @@ fn report() -> impl Strategy<Value = Report> {
         (name(), key()).prop_map(|(cluster, object)| ReportKey::Status { cluster, object }),
         (name(), key()).prop_map(|(placement, object)| ReportKey::Summary { placement, object }),
         name().prop_map(|name| ReportKey::Cluster { name }),
+        name().prop_map(|node| ReportKey::Link { node }),
         any::<u64>().prop_map(|run| ReportKey::Complete { run }),
     ];
     let value = prop_oneof![
         status().prop_map(ReportValue::Status),
         summary().prop_map(ReportValue::Summary),
         cluster().prop_map(ReportValue::Cluster),
+        link().prop_map(ReportValue::Link),
         Just(ReportValue::Removed),
         Just(ReportValue::Complete),
     ];

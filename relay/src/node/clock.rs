@@ -40,6 +40,11 @@ impl Clock {
         self.origin + at.since_origin()
     }
 
+    /// The wall-clock time at the clock's origin (protocol instant zero).
+    pub fn wall_origin(&self) -> UnixMillis {
+        self.wall_origin
+    }
+
     /// Wall-clock time, for stamps that cross nodes.
     pub fn wall(&self) -> UnixMillis {
         let elapsed = u64::try_from(self.now().since_origin().as_millis()).unwrap_or(u64::MAX);

@@ -22,6 +22,26 @@ pub enum ReportRefusal {
         /// The cluster it named.
         cluster: String,
     },
+    /// An agent reported a link: agents have no children.
+    #[error("agent {child:?} reported the link of {node:?}, but agents have no children")]
+    AgentReportedLink {
+        /// The reporting child.
+        child: String,
+        /// The node it named.
+        node: String,
+    },
+    /// A relay reported a link that is not in its subtree.
+    #[error(
+        "relay {child:?} reported the link of {node:?} under {path:?}, which does not start with it"
+    )]
+    LinkOutsideSubtree {
+        /// The reporting child.
+        child: String,
+        /// The node it named.
+        node: String,
+        /// The link's claimed path.
+        path: Vec<String>,
+    },
     /// A relay reported a cluster whose path does not run through it.
     #[error(
         "relay {child:?} reported cluster {cluster:?} whose path {path:?} does not pass through it"
@@ -34,6 +54,32 @@ pub enum ReportRefusal {
         /// The cluster's claimed path.
         path: Vec<String>,
     },
+}
+
+/// A link record must come from a relay and lie in its subtree: its path starts with
+/// the reporting relay (the link of one of its own children, or one it forwards).
+fn check_link(
+    child: &str,
+    child_is_relay: bool,
+    node: &str,
+    report: &Report,
+) -> Result<(), ReportRefusal> {
+    if !child_is_relay {
+        return Err(ReportRefusal::AgentReportedLink {
+            child: child.to_owned(),
+            node: node.to_owned(),
+        });
+    }
+    match &report.value {
+        ReportValue::Link(l) if l.path.first().map(String::as_str) != Some(child) => {
+            Err(ReportRefusal::LinkOutsideSubtree {
+                child: child.to_owned(),
+                node: node.to_owned(),
+                path: l.path.clone(),
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Reports received from children, indexed for routing and summarizing. Each child's
@@ -85,6 +131,7 @@ impl SubtreeReports {
     ) -> Result<(), ReportRefusal> {
         let cluster = match &report.key {
             ReportKey::Status { cluster, .. } | ReportKey::Cluster { name: cluster } => cluster,
+            ReportKey::Link { node } => return check_link(child, child_is_relay, node, report),
             ReportKey::Summary { .. } | ReportKey::Complete { .. } => return Ok(()),
         };
         if !child_is_relay {
@@ -251,6 +298,40 @@ mod tests {
                 .is_err()
         );
         assert!(r.check("eu", true, &cluster("c1", &[])).is_err());
+    }
+
+    fn link(node: &str, path: &[&str]) -> Report {
+        Report {
+            key: ReportKey::Link { node: node.into() },
+            value: ReportValue::Link(strata_protocol::wire::LinkRecord {
+                path: path.iter().map(|p| (*p).to_owned()).collect(),
+                role: strata_protocol::wire::Role::Relay,
+                connected: true,
+                since: strata_protocol::time::UnixMillis(1),
+                last_heard: strata_protocol::time::UnixMillis(2),
+                lag: Some(0),
+                clusters: 3,
+            }),
+        }
+    }
+
+    #[test]
+    fn links_come_only_from_relays_and_from_their_own_subtree() {
+        let r = SubtreeReports::new();
+        assert!(r.check("eu", true, &link("site", &["eu"])).is_ok());
+        assert!(r.check("eu", true, &link("c9", &["eu", "site"])).is_ok());
+        assert_eq!(
+            r.check("eu", true, &link("us-site", &["us"]))
+                .unwrap_err()
+                .to_string(),
+            "relay \"eu\" reported the link of \"us-site\" under [\"us\"], which does not start with it"
+        );
+        assert_eq!(
+            r.check("c1", false, &link("c2", &["c1"]))
+                .unwrap_err()
+                .to_string(),
+            "agent \"c1\" reported the link of \"c2\", but agents have no children"
+        );
     }
 
     #[test]

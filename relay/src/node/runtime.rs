@@ -11,7 +11,7 @@ use std::time::Duration;
 use quinn::{Connection, Endpoint, VarInt};
 use strata_protocol::codec::DEFAULT_MAX_FRAME;
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
-use strata_protocol::wire::{ChildToParent, ErrorCode, ParentToChild, Role};
+use strata_protocol::wire::{ChildToParent, ErrorCode, ParentToChild, Role, StreamClass};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -172,6 +172,9 @@ pub struct LinkStats {
     pub children: Vec<(String, u64, u64)>,
     /// To and from the parent: (bytes sent, bytes received).
     pub parent: Option<(u64, u64)>,
+    /// Framed bytes per stream class on every live connection: (peer, class, sent,
+    /// received); the parent is the peer `parent`.
+    pub streams: Vec<(String, StreamClass, u64, u64)>,
 }
 
 impl From<UpstreamInput> for Input {
@@ -217,6 +220,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
             upstream_state,
             summary_interval: parts.summary_interval,
             run: parts.run,
+            wall_origin: parts.clock.wall_origin(),
         },
     );
     let (tx, rx) = mpsc::channel(4096);
@@ -293,7 +297,14 @@ async fn drive(
             unsaved = Batch::default();
         }
         let out = core.transmit(now);
-        dispatch(out, &mut core, &mut children, &mut upstream, &retry_after);
+        dispatch(
+            now,
+            out,
+            &mut core,
+            &mut children,
+            &mut upstream,
+            &retry_after,
+        );
     }
     // Graceful end: tell the children when to come back, give the goodbyes a moment to
     // leave, then close everything and stop the tasks.
@@ -362,7 +373,7 @@ fn handle(
             if children.remove(&(name.clone(), conn_id)).is_some() {
                 tracing::info!(child = %name, %why, "child disconnected");
             }
-            core.child_gone(&name, conn_id);
+            core.child_gone(now, &name, conn_id);
         }
         Input::Upstream(UpstreamInput::Up { conn, sender }) => {
             tracing::info!(parent = %conn.remote_address(), "connected to parent");
@@ -391,6 +402,21 @@ fn handle(
                     })
                     .collect(),
                 parent: upstream.as_ref().map(|(c, _)| udp(c)),
+                streams: children
+                    .iter()
+                    .map(|((name, _), (_, sender))| (name.as_str(), sender.bytes()))
+                    .chain(upstream.as_ref().map(|(_, s)| ("parent", s.bytes())))
+                    .flat_map(|(peer, bytes)| {
+                        transport::STREAM_CLASSES.map(|class| {
+                            (
+                                peer.to_owned(),
+                                class,
+                                bytes.sent(class),
+                                bytes.received(class),
+                            )
+                        })
+                    })
+                    .collect(),
             });
         }
     }
@@ -405,6 +431,7 @@ pub const COMMIT_RETRY: Duration = Duration::from_millis(200);
 const RESTART_HINT_MS: u64 = 1000;
 
 fn dispatch(
+    now: strata_protocol::time::Instant,
     out: Outgoing,
     core: &mut NodeCore,
     children: &mut BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)>,
@@ -424,7 +451,7 @@ fn dispatch(
             tracing::warn!(child = %name, "closing a child that does not keep up");
             conn.close(VarInt::from_u32(close_code::TOO_SLOW), b"queue full");
         }
-        core.child_gone(&name, conn_id);
+        core.child_gone(now, &name, conn_id);
     }
     for (name, conn_id, error) in out.close_children {
         if let Some((conn, _)) = children.remove(&(name.clone(), conn_id)) {
@@ -440,7 +467,7 @@ fn dispatch(
                 conn.close(VarInt::from_u32(code), reason.as_bytes());
             });
         }
-        core.child_gone(&name, conn_id);
+        core.child_gone(now, &name, conn_id);
     }
     if deliver_upstream(upstream, out.to_parent, out.close_upstream, retry_after) {
         core.upstream_gone();

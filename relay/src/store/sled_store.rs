@@ -83,17 +83,15 @@ impl SledStore {
     }
 }
 
-/// Opens the database, waiting up to a second for a lock held by a `Db` this process
+/// Opens the database, waiting up to five seconds for a lock held by a `Db` this process
 /// just dropped: sled releases it from a background thread. A lock another process
-/// holds is still refused, after that second.
+/// holds is still refused, after those seconds.
 #[allow(clippy::disallowed_methods)] // a short wait at startup, before any runtime work
 fn open_db(dir: &Path) -> sled::Result<sled::Db> {
     let mut attempts = 0;
     loop {
         match sled::Config::new().path(dir).open() {
-            Err(sled::Error::Io(e))
-                if e.kind() == std::io::ErrorKind::WouldBlock && attempts < 20 =>
-            {
+            Err(sled::Error::Io(e)) if lock_busy(&e) && attempts < 100 => {
                 attempts += 1;
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
@@ -205,4 +203,9 @@ impl Store for SledStore {
     fn size_bytes(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
     }
+}
+
+/// sled reports a held lock as an `Other` error wrapping the `WouldBlock` of `flock`.
+fn lock_busy(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::WouldBlock || e.to_string().contains("could not acquire lock")
 }

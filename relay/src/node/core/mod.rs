@@ -20,14 +20,16 @@ use strata_protocol::sync::{
     ChildSession, LinkEvent, ObjectLog, ParentLink, SessionConfig, SessionError, SessionEvent,
     SharedRoute,
 };
-use strata_protocol::time::Instant;
+use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{Change, ChildToParent, ErrorCode, ParentToChild, ReportKey, Role};
 
 use super::follow::follow_parent;
 
+mod links;
 mod upward;
 use super::reports::SubtreeReports;
 use crate::store::{Batch, ReportSlot, UpstreamState};
+pub use links::LINK_REFRESH;
 
 /// One connected child.
 #[derive(Debug)]
@@ -105,6 +107,10 @@ pub struct NodeCore {
     batch: Batch,
     outgoing: Outgoing,
     stats: CoreStats,
+    /// Children's links as this node sees them.
+    links: BTreeMap<String, links::LinkState>,
+    /// The wall-clock time at the clock's origin.
+    wall_origin: UnixMillis,
 }
 
 /// How a node starts.
@@ -134,6 +140,8 @@ pub struct CoreSetup {
     pub summary_interval: Duration,
     /// This run's id (as in the hello to the parent).
     pub run: u64,
+    /// The wall-clock time at the origin of the instants the core is given.
+    pub wall_origin: UnixMillis,
 }
 
 impl NodeCore {
@@ -171,6 +179,8 @@ impl NodeCore {
             batch: Batch::default(),
             outgoing: Outgoing::default(),
             stats: CoreStats::default(),
+            links: BTreeMap::new(),
+            wall_origin: setup.wall_origin,
         };
         core.reload_placements();
         core
@@ -260,13 +270,15 @@ impl NodeCore {
     pub fn child_message(&mut self, now: Instant, name: &str, conn: u64, msg: ChildToParent) {
         if let Some(child) = self.children.get_mut(name).filter(|c| c.conn == conn) {
             child.session.handle_message(now, msg);
+            self.link_heard(now, name);
         }
     }
 
     /// A child's connection is gone.
-    pub fn child_gone(&mut self, name: &str, conn: u64) {
+    pub fn child_gone(&mut self, now: Instant, name: &str, conn: u64) {
         if self.children.get(name).is_some_and(|c| c.conn == conn) {
             self.children.remove(name);
+            self.link_down(now, name);
         }
     }
 
@@ -362,8 +374,10 @@ impl NodeCore {
             .values()
             .filter_map(|c| c.session.poll_timeout());
         let link = self.upstream.as_ref().and_then(ParentLink::poll_timeout);
-        let summaries =
-            (!self.dirty.is_empty() && self.upstream.is_some()).then_some(self.next_summary);
+        // Summaries of changed objects, and the refresh of relay children's links.
+        let summaries = (self.upstream.is_some()
+            && (!self.dirty.is_empty() || self.has_relay_child_up()))
+        .then_some(self.next_summary);
         sessions.chain(link).chain(summaries).min()
     }
 
@@ -390,6 +404,7 @@ impl NodeCore {
             }
         }
         if now >= self.next_summary {
+            self.refresh_links(now);
             self.push_summaries(now);
             self.compact();
         }
@@ -451,6 +466,7 @@ impl NodeCore {
             .collect();
         for name in closed {
             self.children.remove(&name);
+            self.link_down(now, &name);
         }
         out
     }
@@ -542,6 +558,7 @@ impl NodeCore {
                 if let Some(c) = self.children.get_mut(name) {
                     c.relay = relay;
                 }
+                self.link_up(now, name, hello.role);
                 if self.child_runs.get(name) != Some(&hello.run) {
                     // A new run: what the child reported before stays (routes must not
                     // flap) until it says it has reported everything again.
@@ -554,6 +571,7 @@ impl NodeCore {
             SessionEvent::Acked(cursor) => {
                 self.acked.insert(name.to_owned(), cursor);
                 self.batch.child_acks.push((name.to_owned(), cursor));
+                self.link_acked(now, name);
             }
             SessionEvent::Reports(items) => {
                 let relay = self.children.get(name).is_some_and(|c| c.relay);

@@ -29,31 +29,52 @@ impl NodeCore {
                 self.dirty.insert(object.clone());
             }
             ReportKey::Cluster { .. } => cluster_changed = true,
+            ReportKey::Link { .. } => return self.accept_link(now, child, report),
             ReportKey::Complete { .. } => return,
+        }
+        if self.store_report(child, &report) && cluster_changed {
+            if let ReportKey::Cluster { .. } = &report.key {
+                let up = match &report.value {
+                    ReportValue::Cluster(c) => self.cluster_upward(c),
+                    _ => report.clone(),
+                };
+                if let Some(link) = &mut self.upstream {
+                    link.push_report(now, up);
+                }
+            }
+            self.refresh_route(child);
+            self.dirty.extend(self.log.live().map(|o| o.key().clone()));
+            self.link_clusters_changed(now, child);
+        }
+    }
+
+    /// A link record from a relay child (checked to start with that child): stored with
+    /// this node put first in its path, and forwarded as is.
+    fn accept_link(&mut self, now: Instant, child: &str, mut report: Report) {
+        if let ReportValue::Link(l) = &mut report.value {
+            l.path.insert(0, self.name.clone());
+        }
+        if self.store_report(child, &report)
+            && let Some(link) = &mut self.upstream
+        {
+            link.push_report(now, report);
+        }
+    }
+
+    /// Keeps a child's report (durably, with the next batch); it is no longer stale.
+    /// Returns whether it changed anything.
+    fn store_report(&mut self, child: &str, report: &Report) -> bool {
+        let slot = (child.to_owned(), report.key.clone());
+        self.stale.remove(&slot);
+        if !self.reports.accept(child, report.clone()) {
+            return false;
         }
         let stored = match &report.value {
             ReportValue::Removed => None,
             value => Some(value.clone()),
         };
-        self.stale.remove(&(child.to_owned(), report.key.clone()));
-        if self.reports.accept(child, report.clone()) {
-            self.batch
-                .reports
-                .push(((child.to_owned(), report.key.clone()), stored));
-            if cluster_changed {
-                if let ReportKey::Cluster { .. } = &report.key {
-                    let up = match &report.value {
-                        ReportValue::Cluster(c) => self.cluster_upward(c),
-                        _ => report.clone(),
-                    };
-                    if let Some(link) = &mut self.upstream {
-                        link.push_report(now, up);
-                    }
-                }
-                self.refresh_route(child);
-                self.dirty.extend(self.log.live().map(|o| o.key().clone()));
-            }
-        }
+        self.batch.reports.push((slot, stored));
+        true
     }
 
     /// Drops what `child` reported in earlier runs and not again in this one.
@@ -71,6 +92,7 @@ impl NodeCore {
                 self.forget_report(now, slot);
                 if cluster {
                     self.refresh_route(child);
+                    self.link_clusters_changed(now, child);
                 }
             }
         }
@@ -85,11 +107,21 @@ impl NodeCore {
             .clusters()
             .map(|c| self.cluster_upward(c))
             .collect();
+        let links: Vec<Report> = self
+            .reports
+            .iter()
+            .filter(|((_, k), _)| matches!(k, ReportKey::Link { .. }))
+            .map(|((_, key), value)| Report {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect();
         if let Some(link) = &mut self.upstream {
-            for r in clusters {
+            for r in clusters.into_iter().chain(links) {
                 link.push_report(now, r);
             }
         }
+        self.push_all_links(now);
         self.dirty.extend(self.log.live().map(|o| o.key().clone()));
         self.push_summaries(now);
         if let Some(link) = &mut self.upstream {
@@ -106,7 +138,9 @@ impl NodeCore {
     pub(super) fn forget_report(&mut self, now: Instant, slot: ReportSlot) {
         self.batch.reports.push((slot.clone(), None));
         let key = slot.1;
-        if let (Some(link), ReportKey::Cluster { .. }) = (&mut self.upstream, &key) {
+        if let (Some(link), ReportKey::Cluster { .. } | ReportKey::Link { .. }) =
+            (&mut self.upstream, &key)
+        {
             link.push_report(
                 now,
                 Report {

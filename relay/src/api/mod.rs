@@ -5,9 +5,11 @@
 //! | POST | `/spaces/{space}/apply` | apply a multi-document YAML body (all or nothing) |
 //! | POST | `/spaces/{space}/delete` | delete the objects a YAML body names |
 //! | DELETE | `/spaces/{space}/objects/{kind}/{name}[?namespace=NS]` | delete one object |
-//! | GET | `/spaces/{space}/objects?kind=K[&name=N]` | objects with per-placement summaries |
-//! | GET | `/clusters` | the inventory |
-//! | GET | `/status` | this node's links |
+//! | GET | `/spaces/{space}/objects?kind=K[&name=N][&namespace=NS]` | objects with per-placement summaries |
+//! | GET | `/spaces/{space}/api[s]/...` | the same, by a Kubernetes-shaped path (see [`paths`]); with a name, one object or 404 |
+//! | DELETE | `/spaces/{space}/api[s]/.../{name}` | delete one object by its Kubernetes-shaped path |
+//! | GET | `/clusters` | the inventory, with each cluster's link state and last-seen |
+//! | GET | `/status` | the tier tree: every link's state, lag and last heartbeat |
 //!
 //! Every request needs `Authorization: Bearer <token>` with a token from the tokens
 //! file; nothing is served anonymously.
@@ -30,7 +32,12 @@ use crate::config::{ApiConfig, NodeConfig};
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
 use crate::objects::parse_manifests;
+
+pub mod paths;
+mod tree;
+
 use crate::tls::{self, Identity};
+use paths::ObjectFilter;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 16 << 20;
@@ -150,15 +157,35 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Full<Bytes>> {
         (&Method::POST, ["spaces", space, "apply"]) => apply(ctx, space, &body).await,
         (&Method::POST, ["spaces", space, "delete"]) => delete_manifests(ctx, space, &body).await,
         (&Method::DELETE, ["spaces", space, "objects", kind, name]) => {
-            let ns = query
-                .iter()
-                .find(|(k, _)| k == "namespace")
-                .map(|(_, v)| v.clone());
-            delete_one(ctx, space, kind, name, ns).await
+            let filter = ObjectFilter {
+                resource: Some((*kind).to_owned()),
+                name: Some((*name).to_owned()),
+                namespace: param(&query, "namespace").map(Some),
+                ..ObjectFilter::default()
+            };
+            delete_one(ctx, space, filter).await
         }
-        (&Method::GET, ["spaces", space, "objects"]) => get_objects(ctx, space, &query).await,
-        (&Method::GET, ["clusters"]) => clusters(ctx).await,
-        (&Method::GET, ["status"]) => status(ctx).await,
+        (&Method::GET, ["spaces", space, "objects"]) => {
+            let filter = ObjectFilter {
+                resource: param(&query, "kind"),
+                name: param(&query, "name"),
+                namespace: param(&query, "namespace").map(Some),
+                ..ObjectFilter::default()
+            };
+            get_objects(ctx, space, filter, false).await
+        }
+        (&Method::GET, ["spaces", space, rest @ ..]) if paths::parse(rest).is_some() => {
+            let filter = paths::parse(rest).unwrap_or_default();
+            let single = filter.name.is_some();
+            get_objects(ctx, space, filter, single).await
+        }
+        (&Method::DELETE, ["spaces", space, rest @ ..])
+            if paths::parse(rest).is_some_and(|f| f.name.is_some()) =>
+        {
+            delete_one(ctx, space, paths::parse(rest).unwrap_or_default()).await
+        }
+        (&Method::GET, ["clusters"]) => tree::clusters(ctx).await,
+        (&Method::GET, ["status"]) => tree::status(ctx).await,
         _ => error(
             StatusCode::NOT_FOUND,
             format!("no such endpoint: {method} /{}", path.join("/")),
@@ -273,32 +300,18 @@ async fn delete_manifests(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Full<
     }
 }
 
-fn kind_matches(kind: &str, wanted: &str) -> bool {
-    let w = wanted.to_ascii_lowercase();
-    let k = kind.to_ascii_lowercase();
-    k == w || format!("{k}s") == w
-}
-
-async fn delete_one(
-    ctx: &Ctx,
-    space: &str,
-    kind: &str,
-    name: &str,
-    ns: Option<String>,
-) -> Response<Full<Bytes>> {
+async fn delete_one(ctx: &Ctx, space: &str, filter: ObjectFilter) -> Response<Full<Bytes>> {
     let space = match space_of(space) {
         Ok(s) => s,
         Err(r) => return *r,
     };
-    let (kind, name) = (kind.to_owned(), name.to_owned());
     let keys = ctx
         .node
         .query(move |core: &mut NodeCore| {
             core.log()
                 .live()
                 .map(|o| o.key().clone())
-                .filter(|k| k.space == space && kind_matches(&k.kind, &kind) && k.name == name)
-                .filter(|k| ns.is_none() || k.namespace == ns)
+                .filter(|k| k.space == space && filter.matches(k))
                 .collect::<Vec<_>>()
         })
         .await
@@ -309,27 +322,31 @@ async fn delete_one(
     delete_keys(ctx, keys).await
 }
 
-async fn get_objects(ctx: &Ctx, space: &str, query: &[(String, String)]) -> Response<Full<Bytes>> {
+fn param(query: &[(String, String)], name: &str) -> Option<String> {
+    query
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+}
+
+/// Objects of a space that `filter` names, with their per-placement summaries; with
+/// `single`, the one object (404 when there is none).
+async fn get_objects(
+    ctx: &Ctx,
+    space: &str,
+    filter: ObjectFilter,
+    single: bool,
+) -> Response<Full<Bytes>> {
     let space = match space_of(space) {
         Ok(s) => s,
         Err(r) => return *r,
     };
-    let kind = query
-        .iter()
-        .find(|(k, _)| k == "kind")
-        .map(|(_, v)| v.clone());
-    let name = query
-        .iter()
-        .find(|(k, _)| k == "name")
-        .map(|(_, v)| v.clone());
     let objects = ctx
         .node
         .query(move |core: &mut NodeCore| {
             core.log()
                 .live()
-                .filter(|o| o.key().space == space)
-                .filter(|o| kind.as_ref().is_none_or(|k| kind_matches(&o.key().kind, k)))
-                .filter(|o| name.as_ref().is_none_or(|n| &o.key().name == n))
+                .filter(|o| o.key().space == space && filter.matches(o.key()))
                 .map(|o| {
                     let placements: Vec<Value> = core
                         .placements()
@@ -392,49 +409,11 @@ async fn get_objects(ctx: &Ctx, space: &str, query: &[(String, String)]) -> Resp
         })
         .await;
     match objects {
+        Some(items) if single => match items.into_iter().next() {
+            Some(item) => reply(StatusCode::OK, item),
+            None => error(StatusCode::NOT_FOUND, "no such object"),
+        },
         Some(items) => reply(StatusCode::OK, json!({ "items": items })),
-        None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
-    }
-}
-
-async fn clusters(ctx: &Ctx) -> Response<Full<Bytes>> {
-    let items = ctx
-        .node
-        .query(|core: &mut NodeCore| {
-            core.reports()
-                .clusters()
-                .map(|c| json!({ "name": c.name, "path": c.path, "labels": c.labels, "properties": c.properties }))
-                .collect::<Vec<_>>()
-        })
-        .await;
-    match items {
-        Some(items) => reply(StatusCode::OK, json!({ "items": items })),
-        None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
-    }
-}
-
-async fn status(ctx: &Ctx) -> Response<Full<Bytes>> {
-    let s = ctx
-        .node
-        .query(|core: &mut NodeCore| {
-            let head = core.log().head().0;
-            let children: Vec<Value> = core
-                .children()
-                .map(|(name, acked)| {
-                    let position = acked.map(|c| c.position.0);
-                    json!({
-                        "name": name,
-                        "acked": position,
-                        "lag": position.map(|p| head.saturating_sub(p)),
-                        "clusters": core.reports().clusters_below(name).len(),
-                    })
-                })
-                .collect();
-            json!({ "node": core.name(), "head": head, "children": children })
-        })
-        .await;
-    match s {
-        Some(v) => reply(StatusCode::OK, v),
         None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
     }
 }

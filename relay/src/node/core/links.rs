@@ -1,0 +1,166 @@
+//! The links to this node's children as it sees them (up or down since when, last heard,
+//! lag), reported upward so that the root can show the whole tier tree, and kept here
+//! for this node's own status page.
+
+use std::time::Duration;
+
+use strata_protocol::time::{Instant, UnixMillis};
+use strata_protocol::wire::{LinkRecord, Report, ReportKey, ReportValue, Role};
+
+use super::NodeCore;
+
+/// How often a relay child's link record (heartbeat, lag) is refreshed upward while it
+/// is up. Agents' records change only when they connect or go, so that a tier of
+/// thousands of leaves sends nothing while nothing happens.
+pub const LINK_REFRESH: Duration = Duration::from_secs(5);
+
+/// One child's link, as this node sees it.
+#[derive(Debug, Clone)]
+pub(super) struct LinkState {
+    role: Role,
+    connected: bool,
+    since: Instant,
+    last_heard: Instant,
+    /// When the record last went upward.
+    last_pushed: Option<Instant>,
+    /// Whether the record that went upward knew the child's lag.
+    pushed_lag: bool,
+}
+
+impl NodeCore {
+    /// The wall-clock time of `now`, for stamps that cross nodes.
+    pub(super) fn wall(&self, now: Instant) -> UnixMillis {
+        let ms = u64::try_from(now.since_origin().as_millis()).unwrap_or(u64::MAX);
+        UnixMillis(self.wall_origin.0.saturating_add(ms))
+    }
+
+    /// A child's connection is up (its role is known from its hello).
+    pub(super) fn link_up(&mut self, now: Instant, child: &str, role: Role) {
+        self.links.insert(
+            child.to_owned(),
+            LinkState {
+                role,
+                connected: true,
+                since: now,
+                last_heard: now,
+                last_pushed: None,
+                pushed_lag: false,
+            },
+        );
+        self.push_link(now, child);
+    }
+
+    /// Heard from a child.
+    pub(super) fn link_heard(&mut self, now: Instant, child: &str) {
+        if let Some(l) = self.links.get_mut(child) {
+            l.last_heard = now;
+        }
+    }
+
+    /// A child acknowledged a position: its first acknowledgement makes its lag known
+    /// above.
+    pub(super) fn link_acked(&mut self, now: Instant, child: &str) {
+        if self.links.get(child).is_some_and(|l| !l.pushed_lag) {
+            self.push_link(now, child);
+        }
+    }
+
+    /// The clusters below a relay child changed: the count above follows.
+    pub(super) fn link_clusters_changed(&mut self, now: Instant, child: &str) {
+        if self.links.get(child).is_some_and(|l| l.role == Role::Relay) {
+            self.push_link(now, child);
+        }
+    }
+
+    /// A child's session ended.
+    pub(super) fn link_down(&mut self, now: Instant, child: &str) {
+        if let Some(l) = self.links.get_mut(child).filter(|l| l.connected) {
+            l.connected = false;
+            l.since = now;
+            self.push_link(now, child);
+        }
+    }
+
+    /// Refreshes the records of relay children that are up, at most every
+    /// [`LINK_REFRESH`].
+    pub(super) fn refresh_links(&mut self, now: Instant) {
+        let due: Vec<String> = self
+            .links
+            .iter()
+            .filter(|(_, l)| l.connected && l.role == Role::Relay)
+            .filter(|(_, l)| l.last_pushed.is_none_or(|t| now >= t + LINK_REFRESH))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for child in due {
+            self.push_link(now, &child);
+        }
+    }
+
+    /// Whether a relay child is connected (its link is refreshed periodically).
+    pub(super) fn has_relay_child_up(&self) -> bool {
+        self.links
+            .values()
+            .any(|l| l.connected && l.role == Role::Relay)
+    }
+
+    /// Every child link this node knows of, as records (path `[this node]`).
+    pub fn links(&self) -> Vec<(String, LinkRecord)> {
+        self.links
+            .keys()
+            .filter_map(|n| self.link_record(n).map(|r| (n.clone(), r)))
+            .collect()
+    }
+
+    fn link_record(&self, child: &str) -> Option<LinkRecord> {
+        let l = self.links.get(child)?;
+        let head = self.log.head().0;
+        let acked = self
+            .children
+            .get(child)
+            .and_then(|c| c.session.acked())
+            .or_else(|| self.acked.get(child).copied())
+            .filter(|c| c.log == self.log.id());
+        let clusters = match l.role {
+            Role::Agent => 1,
+            Role::Relay => self.reports.clusters_below(child).len() as u64,
+        };
+        Some(LinkRecord {
+            path: vec![self.name.clone()],
+            role: l.role,
+            connected: l.connected,
+            since: self.wall(l.since),
+            last_heard: self.wall(l.last_heard),
+            lag: acked.map(|c| head.saturating_sub(c.position.0)),
+            clusters,
+        })
+    }
+
+    fn push_link(&mut self, now: Instant, child: &str) {
+        let Some(record) = self.link_record(child) else {
+            return;
+        };
+        if let Some(l) = self.links.get_mut(child) {
+            l.last_pushed = Some(now);
+            l.pushed_lag = record.lag.is_some();
+        }
+        if let Some(link) = &mut self.upstream {
+            link.push_report(
+                now,
+                Report {
+                    key: ReportKey::Link {
+                        node: child.to_owned(),
+                    },
+                    value: ReportValue::Link(record),
+                },
+            );
+        }
+    }
+
+    /// Pushes every own child link upward (after a reconnection to the parent).
+    pub(super) fn push_all_links(&mut self, now: Instant) {
+        let names: Vec<String> = self.links.keys().cloned().collect();
+        for child in names {
+            self.push_link(now, &child);
+        }
+    }
+}

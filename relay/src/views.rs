@@ -1,0 +1,290 @@
+//! Text views of the API's answers for the CLI: the tier tree of `relay status` and the
+//! inventory of `relay clusters`. Pure functions of the JSON, so they are tested
+//! without a running node.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+/// A duration in milliseconds, short: `850ms`, `12s`, `4m`, `3h`, `2d`.
+pub fn ago(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0 => format!("{ms}ms"),
+        1..=119 => format!("{s}s"),
+        120..=7_199 => format!("{}m", s / 60),
+        7_200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+fn text<'a>(v: &'a Value, field: &str) -> &'a str {
+    v[field].as_str().unwrap_or_default()
+}
+
+/// The tier tree: the root, then every relay below it (agents only with `agents`), each
+/// with its link state, lag and last heartbeat as its parent last saw them. A link whose
+/// parent is down is shown as that parent last reported it.
+pub fn status_tree(v: &Value, agents: bool) -> String {
+    let now = v["now"].as_u64().unwrap_or(0);
+    let root = text(v, "node");
+    let links: Vec<&Value> = v["links"].as_array().into_iter().flatten().collect();
+    let mut below: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+    for l in &links {
+        if agents || text(l, "role") == "relay" {
+            below.entry(text(l, "parent")).or_default().push(l);
+        }
+    }
+    let direct: Vec<&&Value> = links.iter().filter(|l| text(l, "parent") == root).collect();
+    let up = direct.iter().filter(|l| l["connected"] == true).count();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{root:<24} root     children {up}/{}   rev {}",
+        direct.len(),
+        v["head"]
+    );
+    branch(&mut out, &below, root, "", now, 0);
+    let agents_total = links.iter().filter(|l| text(l, "role") == "agent").count();
+    let agents_up = links
+        .iter()
+        .filter(|l| text(l, "role") == "agent" && l["connected"] == true)
+        .count();
+    if !agents && agents_total > 0 {
+        let _ = writeln!(
+            out,
+            "agents: {agents_up}/{agents_total} connected (relay status --agents lists them)"
+        );
+    }
+    out
+}
+
+fn branch(
+    out: &mut String,
+    below: &BTreeMap<&str, Vec<&Value>>,
+    parent: &str,
+    prefix: &str,
+    now: u64,
+    depth: usize,
+) {
+    // The tree is built from reports: a malformed one must not recurse forever.
+    if depth > 32 {
+        return;
+    }
+    let Some(children) = below.get(parent) else {
+        return;
+    };
+    for (i, l) in children.iter().enumerate() {
+        let last = i + 1 == children.len();
+        let name = text(l, "node");
+        let since = now.saturating_sub(l["since"].as_u64().unwrap_or(now));
+        let heard = now.saturating_sub(l["lastHeard"].as_u64().unwrap_or(now));
+        let lag = l["lag"].as_u64().map_or("?".to_owned(), |x| x.to_string());
+        let label = format!("{prefix}{}{name}", if last { "└─ " } else { "├─ " });
+        let line = if l["connected"] == true {
+            format!(
+                "{label:<24} up {:<5} lag {lag:<12} clusters {:<6} last heartbeat {}",
+                ago(since),
+                l["clusters"].as_u64().unwrap_or(0),
+                ago(heard)
+            )
+        } else {
+            format!(
+                "{label:<24} DOWN {:<3} lag {:<12} clusters {:<6} last heard {} ago",
+                ago(since),
+                format!("{lag} (cached)"),
+                l["clusters"].as_u64().unwrap_or(0),
+                ago(heard)
+            )
+        };
+        let _ = writeln!(out, "{}", line.trim_end());
+        let next = format!("{prefix}{}", if last { "   " } else { "│  " });
+        branch(out, below, name, &next, now, depth + 1);
+    }
+}
+
+/// Objects with their rollout summary per placement, as `relay get` shows them; `now`
+/// (wall-clock milliseconds) dates the oldest report. Up to 3 failed clusters are named
+/// under a placement's line (5 with `wide`).
+pub fn objects_table(items: &[Value], wide: bool, now: u64) -> String {
+    let mut out = format!(
+        "{:<24} {:<12} {:<16} {:>5} {:>8} {:>7} {:>9} {:>6} {:>11}  OLDEST-REPORT\n",
+        "NAME",
+        "NAMESPACE",
+        "PLACEMENT",
+        "REV",
+        "CLUSTERS",
+        "APPLIED",
+        "AVAILABLE",
+        "FAILED",
+        "UNREACHABLE"
+    );
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    for item in items {
+        let name = item["key"]["name"].as_str().unwrap_or_default();
+        let ns = item["key"]["namespace"].as_str().unwrap_or("-");
+        let rev = n(&item["revision"]);
+        let placements = item["placements"].as_array().cloned().unwrap_or_default();
+        if placements.is_empty() {
+            let _ = writeln!(out, "{name:<24} {ns:<12} {:<16} {rev:>5}", "<none>");
+        }
+        for p in placements {
+            let s = &p["summary"];
+            let oldest = s["oldest_report"]
+                .as_u64()
+                .map_or("-".to_owned(), |t| ago(now.saturating_sub(t)));
+            let _ = writeln!(
+                out,
+                "{name:<24} {ns:<12} {:<16} {rev:>5} {:>8} {:>7} {:>9} {:>6} {:>11}  {oldest}",
+                text(&p, "placement"),
+                n(&s["expected"]),
+                n(&s["reporting"]),
+                n(&s["health"]["available"]),
+                n(&s["health"]["failed"]),
+                n(&p["silent"]),
+            );
+            let samples = s["error_samples"].as_array().cloned().unwrap_or_default();
+            if !samples.is_empty() {
+                let shown: Vec<String> = samples
+                    .iter()
+                    .take(if wide { 5 } else { 3 })
+                    .map(|e| format!("{} ({})", text(e, "cluster"), text(e, "message")))
+                    .collect();
+                let _ = writeln!(out, "  failed: {}", shown.join(", "));
+            }
+        }
+    }
+    out
+}
+
+/// The inventory as a table by relay path: labels, and whether each cluster is
+/// reachable now or when it was last seen.
+pub fn clusters_table(v: &Value) -> String {
+    let now = v["now"].as_u64().unwrap_or(0);
+    let mut items: Vec<&Value> = v["items"].as_array().into_iter().flatten().collect();
+    items.sort_by_key(|c| (path_of(c), text(c, "name").to_owned()));
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<32} {:<24} {:<12} LABELS",
+        "PATH", "CLUSTER", "LAST-SEEN"
+    );
+    for c in items {
+        let labels: Vec<String> = c["labels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+            .collect();
+        let seen = match (c["reachable"].as_bool(), c["lastSeen"].as_u64()) {
+            (Some(true), _) => "now".to_owned(),
+            (_, Some(t)) => format!("{} ago", ago(now.saturating_sub(t))),
+            _ => "unknown".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<32} {:<24} {seen:<12} {}",
+            path_of(c),
+            text(c, "name"),
+            labels.join(",")
+        );
+    }
+    out
+}
+
+/// A cluster's relay path, joined with `/`.
+pub fn path_of(c: &Value) -> String {
+    c["path"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn link(node: &str, parent: &str, role: &str, connected: bool, since: u64) -> Value {
+        json!({ "node": node, "parent": parent, "role": role, "connected": connected,
+                "since": since, "lastHeard": 99_600, "lag": 3, "clusters": 4 })
+    }
+
+    #[test]
+    fn status_shows_every_tier_and_down_links_as_cached() {
+        let v = json!({
+            "node": "center", "head": 118, "now": 100_000,
+            "links": [
+                link("eu", "center", "relay", true, 10_000),
+                link("eu-site-1", "eu", "relay", true, 40_000),
+                link("us", "center", "relay", false, 88_000),
+                link("us-site-1", "us", "relay", true, 20_000),
+                link("c1", "eu-site-1", "agent", true, 50_000),
+            ],
+        });
+        let text = status_tree(&v, false);
+        let expected = "\
+center                   root     children 1/2   rev 118
+├─ eu                    up 90s   lag 3            clusters 4      last heartbeat 400ms
+│  └─ eu-site-1          up 60s   lag 3            clusters 4      last heartbeat 400ms
+└─ us                    DOWN 12s lag 3 (cached)   clusters 4      last heard 400ms ago
+   └─ us-site-1          up 80s   lag 3            clusters 4      last heartbeat 400ms
+agents: 1/1 connected (relay status --agents lists them)
+";
+        assert_eq!(text, expected);
+        assert!(status_tree(&v, true).contains("│     └─ c1"));
+    }
+
+    #[test]
+    fn clusters_show_last_seen() {
+        let v = json!({ "now": 100_000, "items": [
+            { "name": "c2", "path": ["center", "us"], "labels": { "region": "us" },
+              "reachable": false, "lastSeen": 40_000 },
+            { "name": "c1", "path": ["center", "eu"], "labels": {}, "reachable": true,
+              "lastSeen": 100_000 },
+        ]});
+        let text = clusters_table(&v);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].starts_with("center/eu") && lines[1].contains(" now "));
+        assert!(lines[2].contains("60s ago") && lines[2].ends_with("region=us"));
+    }
+
+    #[test]
+    fn objects_line_up_in_columns_and_name_failed_clusters() {
+        let items = vec![json!({
+            "key": { "name": "pos", "namespace": "pos" },
+            "revision": 118,
+            "placements": [{
+                "placement": "pos-app", "silent": 3,
+                "summary": {
+                    "expected": 1204, "reporting": 1204, "oldest_report": 86_000,
+                    "health": { "available": 1199, "failed": 2 },
+                    "error_samples": [
+                        { "cluster": "store-0917-pos", "message": "ImagePullBackOff" },
+                        { "cluster": "store-1102-pos", "message": "CrashLoopBackOff" },
+                    ],
+                },
+            }],
+        })];
+        let text = objects_table(&items, false, 100_000);
+        let expected = "\
+NAME                     NAMESPACE    PLACEMENT          REV CLUSTERS APPLIED AVAILABLE FAILED UNREACHABLE  OLDEST-REPORT
+pos                      pos          pos-app            118     1204    1204      1199      2           3  14s
+  failed: store-0917-pos (ImagePullBackOff), store-1102-pos (CrashLoopBackOff)
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn durations_are_short() {
+        assert_eq!(ago(850), "850ms");
+        assert_eq!(ago(12_000), "12s");
+        assert_eq!(ago(600_000), "10m");
+        assert_eq!(ago(3 * 86_400_000), "3d");
+    }
+}
