@@ -128,6 +128,30 @@ impl Ca {
         })
     }
 
+    /// A relay's join CA (issued by [`Ca::issue_join_ca`]) from its files: what it
+    /// issues carries it as the chain's second certificate.
+    pub fn load_join_ca(cert_path: &Path, key_path: &Path) -> Result<Ca, CertError> {
+        let mut ca = Ca::load(cert_path, key_path)?;
+        ca.chain = ca.pem.clone();
+        Ok(ca)
+    }
+
+    /// Issues a certificate naming `node` for the public key of a certificate signing
+    /// request (PEM). Nothing else of the request is used: the name, usages and validity
+    /// are ours. Returns the chain (PEM): the certificate, then this CA's chain.
+    pub fn issue_for_csr(&self, node: &str, csr_pem: &str) -> Result<String, CertError> {
+        let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem)?;
+        let mut params = named(node, node.to_owned(), vec![node.to_owned()])?;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        csr.params = params;
+        let cert = csr.signed_by(&self.cert, &self.key)?;
+        Ok(format!("{}{}", cert.pem(), self.chain))
+    }
+
     /// The CA certificate (PEM), which every node trusts.
     pub fn cert_pem(&self) -> String {
         self.pem.clone()
@@ -182,6 +206,15 @@ impl Ca {
             pem,
         })
     }
+}
+
+/// A new key and a certificate signing request naming `node`, for joining a relay:
+/// (key PEM, request PEM).
+pub fn join_request(node: &str) -> Result<(String, String), CertError> {
+    let key = KeyPair::generate()?;
+    let params = named(node, node.to_owned(), vec![node.to_owned()])?;
+    let csr = params.serialize_request(&key)?;
+    Ok((key.serialize_pem(), csr.pem()?))
 }
 
 /// Certificate parameters with this common name and DNS names, once `node` is known to

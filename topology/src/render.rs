@@ -176,7 +176,7 @@ pub fn render(
         if r.join_tokens > 0 {
             let _ = writeln!(
                 y,
-                "# {} single-use join tokens for agents not listed: join/{n}.tokens, and the\n# intermediate CA to sign their certificates: join/{n}.ca.crt, join/{n}.ca.key\n# (not read by the relay yet: admitting agents by token is not built)",
+                "# admits agents not listed that join with one of {} single-use tokens\njoin: {{ tokens: join/{n}.tokens, ca_cert: join/{n}.ca.crt, ca_key: join/{n}.ca.key }}",
                 r.join_tokens,
                 n = r.name
             );
