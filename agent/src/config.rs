@@ -20,12 +20,22 @@ pub struct AgentConfig {
     pub properties: BTreeMap<String, String>,
     /// The parent relay.
     pub parent: ParentConfig,
-    /// Certificate files.
+    /// Certificate files. For an agent that joins with a token: its key and chain in the
+    /// data directory (written by the join), and the CA of `join.ca`.
     pub tls: TlsFiles,
+    /// Joining the parent with a single-use token, when the agent has no certificate yet.
+    pub join: Option<JoinConfig>,
     /// Where the desired state is kept.
     pub data: PathBuf,
     /// The simulated cluster's behaviour (the only backend today).
     pub simulated: Simulated,
+}
+
+/// Joining the parent relay with a single-use token.
+#[derive(Debug, Clone)]
+pub struct JoinConfig {
+    /// The token (from the relay's `join/<relay>.tokens`).
+    pub token: String,
 }
 
 /// How the simulated cluster behaves.
@@ -46,10 +56,20 @@ struct Raw {
     #[serde(default)]
     properties: BTreeMap<String, String>,
     parent: RawParent,
-    tls: RawTls,
+    #[serde(default)]
+    tls: Option<RawTls>,
+    #[serde(default)]
+    join: Option<RawJoin>,
     data: PathBuf,
     #[serde(default)]
     simulated: Option<RawSimulated>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJoin {
+    token: String,
+    ca: PathBuf,
 }
 
 #[derive(Debug, Deserialize)]
@@ -87,7 +107,30 @@ impl AgentConfig {
                 raw.parent.address
             ));
         }
-        let (Some(address), true) = (address, faults.is_empty()) else {
+        let data = base.join(&raw.data);
+        let (tls, join) = match (raw.tls, raw.join) {
+            (Some(tls), None) => (Some(tls.resolve(base)), None),
+            (None, Some(j)) => {
+                if j.token.trim().is_empty() {
+                    faults.push("join.token: empty".to_owned());
+                }
+                let tls = TlsFiles {
+                    cert: data.join(format!("{}.crt", raw.cluster)),
+                    key: data.join(format!("{}.key", raw.cluster)),
+                    ca: base.join(j.ca),
+                };
+                (Some(tls), Some(JoinConfig { token: j.token }))
+            }
+            (Some(_), Some(_)) => {
+                faults.push("join: and tls: exclude each other (an agent that joins keeps its key and certificate in its data directory)".to_owned());
+                (None, None)
+            }
+            (None, None) => {
+                faults.push("tls: required (or join:, to join with a token)".to_owned());
+                (None, None)
+            }
+        };
+        let (Some(address), Some(tls), true) = (address, tls, faults.is_empty()) else {
             anyhow::bail!("{}: {}", path.display(), faults.join("; "));
         };
         let simulated = raw.simulated.unwrap_or(RawSimulated {
@@ -102,8 +145,9 @@ impl AgentConfig {
                 name: raw.parent.name,
                 address,
             },
-            tls: raw.tls.resolve(base),
-            data: base.join(raw.data),
+            tls,
+            join,
+            data,
             simulated: Simulated {
                 ready_delay: Duration::from_millis(simulated.ready_delay_ms.unwrap_or(500)),
                 fail: simulated.fail,

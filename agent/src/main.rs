@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use strata_agent::config::AgentConfig;
 use strata_agent::runtime::{self, AgentParts};
@@ -47,6 +48,9 @@ async fn main() -> std::process::ExitCode {
 
 async fn run(path: &std::path::Path) -> anyhow::Result<()> {
     let config = AgentConfig::load(path)?;
+    if let Some(join) = &config.join {
+        join_once(&config, &join.token).await?;
+    }
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
     let store = SledStore::open(&config.data)?;
     let connector =
@@ -72,6 +76,33 @@ async fn run(path: &std::path::Path) -> anyhow::Result<()> {
     wait_for_signal().await;
     tracing::info!("shutting down");
     handle.shutdown().await;
+    Ok(())
+}
+
+/// Joins the parent with the token unless an earlier run did (its certificate is in the
+/// data directory): the key and chain are written there, the certificate last.
+async fn join_once(config: &AgentConfig, token: &str) -> anyhow::Result<()> {
+    if config.tls.cert.exists() {
+        return Ok(());
+    }
+    let parent = &config.parent;
+    tracing::info!(relay = %parent.name, cluster = %config.cluster, "joining with a token");
+    let joined = strata_relay::join::join(
+        &parent.name,
+        parent.address,
+        &config.tls.ca,
+        &config.cluster,
+        token,
+    )
+    .await?;
+    std::fs::create_dir_all(&config.data)
+        .with_context(|| format!("cannot create {}", config.data.display()))?;
+    strata_relay::certs::write_secret(&config.tls.key, &joined.key_pem)?;
+    let tmp = config.tls.cert.with_extension("crt.tmp");
+    strata_relay::certs::write(&tmp, &joined.chain_pem)?;
+    std::fs::rename(&tmp, &config.tls.cert)
+        .with_context(|| format!("cannot write {}", config.tls.cert.display()))?;
+    tracing::info!(cert = %config.tls.cert.display(), "joined; certificate saved");
     Ok(())
 }
 
