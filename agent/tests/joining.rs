@@ -7,6 +7,8 @@
 
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -118,20 +120,6 @@ fn start_agent(id: &Identity, name: &str, parent: SocketAddr) -> AgentHandle {
     .unwrap()
 }
 
-const APP: &str = "
-apiVersion: apps/v1
-kind: Deployment
-metadata: { name: pos, namespace: pos, labels: { app: pos } }
-spec: { replicas: 2 }
----
-apiVersion: strata.dev/v1alpha1
-kind: Placement
-metadata: { name: pos-app }
-spec:
-  objects: [ { kinds: [Deployment], selector: { matchLabels: { app: pos } } } ]
-  clusters: { selector: { matchLabels: { role: pos } } }
-";
-
 async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
@@ -225,7 +213,7 @@ async fn an_agent_joins_with_a_token_once_and_stays_admitted_across_a_relay_rest
             == Some(true)
     })
     .await;
-    let manifests = parse_manifests(APP, &Space::default_space()).unwrap();
+    let manifests = parse_manifests(common::POS_APP, &Space::default_space()).unwrap();
     root.query(move |c| c.apply_manifests(&manifests).unwrap())
         .await
         .unwrap();

@@ -96,10 +96,23 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// TLS for a node's listener: TLS 1.3, client certificates required and verified
 /// against the CA.
 pub fn server_config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let verifier =
-        WebPkiClientVerifier::builder_with_provider(Arc::new(id.roots.clone()), provider())
-            .build()
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+    server_config_with(id, false)
+}
+
+fn server_config_with(
+    id: &Identity,
+    allow_unauthenticated: bool,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let builder =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(id.roots.clone()), provider());
+    let builder = if allow_unauthenticated {
+        builder.allow_unauthenticated()
+    } else {
+        builder
+    };
+    let verifier = builder
+        .build()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Config(e.to_string()))?
@@ -115,19 +128,7 @@ pub fn server_config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, TlsErro
 /// connection names no node; the relay lets it do one join exchange and nothing else.
 /// A certificate that is presented is still verified against the CA.
 pub fn server_config_admitting_joins(id: &Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let verifier =
-        WebPkiClientVerifier::builder_with_provider(Arc::new(id.roots.clone()), provider())
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| TlsError::Config(e.to_string()))?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(id.certs.clone(), id.key.clone_key())
-        .map_err(|e| TlsError::Config(e.to_string()))?;
-    config.alpn_protocols = vec![ALPN.to_vec()];
-    Ok(Arc::new(config))
+    server_config_with(id, true)
 }
 
 /// TLS for an agent joining a relay: the relay verified against the CA (PEM file), no
