@@ -155,3 +155,40 @@ impl AgentConfig {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str =
+        "cluster: store-1\nparent: { name: fr, address: \"127.0.0.1:7443\" }\ndata: data/store-1\n";
+
+    fn load(dir: &Path, extra: &str) -> anyhow::Result<AgentConfig> {
+        let path = dir.join("agent.yaml");
+        std::fs::write(&path, format!("{BASE}{extra}")).unwrap();
+        AgentConfig::load(&path)
+    }
+
+    #[test]
+    fn a_joining_agent_keeps_its_certificate_in_its_data_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let c = load(d, "join: { token: abc, ca: ca.crt }\n").unwrap();
+        assert_eq!(c.join.unwrap().token, "abc");
+        assert_eq!(c.tls.cert, d.join("data/store-1/store-1.crt"));
+        assert_eq!(c.tls.key, d.join("data/store-1/store-1.key"));
+        assert_eq!(c.tls.ca, d.join("ca.crt"));
+        let both = "join: { token: abc, ca: ca.crt }\ntls: { cert: a, key: b, ca: c }\n";
+        let err = load(d, both).unwrap_err().to_string();
+        assert!(err.ends_with("join: and tls: exclude each other (an agent that joins keeps its key and certificate in its data directory)"), "{err}");
+        let err = load(d, "").unwrap_err().to_string();
+        assert!(
+            err.ends_with("tls: required (or join:, to join with a token)"),
+            "{err}"
+        );
+        let err = load(d, "join: { token: \" \", ca: ca.crt }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.ends_with("join.token: empty"), "{err}");
+    }
+}

@@ -384,6 +384,22 @@ api: { listen: 127.0.0.1:1, tokens: t }
     }
 
     #[test]
+    fn a_join_section_names_its_files_relative_to_the_config() {
+        let text = format!(
+            "{ROOT}join: {{ tokens: join/center.tokens, ca_cert: join/center.ca.crt, ca_key: join/center.ca.key }}\n"
+        );
+        let c = NodeConfig::parse(&text, Path::new("/etc/strata")).unwrap();
+        let join = c.join.unwrap();
+        assert_eq!(join.tokens, Path::new("/etc/strata/join/center.tokens"));
+        assert_eq!(join.ca_key, Path::new("/etc/strata/join/center.ca.key"));
+        let text = "node: leaf\nparent: { name: center, address: 127.0.0.1:1 }\ntls: { cert: a, key: b, ca: c }\ndata: d\njoin: { tokens: t, ca_cert: c, ca_key: k }\n";
+        let Err(Refusal::Invalid(faults)) = NodeConfig::parse(text, Path::new(".")) else {
+            panic!("accepted");
+        };
+        assert_eq!(faults, ["join: admitting agents needs a listen address"]);
+    }
+
+    #[test]
     fn a_missing_file_is_an_error_naming_it() {
         let err = NodeConfig::load(Path::new("/nonexistent/strata.yaml")).unwrap_err();
         assert!(

@@ -348,3 +348,47 @@ pub async fn join(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unusable_join_files_are_named_with_their_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let files = JoinFiles {
+            tokens: d.join("eu.tokens"),
+            ca_cert: d.join("eu.ca.crt"),
+            ca_key: d.join("eu.ca.key"),
+        };
+        let err = Joining::load("eu", &files).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "join.tokens: {}: cannot read",
+                files.tokens.display()
+            )),
+            "{err}"
+        );
+        std::fs::write(&files.tokens, "\n  \n").unwrap();
+        let err = Joining::load("eu", &files).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("join.tokens: {}: holds no token", files.tokens.display())
+        );
+        std::fs::write(&files.tokens, "t1\n").unwrap();
+        let ca = Ca::generate("test").unwrap().issue_join_ca("eu").unwrap();
+        std::fs::write(&files.ca_cert, ca.cert_pem()).unwrap();
+        let err = Joining::load("eu", &files).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "join.ca_key: {}: cannot read",
+                files.ca_key.display()
+            )),
+            "{err}"
+        );
+        std::fs::write(&files.ca_key, ca.key_pem()).unwrap();
+        let joining = Joining::load("eu", &files).unwrap();
+        assert!(joining.tokens.contains(&token_id("t1")));
+    }
+}
