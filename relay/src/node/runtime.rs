@@ -416,7 +416,7 @@ fn handle(
             let answer = match admissions {
                 Some(a) => a.admit(core, &request),
                 None => JoinReply::Refused {
-                    relay: String::new(),
+                    relay: core.name().to_owned(),
                     reason: "this relay admits no agents by token".into(),
                 },
             };
