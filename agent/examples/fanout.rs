@@ -70,6 +70,7 @@ fn node(
         summary_interval: Duration::from_millis(100),
         clock: Clock::start(),
         run: id,
+        joining: None,
     })?;
     Ok((handle, addr))
 }

@@ -20,8 +20,11 @@ pub struct AgentConfig {
     pub properties: BTreeMap<String, String>,
     /// The parent relay.
     pub parent: ParentConfig,
-    /// Certificate files.
+    /// Certificate files. For an agent that joins with a token: its key and chain in the
+    /// data directory (written by the join), and the CA of `join.ca`.
     pub tls: TlsFiles,
+    /// Joining the parent with a single-use token, when the agent has no certificate yet.
+    pub join: Option<JoinConfig>,
     /// Where the desired state is kept.
     pub data: PathBuf,
     /// The cluster backend.
@@ -46,6 +49,13 @@ pub struct Kubernetes {
     pub force_conflicts: bool,
 }
 
+/// Joining the parent relay with a single-use token.
+#[derive(Debug, Clone)]
+pub struct JoinConfig {
+    /// The token (from the relay's `join/<relay>.tokens`).
+    pub token: String,
+}
+
 /// How the simulated cluster behaves.
 #[derive(Debug, Clone)]
 pub struct Simulated {
@@ -64,7 +74,10 @@ struct Raw {
     #[serde(default)]
     properties: BTreeMap<String, String>,
     parent: RawParent,
-    tls: RawTls,
+    #[serde(default)]
+    tls: Option<RawTls>,
+    #[serde(default)]
+    join: Option<RawJoin>,
     data: PathBuf,
     #[serde(default)]
     simulated: Option<RawSimulated>,
@@ -84,6 +97,13 @@ struct RawKubernetes {
     in_cluster: bool,
     #[serde(default)]
     force_conflicts: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJoin {
+    token: String,
+    ca: PathBuf,
 }
 
 #[derive(Debug, Deserialize)]
@@ -131,7 +151,30 @@ impl AgentConfig {
             faults
                 .push("kubernetes: kubeconfig and in_cluster: true exclude each other".to_owned());
         }
-        let (Some(address), true) = (address, faults.is_empty()) else {
+        let data = base.join(&raw.data);
+        let (tls, join) = match (raw.tls, raw.join) {
+            (Some(tls), None) => (Some(tls.resolve(base)), None),
+            (None, Some(j)) => {
+                if j.token.trim().is_empty() {
+                    faults.push("join.token: empty".to_owned());
+                }
+                let tls = TlsFiles {
+                    cert: data.join(format!("{}.crt", raw.cluster)),
+                    key: data.join(format!("{}.key", raw.cluster)),
+                    ca: base.join(j.ca),
+                };
+                (Some(tls), Some(JoinConfig { token: j.token }))
+            }
+            (Some(_), Some(_)) => {
+                faults.push("join: and tls: exclude each other (an agent that joins keeps its key and certificate in its data directory)".to_owned());
+                (None, None)
+            }
+            (None, None) => {
+                faults.push("tls: required (or join:, to join with a token)".to_owned());
+                (None, None)
+            }
+        };
+        let (Some(address), Some(tls), true) = (address, tls, faults.is_empty()) else {
             anyhow::bail!("{}: {}", path.display(), faults.join("; "));
         };
         let backend = match raw.kubernetes {
@@ -162,8 +205,9 @@ impl AgentConfig {
                 name: raw.parent.name,
                 address,
             },
-            tls: raw.tls.resolve(base),
-            data: base.join(raw.data),
+            tls,
+            join,
+            data,
             backend,
         })
     }
@@ -213,5 +257,37 @@ mod tests {
         .to_string();
         assert!(e.contains("name one cluster backend"), "{e}");
         assert!(e.contains("exclude each other"), "{e}");
+    }
+
+    const JOIN_BASE: &str =
+        "cluster: store-1\nparent: { name: fr, address: \"127.0.0.1:7443\" }\ndata: data/store-1\n";
+
+    fn load_in(dir: &Path, extra: &str) -> anyhow::Result<AgentConfig> {
+        let path = dir.join("agent.yaml");
+        std::fs::write(&path, format!("{JOIN_BASE}{extra}")).unwrap();
+        AgentConfig::load(&path)
+    }
+
+    #[test]
+    fn a_joining_agent_keeps_its_certificate_in_its_data_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let c = load_in(d, "join: { token: abc, ca: ca.crt }\n").unwrap();
+        assert_eq!(c.join.unwrap().token, "abc");
+        assert_eq!(c.tls.cert, d.join("data/store-1/store-1.crt"));
+        assert_eq!(c.tls.key, d.join("data/store-1/store-1.key"));
+        assert_eq!(c.tls.ca, d.join("ca.crt"));
+        let both = "join: { token: abc, ca: ca.crt }\ntls: { cert: a, key: b, ca: c }\n";
+        let err = load_in(d, both).unwrap_err().to_string();
+        assert!(err.ends_with("join: and tls: exclude each other (an agent that joins keeps its key and certificate in its data directory)"), "{err}");
+        let err = load_in(d, "").unwrap_err().to_string();
+        assert!(
+            err.ends_with("tls: required (or join:, to join with a token)"),
+            "{err}"
+        );
+        let err = load_in(d, "join: { token: \" \", ca: ca.crt }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.ends_with("join.token: empty"), "{err}");
     }
 }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use strata_agent::backend::ClusterBackend;
 use strata_agent::config::{AgentConfig, Backend};
@@ -53,6 +54,9 @@ async fn main() -> std::process::ExitCode {
 
 async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Result<()> {
     let mut config = AgentConfig::load(path)?;
+    if let Some(join) = &config.join {
+        join_once(&config, &join.token).await?;
+    }
     if let Some(kc) = kubeconfig {
         match &mut config.backend {
             Backend::Kubernetes(k) => k.connect = Connect::Kubeconfig(kc),
@@ -105,6 +109,33 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
     wait_for_signal().await;
     tracing::info!("shutting down");
     handle.shutdown().await;
+    Ok(())
+}
+
+/// Joins the parent with the token unless an earlier run did (its certificate is in the
+/// data directory): the key and chain are written there, the certificate last.
+async fn join_once(config: &AgentConfig, token: &str) -> anyhow::Result<()> {
+    if config.tls.cert.exists() {
+        return Ok(());
+    }
+    let parent = &config.parent;
+    tracing::info!(relay = %parent.name, cluster = %config.cluster, "joining with a token");
+    let joined = strata_relay::join::join(
+        &parent.name,
+        parent.address,
+        &config.tls.ca,
+        &config.cluster,
+        token,
+    )
+    .await?;
+    std::fs::create_dir_all(&config.data)
+        .with_context(|| format!("cannot create {}", config.data.display()))?;
+    strata_relay::certs::write_secret(&config.tls.key, &joined.key_pem)?;
+    let tmp = config.tls.cert.with_extension("crt.tmp");
+    strata_relay::certs::write(&tmp, &joined.chain_pem)?;
+    std::fs::rename(&tmp, &config.tls.cert)
+        .with_context(|| format!("cannot write {}", config.tls.cert.display()))?;
+    tracing::info!(cert = %config.tls.cert.display(), "joined; certificate saved");
     Ok(())
 }
 

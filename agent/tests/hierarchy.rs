@@ -85,6 +85,7 @@ fn start_labelled(
         summary_interval: Duration::from_millis(100),
         clock: Clock::start(),
         run: rand_run(name),
+        joining: None,
     })
     .unwrap();
     (handle, addr)

@@ -187,18 +187,29 @@ fn relay_up_connects_every_link_and_stops_every_process() {
     let export = up.until("export STRATA_SERVER=", &dir);
     assert_eq!(processes_in(&dir).len(), 6, "{:?}", processes_in(&dir));
 
-    // The printed credentials reach the root, which knows every cluster by its path.
-    let out = Command::new(common::bin("relay"))
-        .arg("clusters")
-        .envs(env_of(&export))
-        .output()
-        .unwrap();
-    let clusters = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // The printed credentials reach the root, which knows every cluster by its path
+    // (once the inventory has climbed there: links connect before reports arrive).
+    let mut clusters = String::new();
+    for _ in 0..100 {
+        let out = Command::new(common::bin("relay"))
+            .arg("clusters")
+            .envs(env_of(&export))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        clusters = String::from_utf8_lossy(&out.stdout).into_owned();
+        if ["shop-1", "shop-2", "depot"]
+            .iter()
+            .all(|c| clusters.contains(c))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     for c in [
         "center/eu/eu-site  ",
         "shop-1",

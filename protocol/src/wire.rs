@@ -430,3 +430,33 @@ impl ParentToChild {
         }
     }
 }
+
+/// What an agent that is not in the topology sends, once, on a connection without a
+/// client certificate, to join a relay that admits agents by token. It is the only
+/// message such a connection may carry; it travels alone on one unidirectional stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinRequest {
+    /// The cluster (node) name the agent asks its certificate to carry.
+    pub cluster: String,
+    /// A single-use join token issued for the relay.
+    pub token: String,
+    /// A PKCS#10 certificate signing request (PEM) for the agent's own key.
+    pub csr_pem: String,
+}
+
+/// The relay's answer to a [`JoinRequest`]; the relay closes the connection after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JoinReply {
+    /// Admitted: the agent's certificate chain (PEM: leaf, then the relay's join CA).
+    Granted {
+        /// The chain.
+        chain_pem: String,
+    },
+    /// Refused (an unknown or used token, a name already taken, a bad request).
+    Refused {
+        /// The relay that refused.
+        relay: String,
+        /// Why.
+        reason: String,
+    },
+}

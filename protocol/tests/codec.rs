@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use strata_protocol::codec::{
     self, DEFAULT_MAX_FRAME, DecodeError, EncodeError, FRAME_HEADER_LEN, FrameDecoder,
 };
-use strata_protocol::wire::{ChildToParent, ParentToChild};
-use strategies::{child_to_parent, parent_to_child};
+use strata_protocol::wire::{ChildToParent, JoinReply, JoinRequest, ParentToChild};
+use strategies::{child_to_parent, join_reply, join_request, parent_to_child};
 
 fn frame<M: serde::Serialize>(msg: &M) -> Vec<u8> {
     let mut out = Vec::new();
@@ -33,6 +33,18 @@ proptest! {
         let (back, used) = codec::decode::<ParentToChild>(&bytes, DEFAULT_MAX_FRAME).unwrap().unwrap();
         prop_assert_eq!(used, bytes.len());
         prop_assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn join_messages_round_trip(request in join_request(), reply in join_reply()) {
+        let bytes = frame(&request);
+        let (back, used) = codec::decode::<JoinRequest>(&bytes, DEFAULT_MAX_FRAME).unwrap().unwrap();
+        prop_assert_eq!(used, bytes.len());
+        prop_assert_eq!(back, request);
+        let bytes = frame(&reply);
+        let (back, used) = codec::decode::<JoinReply>(&bytes, DEFAULT_MAX_FRAME).unwrap().unwrap();
+        prop_assert_eq!(used, bytes.len());
+        prop_assert_eq!(back, reply);
     }
 
     /// A strict prefix of a frame is never a message: it waits for more bytes or, when

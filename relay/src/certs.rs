@@ -2,4 +2,4 @@
 //! [`strata_topology::certs`] (the topology issues them); re-exported here for the
 //! relay's users (tests, the fanout example).
 
-pub use strata_topology::certs::{Ca, CertError, NodeCert, write, write_secret};
+pub use strata_topology::certs::{Ca, CertError, NodeCert, join_request, write, write_secret};

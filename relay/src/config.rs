@@ -35,6 +35,20 @@ pub struct NodeConfig {
     pub metrics: Option<SocketAddr>,
     /// How often merged status summaries are sent upward.
     pub summary_interval: Duration,
+    /// Admitting agents that join with a single-use token, if this node does.
+    pub join: Option<JoinFiles>,
+}
+
+/// What a relay needs to admit agents joining with a single-use token (issued by
+/// `relay topology certs` for a `joining:` entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinFiles {
+    /// The tokens, one per line.
+    pub tokens: PathBuf,
+    /// The intermediate CA certificate that signs joining agents' certificates.
+    pub ca_cert: PathBuf,
+    /// Its key.
+    pub ca_key: PathBuf,
 }
 
 /// Where the parent is and what its certificate must say.
@@ -129,6 +143,16 @@ struct RawConfig {
     metrics: Option<String>,
     #[serde(default)]
     summary_interval_ms: Option<u64>,
+    #[serde(default)]
+    join: Option<RawJoin>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJoin {
+    tokens: PathBuf,
+    ca_cert: PathBuf,
+    ca_key: PathBuf,
 }
 
 /// The `parent` section as written (shared by the agent's configuration).
@@ -248,6 +272,14 @@ impl NodeConfig {
             Some(ms) => Duration::from_millis(ms),
             None => DEFAULT_SUMMARY_INTERVAL,
         };
+        if raw.join.is_some() && raw.listen.is_none() {
+            faults.push("join: admitting agents needs a listen address".to_owned());
+        }
+        let join = raw.join.map(|j| JoinFiles {
+            tokens: base.join(j.tokens),
+            ca_cert: base.join(j.ca_cert),
+            ca_key: base.join(j.ca_key),
+        });
         if !faults.is_empty() {
             return Err(Refusal::Invalid(faults));
         }
@@ -262,6 +294,7 @@ impl NodeConfig {
             api,
             metrics,
             summary_interval,
+            join,
         })
     }
 
@@ -348,6 +381,22 @@ api: { listen: 127.0.0.1:1, tokens: t }
                 "listen: required when the node has children",
             ]
         );
+    }
+
+    #[test]
+    fn a_join_section_names_its_files_relative_to_the_config() {
+        let text = format!(
+            "{ROOT}join: {{ tokens: join/center.tokens, ca_cert: join/center.ca.crt, ca_key: join/center.ca.key }}\n"
+        );
+        let c = NodeConfig::parse(&text, Path::new("/etc/strata")).unwrap();
+        let join = c.join.unwrap();
+        assert_eq!(join.tokens, Path::new("/etc/strata/join/center.tokens"));
+        assert_eq!(join.ca_key, Path::new("/etc/strata/join/center.ca.key"));
+        let text = "node: leaf\nparent: { name: center, address: 127.0.0.1:1 }\ntls: { cert: a, key: b, ca: c }\ndata: d\njoin: { tokens: t, ca_cert: c, ca_key: k }\n";
+        let Err(Refusal::Invalid(faults)) = NodeConfig::parse(text, Path::new(".")) else {
+            panic!("accepted");
+        };
+        assert_eq!(faults, ["join: admitting agents needs a listen address"]);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! * [`client`]: the CLI's HTTPS client of the API.
 //! * [`config`]: the node configuration file, validated with every fault named.
 //! * [`demo`]: `relay demo`, a whole hierarchy of processes on this machine.
+//! * [`join`]: agents that are not in the topology join a relay with a single-use token.
 //! * [`metrics`]: Prometheus text metrics over HTTP.
 //! * [`node`]: a node's sync core and the tasks driving it.
 //! * [`objects`]: user manifests (any Kubernetes object, placements) into objects.
@@ -29,6 +30,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod join;
 pub mod metrics;
 pub mod node;
 pub mod objects;

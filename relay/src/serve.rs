@@ -8,6 +8,7 @@ use anyhow::Context;
 use strata_protocol::sync::SessionConfig;
 
 use crate::config::NodeConfig;
+use crate::join::Joining;
 use crate::node::clock::Clock;
 use crate::node::runtime::{self, NodeHandle, NodeParts};
 use crate::store::{SledStore, Store};
@@ -27,12 +28,17 @@ pub fn start_with_store(config: &NodeConfig) -> anyhow::Result<(NodeHandle, Arc<
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
     let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.data)?);
     let secret = endpoint_secret(&config.data)?;
+    let joining = match &config.join {
+        Some(files) => Some(Arc::new(Joining::load(&config.node, files)?)),
+        None => None,
+    };
+    // Only a relay admitting joins lets a client in without a certificate.
+    let server_tls = match joining {
+        Some(_) => tls::server_config_admitting_joins(&identity)?,
+        None => tls::server_config(&identity)?,
+    };
     let listener = match config.listen {
-        Some(addr) => Some(transport::server_endpoint(
-            addr,
-            tls::server_config(&identity)?,
-            secret,
-        )?),
+        Some(addr) => Some(transport::server_endpoint(addr, server_tls, secret)?),
         None => None,
     };
     let connector = match &config.parent {
@@ -54,6 +60,7 @@ pub fn start_with_store(config: &NodeConfig) -> anyhow::Result<(NodeHandle, Arc<
         summary_interval: config.summary_interval,
         clock: Clock::start(),
         run: random_u64(),
+        joining,
     })?;
     Ok((handle, store))
 }

@@ -96,10 +96,23 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// TLS for a node's listener: TLS 1.3, client certificates required and verified
 /// against the CA.
 pub fn server_config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let verifier =
-        WebPkiClientVerifier::builder_with_provider(Arc::new(id.roots.clone()), provider())
-            .build()
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+    server_config_with(id, false)
+}
+
+fn server_config_with(
+    id: &Identity,
+    allow_unauthenticated: bool,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let builder =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(id.roots.clone()), provider());
+    let builder = if allow_unauthenticated {
+        builder.allow_unauthenticated()
+    } else {
+        builder
+    };
+    let verifier = builder
+        .build()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Config(e.to_string()))?
@@ -108,6 +121,34 @@ pub fn server_config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, TlsErro
         .map_err(|e| TlsError::Config(e.to_string()))?;
     config.alpn_protocols = vec![ALPN.to_vec()];
     Ok(Arc::new(config))
+}
+
+/// TLS for the listener of a relay that admits agents joining with a token: like
+/// [`server_config`], but a client may also connect without a certificate. Such a
+/// connection names no node; the relay lets it do one join exchange and nothing else.
+/// A certificate that is presented is still verified against the CA.
+pub fn server_config_admitting_joins(id: &Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    server_config_with(id, true)
+}
+
+/// TLS for an agent joining a relay: the relay verified against the CA (PEM file), no
+/// client certificate (the agent has none yet).
+pub fn join_client_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(roots_from(ca)?)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The certificates the peer presented (leaf first); `None` when it presented none.
+pub fn peer_chain(conn: &quinn::Connection) -> Option<Vec<CertificateDer<'static>>> {
+    conn.peer_identity()?
+        .downcast::<Vec<CertificateDer<'static>>>()
+        .ok()
+        .map(|c| *c)
 }
 
 /// TLS for a node's link to its parent: TLS 1.3, the parent verified against the CA,
@@ -157,6 +198,17 @@ pub fn api_server_config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, Tls
 
 /// TLS for API clients: the root verified against the CA, no client certificate.
 pub fn api_client_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let roots = roots_from(ca)?;
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+fn roots_from(ca: &Path) -> Result<RootCertStore, TlsError> {
     let pem = std::fs::read(ca).map_err(|e| file_err(ca, format!("cannot read: {e}")))?;
     let mut roots = RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(&pem) {
@@ -168,11 +220,5 @@ pub fn api_client_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>, TlsErro
     if roots.is_empty() {
         return Err(file_err(ca, "holds no CA certificate"));
     }
-    let mut config = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok(roots)
 }

@@ -279,6 +279,7 @@ impl Shared {
             summary_interval: SUMMARY_INTERVAL,
             clock: Clock::start_at(wall_now()),
             run: rng.next_u64(),
+            joining: None,
         })?;
         self.relays.borrow_mut().insert(name, handle.client());
         handle.wait().await?;

@@ -62,6 +62,8 @@ pub struct Ca {
     key: KeyPair,
     /// The certificate as users hold it (kept byte for byte when loaded).
     pem: String,
+    /// Certificates between this CA and the root (PEM), appended to what it issues.
+    chain: String,
 }
 
 impl std::fmt::Debug for Ca {
@@ -97,7 +99,12 @@ impl Ca {
         let key = KeyPair::generate()?;
         let cert = params.self_signed(&key)?;
         let pem = cert.pem();
-        Ok(Ca { cert, key, pem })
+        Ok(Ca {
+            cert,
+            key,
+            pem,
+            chain: String::new(),
+        })
     }
 
     /// An existing CA from its certificate and key (PEM files).
@@ -113,7 +120,36 @@ impl Ca {
         // Signing needs an rcgen certificate: re-derive one with the same subject and key.
         // Issued certificates name the CA's subject and verify against the original.
         let cert = params.self_signed(&key).map_err(|e| bad(cert_path, e))?;
-        Ok(Ca { cert, key, pem })
+        Ok(Ca {
+            cert,
+            key,
+            pem,
+            chain: String::new(),
+        })
+    }
+
+    /// A relay's join CA (issued by [`Ca::issue_join_ca`]) from its files: what it
+    /// issues carries it as the chain's second certificate.
+    pub fn load_join_ca(cert_path: &Path, key_path: &Path) -> Result<Ca, CertError> {
+        let mut ca = Ca::load(cert_path, key_path)?;
+        ca.chain = ca.pem.clone();
+        Ok(ca)
+    }
+
+    /// Issues a certificate naming `node` for the public key of a certificate signing
+    /// request (PEM). Nothing else of the request is used: the name, usages and validity
+    /// are ours. Returns the chain (PEM): the certificate, then this CA's chain.
+    pub fn issue_for_csr(&self, node: &str, csr_pem: &str) -> Result<String, CertError> {
+        let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem)?;
+        let mut params = named(node, node.to_owned(), vec![node.to_owned()])?;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        csr.params = params;
+        let cert = csr.signed_by(&self.cert, &self.key)?;
+        Ok(format!("{}{}", cert.pem(), self.chain))
     }
 
     /// The CA certificate (PEM), which every node trusts.
@@ -133,14 +169,7 @@ impl Ca {
     }
 
     fn issue_for_key(&self, node: &str, key: KeyPair) -> Result<NodeCert, CertError> {
-        check_node_name(node).map_err(|reason| CertError::BadName {
-            name: node.to_owned(),
-            reason,
-        })?;
-        let mut params = CertificateParams::new(vec![node.to_owned()])?;
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, node);
-        params.distinguished_name = dn;
+        let mut params = named(node, node.to_owned(), vec![node.to_owned()])?;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
@@ -149,10 +178,61 @@ impl Ca {
         let cert = params.signed_by(&key, &self.cert, &self.key)?;
         Ok(NodeCert {
             name: node.to_owned(),
-            cert_pem: cert.pem(),
+            cert_pem: format!("{}{}", cert.pem(), self.chain),
             key_pem: key.serialize_pem(),
         })
     }
+
+    /// An intermediate CA for `relay` to sign the certificates of agents that join below
+    /// it with a token; it may issue node certificates only (path length 0).
+    pub fn issue_join_ca(&self, relay: &str) -> Result<Ca, CertError> {
+        self.issue_join_ca_for_key(relay, KeyPair::generate()?)
+    }
+
+    fn issue_join_ca_for_key(&self, relay: &str, key: KeyPair) -> Result<Ca, CertError> {
+        let mut params = named(relay, format!("{relay} join CA"), Vec::new())?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.signed_by(&key, &self.cert, &self.key)?;
+        let pem = cert.pem();
+        Ok(Ca {
+            cert,
+            key,
+            chain: format!("{pem}{}", self.chain),
+            pem,
+        })
+    }
+}
+
+/// A new key and a certificate signing request naming `node`, for joining a relay:
+/// (key PEM, request PEM).
+pub fn join_request(node: &str) -> Result<(String, String), CertError> {
+    let key = KeyPair::generate()?;
+    let params = named(node, node.to_owned(), vec![node.to_owned()])?;
+    let csr = params.serialize_request(&key)?;
+    Ok((key.serialize_pem(), csr.pem()?))
+}
+
+/// Certificate parameters with this common name and DNS names, once `node` is known to
+/// be a name a certificate can carry.
+fn named(
+    node: &str,
+    common_name: String,
+    dns: Vec<String>,
+) -> Result<CertificateParams, CertError> {
+    check_node_name(node).map_err(|reason| CertError::BadName {
+        name: node.to_owned(),
+        reason,
+    })?;
+    let mut params = CertificateParams::new(dns)?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    params.distinguished_name = dn;
+    Ok(params)
 }
 
 impl NodeCert {
@@ -226,6 +306,14 @@ pub mod files {
     /// The single-use join tokens a relay admits, one per line.
     pub fn join_tokens(dir: &Path, relay: &str) -> PathBuf {
         dir.join("join").join(format!("{relay}.tokens"))
+    }
+    /// The intermediate CA certificate a relay signs joining agents' certificates with.
+    pub fn join_ca_cert(dir: &Path, relay: &str) -> PathBuf {
+        dir.join("join").join(format!("{relay}.ca.crt"))
+    }
+    /// Its key.
+    pub fn join_ca_key(dir: &Path, relay: &str) -> PathBuf {
+        dir.join("join").join(format!("{relay}.ca.key"))
     }
 }
 
@@ -325,29 +413,25 @@ pub fn issue_all(
         },
     };
     for node in topology.node_names() {
-        let (cert, key) = (files::node_cert(dir, node), files::node_key(dir, node));
-        match (cert.exists(), key.exists(), force) {
-            (true, true, false) => done.push((cert, Action::Kept)),
-            (_, true, false) => {
-                // A key without its certificate: issue one for the key, never replace it.
-                let key_pair = KeyPair::from_pem(&read(&key)?).map_err(|e| CertError::BadFile {
-                    path: key.clone(),
-                    reason: e.to_string(),
-                })?;
-                write(&cert, &ca.issue_for_key(node, key_pair)?.cert_pem)?;
-                done.push((cert, Action::Created));
-            }
-            (existed, _, _) => {
-                ca.issue(node)?.write_to(dir)?;
-                let action = if existed {
-                    Action::Replaced
-                } else {
-                    Action::Created
-                };
-                done.push((cert, action));
-                done.push((key, action));
-            }
+        done.extend(ensure_pair(
+            files::node_cert(dir, node),
+            files::node_key(dir, node),
+            force,
+            |key| Ok(ca.issue_for_key(node, key)?.cert_pem),
+        )?);
+    }
+    // A relay that admits agents joining with a token gets an intermediate CA to sign
+    // their certificates with (the join exchange itself is not built yet).
+    for relay in topology.relays.iter().filter(|r| r.join_tokens > 0) {
+        if let Some(parent) = files::join_ca_cert(dir, &relay.name).parent() {
+            mkdir(parent)?;
         }
+        done.extend(ensure_pair(
+            files::join_ca_cert(dir, &relay.name),
+            files::join_ca_key(dir, &relay.name),
+            force,
+            |key| Ok(ca.issue_join_ca_for_key(&relay.name, key)?.cert_pem()),
+        )?);
     }
     let api = files::api_tokens(dir);
     done.push(tokens_file(&api, 1, force)?);
@@ -359,6 +443,40 @@ pub fn issue_all(
         done.push(tokens_file(&path, relay.join_tokens as usize, force)?);
     }
     Ok(done)
+}
+
+/// A certificate and its key at these paths: kept when both exist; a certificate issued
+/// for the existing key when only the key does; both new otherwise (or with `force`).
+fn ensure_pair(
+    cert: PathBuf,
+    key: PathBuf,
+    force: bool,
+    issue: impl FnOnce(KeyPair) -> Result<String, CertError>,
+) -> Result<Vec<(PathBuf, Action)>, CertError> {
+    match (cert.exists(), key.exists(), force) {
+        (true, true, false) => Ok(vec![(cert, Action::Kept)]),
+        (_, true, false) => {
+            // A key without its certificate: issue one for the key, never replace it.
+            let key_pair = KeyPair::from_pem(&read(&key)?).map_err(|e| CertError::BadFile {
+                path: key.clone(),
+                reason: e.to_string(),
+            })?;
+            write(&cert, &issue(key_pair)?)?;
+            Ok(vec![(cert, Action::Created)])
+        }
+        (existed, _, _) => {
+            let key_pair = KeyPair::generate()?;
+            let key_pem = key_pair.serialize_pem();
+            write(&cert, &issue(key_pair)?)?;
+            write_secret(&key, &key_pem)?;
+            let action = if existed {
+                Action::Replaced
+            } else {
+                Action::Created
+            };
+            Ok(vec![(cert, action), (key, action)])
+        }
+    }
 }
 
 /// A file of `count` random tokens; an existing one keeps its tokens (some may have been

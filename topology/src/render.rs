@@ -176,8 +176,9 @@ pub fn render(
         if r.join_tokens > 0 {
             let _ = writeln!(
                 y,
-                "# {} single-use join tokens for agents not listed: join/{}.tokens\n# (not read by the relay yet: admitting agents by token is not built)",
-                r.join_tokens, r.name
+                "# admits agents not listed that join with one of {} single-use tokens\njoin: {{ tokens: join/{n}.tokens, ca_cert: join/{n}.ca.crt, ca_key: join/{n}.ca.key }}",
+                r.join_tokens,
+                n = r.name
             );
         }
         let path = dir.join(format!("{}.yaml", r.name));
@@ -236,6 +237,9 @@ fn flow_map(m: &BTreeMap<String, String>) -> String {
         .iter()
         .map(|(k, v)| format!("{}: {}", quote(k), quote(v)))
         .collect();
+    if items.is_empty() {
+        return "{}".to_owned();
+    }
     format!("{{ {} }}", items.join(", "))
 }
 

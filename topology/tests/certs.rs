@@ -152,3 +152,57 @@ fn a_given_ca_issues_the_certificates_and_a_different_one_needs_force() {
         other => panic!("a different CA was accepted: {other:?}"),
     }
 }
+
+#[test]
+fn a_relay_admitting_joiners_gets_an_intermediate_ca_whose_certificates_chain_to_the_root() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    issue_all(&topology(), dir, &CertOptions::default()).unwrap();
+    let (cert, key) = (
+        files::join_ca_cert(dir, "eu"),
+        files::join_ca_key(dir, "eu"),
+    );
+    assert!(
+        !files::join_ca_cert(dir, "center").exists(),
+        "only relays with joining entries"
+    );
+    let join_ca = Ca::load(&cert, &key).unwrap();
+    // What a joining agent would be given: its certificate, then the intermediate.
+    let joined = join_ca.issue("shop-99").unwrap();
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(joined.cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .unwrap();
+    assert_eq!(chain.len(), 1, "a loaded CA appends no chain of its own");
+    let root = der(&files::ca_cert(dir));
+    let anchor = webpki::anchor_from_trusted_cert(&root).unwrap();
+    let ee = webpki::EndEntityCert::try_from(&chain[0]).unwrap();
+    let verify = |intermediates: &[CertificateDer<'static>]| {
+        ee.verify_for_usage(
+            webpki::ALL_VERIFICATION_ALGS,
+            std::slice::from_ref(&anchor),
+            intermediates,
+            UnixTime::now(),
+            webpki::KeyUsage::client_auth(),
+            None,
+            None,
+        )
+        .map(|_| ())
+    };
+    verify(&[der(&cert)]).unwrap();
+    assert!(verify(&[]).is_err(), "verified without the intermediate");
+    ee.verify_is_valid_for_subject_name(&ServerName::try_from("shop-99").unwrap())
+        .unwrap();
+
+    // An intermediate issued in memory appends itself to what it issues.
+    let fresh = Ca::load(&files::ca_cert(dir), &files::ca_key(dir))
+        .unwrap()
+        .issue_join_ca("eu")
+        .unwrap()
+        .issue("shop-100")
+        .unwrap();
+    assert_eq!(
+        CertificateDer::pem_slice_iter(fresh.cert_pem.as_bytes()).count(),
+        2
+    );
+}

@@ -10,8 +10,9 @@ use strata_protocol::model::{
 use strata_protocol::summary::{ErrorSample, Summary};
 use strata_protocol::time::UnixMillis;
 use strata_protocol::wire::{
-    Change, ChildToParent, Delta, ErrorCode, Hello, LinkRecord, ParentToChild, Report, ReportKey,
-    ReportValue, Reports, Role, RouteId, Snapshot, StreamMark, Welcome,
+    Change, ChildToParent, Delta, ErrorCode, Hello, JoinReply, JoinRequest, LinkRecord,
+    ParentToChild, Report, ReportKey, ReportValue, Reports, Role, RouteId, Snapshot, StreamMark,
+    Welcome,
 };
 
 fn name() -> impl Strategy<Value = String> {
@@ -331,4 +332,19 @@ pub fn error_sample() -> impl Strategy<Value = ErrorSample> {
             observed_at: UnixMillis(at),
         }
     })
+}
+
+pub fn join_request() -> impl Strategy<Value = JoinRequest> {
+    (name(), text(), text()).prop_map(|(cluster, token, csr_pem)| JoinRequest {
+        cluster,
+        token,
+        csr_pem,
+    })
+}
+
+pub fn join_reply() -> impl Strategy<Value = JoinReply> {
+    prop_oneof![
+        text().prop_map(|chain_pem| JoinReply::Granted { chain_pem }),
+        (name(), text()).prop_map(|(relay, reason)| JoinReply::Refused { relay, reason }),
+    ]
 }

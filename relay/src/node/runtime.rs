@@ -11,7 +11,9 @@ use std::time::Duration;
 use quinn::{Connection, Endpoint, VarInt};
 use strata_protocol::codec::DEFAULT_MAX_FRAME;
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
-use strata_protocol::wire::{ChildToParent, ErrorCode, ParentToChild, Role, StreamClass};
+use strata_protocol::wire::{
+    ChildToParent, ErrorCode, JoinReply, JoinRequest, ParentToChild, Role, StreamClass,
+};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -20,8 +22,9 @@ use super::clock::Clock;
 use super::core::{CoreSetup, NodeCore, Outgoing, new_log};
 use super::reports::SubtreeReports;
 use super::upstream::{Upstream, UpstreamInput, deliver_upstream, upstream_loop};
+use crate::join::{self, Admissions, Joining};
 use crate::store::{Batch, Store, StoreError};
-use crate::tls::peer_node_name;
+use crate::tls::{peer_chain, peer_node_name};
 use crate::transport::{self, Receiver, Sender, close_code};
 
 /// What a node needs to run.
@@ -48,6 +51,9 @@ pub struct NodeParts {
     pub clock: Clock,
     /// This run's id (new at every start).
     pub run: u64,
+    /// Admitting agents that join with a token, if this node does (its listener must
+    /// then accept connections without a client certificate).
+    pub joining: Option<Arc<Joining>>,
 }
 
 impl std::fmt::Debug for NodeParts {
@@ -162,6 +168,10 @@ enum Input {
     Upstream(UpstreamInput),
     Query(Query),
     LinkStats(oneshot::Sender<LinkStats>),
+    Join {
+        request: JoinRequest,
+        reply: oneshot::Sender<JoinReply>,
+    },
 }
 
 /// Bytes on this node's links (UDP payload, as quinn counts it), for benchmarks and
@@ -205,12 +215,23 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
         ParentLink::new(now, config, upstream_state.cursor, upstream_state.route)
     });
     let reports = SubtreeReports::restore(stored.reports);
+    // Agents admitted by join token are children like the configured ones.
+    let mut children = parts.children.clone();
+    children.extend(stored.joined.values().cloned());
+    let admissions = parts.joining.clone().map(|j| {
+        Admissions::new(
+            j,
+            parts.parent.as_ref().map(|(n, _)| n.clone()),
+            parts.store.clone(),
+            stored.joined,
+        )
+    });
     let core = NodeCore::new(
         now,
         CoreSetup {
             name: parts.name.clone(),
             labels: parts.labels.clone(),
-            children: parts.children.clone(),
+            children,
             sessions: parts.sessions.clone(),
             log,
             reports,
@@ -226,7 +247,8 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
     let (tx, rx) = mpsc::channel(4096);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let span = tracing::info_span!("node", node = %parts.name);
-    let task = tokio::spawn(drive(parts, core, tx.clone(), rx, shutdown_rx).instrument(span));
+    let task =
+        tokio::spawn(drive(parts, core, admissions, tx.clone(), rx, shutdown_rx).instrument(span));
     Ok(NodeHandle {
         client: NodeClient { queries: tx },
         shutdown: shutdown_tx,
@@ -237,13 +259,14 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
 async fn drive(
     parts: NodeParts,
     mut core: NodeCore,
+    mut admissions: Option<Admissions>,
     tx: mpsc::Sender<Input>,
     mut rx: mpsc::Receiver<Input>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), NodeError> {
     let mut tasks = JoinSet::new();
     if let Some(listener) = parts.listener.clone() {
-        tasks.spawn(accept_loop(listener, tx.clone()).in_current_span());
+        tasks.spawn(accept_loop(listener, parts.joining.clone(), tx.clone()).in_current_span());
     }
     let retry_after = Arc::new(AtomicU64::new(0));
     if let (Some(connector), Some((name, addr))) = (parts.connector.clone(), parts.parent.clone()) {
@@ -275,11 +298,11 @@ async fn drive(
             _ = shutdown.changed() => break,
             // Then inputs in arrival order.
             Some(input) = rx.recv() => {
-                handle(&mut core, clock, input, &mut children, &mut upstream);
+                handle(&mut core, clock, input, &mut children, &mut upstream, &mut admissions);
                 // Take what else is waiting, so one commit covers many inputs.
                 for _ in 0..256 {
                     let Ok(input) = rx.try_recv() else { break };
-                    handle(&mut core, clock, input, &mut children, &mut upstream);
+                    handle(&mut core, clock, input, &mut children, &mut upstream, &mut admissions);
                 }
             }
             // Then timers.
@@ -350,6 +373,7 @@ fn handle(
     input: Input,
     children: &mut BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)>,
     upstream: &mut Upstream,
+    admissions: &mut Option<Admissions>,
 ) {
     let now = clock.now();
     match input {
@@ -391,6 +415,16 @@ fn handle(
             core.upstream_gone();
         }
         Input::Query(q) => q(core),
+        Input::Join { request, reply } => {
+            let answer = match admissions {
+                Some(a) => a.admit(core, &request),
+                None => JoinReply::Refused {
+                    relay: core.name().to_owned(),
+                    reason: "this relay admits no agents by token".into(),
+                },
+            };
+            let _ = reply.send(answer);
+        }
         Input::LinkStats(reply) => {
             let udp = |c: &Connection| {
                 let s = c.stats();
@@ -477,62 +511,105 @@ fn dispatch(
     }
 }
 
-async fn accept_loop(listener: Endpoint, tx: mpsc::Sender<Input>) {
+async fn accept_loop(listener: Endpoint, joining: Option<Arc<Joining>>, tx: mpsc::Sender<Input>) {
     let mut conns = JoinSet::new();
     let mut next_id = 0u64;
     while let Some(incoming) = listener.accept().await {
         next_id += 1;
         let conn_id = next_id;
         let tx = tx.clone();
-        conns.spawn(
-            async move {
-                let conn = match incoming.await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::info!(error = %e, "handshake failed (a certificate refused?)");
-                        return;
-                    }
-                };
-                let name = match peer_node_name(&conn) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        conn.close(
-                            VarInt::from_u32(close_code::UNKNOWN_CHILD),
-                            e.to_string().as_bytes(),
-                        );
-                        return;
-                    }
-                };
-                let span = tracing::info_span!("child", peer = %name, conn = conn_id);
-                async move {
-                    let (sender, receiver) = transport::split::<ParentToChild, ChildToParent>(
-                        conn.clone(),
-                        DEFAULT_MAX_FRAME,
-                    );
-                    if tx
-                        .send(Input::ChildUp {
-                            name: name.clone(),
-                            conn_id,
-                            conn,
-                            sender,
-                        })
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                    let why = pump_child(receiver, &name, conn_id, &tx).await;
-                    let _ = tx.send(Input::ChildDown { name, conn_id, why }).await;
-                }
-                .instrument(span)
-                .await;
-            }
-            .in_current_span(),
-        );
+        let joining = joining.clone();
+        conns.spawn(serve_connection(incoming, conn_id, joining, tx).in_current_span());
         // Reap finished connection tasks so the set does not grow without bound.
         while conns.try_join_next().is_some() {}
     }
     conns.shutdown().await;
+}
+
+/// One incoming connection: a join exchange when it has no client certificate, else a
+/// child's session, in a span naming the child.
+async fn serve_connection(
+    incoming: quinn::Incoming,
+    conn_id: u64,
+    joining: Option<Arc<Joining>>,
+    tx: mpsc::Sender<Input>,
+) {
+    let conn = match incoming.await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::info!(error = %e, "handshake failed (a certificate refused?)");
+            return;
+        }
+    };
+    // No client certificate: only a relay admitting joins lets that through TLS,
+    // and such a connection may do one join exchange and nothing else.
+    let Some(chain) = peer_chain(&conn) else {
+        if joining.is_some() {
+            serve_join(conn, &tx).await;
+        } else {
+            conn.close(
+                VarInt::from_u32(close_code::UNKNOWN_CHILD),
+                b"a client certificate is required",
+            );
+        }
+        return;
+    };
+    if !join::chain_allowed(&chain, joining.as_deref()) {
+        conn.close(
+            VarInt::from_u32(close_code::UNKNOWN_CHILD),
+            b"the certificate was issued by an intermediate that is not this relay's join CA",
+        );
+        return;
+    }
+    let name = match peer_node_name(&conn) {
+        Ok(n) => n,
+        Err(e) => {
+            conn.close(
+                VarInt::from_u32(close_code::UNKNOWN_CHILD),
+                e.to_string().as_bytes(),
+            );
+            return;
+        }
+    };
+    let span = tracing::info_span!("child", peer = %name, conn = conn_id);
+    async move {
+        let (sender, receiver) =
+            transport::split::<ParentToChild, ChildToParent>(conn.clone(), DEFAULT_MAX_FRAME);
+        if tx
+            .send(Input::ChildUp {
+                name: name.clone(),
+                conn_id,
+                conn,
+                sender,
+            })
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let why = pump_child(receiver, &name, conn_id, &tx).await;
+        let _ = tx.send(Input::ChildDown { name, conn_id, why }).await;
+    }
+    .instrument(span)
+    .await;
+}
+
+/// One join exchange on a connection without a client certificate.
+async fn serve_join(conn: Connection, tx: &mpsc::Sender<Input>) {
+    let Some(request) = join::read_request(&conn).await else {
+        return;
+    };
+    let (reply_tx, reply_rx) = oneshot::channel();
+    let input = Input::Join {
+        request,
+        reply: reply_tx,
+    };
+    if tx.send(input).await.is_err() {
+        return;
+    }
+    if let Ok(reply) = reply_rx.await {
+        join::send_reply(conn, &reply).await;
+    }
 }
 
 async fn pump_child(

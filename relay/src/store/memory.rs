@@ -19,6 +19,7 @@ struct Data {
     child_acks: BTreeMap<String, Cursor>,
     child_runs: BTreeMap<String, u64>,
     reports: BTreeMap<ReportSlot, ReportValue>,
+    joined: BTreeMap<String, String>,
 }
 
 /// A store in memory.
@@ -78,6 +79,7 @@ impl Store for MemStore {
             child_acks: d.child_acks.clone(),
             child_runs: d.child_runs.clone(),
             reports: d.reports.clone(),
+            joined: d.joined.clone(),
         })
     }
 
@@ -99,6 +101,7 @@ impl Store for MemStore {
         }
         d.child_acks.extend(batch.child_acks.iter().cloned());
         d.child_runs.extend(batch.child_runs.iter().cloned());
+        d.joined.extend(batch.joined.iter().cloned());
         for (k, r) in &batch.reports {
             apply(&mut d.reports, k.clone(), r.clone());
         }

@@ -53,6 +53,9 @@ pub struct Stored {
     pub child_runs: BTreeMap<String, u64>,
     /// Reports received from children.
     pub reports: BTreeMap<ReportSlot, ReportValue>,
+    /// Agents admitted by join token: the used token's id (its SHA-256, hex) and the
+    /// name the agent joined as.
+    pub joined: BTreeMap<String, String>,
 }
 
 /// One atomic, durable write; empty fields write nothing.
@@ -70,6 +73,8 @@ pub struct Batch {
     pub child_runs: Vec<(String, u64)>,
     /// Reports to write (`None` removes).
     pub reports: Vec<(ReportSlot, Option<ReportValue>)>,
+    /// Agents admitted by join token: (token id, name); never removed.
+    pub joined: Vec<(String, String)>,
 }
 
 impl Batch {
@@ -101,6 +106,7 @@ impl Batch {
         self.child_acks.extend(other.child_acks);
         self.child_runs.extend(other.child_runs);
         self.reports.extend(other.reports);
+        self.joined.extend(other.joined);
     }
 
     /// Whether the batch writes nothing.
@@ -111,6 +117,7 @@ impl Batch {
             && self.child_acks.is_empty()
             && self.child_runs.is_empty()
             && self.reports.is_empty()
+            && self.joined.is_empty()
     }
 }
 

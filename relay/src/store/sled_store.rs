@@ -16,6 +16,7 @@ const ENTRY: &[u8] = b"o/";
 const ACK: &[u8] = b"a/";
 const RUN: &[u8] = b"n/";
 const REPORT: &[u8] = b"r/";
+const JOINED: &[u8] = b"j/";
 
 /// A store in a sled database on disk.
 #[derive(Debug)]
@@ -161,6 +162,12 @@ impl Store for SledStore {
             let report = dec(|| format!("report {slot:?}"), &v)?;
             stored.reports.insert(slot, report);
         }
+        for item in self.db.scan_prefix(JOINED) {
+            let (k, v) = item.map_err(read)?;
+            let token = String::from_utf8_lossy(&k[JOINED.len()..]).into_owned();
+            let name = dec(|| format!("joined agent of token {token:?}"), &v)?;
+            stored.joined.insert(token, name);
+        }
         Ok(stored)
     }
 
@@ -194,6 +201,9 @@ impl Store for SledStore {
                 Some(r) => b.insert(k, enc(r)?),
                 None => b.remove(k),
             }
+        }
+        for (token, name) in &batch.joined {
+            b.insert(prefixed(JOINED, token.as_bytes()), enc(name)?);
         }
         self.db.apply_batch(b).map_err(write_err)?;
         self.db.flush().map_err(write_err)?;

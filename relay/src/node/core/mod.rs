@@ -230,6 +230,17 @@ impl NodeCore {
 
     // ---- children ------------------------------------------------------------
 
+    /// Whether `name` may connect as a child (configured, or admitted by join token).
+    pub fn is_allowed_child(&self, name: &str) -> bool {
+        self.allowed.contains(name)
+    }
+
+    /// Allows `name` to connect as a child from now on: an agent admitted by join token
+    /// (the runtime records it durably first).
+    pub fn admit_child(&mut self, name: &str) {
+        self.allowed.insert(name.to_owned());
+    }
+
     /// A child's connection is up and its certificate names `name`. The newest
     /// connection of a child replaces its older session.
     pub fn child_connected(

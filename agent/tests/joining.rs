@@ -1,0 +1,328 @@
+//! Agents that are not in the topology join a relay with a single-use token, in one
+//! process over real QUIC on loopback: the joined agent receives what is placed on it
+//! and is known at the root; a token works once (also after the relay restarts); a
+//! wrong token and a taken name are refused; a connection without a certificate that
+//! sends anything but a join is closed while a configured child stays connected; the
+//! joined agent is admitted again after the relay restarts.
+
+#![allow(clippy::unwrap_used)] // integration tests may unwrap
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
+use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
+use strata_protocol::model::{Cluster, Space};
+use strata_protocol::sync::SessionConfig;
+use strata_relay::certs::Ca;
+use strata_relay::config::JoinFiles;
+use strata_relay::join::{self, JoinError, Joining};
+use strata_relay::node::clock::Clock;
+use strata_relay::node::runtime::{self as node, NodeHandle, NodeParts};
+use strata_relay::objects::parse_manifests;
+use strata_relay::store::{MemStore, Store};
+use strata_relay::tls::{self, Identity};
+use strata_relay::transport::{self, close_code};
+
+fn identity_files(dir: &Path, ca: &Ca, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let (cert, key) = ca.issue(name).unwrap().write_to(dir).unwrap();
+    let ca_path = dir.join("ca.crt");
+    std::fs::write(&ca_path, ca.cert_pem()).unwrap();
+    (cert, key, ca_path)
+}
+
+fn identity(dir: &Path, ca: &Ca, name: &str) -> Identity {
+    let (cert, key, ca_path) = identity_files(dir, ca, name);
+    Identity::load(&cert, &key, &ca_path).unwrap()
+}
+
+struct Node {
+    name: &'static str,
+    parent: Option<(&'static str, SocketAddr)>,
+    children: &'static [&'static str],
+    store: MemStore,
+    joining: Option<Arc<Joining>>,
+}
+
+async fn start(dir: &Path, ca: &Ca, n: &Node, listen: SocketAddr) -> (NodeHandle, SocketAddr) {
+    let id = identity(dir, ca, n.name);
+    let server = match n.joining {
+        Some(_) => tls::server_config_admitting_joins(&id).unwrap(),
+        None => tls::server_config(&id).unwrap(),
+    };
+    // A restarted node takes its old port back once the old endpoint lets go of it.
+    let mut attempts = 0;
+    let listener = loop {
+        match transport::server_endpoint(listen, server.clone(), [n.name.len() as u8; 32]) {
+            Ok(l) => break l,
+            Err(e) if attempts < 100 => {
+                attempts += 1;
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("cannot listen on {listen}: {e}"),
+        }
+    };
+    let addr = listener.local_addr().unwrap();
+    let connector = n.parent.map(|_| {
+        transport::client_endpoint(
+            "127.0.0.1:0".parse().unwrap(),
+            tls::client_config(&id).unwrap(),
+        )
+        .unwrap()
+    });
+    let handle = node::start(NodeParts {
+        name: n.name.into(),
+        labels: BTreeMap::new(),
+        children: n.children.iter().map(|c| (*c).to_owned()).collect(),
+        parent: n.parent.map(|(p, a)| (p.to_owned(), a)),
+        store: Arc::new(n.store.clone()) as Arc<dyn Store>,
+        listener: Some(listener),
+        connector,
+        sessions: SessionConfig::default(),
+        summary_interval: Duration::from_millis(100),
+        clock: Clock::start(),
+        run: u64::from(std::process::id()) ^ n.name.len() as u64,
+        joining: n.joining.clone(),
+    })
+    .unwrap();
+    (handle, addr)
+}
+
+fn start_agent(id: &Identity, name: &str, parent: SocketAddr) -> AgentHandle {
+    let connector = transport::client_endpoint(
+        "127.0.0.1:0".parse().unwrap(),
+        tls::client_config(id).unwrap(),
+    )
+    .unwrap();
+    agent::start(AgentParts {
+        cluster: Cluster {
+            name: name.into(),
+            labels: [("role".to_owned(), "pos".to_owned())].into(),
+            properties: BTreeMap::new(),
+            path: vec![],
+        },
+        parent: ("site-1".into(), parent),
+        store: Arc::new(MemStore::new(name.len() as u64 + 100)),
+        connector,
+        backend: Box::new(SimulatedCluster::new(SimulatedConfig {
+            ready_delay: Duration::from_millis(100),
+            fail_all: None,
+        })),
+        clock: Clock::start(),
+        run: u64::from(std::process::id()) ^ 0x5a5a ^ name.len() as u64,
+    })
+    .unwrap()
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..400 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+async fn connected(node: &NodeHandle, child: &'static str) -> bool {
+    node.query(move |c| c.children().any(|(n, _)| n == child))
+        .await
+        .unwrap_or(false)
+}
+
+fn refusal(result: Result<join::Joined, JoinError>) -> (String, String) {
+    match result {
+        Err(JoinError::Refused { relay, reason, .. }) => (relay, reason),
+        Err(e) => panic!("expected a refusal, got {e}"),
+        Ok(_) => panic!("expected a refusal, the join was granted"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_joins_with_a_token_once_and_stays_admitted_across_a_relay_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca = Ca::generate("test").unwrap();
+    let ca_path = identity_files(d, &ca, "ca-holder").2;
+
+    // site-1's join CA and tokens, as `relay topology certs` issues them.
+    let join_ca = ca.issue_join_ca("site-1").unwrap();
+    let files = JoinFiles {
+        tokens: d.join("site-1.tokens"),
+        ca_cert: d.join("site-1.ca.crt"),
+        ca_key: d.join("site-1.ca.key"),
+    };
+    std::fs::write(&files.tokens, "tok-one\ntok-two\n").unwrap();
+    std::fs::write(&files.ca_cert, join_ca.cert_pem()).unwrap();
+    std::fs::write(&files.ca_key, join_ca.key_pem()).unwrap();
+    let joining = Arc::new(Joining::load("site-1", &files).unwrap());
+
+    let root_node = Node {
+        name: "center",
+        parent: None,
+        children: &["site-1"],
+        store: MemStore::new(1),
+        joining: None,
+    };
+    let (root, root_addr) = start(d, &ca, &root_node, "127.0.0.1:0".parse().unwrap()).await;
+    let site_node = Node {
+        name: "site-1",
+        parent: Some(("center", root_addr)),
+        children: &["pos-1"],
+        store: MemStore::new(2),
+        joining: Some(joining.clone()),
+    };
+    let (site, site_addr) = start(d, &ca, &site_node, "127.0.0.1:0".parse().unwrap()).await;
+    let pos = start_agent(&identity(d, &ca, "pos-1"), "pos-1", site_addr);
+    eventually("pos-1 is connected", || connected(&site, "pos-1")).await;
+
+    // A wrong token, and a good one asking for a configured child's name: refused,
+    // naming the relay; the refusal does not use the token up.
+    let (relay, reason) =
+        refusal(join::join("site-1", site_addr, &ca_path, "joined-1", "nope").await);
+    assert_eq!(
+        (relay.as_str(), reason.as_str()),
+        ("site-1", "unknown join token")
+    );
+    let (_, reason) = refusal(join::join("site-1", site_addr, &ca_path, "pos-1", "tok-one").await);
+    assert_eq!(reason, "the name \"pos-1\" is already taken here");
+
+    // The join: the agent's key and chain, then a normal connection with them.
+    let joined = join::join("site-1", site_addr, &ca_path, "joined-1", "tok-one")
+        .await
+        .unwrap();
+    let (cert, key) = (d.join("joined-1.crt"), d.join("joined-1.key"));
+    std::fs::write(&cert, &joined.chain_pem).unwrap();
+    std::fs::write(&key, &joined.key_pem).unwrap();
+    let joined_id = Identity::load(&cert, &key, &ca_path).unwrap();
+    let agent = start_agent(&joined_id, "joined-1", site_addr);
+
+    eventually("the root knows the joined cluster", || async {
+        root.query(|c| c.reports().clusters().any(|c| c.name == "joined-1"))
+            .await
+            == Some(true)
+    })
+    .await;
+    let manifests = parse_manifests(common::POS_APP, &Space::default_space()).unwrap();
+    root.query(move |c| c.apply_manifests(&manifests).unwrap())
+        .await
+        .unwrap();
+    eventually("the joined agent holds the placed deployment", || async {
+        agent
+            .query(|a| a.log().live().any(|o| o.key().kind == "Deployment"))
+            .await
+            == Some(true)
+    })
+    .await;
+
+    // The same token again, for another name: refused.
+    let (relay, reason) =
+        refusal(join::join("site-1", site_addr, &ca_path, "joined-2", "tok-one").await);
+    assert_eq!(relay, "site-1");
+    assert_eq!(reason, "the join token was already used (by \"joined-1\")");
+
+    // A connection without a certificate that sends anything but a join request is
+    // closed with a reason; the configured child stays connected.
+    let endpoint = transport::client_endpoint(
+        "127.0.0.1:0".parse().unwrap(),
+        tls::join_client_config(&ca_path).unwrap(),
+    )
+    .unwrap();
+    let conn = transport::connect(&endpoint, site_addr, "site-1")
+        .await
+        .unwrap();
+    let mut s = conn.open_uni().await.unwrap();
+    s.write_all(b"\x00GET / HTTP/1.1\r\n\r\n").await.unwrap();
+    s.finish().unwrap();
+    match tokio::time::timeout(Duration::from_secs(15), conn.closed())
+        .await
+        .unwrap()
+    {
+        quinn::ConnectionError::ApplicationClosed(close) => {
+            assert_eq!(
+                close.error_code,
+                quinn::VarInt::from_u32(close_code::PROTOCOL)
+            );
+            let reason = String::from_utf8_lossy(&close.reason).into_owned();
+            assert!(
+                reason.starts_with("a connection without a client certificate may only join"),
+                "{reason}"
+            );
+        }
+        other => panic!("closed otherwise: {other}"),
+    }
+    assert!(
+        connected(&site, "pos-1").await,
+        "the healthy child was dropped"
+    );
+    assert!(
+        connected(&site, "joined-1").await,
+        "the joined child was dropped"
+    );
+
+    // The relay restarts on its store, its configuration naming only pos-1: the joined
+    // agent is admitted again, and its token is still used up.
+    site.shutdown().await.unwrap();
+    let (site, _) = start(d, &ca, &site_node, site_addr).await;
+    eventually("the joined agent is connected after the restart", || {
+        connected(&site, "joined-1")
+    })
+    .await;
+    let (_, reason) =
+        refusal(join::join("site-1", site_addr, &ca_path, "joined-3", "tok-one").await);
+    assert_eq!(reason, "the join token was already used (by \"joined-1\")");
+    // The second token still works once.
+    join::join("site-1", site_addr, &ca_path, "joined-3", "tok-two")
+        .await
+        .unwrap();
+
+    agent.shutdown().await;
+    pos.shutdown().await;
+    site.shutdown().await.unwrap();
+    root.shutdown().await.unwrap();
+}
+
+/// A certificate from another relay's join CA is refused on a node link even when it
+/// names a configured child: an agent that joined one relay cannot pose as a node
+/// elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_from_another_relays_join_ca_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca = Ca::generate("test").unwrap();
+    let ca_path = identity_files(d, &ca, "ca-holder").2;
+    let site_node = Node {
+        name: "site-1",
+        parent: None,
+        children: &["pos-1"],
+        store: MemStore::new(3),
+        joining: None,
+    };
+    let (site, site_addr) = start(d, &ca, &site_node, "127.0.0.1:0".parse().unwrap()).await;
+    // Another relay's join CA signs a certificate naming site-1's configured child.
+    let other = ca.issue_join_ca("site-2").unwrap();
+    let (key_pem, csr) = strata_relay::certs::join_request("pos-1").unwrap();
+    let chain = other.issue_for_csr("pos-1", &csr).unwrap();
+    let (cert, key) = (d.join("forged.crt"), d.join("forged.key"));
+    std::fs::write(&cert, chain).unwrap();
+    std::fs::write(&key, key_pem).unwrap();
+    let forged = Identity::load(&cert, &key, &ca_path).unwrap();
+    let agent = start_agent(&forged, "pos-1", site_addr);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !connected(&site, "pos-1").await,
+        "a certificate of another relay's join CA was admitted"
+    );
+    agent.shutdown().await;
+    site.shutdown().await.unwrap();
+}
