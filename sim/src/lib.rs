@@ -3,3 +3,5 @@
 //!
 //! Not built yet (issues 6 and 7). The protocol core has its own in-crate harness today:
 //! `protocol/tests/harness/`.
+
+pub mod bench;
