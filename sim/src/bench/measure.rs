@@ -322,6 +322,8 @@ pub(crate) async fn topology(
         },
         cpu_updates,
         cpu_total,
+        process_cpu_secs: procstat::process_cpu(),
+        peak_rss: procstat::peak_rss_bytes(),
     })
 }
 

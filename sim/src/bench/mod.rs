@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 mod measure;
 mod nats;
@@ -103,7 +103,7 @@ pub fn derive_fanout(leaves: usize) -> Result<Vec<usize>, BenchError> {
 }
 
 /// Latency distribution in milliseconds.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Dist {
     /// Samples.
     pub n: usize,
@@ -138,7 +138,7 @@ impl Dist {
 }
 
 /// P2: bytes one tier sent to its children for one update.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TierBytes {
     /// 0 = root.
     pub tier: usize,
@@ -156,7 +156,7 @@ pub struct TierBytes {
 }
 
 /// P4a: a region cut off while objects change, then back.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Resync {
     /// The region's relay.
     pub region: String,
@@ -176,7 +176,7 @@ pub struct Resync {
 }
 
 /// P4b: every agent reconnects at once.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Storm {
     /// Agents restarted.
     pub agents: usize,
@@ -189,7 +189,7 @@ pub struct Storm {
 }
 
 /// P6: memory of the (single) process.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Memory {
     /// RSS before the hierarchy.
     pub rss_start: u64,
@@ -209,7 +209,7 @@ pub struct Memory {
 }
 
 /// Figures for one hierarchy.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TopologyReport {
     /// "tree" or "flat hub".
     pub label: String,
@@ -248,10 +248,14 @@ pub struct TopologyReport {
     pub cpu_updates: Vec<(String, f64)>,
     /// CPU seconds per tier for the whole hierarchy's life.
     pub cpu_total: Vec<(String, f64)>,
+    /// CPU seconds of the process that ran this hierarchy.
+    pub process_cpu_secs: f64,
+    /// Peak RSS of that process.
+    pub peak_rss: u64,
 }
 
 /// The NATS baseline's figures.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NatsReport {
     /// `nats-server` processes.
     pub servers: usize,
@@ -270,7 +274,7 @@ pub struct NatsReport {
 }
 
 /// Everything one run measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     /// The machine and its load.
     pub machine: String,
@@ -280,15 +284,24 @@ pub struct Report {
     pub flat: Option<TopologyReport>,
     /// The NATS baseline, or why it was skipped.
     pub nats: Result<NatsReport, String>,
-    /// Whole process: CPU seconds and peak RSS.
+    /// CPU seconds of the harness process that assembled the report (with the NATS
+    /// subscribers; each hierarchy reports its own).
     pub process_cpu_secs: f64,
-    /// Peak RSS of the harness process.
+    /// Peak RSS of that process.
     pub peak_rss: u64,
 }
 
-/// Runs the tree, then the flat hub, then NATS, one after another in this process.
-pub async fn run(opts: &Options) -> Result<Report, BenchError> {
-    let machine = procstat::machine();
+/// One hierarchy of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Phase {
+    /// Our tree of relays, shaped by `--fanout`.
+    Tree,
+    /// The flat hub: the root with every agent connected directly.
+    Flat,
+}
+
+/// Builds, measures and stops one hierarchy in this process.
+pub async fn topology(opts: &Options, phase: Phase) -> Result<TopologyReport, BenchError> {
     let leaves: usize = opts.fanout.iter().product();
     if leaves == 0 || opts.fanout.is_empty() {
         return Err(BenchError::Shape(format!(
@@ -296,40 +309,48 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
             opts.fanout
         )));
     }
-    let tree = measure::topology("tree", &opts.fanout, opts, true).await?;
-    let flat = if opts.flat && opts.fanout.len() > 1 {
-        Some(measure::topology("flat hub", &[leaves], opts, false).await?)
-    } else {
-        None
+    match phase {
+        Phase::Tree => measure::topology("tree", &opts.fanout, opts, true).await,
+        Phase::Flat => measure::topology("flat hub", &[leaves], opts, false).await,
+    }
+}
+
+/// The NATS baseline for `opts`, carrying `payload` bytes per message; `Err` says why
+/// it was skipped.
+pub async fn nats_baseline(
+    opts: &Options,
+    payload: usize,
+) -> Result<Result<NatsReport, String>, BenchError> {
+    let Some(choice) = &opts.nats else {
+        return Ok(Err("skipped (--no-nats)".to_owned()));
     };
-    let nats = match &opts.nats {
-        None => Err("skipped (--no-nats)".to_owned()),
-        Some(choice) => {
-            let explicit = match choice {
-                NatsChoice::Required(p) => p.as_deref(),
-                NatsChoice::IfFound => None,
-            };
-            match (nats::find(explicit), choice) {
-                (Some(bin), _) => {
-                    Ok(nats::run(&bin, &opts.fanout, tree.encoded_object_bytes, opts).await?)
-                }
-                (None, NatsChoice::Required(_)) => {
-                    return Err(BenchError::Nats {
-                        detail: "nats-server not found (sim/install-nats.sh installs it)".into(),
-                    });
-                }
-                (None, NatsChoice::IfFound) => {
-                    Err("skipped: nats-server not found (sim/install-nats.sh)".to_owned())
-                }
-            }
-        }
+    let explicit = match choice {
+        NatsChoice::Required(p) => p.as_deref(),
+        NatsChoice::IfFound => None,
     };
-    Ok(Report {
-        machine,
+    match (nats::find(explicit), choice) {
+        (Some(bin), _) => Ok(Ok(nats::run(&bin, &opts.fanout, payload, opts).await?)),
+        (None, NatsChoice::Required(_)) => Err(BenchError::Nats {
+            detail: "nats-server not found (sim/install-nats.sh installs it)".into(),
+        }),
+        (None, NatsChoice::IfFound) => Ok(Err(
+            "skipped: nats-server not found (sim/install-nats.sh)".to_owned(),
+        )),
+    }
+}
+
+/// Assembles a report from the phases' figures.
+pub fn report(
+    tree: TopologyReport,
+    flat: Option<TopologyReport>,
+    nats: Result<NatsReport, String>,
+) -> Report {
+    Report {
+        machine: procstat::machine(),
         tree,
         flat,
         nats,
         process_cpu_secs: procstat::process_cpu(),
         peak_rss: procstat::peak_rss_bytes(),
-    })
+    }
 }

@@ -79,6 +79,12 @@ fn topology(out: &mut String, t: &TopologyReport) {
     };
     let _ = writeln!(out, "CPU s during updates  {}", cpu(&t.cpu_updates));
     let _ = writeln!(out, "CPU s whole run       {}", cpu(&t.cpu_total));
+    let _ = writeln!(
+        out,
+        "process               CPU {:.1} s, peak RSS {:.0} MiB",
+        t.process_cpu_secs,
+        mib(t.peak_rss)
+    );
 }
 
 /// The report as a table, with ratios against the baselines and the goals' verdicts.
@@ -186,7 +192,7 @@ pub fn render(r: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "\nprocess: CPU {:.1} s, peak RSS {:.0} MiB",
+        "\nharness process (NATS subscribers): CPU {:.1} s, peak RSS {:.0} MiB",
         r.process_cpu_secs,
         mib(r.peak_rss)
     );

@@ -165,12 +165,12 @@ impl Tree {
         tree.runs += 1;
         start_node(&tree.tiers, &tree.ca_pem, tree.runs, &mut root, 0)?;
         tree.levels.push(vec![root]);
-        for level in 1..fanout.len() {
+        for (level, &per_parent) in fanout.iter().enumerate().skip(1) {
             let mut slots = Vec::new();
             for parent in &tree.levels[level - 1] {
                 for name in &parent.children {
                     id += 1;
-                    let kids = child_names(name, level, fanout[level]);
+                    let kids = child_names(name, level, per_parent);
                     slots.push(tree.slot(
                         &ca,
                         name,

@@ -3,13 +3,18 @@
 //! a reconnect storm, memory and CPU, then the same against a flat hub and a NATS
 //! leafnode tree, and prints a table (and JSON with `--json`).
 //!
+//! Each hierarchy runs in its own process (this binary with `--phase`), so that memory
+//! and CPU figures are per process and one hierarchy's leftovers do not count in the
+//! next one's. The NATS subscribers run in this process.
+//!
 //! `ulimit -n 30000; cargo run --release -p strata-sim --bin bench -- --leaves 10000 --fanout 10,10,100`
 
 use std::path::PathBuf;
+use std::process::Command;
 
 use anyhow::Context;
 use clap::Parser;
-use strata_sim::bench::{self, NatsChoice, Options};
+use strata_sim::bench::{self, NatsChoice, Options, Phase, TopologyReport};
 
 #[derive(Debug, Parser)]
 #[command(about = "Strata scale benchmark: our tree vs a flat hub vs NATS")]
@@ -45,6 +50,40 @@ struct Args {
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Internal: run only this hierarchy and write its figures as JSON to --phase-out.
+    #[arg(long, hide = true, requires = "phase_out")]
+    phase: Option<Phase>,
+    /// Internal: where --phase writes its figures.
+    #[arg(long, hide = true)]
+    phase_out: Option<PathBuf>,
+}
+
+/// Runs one hierarchy in a child process (this binary with `--phase`).
+fn phase_in_child(phase: Phase) -> anyhow::Result<TopologyReport> {
+    let tag = match phase {
+        Phase::Tree => "tree",
+        Phase::Flat => "flat",
+    };
+    let out = std::env::temp_dir().join(format!("strata-bench-{}-{tag}.json", std::process::id()));
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    args.extend([
+        "--phase".into(),
+        tag.into(),
+        "--phase-out".into(),
+        out.display().to_string(),
+    ]);
+    let exe = std::env::current_exe().context("finding this binary")?;
+    let status = Command::new(exe)
+        .args(&args)
+        .status()
+        .with_context(|| format!("running the {tag} phase"))?;
+    if !status.success() {
+        anyhow::bail!("the {tag} phase failed ({status})");
+    }
+    let text =
+        std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
+    let _ = std::fs::remove_file(&out);
+    serde_json::from_str(&text).with_context(|| format!("the {tag} phase's figures"))
 }
 
 #[tokio::main]
@@ -76,7 +115,20 @@ async fn main() -> anyhow::Result<()> {
         flat: !args.no_flat,
         nats,
     };
-    let report = bench::run(&opts).await?;
+    if let (Some(phase), Some(path)) = (args.phase, &args.phase_out) {
+        let figures = bench::topology(&opts, phase).await?;
+        std::fs::write(path, serde_json::to_string(&figures)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        return Ok(());
+    }
+    let tree = phase_in_child(Phase::Tree)?;
+    let flat = if opts.flat && opts.fanout.len() > 1 {
+        Some(phase_in_child(Phase::Flat)?)
+    } else {
+        None
+    };
+    let nats = bench::nats_baseline(&opts, tree.encoded_object_bytes).await?;
+    let report = bench::report(tree, flat, nats);
     println!("{}", bench::render(&report));
     if let Some(path) = args.json {
         let json = serde_json::to_string_pretty(&report)?;
