@@ -415,6 +415,7 @@ async fn storm(
         agents: leaves,
         start_secs: started.as_secs_f64(),
         all_applied_secs: all_applied.as_secs_f64(),
+        applied: Dist::of(got.iter().map(|g| g.1).collect()),
         summary_secs: summary.saturating_duration_since(start).as_secs_f64(),
     })
 }

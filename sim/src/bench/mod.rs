@@ -184,6 +184,8 @@ pub struct Storm {
     pub start_secs: f64,
     /// Restart to every agent holding the change made while they were down.
     pub all_applied_secs: f64,
+    /// Restart to each agent holding it.
+    pub applied: Dist,
     /// Restart to the root's summary showing it everywhere.
     pub summary_secs: f64,
 }

@@ -46,45 +46,52 @@ pub(crate) fn find(explicit: Option<&Path>) -> Option<PathBuf> {
 struct Server {
     child: Child,
     client: SocketAddr,
-    leaf: SocketAddr,
 }
 
-fn free_port() -> Result<SocketAddr, BenchError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(err)
+/// A loopback port, held (so that the next pick differs) until the caller drops it.
+fn free_port(held: &mut Vec<std::net::TcpListener>) -> Result<SocketAddr, BenchError> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(err)?;
+    let addr = l.local_addr().map_err(err)?;
+    held.push(l);
+    Ok(addr)
 }
 
-fn spawn(
+/// Writes the configurations of the servers `(name, parent index)` with distinct
+/// ports (all held until every configuration is written), then starts them all.
+fn spawn_all(
     binary: &Path,
     dir: &Path,
-    name: &str,
-    parent: Option<SocketAddr>,
-) -> Result<Server, BenchError> {
-    let client = free_port()?;
-    let leaf = free_port()?;
-    let remotes = parent
-        .map(|p| format!("remotes: [ {{ url: \"nats-leaf://{p}\" }} ]"))
-        .unwrap_or_default();
-    let conf = format!(
-        "server_name: {name}\nlisten: {client}\nmax_payload: 8MB\nmax_pending: 256MB\n\
-         leafnodes {{\n  listen: {leaf}\n  {remotes}\n}}\n"
-    );
-    let path = dir.join(format!("{name}.conf"));
-    std::fs::write(&path, conf).map_err(err)?;
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).map_err(err)?;
-    let child = Command::new(binary)
-        .arg("-c")
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .map_err(|e| err(format!("starting {}: {e}", binary.display())))?;
-    Ok(Server {
-        child,
-        client,
-        leaf,
-    })
+    plan: &[(String, Option<usize>)],
+    servers: &mut Vec<Server>,
+) -> Result<(), BenchError> {
+    let mut held = Vec::new();
+    let mut addrs: Vec<(SocketAddr, SocketAddr)> = Vec::new();
+    for (name, parent) in plan {
+        let client = free_port(&mut held)?;
+        let leaf = free_port(&mut held)?;
+        let remotes = parent
+            .map(|p| format!("remotes: [ {{ url: \"nats-leaf://{}\" }} ]", addrs[p].1))
+            .unwrap_or_default();
+        let conf = format!(
+            "server_name: {name}\nlisten: {client}\nmax_payload: 8MB\n\
+             leafnodes {{\n  listen: {leaf}\n  {remotes}\n}}\n"
+        );
+        std::fs::write(dir.join(format!("{name}.conf")), conf).map_err(err)?;
+        addrs.push((client, leaf));
+    }
+    drop(held);
+    for ((name, _), (client, _)) in plan.iter().zip(addrs) {
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).map_err(err)?;
+        let child = Command::new(binary)
+            .arg("-c")
+            .arg(dir.join(format!("{name}.conf")))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| err(format!("starting {}: {e}", binary.display())))?;
+        servers.push(Server { child, client });
+    }
+    Ok(())
 }
 
 /// A connection after the handshake.
@@ -239,20 +246,19 @@ pub(crate) async fn run(
     std::fs::create_dir_all(&dir).map_err(err)?;
     let mut servers: Vec<Server> = Vec::new();
     let result = async {
-        servers.push(spawn(binary, &dir, "hub", None)?);
+        let mut plan: Vec<(String, Option<usize>)> = vec![("hub".into(), None)];
         let mut level: Vec<usize> = vec![0];
         for (depth, n) in fanout.iter().enumerate().take(fanout.len() - 1) {
             let mut next = Vec::new();
             for &p in &level {
                 for i in 0..*n {
-                    let parent = servers[p].leaf;
-                    let name = format!("l{depth}-{p}-{i}");
-                    servers.push(spawn(binary, &dir, &name, Some(parent))?);
-                    next.push(servers.len() - 1);
+                    plan.push((format!("l{depth}-{p}-{i}"), Some(p)));
+                    next.push(plan.len() - 1);
                 }
             }
             level = next;
         }
+        spawn_all(binary, &dir, &plan, &mut servers)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let mut arrivals = Arrivals::new(rx);
         let mut subs = Vec::new();

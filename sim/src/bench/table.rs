@@ -63,6 +63,7 @@ fn topology(out: &mut String, t: &TopologyReport) {
         "P4 storm {} agents: started in {:.1} s; all applied {:.1} s; root summary {:.1} s",
         s.agents, s.start_secs, s.all_applied_secs, s.summary_secs
     );
+    let _ = writeln!(out, "P4 storm per agent    {}", dist(&s.applied));
     let m = &t.memory;
     let _ = writeln!(
         out,
