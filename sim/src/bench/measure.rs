@@ -82,16 +82,33 @@ impl Arrivals {
         start: Instant,
         limit: Duration,
     ) -> Result<Vec<(usize, Duration)>, BenchError> {
+        let total = leaves.len();
+        let (got, missing) = self.wait_partial(leaves, rev, start, limit).await;
+        if missing > 0 {
+            return Err(BenchError::Timeout {
+                what: format!("revision {rev} at every leaf"),
+                secs: limit.as_secs(),
+                detail: format!("{missing} of {total} leaves never applied it"),
+            });
+        }
+        Ok(got)
+    }
+
+    /// Like [`Arrivals::wait`], but gives up at the limit with what arrived and how
+    /// many leaves are missing.
+    async fn wait_partial(
+        &mut self,
+        leaves: std::ops::Range<usize>,
+        rev: u64,
+        start: Instant,
+        limit: Duration,
+    ) -> (Vec<(usize, Duration)>, usize) {
         let mut seen: Vec<Option<Duration>> = vec![None; leaves.len()];
         let mut missing = leaves.len();
         let deadline = start + limit;
         while missing > 0 {
             let Ok(Some(a)) = tokio::time::timeout_at(deadline, self.rx.recv()).await else {
-                return Err(BenchError::Timeout {
-                    what: format!("revision {rev} at every leaf"),
-                    secs: limit.as_secs(),
-                    detail: format!("{missing} of {} leaves never applied it", leaves.len()),
-                });
+                break;
             };
             let leaf = a.leaf as usize;
             if a.revision >= rev && leaves.contains(&leaf) {
@@ -102,11 +119,12 @@ impl Arrivals {
                 }
             }
         }
-        Ok(seen
+        let got = seen
             .into_iter()
             .enumerate()
             .filter_map(|(i, d)| d.map(|d| (i + leaves.start, d)))
-            .collect())
+            .collect();
+        (got, missing)
     }
 
     /// Forgets applies reported so far.
@@ -408,14 +426,31 @@ async fn storm(
     let start = Instant::now();
     tree.start_agents(0..leaves)?;
     let started = start.elapsed();
-    let got = arrivals.wait(0..leaves, rev, start, limit(leaves)).await?;
+    let (got, missing) = arrivals
+        .wait_partial(0..leaves, rev, start, limit(leaves))
+        .await;
     let all_applied = got.iter().map(|g| g.1).max().unwrap_or_default();
-    let summary = summary_complete(root, leaves, rev, limit(leaves)).await?;
+    let summary = if missing == 0 {
+        Some(
+            summary_complete(root, leaves, rev, limit(leaves))
+                .await?
+                .saturating_duration_since(start)
+                .as_secs_f64(),
+        )
+    } else {
+        None
+    };
+    let stats = tree.link_stats().await;
+    let bytes_to_agents = stats.last().map(|l| l.iter().map(sent).sum()).unwrap_or(0);
+    let objects_held = root.query(|c| c.log().live_len()).await.unwrap_or(0);
     Ok(Storm {
+        bytes_to_agents,
+        objects_held,
         agents: leaves,
         start_secs: started.as_secs_f64(),
         all_applied_secs: all_applied.as_secs_f64(),
         applied: Dist::of(got.iter().map(|g| g.1).collect()),
-        summary_secs: summary.saturating_duration_since(start).as_secs_f64(),
+        summary_secs: summary,
+        missing,
     })
 }

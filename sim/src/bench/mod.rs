@@ -186,8 +186,15 @@ pub struct Storm {
     pub all_applied_secs: f64,
     /// Restart to each agent holding it.
     pub applied: Dist,
-    /// Restart to the root's summary showing it everywhere.
-    pub summary_secs: f64,
+    /// Bytes the lowest relays sent their agents on the new connections.
+    pub bytes_to_agents: u64,
+    /// Objects each agent holds (what a full resend would carry).
+    pub objects_held: usize,
+    /// Restart to the root's summary showing it everywhere (`None` when some agent
+    /// never got the change).
+    pub summary_secs: Option<f64>,
+    /// Agents that did not get the change within the limit.
+    pub missing: usize,
 }
 
 /// P6: memory of the (single) process.

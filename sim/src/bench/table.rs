@@ -60,10 +60,24 @@ fn topology(out: &mut String, t: &TopologyReport) {
     let s = &t.storm;
     let _ = writeln!(
         out,
-        "P4 storm {} agents: started in {:.1} s; all applied {:.1} s; root summary {:.1} s",
-        s.agents, s.start_secs, s.all_applied_secs, s.summary_secs
+        "P4 storm {} agents: started in {:.1} s; all applied {:.1} s; root summary {}; {} never got it",
+        s.agents,
+        s.start_secs,
+        s.all_applied_secs,
+        s.summary_secs
+            .map_or("never".to_owned(), |v| format!("{v:.1} s")),
+        s.missing
     );
     let _ = writeln!(out, "P4 storm per agent    {}", dist(&s.applied));
+    let _ = writeln!(
+        out,
+        "P4 storm bytes        {} B to agents ({} B per agent; each holds {} objects x {} B = {} B)",
+        s.bytes_to_agents,
+        s.bytes_to_agents / s.agents.max(1) as u64,
+        s.objects_held,
+        t.encoded_object_bytes,
+        s.objects_held * t.encoded_object_bytes
+    );
     let m = &t.memory;
     let _ = writeln!(
         out,
@@ -123,7 +137,8 @@ pub fn render(r: &Report) -> String {
             t.p1.p99_ms / f.p1.p99_ms.max(0.001),
             t.p3.p99_ms / f.p3.p99_ms.max(0.001),
             t.p2[0].bytes_per_update as f64 / f.p2[0].bytes_per_update.max(1) as f64,
-            t.storm.all_applied_secs / f.storm.all_applied_secs.max(0.001)
+            t.storm.summary_secs.unwrap_or(f64::INFINITY)
+                / f.storm.summary_secs.unwrap_or(f64::INFINITY).max(0.001)
         );
     }
     let p5 = r
@@ -166,11 +181,11 @@ pub fn render(r: &Report) -> String {
             verdict(p4.ratio <= 1.2)
         );
     }
+    let settle = t.storm.summary_secs.unwrap_or(f64::INFINITY);
     let _ = writeln!(
         out,
-        "P4 storm settles <= 30 s: {:.1} s, {}",
-        t.storm.summary_secs,
-        verdict(t.storm.summary_secs <= 30.0)
+        "P4 storm settles <= 30 s: {settle:.1} s, {}",
+        verdict(settle <= 30.0)
     );
     match p5 {
         Some(p5) => {

@@ -68,9 +68,27 @@ impl ClusterBackend for Watched {
 /// Runtimes per tier; thread names (at most 15 characters) identify the tier in
 /// `/proc/self/task/*/comm`.
 pub(crate) struct Tiers {
-    pub(crate) root: Runtime,
-    pub(crate) relays: Runtime,
-    pub(crate) agents: Runtime,
+    pub(crate) root: Rt,
+    pub(crate) relays: Rt,
+    pub(crate) agents: Rt,
+}
+
+/// A runtime that is shut down in the background when dropped (dropping a runtime
+/// inside another one's task panics; the harness drops trees on error paths too).
+pub(crate) struct Rt(Option<Runtime>);
+
+impl Rt {
+    fn enter(&self) -> Option<tokio::runtime::EnterGuard<'_>> {
+        self.0.as_ref().map(Runtime::enter)
+    }
+}
+
+impl Drop for Rt {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// Thread-name prefixes of the tiers, in the order of [`Tiers`].
@@ -84,6 +102,7 @@ impl Tiers {
                 .thread_name(name)
                 .enable_all()
                 .build()
+                .map(|rt| Rt(Some(rt)))
                 .map_err(|e| BenchError::setup("a tokio runtime", e))
         };
         Ok(Tiers {
@@ -345,9 +364,6 @@ impl Tree {
             }
             while stopping.join_next().await.is_some() {}
         }
-        self.tiers.root.shutdown_background();
-        self.tiers.relays.shutdown_background();
-        self.tiers.agents.shutdown_background();
     }
 }
 
