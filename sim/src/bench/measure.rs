@@ -304,7 +304,7 @@ pub(crate) async fn topology(
         })
         .collect();
 
-    let region = if resync && tree.levels.len() > 2 {
+    let region = if resync && tree.levels.len() > 2 && opts.changed > 0 {
         Some(region_cut(&mut tree, &root, &mut arrivals, opts, leaves).await?)
     } else {
         None
