@@ -230,6 +230,15 @@ pub(crate) async fn topology(
     // Idle: every agent connected, nothing placed yet.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_idle = procstat::rss_bytes();
+    // The same number of agents without a connection (capped at 1,000).
+    let orphans = leaves.min(1000);
+    let before = procstat::rss_bytes();
+    let handles = tree.start_orphans(orphans)?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let per_orphan = procstat::rss_bytes().saturating_sub(before) / orphans as u64;
+    for h in handles {
+        h.shutdown().await;
+    }
 
     // First delivery: the placement and the object.
     let start = Instant::now();
@@ -337,6 +346,7 @@ pub(crate) async fn topology(
             leaves,
             per_relay: rss_relays.saturating_sub(rss_start) / relays as u64,
             per_agent_with_connection: rss_idle.saturating_sub(rss_relays) / leaves.max(1) as u64,
+            per_agent_unconnected: per_orphan,
         },
         cpu_updates,
         cpu_total,

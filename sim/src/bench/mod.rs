@@ -215,6 +215,10 @@ pub struct Memory {
     /// (rss_idle - rss_relays) / agents: an agent with its store and endpoint plus both
     /// ends of its connection (an upper bound for each).
     pub per_agent_with_connection: u64,
+    /// RSS per extra agent whose parent never answers (endpoint, store, tasks, no
+    /// connection): `per_agent_with_connection` minus this estimates both ends of one
+    /// idle connection.
+    pub per_agent_unconnected: u64,
 }
 
 /// Figures for one hierarchy.

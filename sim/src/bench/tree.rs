@@ -327,6 +327,52 @@ impl Tree {
         Ok(())
     }
 
+    /// Starts `n` extra agents whose parent never answers (a closed loopback port):
+    /// each holds its endpoint, store, tasks and connection attempts but no connection,
+    /// so that RSS can tell an agent's cost from its connection's.
+    pub(crate) fn start_orphans(&mut self, n: usize) -> Result<Vec<AgentHandle>, BenchError> {
+        let _in = self.tiers.agents.enter();
+        let slot = self
+            .agents
+            .first()
+            .ok_or_else(|| BenchError::setup("orphan agents", "no agent to copy"))?;
+        let (name, pem) = (slot.name.clone(), slot.identity.clone());
+        let mut out = Vec::new();
+        for i in 0..n {
+            self.runs += 1;
+            let identity = identity(&self.ca_pem, &name, &pem)?;
+            let connector = transport::client_endpoint(
+                SocketAddr::from(([127, 0, 0, 1], 0)),
+                tls::client_config(&identity).map_err(|e| BenchError::setup(&name, e))?,
+            )
+            .map_err(|e| BenchError::setup(&name, e))?;
+            let (tx, _) = mpsc::unbounded_channel();
+            out.push(
+                agent::start(AgentParts {
+                    cluster: Cluster {
+                        name: format!("orphan-{i}"),
+                        labels: BTreeMap::new(),
+                        properties: BTreeMap::new(),
+                        path: vec![],
+                    },
+                    parent: ("nobody".into(), SocketAddr::from(([127, 0, 0, 1], 1))),
+                    store: Arc::new(MemStore::new(1_000_000 + i as u64)),
+                    connector,
+                    backend: Box::new(Watched {
+                        inner: SimulatedCluster::new(SimulatedConfig::default()),
+                        leaf: u32::MAX,
+                        tx,
+                        dirty: true,
+                    }),
+                    clock: Clock::start(),
+                    run: self.runs,
+                })
+                .map_err(|e| BenchError::setup(&name, e))?,
+            );
+        }
+        Ok(out)
+    }
+
     /// Stops every agent at once (stores kept).
     pub(crate) async fn stop_agents(&mut self) {
         let mut stopping = tokio::task::JoinSet::new();
