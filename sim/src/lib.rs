@@ -14,9 +14,12 @@
 //! * [`check`]: the invariant checkers.
 //! * `observe`: the observer task: workload at the root, samples, checks.
 //! * [`run`]: one simulation of one seed: faults, workload, checks, summary, trace hash.
+//! * [`bench`]: the benchmark harness (the `bench` binary): real QUIC on loopback, with
+//!   flat-hub and NATS baselines.
 //!
 //! The `sim` binary (`src/main.rs`) runs one seed or sweeps many.
 
+pub mod bench;
 pub mod check;
 pub mod hosts;
 pub mod net;

@@ -1,0 +1,466 @@
+//! The measurements on one running hierarchy (tree or flat hub): P1 propagation, P2
+//! bytes per tier, P3 status to the root's summary, P4 region resync and reconnect
+//! storm, P6 memory, and CPU per tier.
+
+use std::time::Duration;
+
+use strata_protocol::codec::encoded_len;
+use strata_protocol::model::{Revision, Space};
+use strata_relay::node::runtime::{LinkStats, NodeClient};
+use strata_relay::objects::parse_manifests;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::procstat;
+use super::tree::{Applied, TIER_THREADS, Tree};
+use super::{BenchError, Dist, Memory, Options, Resync, Storm, TierBytes, TopologyReport};
+
+/// The placement every benchmark object is selected by.
+const PLACEMENT: &str = "apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: bench }
+spec:
+  objects: [ { selector: { matchLabels: { app: bench } } } ]
+  clusters: { selector: { matchLabels: { tier: store } } }
+";
+
+/// A ConfigMap of about `size` bytes.
+pub(crate) fn object(name: &str, size: usize, version: usize) -> String {
+    format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata: {{ name: {name}, namespace: bench, labels: {{ app: bench }} }}
+data: {{ blob: \"{}\", version: \"{version}\" }}
+",
+        "x".repeat(size)
+    )
+}
+
+async fn apply(root: &NodeClient, text: String) -> Result<u64, BenchError> {
+    let m = parse_manifests(&text, &Space::default_space())
+        .map_err(|e| BenchError::setup("benchmark manifests", format!("{e:?}")))?;
+    let applied = root
+        .query(move |c| c.apply_manifests(&m))
+        .await
+        .ok_or_else(|| BenchError::setup("apply", "root stopped"))?
+        .map_err(|e| BenchError::setup("apply", e))?;
+    applied
+        .revision
+        .map(|p| p.0)
+        .ok_or_else(|| BenchError::setup("apply", "nothing changed"))
+}
+
+/// The encoded size (as it travels, frame header included) of the object `name`.
+async fn encoded(root: &NodeClient, name: &'static str) -> usize {
+    root.query(move |c| {
+        c.log()
+            .live()
+            .find(|o| o.key().name == name)
+            .and_then(|o| encoded_len(o).ok())
+    })
+    .await
+    .flatten()
+    .unwrap_or(0)
+}
+
+/// Applies seen by the harness, per leaf.
+pub(crate) struct Arrivals {
+    rx: mpsc::UnboundedReceiver<Applied>,
+}
+
+impl Arrivals {
+    pub(crate) fn new(rx: mpsc::UnboundedReceiver<Applied>) -> Self {
+        Arrivals { rx }
+    }
+
+    /// Waits until every leaf in `leaves` applied revision `rev` or later; returns each
+    /// leaf's first such apply, as time since `start`.
+    pub(crate) async fn wait(
+        &mut self,
+        leaves: std::ops::Range<usize>,
+        rev: u64,
+        start: Instant,
+        limit: Duration,
+    ) -> Result<Vec<(usize, Duration)>, BenchError> {
+        let total = leaves.len();
+        let (got, missing) = self.wait_partial(leaves, rev, start, limit).await;
+        if missing > 0 {
+            return Err(BenchError::Timeout {
+                what: format!("revision {rev} at every leaf"),
+                secs: limit.as_secs(),
+                detail: format!("{missing} of {total} leaves never applied it"),
+            });
+        }
+        Ok(got)
+    }
+
+    /// Like [`Arrivals::wait`], but gives up at the limit with what arrived and how
+    /// many leaves are missing.
+    async fn wait_partial(
+        &mut self,
+        leaves: std::ops::Range<usize>,
+        rev: u64,
+        start: Instant,
+        limit: Duration,
+    ) -> (Vec<(usize, Duration)>, usize) {
+        let mut seen: Vec<Option<Duration>> = vec![None; leaves.len()];
+        let mut missing = leaves.len();
+        let deadline = start + limit;
+        while missing > 0 {
+            let Ok(Some(a)) = tokio::time::timeout_at(deadline, self.rx.recv()).await else {
+                break;
+            };
+            let leaf = a.leaf as usize;
+            if a.revision >= rev && leaves.contains(&leaf) {
+                let slot = &mut seen[leaf - leaves.start];
+                if slot.is_none() {
+                    *slot = Some(a.at.saturating_duration_since(start));
+                    missing -= 1;
+                }
+            }
+        }
+        let got = seen
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, d)| d.map(|d| (i + leaves.start, d)))
+            .collect();
+        (got, missing)
+    }
+
+    /// Forgets applies reported so far.
+    pub(crate) fn drain(&mut self) {
+        while self.rx.try_recv().is_ok() {}
+    }
+
+    /// The next apply reported before `until`.
+    pub(crate) async fn next_until(
+        &mut self,
+        until: Instant,
+    ) -> Result<Option<Applied>, tokio::time::error::Elapsed> {
+        tokio::time::timeout_at(until, self.rx.recv()).await
+    }
+}
+
+/// Waits until the root's summary of `name` shows every leaf available at `rev`.
+async fn summary_complete(
+    root: &NodeClient,
+    leaves: usize,
+    rev: u64,
+    limit: Duration,
+) -> Result<Instant, BenchError> {
+    let start = Instant::now();
+    loop {
+        let done = root
+            .query(move |c| {
+                let placement = c.placements().first()?.clone();
+                let key = c
+                    .log()
+                    .live()
+                    .find(|o| o.key().name == "payload")?
+                    .key()
+                    .clone();
+                let s = c.reports().summarize(&placement, &key);
+                Some(s.health.available as usize == leaves && s.min_revision == Some(Revision(rev)))
+            })
+            .await
+            .flatten()
+            .unwrap_or(false);
+        if done {
+            return Ok(Instant::now());
+        }
+        if start.elapsed() > limit {
+            return Err(BenchError::Timeout {
+                what: format!("root summary at revision {rev}"),
+                secs: limit.as_secs(),
+                detail: "not every leaf reported".into(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn sent(s: &LinkStats) -> u64 {
+    s.children.iter().map(|c| c.1).sum()
+}
+
+fn received(s: &LinkStats) -> u64 {
+    s.children.iter().map(|c| c.2).sum()
+}
+
+/// A generous limit for waits that grow with the number of leaves.
+fn limit(leaves: usize) -> Duration {
+    Duration::from_secs(60 + leaves as u64 / 50)
+}
+
+/// Builds a hierarchy of shape `fanout`, measures it, and stops it.
+pub(crate) async fn topology(
+    label: &str,
+    fanout: &[usize],
+    opts: &Options,
+    resync: bool,
+) -> Result<TopologyReport, BenchError> {
+    let leaves: usize = fanout.iter().product();
+    let rss_start = procstat::rss_bytes();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut arrivals = Arrivals::new(rx);
+    let mut tree = Tree::build(fanout, tx)?;
+    let root = tree.root()?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_relays = procstat::rss_bytes();
+    let setup = Instant::now();
+    tree.start_agents(0..leaves)?;
+    loop {
+        let known = root
+            .query(|c| c.reports().clusters().count())
+            .await
+            .unwrap_or(0);
+        if known == leaves {
+            break;
+        }
+        if setup.elapsed() > limit(leaves) {
+            return Err(BenchError::Timeout {
+                what: "registration".into(),
+                secs: limit(leaves).as_secs(),
+                detail: format!("only {known} of {leaves} clusters registered"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let register = setup.elapsed();
+    // Idle: every agent connected, nothing placed yet.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_idle = procstat::rss_bytes();
+    // The same number of agents without a connection (capped at 1,000).
+    let orphans = leaves.min(1000);
+    let before = procstat::rss_bytes();
+    let handles = tree.start_orphans(orphans)?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let per_orphan = procstat::rss_bytes().saturating_sub(before) / orphans as u64;
+    for h in handles {
+        h.shutdown().await;
+    }
+
+    // First delivery: the placement and the object.
+    let start = Instant::now();
+    let rev = apply(
+        &root,
+        format!(
+            "{PLACEMENT}---\n{}",
+            object("payload", opts.object_bytes, 0)
+        ),
+    )
+    .await?;
+    let first = arrivals.wait(0..leaves, rev, start, limit(leaves)).await?;
+    summary_complete(&root, leaves, rev, limit(leaves)).await?;
+    let first = Dist::of(first.iter().map(|f| f.1).collect());
+    let encoded_object = encoded(&root, "payload").await;
+
+    // Updates of the object alone.
+    let cpu_before = procstat::cpu_by_thread(&TIER_THREADS);
+    let mut p1 = Vec::new();
+    let mut p3 = Vec::new();
+    let mut tier_sent = vec![0u64; tree.levels.len()];
+    let mut root_received = 0u64;
+    let mut window = Duration::ZERO;
+    for round in 1..=opts.rounds {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        arrivals.drain();
+        let before = tree.link_stats().await;
+        let start = Instant::now();
+        let rev = apply(&root, object("payload", opts.object_bytes, round)).await?;
+        let got = arrivals.wait(0..leaves, rev, start, limit(leaves)).await?;
+        let done = summary_complete(&root, leaves, rev, limit(leaves)).await?;
+        let done = done.saturating_duration_since(start);
+        p1.extend(got.iter().map(|g| g.1));
+        p3.extend(got.iter().map(|g| done.saturating_sub(g.1)));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        window += start.elapsed();
+        let after = tree.link_stats().await;
+        for (level, (b, a)) in before.iter().zip(&after).enumerate() {
+            let b: u64 = b.iter().map(sent).sum();
+            let a: u64 = a.iter().map(sent).sum();
+            tier_sent[level] += a.saturating_sub(b);
+        }
+        root_received += received(&after[0][0]).saturating_sub(received(&before[0][0]));
+    }
+    let cpu_after = procstat::cpu_by_thread(&TIER_THREADS);
+    let rounds = opts.rounds.max(1) as u64;
+    let p2 = tree
+        .levels
+        .iter()
+        .enumerate()
+        .map(|(level, nodes)| {
+            let links: usize = nodes.iter().map(|n| n.children.len()).sum();
+            let per_update = tier_sent[level] / rounds;
+            let ideal = (encoded_object * links) as u64;
+            TierBytes {
+                tier: level,
+                nodes: nodes.len(),
+                links,
+                bytes_per_update: per_update,
+                ideal_bytes: ideal,
+                ratio: per_update as f64 / ideal.max(1) as f64,
+            }
+        })
+        .collect();
+    let cpu_updates = TIER_THREADS
+        .iter()
+        .map(|t| {
+            let t = (*t).to_owned();
+            let d = cpu_after.get(&t).copied().unwrap_or(0.0)
+                - cpu_before.get(&t).copied().unwrap_or(0.0);
+            (t, d)
+        })
+        .collect();
+
+    let region = if resync && tree.levels.len() > 2 && opts.changed > 0 {
+        Some(region_cut(&mut tree, &root, &mut arrivals, opts, leaves).await?)
+    } else {
+        None
+    };
+    let storm = storm(&mut tree, &root, &mut arrivals, opts, leaves).await?;
+    let cpu_total = procstat::cpu_by_thread(&TIER_THREADS).into_iter().collect();
+    let relays = tree.relay_count() + 1;
+    tree.shutdown().await;
+    Ok(TopologyReport {
+        label: label.to_owned(),
+        fanout: fanout.to_vec(),
+        leaves,
+        object_bytes: opts.object_bytes,
+        encoded_object_bytes: encoded_object,
+        register_secs: register.as_secs_f64(),
+        first_delivery: first,
+        p1: Dist::of(p1),
+        p2,
+        p3: Dist::of(p3),
+        p3_root_bytes_received_per_update: root_received / rounds,
+        p3_root_children: fanout[0],
+        update_window_secs: window.as_secs_f64() / rounds as f64,
+        p4: region,
+        storm,
+        memory: Memory {
+            rss_start,
+            rss_relays,
+            rss_idle,
+            relays,
+            leaves,
+            per_relay: rss_relays.saturating_sub(rss_start) / relays as u64,
+            per_agent_with_connection: rss_idle.saturating_sub(rss_relays) / leaves.max(1) as u64,
+            per_agent_unconnected: per_orphan,
+        },
+        cpu_updates,
+        cpu_total,
+        process_cpu_secs: procstat::process_cpu(),
+        peak_rss: procstat::peak_rss_bytes(),
+    })
+}
+
+/// P4a: the first region is stopped (store kept) while `opts.changed` objects are
+/// created, then restarted; what the root sends it to catch up.
+async fn region_cut(
+    tree: &mut Tree,
+    root: &NodeClient,
+    arrivals: &mut Arrivals,
+    opts: &Options,
+    leaves: usize,
+) -> Result<Resync, BenchError> {
+    let name = tree.levels[1][0].name.clone();
+    let below = leaves / tree.levels[1].len();
+    if let Some(h) = tree.levels[1][0].handle.take() {
+        let _ = h.shutdown().await;
+    }
+    // Until the root has dropped the old connection, so the next one is counted alone.
+    for _ in 0..200 {
+        let stats = root.link_stats().await.unwrap_or_default();
+        if !stats.children.iter().any(|c| c.0 == name) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut last = 0;
+    let mut changed_bytes = 0usize;
+    for i in 0..opts.changed {
+        last = apply(root, object(&format!("changed-{i}"), opts.object_bytes, 1)).await?;
+        let key = format!("changed-{i}");
+        changed_bytes += root
+            .query(move |c| {
+                c.log()
+                    .live()
+                    .find(|o| o.key().name == key)
+                    .and_then(|o| encoded_len(o).ok())
+            })
+            .await
+            .flatten()
+            .unwrap_or(0);
+    }
+    // The other regions get the changes meanwhile.
+    let elsewhere = Instant::now();
+    arrivals
+        .wait(below..leaves, last, elsewhere, limit(leaves))
+        .await?;
+    let start = Instant::now();
+    tree.restart_node(1, 0).await?;
+    arrivals.wait(0..below, last, start, limit(leaves)).await?;
+    let caught_up = start.elapsed();
+    let stats = root.link_stats().await.unwrap_or_default();
+    let sent: u64 = stats
+        .children
+        .iter()
+        .filter(|c| c.0 == name)
+        .map(|c| c.1)
+        .sum();
+    Ok(Resync {
+        region: name,
+        leaves_below: below,
+        changed_objects: opts.changed,
+        changed_bytes: changed_bytes as u64,
+        resync_bytes: sent,
+        ratio: sent as f64 / changed_bytes.max(1) as f64,
+        caught_up_secs: caught_up.as_secs_f64(),
+    })
+}
+
+/// P4b: every agent stops at once (stores kept), the object changes, and every agent
+/// starts again at once; time until every leaf applied the change and until the root's
+/// summary shows it.
+async fn storm(
+    tree: &mut Tree,
+    root: &NodeClient,
+    arrivals: &mut Arrivals,
+    opts: &Options,
+    leaves: usize,
+) -> Result<Storm, BenchError> {
+    tree.stop_agents().await;
+    let rev = apply(root, object("payload", opts.object_bytes, 1000)).await?;
+    arrivals.drain();
+    let start = Instant::now();
+    tree.start_agents(0..leaves)?;
+    let started = start.elapsed();
+    let (got, missing) = arrivals
+        .wait_partial(0..leaves, rev, start, limit(leaves))
+        .await;
+    let all_applied = got.iter().map(|g| g.1).max().unwrap_or_default();
+    let summary = if missing == 0 {
+        Some(
+            summary_complete(root, leaves, rev, limit(leaves))
+                .await?
+                .saturating_duration_since(start)
+                .as_secs_f64(),
+        )
+    } else {
+        None
+    };
+    let stats = tree.link_stats().await;
+    let bytes_to_agents = stats.last().map(|l| l.iter().map(sent).sum()).unwrap_or(0);
+    let objects_held = root.query(|c| c.log().live_len()).await.unwrap_or(0);
+    Ok(Storm {
+        bytes_to_agents,
+        objects_held,
+        agents: leaves,
+        start_secs: started.as_secs_f64(),
+        all_applied_secs: all_applied.as_secs_f64(),
+        applied: Dist::of(got.iter().map(|g| g.1).collect()),
+        summary_secs: summary,
+        missing,
+    })
+}

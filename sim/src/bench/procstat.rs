@@ -1,0 +1,110 @@
+//! Memory and CPU of this process from `/proc` (Linux only; zeros elsewhere).
+
+use std::collections::BTreeMap;
+
+/// Clock ticks per second of `/proc/*/stat` times (`sysconf(_SC_CLK_TCK)`, 100 on
+/// every Linux this runs on).
+const TICKS: f64 = 100.0;
+
+/// Resident set size of this process, in bytes.
+pub(crate) fn rss_bytes() -> u64 {
+    status_kib("VmRSS:") * 1024
+}
+
+/// Peak resident set size of this process, in bytes.
+pub(crate) fn peak_rss_bytes() -> u64 {
+    status_kib("VmHWM:") * 1024
+}
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// User + system CPU seconds from a `stat` line (fields 14 and 15, after the command
+/// name in parentheses, which may hold spaces).
+fn stat_cpu(stat: &str) -> Option<f64> {
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let user: f64 = f.get(11)?.parse().ok()?;
+    let system: f64 = f.get(12)?.parse().ok()?;
+    Some((user + system) / TICKS)
+}
+
+/// CPU seconds of the whole process.
+pub(crate) fn process_cpu() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| stat_cpu(&s))
+        .unwrap_or(0.0)
+}
+
+/// CPU seconds per thread-name prefix among `prefixes` (threads of ended threads are
+/// not counted: read this while the runtimes live).
+pub(crate) fn cpu_by_thread(prefixes: &[&str]) -> BTreeMap<String, f64> {
+    let mut out: BTreeMap<String, f64> = prefixes.iter().map(|p| ((*p).to_owned(), 0.0)).collect();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let name = stat
+            .find('(')
+            .zip(stat.rfind(')'))
+            .map(|(a, b)| &stat[a + 1..b])
+            .unwrap_or("");
+        if let Some(p) = prefixes.iter().find(|p| name.starts_with(**p)) {
+            *out.entry((*p).to_owned()).or_default() += stat_cpu(&stat).unwrap_or(0.0);
+        }
+    }
+    out
+}
+
+/// A short description of this machine: CPU model, cores, memory, load.
+pub(crate) fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpu
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(str::trim)
+        .unwrap_or("unknown CPU")
+        .to_owned();
+    let cores = cpu.lines().filter(|l| l.starts_with("processor")).count();
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    format!(
+        "{model}, {cores} cores, {:.0} GiB, load average {} at start",
+        mem as f64 / 1024.0 / 1024.0,
+        load.join(" ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_fields_are_read_after_the_command_name() {
+        let line = "12 (bench relay) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0";
+        assert_eq!(stat_cpu(line), Some(3.0));
+    }
+}

@@ -1,0 +1,138 @@
+//! `bench`: the scale benchmark (issue 7). Builds a hierarchy of real relays and agents
+//! over QUIC + mTLS on loopback, measures propagation, bytes per tier, status, resync,
+//! a reconnect storm, memory and CPU, then the same against a flat hub and a NATS
+//! leafnode tree, and prints a table (and JSON with `--json`).
+//!
+//! Each hierarchy runs in its own process (this binary with `--phase`), so that memory
+//! and CPU figures are per process and one hierarchy's leftovers do not count in the
+//! next one's. The NATS subscribers run in this process.
+//!
+//! `ulimit -n 30000; cargo run --release -p strata-sim --bin bench -- --leaves 10000 --fanout 10,10,100`
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::Context;
+use clap::Parser;
+use strata_sim::bench::{self, NatsChoice, Options, Phase, TopologyReport};
+
+#[derive(Debug, Parser)]
+#[command(about = "Strata scale benchmark: our tree vs a flat hub vs NATS")]
+struct Args {
+    /// Leaf clusters (agents).
+    #[arg(long, default_value_t = 1000)]
+    leaves: usize,
+    /// Relays per parent at each tier, then agents per lowest relay, e.g. 10,10,100
+    /// (derived from --leaves when absent).
+    #[arg(long, value_delimiter = ',')]
+    fanout: Option<Vec<usize>>,
+    /// Payload bytes of the object.
+    #[arg(long, default_value_t = 1024)]
+    object_bytes: usize,
+    /// Updates measured.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Objects created while a region is cut off (P4).
+    #[arg(long, default_value_t = 100)]
+    changed: usize,
+    /// Skip the flat hub baseline.
+    #[arg(long)]
+    no_flat: bool,
+    /// Skip the NATS baseline.
+    #[arg(long, conflicts_with = "require_nats")]
+    no_nats: bool,
+    /// Fail when nats-server is missing (CI).
+    #[arg(long)]
+    require_nats: bool,
+    /// The nats-server binary (default: from the PATH).
+    #[arg(long)]
+    nats_server: Option<PathBuf>,
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Internal: run only this hierarchy and write its figures as JSON to --phase-out.
+    #[arg(long, hide = true, requires = "phase_out")]
+    phase: Option<Phase>,
+    /// Internal: where --phase writes its figures.
+    #[arg(long, hide = true)]
+    phase_out: Option<PathBuf>,
+}
+
+/// Runs one hierarchy in a child process (this binary with `--phase`).
+fn phase_in_child(phase: Phase) -> anyhow::Result<TopologyReport> {
+    let tag = match phase {
+        Phase::Tree => "tree",
+        Phase::Flat => "flat",
+    };
+    let out = std::env::temp_dir().join(format!("strata-bench-{}-{tag}.json", std::process::id()));
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    args.extend([
+        "--phase".into(),
+        tag.into(),
+        "--phase-out".into(),
+        out.display().to_string(),
+    ]);
+    let exe = std::env::current_exe().context("finding this binary")?;
+    let status = Command::new(exe)
+        .args(&args)
+        .status()
+        .with_context(|| format!("running the {tag} phase"))?;
+    if !status.success() {
+        anyhow::bail!("the {tag} phase failed ({status})");
+    }
+    let text =
+        std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
+    let _ = std::fs::remove_file(&out);
+    serde_json::from_str(&text).with_context(|| format!("the {tag} phase's figures"))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let fanout = match args.fanout {
+        Some(f) => f,
+        None => bench::derive_fanout(args.leaves)?,
+    };
+    let product: usize = fanout.iter().product();
+    if product != args.leaves {
+        anyhow::bail!(
+            "--fanout {fanout:?} gives {product} leaves, not --leaves {}",
+            args.leaves
+        );
+    }
+    let nats = if args.no_nats {
+        None
+    } else if args.require_nats || args.nats_server.is_some() {
+        Some(NatsChoice::Required(args.nats_server))
+    } else {
+        Some(NatsChoice::IfFound)
+    };
+    let opts = Options {
+        fanout,
+        object_bytes: args.object_bytes,
+        rounds: args.rounds,
+        changed: args.changed,
+        flat: !args.no_flat,
+        nats,
+    };
+    if let (Some(phase), Some(path)) = (args.phase, &args.phase_out) {
+        let figures = bench::topology(&opts, phase).await?;
+        std::fs::write(path, serde_json::to_string(&figures)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        return Ok(());
+    }
+    let tree = phase_in_child(Phase::Tree)?;
+    let flat = if opts.flat && opts.fanout.len() > 1 {
+        Some(phase_in_child(Phase::Flat)?)
+    } else {
+        None
+    };
+    let nats = bench::nats_baseline(&opts, tree.encoded_object_bytes).await?;
+    let report = bench::report(tree, flat, nats);
+    println!("{}", bench::render(&report));
+    if let Some(path) = args.json {
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(&path, json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

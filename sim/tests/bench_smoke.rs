@@ -1,0 +1,40 @@
+//! The benchmark harness on a tiny tree (2 regions x 2 sites x 2 agents, real QUIC on
+//! loopback): every figure is produced and consistent. Nothing about speed is asserted.
+
+use strata_sim::bench::{self, Options, Phase};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_tree_yields_every_figure() {
+    let opts = Options {
+        fanout: vec![2, 2, 2],
+        object_bytes: 512,
+        rounds: 2,
+        changed: 3,
+        flat: false,
+        nats: None,
+    };
+    let t = bench::topology(&opts, Phase::Tree).await.expect("the run");
+    assert_eq!(t.leaves, 8);
+    assert_eq!(t.p1.n, 16, "every leaf seen once per round");
+    assert_eq!(t.p3.n, 16);
+    assert_eq!(t.p2.len(), 3, "root, regions, sites");
+    assert_eq!(
+        t.p2.iter().map(|b| b.links).collect::<Vec<_>>(),
+        vec![2, 4, 8]
+    );
+    for tier in &t.p2 {
+        // Every link carried the object at least once per update.
+        assert!(
+            tier.ratio >= 1.0,
+            "tier {} sent less than the object: {tier:?}",
+            tier.tier
+        );
+    }
+    assert!(t.encoded_object_bytes > 512);
+    let p4 = t.p4.expect("a region was cut off");
+    assert_eq!(p4.leaves_below, 4);
+    assert!(p4.resync_bytes >= p4.changed_bytes, "{p4:?}");
+    assert_eq!(t.storm.missing, 0);
+    assert_eq!(t.storm.applied.n, 8);
+    assert!(t.memory.rss_idle > 0);
+}
