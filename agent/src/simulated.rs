@@ -52,6 +52,10 @@ struct Held {
 pub struct SimulatedCluster {
     config: SimulatedConfig,
     objects: BTreeMap<ObjectKey, Held>,
+    /// Something was applied or deleted since the last status scan. Without it, a scan
+    /// is needed only once a workload's readiness is due: the agent asks after every
+    /// event, and scanning every held object each time dominated a reconnect storm.
+    changed: bool,
 }
 
 impl SimulatedCluster {
@@ -60,6 +64,7 @@ impl SimulatedCluster {
         SimulatedCluster {
             config,
             objects: BTreeMap::new(),
+            changed: false,
         }
     }
 
@@ -123,15 +128,20 @@ impl ClusterBackend for SimulatedCluster {
                 reported: None,
             },
         );
+        self.changed = true;
         Ok(())
     }
 
     fn delete(&mut self, _now: Instant, key: &ObjectKey) -> Result<(), BackendError> {
         self.objects.remove(key);
+        self.changed = true;
         Ok(())
     }
 
     fn poll_status(&mut self, now: Instant, at: UnixMillis) -> Vec<(ObjectKey, Status)> {
+        if !std::mem::take(&mut self.changed) && self.next_change().is_none_or(|t| t > now) {
+            return Vec::new();
+        }
         let mut changed = Vec::new();
         let healths: Vec<(ObjectKey, Health)> = self
             .objects
