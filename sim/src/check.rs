@@ -8,7 +8,7 @@ use strata_protocol::model::{Cluster, ObjectKey, ObjectMeta, Revision};
 use strata_protocol::placement::Placement;
 use strata_protocol::summary::Summary;
 
-use crate::topology::Topology;
+use crate::topology::{Topology, effective_labels};
 
 /// What the root holds, as the checkers need it.
 #[derive(Debug, Clone, Default)]
@@ -44,18 +44,12 @@ pub fn effective_clusters(
     relabeled: &BTreeMap<String, strata_protocol::model::Labels>,
 ) -> Vec<Cluster> {
     topology
-        .all_clusters()
-        .into_iter()
-        .map(|mut c| {
-            if let Some(l) = relabeled.get(&c.name) {
-                c.labels = l.clone();
-            }
-            c
-        })
+        .clusters
+        .iter()
         .map(|c| Cluster {
             name: c.name.clone(),
-            labels: topology.effective_labels(&c),
-            properties: BTreeMap::new(),
+            labels: effective_labels(topology, c, relabeled.get(&c.name).unwrap_or(&c.labels)),
+            properties: c.properties.clone(),
             path: vec![],
         })
         .collect()

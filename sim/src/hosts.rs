@@ -32,7 +32,7 @@ use strata_relay::transport;
 
 use crate::net::{self, Network, SimUdpSocket};
 use crate::rng::{SimRng, hash, mix};
-use crate::topology::Topology;
+use crate::topology::{self, Topology};
 
 /// The port every relay listens on.
 pub const RELAY_PORT: u16 = 7443;
@@ -119,9 +119,7 @@ impl Shared {
             .self_signed(&ca_key)
             .map_err(|e| cert_err("ca", &e))?;
         let ca_pem = ca.pem();
-        let mut names = vec![topology.root.name.clone()];
-        names.extend(topology.relays.iter().map(|r| r.name.clone()));
-        names.extend(topology.all_clusters().into_iter().map(|c| c.name));
+        let names: Vec<String> = topology.node_names().map(str::to_owned).collect();
         let mut tls_by_name = BTreeMap::new();
         let mut disks = BTreeMap::new();
         let mut rng = SimRng::new(seed).fork("disks");
@@ -176,12 +174,7 @@ impl Shared {
 
     /// The simulated host a node runs on.
     pub fn host_of(&self, name: &str) -> String {
-        match self
-            .topology
-            .all_clusters()
-            .into_iter()
-            .find(|c| c.name == name)
-        {
+        match topology::cluster(&self.topology, name) {
             Some(c) => agents_host(&c.parent),
             None => name.to_owned(),
         }
@@ -189,8 +182,12 @@ impl Shared {
 
     /// Every host, relays first.
     pub fn hosts(&self) -> Vec<String> {
-        let mut out = vec![self.topology.root.name.clone()];
-        out.extend(self.topology.relays.iter().map(|r| r.name.clone()));
+        let mut out: Vec<String> = self
+            .topology
+            .relays
+            .iter()
+            .map(|r| r.name.clone())
+            .collect();
         out.extend(self.agent_hosts());
         out
     }
@@ -199,7 +196,7 @@ impl Shared {
     pub fn agent_hosts(&self) -> Vec<String> {
         let mut out: Vec<String> = self
             .topology
-            .all_clusters()
+            .clusters
             .iter()
             .map(|c| agents_host(&c.parent))
             .collect();
@@ -256,9 +253,9 @@ impl Shared {
         let socket = SimUdpSocket::bind(ip, RELAY_PORT, self.network.clone()).await?;
         let listener = net::endpoint(socket, config, Some(server), rng.bytes32())?;
         let topo = &self.topology;
-        let parent = topo.relays.iter().find(|r| r.name == name).map(|r| {
-            let addr = SocketAddr::new(turmoil::lookup(r.parent.as_str()), RELAY_PORT);
-            (r.parent.clone(), addr)
+        let parent = topo.relay(&name).and_then(|r| r.parent.clone()).map(|p| {
+            let addr = SocketAddr::new(turmoil::lookup(p.as_str()), RELAY_PORT);
+            (p, addr)
         });
         let connector = match parent {
             Some(_) => {
@@ -269,8 +266,11 @@ impl Shared {
         };
         let mut handle = node::start(NodeParts {
             name: name.clone(),
-            labels: topo.relay_labels(&name),
-            children: topo.children_of(&name),
+            labels: topo
+                .relay(&name)
+                .map(|r| r.labels.clone())
+                .unwrap_or_default(),
+            children: topology::children_of(topo, &name),
             parent,
             store: self.store(&name),
             listener: Some(listener),
@@ -290,7 +290,7 @@ impl Shared {
     pub async fn run_agents(self: Rc<Self>, relay: String) -> turmoil::Result {
         let ip = turmoil::lookup(agents_host(&relay));
         let parent_addr = SocketAddr::new(turmoil::lookup(relay.as_str()), RELAY_PORT);
-        for spec in self.topology.all_clusters() {
+        for spec in &self.topology.clusters {
             if spec.parent != relay {
                 continue;
             }
@@ -306,7 +306,7 @@ impl Shared {
                         .get(&spec.name)
                         .cloned()
                         .unwrap_or_else(|| spec.labels.clone()),
-                    properties: BTreeMap::new(),
+                    properties: spec.properties.clone(),
                     path: vec![],
                 },
                 parent: (relay.clone(), parent_addr),
@@ -340,18 +340,16 @@ pub fn wall_now() -> UnixMillis {
 
 /// Registers every host of the hierarchy with `sim`.
 pub fn register(sim: &mut turmoil::Sim<'_>, shared: &Rc<Shared>) {
-    let mut relays = vec![shared.topology.root.name.clone()];
-    relays.extend(shared.topology.relays.iter().map(|r| r.name.clone()));
-    for name in relays {
+    for name in shared.topology.relays.iter().map(|r| r.name.clone()) {
         let s = shared.clone();
         let n = name.clone();
         sim.host(name.as_str(), move || s.clone().run_relay(n.clone()));
     }
     let mut parents: Vec<String> = shared
         .topology
-        .all_clusters()
-        .into_iter()
-        .map(|c| c.parent)
+        .clusters
+        .iter()
+        .map(|c| c.parent.clone())
         .collect();
     parents.sort();
     parents.dedup();

@@ -6,8 +6,8 @@
 //! * [`net`]: quinn over turmoil's UDP (the `AsyncUdpSocket` adapter), per-message loss
 //!   and byte counters per pair of hosts.
 //! * [`rng`]: the one seeded source of randomness.
-//! * [`topology`]: the inline hierarchy of a scenario (to be replaced by the topology
-//!   crate's parser).
+//! * [`topology`]: a scenario's Topology document (named or embedded), compiled by
+//!   `strata_topology`, and what the simulation derives from it.
 //! * [`scenario`]: scenario files (topology, workload, faults, checks).
 //! * [`hosts`]: relays and agents as turmoil hosts built from factories; disks kept or
 //!   lost across crashes.

@@ -53,7 +53,7 @@ fn main() -> anyhow::Result<()> {
             seed,
             check_determinism,
         } => {
-            let s = Scenario::load(&scenario)?;
+            let s = load(&scenario)?;
             let wall = tokio::time::Instant::now();
             let o = run(&s, seed)?;
             print_summary(&scenario, &o, wall.elapsed());
@@ -78,7 +78,7 @@ fn main() -> anyhow::Result<()> {
                 .context("--seeds must look like A..B")?;
             let (a, b): (u64, u64) = (a.parse()?, b.parse()?);
             for path in &scenarios {
-                let s = Scenario::load(path)?;
+                let s = load(path)?;
                 let wall = tokio::time::Instant::now();
                 for seed in a..b {
                     let o = run(&s, seed)?;
@@ -100,6 +100,15 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Loads a scenario, printing the topology compiler's warnings.
+fn load(path: &std::path::Path) -> anyhow::Result<Scenario> {
+    let s = Scenario::load(path)?;
+    for w in &s.warnings {
+        eprintln!("warning: {}: topology: {w}", path.display());
+    }
+    Ok(s)
 }
 
 fn print_summary(path: &std::path::Path, o: &Outcome, wall: Duration) {

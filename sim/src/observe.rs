@@ -51,7 +51,7 @@ async fn apply_workload(
     let Some(root) = shared
         .relays
         .borrow()
-        .get(&shared.topology.root.name)
+        .get(&shared.topology.root().name)
         .cloned()
     else {
         return Ok(None);
@@ -115,7 +115,7 @@ async fn root_view(shared: &Shared) -> Option<RootView> {
     let root = shared
         .relays
         .borrow()
-        .get(&shared.topology.root.name)
+        .get(&shared.topology.root().name)
         .cloned()?;
     root.query(|c| {
         let placements = c.placements().to_vec();

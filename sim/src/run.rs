@@ -235,10 +235,10 @@ fn hosts_of(shared: &Shared, all: &[String], name: &str) -> Vec<String> {
 fn nodes_on(shared: &Shared, host: &str) -> Vec<String> {
     let mut out: Vec<String> = shared
         .topology
-        .all_clusters()
-        .into_iter()
+        .clusters
+        .iter()
         .filter(|c| hosts::agents_host(&c.parent) == host)
-        .map(|c| c.name)
+        .map(|c| c.name.clone())
         .collect();
     if out.is_empty() {
         out.push(host.to_owned());

@@ -1,7 +1,8 @@
 //! Scenario files: a topology, a workload schedule and a fault schedule.
 //!
 //! ```yaml
-//! topology: { root: { name: center }, relays: [...], clusters: [...] }
+//! topology: ../../deploy/examples/demo.yaml   # relative to this file; or the document:
+//! # topology: { apiVersion: strata.dev/v1alpha1, kind: Topology, metadata: ..., spec: ... }
 //! duration: 300s           # simulated time the scenario runs
 //! settle: 60s              # the bound on convergence once the last fault healed
 //! workload:
@@ -17,9 +18,11 @@
 //!   delta: { link: [center, eu], after: 90s, max_fraction: 0.5 }
 //! ```
 //!
-//! Names in faults are relays, clusters, `agents` (every agent) or `*` (every host). The
-//! agents below one relay share one simulated host (turmoil's cost grows with the cube
-//! of the hosts), so a fault on a cluster applies to every cluster of its host.
+//! The topology is compiled by `strata_topology` (see [`crate::topology`]); its errors
+//! are reported with the scenario file's name. Names in faults are relays, clusters,
+//! `agents` (every agent) or `*` (every host). The agents below one relay share one
+//! simulated host (turmoil's cost grows with the cube of the hosts), so a fault on a
+//! cluster applies to every cluster of its host.
 
 use std::path::Path;
 use std::time::Duration;
@@ -27,14 +30,18 @@ use std::time::Duration;
 use serde::Deserialize;
 use strata_protocol::model::Labels;
 
-use crate::topology::{Topology, TopologyError};
+use crate::topology::{self, Topology, TopologySource};
 
-/// A scenario as written.
+/// A scenario: as written, `T` is where its topology comes from; once loaded, the
+/// compiled topology.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Scenario {
+pub struct Scenario<T = Topology> {
     /// The hierarchy.
-    pub topology: Topology,
+    pub topology: T,
+    /// The topology compiler's warnings (it was accepted regardless).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
     /// How long to simulate.
     #[serde(with = "duration")]
     pub duration: Duration,
@@ -209,44 +216,76 @@ pub enum ScenarioError {
         /// What is wrong.
         detail: String,
     },
-    /// The topology is wrong.
-    #[error("{path}: {source}")]
-    Topology {
-        /// The file.
+    /// The topology file the scenario names is unreadable or wrong.
+    #[error("{path}: topology: {source}")]
+    TopologyFile {
+        /// The scenario file.
         path: String,
-        /// What is wrong.
-        source: TopologyError,
+        /// What is wrong (naming the topology file).
+        source: strata_topology::LoadError,
+    },
+    /// The topology embedded in the scenario is wrong; every error is listed.
+    #[error("{path}: topology: {} error(s):\n  {}", errors.len(), errors.join("\n  "))]
+    Topology {
+        /// The scenario file.
+        path: String,
+        /// Each error, as the topology compiler names it.
+        errors: Vec<String>,
     },
 }
 
 impl Scenario {
     /// Reads and checks a scenario file.
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-        let p = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-            path: p.clone(),
+            path: path.display().to_string(),
             source,
         })?;
-        Scenario::parse(&text).map_err(|e| match e {
-            ScenarioError::Parse { detail, .. } => ScenarioError::Parse { path: p, detail },
-            ScenarioError::Topology { source, .. } => ScenarioError::Topology { path: p, source },
-            other => other,
-        })
+        Scenario::parse(&text, path)
     }
 
-    /// Parses and checks scenario text.
-    pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+    /// Parses and checks scenario text; `path` names it in errors, and a topology file
+    /// it names is found relative to `path`'s folder.
+    pub fn parse(text: &str, path: &Path) -> Result<Scenario, ScenarioError> {
+        let p = path.display().to_string();
         let parse = |detail: String| ScenarioError::Parse {
-            path: String::new(),
+            path: p.clone(),
             detail,
         };
-        let s: Scenario = serde_saphyr::from_str(text).map_err(|e| parse(e.to_string()))?;
-        s.topology
-            .validate()
-            .map_err(|source| ScenarioError::Topology {
-                path: String::new(),
-                source,
-            })?;
+        let raw: Scenario<TopologySource> =
+            serde_saphyr::from_str(text).map_err(|e| parse(e.to_string()))?;
+        let checked = match raw.topology {
+            TopologySource::File(file) => {
+                let dir = path.parent().unwrap_or(Path::new(""));
+                strata_topology::load(&dir.join(file)).map_err(|source| {
+                    ScenarioError::TopologyFile {
+                        path: p.clone(),
+                        source,
+                    }
+                })?
+            }
+            TopologySource::Inline(raw) => match strata_topology::compile(*raw) {
+                (Some(topology), d) => strata_topology::Checked {
+                    topology,
+                    warnings: d.warnings,
+                },
+                (None, d) => {
+                    return Err(ScenarioError::Topology {
+                        path: p,
+                        errors: d.errors,
+                    });
+                }
+            },
+        };
+        let s = Scenario {
+            topology: checked.topology,
+            warnings: checked.warnings,
+            duration: raw.duration,
+            settle: raw.settle,
+            workload: raw.workload,
+            faults: raw.faults,
+            checks: raw.checks,
+        };
         for (i, w) in s.workload.iter().enumerate() {
             let n = [
                 w.apply.is_some(),
@@ -263,11 +302,7 @@ impl Scenario {
                 )));
             }
             if let Some(r) = &w.relabel
-                && !s
-                    .topology
-                    .all_clusters()
-                    .iter()
-                    .any(|c| c.name == r.cluster)
+                && topology::cluster(&s.topology, &r.cluster).is_none()
             {
                 return Err(parse(format!(
                     "workload[{i}]: relabel names {:?}, which is not a cluster",
@@ -299,18 +334,12 @@ impl Scenario {
                 }
             }
             for name in f.names() {
-                if name != "agents" && name != "*" && !s.knows(name) {
+                if name != "agents" && name != "*" && !s.topology.node_names().any(|n| n == name) {
                     return Err(parse(format!("faults[{i}]: unknown node {name:?}")));
                 }
             }
         }
         Ok(s)
-    }
-
-    fn knows(&self, name: &str) -> bool {
-        name == self.topology.root.name
-            || self.topology.relays.iter().any(|r| r.name == name)
-            || self.topology.all_clusters().iter().any(|c| c.name == name)
     }
 
     /// When the last fault ends: from then on the network is healthy.
@@ -405,15 +434,76 @@ mod tests {
         assert!(parse_duration("5h").unwrap_err().contains("unknown unit"));
     }
 
-    #[test]
-    fn a_fault_on_an_unknown_node_is_refused() {
-        let text = "
-topology: { root: { name: c }, relays: [ { name: r, parent: c } ] }
+    const TINY: &str = "
+topology:
+  apiVersion: strata.dev/v1alpha1
+  kind: Topology
+  metadata: { name: tiny }
+  spec:
+    root: { name: c }
+    relays: [ { name: r, parent: c } ]
+    clusters: [ { name: k, parent: r } ]
 duration: 10s
 settle: 5s
-faults: [ { at: 1s, partition: [c, nowhere] } ]
 ";
-        let e = Scenario::parse(text).unwrap_err().to_string();
+
+    fn here(file: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(file)
+    }
+
+    #[test]
+    fn a_fault_on_an_unknown_node_is_refused() {
+        let text = format!("{TINY}faults: [ {{ at: 1s, partition: [c, nowhere] }} ]\n");
+        let e = Scenario::parse(&text, Path::new("x.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("x.yaml: "), "{e}");
         assert!(e.contains("unknown node \"nowhere\""), "{e}");
+    }
+
+    #[test]
+    fn an_embedded_topology_is_compiled_and_every_error_named_with_the_scenario_file() {
+        let s = Scenario::parse(TINY, Path::new("x.yaml")).unwrap();
+        assert_eq!(s.topology.root().name, "c");
+        assert_eq!(crate::topology::children_of(&s.topology, "r"), ["k"]);
+        let bad = TINY
+            .replace("{ name: r, parent: c }", "{ name: r, parent: nowhere }")
+            .replace("strata.dev/v1alpha1", "v0");
+        let e = Scenario::parse(&bad, Path::new("sim/scenarios/bad.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("sim/scenarios/bad.yaml: topology: 2 error(s)"),
+            "{e}"
+        );
+        assert!(e.contains("apiVersion"), "{e}");
+        assert!(e.contains("parent \"nowhere\" is not defined"), "{e}");
+        let unknown = TINY.replace("metadata: { name: tiny }", "metadata: { name: tiny, x: 1 }");
+        let e = Scenario::parse(&unknown, Path::new("x.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("x.yaml: ") && e.contains("unknown field `x`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_topology_file_is_found_relative_to_the_scenario() {
+        let text = "topology: ../../deploy/examples/demo.yaml\nduration: 10s\nsettle: 5s\n";
+        let s = Scenario::parse(text, &here("scenarios/uses-demo.yaml")).unwrap();
+        assert_eq!(s.topology.clusters.len(), 24);
+        let c = crate::topology::cluster(&s.topology, "eu-site-1-c1").unwrap();
+        let labels = crate::topology::effective_labels(&s.topology, c, &c.labels);
+        let want: Labels = [("region", "eu"), ("site", "eu-site-1"), ("tier", "store")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        assert_eq!(labels, want);
+        let e = Scenario::parse(text, &here("uses-demo.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("uses-demo.yaml: topology: "), "{e}");
+        assert!(e.contains("deploy/examples/demo.yaml: cannot read"), "{e}");
     }
 }

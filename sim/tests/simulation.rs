@@ -3,14 +3,22 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+use std::path::Path;
+
 use strata_sim::run::run;
 use strata_sim::scenario::Scenario;
 
 const SMALL: &str = "
 topology:
-  root: { name: center }
-  relays: [ { name: eu, parent: center, labels: { region: eu } } ]
-  generate: [ { parent: eu, count: 2, prefix: pos, labels: { role: pos } } ]
+  apiVersion: strata.dev/v1alpha1
+  kind: Topology
+  metadata: { name: small }
+  spec:
+    root: { name: center }
+    relays: [ { name: eu, parent: center, labels: { region: eu } } ]
+    clusters:
+      - { name: pos-0, parent: eu, labels: { role: pos } }
+      - { name: pos-1, parent: eu, labels: { role: pos } }
 duration: 30s
 settle: 15s
 workload:
@@ -31,7 +39,7 @@ faults:
 
 #[test]
 fn the_same_seed_gives_the_same_trace_and_the_hierarchy_converges() {
-    let s = Scenario::parse(SMALL).unwrap();
+    let s = Scenario::parse(SMALL, Path::new("small.yaml")).unwrap();
     let a = run(&s, 7).unwrap();
     let b = run(&s, 7).unwrap();
     assert!(a.violation.is_none(), "{:?}", a.violation);
@@ -46,7 +54,7 @@ fn a_relay_that_never_comes_back_is_a_convergence_violation() {
         "  - { at: 6s, repair: [center, eu] }",
         "  - { at: 6s, crash: eu, keep_disk: true }",
     );
-    let s = Scenario::parse(&text).unwrap();
+    let s = Scenario::parse(&text, Path::new("small.yaml")).unwrap();
     let o = run(&s, 3).unwrap();
     let (v, at, trace) = o.violation.expect("a violation");
     assert_eq!(
