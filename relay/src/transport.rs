@@ -197,7 +197,8 @@ impl WireMessage for ParentToChild {
     }
 }
 
-const CLASSES: [StreamClass; 3] = [
+/// Every stream class, in tag order.
+pub const STREAM_CLASSES: [StreamClass; 3] = [
     StreamClass::Control,
     StreamClass::Bulk,
     StreamClass::Reports,
@@ -233,9 +234,6 @@ impl ClassBytes {
         self.received[slot(class)].load(Ordering::Relaxed)
     }
 }
-
-/// Every stream class, in tag order.
-pub const STREAM_CLASSES: [StreamClass; 3] = CLASSES;
 
 /// The sending half of a link: one queue and one writer task per class.
 #[derive(Debug)]
@@ -292,13 +290,13 @@ pub fn split<Out: WireMessage, In: WireMessage>(
 ) -> (Sender<Out>, Receiver<In>) {
     let bytes = Arc::new(ClassBytes::default());
     let mut writers = JoinSet::new();
-    let queues = CLASSES.map(|class| {
+    let queues = STREAM_CLASSES.map(|class| {
         let (tx, rx) = mpsc::channel::<Out>(QUEUE);
         writers.spawn(write_stream(conn.clone(), class, rx, bytes.clone()));
         tx
     });
     let mut readers = JoinSet::new();
-    // One queue per class, indexed like `CLASSES`.
+    // One queue per class, indexed like `STREAM_CLASSES`.
     let (control_tx, control_rx) = mpsc::channel::<Result<In, TransportError>>(QUEUE);
     let (bulk_tx, bulk_rx) = mpsc::channel(QUEUE);
     let (reports_tx, reports_rx) = mpsc::channel(QUEUE);
@@ -365,7 +363,7 @@ async fn accept_streams<M: WireMessage>(
         if stream.read_exact(&mut tag_byte).await.is_err() {
             continue;
         }
-        let Some(class) = CLASSES.into_iter().find(|c| tag(*c) == tag_byte[0]) else {
+        let Some(class) = STREAM_CLASSES.into_iter().find(|c| tag(*c) == tag_byte[0]) else {
             let detail = format!("unknown stream class {}", tag_byte[0]);
             conn.close(VarInt::from_u32(close_code::MALFORMED), detail.as_bytes());
             let _ = queues[0]

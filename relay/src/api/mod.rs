@@ -175,24 +175,29 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Full<Bytes>> {
             };
             get_objects(ctx, space, filter, false).await
         }
-        (&Method::GET, ["spaces", space, rest @ ..]) if paths::parse(rest).is_some() => {
-            let filter = paths::parse(rest).unwrap_or_default();
-            let single = filter.name.is_some();
-            get_objects(ctx, space, filter, single).await
-        }
-        (&Method::DELETE, ["spaces", space, rest @ ..])
-            if paths::parse(rest).is_some_and(|f| f.name.is_some()) =>
-        {
-            delete_one(ctx, space, paths::parse(rest).unwrap_or_default()).await
-        }
+        (&Method::GET, ["spaces", space, rest @ ..]) => match paths::parse(rest) {
+            Some(filter) => {
+                let single = filter.name.is_some();
+                get_objects(ctx, space, filter, single).await
+            }
+            None => not_found(&method, &path),
+        },
+        (&Method::DELETE, ["spaces", space, rest @ ..]) => match paths::parse(rest) {
+            Some(filter) if filter.name.is_some() => delete_one(ctx, space, filter).await,
+            _ => not_found(&method, &path),
+        },
         (&Method::GET, ["clusters"]) => tree::clusters(ctx).await,
         (&Method::GET, ["status"]) => tree::status(ctx).await,
         (&Method::GET, ["upsynced"]) => tree::upsynced(ctx, param(&query, "cluster")).await,
-        _ => error(
-            StatusCode::NOT_FOUND,
-            format!("no such endpoint: {method} /{}", path.join("/")),
-        ),
+        _ => not_found(&method, &path),
     }
+}
+
+fn not_found(method: &Method, path: &[String]) -> Response<Full<Bytes>> {
+    error(
+        StatusCode::NOT_FOUND,
+        format!("no such endpoint: {method} /{}", path.join("/")),
+    )
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -29,10 +29,7 @@ fn all_links(core: &NodeCore) -> BTreeMap<String, LinkRecord> {
             _ => None,
         })
         .collect();
-    for (node, mut l) in core.links() {
-        l.path = vec![core.name().to_owned()];
-        links.insert(node, l);
-    }
+    links.extend(core.links());
     links
 }
 

@@ -133,11 +133,13 @@ impl SubtreeReports {
             ReportKey::Status { cluster, .. } | ReportKey::Cluster { name: cluster } => cluster,
             ReportKey::Upsynced { cluster, .. } if child_is_relay => {
                 // A relay forwards upsynced objects of the clusters below it only.
-                if self
-                    .clusters_below(child)
-                    .iter()
-                    .any(|c| &c.name == cluster)
-                {
+                let slot = (
+                    child.to_owned(),
+                    ReportKey::Cluster {
+                        name: cluster.clone(),
+                    },
+                );
+                if self.stored.contains_key(&slot) {
                     return Ok(());
                 }
                 return Err(ReportRefusal::OutsideSubtree {

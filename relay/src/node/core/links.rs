@@ -25,6 +25,8 @@ pub(super) struct LinkState {
     last_pushed: Option<Instant>,
     /// Whether the record that went upward knew the child's lag.
     pushed_lag: bool,
+    /// The clusters below changed since the record last went upward.
+    clusters_changed: bool,
 }
 
 impl NodeCore {
@@ -45,6 +47,7 @@ impl NodeCore {
                 last_heard: now,
                 last_pushed: None,
                 pushed_lag: false,
+                clusters_changed: false,
             },
         );
         self.push_link(now, child);
@@ -65,10 +68,24 @@ impl NodeCore {
         }
     }
 
-    /// The clusters below a relay child changed: the count above follows.
-    pub(super) fn link_clusters_changed(&mut self, now: Instant, child: &str) {
-        if self.links.get(child).is_some_and(|l| l.role == Role::Relay) {
-            self.push_link(now, child);
+    /// The clusters below a relay child changed: the count above follows at the next
+    /// processing, once however many cluster reports arrived (counting is a scan).
+    pub(super) fn link_clusters_changed(&mut self, child: &str) {
+        if let Some(l) = self.links.get_mut(child).filter(|l| l.role == Role::Relay) {
+            l.clusters_changed = true;
+        }
+    }
+
+    /// Pushes the records whose cluster counts changed.
+    pub(super) fn push_changed_links(&mut self, now: Instant) {
+        let changed: Vec<String> = self
+            .links
+            .iter()
+            .filter(|(_, l)| l.clusters_changed)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for child in changed {
+            self.push_link(now, &child);
         }
     }
 
@@ -142,6 +159,7 @@ impl NodeCore {
         if let Some(l) = self.links.get_mut(child) {
             l.last_pushed = Some(now);
             l.pushed_lag = record.lag.is_some();
+            l.clusters_changed = false;
         }
         if let Some(link) = &mut self.upstream {
             link.push_report(

@@ -402,6 +402,7 @@ impl NodeCore {
         if std::mem::take(&mut self.report_all) {
             self.report_everything(now);
         }
+        self.push_changed_links(now);
         if self.routes_stale {
             self.routes_stale = false;
             self.reload_placements();

@@ -46,7 +46,7 @@ impl NodeCore {
             }
             self.refresh_route(child);
             self.dirty.extend(self.log.live().map(|o| o.key().clone()));
-            self.link_clusters_changed(now, child);
+            self.link_clusters_changed(child);
         }
     }
 
@@ -95,7 +95,7 @@ impl NodeCore {
                 self.forget_report(now, slot);
                 if cluster {
                     self.refresh_route(child);
-                    self.link_clusters_changed(now, child);
+                    self.link_clusters_changed(child);
                 }
             }
         }
