@@ -6,12 +6,15 @@
 
 mod fake_apiserver;
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::eventually;
 use strata_agent::backend::ClusterBackend;
 use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
 use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
@@ -181,20 +184,6 @@ async fn deployment_key(root: &NodeHandle) -> strata_protocol::model::ObjectKey 
     })
     .await
     .unwrap()
-}
-
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..400 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting until {what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::eventually;
 use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_protocol::model::{Cluster, Space};
@@ -118,20 +119,6 @@ fn start_agent(id: &Identity, name: &str, parent: SocketAddr) -> AgentHandle {
         run: u64::from(std::process::id()) ^ 0x5a5a ^ name.len() as u64,
     })
     .unwrap()
-}
-
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..400 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting until {what}");
 }
 
 async fn connected(node: &NodeHandle, child: &'static str) -> bool {

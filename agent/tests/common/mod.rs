@@ -161,3 +161,19 @@ pub fn log_tails(dir: &Path, names: &[String], lines: usize) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// Polls `check` every 50 ms, at most 400 times (20 s), and panics naming `what` if it
+/// never holds.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..400 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
