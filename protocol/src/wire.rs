@@ -19,7 +19,15 @@ use crate::time::UnixMillis;
 pub type ProtocolVersion = u16;
 
 /// The newest protocol version this crate speaks.
-pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 1;
+///
+/// - 1: the first version.
+/// - 2: adds [`ParentToChild::Labels`], so that a parent's inherited labels that change
+///   while a child is connected reach it (a version-1 child is closed instead, and
+///   learns them from the welcome when it reconnects).
+pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 2;
+
+/// The first protocol version with [`ParentToChild::Labels`].
+pub const LABELS_VERSION: ProtocolVersion = 2;
 
 /// The oldest protocol version this crate still speaks.
 pub const MIN_PROTOCOL_VERSION: ProtocolVersion = 1;
@@ -408,6 +416,13 @@ pub enum ParentToChild {
         reason: String,
         /// When to reconnect, in milliseconds.
         retry_after_ms: Option<u64>,
+    },
+    /// The labels the parent and its ancestors give every cluster below changed since
+    /// the [`Welcome`] (the parent learned new ones from its own parent, or its own
+    /// changed): they replace [`Welcome::labels`]. Since protocol version 2.
+    Labels {
+        /// The new labels, whole.
+        labels: BTreeMap<String, String>,
     },
 }
 

@@ -107,7 +107,7 @@ fn a_hello_naming_another_node_is_refused() {
 fn no_common_version_is_refused() {
     let log = root_log(0, 0);
     let mut s = session(SessionConfig::default());
-    s.handle_message(at(1), hello("site-1", 2, 3));
+    s.handle_message(at(1), hello("site-1", 3, 4));
     assert_eq!(
         closed_with(&events(&mut s)),
         Some(ErrorCode::UnsupportedVersion)
@@ -119,6 +119,79 @@ fn no_common_version_is_refused() {
             ..
         }]
     ));
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn labels_that_change_reach_an_open_child_and_a_waiting_one_in_its_welcome() {
+    let log = root_log(0, 0);
+    let mut open = session(SessionConfig::default());
+    open.handle_message(at(1), hello("site-1", 1, 2));
+    events(&mut open);
+    drain(&mut open, at(1), &log);
+    let mut waiting = session(SessionConfig::default());
+
+    let new = labels(&[("continent", "emea")]);
+    open.set_labels(new.clone());
+    waiting.set_labels(new.clone());
+    // Setting the same labels again sends nothing more.
+    open.set_labels(new.clone());
+    assert_eq!(
+        drain(&mut open, at(2), &log),
+        vec![ParentToChild::Labels {
+            labels: new.clone()
+        }]
+    );
+    assert!(!open.is_closed());
+
+    waiting.handle_message(at(3), hello("site-1", 1, 2));
+    match drain(&mut waiting, at(3), &log).as_slice() {
+        [ParentToChild::Welcome(w)] => {
+            assert_eq!(w.labels, new);
+            assert_eq!(w.version, 2);
+        }
+        other => panic!("expected a welcome, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_version_1_child_is_closed_when_labels_change_so_that_it_learns_them_again() {
+    let log = root_log(0, 0);
+    let mut s = session(SessionConfig::default());
+    s.handle_message(at(1), hello("site-1", 1, 1));
+    events(&mut s);
+    drain(&mut s, at(1), &log);
+    s.set_labels(labels(&[("continent", "emea")]));
+    assert_eq!(closed_with(&events(&mut s)), Some(ErrorCode::Replaced));
+    assert!(matches!(
+        drain(&mut s, at(2), &log).as_slice(),
+        [ParentToChild::Goodbye {
+            code: ErrorCode::Replaced,
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn a_link_hands_out_labels_sent_after_the_welcome() {
+    let mut link = open_link();
+    std::iter::from_fn(|| link.poll_event()).for_each(drop);
+    let new = labels(&[("country", "fr")]);
+    link.handle_message(
+        at(2),
+        ParentToChild::Labels {
+            labels: new.clone(),
+        },
+    );
+    let evs: Vec<LinkEvent> = std::iter::from_fn(|| link.poll_event()).collect();
+    assert_eq!(evs, vec![LinkEvent::Labels(new)]);
+    assert!(link.is_open());
 }
 
 #[test]

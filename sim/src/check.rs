@@ -38,7 +38,7 @@ pub struct Violation {
 
 /// Every cluster of the topology with the labels placements see (inherited ones
 /// included).
-/// `relabeled` replaces some clusters' own labels.
+/// `relabeled` replaces some nodes' own labels.
 pub fn effective_clusters(
     topology: &Topology,
     relabeled: &BTreeMap<String, strata_protocol::model::Labels>,
@@ -48,7 +48,7 @@ pub fn effective_clusters(
         .iter()
         .map(|c| Cluster {
             name: c.name.clone(),
-            labels: effective_labels(topology, c, relabeled.get(&c.name).unwrap_or(&c.labels)),
+            labels: effective_labels(topology, c, relabeled),
             properties: c.properties.clone(),
             path: vec![],
         })

@@ -76,8 +76,10 @@ pub struct Shared {
     pub relays: RefCell<BTreeMap<String, NodeClient>>,
     /// The running agents.
     pub agents: RefCell<BTreeMap<String, Rc<AgentHandle>>>,
-    /// Clusters whose labels the workload replaced.
+    /// Nodes (clusters or relays) whose labels the workload replaced.
     pub relabeled: RefCell<BTreeMap<String, Labels>>,
+    /// Each node first starts at a random time in `[0, start_within]`.
+    start_within: Duration,
     /// Starts so far per node (each start gets a new run id).
     starts: RefCell<BTreeMap<String, u64>>,
     tls: BTreeMap<String, Tls>,
@@ -98,8 +100,13 @@ pub fn agents_host(relay: &str) -> String {
 }
 
 impl Shared {
-    /// Certificates and fresh disks for every node of `topology`.
-    pub fn new(topology: Topology, seed: u64) -> Result<Rc<Shared>, BuildError> {
+    /// Certificates and fresh disks for every node of `topology`; each node first starts
+    /// at a random time in `[0, start_within]`.
+    pub fn new(
+        topology: Topology,
+        seed: u64,
+        start_within: Duration,
+    ) -> Result<Rc<Shared>, BuildError> {
         let cert_err = |node: &str, e: &dyn std::fmt::Display| BuildError::Cert {
             node: node.to_owned(),
             detail: e.to_string(),
@@ -156,6 +163,7 @@ impl Shared {
             relays: RefCell::new(BTreeMap::new()),
             agents: RefCell::new(BTreeMap::new()),
             relabeled: RefCell::new(BTreeMap::new()),
+            start_within,
             starts: RefCell::new(BTreeMap::new()),
             tls: tls_by_name,
             disk_generation: Cell::new(0),
@@ -213,6 +221,29 @@ impl Shared {
         SimRng::new(mix(self.seed ^ hash(name)).wrapping_add(*n))
     }
 
+    /// When `name` first starts, from the beginning of the simulation: a seeded time in
+    /// `[0, start_within]`, so that nodes come up in an order the seed decides (children
+    /// before parents included).
+    fn first_start(&self, name: &str) -> Duration {
+        let within = u64::try_from(self.start_within.as_millis()).unwrap_or(u64::MAX);
+        if within == 0 {
+            return Duration::ZERO;
+        }
+        let draw = SimRng::new(mix(self.seed ^ hash(name)))
+            .fork("first start")
+            .next_u64();
+        Duration::from_millis(draw % (within + 1))
+    }
+
+    /// The labels `name` runs with: the workload's, or else the topology's.
+    fn labels_of(&self, name: &str, topology_labels: &Labels) -> Labels {
+        self.relabeled
+            .borrow()
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| topology_labels.clone())
+    }
+
     fn store(&self, name: &str) -> Arc<dyn Store> {
         let disk = self
             .disks
@@ -245,6 +276,9 @@ impl Shared {
     /// Runs relay `name` on the current host until the host crashes.
     pub async fn run_relay(self: Rc<Self>, name: String) -> turmoil::Result {
         let mut rng = self.next_start(&name);
+        if self.starts.borrow().get(&name) == Some(&1) {
+            tokio::time::sleep_until(tokio::time::Instant::now() + self.first_start(&name)).await;
+        }
         let ip = turmoil::lookup(name.as_str());
         let tls = self.tls.get(&name).ok_or_else(|| missing(&name))?;
         // The endpoint secret lives on the node's disk: the same across restarts.
@@ -266,10 +300,13 @@ impl Shared {
         };
         let mut handle = node::start(NodeParts {
             name: name.clone(),
-            labels: topo
-                .relay(&name)
-                .map(|r| r.labels.clone())
-                .unwrap_or_default(),
+            labels: self.labels_of(
+                &name,
+                &topo
+                    .relay(&name)
+                    .map(|r| r.labels.clone())
+                    .unwrap_or_default(),
+            ),
             children: topology::children_of(topo, &name),
             parent,
             store: self.store(&name),
@@ -290,22 +327,33 @@ impl Shared {
     pub async fn run_agents(self: Rc<Self>, relay: String) -> turmoil::Result {
         let ip = turmoil::lookup(agents_host(&relay));
         let parent_addr = SocketAddr::new(turmoil::lookup(relay.as_str()), RELAY_PORT);
-        for spec in &self.topology.clusters {
-            if spec.parent != relay {
-                continue;
-            }
+        let host_started = tokio::time::Instant::now();
+        // Agents starting for the first time wait for their own start time, in order.
+        let mut specs: Vec<_> = self
+            .topology
+            .clusters
+            .iter()
+            .filter(|c| c.parent == relay)
+            .map(|c| {
+                let first = !self.starts.borrow().contains_key(&c.name);
+                let at = if first {
+                    self.first_start(&c.name)
+                } else {
+                    Duration::ZERO
+                };
+                (at, c)
+            })
+            .collect();
+        specs.sort_by_key(|(at, _)| *at);
+        for (at, spec) in specs {
+            tokio::time::sleep_until(host_started + at).await;
             let mut rng = self.next_start(&spec.name);
             let socket = SimUdpSocket::bind(ip, 0, self.network.clone()).await?;
             let connector = self.client_endpoint(&spec.name, socket, &mut rng)?;
             let handle = agent::start(AgentParts {
                 cluster: Cluster {
                     name: spec.name.clone(),
-                    labels: self
-                        .relabeled
-                        .borrow()
-                        .get(&spec.name)
-                        .cloned()
-                        .unwrap_or_else(|| spec.labels.clone()),
+                    labels: self.labels_of(&spec.name, &spec.labels),
                     properties: spec.properties.clone(),
                     path: vec![],
                 },

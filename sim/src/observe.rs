@@ -60,7 +60,7 @@ async fn apply_workload(
         shared
             .relabeled
             .borrow_mut()
-            .insert(r.cluster.clone(), r.labels.clone());
+            .insert(r.node().to_owned(), r.labels.clone());
         return Ok(Some((0, vec![])));
     }
     if let Some(d) = &w.delete {
@@ -269,7 +269,7 @@ pub(crate) async fn observe(
                         acked.insert(k, (rev, live));
                     }
                     if let Some(r) = &w.relabel {
-                        ev.restarts.push(shared.host_of(&r.cluster));
+                        ev.restarts.push(shared.host_of(r.node()));
                     }
                     drop(ev);
                     clusters =

@@ -66,7 +66,7 @@ pub(crate) struct Events {
     pub(crate) max_lag: u64,
     pub(crate) revisions: u64,
     pub(crate) resync: Option<(u64, u64)>,
-    /// Hosts to restart (an agent relabeled).
+    /// Hosts to restart (a node relabeled).
     pub(crate) restarts: Vec<String>,
     /// Bytes on the delta check's link when it healed.
     pub(crate) delta_start: Option<u64>,
@@ -124,7 +124,7 @@ fn actions(faults: &[Fault]) -> Vec<(Duration, Action)> {
 
 /// Simulates `scenario` with `seed`.
 pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
-    let shared = Shared::new(scenario.topology.clone(), seed)?;
+    let shared = Shared::new(scenario.topology.clone(), seed, scenario.start.within)?;
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .simulation_duration(scenario.duration + Duration::from_secs(60))

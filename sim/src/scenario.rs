@@ -10,6 +10,8 @@
 //!   - { at: 2s, apply: "<manifests, YAML>" }
 //!   - { at: 9s, delete: { kind: ConfigMap, namespace: app, name: cfg-3 } }
 //!   - { at: 12s, relabel: { cluster: eu-pos-1, labels: { role: kiosk } } }
+//!   - { at: 14s, relabel: { relay: eu, labels: { region: emea } } }   # restarts the relay
+//! start: { within: 20s }   # each node first starts at a seeded random time in [0, 20s]
 //! faults:
 //!   - { at: 60s, partition: [center, eu] }          # also: partition_oneway, repair, hold, release
 //!   - { at: 200s, crash: eu, keep_disk: true, restart_after: 30s }   # keep_disk: default true
@@ -54,6 +56,9 @@ pub struct Scenario<T = Topology> {
     /// What goes wrong.
     #[serde(default)]
     pub faults: Vec<Fault>,
+    /// How the nodes start (by default all at once).
+    #[serde(default)]
+    pub start: Start,
     /// Extra checks.
     #[serde(default)]
     pub checks: Checks,
@@ -76,14 +81,38 @@ pub struct Workload {
     pub relabel: Option<Relabel>,
 }
 
-/// New labels for one cluster.
+/// New labels for one cluster or relay (exactly one of the two), which restarts with
+/// them.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Relabel {
-    /// The cluster.
-    pub cluster: String,
+    /// A cluster (its agent restarts).
+    pub cluster: Option<String>,
+    /// A relay (it restarts; its subtree keeps running).
+    pub relay: Option<String>,
     /// Its labels from now on (replacing those the topology gave it).
     pub labels: Labels,
+}
+
+impl Relabel {
+    /// The node relabeled.
+    pub fn node(&self) -> &str {
+        self.cluster
+            .as_deref()
+            .or(self.relay.as_deref())
+            .unwrap_or("")
+    }
+}
+
+/// How the hierarchy starts. Real sites start in any order: a node may come up long
+/// before or after its parent, and its children before it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Start {
+    /// Each node (relay or agent) first starts at a random time in `[0, within]`,
+    /// drawn from the seed; zero starts everything at once.
+    #[serde(default, with = "duration")]
+    pub within: Duration,
 }
 
 /// `count` ConfigMaps `prefix-0..`; applying again with another `version` changes them.
@@ -284,6 +313,7 @@ impl Scenario {
             settle: raw.settle,
             workload: raw.workload,
             faults: raw.faults,
+            start: raw.start,
             checks: raw.checks,
         };
         for (i, w) in s.workload.iter().enumerate() {
@@ -301,13 +331,25 @@ impl Scenario {
                     "workload[{i}]: exactly one of apply, configmaps, delete, relabel"
                 )));
             }
-            if let Some(r) = &w.relabel
-                && topology::cluster(&s.topology, &r.cluster).is_none()
-            {
-                return Err(parse(format!(
-                    "workload[{i}]: relabel names {:?}, which is not a cluster",
-                    r.cluster
-                )));
+            if let Some(r) = &w.relabel {
+                match (&r.cluster, &r.relay) {
+                    (Some(c), None) if topology::cluster(&s.topology, c).is_none() => {
+                        return Err(parse(format!(
+                            "workload[{i}]: relabel names cluster {c:?}, which is not a cluster"
+                        )));
+                    }
+                    (None, Some(n)) if s.topology.relay(n).is_none() => {
+                        return Err(parse(format!(
+                            "workload[{i}]: relabel names relay {n:?}, which is not a relay"
+                        )));
+                    }
+                    (Some(_), None) | (None, Some(_)) => {}
+                    _ => {
+                        return Err(parse(format!(
+                            "workload[{i}]: relabel names exactly one of cluster, relay"
+                        )));
+                    }
+                }
             }
         }
         for (i, f) in s.faults.iter().enumerate() {
@@ -342,9 +384,11 @@ impl Scenario {
         Ok(s)
     }
 
-    /// When the last fault ends: from then on the network is healthy.
+    /// When the last fault ends (or the last node first starts): from then on the
+    /// network is healthy and every node runs.
     pub fn healed_at(&self) -> Duration {
-        self.faults
+        let faults = self
+            .faults
             .iter()
             .map(|f| {
                 let restart = f.at.unwrap_or_default() + f.restart_after.unwrap_or_default();
@@ -353,7 +397,8 @@ impl Scenario {
                     .max(f.at.unwrap_or_default())
             })
             .max()
-            .unwrap_or_default()
+            .unwrap_or_default();
+        faults.max(self.start.within)
     }
 }
 
@@ -462,6 +507,31 @@ settle: 5s
     }
 
     #[test]
+    fn a_relabel_names_one_cluster_or_one_relay_and_start_times_move_the_healing() {
+        let parse = |w: &str| {
+            Scenario::parse(&format!("{TINY}workload: [ {w} ]\n"), Path::new("x.yaml"))
+                .map_err(|e| e.to_string())
+        };
+        let ok = parse("{ at: 1s, relabel: { relay: r, labels: { a: b } } }").unwrap();
+        assert_eq!(ok.workload[0].relabel.as_ref().unwrap().node(), "r");
+        let e = parse("{ at: 1s, relabel: { relay: k, labels: {} } }").unwrap_err();
+        assert!(
+            e.contains("relabel names relay \"k\", which is not a relay"),
+            "{e}"
+        );
+        let e = parse("{ at: 1s, relabel: { cluster: r, labels: {} } }").unwrap_err();
+        assert!(
+            e.contains("relabel names cluster \"r\", which is not a cluster"),
+            "{e}"
+        );
+        let e = parse("{ at: 1s, relabel: { cluster: k, relay: r, labels: {} } }").unwrap_err();
+        assert!(e.contains("exactly one of cluster, relay"), "{e}");
+        let started =
+            Scenario::parse(&format!("{TINY}start: {{ within: 7s }}\n"), Path::new("x")).unwrap();
+        assert_eq!(started.healed_at(), Duration::from_secs(7));
+    }
+
+    #[test]
     fn an_embedded_topology_is_compiled_and_every_error_named_with_the_scenario_file() {
         let s = Scenario::parse(TINY, Path::new("x.yaml")).unwrap();
         assert_eq!(s.topology.root().name, "c");
@@ -494,7 +564,7 @@ settle: 5s
         let s = Scenario::parse(text, &here("scenarios/uses-demo.yaml")).unwrap();
         assert_eq!(s.topology.clusters.len(), 24);
         let c = crate::topology::cluster(&s.topology, "eu-site-1-c1").unwrap();
-        let labels = crate::topology::effective_labels(&s.topology, c, &c.labels);
+        let labels = crate::topology::effective_labels(&s.topology, c, &Default::default());
         let want: Labels = [("region", "eu"), ("site", "eu-site-1"), ("tier", "store")]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))

@@ -8,6 +8,7 @@
 //! used: every simulated relay listens on its own simulated host. `joining` entries are
 //! accepted and simulate nothing (no unlisted agent joins in a scenario).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -60,17 +61,25 @@ pub fn children_of(topology: &Topology, relay: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// A cluster's labels as placements see them: `own` (its labels, or those a workload step
-/// gave it), then each relay's above it, nearest first, never overriding a closer one.
-pub fn effective_labels(topology: &Topology, cluster: &Cluster, own: &Labels) -> Labels {
-    let mut labels = own.clone();
+/// A cluster's labels as placements see them: its own, then each relay's above it,
+/// nearest first, never overriding a closer one. `relabeled` holds the labels workload
+/// steps gave nodes (clusters or relays) instead of the topology's.
+pub fn effective_labels(
+    topology: &Topology,
+    cluster: &Cluster,
+    relabeled: &BTreeMap<String, Labels>,
+) -> Labels {
+    let mut labels = relabeled
+        .get(&cluster.name)
+        .unwrap_or(&cluster.labels)
+        .clone();
     let mut at = Some(cluster.parent.as_str());
     // The compiler checked that parents form a tree; the bound only guards the loop.
     for _ in 0..topology.relays.len() {
         let Some(relay) = at.and_then(|name| topology.relay(name)) else {
             break;
         };
-        for (k, v) in &relay.labels {
+        for (k, v) in relabeled.get(&relay.name).unwrap_or(&relay.labels) {
             labels.entry(k.clone()).or_insert_with(|| v.clone());
         }
         at = relay.parent.as_deref();

@@ -10,8 +10,9 @@ use super::{SessionError, SharedRoute, wire_estimate};
 use crate::model::{Cursor, ObjectKey, Position};
 use crate::time::Instant;
 use crate::wire::{
-    Change, ChildToParent, Delta, ErrorCode, Hello, MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION,
-    ParentToChild, ProtocolVersion, Report, RouteId, Snapshot, StreamMark, Welcome,
+    Change, ChildToParent, Delta, ErrorCode, Hello, LABELS_VERSION, MAX_PROTOCOL_VERSION,
+    MIN_PROTOCOL_VERSION, ParentToChild, ProtocolVersion, Report, RouteId, Snapshot, StreamMark,
+    Welcome,
 };
 
 /// Tuning of a parent's sessions.
@@ -141,6 +142,8 @@ pub struct ChildSession {
     control: VecDeque<ParentToChild>,
     events: VecDeque<SessionEvent>,
     ping_nonce: u64,
+    /// The version negotiated in the handshake (0 before it).
+    version: ProtocolVersion,
 }
 
 impl ChildSession {
@@ -160,6 +163,7 @@ impl ChildSession {
             control: VecDeque::new(),
             events: VecDeque::new(),
             ping_nonce: 0,
+            version: 0,
         }
     }
 
@@ -207,6 +211,33 @@ impl ChildSession {
                 resume: None,
                 part: 0,
             };
+        }
+    }
+
+    /// Changes the labels every cluster below the parent carries. A child that has not
+    /// been welcomed yet learns them in its welcome; an open session is sent them
+    /// ([`ParentToChild::Labels`]), or, when the child speaks a protocol version without
+    /// that message, closed so that it reconnects and learns them from the welcome.
+    pub fn set_labels(&mut self, labels: crate::model::Labels) {
+        if labels == self.config.labels {
+            return;
+        }
+        self.config.labels = labels;
+        if !matches!(self.phase, Phase::Open) {
+            return;
+        }
+        if self.version >= LABELS_VERSION {
+            self.control.push_back(ParentToChild::Labels {
+                labels: self.config.labels.clone(),
+            });
+        } else {
+            self.close(SessionError::new(
+                ErrorCode::Replaced,
+                format!(
+                    "the parent's labels changed and protocol version {} cannot carry them; reconnect to learn them",
+                    self.version
+                ),
+            ));
         }
     }
 
@@ -291,6 +322,7 @@ impl ChildSession {
             ));
         }
         self.phase = Phase::Open;
+        self.version = version;
         self.control.push_back(ParentToChild::Welcome(Welcome {
             version,
             parent: self.config.parent.clone(),

@@ -65,6 +65,9 @@ pub enum LinkEvent {
         /// Labels the parent and its ancestors give every cluster below.
         labels: crate::model::Labels,
     },
+    /// The labels the parent and its ancestors give every cluster below changed while
+    /// connected: they replace those of [`LinkEvent::Connected`].
+    Labels(crate::model::Labels),
     /// Apply this change now. It belongs to a delta or snapshot that is not complete
     /// yet: the cursor does not move until [`LinkEvent::Advanced`] or
     /// [`LinkEvent::SnapshotDone`].
@@ -308,6 +311,10 @@ impl ParentLink {
             (Phase::Open, ParentToChild::Ping { nonce, mark }) => {
                 self.control.push_back(ChildToParent::Pong { nonce });
                 self.on_mark(now, mark);
+                Ok(())
+            }
+            (Phase::Open, ParentToChild::Labels { labels }) => {
+                self.events.push_back(LinkEvent::Labels(labels));
                 Ok(())
             }
             (_, ParentToChild::Pong { .. }) => Ok(()),
@@ -567,5 +574,6 @@ fn parent_msg_name(msg: &ParentToChild) -> &'static str {
         ParentToChild::Ping { .. } => "ping",
         ParentToChild::Pong { .. } => "pong",
         ParentToChild::Goodbye { .. } => "goodbye",
+        ParentToChild::Labels { .. } => "labels",
     }
 }

@@ -639,6 +639,8 @@ impl World {
                     }
                 }
                 LinkEvent::Closed { .. } => closed = true,
+                // This harness routes by the clusters' own labels only.
+                LinkEvent::Labels(_) => {}
             }
         }
         let conn = self.nodes[i].wire.conn;

@@ -320,6 +320,8 @@ pub fn parent_to_child() -> impl Strategy<Value = ParentToChild> {
                 retry_after_ms,
             }
         }),
+        prop::collection::btree_map(name(), text(), 0..4)
+            .prop_map(|labels| ParentToChild::Labels { labels }),
     ]
 }
 

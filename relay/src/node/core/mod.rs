@@ -494,16 +494,7 @@ impl NodeCore {
                     labels,
                     ..
                 } => {
-                    if labels != self.upstream_state.inherited {
-                        self.upstream_state.inherited = labels;
-                        self.batch.upstream = Some(self.upstream_state.clone());
-                        let all = all_labels(&self.labels, &self.upstream_state.inherited);
-                        // Children welcomed from now on learn the new labels.
-                        self.config.labels = all.clone();
-                        self.reports.set_labels(all);
-                        self.routes_stale = true;
-                        self.dirty.extend(self.log.live().map(|o| o.key().clone()));
-                    }
+                    self.inherit(labels);
                     // Report everything again when the parent may not hold it: it is
                     // a new parent (lost its state), or this is our first connection in
                     // this run (the parent forgets a child's reports when it restarts).
@@ -516,6 +507,7 @@ impl NodeCore {
                         self.report_all = true;
                     }
                 }
+                LinkEvent::Labels(labels) => self.inherit(labels),
                 event => {
                     let mut changed = Vec::new();
                     let rest = follow_parent(
@@ -535,6 +527,26 @@ impl NodeCore {
             }
         }
         self.upstream = Some(link);
+    }
+
+    /// The labels this node's ancestors give every cluster below changed (at a welcome,
+    /// or while connected): they are stored, every connected child is told (so that the
+    /// whole subtree routes with them, whatever order its nodes started in), and routes
+    /// and summaries here are recomputed.
+    fn inherit(&mut self, labels: Labels) {
+        if labels == self.upstream_state.inherited {
+            return;
+        }
+        self.upstream_state.inherited = labels;
+        self.batch.upstream = Some(self.upstream_state.clone());
+        let all = all_labels(&self.labels, &self.upstream_state.inherited);
+        for child in self.children.values_mut() {
+            child.session.set_labels(all.clone());
+        }
+        self.config.labels = all.clone();
+        self.reports.set_labels(all);
+        self.routes_stale = true;
+        self.dirty.extend(self.log.live().map(|o| o.key().clone()));
     }
 
     fn note_change(&mut self, change: &Change) {
