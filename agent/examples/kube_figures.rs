@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use strata_agent::backend::ClusterBackend;
 use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
+use strata_node::clock::Clock;
+use strata_node::store::{Batch, SledStore, Store};
 use strata_protocol::model::{
     ContentHash, Health, LogId, Object, ObjectKey, ObjectMeta, Position, Revision, Space,
 };
@@ -30,8 +32,6 @@ use strata_protocol::sync::ObjectLog;
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::Change;
 use strata_relay::certs::Ca;
-use strata_relay::node::clock::Clock;
-use strata_relay::store::{Batch, SledStore, Store};
 
 fn configmap(i: usize, rev: u64) -> Object {
     let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",

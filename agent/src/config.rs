@@ -2,12 +2,13 @@
 //! parent, which certificates, where to keep state, and the cluster backend.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-use strata_relay::config::{ParentConfig, RawParent, RawTls, TlsFiles, check_node_name};
+use strata_node::config::{
+    ConfigError, ParentConfig, RawParent, RawTls, TlsFiles, check_node_name, read_yaml,
+};
 
 /// An agent's configuration, validated.
 #[derive(Debug, Clone)]
@@ -117,30 +118,14 @@ struct RawSimulated {
 
 impl AgentConfig {
     /// Reads and validates a configuration file; every fault names the file and field.
-    pub fn load(path: &Path) -> anyhow::Result<AgentConfig> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: cannot read the configuration file: {e}",
-                path.display()
-            )
-        })?;
-        let raw: Raw = serde_saphyr::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
+        let raw: Raw = read_yaml(path)?;
         let base = path.parent().unwrap_or(Path::new("."));
         let mut faults = Vec::new();
         if let Err(e) = check_node_name(&raw.cluster) {
             faults.push(format!("cluster: {e}"));
         }
-        if let Err(e) = check_node_name(&raw.parent.name) {
-            faults.push(format!("parent.name: {e}"));
-        }
-        let address: Option<SocketAddr> = raw.parent.address.parse().ok();
-        if address.is_none() {
-            faults.push(format!(
-                "parent.address: {:?} is not an address of the form IP:PORT",
-                raw.parent.address
-            ));
-        }
+        let parent = raw.parent.check(&raw.cluster, &mut faults);
         if raw.simulated.is_some() && raw.kubernetes.is_some() {
             faults.push("simulated, kubernetes: name one cluster backend, not both".to_owned());
         }
@@ -174,8 +159,11 @@ impl AgentConfig {
                 (None, None)
             }
         };
-        let (Some(address), Some(tls), true) = (address, tls, faults.is_empty()) else {
-            anyhow::bail!("{}: {}", path.display(), faults.join("; "));
+        let (Some(parent), Some(tls), true) = (parent, tls, faults.is_empty()) else {
+            return Err(ConfigError::Invalid {
+                path: path.to_owned(),
+                faults,
+            });
         };
         let backend = match raw.kubernetes {
             Some(k) => Backend::Kubernetes(Kubernetes {
@@ -201,10 +189,7 @@ impl AgentConfig {
             cluster: raw.cluster,
             labels: raw.labels,
             properties: raw.properties,
-            parent: ParentConfig {
-                name: raw.parent.name,
-                address,
-            },
+            parent,
             tls,
             join,
             data,
@@ -217,11 +202,11 @@ impl AgentConfig {
 mod tests {
     use super::*;
 
-    fn load(text: &str) -> anyhow::Result<AgentConfig> {
+    fn load(text: &str) -> Result<AgentConfig, Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("agent.yaml");
         std::fs::write(&path, text)?;
-        AgentConfig::load(&path)
+        Ok(AgentConfig::load(&path)?)
     }
 
     const BASE: &str = "cluster: leaf\nparent: { name: site, address: 127.0.0.1:7443 }\n\
@@ -265,7 +250,7 @@ mod tests {
     fn load_in(dir: &Path, extra: &str) -> anyhow::Result<AgentConfig> {
         let path = dir.join("agent.yaml");
         std::fs::write(&path, format!("{JOIN_BASE}{extra}")).unwrap();
-        AgentConfig::load(&path)
+        Ok(AgentConfig::load(&path)?)
     }
 
     #[test]

@@ -4,30 +4,28 @@
 
 use std::collections::BTreeMap;
 
+use strata_node::driver::ToParent;
+use strata_node::follower::{Followed, ParentFollower};
+use strata_node::objects::placements_in;
+use strata_node::store::{Batch, UpstreamState};
 use strata_protocol::model::{Cluster, Health, ObjectKey, Status};
-use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP, is_placement};
-use strata_protocol::sync::{LinkEvent, ObjectLog, ParentLink, SessionError};
+use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
+use strata_protocol::sync::{ObjectLog, ParentLink, SessionError};
 use strata_protocol::time::{Instant, UnixMillis};
-use strata_protocol::wire::{Change, ChildToParent, ParentToChild, Report, ReportKey, ReportValue};
-use strata_relay::node::follow::follow_parent;
-use strata_relay::objects::parse_placement;
-use strata_relay::store::{Batch, UpstreamState};
+use strata_protocol::wire::{Change, ParentToChild, Report, ReportKey, ReportValue};
 
 use crate::backend::{ClusterBackend, UpsyncRule};
 
 /// The state of one agent.
 pub struct AgentCore {
     cluster: Cluster,
-    link: ParentLink,
+    parent: ParentFollower,
     log: ObjectLog,
-    upstream: UpstreamState,
     backend: Box<dyn ClusterBackend + Send>,
     /// The last status reported per object.
     statuses: BTreeMap<ObjectKey, Status>,
     batch: Batch,
     close_upstream: Option<(SessionError, Option<std::time::Duration>)>,
-    /// Whether everything was reported since this run started.
-    reported_this_run: bool,
     /// This run's id (as in the hello).
     run: u64,
     /// Upsynced objects as last reported (reported again to a parent that may have
@@ -77,14 +75,12 @@ impl AgentCore {
         let mut core = AgentCore {
             run,
             cluster,
-            link,
+            parent: ParentFollower::new(link, upstream),
             log,
-            upstream,
             backend,
             statuses: BTreeMap::new(),
             batch: Batch::default(),
             close_upstream: None,
-            reported_this_run: false,
             upsynced: BTreeMap::new(),
             upsync_stale: true,
         };
@@ -93,7 +89,7 @@ impl AgentCore {
             core.apply_to_cluster(now, at, &Change::Upsert(o));
         }
         let report = core.cluster_report();
-        core.link.push_report(now, report);
+        core.parent.push_report(now, report);
         core
     }
 
@@ -109,12 +105,12 @@ impl AgentCore {
 
     /// The link to the parent.
     pub fn link(&self) -> &ParentLink {
-        &self.link
+        self.parent.link()
     }
 
     /// Whether the parent is connected.
     pub fn connected(&self) -> bool {
-        self.link.is_open()
+        self.parent.is_open()
     }
 
     fn cluster_report(&self) -> Report {
@@ -128,29 +124,27 @@ impl AgentCore {
 
     /// The connection to the parent is up.
     pub fn upstream_connected(&mut self, now: Instant) {
-        self.link.handle_connected(now);
+        self.parent.handle_connected(now);
     }
 
     /// A message from the parent.
     pub fn upstream_message(&mut self, now: Instant, msg: ParentToChild) {
-        self.link.handle_message(now, msg);
+        self.parent.handle_message(now, msg);
     }
 
     /// The connection to the parent is gone.
     pub fn upstream_gone(&mut self) {
-        self.link.handle_disconnected();
+        self.parent.handle_disconnected();
     }
 
     /// Handles due timers.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.link.poll_timeout().is_some_and(|t| t <= now) {
-            self.link.handle_timeout(now);
-        }
+        self.parent.handle_timeout(now);
     }
 
     /// When something is next due.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        [self.link.poll_timeout(), self.backend.next_change()]
+        [self.parent.poll_timeout(), self.backend.next_change()]
             .into_iter()
             .flatten()
             .min()
@@ -159,62 +153,14 @@ impl AgentCore {
     /// Handles pending events; returns what must be durable before
     /// [`AgentCore::transmit`].
     pub fn process(&mut self, now: Instant, at: UnixMillis) -> Batch {
-        while let Some(event) = self.link.poll_event() {
-            match event {
-                LinkEvent::Connected { incarnation, .. } => {
-                    // Report everything again when the parent may not hold it: it is
-                    // a new parent (lost its state), or this is our first connection in
-                    // this run (the parent forgets a child's reports when it restarts).
-                    if self.upstream.parent_incarnation != Some(incarnation)
-                        || !self.reported_this_run
-                    {
-                        self.reported_this_run = true;
-                        self.upstream.parent_incarnation = Some(incarnation);
-                        self.batch.upstream = Some(self.upstream.clone());
-                        let report = self.cluster_report();
-                        self.link.push_report(now, report);
-                        let all: Vec<_> = self
-                            .statuses
-                            .iter()
-                            .map(|(k, s)| (k.clone(), s.clone()))
-                            .collect();
-                        for (k, s) in all {
-                            self.push_status(now, &k, Some(s));
-                        }
-                        let upsynced: Vec<_> = self
-                            .upsynced
-                            .iter()
-                            .map(|(k, b)| (k.clone(), b.clone()))
-                            .collect();
-                        for (k, body) in upsynced {
-                            self.push_upsynced(now, k, Some(body));
-                        }
-                        // Everything this run knows is queued: the parent may drop what
-                        // earlier runs reported and this one did not.
-                        self.link.push_report(
-                            now,
-                            Report {
-                                key: ReportKey::Complete { run: self.run },
-                                value: ReportValue::Complete,
-                            },
-                        );
-                    }
-                }
-                event => {
-                    let mut changes = Vec::new();
-                    let rest = follow_parent(
-                        &mut self.log,
-                        &mut self.upstream,
-                        &mut self.batch,
-                        event,
-                        |c| changes.push(c.clone()),
-                    );
-                    for change in changes {
-                        self.apply_to_cluster(now, at, &change);
-                    }
-                    if let Some(LinkEvent::Closed { error, retry_after }) = rest {
-                        self.close_upstream = Some((error, retry_after));
-                    }
+        while let Some(followed) = self.parent.poll(&mut self.log, &mut self.batch) {
+            match followed {
+                Followed::ReportAll => self.report_all(now),
+                // Routing by labels happens at the relays; an agent has nothing to do.
+                Followed::Labels(_) => {}
+                Followed::Changed(change) => self.apply_to_cluster(now, at, &change),
+                Followed::Closed { error, retry_after } => {
+                    self.close_upstream = Some((error, retry_after));
                 }
             }
         }
@@ -235,20 +181,47 @@ impl AgentCore {
     }
 
     /// Messages for the parent, and whether to close the connection (with the parent's
-    /// hint of when to come back).
-    #[allow(clippy::type_complexity)]
-    pub fn transmit(
-        &mut self,
-        now: Instant,
-    ) -> (
-        Vec<ChildToParent>,
-        Option<(SessionError, Option<std::time::Duration>)>,
-    ) {
-        let mut out = Vec::new();
-        while let Some(msg) = self.link.poll_transmit(now) {
-            out.push(msg);
+    /// hint of when to come back). Call only once the last batch is durable.
+    pub fn transmit(&mut self, now: Instant) -> ToParent {
+        let mut messages = Vec::new();
+        while let Some(msg) = self.parent.poll_transmit(now) {
+            messages.push(msg);
         }
-        (out, self.close_upstream.take())
+        ToParent {
+            messages,
+            close: self.close_upstream.take(),
+        }
+    }
+
+    /// Reports everything again: the parent may not hold it.
+    fn report_all(&mut self, now: Instant) {
+        let report = self.cluster_report();
+        self.parent.push_report(now, report);
+        let all: Vec<_> = self
+            .statuses
+            .iter()
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect();
+        for (k, s) in all {
+            self.push_status(now, &k, Some(s));
+        }
+        let upsynced: Vec<_> = self
+            .upsynced
+            .iter()
+            .map(|(k, b)| (k.clone(), b.clone()))
+            .collect();
+        for (k, body) in upsynced {
+            self.push_upsynced(now, k, Some(body));
+        }
+        // Everything this run knows is queued: the parent may drop what earlier runs
+        // reported and this one did not.
+        self.parent.push_report(
+            now,
+            Report {
+                key: ReportKey::Complete { run: self.run },
+                value: ReportValue::Complete,
+            },
+        );
     }
 
     fn apply_to_cluster(&mut self, now: Instant, at: UnixMillis, change: &Change) {
@@ -296,7 +269,7 @@ impl AgentCore {
                 ReportValue::Removed
             }
         };
-        self.link.push_report(
+        self.parent.push_report(
             now,
             Report {
                 key: ReportKey::Upsynced {
@@ -323,7 +296,7 @@ impl AgentCore {
                 ReportValue::Removed
             }
         };
-        self.link.push_report(
+        self.parent.push_report(
             now,
             Report {
                 key: report_key,
@@ -336,15 +309,8 @@ impl AgentCore {
 /// The upsync rules of the placements this agent holds (its parent sends it only the
 /// placements that select its cluster and ask for upsync).
 fn upsync_rules(log: &ObjectLog) -> Vec<UpsyncRule> {
-    log.live()
-        .filter(|o| is_placement(&o.meta))
-        .filter_map(|o| match parse_placement(o) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                tracing::warn!(placement = %o.key(), error = %e, "ignoring a placement that does not parse");
-                None
-            }
-        })
+    placements_in(log)
+        .into_iter()
         .flat_map(|p| {
             p.upsync.into_iter().map(move |u| UpsyncRule {
                 space: p.space.clone(),

@@ -10,11 +10,11 @@ use strata_agent::config::{AgentConfig, Backend};
 use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
 use strata_agent::runtime::{self, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
+use strata_node::clock::Clock;
+use strata_node::store::{SledStore, Store};
+use strata_node::tls::{self, Identity};
+use strata_node::transport;
 use strata_protocol::model::Cluster;
-use strata_relay::node::clock::Clock;
-use strata_relay::store::{SledStore, Store};
-use strata_relay::tls::{self, Identity};
-use strata_relay::transport;
 
 /// Strata agent: keeps one leaf cluster in the state its placements describe, reports
 /// how it is doing, and keeps enforcing that state while its parent is unreachable.
@@ -41,7 +41,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    strata_relay::init_logging();
+    strata_node::process::init_logging();
     let Command::Run { config, kubeconfig } = Cli::parse().command;
     match run(&config, kubeconfig).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -103,10 +103,10 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
         connector,
         backend,
         clock,
-        run: strata_relay::serve::random_u64(),
+        run: strata_node::process::random_u64(),
     })?;
     tracing::info!(cluster = %config.cluster, parent = %config.parent.name, backend = what, "agent started");
-    wait_for_signal().await;
+    strata_node::process::wait_for_signal().await;
     tracing::info!("shutting down");
     handle.shutdown().await;
     Ok(())
@@ -120,7 +120,7 @@ async fn join_once(config: &AgentConfig, token: &str) -> anyhow::Result<()> {
     }
     let parent = &config.parent;
     tracing::info!(relay = %parent.name, cluster = %config.cluster, "joining with a token");
-    let joined = strata_relay::join::join(
+    let joined = strata_node::join::join(
         &parent.name,
         parent.address,
         &config.tls.ca,
@@ -130,26 +130,7 @@ async fn join_once(config: &AgentConfig, token: &str) -> anyhow::Result<()> {
     .await?;
     std::fs::create_dir_all(&config.data)
         .with_context(|| format!("cannot create {}", config.data.display()))?;
-    strata_relay::certs::write_secret(&config.tls.key, &joined.key_pem)?;
-    let tmp = config.tls.cert.with_extension("crt.tmp");
-    strata_relay::certs::write(&tmp, &joined.chain_pem)?;
-    std::fs::rename(&tmp, &config.tls.cert)
-        .with_context(|| format!("cannot write {}", config.tls.cert.display()))?;
+    joined.write(&config.tls.key, &config.tls.cert)?;
     tracing::info!(cert = %config.tls.cert.display(), "joined; certificate saved");
     Ok(())
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }

@@ -19,17 +19,17 @@ use strata_agent::backend::ClusterBackend;
 use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
 use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
+use strata_node::clock::Clock;
+use strata_node::objects::parse_manifests;
+use strata_node::store::{MemStore, Store};
+use strata_node::tls::{self, Identity};
+use strata_node::transport;
 use strata_protocol::model::{Cluster, Position, Space};
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::SessionConfig;
 use strata_protocol::wire::{ReportKey, ReportValue};
 use strata_relay::certs::Ca;
-use strata_relay::node::clock::Clock;
 use strata_relay::node::runtime::{self as node, NodeHandle, NodeParts};
-use strata_relay::objects::parse_manifests;
-use strata_relay::store::{MemStore, Store};
-use strata_relay::tls::{self, Identity};
-use strata_relay::transport;
 
 fn identity(dir: &Path, ca: &Ca, name: &str) -> Identity {
     let (cert, key) = ca.issue(name).unwrap().write_to(dir).unwrap();
@@ -531,7 +531,7 @@ async fn a_full_disk_holds_acknowledgements_back_until_there_is_room() {
     site_store.set_full(true);
     let rev = apply(&root, APP).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let stored = strata_relay::store::Store::load(&site_store).unwrap();
+    let stored = strata_node::store::Store::load(&site_store).unwrap();
     assert!(stored.entries.is_empty(), "the full store took entries");
     let acked = root
         .query(|c| {
@@ -561,7 +561,7 @@ async fn a_full_disk_holds_acknowledgements_back_until_there_is_room() {
     )
     .await;
     // What could not be written then is on disk now: the failed batch was kept.
-    let stored = strata_relay::store::Store::load(&site_store).unwrap();
+    let stored = strata_node::store::Store::load(&site_store).unwrap();
     assert!(
         stored
             .entries

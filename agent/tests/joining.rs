@@ -18,17 +18,18 @@ use std::time::Duration;
 use common::eventually;
 use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
+use strata_node::clock::Clock;
+use strata_node::join::{self, JoinError};
+use strata_node::objects::parse_manifests;
+use strata_node::store::{MemStore, Store};
+use strata_node::tls::{self, Identity};
+use strata_node::transport::{self, close_code};
 use strata_protocol::model::{Cluster, Space};
 use strata_protocol::sync::SessionConfig;
 use strata_relay::certs::Ca;
 use strata_relay::config::JoinFiles;
-use strata_relay::join::{self, JoinError, Joining};
-use strata_relay::node::clock::Clock;
+use strata_relay::join::Joining;
 use strata_relay::node::runtime::{self as node, NodeHandle, NodeParts};
-use strata_relay::objects::parse_manifests;
-use strata_relay::store::{MemStore, Store};
-use strata_relay::tls::{self, Identity};
-use strata_relay::transport::{self, close_code};
 
 fn identity_files(dir: &Path, ca: &Ca, name: &str) -> (PathBuf, PathBuf, PathBuf) {
     let (cert, key) = ca.issue(name).unwrap().write_to(dir).unwrap();

@@ -16,6 +16,8 @@ use strata_agent::core::{AgentCore, AgentSetup};
 use strata_agent::kubernetes::{
     self, Connect, KubeCluster, KubeCounters, KubeOptions, MANAGED_LABEL, MANAGED_VALUE,
 };
+use strata_node::clock::Clock;
+use strata_node::store::UpstreamState;
 use strata_protocol::model::{
     Cluster, ContentHash, Cursor, Health, LogId, Object, ObjectKey, ObjectMeta, Position, Revision,
     Space, Status,
@@ -23,8 +25,6 @@ use strata_protocol::model::{
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink};
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{Change, Role};
-use strata_relay::node::clock::Clock;
-use strata_relay::store::UpstreamState;
 
 fn object(manifest: Value, rev: u64) -> Object {
     let (group, version) = match manifest["apiVersion"].as_str().unwrap().split_once('/') {

@@ -243,8 +243,8 @@ fn a_hierarchy_of_processes_delivers_survives_kill_9_and_shuts_down_cleanly() {
     }
 
     // The kiosk never held anything of the app (its store says so).
-    let store = strata_relay::store::SledStore::open(&dir.join("data/kiosk-1")).unwrap();
-    let stored = strata_relay::store::Store::load(&store).unwrap();
+    let store = strata_node::store::SledStore::open(&dir.join("data/kiosk-1")).unwrap();
+    let stored = strata_node::store::Store::load(&store).unwrap();
     assert!(
         stored.entries.iter().all(|(_, e)| e.object().is_none()),
         "an unselected cluster stored objects"

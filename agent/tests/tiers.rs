@@ -327,8 +327,8 @@ fn three_tiers_deliver_by_placement_report_the_tree_and_resync_a_region_with_the
     // Unselected clusters never received anything of the app (their stores say so).
     for (name, _, role) in &nodes {
         if *role == "kiosk" {
-            let store = strata_relay::store::SledStore::open(&dir.join("data").join(name)).unwrap();
-            let stored = strata_relay::store::Store::load(&store).unwrap();
+            let store = strata_node::store::SledStore::open(&dir.join("data").join(name)).unwrap();
+            let stored = strata_node::store::Store::load(&store).unwrap();
             assert!(
                 stored.entries.iter().all(|(_, e)| e.object().is_none()),
                 "unselected cluster {name} stored objects"

@@ -1,7 +1,7 @@
 //! Prints what a node's store holds: `cargo run -p strata-relay --example inspect_store DIR`.
 //! The node must be stopped (sled locks its directory).
 
-use strata_relay::store::{SledStore, Store};
+use strata_node::store::{SledStore, Store};
 
 fn main() -> anyhow::Result<()> {
     let dir = std::env::args()

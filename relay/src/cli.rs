@@ -255,7 +255,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                         crate::views::objects_table(
                             &items,
                             matches!(output, Output::Wide),
-                            crate::node::clock::Clock::start().wall().0,
+                            strata_node::clock::Clock::start().wall().0,
                         )
                     )
                 }
@@ -343,7 +343,7 @@ fn read_manifests(source: &str, space: &str) -> anyhow::Result<Vec<u8>> {
     let space = strata_protocol::model::Space(space.to_owned());
     let mut faults = Vec::new();
     for (name, text) in &files {
-        if let Err(errors) = crate::objects::parse_manifests(text, &space) {
+        if let Err(errors) = strata_node::objects::parse_manifests(text, &space) {
             faults.extend(errors.iter().map(|e| format!("{name}: {e}")));
         }
     }

@@ -33,7 +33,7 @@ impl ApiClient {
         Ok(ApiClient {
             addr,
             server_name: server_name.to_owned(),
-            tls: crate::tls::api_client_config(ca)?,
+            tls: strata_node::tls::api_client_config(ca)?,
             token: token.to_owned(),
         })
     }

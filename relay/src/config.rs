@@ -5,12 +5,14 @@
 //! named that does not exist is an error, never a silent default.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+pub use strata_node::config::{
+    ConfigError, ParentConfig, RawParent, RawTls, TlsFiles, addr, check_node_name,
+};
 
 /// A node's configuration, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,26 +53,6 @@ pub struct JoinFiles {
     pub ca_key: PathBuf,
 }
 
-/// Where the parent is and what its certificate must say.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParentConfig {
-    /// The parent's node name (checked against its certificate).
-    pub name: String,
-    /// The parent's QUIC address.
-    pub address: SocketAddr,
-}
-
-/// Certificate files (PEM).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// This node's certificate chain.
-    pub cert: PathBuf,
-    /// This node's private key.
-    pub key: PathBuf,
-    /// The hierarchy's CA certificate.
-    pub ca: PathBuf,
-}
-
 /// The root's user API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiConfig {
@@ -78,49 +60,6 @@ pub struct ApiConfig {
     pub listen: SocketAddr,
     /// A file whose lines are accepted bearer tokens.
     pub tokens: PathBuf,
-}
-
-/// Why a configuration file was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: cannot read the configuration file: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The file is not valid YAML for a node configuration.
-    #[error("{path}: {detail}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message, with line and column.
-        detail: String,
-    },
-    /// The file parsed but some fields are wrong; every fault is listed.
-    #[error("{path}: {}", Faults(.faults))]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// Each fault: the field and what is wrong with it.
-        faults: Vec<String>,
-    },
-}
-
-struct Faults<'a>(&'a [String]);
-
-impl fmt::Display for Faults<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, fault) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str("; ")?;
-            }
-            f.write_str(fault)?;
-        }
-        Ok(())
-    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -153,39 +92,6 @@ struct RawJoin {
     tokens: PathBuf,
     ca_cert: PathBuf,
     ca_key: PathBuf,
-}
-
-/// The `parent` section as written (shared by the agent's configuration).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawParent {
-    /// The parent's node name.
-    pub name: String,
-    /// Its address, `IP:PORT`.
-    pub address: String,
-}
-
-/// The `tls` section as written (shared by the agent's configuration).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawTls {
-    /// Certificate file.
-    pub cert: PathBuf,
-    /// Key file.
-    pub key: PathBuf,
-    /// CA file.
-    pub ca: PathBuf,
-}
-
-impl RawTls {
-    /// The files, relative to `base` (the configuration file's directory).
-    pub fn resolve(self, base: &Path) -> TlsFiles {
-        TlsFiles {
-            cert: base.join(self.cert),
-            key: base.join(self.key),
-            ca: base.join(self.ca),
-        }
-    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -230,18 +136,7 @@ impl NodeConfig {
             .listen
             .as_deref()
             .and_then(|a| addr("listen", a, &mut faults));
-        let parent = raw.parent.and_then(|p| {
-            if let Err(why) = check_node_name(&p.name) {
-                faults.push(format!("parent.name: {why}"));
-            }
-            if p.name == raw.node {
-                faults.push("parent.name: a node cannot be its own parent".to_owned());
-            }
-            addr("parent.address", &p.address, &mut faults).map(|address| ParentConfig {
-                name: p.name,
-                address,
-            })
-        });
+        let parent = raw.parent.and_then(|p| p.check(&raw.node, &mut faults));
         for (i, child) in raw.children.iter().enumerate() {
             if let Err(why) = check_node_name(child) {
                 faults.push(format!("children[{i}]: {why}"));
@@ -309,21 +204,6 @@ enum Refusal {
     Parse(String),
     Invalid(Vec<String>),
 }
-
-fn addr(field: &str, value: &str, faults: &mut Vec<String>) -> Option<SocketAddr> {
-    match value.parse() {
-        Ok(a) => Some(a),
-        Err(_) => {
-            faults.push(format!(
-                "{field}: {value:?} is not an address of the form IP:PORT"
-            ));
-            None
-        }
-    }
-}
-
-/// Node names are DNS labels: they appear in certificates and in cluster paths.
-pub use strata_topology::names::check_node_name;
 
 #[cfg(test)]
 mod tests {

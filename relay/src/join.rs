@@ -19,28 +19,18 @@
 //! ([`chain_allowed`]): an agent that joined one relay cannot pose as a node elsewhere.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use quinn::{Connection, VarInt};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
-use strata_protocol::codec;
 use strata_protocol::wire::{JoinReply, JoinRequest};
 
 use crate::certs::Ca;
 use crate::config::{JoinFiles, check_node_name};
 use crate::node::core::NodeCore;
-use crate::store::{Batch, Store};
-use crate::tls;
-use crate::transport::{self, close_code};
-
-/// The largest join request or reply accepted, in bytes.
-const MAX_JOIN_FRAME: usize = 64 * 1024;
-/// How long either side waits for the other's message.
-const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+pub use strata_node::join::{read_request, send_reply};
+use strata_node::store::{Batch, Store};
 
 /// Why a relay cannot admit agents by token: a `join:` file is unusable.
 #[derive(Debug, thiserror::Error)]
@@ -203,149 +193,6 @@ impl Admissions {
         core.admit_child(name);
         tracing::info!(child = %name, "admitted an agent by join token");
         JoinReply::Granted { chain_pem: chain }
-    }
-}
-
-/// Reads the one join request of a connection without a client certificate. Anything
-/// else closes the connection with [`close_code::PROTOCOL`] and a reason saying so.
-pub async fn read_request(conn: &Connection) -> Option<JoinRequest> {
-    let refuse = |detail: &str| {
-        let reason = format!("a connection without a client certificate may only join: {detail}");
-        tracing::info!(remote = %conn.remote_address(), %reason, "closing an unauthenticated connection");
-        conn.close(VarInt::from_u32(close_code::PROTOCOL), reason.as_bytes());
-        None
-    };
-    let read = async {
-        let mut stream = conn.accept_uni().await.map_err(|e| e.to_string())?;
-        stream
-            .read_to_end(MAX_JOIN_FRAME)
-            .await
-            .map_err(|e| e.to_string())
-    };
-    let bytes = match tokio::time::timeout(EXCHANGE_TIMEOUT, read).await {
-        Ok(Ok(b)) => b,
-        Ok(Err(e)) => return refuse(&e),
-        Err(_) => return refuse("no join request in time"),
-    };
-    match codec::decode::<JoinRequest>(&bytes, MAX_JOIN_FRAME) {
-        Ok(Some((request, used))) if used == bytes.len() => Some(request),
-        Ok(_) => refuse("not a join request"),
-        Err(e) => refuse(&format!("not a join request ({e})")),
-    }
-}
-
-/// Sends the answer, waits (boundedly) for the agent to read it and close, and closes.
-pub async fn send_reply(conn: Connection, reply: &JoinReply) {
-    let mut buf = Vec::new();
-    if codec::encode(reply, MAX_JOIN_FRAME, &mut buf).is_ok()
-        && let Ok(mut s) = conn.open_uni().await
-        && s.write_all(&buf).await.is_ok()
-        && s.finish().is_ok()
-    {
-        let _ = tokio::time::timeout(EXCHANGE_TIMEOUT, conn.closed()).await;
-    }
-    conn.close(VarInt::from_u32(0), b"join exchange done");
-}
-
-/// Why an agent could not join.
-#[derive(Debug, thiserror::Error)]
-pub enum JoinError {
-    /// The relay refused.
-    #[error("relay {relay:?} refused to admit {cluster:?}: {reason}")]
-    Refused {
-        /// The relay.
-        relay: String,
-        /// The cluster name asked for.
-        cluster: String,
-        /// The relay's reason.
-        reason: String,
-    },
-    /// TLS could not be set up.
-    #[error(transparent)]
-    Tls(#[from] tls::TlsError),
-    /// The key or request could not be generated.
-    #[error(transparent)]
-    Cert(#[from] crate::certs::CertError),
-    /// The exchange failed.
-    #[error("joining relay {relay:?} at {addr}: {detail}")]
-    Exchange {
-        /// The relay.
-        relay: String,
-        /// Its address.
-        addr: SocketAddr,
-        /// What went wrong.
-        detail: String,
-    },
-}
-
-/// What an agent got by joining: its key and certificate chain (PEM).
-#[derive(Debug, Clone)]
-pub struct Joined {
-    /// The private key.
-    pub key_pem: String,
-    /// Leaf, then the relay's join CA.
-    pub chain_pem: String,
-}
-
-/// Joins relay `relay` at `addr` (its certificate checked against the CA in `ca`) as
-/// `cluster` with `token`: a new key, a request, the relay's answer.
-pub async fn join(
-    relay: &str,
-    addr: SocketAddr,
-    ca: &Path,
-    cluster: &str,
-    token: &str,
-) -> Result<Joined, JoinError> {
-    let (key_pem, csr_pem) = crate::certs::join_request(cluster)?;
-    let exchange = |detail: String| JoinError::Exchange {
-        relay: relay.to_owned(),
-        addr,
-        detail,
-    };
-    let bind: SocketAddr = if addr.is_ipv4() {
-        SocketAddr::from(([0, 0, 0, 0], 0))
-    } else {
-        SocketAddr::from(([0u16; 8], 0))
-    };
-    let endpoint = transport::client_endpoint(bind, tls::join_client_config(ca)?)
-        .map_err(|e| exchange(e.to_string()))?;
-    let conn = transport::connect(&endpoint, addr, relay)
-        .await
-        .map_err(|e| exchange(e.to_string()))?;
-    let request = JoinRequest {
-        cluster: cluster.to_owned(),
-        token: token.trim().to_owned(),
-        csr_pem,
-    };
-    let mut buf = Vec::new();
-    codec::encode(&request, MAX_JOIN_FRAME, &mut buf).map_err(|e| exchange(e.to_string()))?;
-    let talk = async {
-        let mut s = conn.open_uni().await.map_err(|e| e.to_string())?;
-        s.write_all(&buf).await.map_err(|e| e.to_string())?;
-        s.finish().map_err(|e| e.to_string())?;
-        let mut r = conn.accept_uni().await.map_err(|e| e.to_string())?;
-        r.read_to_end(MAX_JOIN_FRAME)
-            .await
-            .map_err(|e| e.to_string())
-    };
-    let bytes = tokio::time::timeout(EXCHANGE_TIMEOUT, talk)
-        .await
-        .map_err(|_| exchange("no answer in time".into()))?
-        .map_err(exchange)?;
-    conn.close(VarInt::from_u32(0), b"joined");
-    endpoint.wait_idle().await;
-    let reply = match codec::decode::<JoinReply>(&bytes, MAX_JOIN_FRAME) {
-        Ok(Some((reply, _))) => reply,
-        Ok(None) => return Err(exchange("a truncated answer".into())),
-        Err(e) => return Err(exchange(format!("an unreadable answer: {e}"))),
-    };
-    match reply {
-        JoinReply::Granted { chain_pem } => Ok(Joined { key_pem, chain_pem }),
-        JoinReply::Refused { relay, reason } => Err(JoinError::Refused {
-            relay,
-            cluster: cluster.to_owned(),
-            reason,
-        }),
     }
 }
 

@@ -12,13 +12,9 @@
 //! * [`join`]: agents that are not in the topology join a relay with a single-use token.
 //! * [`metrics`]: Prometheus text metrics over HTTP.
 //! * [`node`]: a node's sync core and the tasks driving it.
-//! * [`objects`]: user manifests (any Kubernetes object, placements) into objects.
-//! * [`transport`]: QUIC endpoints and framed messages, one stream per class.
-//! * [`tls`]: mutual TLS (rustls, ring) and the peer's node name.
 //! * [`serve`]: `relay serve`: a node from its configuration file until a signal.
 //! * [`topology_cli`]: `relay topology validate|certs|render` over [`strata_topology`].
 //! * [`up`]: `relay up`: a whole topology as processes on this machine.
-//! * [`store`]: the durable [`store::Store`] (sled, or in memory for tests).
 //! * [`views`]: the CLI's text views of the tier tree and the inventory.
 //!
 //! Under construction (issue 3): the protocol core it drives is
@@ -33,22 +29,7 @@ pub mod demo;
 pub mod join;
 pub mod metrics;
 pub mod node;
-pub mod objects;
 pub mod serve;
-pub mod store;
-pub mod tls;
 pub mod topology_cli;
-pub mod transport;
 pub mod up;
 pub mod views;
-
-/// Logs to standard error, filtered by `RUST_LOG` (default `info`): what the `relay`
-/// and `agent` binaries use.
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}

@@ -4,7 +4,7 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    strata_relay::init_logging();
+    strata_node::process::init_logging();
     let cli = strata_relay::cli::Cli::parse();
     match strata_relay::cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

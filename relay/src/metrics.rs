@@ -14,7 +14,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::node::runtime::NodeClient;
-use crate::store::Store;
+use strata_node::store::Store;
 
 /// Renders the node's metrics in the Prometheus text format.
 pub async fn render(node: &NodeClient, store: &dyn Store) -> Option<String> {

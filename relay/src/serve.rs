@@ -9,11 +9,12 @@ use strata_protocol::sync::SessionConfig;
 
 use crate::config::NodeConfig;
 use crate::join::Joining;
-use crate::node::clock::Clock;
 use crate::node::runtime::{self, NodeHandle, NodeParts};
-use crate::store::{SledStore, Store};
-use crate::tls::{self, Identity};
-use crate::transport;
+use strata_node::clock::Clock;
+use strata_node::process::{random_u64, wait_for_signal};
+use strata_node::store::{SledStore, Store};
+use strata_node::tls::{self, Identity};
+use strata_node::transport;
 
 /// How long a graceful shutdown may take before the process gives up on it.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
@@ -98,23 +99,6 @@ pub async fn serve(config_path: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// Returns on SIGTERM or SIGINT (Ctrl-C).
-pub async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the node");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-}
-
 /// The secret that keys stateless resets and connection IDs; kept in the data
 /// directory so it survives restarts.
 fn endpoint_secret(dir: &Path) -> anyhow::Result<[u8; 32]> {
@@ -130,12 +114,4 @@ fn endpoint_secret(dir: &Path) -> anyhow::Result<[u8; 32]> {
         .map_err(|_| anyhow::anyhow!("the system random source failed"))?;
     std::fs::write(&path, secret).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(secret)
-}
-
-/// A random u64 (run ids).
-pub fn random_u64() -> u64 {
-    use ring::rand::SecureRandom;
-    let mut b = [0u8; 8];
-    let _ = ring::rand::SystemRandom::new().fill(&mut b);
-    u64::from_be_bytes(b)
 }

@@ -279,8 +279,10 @@ pub struct TempDir(pub PathBuf);
 impl TempDir {
     /// A new directory under the system's temporary directory.
     pub fn new(prefix: &str) -> anyhow::Result<TempDir> {
-        let dir =
-            std::env::temp_dir().join(format!("{prefix}-{:016x}", crate::serve::random_u64()));
+        let dir = std::env::temp_dir().join(format!(
+            "{prefix}-{:016x}",
+            strata_node::process::random_u64()
+        ));
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
         Ok(TempDir(dir))
@@ -321,7 +323,7 @@ pub async fn run(file: &Path, data: Option<PathBuf>) -> anyhow::Result<()> {
     );
     let connected = tokio::select! {
         r = h.wait_connected(|n, total| println!("links connected: {n}/{total}")) => r,
-        _ = crate::serve::wait_for_signal() => {
+        _ = strata_node::process::wait_for_signal() => {
             println!("stopping");
             report_stop(h.stop().await);
             return Ok(());
@@ -339,7 +341,7 @@ pub async fn run(file: &Path, data: Option<PathBuf>) -> anyhow::Result<()> {
     );
     let died = loop {
         tokio::select! {
-            _ = crate::serve::wait_for_signal() => break None,
+            _ = strata_node::process::wait_for_signal() => break None,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {
                 if let Err(e) = h.check_alive() {
                     break Some(e);

@@ -21,14 +21,14 @@ use rcgen::{
 };
 use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
+use strata_node::clock::Clock;
+use strata_node::store::{MemStore, Store};
+use strata_node::tls::{self, Identity};
+use strata_node::transport;
 use strata_protocol::model::{Cluster, Labels};
 use strata_protocol::sync::SessionConfig;
 use strata_protocol::time::UnixMillis;
-use strata_relay::node::clock::Clock;
 use strata_relay::node::runtime::{self as node, NodeClient, NodeParts};
-use strata_relay::store::{MemStore, Store};
-use strata_relay::tls::{self, Identity};
-use strata_relay::transport;
 
 use crate::net::{self, Network, SimUdpSocket};
 use crate::rng::{SimRng, hash, mix};

@@ -10,10 +10,10 @@ use std::rc::Rc;
 use std::task::Poll;
 use std::time::Duration;
 
+use strata_node::objects::parse_manifests;
 use strata_protocol::model::{ObjectKey, Space};
 use strata_protocol::route::is_placement;
 use strata_protocol::wire::Change;
-use strata_relay::objects::parse_manifests;
 
 use crate::check::{self, Held, Monotonic, RootView, Violation, secs};
 use crate::hosts::Shared;

@@ -32,9 +32,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use strata_node::clock::Clock;
 use strata_protocol::model::{Object, ObjectKey, Status};
 use strata_protocol::time::{Instant, UnixMillis};
-use strata_relay::node::clock::Clock;
 use tokio::sync::{Notify, mpsc};
 
 use crate::backend::{BackendError, ClusterBackend};

@@ -20,20 +20,20 @@
 //! it never moves an object back to an older revision; and it acknowledges a position
 //! only after the driver has been handed (and has persisted) every change up to it.
 
-mod downstream;
+mod child_session;
 mod liveness;
 mod log;
+mod parent_link;
 mod reports;
-mod upstream;
 
 use std::fmt;
 use std::sync::Arc;
 
-pub use downstream::{ChildSession, SessionConfig, SessionEvent};
+pub use child_session::{ChildSession, SessionConfig, SessionEvent};
 pub use liveness::{Liveness, LivenessAction};
 pub use log::{KeyEntry, LogError, LogMeta, ObjectLog};
+pub use parent_link::{LinkConfig, LinkEvent, ParentLink};
 pub use reports::{ReportInbox, ReportOutbox, ReportsConfig};
-pub use upstream::{LinkConfig, LinkEvent, ParentLink};
 
 use crate::model::ObjectMeta;
 use crate::wire::{ErrorCode, RouteId};

@@ -32,13 +32,13 @@ use tokio_rustls::TlsAcceptor;
 use crate::config::{ApiConfig, NodeConfig};
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
-use crate::objects::parse_manifests;
+use strata_node::objects::parse_manifests;
 
 pub mod paths;
 mod tree;
 
-use crate::tls::{self, Identity};
 use paths::ObjectFilter;
+use strata_node::tls::{self, Identity};
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 16 << 20;

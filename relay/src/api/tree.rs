@@ -14,8 +14,8 @@ use strata_protocol::time::UnixMillis;
 use strata_protocol::wire::{LinkRecord, ReportKey, ReportValue, Role};
 
 use super::{Ctx, error, reply};
-use crate::node::clock::Clock;
 use crate::node::core::NodeCore;
+use strata_node::clock::Clock;
 
 /// Every link the node knows of, by its child end: its own children's, then those its
 /// children reported (a child's own record of a link wins over nothing; the node's own

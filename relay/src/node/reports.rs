@@ -9,7 +9,7 @@ use strata_protocol::placement::Placement;
 use strata_protocol::summary::Summary;
 use strata_protocol::wire::{Report, ReportKey, ReportValue};
 
-use crate::store::ReportSlot;
+use strata_node::store::ReportSlot;
 
 /// Why a child's report was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

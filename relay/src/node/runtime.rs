@@ -1,31 +1,32 @@
-//! The tasks that drive a [`NodeCore`]: one core task that owns all sync state, an
-//! accept loop with one task per child connection, and the upstream link with
-//! reconnection. Every task is owned by a `JoinSet` and ends with the node.
+//! A relay node: its [`NodeCore`] and its children's connections, driven by the node
+//! layer's [`Driver`] (which owns the clock, the store, the inputs and the parent
+//! connection), plus the accept loop with one task per child connection. Every task is
+//! owned by the driver and ends with the node.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use quinn::{Connection, Endpoint, VarInt};
+use strata_node::clock::Clock;
+use strata_node::driver::{self, Driver, Input, Node, ParentAddr, ParentConn, ToParent};
+use strata_node::store::{Store, StoreError};
+use strata_node::tls::{peer_chain, peer_node_name};
+use strata_node::transport::{self, Receiver, Sender, close_code};
 use strata_protocol::codec::DEFAULT_MAX_FRAME;
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
+use strata_protocol::time::Instant;
 use strata_protocol::wire::{
     ChildToParent, ErrorCode, JoinReply, JoinRequest, ParentToChild, Role, StreamClass,
 };
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use super::clock::Clock;
 use super::core::{CoreSetup, NodeCore, Outgoing, new_log};
 use super::reports::SubtreeReports;
-use super::upstream::{Upstream, UpstreamInput, deliver_upstream, upstream_loop};
 use crate::join::{self, Admissions, Joining};
-use crate::store::{Batch, Store, StoreError};
-use crate::tls::{peer_chain, peer_node_name};
-use crate::transport::{self, Receiver, Sender, close_code};
 
 /// What a node needs to run.
 pub struct NodeParts {
@@ -78,15 +79,13 @@ pub type Query = Box<dyn FnOnce(&mut NodeCore) + Send>;
 /// A running node.
 #[derive(Debug)]
 pub struct NodeHandle {
-    client: NodeClient,
-    shutdown: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<Result<(), NodeError>>,
+    inner: driver::NodeHandle<RelayInput>,
 }
 
 /// A cloneable way to ask a running node things (the API uses it).
 #[derive(Debug, Clone)]
 pub struct NodeClient {
-    queries: mpsc::Sender<Input>,
+    inputs: mpsc::Sender<Input<RelayInput>>,
 }
 
 impl NodeClient {
@@ -96,21 +95,17 @@ impl NodeClient {
         &self,
         f: impl FnOnce(&mut NodeCore) -> T + Send + 'static,
     ) -> Option<T> {
-        let (tx, rx) = oneshot::channel();
-        let q: Query = Box::new(move |core| {
-            let _ = tx.send(f(core));
-        });
-        self.queries.send(Input::Query(q)).await.ok()?;
-        rx.await.ok()
+        driver::ask(&self.inputs, |reply| {
+            RelayInput::Query(Box::new(move |core| {
+                let _ = reply.send(f(core));
+            }))
+        })
+        .await
     }
-}
 
-impl NodeClient {
     /// Bytes on the node's live connections.
     pub async fn link_stats(&self) -> Option<LinkStats> {
-        let (tx, rx) = oneshot::channel();
-        self.queries.send(Input::LinkStats(tx)).await.ok()?;
-        rx.await.ok()
+        driver::ask(&self.inputs, RelayInput::LinkStats).await
     }
 }
 
@@ -120,58 +115,84 @@ impl NodeHandle {
         &self,
         f: impl FnOnce(&mut NodeCore) -> T + Send + 'static,
     ) -> Option<T> {
-        self.client.query(f).await
+        self.client().query(f).await
     }
 
     /// A cloneable client of this node.
     pub fn client(&self) -> NodeClient {
-        self.client.clone()
+        NodeClient {
+            inputs: self.inner.inputs(),
+        }
     }
 
     /// Stops the node: children and parent are told, tasks end, the store is flushed.
     pub async fn shutdown(self) -> Result<(), NodeError> {
-        let _ = self.shutdown.send(true);
-        match self.task.await {
-            Ok(r) => r,
-            Err(e) if e.is_cancelled() => Ok(()),
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        }
+        self.inner.shutdown().await;
+        Ok(())
     }
 
     /// Waits until the node stops by itself.
     pub async fn wait(&mut self) -> Result<(), NodeError> {
-        match (&mut self.task).await {
-            Ok(r) => r,
-            Err(e) if e.is_cancelled() => Ok(()),
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        }
+        self.inner.wait().await;
+        Ok(())
     }
 }
 
-enum Input {
+/// A relay's own inputs (the parent's go to the driver).
+pub enum RelayInput {
+    /// A child's connection is up; its certificate names `name`.
     ChildUp {
+        /// The child.
         name: String,
+        /// This connection's id.
         conn_id: u64,
+        /// The connection.
         conn: Connection,
+        /// Where to send the child's messages.
         sender: Sender<ParentToChild>,
     },
+    /// A message from a child's connection.
     ChildMsg {
+        /// The child.
         name: String,
+        /// Its connection's id.
         conn_id: u64,
+        /// The message.
         msg: ChildToParent,
     },
+    /// A child's connection is gone, and why.
     ChildDown {
+        /// The child.
         name: String,
+        /// Its connection's id.
         conn_id: u64,
+        /// Why.
         why: String,
     },
-    Upstream(UpstreamInput),
+    /// A question about the core (the API, the simulation, tests).
     Query(Query),
+    /// Bytes on the node's connections.
     LinkStats(oneshot::Sender<LinkStats>),
+    /// An agent asks to join with a token.
     Join {
+        /// The request.
         request: JoinRequest,
+        /// Where the answer goes.
         reply: oneshot::Sender<JoinReply>,
     },
+}
+
+impl std::fmt::Debug for RelayInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RelayInput::ChildUp { .. } => "ChildUp",
+            RelayInput::ChildMsg { .. } => "ChildMsg",
+            RelayInput::ChildDown { .. } => "ChildDown",
+            RelayInput::Query(_) => "Query",
+            RelayInput::LinkStats(_) => "LinkStats",
+            RelayInput::Join { .. } => "Join",
+        })
+    }
 }
 
 /// Bytes on this node's links (UDP payload, as quinn counts it), for benchmarks and
@@ -185,12 +206,6 @@ pub struct LinkStats {
     /// Framed bytes per stream class on every live connection: (peer, class, sent,
     /// received); the parent is the peer `parent`.
     pub streams: Vec<(String, StreamClass, u64, u64)>,
-}
-
-impl From<UpstreamInput> for Input {
-    fn from(u: UpstreamInput) -> Self {
-        Input::Upstream(u)
-    }
 }
 
 /// Starts a node from its store and returns its handle.
@@ -244,274 +259,240 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
             wall_origin: parts.clock.wall_origin(),
         },
     );
-    let (tx, rx) = mpsc::channel(4096);
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let span = tracing::info_span!("node", node = %parts.name);
-    let task =
-        tokio::spawn(drive(parts, core, admissions, tx.clone(), rx, shutdown_rx).instrument(span));
-    Ok(NodeHandle {
-        client: NodeClient { queries: tx },
-        shutdown: shutdown_tx,
-        task,
-    })
-}
-
-async fn drive(
-    parts: NodeParts,
-    mut core: NodeCore,
-    mut admissions: Option<Admissions>,
-    tx: mpsc::Sender<Input>,
-    mut rx: mpsc::Receiver<Input>,
-    mut shutdown: watch::Receiver<bool>,
-) -> Result<(), NodeError> {
-    let mut tasks = JoinSet::new();
-    if let Some(listener) = parts.listener.clone() {
-        tasks.spawn(accept_loop(listener, parts.joining.clone(), tx.clone()).in_current_span());
-    }
-    let retry_after = Arc::new(AtomicU64::new(0));
-    if let (Some(connector), Some((name, addr))) = (parts.connector.clone(), parts.parent.clone()) {
-        tasks.spawn(
-            upstream_loop(
-                connector,
-                name,
-                addr,
-                tx.clone(),
-                retry_after.clone(),
-                parts.run,
-            )
-            .in_current_span(),
-        );
-    }
-    let clock = parts.clock;
-    let mut children: BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)> =
-        BTreeMap::new();
-    let mut upstream: Upstream = None;
-    let mut unsaved = Batch::default();
-    loop {
-        let deadline = core
-            .poll_timeout()
-            .map(|t| clock.deadline(t))
-            .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
-        tokio::select! {
-            biased;
-            // Shutdown first: nothing else matters once it is asked for.
-            _ = shutdown.changed() => break,
-            // Then inputs in arrival order.
-            Some(input) = rx.recv() => {
-                handle(&mut core, clock, input, &mut children, &mut upstream, &mut admissions);
-                // Take what else is waiting, so one commit covers many inputs.
-                for _ in 0..256 {
-                    let Ok(input) = rx.try_recv() else { break };
-                    handle(&mut core, clock, input, &mut children, &mut upstream, &mut admissions);
-                }
-            }
-            // Then timers.
-            _ = tokio::time::sleep_until(deadline) => core.handle_timeout(clock.now()),
-        }
-        let now = clock.now();
-        unsaved.merge(core.process(now));
-        if !unsaved.is_empty() {
-            let result = crate::store::commit_off_workers(parts.store.as_ref(), &unsaved);
-            if let Err(e) = result {
-                // Nothing is acknowledged until the write succeeds: the batch is kept,
-                // the core keeps serving from memory, and the write is retried shortly
-                // (with whatever else changed meanwhile).
-                tracing::error!(error = %e, "store commit failed; acknowledgements held back");
-                tokio::time::sleep(COMMIT_RETRY).await;
-                continue;
-            }
-            unsaved = Batch::default();
-        }
-        let out = core.transmit(now);
-        dispatch(
-            now,
-            out,
-            &mut core,
-            &mut children,
-            &mut upstream,
-            &retry_after,
-        );
-    }
-    // Graceful end: tell the children when to come back, give the goodbyes a moment to
-    // leave, then close everything and stop the tasks.
-    for (_, sender) in children.values() {
-        let _ = sender.send(ParentToChild::Goodbye {
-            code: ErrorCode::ShuttingDown,
-            reason: "node shutting down".into(),
-            retry_after_ms: Some(RESTART_HINT_MS),
-        });
-    }
-    if !children.is_empty() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for ((_, _), (conn, _)) in children {
-        conn.close(
-            VarInt::from_u32(close_code::SHUTDOWN),
-            b"node shutting down",
-        );
-    }
-    if let Some((conn, _)) = upstream {
-        conn.close(
-            VarInt::from_u32(close_code::SHUTDOWN),
-            b"node shutting down",
-        );
-    }
-    if let Some(l) = &parts.listener {
-        l.close(
-            VarInt::from_u32(close_code::SHUTDOWN),
-            b"node shutting down",
-        );
-    }
-    tasks.shutdown().await;
-    tracing::info!("stopped");
-    Ok(())
-}
-
-fn handle(
-    core: &mut NodeCore,
-    clock: Clock,
-    input: Input,
-    children: &mut BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)>,
-    upstream: &mut Upstream,
-    admissions: &mut Option<Admissions>,
-) {
-    let now = clock.now();
-    match input {
-        Input::ChildUp {
+    let relay = Relay {
+        core,
+        children: BTreeMap::new(),
+        admissions,
+        listener: parts.listener.clone(),
+    };
+    let parent = match (parts.connector, parts.parent) {
+        (Some(connector), Some((name, addr))) => Some(ParentAddr {
             name,
-            conn_id,
-            conn,
-            sender,
-        } => match core.child_connected(now, &name, conn_id) {
-            Ok(()) => {
-                tracing::info!(child = %name, remote = %conn.remote_address(), "child connected");
-                children.insert((name, conn_id), (conn, sender));
-            }
-            Err(e) => {
-                tracing::warn!(child = %name, reason = %e.reason, "refusing a connection");
-                conn.close(
-                    VarInt::from_u32(close_code::UNKNOWN_CHILD),
-                    e.reason.as_bytes(),
-                );
+            addr,
+            connector,
+            jitter_seed: parts.run,
+        }),
+        _ => None,
+    };
+    let (listener, joining) = (parts.listener, parts.joining);
+    let inner = Driver::start(
+        relay,
+        parts.clock,
+        parts.store,
+        parent,
+        4096,
+        span,
+        |tasks, inputs| {
+            if let Some(listener) = listener {
+                tasks.spawn(accept_loop(listener, joining, inputs).in_current_span());
             }
         },
-        Input::ChildMsg { name, conn_id, msg } => core.child_message(now, &name, conn_id, msg),
-        Input::ChildDown { name, conn_id, why } => {
-            if children.remove(&(name.clone(), conn_id)).is_some() {
-                tracing::info!(child = %name, %why, "child disconnected");
-            }
-            core.child_gone(now, &name, conn_id);
-        }
-        Input::Upstream(UpstreamInput::Up { conn, sender }) => {
-            tracing::info!(parent = %conn.remote_address(), "connected to parent");
-            *upstream = Some((conn, sender));
-            core.upstream_connected(now);
-        }
-        Input::Upstream(UpstreamInput::Message(msg)) => core.upstream_message(now, msg),
-        Input::Upstream(UpstreamInput::Down(why)) => {
-            if upstream.take().is_some() {
-                tracing::warn!(%why, "lost the parent");
-            }
-            core.upstream_gone();
-        }
-        Input::Query(q) => q(core),
-        Input::Join { request, reply } => {
-            let answer = match admissions {
-                Some(a) => a.admit(core, &request),
-                None => JoinReply::Refused {
-                    relay: core.name().to_owned(),
-                    reason: "this relay admits no agents by token".into(),
-                },
-            };
-            let _ = reply.send(answer);
-        }
-        Input::LinkStats(reply) => {
-            let udp = |c: &Connection| {
-                let s = c.stats();
-                (s.udp_tx.bytes, s.udp_rx.bytes)
-            };
-            let _ = reply.send(LinkStats {
-                children: children
-                    .iter()
-                    .map(|((name, _), (conn, _))| {
-                        let (tx, rx) = udp(conn);
-                        (name.clone(), tx, rx)
-                    })
-                    .collect(),
-                parent: upstream.as_ref().map(|(c, _)| udp(c)),
-                streams: children
-                    .iter()
-                    .map(|((name, _), (_, sender))| (name.as_str(), sender.bytes()))
-                    .chain(upstream.as_ref().map(|(_, s)| ("parent", s.bytes())))
-                    .flat_map(|(peer, bytes)| {
-                        transport::STREAM_CLASSES.map(|class| {
-                            (
-                                peer.to_owned(),
-                                class,
-                                bytes.sent(class),
-                                bytes.received(class),
-                            )
-                        })
-                    })
-                    .collect(),
-            });
-        }
-    }
+    );
+    Ok(NodeHandle { inner })
 }
-
-/// How long a node waits before retrying a store commit that failed (a full disk).
-pub const COMMIT_RETRY: Duration = Duration::from_millis(200);
 
 /// How long a node shutting down asks its children to wait before reconnecting: a
 /// restart usually takes about this long, and reconnecting sooner only meets a closed
 /// port.
 const RESTART_HINT_MS: u64 = 1000;
 
-fn dispatch(
-    now: strata_protocol::time::Instant,
-    out: Outgoing,
-    core: &mut NodeCore,
-    children: &mut BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)>,
-    upstream: &mut Upstream,
-    retry_after: &AtomicU64,
-) {
-    let mut too_slow = Vec::new();
-    for (name, conn_id, msg) in out.to_children {
-        if let Some((_, sender)) = children.get(&(name.clone(), conn_id))
-            && sender.send(msg).is_err()
-        {
-            too_slow.push((name, conn_id));
+type Children = BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)>;
+
+/// A relay as the driver sees it: the core, and the children's connections.
+struct Relay {
+    core: NodeCore,
+    children: Children,
+    admissions: Option<Admissions>,
+    listener: Option<Endpoint>,
+}
+
+impl Node for Relay {
+    type Input = RelayInput;
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.core.poll_timeout()
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.core.handle_timeout(now);
+    }
+
+    fn handle_input(&mut self, now: Instant, input: RelayInput, parent: &ParentConn) {
+        let core = &mut self.core;
+        match input {
+            RelayInput::ChildUp {
+                name,
+                conn_id,
+                conn,
+                sender,
+            } => match core.child_connected(now, &name, conn_id) {
+                Ok(()) => {
+                    tracing::info!(child = %name, remote = %conn.remote_address(), "child connected");
+                    self.children.insert((name, conn_id), (conn, sender));
+                }
+                Err(e) => {
+                    tracing::warn!(child = %name, reason = %e.reason, "refusing a connection");
+                    conn.close(
+                        VarInt::from_u32(close_code::UNKNOWN_CHILD),
+                        e.reason.as_bytes(),
+                    );
+                }
+            },
+            RelayInput::ChildMsg { name, conn_id, msg } => {
+                core.child_message(now, &name, conn_id, msg);
+            }
+            RelayInput::ChildDown { name, conn_id, why } => {
+                if self.children.remove(&(name.clone(), conn_id)).is_some() {
+                    tracing::info!(child = %name, %why, "child disconnected");
+                }
+                core.child_gone(now, &name, conn_id);
+            }
+            RelayInput::Query(q) => q(core),
+            RelayInput::Join { request, reply } => {
+                let answer = match &mut self.admissions {
+                    Some(a) => a.admit(core, &request),
+                    None => JoinReply::Refused {
+                        relay: core.name().to_owned(),
+                        reason: "this relay admits no agents by token".into(),
+                    },
+                };
+                let _ = reply.send(answer);
+            }
+            RelayInput::LinkStats(reply) => {
+                let _ = reply.send(link_stats(&self.children, parent));
+            }
         }
     }
-    for (name, conn_id) in too_slow {
-        if let Some((conn, _)) = children.remove(&(name.clone(), conn_id)) {
-            tracing::warn!(child = %name, "closing a child that does not keep up");
-            conn.close(VarInt::from_u32(close_code::TOO_SLOW), b"queue full");
-        }
-        core.child_gone(now, &name, conn_id);
+
+    fn parent_connected(&mut self, now: Instant) {
+        self.core.upstream_connected(now);
     }
-    for (name, conn_id, error) in out.close_children {
-        if let Some((conn, _)) = children.remove(&(name.clone(), conn_id)) {
-            let code = match error.code {
-                ErrorCode::Replaced => close_code::REPLACED,
-                ErrorCode::UnknownChild => close_code::UNKNOWN_CHILD,
-                _ => close_code::PROTOCOL,
-            };
-            // Let queued messages (a goodbye) go out first; QUIC close is immediate.
-            let reason = error.reason.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                conn.close(VarInt::from_u32(code), reason.as_bytes());
+
+    fn parent_message(&mut self, now: Instant, msg: ParentToChild) {
+        self.core.upstream_message(now, msg);
+    }
+
+    fn parent_gone(&mut self) {
+        self.core.upstream_gone();
+    }
+
+    fn process(&mut self, now: Instant) -> strata_node::store::Batch {
+        self.core.process(now)
+    }
+
+    fn transmit(&mut self, now: Instant) -> ToParent {
+        let out = self.core.transmit(now);
+        self.dispatch(now, out)
+    }
+
+    /// Tells the children when to come back, gives the goodbyes a moment to leave,
+    /// then closes every connection.
+    async fn shutdown(&mut self) {
+        for (_, sender) in self.children.values() {
+            let _ = sender.send(ParentToChild::Goodbye {
+                code: ErrorCode::ShuttingDown,
+                reason: "node shutting down".into(),
+                retry_after_ms: Some(RESTART_HINT_MS),
             });
         }
-        core.child_gone(now, &name, conn_id);
-    }
-    if deliver_upstream(upstream, out.to_parent, out.close_upstream, retry_after) {
-        core.upstream_gone();
+        if !self.children.is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for (conn, _) in std::mem::take(&mut self.children).into_values() {
+            conn.close(
+                VarInt::from_u32(close_code::SHUTDOWN),
+                b"node shutting down",
+            );
+        }
+        if let Some(l) = &self.listener {
+            l.close(
+                VarInt::from_u32(close_code::SHUTDOWN),
+                b"node shutting down",
+            );
+        }
     }
 }
 
-async fn accept_loop(listener: Endpoint, joining: Option<Arc<Joining>>, tx: mpsc::Sender<Input>) {
+impl Relay {
+    /// Sends the children their messages and closes the connections the core gave up
+    /// on; returns what is for the parent.
+    fn dispatch(&mut self, now: Instant, out: Outgoing) -> ToParent {
+        let mut too_slow = Vec::new();
+        for (name, conn_id, msg) in out.to_children {
+            if let Some((_, sender)) = self.children.get(&(name.clone(), conn_id))
+                && sender.send(msg).is_err()
+            {
+                too_slow.push((name, conn_id));
+            }
+        }
+        for (name, conn_id) in too_slow {
+            if let Some((conn, _)) = self.children.remove(&(name.clone(), conn_id)) {
+                tracing::warn!(child = %name, "closing a child that does not keep up");
+                conn.close(VarInt::from_u32(close_code::TOO_SLOW), b"queue full");
+            }
+            self.core.child_gone(now, &name, conn_id);
+        }
+        for (name, conn_id, error) in out.close_children {
+            if let Some((conn, _)) = self.children.remove(&(name.clone(), conn_id)) {
+                let code = match error.code {
+                    ErrorCode::Replaced => close_code::REPLACED,
+                    ErrorCode::UnknownChild => close_code::UNKNOWN_CHILD,
+                    _ => close_code::PROTOCOL,
+                };
+                // Let queued messages (a goodbye) go out first; QUIC close is immediate.
+                let reason = error.reason.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    conn.close(VarInt::from_u32(code), reason.as_bytes());
+                });
+            }
+            self.core.child_gone(now, &name, conn_id);
+        }
+        ToParent {
+            messages: out.to_parent,
+            close: out.close_upstream,
+        }
+    }
+}
+
+fn link_stats(children: &Children, parent: &ParentConn) -> LinkStats {
+    let udp = |c: &Connection| {
+        let s = c.stats();
+        (s.udp_tx.bytes, s.udp_rx.bytes)
+    };
+    LinkStats {
+        children: children
+            .iter()
+            .map(|((name, _), (conn, _))| {
+                let (tx, rx) = udp(conn);
+                (name.clone(), tx, rx)
+            })
+            .collect(),
+        parent: parent.connection().map(udp),
+        streams: children
+            .iter()
+            .map(|((name, _), (_, sender))| (name.as_str(), sender.bytes()))
+            .chain(parent.sender().map(|s| ("parent", s.bytes())))
+            .flat_map(|(peer, bytes)| {
+                transport::STREAM_CLASSES.map(|class| {
+                    (
+                        peer.to_owned(),
+                        class,
+                        bytes.sent(class),
+                        bytes.received(class),
+                    )
+                })
+            })
+            .collect(),
+    }
+}
+
+async fn accept_loop(
+    listener: Endpoint,
+    joining: Option<Arc<Joining>>,
+    tx: mpsc::Sender<Input<RelayInput>>,
+) {
     let mut conns = JoinSet::new();
     let mut next_id = 0u64;
     while let Some(incoming) = listener.accept().await {
@@ -532,7 +513,7 @@ async fn serve_connection(
     incoming: quinn::Incoming,
     conn_id: u64,
     joining: Option<Arc<Joining>>,
-    tx: mpsc::Sender<Input>,
+    tx: mpsc::Sender<Input<RelayInput>>,
 ) {
     let conn = match incoming.await {
         Ok(c) => c,
@@ -576,34 +557,36 @@ async fn serve_connection(
         let (sender, receiver) =
             transport::split::<ParentToChild, ChildToParent>(conn.clone(), DEFAULT_MAX_FRAME);
         if tx
-            .send(Input::ChildUp {
+            .send(Input::Node(RelayInput::ChildUp {
                 name: name.clone(),
                 conn_id,
                 conn,
                 sender,
-            })
+            }))
             .await
             .is_err()
         {
             return;
         }
         let why = pump_child(receiver, &name, conn_id, &tx).await;
-        let _ = tx.send(Input::ChildDown { name, conn_id, why }).await;
+        let _ = tx
+            .send(Input::Node(RelayInput::ChildDown { name, conn_id, why }))
+            .await;
     }
     .instrument(span)
     .await;
 }
 
 /// One join exchange on a connection without a client certificate.
-async fn serve_join(conn: Connection, tx: &mpsc::Sender<Input>) {
+async fn serve_join(conn: Connection, tx: &mpsc::Sender<Input<RelayInput>>) {
     let Some(request) = join::read_request(&conn).await else {
         return;
     };
     let (reply_tx, reply_rx) = oneshot::channel();
-    let input = Input::Join {
+    let input = Input::Node(RelayInput::Join {
         request,
         reply: reply_tx,
-    };
+    });
     if tx.send(input).await.is_err() {
         return;
     }
@@ -616,16 +599,16 @@ async fn pump_child(
     mut receiver: Receiver<ChildToParent>,
     name: &str,
     conn_id: u64,
-    tx: &mpsc::Sender<Input>,
+    tx: &mpsc::Sender<Input<RelayInput>>,
 ) -> String {
     loop {
         match receiver.recv().await {
             Ok(msg) => {
-                let input = Input::ChildMsg {
+                let input = Input::Node(RelayInput::ChildMsg {
                     name: name.to_owned(),
                     conn_id,
                     msg,
-                };
+                });
                 if tx.send(input).await.is_err() {
                     return "node stopping".into();
                 }

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
+use strata_node::objects::parse_manifests;
 use strata_protocol::codec::encoded_len;
 use strata_protocol::model::{Revision, Space};
 use strata_relay::node::runtime::{LinkStats, NodeClient};
-use strata_relay::objects::parse_manifests;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 

@@ -161,7 +161,7 @@ impl NodeCore {
             l.pushed_lag = record.lag.is_some();
             l.clusters_changed = false;
         }
-        if let Some(link) = &mut self.upstream {
+        if let Some(link) = &mut self.parent {
             link.push_report(
                 now,
                 Report {

@@ -14,22 +14,20 @@ use std::time::Duration;
 
 use strata_protocol::model::{Cursor, Labels, LogId, ObjectKey, Position};
 use strata_protocol::placement::Placement;
-use strata_protocol::route::{PLACEMENT_KIND, PlacementRoute, STRATA_GROUP, is_placement};
+use strata_protocol::route::{PLACEMENT_KIND, PlacementRoute, STRATA_GROUP};
 use strata_protocol::summary::Summary;
 use strata_protocol::sync::{
-    ChildSession, LinkEvent, ObjectLog, ParentLink, SessionConfig, SessionError, SessionEvent,
-    SharedRoute,
+    ChildSession, ObjectLog, ParentLink, SessionConfig, SessionError, SessionEvent, SharedRoute,
 };
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{Change, ChildToParent, ErrorCode, ParentToChild, ReportKey, Role};
 
-use super::follow::follow_parent;
-
 mod links;
 mod upward;
 use super::reports::SubtreeReports;
-use crate::store::{Batch, ReportSlot, UpstreamState};
 pub use links::LINK_REFRESH;
+use strata_node::follower::{Followed, ParentFollower};
+use strata_node::store::{Batch, ReportSlot, UpstreamState};
 
 /// One connected child.
 #[derive(Debug)]
@@ -86,15 +84,13 @@ pub struct NodeCore {
     child_runs: BTreeMap<String, u64>,
     acked: BTreeMap<String, Cursor>,
     reports: SubtreeReports,
-    upstream: Option<ParentLink>,
-    upstream_state: UpstreamState,
+    /// The link to the parent (none at the root).
+    parent: Option<ParentFollower>,
     /// Summaries last pushed upward, per (placement, object).
     sent: BTreeMap<(String, ObjectKey), Summary>,
     /// Objects whose summaries may have changed.
     dirty: BTreeSet<ObjectKey>,
     routes_stale: bool,
-    /// Whether everything was reported upward since this run started.
-    reported_this_run: bool,
     /// Everything must be reported upward at the next processing.
     report_all: bool,
     /// This run's id.
@@ -152,6 +148,9 @@ impl NodeCore {
         config.incarnation = setup.log.id().0;
         let mut reports = setup.reports;
         let all = all_labels(&setup.labels, &setup.upstream_state.inherited);
+        let parent = setup
+            .upstream
+            .map(|link| ParentFollower::new(link, setup.upstream_state));
         config.labels = all.clone();
         reports.set_labels(all);
         let mut core = NodeCore {
@@ -165,12 +164,10 @@ impl NodeCore {
             child_runs: setup.child_runs,
             acked: setup.acked,
             reports,
-            upstream: setup.upstream,
-            upstream_state: setup.upstream_state,
+            parent,
             sent: BTreeMap::new(),
             dirty: BTreeSet::new(),
             routes_stale: true,
-            reported_this_run: false,
             report_all: false,
             run: setup.run,
             stale: BTreeSet::new(),
@@ -220,12 +217,12 @@ impl NodeCore {
 
     /// Whether the upstream link is open.
     pub fn upstream_open(&self) -> bool {
-        self.upstream.as_ref().is_some_and(ParentLink::is_open)
+        self.parent.as_ref().is_some_and(ParentFollower::is_open)
     }
 
     /// The upstream link, if this node has a parent.
     pub fn upstream(&self) -> Option<&ParentLink> {
-        self.upstream.as_ref()
+        self.parent.as_ref().map(ParentFollower::link)
     }
 
     // ---- children ------------------------------------------------------------
@@ -297,22 +294,22 @@ impl NodeCore {
 
     /// The connection to the parent is up.
     pub fn upstream_connected(&mut self, now: Instant) {
-        if let Some(link) = &mut self.upstream {
-            link.handle_connected(now);
+        if let Some(parent) = &mut self.parent {
+            parent.handle_connected(now);
         }
     }
 
     /// A message from the parent.
     pub fn upstream_message(&mut self, now: Instant, msg: ParentToChild) {
-        if let Some(link) = &mut self.upstream {
-            link.handle_message(now, msg);
+        if let Some(parent) = &mut self.parent {
+            parent.handle_message(now, msg);
         }
     }
 
     /// The connection to the parent is gone.
     pub fn upstream_gone(&mut self) {
-        if let Some(link) = &mut self.upstream {
-            link.handle_disconnected();
+        if let Some(parent) = &mut self.parent {
+            parent.handle_disconnected();
         }
     }
 
@@ -337,13 +334,13 @@ impl NodeCore {
     /// the log holds are left alone (applying twice changes nothing).
     pub fn apply_manifests(
         &mut self,
-        manifests: &[crate::objects::Manifest],
+        manifests: &[strata_node::objects::Manifest],
     ) -> Result<Applied, strata_protocol::sync::LogError> {
         let rev = strata_protocol::model::Revision(self.log.head().next().0);
         let mut changes = Vec::new();
         let mut unchanged = Vec::new();
         for m in manifests {
-            let object = crate::objects::to_object(m, rev);
+            let object = strata_node::objects::to_object(m, rev);
             match self.log.get(object.key()) {
                 Some(held) if held.hash == object.hash => unchanged.push(object.key().clone()),
                 _ => changes.push(Change::Upsert(object)),
@@ -371,10 +368,8 @@ impl NodeCore {
                 child.session.handle_timeout(now);
             }
         }
-        if let Some(link) = &mut self.upstream
-            && link.poll_timeout().is_some_and(|t| t <= now)
-        {
-            link.handle_timeout(now);
+        if let Some(parent) = &mut self.parent {
+            parent.handle_timeout(now);
         }
     }
 
@@ -384,9 +379,9 @@ impl NodeCore {
             .children
             .values()
             .filter_map(|c| c.session.poll_timeout());
-        let link = self.upstream.as_ref().and_then(ParentLink::poll_timeout);
+        let link = self.parent.as_ref().and_then(ParentFollower::poll_timeout);
         // Summaries of changed objects, and the refresh of relay children's links.
-        let summaries = (self.upstream.is_some()
+        let summaries = (self.parent.is_some()
             && (!self.dirty.is_empty() || self.has_relay_child_up()))
         .then_some(self.next_summary);
         sessions.chain(link).chain(summaries).min()
@@ -397,7 +392,7 @@ impl NodeCore {
     /// Handles every pending event and returns what must be made durable before
     /// [`NodeCore::transmit`].
     pub fn process(&mut self, now: Instant) -> Batch {
-        self.drain_upstream_events();
+        self.drain_parent_events();
         self.drain_child_events(now);
         if std::mem::take(&mut self.report_all) {
             self.report_everything(now);
@@ -465,8 +460,8 @@ impl NodeCore {
                 out.to_children.push((name.clone(), child.conn, msg));
             }
         }
-        if let Some(link) = &mut self.upstream {
-            while let Some(msg) = link.poll_transmit(now) {
+        if let Some(parent) = &mut self.parent {
+            while let Some(msg) = parent.poll_transmit(now) {
                 out.to_parent.push(msg);
             }
         }
@@ -483,63 +478,31 @@ impl NodeCore {
         out
     }
 
-    fn drain_upstream_events(&mut self) {
-        let Some(mut link) = self.upstream.take() else {
+    /// What the parent's events mean here: changes to note, labels to inherit,
+    /// everything to report again, or a link to close.
+    fn drain_parent_events(&mut self) {
+        let Some(mut parent) = self.parent.take() else {
             return;
         };
-        while let Some(event) = link.poll_event() {
-            match event {
-                LinkEvent::Connected {
-                    incarnation,
-                    labels,
-                    ..
-                } => {
-                    self.inherit(labels);
-                    // Report everything again when the parent may not hold it: it is
-                    // a new parent (lost its state), or this is our first connection in
-                    // this run (the parent forgets a child's reports when it restarts).
-                    if self.upstream_state.parent_incarnation != Some(incarnation)
-                        || !self.reported_this_run
-                    {
-                        self.reported_this_run = true;
-                        self.upstream_state.parent_incarnation = Some(incarnation);
-                        self.batch.upstream = Some(self.upstream_state.clone());
-                        self.report_all = true;
-                    }
-                }
-                LinkEvent::Labels(labels) => self.inherit(labels),
-                event => {
-                    let mut changed = Vec::new();
-                    let rest = follow_parent(
-                        &mut self.log,
-                        &mut self.upstream_state,
-                        &mut self.batch,
-                        event,
-                        |c| changed.push(c.key().clone()),
-                    );
-                    for key in changed {
-                        self.note_key(key);
-                    }
-                    if let Some(LinkEvent::Closed { error, retry_after }) = rest {
-                        self.outgoing.close_upstream = Some((error, retry_after));
-                    }
+        while let Some(followed) = parent.poll(&mut self.log, &mut self.batch) {
+            match followed {
+                Followed::ReportAll => self.report_all = true,
+                Followed::Labels(labels) => self.inherit(labels),
+                Followed::Changed(change) => self.note_key(change.key().clone()),
+                Followed::Closed { error, retry_after } => {
+                    self.outgoing.close_upstream = Some((error, retry_after));
                 }
             }
         }
-        self.upstream = Some(link);
+        self.parent = Some(parent);
     }
 
     /// The labels this node's ancestors give every cluster below changed (at a welcome,
-    /// or while connected): they are stored, every connected child is told (so that the
-    /// whole subtree routes with them, whatever order its nodes started in), and routes
-    /// and summaries here are recomputed.
-    fn inherit(&mut self, labels: Labels) {
-        if labels == self.upstream_state.inherited {
-            return;
-        }
-        self.upstream_state.inherited = labels;
-        self.batch.upstream = Some(self.upstream_state.clone());
-        let all = all_labels(&self.labels, &self.upstream_state.inherited);
+    /// or while connected; the follower stored them): every connected child is told (so
+    /// that the whole subtree routes with them, whatever order its nodes started in),
+    /// and routes and summaries here are recomputed.
+    fn inherit(&mut self, inherited: Labels) {
+        let all = all_labels(&self.labels, &inherited);
         for child in self.children.values_mut() {
             child.session.set_labels(all.clone());
         }
@@ -636,18 +599,7 @@ impl NodeCore {
     }
 
     fn reload_placements(&mut self) {
-        self.placements = self
-            .log
-            .live()
-            .filter(|o| is_placement(&o.meta))
-            .filter_map(|o| match crate::objects::parse_placement(o) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    tracing::warn!(placement = %o.key(), error = %e, "ignoring a placement that does not parse");
-                    None
-                }
-            })
-            .collect();
+        self.placements = strata_node::objects::placements_in(&self.log);
     }
 
     fn route_for(&self, child: &str, relay: bool) -> SharedRoute {

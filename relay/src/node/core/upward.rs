@@ -6,7 +6,7 @@ use strata_protocol::time::Instant;
 use strata_protocol::wire::{Report, ReportKey, ReportValue};
 
 use super::NodeCore;
-use crate::store::ReportSlot;
+use strata_node::store::ReportSlot;
 
 impl NodeCore {
     pub(super) fn accept_report(
@@ -40,7 +40,7 @@ impl NodeCore {
                     ReportValue::Cluster(c) => self.cluster_upward(c),
                     _ => report.clone(),
                 };
-                if let Some(link) = &mut self.upstream {
+                if let Some(link) = &mut self.parent {
                     link.push_report(now, up);
                 }
             }
@@ -58,7 +58,7 @@ impl NodeCore {
             l.path.insert(0, self.name.clone());
         }
         if self.store_report(child, &report)
-            && let Some(link) = &mut self.upstream
+            && let Some(link) = &mut self.parent
         {
             link.push_report(now, report);
         }
@@ -119,7 +119,7 @@ impl NodeCore {
                 value: value.clone(),
             })
             .collect();
-        if let Some(link) = &mut self.upstream {
+        if let Some(link) = &mut self.parent {
             for r in clusters.into_iter().chain(links) {
                 link.push_report(now, r);
             }
@@ -127,7 +127,7 @@ impl NodeCore {
         self.push_all_links(now);
         self.dirty.extend(self.log.live().map(|o| o.key().clone()));
         self.push_summaries(now);
-        if let Some(link) = &mut self.upstream {
+        if let Some(link) = &mut self.parent {
             link.push_report(
                 now,
                 Report {
@@ -144,7 +144,7 @@ impl NodeCore {
         if let (
             Some(link),
             ReportKey::Cluster { .. } | ReportKey::Link { .. } | ReportKey::Upsynced { .. },
-        ) = (&mut self.upstream, &key)
+        ) = (&mut self.parent, &key)
         {
             link.push_report(
                 now,
@@ -177,7 +177,7 @@ impl NodeCore {
     /// upward (relays only; the root answers queries from its reports).
     pub(super) fn push_summaries(&mut self, now: Instant) {
         self.next_summary = now + self.summary_interval;
-        let Some(link) = &mut self.upstream else {
+        let Some(link) = &mut self.parent else {
             self.dirty.clear();
             return;
         };

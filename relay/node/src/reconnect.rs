@@ -1,22 +1,23 @@
-//! The link to a parent, kept up for as long as the node runs.
+//! Reconnecting to the parent for as long as the node runs: exponential backoff with
+//! full jitter, the parent's retry-after hints, and the connection's events handed to
+//! the driver as [`ParentEvent`]s.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use quinn::{Connection, Endpoint, VarInt};
+use quinn::{Connection, Endpoint};
 use strata_protocol::codec::DEFAULT_MAX_FRAME;
-use strata_protocol::sync::SessionError;
 use strata_protocol::wire::{ChildToParent, ParentToChild};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::transport::{self, Sender, close_code};
+use crate::transport::{self, Sender};
 
-/// What the upstream task tells its node.
+/// What the reconnect loop tells its driver.
 #[derive(Debug)]
-pub enum UpstreamInput {
+pub enum ParentEvent {
     /// Connected (TLS verified the parent's name).
     Up {
         /// The connection.
@@ -35,7 +36,7 @@ pub enum UpstreamInput {
 /// `retry_after_ms` is the parent's last hint of when to come back (0: none); the next
 /// wait is at least that long. `jitter_seed` seeds the jitter (the node's random run id
 /// in production, a seeded value in the simulation, so that runs are reproducible).
-pub async fn upstream_loop<T: From<UpstreamInput> + Send + 'static>(
+pub async fn keep_connected<T: From<ParentEvent> + Send + 'static>(
     connector: Endpoint,
     name: String,
     addr: SocketAddr,
@@ -44,12 +45,12 @@ pub async fn upstream_loop<T: From<UpstreamInput> + Send + 'static>(
     jitter_seed: u64,
 ) {
     let span = tracing::info_span!("parent", peer = %name, %addr);
-    keep_connected(connector, name, addr, tx, retry_after_ms, jitter_seed)
+    reconnect(connector, name, addr, tx, retry_after_ms, jitter_seed)
         .instrument(span)
         .await;
 }
 
-async fn keep_connected<T: From<UpstreamInput> + Send + 'static>(
+async fn reconnect<T: From<ParentEvent> + Send + 'static>(
     connector: Endpoint,
     name: String,
     addr: SocketAddr,
@@ -67,7 +68,7 @@ async fn keep_connected<T: From<UpstreamInput> + Send + 'static>(
                     DEFAULT_MAX_FRAME,
                 );
                 if tx
-                    .send(UpstreamInput::Up { conn, sender }.into())
+                    .send(ParentEvent::Up { conn, sender }.into())
                     .await
                     .is_err()
                 {
@@ -76,14 +77,14 @@ async fn keep_connected<T: From<UpstreamInput> + Send + 'static>(
                 let why = loop {
                     match receiver.recv().await {
                         Ok(msg) => {
-                            if tx.send(UpstreamInput::Message(msg).into()).await.is_err() {
+                            if tx.send(ParentEvent::Message(msg).into()).await.is_err() {
                                 return;
                             }
                         }
                         Err(e) => break e.to_string(),
                     }
                 };
-                if tx.send(UpstreamInput::Down(why).into()).await.is_err() {
+                if tx.send(ParentEvent::Down(why).into()).await.is_err() {
                     return;
                 }
                 if started.elapsed() > Duration::from_secs(10) {
@@ -136,41 +137,4 @@ impl Backoff {
         self.cap = (self.cap * 2).min(Duration::from_secs(10));
         wait
     }
-}
-
-/// The link to the parent as a node's core task holds it, while it is up.
-pub type Upstream = Option<(Connection, Sender<ChildToParent>)>;
-
-/// Sends what the core has for the parent, and closes the link when the core gave up on
-/// it, leaving the parent's hint of when to come back for the reconnect loop. Returns
-/// whether the link was closed (the core must then be told it is gone).
-pub fn deliver_upstream(
-    upstream: &mut Upstream,
-    messages: Vec<ChildToParent>,
-    close: Option<(SessionError, Option<Duration>)>,
-    retry_after_ms: &AtomicU64,
-) -> bool {
-    if let Some((_, sender)) = upstream.as_ref() {
-        for msg in messages {
-            if sender.send(msg).is_err() {
-                break;
-            }
-        }
-    }
-    let Some((error, hint)) = close else {
-        return false;
-    };
-    let Some((conn, _)) = upstream.take() else {
-        return false;
-    };
-    if let Some(hint) = hint {
-        let ms = u64::try_from(hint.as_millis()).unwrap_or(u64::MAX);
-        retry_after_ms.store(ms, Ordering::Relaxed);
-    }
-    tracing::warn!(code = ?error.code, reason = %error.reason, "closing the link to the parent");
-    conn.close(
-        VarInt::from_u32(close_code::PROTOCOL),
-        error.reason.as_bytes(),
-    );
-    true
 }

@@ -251,6 +251,22 @@ pub fn to_object(manifest: &Manifest, revision: Revision) -> Object {
     }
 }
 
+/// Every placement in `log` that parses; one that does not is logged and left out
+/// (the root refuses such placements; this guards against a log written by another
+/// build).
+pub fn placements_in(log: &strata_protocol::sync::ObjectLog) -> Vec<Placement> {
+    log.live()
+        .filter(|o| strata_protocol::route::is_placement(&o.meta))
+        .filter_map(|o| match parse_placement(o) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!(placement = %o.key(), error = %e, "ignoring a placement that does not parse");
+                None
+            }
+        })
+        .collect()
+}
+
 /// The placement an object holds (relays parse placements to route).
 pub fn parse_placement(object: &Object) -> Result<Placement, ManifestError> {
     let value: Value = serde_json::from_slice(&object.body)

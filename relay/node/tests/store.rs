@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
+use strata_node::store::{Batch, MemStore, SledStore, Store, UpstreamState};
 use strata_protocol::model::{
     Cluster, ContentHash, Cursor, LogId, Object, ObjectKey, ObjectMeta, Position, Revision, Space,
 };
 use strata_protocol::sync::ObjectLog;
 use strata_protocol::wire::{Change, ReportKey, ReportValue, RouteId};
-use strata_relay::store::{Batch, MemStore, SledStore, Store, UpstreamState};
 
 fn key(n: u8) -> ObjectKey {
     ObjectKey {

@@ -9,9 +9,9 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
+use strata_node::store::{Batch, SledStore, Store, UpstreamState};
 use strata_protocol::model::{Cursor, LogId, Position};
 use strata_protocol::wire::{ReportKey, ReportValue};
-use strata_relay::store::{Batch, SledStore, Store, UpstreamState};
 
 const DIR_VAR: &str = "STRATA_CRASH_STORE_DIR";
 

@@ -7,10 +7,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use strata_node::tls::{self, Identity};
+use strata_node::transport::{self, TransportError, close_code};
 use strata_protocol::wire::{ChildToParent, Hello, ParentToChild, Reports, Role};
-use strata_relay::certs::Ca;
-use strata_relay::tls::{self, Identity};
-use strata_relay::transport::{self, TransportError, close_code};
+use strata_topology::certs::Ca;
 use tokio::time::timeout;
 
 const LIMIT: Duration = Duration::from_secs(10);

@@ -1,0 +1,61 @@
+//! The node layer: everything a relay and an agent share. A node is a pure core (the
+//! relay's `NodeCore`, the agent's `AgentCore`) driven by one [`driver::Driver`]; this
+//! crate holds that driver and what it stands on.
+//!
+//! # Layout
+//!
+//! * [`driver`]: the one drive loop ([`driver::Driver`], the [`driver::Node`] trait it
+//!   drives, [`driver::ParentConn`], [`driver::NodeHandle`]).
+//! * [`follower`]: [`follower::ParentFollower`], the child end of the link to the
+//!   parent and what the node keeps about it.
+//! * [`reconnect`]: keeping the connection to the parent up (backoff, hints).
+//! * [`transport`]: QUIC endpoints and framed messages, one stream per class.
+//! * [`tls`]: mutual TLS (rustls, ring) and the peer's node name.
+//! * [`store`]: the durable [`store::Store`] (sled, or in memory for tests and the
+//!   simulation).
+//! * [`clock`]: tokio's clock as the protocol's instants, and the wall clock.
+//! * [`objects`]: user manifests (any Kubernetes object) into objects; placements.
+//! * [`config`]: the `parent` and `tls` sections, names, addresses, file errors.
+//! * [`join`]: the join exchange's wire, and joining a relay with a token.
+//! * [`process`]: logging, stop signals, random run ids.
+//!
+//! # Data flow
+//!
+//! An object, from a user to a cluster:
+//! 1. the root's API (`relay/src/api/`) parses manifests ([`objects`]) and
+//!    `NodeCore::apply_manifests` appends them to the object log
+//!    (`protocol/src/sync/log.rs`) in one revision;
+//! 2. the [`driver::Driver`] commits the log to the [`store`] before anything is sent;
+//! 3. `NodeCore::transmit` drains each child's `ChildSession`
+//!    (`protocol/src/sync/child_session.rs`), which routes by placement
+//!    (`protocol/src/route.rs`) and cuts deltas or snapshots;
+//! 4. frames cross the wire ([`transport`]: `protocol/src/codec.rs` framing, one QUIC
+//!    stream per class);
+//! 5. a relay's [`reconnect`] loop hands them to its driver, its
+//!    [`follower::ParentFollower`] (`ParentLink`, `protocol/src/sync/parent_link.rs`)
+//!    applies them to the relay's own log, and steps 2 to 4 repeat one tier down;
+//! 6. an agent's follower applies them to its log, and `AgentCore`
+//!    (`agent/src/core.rs`) hands them to its cluster backend (`agent/src/kubernetes/`
+//!    or `agent/src/simulated.rs`).
+//!
+//! A report, from a cluster back up:
+//! 1. the backend's statuses become reports in `AgentCore::process`, queued in the
+//!    link's report outbox (`protocol/src/sync/reports.rs`) and sent by
+//!    `ParentLink::poll_transmit` on the reports stream;
+//! 2. the relay's `ChildSession` takes them in; `NodeCore` checks they lie in the
+//!    child's subtree (`relay/src/node/reports.rs`), stores them, and merges summaries
+//!    (`relay/src/node/core/upward.rs`, `protocol/src/summary.rs`);
+//! 3. the relay pushes changed summaries, clusters and links to its own parent through
+//!    its follower, and so on up to the root, whose API answers from its reports.
+
+pub mod clock;
+pub mod config;
+pub mod driver;
+pub mod follower;
+pub mod join;
+pub mod objects;
+pub mod process;
+pub mod reconnect;
+pub mod store;
+pub mod tls;
+pub mod transport;
