@@ -1,5 +1,6 @@
-//! The agent runtime: upstream link, cluster backends (Kubernetes API, simulated
-//! cluster), local desired-state cache and status watcher.
+//! The agent: keeps one leaf cluster in the state its placements describe and reports
+//! how it is doing. It stands on the node layer ([`strata_node`]: driver, parent link,
+//! QUIC, TLS, store) and never links the relay's API or CLI.
 //!
 //! # Layout
 //!
@@ -9,7 +10,7 @@
 //!   drift repair, health, associated objects).
 //! * [`config`]: the agent's configuration file.
 //! * [`core`]: the agent's sync core (link, desired state, cluster), no I/O.
-//! * [`runtime`]: the tasks that drive it.
+//! * [`runtime`]: the core as a [`strata_node::driver::Node`] under the driver.
 
 pub mod backend;
 pub mod config;

@@ -5,7 +5,7 @@
 //! exactly one exchange: the agent sends a [`JoinRequest`] (its token, the cluster name
 //! it wants and a certificate signing request for its own key) on one unidirectional
 //! stream; the relay answers with a [`JoinReply`] on another and the connection ends.
-//! Anything else closes it with [`close_code::PROTOCOL`].
+//! Anything else closes it with `close_code::PROTOCOL`.
 //!
 //! The relay grants a request when the token is one of its tokens and unused, and the
 //! name is free (not the relay, its parent, a configured child or an agent that joined

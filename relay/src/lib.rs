@@ -1,5 +1,7 @@
-//! The relay runtime: QUIC endpoint with mutual TLS, upstream link, downstream child
-//! sessions, the durable store, routing, aggregation and the root user API.
+//! The relay: a node at any tier (root, regional, site). Its core routes the object log
+//! to its children by placement and merges what they report; at the root it also serves
+//! the user API. What it shares with the agent (the driver, the parent link, QUIC and
+//! mutual TLS, the store) is the node layer, [`strata_node`].
 //!
 //! # Layout
 //!
@@ -11,14 +13,13 @@
 //! * [`demo`]: `relay demo`, a whole hierarchy of processes on this machine.
 //! * [`join`]: agents that are not in the topology join a relay with a single-use token.
 //! * [`metrics`]: Prometheus text metrics over HTTP.
-//! * [`node`]: a node's sync core and the tasks driving it.
+//! * [`node`]: the relay's sync core (`node::core`), what its children reported
+//!   (`node::reports`), and `node::runtime`: the core and its children's connections
+//!   as a [`strata_node::driver::Node`], plus the accept loop.
 //! * [`serve`]: `relay serve`: a node from its configuration file until a signal.
 //! * [`topology_cli`]: `relay topology validate|certs|render` over [`strata_topology`].
 //! * [`up`]: `relay up`: a whole topology as processes on this machine.
 //! * [`views`]: the CLI's text views of the tier tree and the inventory.
-//!
-//! Under construction (issue 3): the protocol core it drives is
-//! [`strata_protocol::sync`].
 
 pub mod api;
 pub mod certs;
