@@ -53,7 +53,7 @@ pub struct Kubernetes {
 /// Joining the parent relay with a single-use token.
 #[derive(Debug, Clone)]
 pub struct JoinConfig {
-    /// The token (from the relay's `join/<relay>.tokens`).
+    /// The token (a line of the relay's `nodes/<relay>/join.tokens`).
     pub token: String,
 }
 

@@ -18,6 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{Proc, bin, write};
+use strata_topology::files;
 
 const TOPOLOGY: &str = "apiVersion: strata.dev/v1alpha1
 kind: Topology
@@ -116,10 +117,10 @@ fn an_agent_run_joins_once_with_its_token_and_restarts_on_its_saved_certificate(
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-    let eu = strata_relay::config::NodeConfig::load(&dir.join("eu.yaml")).unwrap();
-    assert!(eu.join.is_some(), "the rendered eu.yaml has no join:");
+    let eu = strata_relay::config::NodeConfig::load(&files::node_config(&dir, "eu")).unwrap();
+    assert!(eu.join.is_some(), "the rendered eu config has no join:");
     let eu_addr = eu.listen.unwrap();
-    let tokens = std::fs::read_to_string(dir.join("join").join("eu.tokens")).unwrap();
+    let tokens = std::fs::read_to_string(files::join_tokens(&dir, "eu")).unwrap();
     let token = tokens.lines().next().unwrap().trim().to_owned();
 
     let config = agent_config(t, "joined-1", &token, eu_addr);

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use common::{Proc, bin, log_tails, write};
 use serde_json::Value;
-use strata_topology::certs::{self, CertOptions, files};
+use strata_topology::certs::{self, CertOptions};
+use strata_topology::files;
 use strata_topology::render::{self, Process, RenderOptions};
 
 const TOPOLOGY: &str = "apiVersion: strata.dev/v1alpha1

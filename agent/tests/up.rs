@@ -17,6 +17,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use strata_agent::config::AgentConfig;
+use strata_topology::files;
 use strata_topology::render::{Process, RenderOptions, render};
 
 const TOPOLOGY: &str = "apiVersion: strata.dev/v1alpha1
@@ -110,8 +111,7 @@ impl Up {
         let logs: Vec<String> = ["center", "eu", "eu-site", "shop-1", "depot"]
             .iter()
             .map(|n| {
-                let log = std::fs::read_to_string(dir.join("logs").join(format!("{n}.log")))
-                    .unwrap_or_default();
+                let log = std::fs::read_to_string(files::node_log(dir, n)).unwrap_or_default();
                 format!("--- {n}\n{log}")
             })
             .collect();
@@ -265,6 +265,6 @@ fn rendered_agent_configs_load_with_the_agents_parser() {
         }
         other => panic!("a rendered agent drives a simulated cluster, not {other:?}"),
     }
-    assert_eq!(shop.tls.ca, tmp.path().join("ca.crt"));
+    assert_eq!(shop.tls.ca, files::node_ca_cert(tmp.path(), "shop-1"));
     assert_eq!(agents[2].properties["size"], "large");
 }

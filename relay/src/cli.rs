@@ -54,7 +54,8 @@ pub enum Command {
         /// The topology file (YAML).
         file: PathBuf,
         /// Keep certificates, configs, stores and logs here across runs (a temporary
-        /// directory, removed on exit, otherwise).
+        /// directory, removed on exit, otherwise): the CA, `api.tokens` and `ports.yaml`
+        /// at the top, each node's files in `nodes/NAME/`, logs in `logs/`.
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
     },

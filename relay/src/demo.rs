@@ -173,7 +173,7 @@ async fn drive(h: &Hierarchy, tty: bool) -> anyhow::Result<()> {
     if known != total {
         anyhow::bail!(
             "only {known} of {total} clusters registered; see the logs in {}",
-            h.dir.join("logs").display()
+            strata_topology::files::logs(&h.dir).display()
         );
     }
     println!("all {total} clusters registered at the root\n");
@@ -289,7 +289,7 @@ async fn roll(
     }
     anyhow::bail!(
         "the rollout to {region} did not complete; see the logs in {}",
-        h.dir.join("logs").display()
+        strata_topology::files::logs(&h.dir).display()
     )
 }
 

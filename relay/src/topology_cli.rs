@@ -22,8 +22,11 @@ pub enum TopologyCommand {
         deny_warnings: bool,
     },
     /// Issue the CA (or use the given one), a certificate per node naming it, the root
-    /// API's token and the join tokens of `joining:` entries. Re-running keeps what
-    /// exists; no key is replaced without --force.
+    /// API's token and the join tokens of `joining:` entries. The CA and the API tokens
+    /// go to DIR (`ca.crt`, `ca.key`, `api.tokens`); each node's certificate, key and copy
+    /// of the CA certificate to its own directory `DIR/nodes/NAME/` (with, for a relay with
+    /// a `joining:` entry, its join tokens and join CA). Re-running keeps what exists; no
+    /// key is replaced without --force.
     Certs {
         /// The topology file (YAML).
         file: PathBuf,
@@ -40,9 +43,10 @@ pub enum TopologyCommand {
         #[arg(long)]
         force: bool,
     },
-    /// Write each node's configuration: `<relay>.yaml` for `relay serve --config`,
-    /// `<cluster>.yaml` for `agent run --config`. Ports left to assign (`127.0.0.1:0`
-    /// or no address) are chosen once and kept in `ports.yaml`.
+    /// Write each node's configuration, `DIR/nodes/NAME/config.yaml`: for `relay serve
+    /// --config` (relays) or `agent run --config` (clusters); it names only files of
+    /// the node's own directory (and, for the root, `DIR/api.tokens`). Ports left to
+    /// assign (`127.0.0.1:0` or no address) are chosen once and kept in `DIR/ports.yaml`.
     Render {
         /// The topology file (YAML).
         file: PathBuf,

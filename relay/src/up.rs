@@ -1,7 +1,8 @@
 //! `relay up FILE`: a whole hierarchy from a topology file, as processes on this machine.
 //!
-//! Issues what is missing of the certificates, renders every node's configuration
-//! (loopback ports assigned and kept in `ports.yaml`, metrics on every relay), starts one
+//! Issues what is missing of the certificates, renders every node's configuration into
+//! its directory `nodes/NAME/` (loopback ports assigned and kept in `ports.yaml`, metrics
+//! on every relay; see [`strata_topology::files`]), starts one
 //! `relay serve` per relay and one `agent run` per cluster (a simulated cluster), waits
 //! until every relay has all its children connected (read from each relay's metrics),
 //! and on SIGTERM or Ctrl-C stops every process it started.
@@ -11,7 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
-use strata_topology::certs::{self, CertOptions, files};
+use strata_topology::certs::{self, CertOptions};
+use strata_topology::files;
 use strata_topology::render::{self, NodeFile, Process, RenderOptions, Rendered};
 use strata_topology::{Checked, Topology};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,7 +35,8 @@ pub struct UpOptions {
 /// asks first.
 pub struct Hierarchy {
     procs: Vec<(String, Child)>,
-    /// The directory with certificates, configs, stores (`data/`) and logs (`logs/`).
+    /// The directory with the hierarchy's files, a directory per node (`nodes/NAME/`:
+    /// certificate, key, configuration, store) and logs (`logs/NAME.log`).
     pub dir: PathBuf,
     /// The topology.
     pub topology: Topology,
@@ -85,7 +88,7 @@ impl Hierarchy {
             .next()
             .unwrap_or_default()
             .to_owned();
-        let logs = dir.join("logs");
+        let logs = files::logs(dir);
         std::fs::create_dir_all(&logs)
             .with_context(|| format!("cannot create {}", logs.display()))?;
         let mut h = Hierarchy {
@@ -101,7 +104,7 @@ impl Hierarchy {
                 Process::Relay => (&relay, "serve"),
                 Process::Agent => (&agent, "run"),
             };
-            let log_path = logs.join(format!("{}.log", node.name));
+            let log_path = files::node_log(dir, &node.name);
             let log = std::fs::File::create(&log_path)
                 .with_context(|| format!("cannot create {}", log_path.display()))?;
             let child = Command::new(program)
@@ -195,7 +198,7 @@ impl Hierarchy {
         anyhow::bail!(
             "not every link connected within {CONNECT_DEADLINE:?}; relays missing children: {}; see the logs in {}",
             missing.join(", "),
-            self.dir.join("logs").display()
+            files::logs(&self.dir).display()
         )
     }
 
@@ -205,7 +208,7 @@ impl Hierarchy {
             if let Ok(Some(status)) = child.try_wait() {
                 anyhow::bail!(
                     "{name} exited ({status}); see {}",
-                    self.dir.join("logs").join(format!("{name}.log")).display()
+                    files::node_log(&self.dir, name).display()
                 );
             }
         }

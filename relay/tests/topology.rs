@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::Command;
 
 use strata_relay::config::NodeConfig;
-use strata_topology::certs::Action;
+use strata_topology::certs::{Action, CertOptions, issue_all};
+use strata_topology::files;
 use strata_topology::render::{Process, RenderOptions, render};
 
 const TOPOLOGY: &str = "apiVersion: strata.dev/v1alpha1
@@ -67,7 +68,7 @@ fn rendered_relay_configs_load_and_re_rendering_is_idempotent() {
     assert!(auto.ip().is_loopback() && auto.port() != 0, "{auto}");
     assert_eq!(eu1.children, ["shop-1"]);
     assert!(eu1.metrics.is_some());
-    assert_eq!(eu1.tls.cert, dir.join("eu-1.crt"));
+    assert_eq!(eu1.tls.cert, files::node_cert(dir, "eu-1"));
     assert_eq!(eu1.summary_interval.as_millis(), 100);
 
     let again = render(&t, dir, &options).unwrap();
@@ -140,19 +141,85 @@ fn certs_and_render_commands_are_idempotent() {
     let (ok, first, err) = relay(&["topology", "certs", f, "-o", o]);
     assert!(ok, "{err}");
     assert!(
-        first.contains("created") && first.contains("join/eu.tokens"),
+        first.contains("created") && first.contains("nodes/eu/join.tokens"),
         "{first}"
     );
-    let key = std::fs::read(out.join("eu.key")).unwrap();
+    let key = std::fs::read(files::node_key(&out, "eu")).unwrap();
     let (ok, again, err) = relay(&["topology", "certs", f, "-o", o]);
     assert!(ok, "{err}");
     assert!(again.contains("0 created, 0 replaced"), "{again}");
-    assert_eq!(std::fs::read(out.join("eu.key")).unwrap(), key);
+    assert_eq!(std::fs::read(files::node_key(&out, "eu")).unwrap(), key);
 
     let (ok, _, err) = relay(&["topology", "render", f, "-o", o]);
     assert!(ok, "{err}");
     let (ok, again, err) = relay(&["topology", "render", f, "-o", o]);
     assert!(ok, "{err}");
     assert!(again.contains("0 created, 0 replaced, 4 kept"), "{again}");
-    NodeConfig::load(&out.join("eu.yaml")).unwrap();
+    NodeConfig::load(&files::node_config(&out, "eu")).unwrap();
+}
+
+/// Relays named like the hierarchy's files: `ca` (Canada), `ports`, `api`.
+const NAMES: &str = "apiVersion: strata.dev/v1alpha1
+kind: Topology
+metadata: { name: names }
+spec:
+  root: { name: api }
+  relays:
+    - { name: ca, parent: api }
+    - { name: ports, parent: ca }
+  clusters:
+    - { name: join, parent: ports }
+  joining:
+    - { parent: ca, tokens: 1 }
+";
+
+#[test]
+fn relays_named_ca_ports_and_api_get_their_own_identity_and_leave_the_hierarchys_files_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let t = strata_topology::parse(NAMES, Path::new("names.yaml"))
+        .unwrap()
+        .topology;
+    issue_all(&t, dir, &CertOptions::default()).unwrap();
+    let options = RenderOptions::default();
+    let first = render(&t, dir, &options).unwrap();
+    let read = |p: &Path| std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let ca_key = std::fs::canonicalize(dir.join("ca.key")).unwrap();
+    let ca_cert = read(&dir.join("ca.crt"));
+    for node in first.nodes.iter().filter(|n| n.process == Process::Relay) {
+        // `relay serve`'s own parser reads what each relay would load.
+        let c = NodeConfig::load(&node.config).unwrap();
+        assert_eq!(c.node, node.name);
+        let key = std::fs::canonicalize(&c.tls.key).unwrap();
+        assert_ne!(key, ca_key, "{}: its key is the CA key", node.name);
+        assert_ne!(read(&key), read(&ca_key), "{}: holds the CA key", node.name);
+        assert_ne!(
+            read(&c.tls.cert),
+            ca_cert,
+            "{}: its cert is the CA's",
+            node.name
+        );
+        assert_eq!(read(&c.tls.ca), ca_cert, "{}", node.name);
+        if let Some(join) = &c.join {
+            assert_ne!(std::fs::canonicalize(&join.ca_key).unwrap(), ca_key);
+            assert_ne!(read(&join.ca_key), read(&ca_key));
+        }
+        strata_node::tls::Identity::load(&c.tls.cert, &c.tls.key, &c.tls.ca)
+            .unwrap_or_else(|e| panic!("{}: {e}", node.name));
+    }
+    // The root's API still reads the hierarchy's tokens: one, intact.
+    let root = NodeConfig::load(&first.nodes[0].config).unwrap();
+    let tokens = root.api.unwrap().tokens;
+    assert_eq!(
+        std::fs::canonicalize(&tokens).unwrap(),
+        std::fs::canonicalize(dir.join("api.tokens")).unwrap()
+    );
+    let tokens = String::from_utf8(read(&tokens)).unwrap();
+    assert_eq!(tokens.lines().count(), 1, "{tokens}");
+    assert_eq!(tokens.trim().len(), 32, "{tokens}");
+    // ports.yaml still holds the ports: re-rendering reads it and keeps every address.
+    let ports = String::from_utf8(read(&dir.join("ports.yaml"))).unwrap();
+    assert!(ports.contains("ports.listen:"), "{ports}");
+    let again = render(&t, dir, &options).unwrap();
+    assert_eq!(again.nodes, first.nodes, "assigned ports are kept");
 }

@@ -3,7 +3,9 @@
 //! single-use join tokens of `joining:` entries.
 //!
 //! [`issue_all`] is idempotent: what exists is kept, a missing certificate is issued for
-//! an existing key, and no key is ever replaced unless `force` is set.
+//! an existing key, and no key is ever replaced unless `force` is set. It writes where
+//! [`crate::files`] says (each node's files in its own directory) and refuses to give a
+//! node the CA key: no node file is the CA key's path, and no node key is the CA's key.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -14,6 +16,7 @@ use rcgen::{
 };
 
 use crate::Topology;
+use crate::files::{self, ConfinementError, Holder};
 use crate::names::check_node_name;
 
 /// Why a certificate could not be issued or written.
@@ -46,6 +49,10 @@ pub enum CertError {
         /// Why.
         reason: String,
     },
+    /// A node would be given, or would reference, what it must not hold (the CA key,
+    /// another node's file).
+    #[error(transparent)]
+    Confinement(#[from] ConfinementError),
     /// Going on would replace a key or the CA; `--force` allows it.
     #[error("{path}: {reason}; pass --force to replace it")]
     WouldReplace {
@@ -279,44 +286,6 @@ fn read(path: &Path) -> Result<String, CertError> {
     })
 }
 
-/// Where a topology's secrets go in the output directory.
-pub mod files {
-    use std::path::{Path, PathBuf};
-
-    /// The CA certificate every node trusts.
-    pub fn ca_cert(dir: &Path) -> PathBuf {
-        dir.join("ca.crt")
-    }
-    /// The CA key (only when the CA was generated here).
-    pub fn ca_key(dir: &Path) -> PathBuf {
-        dir.join("ca.key")
-    }
-    /// A node's certificate.
-    pub fn node_cert(dir: &Path, node: &str) -> PathBuf {
-        dir.join(format!("{node}.crt"))
-    }
-    /// A node's key.
-    pub fn node_key(dir: &Path, node: &str) -> PathBuf {
-        dir.join(format!("{node}.key"))
-    }
-    /// The bearer tokens the root's API accepts, one per line.
-    pub fn api_tokens(dir: &Path) -> PathBuf {
-        dir.join("api.tokens")
-    }
-    /// The single-use join tokens a relay admits, one per line.
-    pub fn join_tokens(dir: &Path, relay: &str) -> PathBuf {
-        dir.join("join").join(format!("{relay}.tokens"))
-    }
-    /// The intermediate CA certificate a relay signs joining agents' certificates with.
-    pub fn join_ca_cert(dir: &Path, relay: &str) -> PathBuf {
-        dir.join("join").join(format!("{relay}.ca.crt"))
-    }
-    /// Its key.
-    pub fn join_ca_key(dir: &Path, relay: &str) -> PathBuf {
-        dir.join("join").join(format!("{relay}.ca.key"))
-    }
-}
-
 /// Where the CA comes from.
 #[derive(Debug, Clone, Default)]
 pub struct CertOptions {
@@ -350,6 +319,17 @@ pub fn issue_all(
             source,
         })
     };
+    // Refuse before writing anything: a name that cannot be a directory of its own, a
+    // given CA key that would be shipped with a node's directory.
+    for node in topology.node_names() {
+        check_node_name(node).map_err(|reason| CertError::BadName {
+            name: node.to_owned(),
+            reason,
+        })?;
+    }
+    if let Some((_, key)) = &options.ca {
+        files::check_ca_key_source(dir, key)?;
+    }
     mkdir(dir)?;
     let mut done = Vec::new();
     let force = options.force;
@@ -413,36 +393,72 @@ pub fn issue_all(
         },
     };
     for node in topology.node_names() {
-        done.extend(ensure_pair(
-            files::node_cert(dir, node),
-            files::node_key(dir, node),
-            force,
-            |key| Ok(ca.issue_for_key(node, key)?.cert_pem),
-        )?);
+        mkdir(&files::node_dir(dir, node))?;
+        let (cert, key) = (files::node_cert(dir, node), files::node_key(dir, node));
+        files::check_reference(dir, node, "tls.cert", &cert, Holder::Node)?;
+        files::check_reference(dir, node, "tls.key", &key, Holder::Node)?;
+        done.extend(ensure_pair(cert, key.clone(), force, |k| {
+            Ok(ca.issue_for_key(node, k)?.cert_pem)
+        })?);
+        refuse_ca_key(&ca, node, "tls.key", &key)?;
+        let copy = files::node_ca_cert(dir, node);
+        files::check_reference(dir, node, "tls.ca", &copy, Holder::Node)?;
+        done.push(copy_of_ca(&copy, &ca)?);
     }
     // A relay that admits agents joining with a token gets an intermediate CA to sign
-    // their certificates with (the join exchange itself is not built yet).
+    // their certificates with, and the tokens, all in its own directory.
     for relay in topology.relays.iter().filter(|r| r.join_tokens > 0) {
-        if let Some(parent) = files::join_ca_cert(dir, &relay.name).parent() {
-            mkdir(parent)?;
-        }
-        done.extend(ensure_pair(
-            files::join_ca_cert(dir, &relay.name),
-            files::join_ca_key(dir, &relay.name),
-            force,
-            |key| Ok(ca.issue_join_ca_for_key(&relay.name, key)?.cert_pem()),
-        )?);
+        let name = relay.name.as_str();
+        let (cert, key) = (
+            files::join_ca_cert(dir, name),
+            files::join_ca_key(dir, name),
+        );
+        files::check_reference(dir, name, "join.ca_cert", &cert, Holder::Node)?;
+        files::check_reference(dir, name, "join.ca_key", &key, Holder::Node)?;
+        done.extend(ensure_pair(cert, key.clone(), force, |k| {
+            Ok(ca.issue_join_ca_for_key(name, k)?.cert_pem())
+        })?);
+        refuse_ca_key(&ca, name, "join.ca_key", &key)?;
     }
     let api = files::api_tokens(dir);
     done.push(tokens_file(&api, 1, force)?);
     for relay in topology.relays.iter().filter(|r| r.join_tokens > 0) {
         let path = files::join_tokens(dir, &relay.name);
-        if let Some(parent) = path.parent() {
-            mkdir(parent)?;
-        }
+        files::check_reference(dir, &relay.name, "join.tokens", &path, Holder::Node)?;
         done.push(tokens_file(&path, relay.join_tokens as usize, force)?);
     }
     Ok(done)
+}
+
+/// Fails when the key a node is given (`field` names its role) is the CA's own key,
+/// whatever its path: the check that holds even if the layout is ever wrong again.
+fn refuse_ca_key(ca: &Ca, node: &str, field: &str, key: &Path) -> Result<(), CertError> {
+    let pair = KeyPair::from_pem(&read(key)?).map_err(|e| CertError::BadFile {
+        path: key.to_owned(),
+        reason: e.to_string(),
+    })?;
+    if pair.public_key_raw() == ca.key.public_key_raw() {
+        return Err(ConfinementError::CaKey {
+            node: node.to_owned(),
+            field: field.to_owned(),
+            path: key.to_owned(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// A node's copy of the CA certificate: always the CA in use (which only `force` or the
+/// first run can change).
+fn copy_of_ca(path: &Path, ca: &Ca) -> Result<(PathBuf, Action), CertError> {
+    let pem = ca.cert_pem();
+    let action = match std::fs::read_to_string(path) {
+        Ok(existing) if existing == pem => return Ok((path.to_owned(), Action::Kept)),
+        Ok(_) => Action::Replaced,
+        Err(_) => Action::Created,
+    };
+    write(path, &pem)?;
+    Ok((path.to_owned(), action))
 }
 
 /// A certificate and its key at these paths: kept when both exist; a certificate issued

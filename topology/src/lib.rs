@@ -12,6 +12,9 @@
 //! * [`raw`]: the document as written.
 //! * [`compile`]: checks, and the [`Topology`] it yields.
 //! * [`names`]: what a node name may be.
+//! * [`files`]: where every generated file goes (a directory per node under `nodes/`,
+//!   so no node name can collide with a file of the hierarchy), and the check that no
+//!   node is given the CA key or another node's file.
 //! * [`certs`]: the CA, node certificates and join tokens (rcgen), written once.
 //! * [`render`]: each node's `relay serve` / `agent run` configuration file.
 
@@ -19,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 pub mod certs;
 pub mod compile;
+pub mod files;
 pub mod names;
 pub mod raw;
 pub mod render;

@@ -1,6 +1,8 @@
 //! What a node name may be, and label checks for the topology's messages.
 
-/// Node names are DNS labels: they appear in certificates and in cluster paths.
+/// Node names are DNS labels: they appear in certificates and in cluster paths, and
+/// each names a directory under `nodes/` (see [`crate::files`]), which a name without
+/// `/` or `.` cannot escape.
 pub fn check_node_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 63

@@ -1,6 +1,8 @@
-//! Each node's configuration file from a topology: `<relay>.yaml` for `relay serve
-//! --config`, `<cluster>.yaml` for `agent run --config`, all in one directory next to the
-//! certificates of [`crate::certs`] (paths inside are relative to it).
+//! Each node's configuration file from a topology, `nodes/NAME/config.yaml` (for `relay
+//! serve --config` or `agent run --config`), in the node's own directory next to the
+//! certificates of [`crate::certs`] (see [`crate::files`]; paths inside are relative to
+//! it). Every configuration is read back before it is written and refused if it names
+//! the CA key, another node's file, or a key outside the node's directory.
 //!
 //! Addresses the topology leaves to be assigned (`127.0.0.1:0`, or omitted) get a free
 //! port on first render, kept in `ports.yaml` so that re-rendering gives the same files.
@@ -10,7 +12,9 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use crate::certs::{Action, files};
+use crate::certs::Action;
+use crate::files::{self, ConfinementError};
+use crate::names::check_node_name;
 use crate::{Addr, Topology};
 
 /// Why the configs could not be rendered.
@@ -32,6 +36,9 @@ pub enum RenderError {
         /// The parser's message.
         detail: String,
     },
+    /// A configuration would name what its node must not hold.
+    #[error(transparent)]
+    Confinement(#[from] ConfinementError),
     /// No free port could be found on an IP.
     #[error("no free port on {ip} for {what}: {source}")]
     NoPort {
@@ -93,21 +100,19 @@ pub struct Rendered {
     pub files: Vec<(PathBuf, Action)>,
 }
 
-/// The file keeping assigned ports.
-pub fn ports_file(dir: &Path) -> PathBuf {
-    dir.join("ports.yaml")
-}
-
-/// Writes every node's configuration into `dir`.
+/// Writes every node's configuration into its directory under `dir`.
 pub fn render(
     topology: &Topology,
     dir: &Path,
     options: &RenderOptions,
 ) -> Result<Rendered, RenderError> {
-    std::fs::create_dir_all(dir).map_err(|source| RenderError::Io {
-        path: dir.to_owned(),
-        source,
-    })?;
+    for node in topology.node_names() {
+        check_node_name(node).map_err(|reason| ConfinementError::BadName {
+            node: node.to_owned(),
+            reason,
+        })?;
+    }
+    mkdir(dir)?;
     let mut ports = Ports::load(dir)?;
     // Resolve every relay's addresses first: children need their parent's.
     let mut resolved: BTreeMap<&str, (SocketAddr, SocketAddr, Option<SocketAddr>)> =
@@ -151,7 +156,7 @@ pub fn render(
         if let Some(p) = &r.parent {
             y.push_str(&parent_of(p));
         }
-        y.push_str(&tls(&r.name));
+        y.push_str(&tls(dir, &r.name));
         let children: Vec<&str> = r
             .relays
             .iter()
@@ -164,7 +169,7 @@ pub fn render(
             let _ = writeln!(
                 y,
                 "api: {{ listen: \"{api}\", tokens: {} }}",
-                file_name(&files::api_tokens(dir))
+                reference(dir, &r.name, &files::api_tokens(dir))
             );
         }
         if let Some(m) = metrics {
@@ -176,13 +181,14 @@ pub fn render(
         if r.join_tokens > 0 {
             let _ = writeln!(
                 y,
-                "# admits agents not listed that join with one of {} single-use tokens\njoin: {{ tokens: join/{n}.tokens, ca_cert: join/{n}.ca.crt, ca_key: join/{n}.ca.key }}",
+                "# admits agents not listed that join with one of {} single-use tokens\njoin: {{ tokens: {}, ca_cert: {}, ca_key: {} }}",
                 r.join_tokens,
-                n = r.name
+                reference(dir, &r.name, &files::join_tokens(dir, &r.name)),
+                reference(dir, &r.name, &files::join_ca_cert(dir, &r.name)),
+                reference(dir, &r.name, &files::join_ca_key(dir, &r.name)),
             );
         }
-        let path = dir.join(format!("{}.yaml", r.name));
-        written.push(write_if_changed(&path, &y)?);
+        let path = write_config(dir, &r.name, &y, &mut written)?;
         nodes.push(NodeFile {
             name: r.name.clone(),
             process: Process::Relay,
@@ -199,12 +205,11 @@ pub fn render(
             let _ = writeln!(y, "properties: {}", flow_map(&c.properties));
         }
         y.push_str(&parent_of(&c.parent));
-        y.push_str(&tls(&c.name));
+        y.push_str(&tls(dir, &c.name));
         if let Some(ms) = options.simulated_ready_delay_ms {
             let _ = writeln!(y, "simulated: {{ ready_delay_ms: {ms} }}");
         }
-        let path = dir.join(format!("{}.yaml", c.name));
-        written.push(write_if_changed(&path, &y)?);
+        let path = write_config(dir, &c.name, &y, &mut written)?;
         nodes.push(NodeFile {
             name: c.name.clone(),
             process: Process::Agent,
@@ -221,14 +226,42 @@ pub fn render(
     })
 }
 
-fn tls(name: &str) -> String {
-    format!("tls: {{ cert: {name}.crt, key: {name}.key, ca: ca.crt }}\ndata: data/{name}\n")
+/// The node's certificate, key, CA certificate and store: all in its own directory.
+fn tls(dir: &Path, node: &str) -> String {
+    format!(
+        "tls: {{ cert: {}, key: {}, ca: {} }}\ndata: {}\n",
+        reference(dir, node, &files::node_cert(dir, node)),
+        reference(dir, node, &files::node_key(dir, node)),
+        reference(dir, node, &files::node_ca_cert(dir, node)),
+        reference(dir, node, &files::node_data(dir, node)),
+    )
 }
 
-fn file_name(p: &Path) -> String {
-    p.file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_default()
+/// How `node`'s configuration names `path`: relative to the configuration, quoted.
+fn reference(dir: &Path, node: &str, path: &Path) -> String {
+    let named = files::from_node_config(dir, node, path).unwrap_or_else(|| path.to_owned());
+    quote(&named.to_string_lossy())
+}
+
+/// Checks what `text` names, then writes it as `node`'s configuration.
+fn write_config(
+    dir: &Path,
+    node: &str,
+    text: &str,
+    written: &mut Vec<(PathBuf, Action)>,
+) -> Result<PathBuf, RenderError> {
+    files::check_rendered(dir, node, text)?;
+    mkdir(&files::node_dir(dir, node))?;
+    let path = files::node_config(dir, node);
+    written.push(write_if_changed(&path, text)?);
+    Ok(path)
+}
+
+fn mkdir(dir: &Path) -> Result<(), RenderError> {
+    std::fs::create_dir_all(dir).map_err(|source| RenderError::Io {
+        path: dir.to_owned(),
+        source,
+    })
 }
 
 /// A YAML flow map with every key and value double-quoted.
@@ -281,7 +314,7 @@ struct Ports {
 
 impl Ports {
     fn load(dir: &Path) -> Result<Ports, RenderError> {
-        let path = ports_file(dir);
+        let path = files::ports(dir);
         let ports = match std::fs::read_to_string(&path) {
             Ok(text) => serde_saphyr::from_str(&text).map_err(|e| RenderError::Ports {
                 path: path.clone(),

@@ -182,3 +182,40 @@ fn relays_without_children_are_warnings_not_errors() {
         ["relay \"eu\": has no children (no relay, cluster or joining entry names it as parent)"]
     );
 }
+
+#[test]
+fn names_that_are_paths_are_refused_and_names_of_generated_files_are_not() {
+    let text = format!(
+        "{HEAD}spec:
+  root: {{ name: center }}
+  relays:
+    - {{ name: ../up, parent: center }}
+    - {{ name: a/b, parent: center }}
+    - {{ name: .., parent: center }}
+    - {{ name: eu.west, parent: center }}
+"
+    );
+    let why = "is not a valid node name (1-63 characters of a-z, 0-9 and '-', not starting or ending with '-')";
+    let refused: Vec<String> = errors(&text)
+        .into_iter()
+        .filter(|e| e.contains("name:"))
+        .collect();
+    assert_eq!(
+        refused,
+        ["../up", "a/b", "..", "eu.west"].map(|n| format!("relay {n:?}: name: {n:?} {why}"))
+    );
+
+    // A node's files live in its own directory: `ca` (Canada) and the like are fine.
+    let text = format!(
+        "{HEAD}spec:
+  root: {{ name: api }}
+  relays:
+    - {{ name: ca, parent: api }}
+    - {{ name: ports, parent: ca }}
+  clusters:
+    - {{ name: nodes, parent: ports }}
+    - {{ name: join, parent: ca }}
+"
+    );
+    parse(&text, Path::new("t.yaml")).unwrap();
+}
