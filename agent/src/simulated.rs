@@ -3,7 +3,8 @@
 //! real cluster would show.
 //!
 //! * A `Deployment`, `StatefulSet` or `DaemonSet` is `Progressing` for `ready_delay`
-//!   after each new revision, then `Available`, with `readyReplicas` = `spec.replicas`.
+//!   after each new revision, then `Available`, with `readyReplicas`, `updatedReplicas`
+//!   and `availableReplicas` = `spec.replicas`, as a Deployment whose rollout finished.
 //! * Any other kind is `Available` as soon as it is applied.
 //! * An object labelled `strata.dev/simulate-failure: <reason>`, or any object when the
 //!   cluster itself is configured to fail, reports `Failed` with that reason.
@@ -165,6 +166,8 @@ impl ClusterBackend for SimulatedCluster {
                 BTreeMap::from([
                     ("replicas".to_owned(), held.replicas),
                     ("readyReplicas".to_owned(), ready),
+                    ("updatedReplicas".to_owned(), ready),
+                    ("availableReplicas".to_owned(), ready),
                 ])
             } else {
                 BTreeMap::new()
@@ -173,6 +176,8 @@ impl ClusterBackend for SimulatedCluster {
                 "observedGeneration": 1,
                 "replicas": held.replicas,
                 "readyReplicas": ready,
+                "updatedReplicas": ready,
+                "availableReplicas": ready,
             });
             changed.push((
                 key,

@@ -233,7 +233,8 @@ fn three_tiers_deliver_by_placement_report_the_tree_and_resync_a_region_with_the
             .is_some_and(|(s, _)| s["expected"] == 2 && s["health"]["available"] == 2)
     });
 
-    // The Kubernetes-shaped paths name the same objects.
+    // The Kubernetes API names the same objects, as Kubernetes objects whose status
+    // summarizes the fleet.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -251,8 +252,11 @@ fn three_tiers_deliver_by_placement_report_the_tree_and_resync_a_region_with_the
     };
     let (status, one) = get("/spaces/default/apis/apps/v1/namespaces/pos/deployments/pos");
     assert_eq!(status, 200, "{one}");
-    assert_eq!(one["key"]["kind"], "Deployment", "{one}");
-    assert_eq!(one["placements"][0]["summary"]["expected"], 2, "{one}");
+    assert_eq!(one["kind"], "Deployment", "{one}");
+    assert_eq!(
+        one["status"]["strata"]["placements"]["pos-app"]["expected"], 2,
+        "{one}"
+    );
     let (status, list) = get("/spaces/default/api/v1/namespaces/pos/configmaps");
     assert_eq!(status, 200);
     assert_eq!(list["items"].as_array().unwrap().len(), 11, "{list}");

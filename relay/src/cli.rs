@@ -117,6 +117,15 @@ pub enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Print a kubeconfig for kubectl, Helm and client libraries: the root's
+    /// Kubernetes API for the space (`--space`, default `default`), the CA inline, the
+    /// name the root's certificate carries, and the token. For example:
+    /// `relay kubeconfig > kc.yaml && kubectl --kubeconfig kc.yaml get deploy -A`.
+    Kubeconfig {
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Show the tier tree: every relay link's state (up or DOWN, since when), its lag in
     /// revisions and its last heartbeat, as each parent last reported it. Deeper links
     /// are refreshed upward every few seconds, so their heartbeats can be that old.
@@ -176,6 +185,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo { data } => crate::demo::run(data).await,
         Command::Topology { command } => crate::topology_cli::run(command),
         Command::Up { file, data } => crate::up::run(&file, data).await,
+        Command::Kubeconfig { api } => {
+            let ca = std::fs::read(&api.ca)
+                .with_context(|| format!("cannot read the CA {}", api.ca.display()))?;
+            print!(
+                "{}",
+                crate::kube::kubeconfig::kubeconfig(
+                    api.server,
+                    &api.server_name,
+                    &ca,
+                    &api.token,
+                    &api.space
+                )
+            );
+            Ok(())
+        }
         Command::Apply { file, api } => {
             let body = read_manifests(&file, &api.space)?;
             let v = call(

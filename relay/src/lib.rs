@@ -12,6 +12,7 @@
 //! * [`config`]: the node configuration file, validated with every fault named.
 //! * [`demo`]: `relay demo`, a whole hierarchy of processes on this machine.
 //! * [`join`]: agents that are not in the topology join a relay with a single-use token.
+//! * [`kube`]: the Kubernetes API of each space (kubectl, client libraries).
 //! * [`metrics`]: Prometheus text metrics over HTTP.
 //! * [`node`]: the relay's sync core (`node::core`), what its children reported
 //!   (`node::reports`), and `node::runtime`: the core and its children's connections
@@ -28,6 +29,7 @@ pub mod client;
 pub mod config;
 pub mod demo;
 pub mod join;
+pub mod kube;
 pub mod metrics;
 pub mod node;
 pub mod serve;

@@ -82,6 +82,12 @@ pub fn parse_manifests(text: &str, space: &Space) -> Result<Vec<Manifest>, Vec<M
     }
 }
 
+/// One manifest of `space` from its JSON value (a Kubernetes API request body), or
+/// every fault.
+pub fn manifest_from_value(value: Value, space: &Space) -> Result<Manifest, Vec<ManifestError>> {
+    manifest(1, value, space)
+}
+
 fn manifest(doc: usize, value: Value, space: &Space) -> Result<Manifest, Vec<ManifestError>> {
     let mut faults = Vec::new();
     let text = |field: &str, v: Option<&Value>, faults: &mut Vec<ManifestError>| match v {

@@ -6,8 +6,7 @@
 //! | POST | `/spaces/{space}/delete` | delete the objects a YAML body names |
 //! | DELETE | `/spaces/{space}/objects/{kind}/{name}[?namespace=NS]` | delete one object |
 //! | GET | `/spaces/{space}/objects?kind=K[&name=N][&namespace=NS]` | objects with per-placement summaries |
-//! | GET | `/spaces/{space}/api[s]/...` | the same, by a Kubernetes-shaped path (see [`paths`]); with a name, one object or 404 |
-//! | DELETE | `/spaces/{space}/api[s]/.../{name}` | delete one object by its Kubernetes-shaped path |
+//! | any | `/spaces/{space}/{api,apis,version,openapi}/...`, and `/{api,apis,version,openapi}/...` for the space `default` | the Kubernetes API (see [`crate::kube`]) |
 //! | GET | `/clusters` | the inventory, with each cluster's link state and last-seen |
 //! | GET | `/status` | the tier tree: every link's state, lag and last heartbeat |
 //! | GET | `/upsynced[?cluster=C]` | objects born on clusters that placements upsync, by cluster |
@@ -18,7 +17,8 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -39,6 +39,9 @@ mod tree;
 
 use paths::ObjectFilter;
 use strata_node::tls::{self, Identity};
+
+/// A response body: one document, or a stream (a watch).
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 16 << 20;
@@ -107,8 +110,8 @@ pub fn spawn(
     }))
 }
 
-fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
+fn reply(status: StatusCode, body: Value) -> Response<Body> {
+    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())).boxed_unsync());
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -117,11 +120,11 @@ fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
     resp
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>> {
+fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
     reply(status, json!({ "error": message.into() }))
 }
 
-async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Full<Bytes>> {
+async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Body> {
     let authorized = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
@@ -144,6 +147,7 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Full<Bytes>> {
         .map(str::to_owned)
         .collect();
     let query = parse_query(req.uri().query().unwrap_or(""));
+    let headers = req.headers().clone();
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
@@ -154,6 +158,33 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Full<Bytes>> {
         }
     };
     let p: Vec<&str> = path.iter().map(String::as_str).collect();
+    let kube = crate::kube::Request {
+        method: method.as_str(),
+        path: &p,
+        query: &query,
+        accept: header(&headers, hyper::header::ACCEPT),
+        content_type: header(&headers, hyper::header::CONTENT_TYPE),
+        body: &body,
+    };
+    match crate::kube::handle(&ctx.node, kube).await {
+        Some(crate::kube::Reply::Json((code, value))) => {
+            return reply(
+                StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                value,
+            );
+        }
+        Some(crate::kube::Reply::Watch(watch)) => {
+            let watch = *watch;
+            let mut resp =
+                Response::new(BodyExt::boxed_unsync(StreamBody::new(watch.into_stream())));
+            resp.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/json"),
+            );
+            return resp;
+        }
+        None => {}
+    }
     match (&method, p.as_slice()) {
         (&Method::POST, ["spaces", space, "apply"]) => apply(ctx, space, &body).await,
         (&Method::POST, ["spaces", space, "delete"]) => delete_manifests(ctx, space, &body).await,
@@ -175,17 +206,6 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Full<Bytes>> {
             };
             get_objects(ctx, space, filter, false).await
         }
-        (&Method::GET, ["spaces", space, rest @ ..]) => match paths::parse(rest) {
-            Some(filter) => {
-                let single = filter.name.is_some();
-                get_objects(ctx, space, filter, single).await
-            }
-            None => not_found(&method, &path),
-        },
-        (&Method::DELETE, ["spaces", space, rest @ ..]) => match paths::parse(rest) {
-            Some(filter) if filter.name.is_some() => delete_one(ctx, space, filter).await,
-            _ => not_found(&method, &path),
-        },
         (&Method::GET, ["clusters"]) => tree::clusters(ctx).await,
         (&Method::GET, ["status"]) => tree::status(ctx).await,
         (&Method::GET, ["upsynced"]) => tree::upsynced(ctx, param(&query, "cluster")).await,
@@ -193,11 +213,18 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Full<Bytes>> {
     }
 }
 
-fn not_found(method: &Method, path: &[String]) -> Response<Full<Bytes>> {
+fn not_found(method: &Method, path: &[String]) -> Response<Body> {
     error(
         StatusCode::NOT_FOUND,
         format!("no such endpoint: {method} /{}", path.join("/")),
     )
+}
+
+fn header(headers: &hyper::HeaderMap, name: hyper::header::HeaderName) -> &str {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -214,13 +241,13 @@ fn parse_query(q: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn space_of(space: &str) -> Result<Space, Box<Response<Full<Bytes>>>> {
+fn space_of(space: &str) -> Result<Space, Box<Response<Body>>> {
     crate::config::check_node_name(space)
         .map(|()| Space(space.to_owned()))
         .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, format!("space: {e}"))))
 }
 
-async fn apply(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Full<Bytes>> {
+async fn apply(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Body> {
     let space = match space_of(space) {
         Ok(s) => s,
         Err(r) => return *r,
@@ -261,7 +288,7 @@ async fn apply(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Full<Bytes>> {
     }
 }
 
-async fn delete_keys(ctx: &Ctx, keys: Vec<ObjectKey>) -> Response<Full<Bytes>> {
+async fn delete_keys(ctx: &Ctx, keys: Vec<ObjectKey>) -> Response<Body> {
     let result = ctx
         .node
         .query(move |core: &mut NodeCore| {
@@ -287,7 +314,7 @@ async fn delete_keys(ctx: &Ctx, keys: Vec<ObjectKey>) -> Response<Full<Bytes>> {
     }
 }
 
-async fn delete_manifests(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Full<Bytes>> {
+async fn delete_manifests(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Body> {
     let space = match space_of(space) {
         Ok(s) => s,
         Err(r) => return *r,
@@ -307,7 +334,8 @@ async fn delete_manifests(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Full<
     }
 }
 
-async fn delete_one(ctx: &Ctx, space: &str, filter: ObjectFilter) -> Response<Full<Bytes>> {
+async fn delete_one(ctx: &Ctx, space: &str, filter: ObjectFilter) -> Response<Body> {
+    let namespace_given = filter.namespace.clone();
     let space = match space_of(space) {
         Ok(s) => s,
         Err(r) => return *r,
@@ -326,6 +354,21 @@ async fn delete_one(ctx: &Ctx, space: &str, filter: ObjectFilter) -> Response<Fu
     if keys.is_empty() {
         return error(StatusCode::NOT_FOUND, "no such object");
     }
+    // Without a namespace, one name in several namespaces is ambiguous: deleting them
+    // all would lose data the user did not name.
+    let mut namespaces: Vec<&str> = keys.iter().filter_map(|k| k.namespace.as_deref()).collect();
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    if namespace_given.is_none() && namespaces.len() > 1 {
+        return error(
+            StatusCode::CONFLICT,
+            format!(
+                "{} exists in namespaces {}: name one with -n",
+                keys[0].name,
+                namespaces.join(", ")
+            ),
+        );
+    }
     delete_keys(ctx, keys).await
 }
 
@@ -338,12 +381,7 @@ fn param(query: &[(String, String)], name: &str) -> Option<String> {
 
 /// Objects of a space that `filter` names, with their per-placement summaries; with
 /// `single`, the one object (404 when there is none).
-async fn get_objects(
-    ctx: &Ctx,
-    space: &str,
-    filter: ObjectFilter,
-    single: bool,
-) -> Response<Full<Bytes>> {
+async fn get_objects(ctx: &Ctx, space: &str, filter: ObjectFilter, single: bool) -> Response<Body> {
     let space = match space_of(space) {
         Ok(s) => s,
         Err(r) => return *r,

@@ -5,8 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use http_body_util::Full;
-use hyper::body::Bytes;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 use strata_protocol::model::Cluster;
@@ -80,7 +78,7 @@ fn last_seen(
     (reachable, seen)
 }
 
-pub(super) async fn clusters(ctx: &Ctx) -> Response<Full<Bytes>> {
+pub(super) async fn clusters(ctx: &Ctx) -> Response<super::Body> {
     let now = Clock::start().wall();
     let items = ctx
         .node
@@ -107,7 +105,7 @@ pub(super) async fn clusters(ctx: &Ctx) -> Response<Full<Bytes>> {
 
 /// Objects born on clusters and copied to the center by a placement's `upsync`, under
 /// their cluster's name; `cluster` narrows to one cluster.
-pub(super) async fn upsynced(ctx: &Ctx, cluster: Option<String>) -> Response<Full<Bytes>> {
+pub(super) async fn upsynced(ctx: &Ctx, cluster: Option<String>) -> Response<super::Body> {
     let items = ctx
         .node
         .query(move |core: &mut NodeCore| {
@@ -138,7 +136,7 @@ pub(super) async fn upsynced(ctx: &Ctx, cluster: Option<String>) -> Response<Ful
     }
 }
 
-pub(super) async fn status(ctx: &Ctx) -> Response<Full<Bytes>> {
+pub(super) async fn status(ctx: &Ctx) -> Response<super::Body> {
     let now = Clock::start().wall();
     let s = ctx
         .node

@@ -1,0 +1,249 @@
+//! Objects as the Kubernetes API shows them: the stored manifest with the metadata the
+//! root assigns (`resourceVersion` is the object's revision, a stable `uid`), and a
+//! `.status` written from what the selected clusters report, in Kubernetes' own shape;
+//! lists, and tables for `kubectl get`.
+
+use serde_json::{Map, Value, json};
+use strata_protocol::model::{Object, ObjectKey};
+use strata_protocol::route::is_placement;
+use strata_protocol::summary::Summary;
+
+use crate::node::core::NodeCore;
+
+/// Metadata the root assigns, and `.status`, which the root writes: dropped from what
+/// clients send before it is stored.
+pub fn strip_assigned(value: &mut Value) {
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "managedFields",
+            "selfLink",
+        ] {
+            meta.remove(field);
+        }
+    }
+    if let Some(obj) = value.as_object_mut() {
+        obj.remove("status");
+    }
+}
+
+/// A stable identifier for the object's key (Kubernetes' `uid` shape).
+fn uid(key: &ObjectKey) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, key.to_string().as_bytes());
+    let h: String = digest.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// The summaries of `object` under every placement that selects it.
+pub fn summaries(core: &NodeCore, object: &Object) -> Vec<(String, Summary)> {
+    if is_placement(&object.meta) {
+        return Vec::new();
+    }
+    core.placements()
+        .iter()
+        .filter(|p| p.selects_object(&object.meta))
+        .map(|p| (p.name.clone(), core.reports().summarize(p, object.key())))
+        .collect()
+}
+
+/// The object as a client reads it.
+pub fn object(core: &NodeCore, object: &Object) -> Value {
+    let mut v: Value = serde_json::from_slice(&object.body).unwrap_or_else(|_| json!({}));
+    if !v["metadata"].is_object() {
+        v["metadata"] = json!({});
+    }
+    v["metadata"]["resourceVersion"] = json!(object.revision.0.to_string());
+    v["metadata"]["uid"] = json!(uid(object.key()));
+    // The revision moves on every change of the object: clients compare it with
+    // `status.observedGeneration` to see whether the fleet has caught up.
+    v["metadata"]["generation"] = json!(object.revision.0);
+    let sums = summaries(core, object);
+    if !sums.is_empty() {
+        v["status"] = status(&sums);
+    }
+    v
+}
+
+/// A digest of what `.status` is made from, to notice that it changed.
+pub fn status_digest(core: &NodeCore, object: &Object) -> u64 {
+    let text = serde_json::to_string(&status(&summaries(core, object))).unwrap_or_default();
+    let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d.as_ref()[..8]);
+    u64::from_be_bytes(b)
+}
+
+/// `.status` from the selected clusters: one cluster's exact status when a placement
+/// selects exactly one, else the numeric status fields summed over the clusters, the
+/// `Available` and `Progressing` conditions true only when true everywhere, and the
+/// per-placement summary under `strata`.
+fn status(sums: &[(String, Summary)]) -> Value {
+    let mut out = Map::new();
+    if let [(_, s)] = sums
+        && let Some(exact) = &s.exact
+        && let Ok(Value::Object(st)) = serde_json::from_slice::<Value>(&exact.status.status)
+    {
+        out = st;
+    } else {
+        for (_, s) in sums {
+            for (field, n) in &s.numbers {
+                let sum = out.get(field).and_then(Value::as_i64).map_or(0, i128::from) + n.sum;
+                out.insert(field.clone(), number(sum));
+            }
+        }
+        let expected: u64 = sums.iter().map(|(_, s)| s.expected).sum();
+        let available: u64 = sums.iter().map(|(_, s)| s.health.available).sum();
+        let progressing: u64 = sums.iter().map(|(_, s)| s.health.progressing).sum();
+        let failing: u64 = sums
+            .iter()
+            .map(|(_, s)| s.health.failed + s.health.degraded)
+            .sum();
+        let all_available = expected > 0 && available == expected;
+        out.insert(
+            "conditions".into(),
+            json!([
+                {
+                    "type": "Available",
+                    "status": if all_available { "True" } else { "False" },
+                    "reason": "StrataFleet",
+                    "message": format!("available on {available} of {expected} clusters"),
+                },
+                {
+                    "type": "Progressing",
+                    "status": if failing == 0 && (progressing > 0 || all_available) { "True" } else { "False" },
+                    "reason": if all_available { "NewReplicaSetAvailable" } else { "StrataFleet" },
+                    "message": format!("{progressing} progressing, {failing} failing"),
+                },
+            ]),
+        );
+    }
+    // Observed by the fleet only once every selected cluster reported, at the lowest
+    // revision any of them reported.
+    out.remove("observedGeneration");
+    let everyone = sums
+        .iter()
+        .all(|(_, s)| s.expected > 0 && s.reporting >= s.expected);
+    if everyone && let Some(low) = sums.iter().filter_map(|(_, s)| s.min_revision).min() {
+        out.insert("observedGeneration".into(), json!(low.0));
+    }
+    let per: Map<String, Value> = sums
+        .iter()
+        .map(|(p, s)| {
+            (
+                p.clone(),
+                json!({
+                    "expected": s.expected,
+                    "reporting": s.reporting,
+                    "available": s.health.available,
+                    "progressing": s.health.progressing,
+                    "degraded": s.health.degraded,
+                    "failed": s.health.failed,
+                }),
+            )
+        })
+        .collect();
+    out.insert("strata".into(), json!({ "placements": per }));
+    Value::Object(out)
+}
+
+fn number(x: i128) -> Value {
+    json!(i64::try_from(x).unwrap_or(i64::MAX))
+}
+
+/// A list of `kind`.
+pub fn list(
+    api_version: &str,
+    kind: &str,
+    head: u64,
+    items: Vec<Value>,
+    next: Option<String>,
+) -> Value {
+    let mut meta = json!({ "resourceVersion": head.to_string() });
+    if let Some(c) = next {
+        meta["continue"] = json!(c);
+    }
+    json!({
+        "apiVersion": api_version,
+        "kind": format!("{kind}List"),
+        "metadata": meta,
+        "items": items,
+    })
+}
+
+/// A one-row table for an object that is gone (a watch's `DELETED` event).
+pub fn deleted_table(metadata: &Value) -> Value {
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {},
+        "columnDefinitions": [],
+        "rows": [ {
+            "cells": [metadata["name"].clone(), "", "", "", ""],
+            "object": { "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": metadata },
+        } ],
+    })
+}
+
+/// A `meta.k8s.io/v1` Table: name, where it runs, and its revision (kubectl adds the
+/// namespace column itself for `-A`, from each row's object metadata).
+pub fn table(core: &NodeCore, objects: &[&Object], head: u64) -> Value {
+    let mut columns = vec![
+        json!({ "name": "Name", "type": "string", "format": "name", "description": "metadata.name" }),
+    ];
+    for (name, what) in [
+        ("Clusters", "clusters the placements select"),
+        ("Available", "clusters where it is available"),
+        ("Failed", "clusters where it failed or is degraded"),
+        ("Revision", "the root's revision of the object"),
+    ] {
+        columns.push(json!({ "name": name, "type": "string", "description": what }));
+    }
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| {
+            let sums = summaries(core, o);
+            let expected: u64 = sums.iter().map(|(_, s)| s.expected).sum();
+            let available: u64 = sums.iter().map(|(_, s)| s.health.available).sum();
+            let failed: u64 = sums
+                .iter()
+                .map(|(_, s)| s.health.failed + s.health.degraded)
+                .sum();
+            let key = o.key();
+            let mut cells = vec![json!(key.name)];
+            cells.extend([
+                json!(expected.to_string()),
+                json!(format!("{available}/{expected}")),
+                json!(failed.to_string()),
+                json!(o.revision.0.to_string()),
+            ]);
+            let mut meta = json!({ "name": key.name, "resourceVersion": o.revision.0.to_string(), "uid": uid(key) });
+            if let Some(ns) = &key.namespace {
+                meta["namespace"] = json!(ns);
+            }
+            json!({
+                "cells": cells,
+                "object": { "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta },
+            })
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": { "resourceVersion": head.to_string() },
+        "columnDefinitions": columns,
+        "rows": rows,
+    })
+}
