@@ -11,16 +11,20 @@
 //!
 //! Watches (`watch=true`) stream events from a `resourceVersion` on ([`watch`]).
 //!
-//! Not served yet, each answered with a `Status` saying so: server-side apply
-//! (`application/apply-patch+yaml`), OpenAPI v2, aggregated discovery (clients fall
+//! Server-side apply (`application/apply-patch+yaml`, field managers, conflicts) is
+//! [`ssa`].
+//!
+//! Not served yet, each answered with a `Status` saying so: OpenAPI v2, aggregated discovery (clients fall
 //! back to the discovery above).
 
 pub mod catalog;
 pub mod discovery;
 pub mod kubeconfig;
 pub mod patch;
+pub mod protobuf;
 pub mod render;
 pub mod selector;
+pub mod ssa;
 pub mod watch;
 
 use serde_json::{Value, json};
@@ -113,9 +117,12 @@ pub async fn handle(node: &NodeClient, req: Request<'_>) -> Option<Reply> {
                 .await
                 .unwrap_or_else(|| Err(stopping()));
             match started {
-                Ok((spec, first, since)) => {
-                    Reply::Watch(Box::new(watch::Watch::new(spec, node.clone(), first, since)))
-                }
+                Ok((spec, first, since)) => Reply::Watch(Box::new(watch::Watch::new(
+                    spec,
+                    node.clone(),
+                    first,
+                    since,
+                ))),
                 Err(answer) => Reply::Json(answer),
             }
         }
@@ -211,6 +218,8 @@ struct ResourceOp {
     content_type: String,
     body: Vec<u8>,
     watch: Option<WatchParams>,
+    field_manager: Option<String>,
+    force: bool,
 }
 
 impl Op {
@@ -311,6 +320,8 @@ impl Op {
             strict: param(q, "fieldValidation").is_some_and(|v| v == "Strict"),
             content_type: req.content_type.to_owned(),
             body: req.body.to_vec(),
+            field_manager: param(q, "fieldManager").map(decode),
+            force: param(q, "force") == Some("true"),
             watch: if get
                 && name.is_none()
                 && param(q, "watch").is_some_and(|w| w == "true" || w == "1")
@@ -534,11 +545,34 @@ impl ResourceOp {
 
     /// The request body as JSON (kubectl sends JSON; YAML is accepted too).
     fn body(&self) -> Result<Value, Answer> {
+        if self.content_type.contains("protobuf")
+            && (self.plural == "secrets" || self.plural == "configmaps")
+            && self.group.is_empty()
+        {
+            let kind = if self.plural == "secrets" {
+                "Secret"
+            } else {
+                "ConfigMap"
+            };
+            return protobuf::decode(&self.body, kind)
+                .map_err(|e| failure(400, "BadRequest", e.to_string(), None));
+        }
+        if self.content_type.contains("protobuf") || self.content_type.contains("cbor") {
+            return Err(failure(
+                415,
+                "UnsupportedMediaType",
+                format!(
+                    "the body is {}; this server reads JSON and YAML (configure the client for application/json)",
+                    self.content_type
+                ),
+                None,
+            ));
+        }
         let bad = |e: String| {
             failure(
                 400,
                 "BadRequest",
-                format!("the body does not parse: {e}"),
+                format!("the body ({}) does not parse: {e}", self.content_type),
                 None,
             )
         };
@@ -560,6 +594,9 @@ impl ResourceOp {
         mut value: Value,
         created: bool,
     ) -> Answer {
+        // Who owns which fields (server-side apply) is the root's to record: kept from
+        // the stored object, or set by the apply that computed `value`.
+        let managed = value["metadata"]["managedFields"].take();
         let invalid = |field: &str, why: String| {
             failure(
                 422,
@@ -587,12 +624,19 @@ impl ResourceOp {
         if !value["metadata"].is_object() {
             return invalid("metadata", "is required".into());
         }
+        if value["metadata"]["namespace"] == json!("")
+            && let Some(m) = value["metadata"].as_object_mut()
+        {
+            m.remove("namespace");
+        }
         match (&self.namespace, value["metadata"]["namespace"].as_str()) {
             (Some(path), Some(body)) if path != body => {
                 return failure(
                     400,
                     "BadRequest",
-                    "the namespace of the provided object does not match the namespace sent on the request".into(),
+                    format!(
+                        "the namespace of the provided object ({body}) does not match the namespace sent on the request ({path})"
+                    ),
                     None,
                 );
             }
@@ -634,6 +678,9 @@ impl ResourceOp {
             }
         }
         render::strip_assigned(&mut value);
+        if managed.is_array() {
+            value["metadata"]["managedFields"] = managed;
+        }
         let manifest = match manifest_from_value(value, space) {
             Ok(m) => m,
             Err(errors) => {
@@ -711,6 +758,12 @@ impl ResourceOp {
             && rv != current.revision.0.to_string()
         {
             return Self::conflict(t, name);
+        }
+        let mut value = value;
+        if value["metadata"]["managedFields"].is_null()
+            && let Ok(stored) = serde_json::from_slice::<Value>(&current.body)
+        {
+            value["metadata"]["managedFields"] = stored["metadata"]["managedFields"].clone();
         }
         self.store(core, t, space, value, false)
     }
@@ -802,12 +855,7 @@ impl ResourceOp {
 
     fn patch(&self, core: &mut NodeCore, t: &ResourceType, space: &Space, name: &str) -> Answer {
         if self.content_type.contains("apply-patch") {
-            return failure(
-                415,
-                "UnsupportedMediaType",
-                "server-side apply is not served by this Strata root yet; use client-side kubectl apply".into(),
-                None,
-            );
+            return self.server_side_apply(core, t, space, name);
         }
         let key = self.key(t, space, name);
         let Some(current) = Self::find(core, &key) else {
@@ -875,6 +923,64 @@ impl ResourceOp {
             );
         }
         self.store(core, t, space, value, false)
+    }
+
+    fn server_side_apply(
+        &self,
+        core: &mut NodeCore,
+        t: &ResourceType,
+        space: &Space,
+        name: &str,
+    ) -> Answer {
+        let Some(manager) = self.field_manager.clone().filter(|m| !m.is_empty()) else {
+            return failure(
+                422,
+                "Invalid",
+                "fieldManager: Required value: is required for apply requests".into(),
+                None,
+            );
+        };
+        let config = match self.body() {
+            Ok(v) => v,
+            Err(a) => return a,
+        };
+        if config["metadata"]["name"].as_str() != Some(name) {
+            return failure(
+                400,
+                "BadRequest",
+                "the name of the object does not match the name on the URL".into(),
+                None,
+            );
+        }
+        let key = self.key(t, space, name);
+        let current: Option<Value> =
+            Self::find(core, &key).and_then(|o| serde_json::from_slice(&o.body).ok());
+        match ssa::apply(current.as_ref(), &config, &manager, self.force) {
+            Ok(object) => self.store(core, t, space, object, current.is_none()),
+            Err(ssa::Conflicts(conflicts)) => {
+                let causes: Vec<Value> = conflicts
+                    .iter()
+                    .map(|(m, f)| json!({ "reason": "FieldManagerConflict", "message": format!("conflict with {m:?}"), "field": f }))
+                    .collect();
+                let list: Vec<String> = conflicts
+                    .iter()
+                    .map(|(m, f)| format!("conflict with {m:?}: {f}"))
+                    .collect();
+                failure(
+                    409,
+                    "Conflict",
+                    format!(
+                        "Apply failed with {} conflict{}: {}",
+                        conflicts.len(),
+                        if conflicts.len() == 1 { "" } else { "s" },
+                        list.join("; ")
+                    ),
+                    Some(
+                        json!({ "name": name, "group": t.group, "kind": t.plural, "causes": causes }),
+                    ),
+                )
+            }
+        }
     }
 
     fn remove(&self, core: &mut NodeCore, keys: Vec<ObjectKey>) -> Result<(), Answer> {

@@ -150,7 +150,7 @@ fn remove(v: &mut Value, path: &str) -> Result<Value, PatchError> {
 /// The key lists of built-in types merge by, by field name, for patches that do not
 /// say (`$setElementOrder/<field>` names the key when kubectl sends one). The set of
 /// Kubernetes' `patchMergeKey` tags on list fields of the workload types.
-fn known_merge_key(field: &str, items: &[Value]) -> Option<&'static str> {
+pub fn merge_key(field: &str, items: &[Value]) -> Option<&'static str> {
     Some(match field {
         "containers"
         | "initContainers"
@@ -273,7 +273,7 @@ fn merge_list(
         .first()
         .and_then(Value::as_object)
         .and_then(|m| m.keys().next().cloned())
-        .or_else(|| known_merge_key(field, items).map(str::to_owned));
+        .or_else(|| merge_key(field, items).map(str::to_owned));
     let Some(key) = key else {
         // No merge key: the list is atomic, as for a JSON merge patch.
         let replaced: Vec<Value> = items
