@@ -228,10 +228,8 @@ fn to_fields_v1(paths: &BTreeSet<Path>) -> Value {
 fn from_fields_v1(tree: &Value, at: &mut Path, out: &mut BTreeSet<Path>) {
     let Some(m) = tree.as_object() else { return };
     let children: Vec<(&String, &Value)> = m.iter().filter(|(k, _)| k.as_str() != ".").collect();
-    if children.is_empty() || m.contains_key(".") {
-        if !at.is_empty() {
-            out.insert(at.clone());
-        }
+    if (children.is_empty() || m.contains_key(".")) && !at.is_empty() {
+        out.insert(at.clone());
     }
     for (k, v) in children {
         let step = if let Some(f) = k.strip_prefix("f:") {
