@@ -136,7 +136,14 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Body> {
                 .any(|k| constant_time_eq(k.as_bytes(), t.as_bytes()))
         });
     if !authorized {
-        return error(StatusCode::UNAUTHORIZED, "missing or unknown bearer token");
+        // A metav1.Status, so that Kubernetes clients say what is wrong.
+        let (_, status) = crate::kube::failure(
+            401,
+            "Unauthorized",
+            "missing or unknown bearer token".into(),
+            None,
+        );
+        return reply(StatusCode::UNAUTHORIZED, status);
     }
     let method = req.method().clone();
     let path: Vec<String> = req

