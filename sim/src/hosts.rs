@@ -62,19 +62,18 @@ struct Tls {
     client: Arc<rustls::ClientConfig>,
 }
 
-/// Everything the hosts and the observer share (one thread: `Rc`).
-pub struct Shared {
-    /// The topology.
+/// The simulated hierarchy: the topology and seed it is built from, the simulated
+/// network, every node's disk, and clients of the relays and agents running now. The
+/// host factories and the observer share it (one thread: `Rc`).
+#[allow(missing_docs)] // the fields are the parts named above
+pub struct SimHierarchy {
     pub topology: Topology,
-    /// The seed.
     pub seed: u64,
     /// The simulated network's knobs and counters.
     pub network: Arc<Network>,
     /// Each node's disk, kept across restarts unless the disk is lost.
     pub disks: RefCell<BTreeMap<String, MemStore>>,
-    /// The running relays.
     pub relays: RefCell<BTreeMap<String, NodeClient>>,
-    /// The running agents.
     pub agents: RefCell<BTreeMap<String, Rc<AgentHandle>>>,
     /// Nodes (clusters or relays) whose labels the workload replaced.
     pub relabeled: RefCell<BTreeMap<String, Labels>>,
@@ -86,9 +85,9 @@ pub struct Shared {
     disk_generation: Cell<u64>,
 }
 
-impl std::fmt::Debug for Shared {
+impl std::fmt::Debug for SimHierarchy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
+        f.debug_struct("SimHierarchy")
             .field("seed", &self.seed)
             .finish_non_exhaustive()
     }
@@ -99,14 +98,14 @@ pub fn agents_host(relay: &str) -> String {
     format!("agents-of-{relay}")
 }
 
-impl Shared {
+impl SimHierarchy {
     /// Certificates and fresh disks for every node of `topology`; each node first starts
     /// at a random time in `[0, start_within]`.
     pub fn new(
         topology: Topology,
         seed: u64,
         start_within: Duration,
-    ) -> Result<Rc<Shared>, BuildError> {
+    ) -> Result<Rc<SimHierarchy>, BuildError> {
         let cert_err = |node: &str, e: &dyn std::fmt::Display| BuildError::Cert {
             node: node.to_owned(),
             detail: e.to_string(),
@@ -155,7 +154,7 @@ impl Shared {
             disks.insert(name.clone(), MemStore::new(rng.next_u64()));
             tls_by_name.insert(name, Tls { server, client });
         }
-        Ok(Rc::new(Shared {
+        Ok(Rc::new(SimHierarchy {
             network: Network::new(SimRng::new(seed).fork("loss").next_u64()),
             topology,
             seed,
@@ -202,15 +201,39 @@ impl Shared {
 
     /// The hosts that run agents.
     pub fn agent_hosts(&self) -> Vec<String> {
+        self.agent_parents()
+            .iter()
+            .map(|relay| agents_host(relay))
+            .collect()
+    }
+
+    /// The relays with agents directly below them, sorted.
+    fn agent_parents(&self) -> Vec<String> {
         let mut out: Vec<String> = self
             .topology
             .clusters
             .iter()
-            .map(|c| agents_host(&c.parent))
+            .map(|c| c.parent.clone())
             .collect();
         out.sort();
         out.dedup();
         out
+    }
+
+    /// Bytes sent so far from the first to the second node of `link`; `lookup` resolves
+    /// host names (turmoil's, inside or outside the simulation).
+    pub(crate) fn link_bytes(
+        &self,
+        link: &[String; 2],
+        lookup: impl Fn(&str) -> std::net::IpAddr,
+    ) -> u64 {
+        let from = lookup(&self.host_of(&link[0]));
+        let to = lookup(&self.host_of(&link[1]));
+        self.network
+            .traffic()
+            .get(&(from, to))
+            .map(|t| t.bytes)
+            .unwrap_or(0)
     }
 
     /// A seeded value for the next start of `name` (run id, quinn seeds).
@@ -387,22 +410,14 @@ pub fn wall_now() -> UnixMillis {
 }
 
 /// Registers every host of the hierarchy with `sim`.
-pub fn register(sim: &mut turmoil::Sim<'_>, shared: &Rc<Shared>) {
-    for name in shared.topology.relays.iter().map(|r| r.name.clone()) {
-        let s = shared.clone();
+pub fn register(sim: &mut turmoil::Sim<'_>, hierarchy: &Rc<SimHierarchy>) {
+    for name in hierarchy.topology.relays.iter().map(|r| r.name.clone()) {
+        let s = hierarchy.clone();
         let n = name.clone();
         sim.host(name.as_str(), move || s.clone().run_relay(n.clone()));
     }
-    let mut parents: Vec<String> = shared
-        .topology
-        .clusters
-        .iter()
-        .map(|c| c.parent.clone())
-        .collect();
-    parents.sort();
-    parents.dedup();
-    for relay in parents {
-        let s = shared.clone();
+    for relay in hierarchy.agent_parents() {
+        let s = hierarchy.clone();
         let r = relay.clone();
         sim.host(agents_host(&relay).as_str(), move || {
             s.clone().run_agents(r.clone())

@@ -12,6 +12,8 @@
 //! * [`hosts`]: relays and agents as turmoil hosts built from factories; disks kept or
 //!   lost across crashes.
 //! * [`check`]: the invariant checkers.
+//! * `record`: what a run writes down as it goes, shared by the fault loop and the
+//!   observer.
 //! * `observe`: the observer task: workload at the root, samples, checks.
 //! * [`run`]: one simulation of one seed: faults, workload, checks, summary, trace hash.
 //! * [`bench`]: the benchmark harness (the `bench` binary): real QUIC on loopback, with
@@ -24,6 +26,7 @@ pub mod check;
 pub mod hosts;
 pub mod net;
 mod observe;
+mod record;
 pub mod rng;
 pub mod run;
 pub mod scenario;

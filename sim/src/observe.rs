@@ -16,10 +16,13 @@ use strata_protocol::route::is_placement;
 use strata_protocol::wire::Change;
 
 use crate::check::{self, Held, Monotonic, RootView, Violation, secs};
-use crate::hosts::Shared;
+use crate::hosts::SimHierarchy;
+use crate::record::RunRecord;
 use crate::rng::hash;
-use crate::run::{Events, SAMPLE};
 use crate::scenario::{ConfigMaps, Scenario, Workload};
+
+/// How often the observer samples the hierarchy.
+const SAMPLE: Duration = Duration::from_millis(500);
 
 fn now() -> Duration {
     turmoil::sim_elapsed().unwrap_or_default()
@@ -45,19 +48,19 @@ fn configmaps(c: &ConfigMaps) -> String {
 /// Applies one workload step at the root; `Ok(None)` when the root is down (retried
 /// later), the revision and the keys written otherwise.
 async fn apply_workload(
-    shared: &Shared,
+    hierarchy: &SimHierarchy,
     w: &Workload,
 ) -> Result<Option<(u64, Vec<(ObjectKey, bool)>)>, String> {
-    let Some(root) = shared
+    let Some(root) = hierarchy
         .relays
         .borrow()
-        .get(&shared.topology.root().name)
+        .get(&hierarchy.topology.root().name)
         .cloned()
     else {
         return Ok(None);
     };
     if let Some(r) = &w.relabel {
-        shared
+        hierarchy
             .relabeled
             .borrow_mut()
             .insert(r.node().to_owned(), r.labels.clone());
@@ -111,11 +114,11 @@ async fn apply_workload(
     }
 }
 
-async fn root_view(shared: &Shared) -> Option<RootView> {
-    let root = shared
+async fn root_view(hierarchy: &SimHierarchy) -> Option<RootView> {
+    let root = hierarchy
         .relays
         .borrow()
-        .get(&shared.topology.root().name)
+        .get(&hierarchy.topology.root().name)
         .cloned()?;
     root.query(|c| {
         let placements = c.placements().to_vec();
@@ -180,8 +183,8 @@ async fn all<T>(futures: Vec<Pin<Box<dyn Future<Output = T> + '_>>>) -> Vec<T> {
     out.into_iter().flatten().collect()
 }
 
-async fn agents_view(shared: &Shared) -> BTreeMap<String, Held> {
-    let handles: Vec<_> = shared
+async fn agents_view(hierarchy: &SimHierarchy) -> BTreeMap<String, Held> {
+    let handles: Vec<_> = hierarchy
         .agents
         .borrow()
         .iter()
@@ -206,8 +209,8 @@ async fn agents_view(shared: &Shared) -> BTreeMap<String, Held> {
     all(queries).await.into_iter().flatten().collect()
 }
 
-async fn relay_heads(shared: &Shared) -> BTreeMap<String, u64> {
-    let clients: Vec<_> = shared
+async fn relay_heads(hierarchy: &SimHierarchy) -> BTreeMap<String, u64> {
+    let clients: Vec<_> = hierarchy
         .relays
         .borrow()
         .iter()
@@ -226,12 +229,12 @@ async fn relay_heads(shared: &Shared) -> BTreeMap<String, u64> {
 }
 
 pub(crate) async fn observe(
-    shared: Rc<Shared>,
-    events: Rc<RefCell<Events>>,
+    hierarchy: Rc<SimHierarchy>,
+    record: Rc<RefCell<RunRecord>>,
     scenario: Scenario,
 ) -> turmoil::Result {
     let fail = |v: Violation| {
-        events.borrow_mut().violation = Some((v, now()));
+        record.borrow_mut().violation = Some((v, now()));
     };
     let mut workload: VecDeque<Workload> = {
         let mut w = scenario.workload.clone();
@@ -240,40 +243,42 @@ pub(crate) async fn observe(
     };
     let last_work = workload.back().map(|w| w.at).unwrap_or_default();
     let healed = scenario.healed_at().max(last_work);
-    let mut clusters = check::effective_clusters(&shared.topology, &BTreeMap::new());
+    let mut clusters = check::effective_clusters(&hierarchy.topology, &BTreeMap::new());
     let mut monotonic = Monotonic::default();
     // Writes the root acknowledged: key → (revision, live).
     let mut acked: BTreeMap<ObjectKey, (u64, bool)> = BTreeMap::new();
     let mut heads: BTreeMap<String, u64> = BTreeMap::new();
     loop {
         let t = now();
-        for node in std::mem::take(&mut events.borrow_mut().lost_disks) {
+        for node in std::mem::take(&mut record.borrow_mut().lost_disks) {
             monotonic.forget(&node);
             heads.remove(&node);
         }
         while workload.front().is_some_and(|w| w.at <= t) {
             let Some(w) = workload.front() else { break };
-            match apply_workload(&shared, w).await {
+            match apply_workload(&hierarchy, w).await {
                 Ok(None) => break,
                 Ok(Some((rev, keys))) => {
-                    let mut ev = events.borrow_mut();
-                    ev.trace.push(format!(
+                    let mut rec = record.borrow_mut();
+                    rec.trace.push(format!(
                         "{} workload rev {rev} ({} objects)",
                         secs(t),
                         keys.len()
                     ));
                     if rev > 0 {
-                        ev.revisions += 1;
+                        rec.revisions += 1;
                     }
                     for (k, live) in keys {
                         acked.insert(k, (rev, live));
                     }
                     if let Some(r) = &w.relabel {
-                        ev.restarts.push(shared.host_of(r.node()));
+                        rec.restarts.push(hierarchy.host_of(r.node()));
                     }
-                    drop(ev);
-                    clusters =
-                        check::effective_clusters(&shared.topology, &shared.relabeled.borrow());
+                    drop(rec);
+                    clusters = check::effective_clusters(
+                        &hierarchy.topology,
+                        &hierarchy.relabeled.borrow(),
+                    );
                     workload.pop_front();
                 }
                 Err(e) => {
@@ -285,9 +290,9 @@ pub(crate) async fn observe(
                 }
             }
         }
-        let root = root_view(&shared).await;
-        let agents = agents_view(&shared).await;
-        let relay_heads = relay_heads(&shared).await;
+        let root = root_view(&hierarchy).await;
+        let agents = agents_view(&hierarchy).await;
+        let relay_heads = relay_heads(&hierarchy).await;
         // Nothing acknowledged is lost across crashes that keep the disk.
         for (name, head) in &relay_heads {
             let before = heads.insert(name.clone(), *head).unwrap_or(0);
@@ -336,9 +341,9 @@ pub(crate) async fn observe(
             })
         });
         {
-            let mut ev = events.borrow_mut();
-            ev.max_lag = monotonic.max_lag;
-            ev.trace.push(format!(
+            let mut rec = record.borrow_mut();
+            rec.max_lag = monotonic.max_lag;
+            rec.trace.push(format!(
                 "{} sample agents {} digest {digest:x} heads {relay_heads:?}",
                 secs(t),
                 agents.len()
@@ -350,14 +355,14 @@ pub(crate) async fn observe(
                 && check::summary_mismatches(&clusters, r, &agents).is_empty()
         });
         if converged && t >= healed {
-            events.borrow_mut().converged = Some((t, t - healed));
-            let delta_start = events.borrow().delta_start;
+            record.borrow_mut().converged = Some((t, t - healed));
+            let delta_start = record.borrow().delta_start;
             if let (Some(d), Some(start)) = (&scenario.checks.delta, delta_start) {
-                let sent = link_bytes(&shared, &d.link, |h| turmoil::lookup(h)) - start;
-                let full = child_bytes(&shared, &d.link[1]).await;
+                let sent = hierarchy.link_bytes(&d.link, |h| turmoil::lookup(h)) - start;
+                let full = child_bytes(&hierarchy, &d.link[1]).await;
                 let limit = (full as f64 * d.max_fraction) as u64;
-                events.borrow_mut().resync = Some((sent, full));
-                events.borrow_mut().trace.push(format!(
+                record.borrow_mut().resync = Some((sent, full));
+                record.borrow_mut().trace.push(format!(
                     "{} resync {} -> {}: {sent} bytes, full resend {full}",
                     secs(t),
                     d.link[0],
@@ -402,33 +407,16 @@ pub(crate) async fn observe(
     }
 }
 
-/// Bytes sent so far from the first to the second node of `link`; `lookup` resolves
-/// host names (turmoil's, inside or outside the simulation).
-pub(crate) fn link_bytes(
-    shared: &Shared,
-    link: &[String; 2],
-    lookup: impl Fn(&str) -> std::net::IpAddr,
-) -> u64 {
-    let from = lookup(&shared.host_of(&link[0]));
-    let to = lookup(&shared.host_of(&link[1]));
-    shared
-        .network
-        .traffic()
-        .get(&(from, to))
-        .map(|t| t.bytes)
-        .unwrap_or(0)
-}
-
 /// Body bytes of everything `node` holds: what a full resend would carry.
-async fn child_bytes(shared: &Shared, node: &str) -> u64 {
-    let relay = shared.relays.borrow().get(node).cloned();
+async fn child_bytes(hierarchy: &SimHierarchy, node: &str) -> u64 {
+    let relay = hierarchy.relays.borrow().get(node).cloned();
     if let Some(c) = relay {
         return c
             .query(|core| core.log().live().map(|o| o.body.len() as u64).sum())
             .await
             .unwrap_or(0);
     }
-    let agent = shared.agents.borrow().get(node).cloned();
+    let agent = hierarchy.agents.borrow().get(node).cloned();
     match agent {
         Some(a) => a
             .query(|core| core.log().live().map(|o| o.body.len() as u64).sum())

@@ -7,12 +7,11 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use crate::check::{Violation, secs};
-use crate::hosts::{self, Shared};
+use crate::hosts::{self, SimHierarchy};
+use crate::record::RunRecord;
 use crate::rng::hash;
 use crate::scenario::{Fault, Scenario};
 
-/// How often the observer samples the hierarchy.
-pub(crate) const SAMPLE: Duration = Duration::from_millis(500);
 /// Latency of a healthy link (turmoil picks between the two).
 const MIN_LATENCY: Duration = Duration::from_millis(1);
 const MAX_LATENCY: Duration = Duration::from_millis(5);
@@ -55,21 +54,6 @@ pub enum RunError {
         /// turmoil's error.
         detail: String,
     },
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct Events {
-    pub(crate) trace: Vec<String>,
-    pub(crate) lost_disks: Vec<String>,
-    pub(crate) violation: Option<(Violation, Duration)>,
-    pub(crate) converged: Option<(Duration, Duration)>,
-    pub(crate) max_lag: u64,
-    pub(crate) revisions: u64,
-    pub(crate) resync: Option<(u64, u64)>,
-    /// Hosts to restart (a node relabeled).
-    pub(crate) restarts: Vec<String>,
-    /// Bytes on the delta check's link when it healed.
-    pub(crate) delta_start: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -124,7 +108,7 @@ fn actions(faults: &[Fault]) -> Vec<(Duration, Action)> {
 
 /// Simulates `scenario` with `seed`.
 pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
-    let shared = Shared::new(scenario.topology.clone(), seed, scenario.start.within)?;
+    let hierarchy = SimHierarchy::new(scenario.topology.clone(), seed, scenario.start.within)?;
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .simulation_duration(scenario.duration + Duration::from_secs(60))
@@ -133,14 +117,14 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
         .max_message_latency(MAX_LATENCY)
         .udp_capacity(1 << 16)
         .build();
-    hosts::register(&mut sim, &shared);
-    let events = Rc::new(RefCell::new(Events::default()));
+    hosts::register(&mut sim, &hierarchy);
+    let record = Rc::new(RefCell::new(RunRecord::default()));
     {
-        let (s, e, sc) = (shared.clone(), events.clone(), scenario.clone());
+        let (s, e, sc) = (hierarchy.clone(), record.clone(), scenario.clone());
         sim.client("observer", crate::observe::observe(s, e, sc));
     }
     let mut pending: VecDeque<(Duration, Action)> = actions(&scenario.faults).into();
-    let all_hosts = shared.hosts();
+    let all_hosts = hierarchy.hosts();
     let progress = std::env::var_os("SIM_PROGRESS").is_some();
     let mut next_report = Duration::ZERO;
     loop {
@@ -153,12 +137,12 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
                 break;
             };
             let line = format!("{} fault {action:?}", secs(sim.elapsed()));
-            apply_fault(&mut sim, &shared, &all_hosts, action, &events);
-            events.borrow_mut().trace.push(line);
+            apply_fault(&mut sim, &hierarchy, &all_hosts, action, &record);
+            record.borrow_mut().trace.push(line);
         }
-        let restarts = std::mem::take(&mut events.borrow_mut().restarts);
+        let restarts = std::mem::take(&mut record.borrow_mut().restarts);
         for host in restarts {
-            events.borrow_mut().trace.push(format!(
+            record.borrow_mut().trace.push(format!(
                 "{} restart {host} (relabeled)",
                 secs(sim.elapsed())
             ));
@@ -166,11 +150,11 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
         }
         // The delta check counts from the very step the link heals.
         if let Some(d) = &scenario.checks.delta
-            && events.borrow().delta_start.is_none()
+            && record.borrow().delta_start.is_none()
             && sim.elapsed() >= d.after
         {
-            let bytes = crate::observe::link_bytes(&shared, &d.link, |h| sim.lookup(h));
-            events.borrow_mut().delta_start = Some(bytes);
+            let bytes = hierarchy.link_bytes(&d.link, |h| sim.lookup(h));
+            record.borrow_mut().delta_start = Some(bytes);
         }
         match sim.step() {
             Ok(true) => break,
@@ -189,7 +173,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
         .map(|h| (sim.lookup(h.as_str()), h.clone()))
         .collect();
     let mut links: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
-    for ((from, to), t) in shared.network.traffic() {
+    for ((from, to), t) in hierarchy.network.traffic() {
         let (Some(a), Some(b)) = (names.get(&from), names.get(&to)) else {
             continue;
         };
@@ -202,38 +186,38 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
         slot.0 += t.bytes;
         slot.1 += t.datagrams;
     }
-    let ev = events.borrow();
+    let rec = record.borrow();
     let mut h = 0xCBF2_9CE4_8422_2325u64;
-    for line in &ev.trace {
+    for line in &rec.trace {
         h = (h ^ hash(line)).wrapping_mul(0x0100_0000_01B3);
     }
     for ((a, b), (bytes, dgrams)) in &links {
         h = (h ^ hash(&format!("{a} {b} {bytes} {dgrams}"))).wrapping_mul(0x0100_0000_01B3);
     }
-    let tail: Vec<String> = ev.trace.iter().rev().take(12).rev().cloned().collect();
+    let tail: Vec<String> = rec.trace.iter().rev().take(12).rev().cloned().collect();
     Ok(Outcome {
         seed,
         ended,
-        converged: ev.converged,
+        converged: rec.converged,
         links,
-        max_lag: ev.max_lag,
-        revisions: ev.revisions,
+        max_lag: rec.max_lag,
+        revisions: rec.revisions,
         trace_hash: h,
-        resync: ev.resync,
-        violation: ev.violation.clone().map(|(v, at)| (v, at, tail)),
+        resync: rec.resync,
+        violation: rec.violation.clone().map(|(v, at)| (v, at, tail)),
     })
 }
 
-fn hosts_of(shared: &Shared, all: &[String], name: &str) -> Vec<String> {
+fn hosts_of(hierarchy: &SimHierarchy, all: &[String], name: &str) -> Vec<String> {
     match name {
-        "agents" => shared.agent_hosts(),
+        "agents" => hierarchy.agent_hosts(),
         "*" => all.to_vec(),
-        n => vec![shared.host_of(n)],
+        n => vec![hierarchy.host_of(n)],
     }
 }
 
-fn nodes_on(shared: &Shared, host: &str) -> Vec<String> {
-    let mut out: Vec<String> = shared
+fn nodes_on(hierarchy: &SimHierarchy, host: &str) -> Vec<String> {
+    let mut out: Vec<String> = hierarchy
         .topology
         .clusters
         .iter()
@@ -248,13 +232,13 @@ fn nodes_on(shared: &Shared, host: &str) -> Vec<String> {
 
 fn apply_fault(
     sim: &mut turmoil::Sim<'_>,
-    shared: &Shared,
+    hierarchy: &SimHierarchy,
     all: &[String],
     action: Action,
-    events: &RefCell<Events>,
+    record: &RefCell<RunRecord>,
 ) {
     let pairs = |a: &str, b: &str| {
-        let (xs, ys) = (hosts_of(shared, all, a), hosts_of(shared, all, b));
+        let (xs, ys) = (hosts_of(hierarchy, all, a), hosts_of(hierarchy, all, b));
         let mut out = Vec::new();
         for x in &xs {
             for y in &ys {
@@ -287,18 +271,18 @@ fn apply_fault(
         | Action::Hold(..)
         | Action::Release(..) => {}
         Action::Crash { target, keep_disk } => {
-            for host in hosts_of(shared, all, &target) {
+            for host in hosts_of(hierarchy, all, &target) {
                 sim.crash(host.as_str());
                 if !keep_disk {
-                    for node in nodes_on(shared, &host) {
-                        shared.lose_disk(&node);
-                        events.borrow_mut().lost_disks.push(node);
+                    for node in nodes_on(hierarchy, &host) {
+                        hierarchy.lose_disk(&node);
+                        record.borrow_mut().lost_disks.push(node);
                     }
                 }
             }
         }
         Action::Restart(target) => {
-            for host in hosts_of(shared, all, &target) {
+            for host in hosts_of(hierarchy, all, &target) {
                 sim.bounce(host.as_str());
             }
         }
@@ -312,10 +296,10 @@ fn apply_fault(
             if let Some(loss) = f.loss {
                 let rate = start.then_some(loss);
                 match &f.link {
-                    None => shared.network.set_loss(rate.unwrap_or(0.0)),
+                    None => hierarchy.network.set_loss(rate.unwrap_or(0.0)),
                     Some(_) => {
                         for (x, y) in &links {
-                            shared.network.set_link_loss(
+                            hierarchy.network.set_link_loss(
                                 sim.lookup(x.as_str()),
                                 sim.lookup(y.as_str()),
                                 rate,
