@@ -29,10 +29,23 @@ pub async fn wait_for_signal() {
     }
 }
 
-/// A random u64 from the system's source (run ids).
-pub fn random_u64() -> u64 {
+/// The operating system's random source failed.
+#[derive(Debug, thiserror::Error)]
+#[error("the system random source failed")]
+pub struct RandomSourceFailed;
+
+/// `N` bytes from the system's random source (secrets, store ids, run ids).
+pub fn random_bytes<const N: usize>() -> Result<[u8; N], RandomSourceFailed> {
     use ring::rand::SecureRandom;
-    let mut b = [0u8; 8];
-    let _ = ring::rand::SystemRandom::new().fill(&mut b);
-    u64::from_be_bytes(b)
+    let mut bytes = [0u8; N];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| RandomSourceFailed)?;
+    Ok(bytes)
+}
+
+/// A random u64 from the system's source (run ids); zero if the source failed, which
+/// only makes the run id less likely to differ from the last run's.
+pub fn random_u64() -> u64 {
+    random_bytes().map_or(0, u64::from_be_bytes)
 }

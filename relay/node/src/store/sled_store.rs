@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use strata_protocol::codec::{decode_value, encode_value};
 
 use super::{Batch, Store, StoreError, Stored};
+use crate::process::random_bytes;
 
 const NODE_ID: &[u8] = b"id";
 const LOG_META: &[u8] = b"m";
@@ -67,7 +68,10 @@ impl SledStore {
             .map_err(|e| open_err(e.to_string()))?
             .is_none()
         {
-            let id = random_u64().map_err(open_err)?;
+            // Zero means "no log" on the wire; never use it.
+            let id = random_bytes()
+                .map(|b| u64::from_be_bytes(b).max(1))
+                .map_err(|e| open_err(e.to_string()))?;
             db.insert(NODE_ID, &id.to_be_bytes())
                 .map_err(|e| open_err(e.to_string()))?;
             db.flush().map_err(|e| open_err(e.to_string()))?;
@@ -99,16 +103,6 @@ fn open_db(dir: &Path) -> sled::Result<sled::Db> {
             other => return other,
         }
     }
-}
-
-fn random_u64() -> Result<u64, String> {
-    use ring::rand::SecureRandom;
-    let mut bytes = [0u8; 8];
-    ring::rand::SystemRandom::new()
-        .fill(&mut bytes)
-        .map_err(|_| "the system random source failed".to_owned())?;
-    // Zero means "no log" on the wire; never use it.
-    Ok(u64::from_be_bytes(bytes).max(1))
 }
 
 impl Store for SledStore {
