@@ -1,15 +1,18 @@
 //! The `relay` command line: run a node, or talk to the root's API.
 
+use std::fmt;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hyper::{Method, StatusCode};
 use serde_json::Value;
+use strata_node::tls::TlsError;
 
-use crate::client::ApiClient;
+use crate::client::{ApiClient, RequestError};
+use crate::serve::ServeError;
+use crate::topology_cli::TopologyCliError;
 
 /// Strata relay: one binary at every tier of the hierarchy.
 ///
@@ -173,21 +176,133 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
-    fn client(&self) -> anyhow::Result<ApiClient> {
+    fn client(&self) -> Result<ApiClient, TlsError> {
         ApiClient::new(self.server, &self.server_name, &self.ca, &self.token)
     }
 }
 
+/// Why a command failed. The binary prints it with its causes, one after another.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// `relay serve`.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// `relay demo`.
+    #[error(transparent)]
+    Demo(anyhow::Error),
+    /// `relay topology ...`.
+    #[error(transparent)]
+    Topology(#[from] TopologyCliError),
+    /// `relay up`.
+    #[error(transparent)]
+    Up(anyhow::Error),
+    /// The manifests to apply or delete were refused before anything was sent.
+    #[error(transparent)]
+    Manifests(#[from] ManifestError),
+    /// The API could not be asked, or refused.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// `relay kubeconfig` could not read the CA to inline.
+    #[error("cannot read the CA {path}")]
+    ReadCa {
+        /// `--ca`, as given.
+        path: PathBuf,
+        /// What the file system said.
+        source: std::io::Error,
+    },
+    /// `relay delete` was given neither a file nor a kind and a name.
+    #[error("give -f FILE, or KIND and NAME")]
+    DeleteWhat,
+    /// `relay get KIND NAME` found nothing.
+    #[error("{kind} {name:?} not found in space {space:?}")]
+    NotFound {
+        /// As given.
+        kind: String,
+        /// As given.
+        name: String,
+        /// As given (or the default).
+        space: String,
+    },
+    /// The answer could not be written as JSON.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// The answer could not be written as YAML.
+    #[error(transparent)]
+    Yaml(#[from] serde_saphyr::ser::Error),
+}
+
+/// Why a call to the API failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The CA file is unusable.
+    #[error(transparent)]
+    Client(#[from] TlsError),
+    /// No answer.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// The API answered with an error status.
+    #[error("{status}: {message}{}", Indented(errors))]
+    Refused {
+        /// The answer's status.
+        status: StatusCode,
+        /// The answer's `error`.
+        message: String,
+        /// The answer's `errors`, each fault of a refused request.
+        errors: Vec<String>,
+    },
+}
+
+/// Why manifests were not sent: nothing is sent unless every document is valid.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// Standard input could not be read.
+    #[error("reading standard input")]
+    Stdin(#[source] std::io::Error),
+    /// The directory given could not be listed.
+    #[error("{dir}: cannot list")]
+    List {
+        /// As given.
+        dir: String,
+        /// What the file system said.
+        source: std::io::Error,
+    },
+    /// A file could not be read.
+    #[error("{file}: cannot read")]
+    Read {
+        /// The file.
+        file: String,
+        /// What the file system said.
+        source: std::io::Error,
+    },
+    /// Some documents are invalid.
+    #[error("nothing was sent:{}", Indented(faults))]
+    Invalid {
+        /// Each fault, naming the file, the document and the field.
+        faults: Vec<String>,
+    },
+}
+
+/// Each line on a line of its own, indented under the message.
+struct Indented<'a>(&'a [String]);
+
+impl fmt::Display for Indented<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|line| write!(f, "\n  {line}"))
+    }
+}
+
 /// Runs a command.
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
+pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
-        Command::Serve { config } => crate::serve::serve(&config).await,
-        Command::Demo { data } => crate::demo::run(data).await,
-        Command::Topology { command } => crate::topology_cli::run(command),
-        Command::Up { file, data } => crate::up::run(&file, data).await,
+        Command::Serve { config } => Ok(crate::serve::serve(&config).await?),
+        Command::Demo { data } => crate::demo::run(data).await.map_err(CliError::Demo),
+        Command::Topology { command } => Ok(crate::topology_cli::run(command)?),
+        Command::Up { file, data } => crate::up::run(&file, data).await.map_err(CliError::Up),
         Command::Kubeconfig { api } => {
-            let ca = std::fs::read(&api.ca)
-                .with_context(|| format!("cannot read the CA {}", api.ca.display()))?;
+            let ca = std::fs::read(&api.ca).map_err(|source| CliError::ReadCa {
+                path: api.ca.clone(),
+                source,
+            })?;
             print!(
                 "{}",
                 crate::kube::kubeconfig::kubeconfig(
@@ -245,7 +360,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     }
                     call(&api, Method::DELETE, &path, None).await?
                 }
-                _ => anyhow::bail!("give -f FILE, or KIND and NAME"),
+                _ => return Err(CliError::DeleteWhat),
             };
             for k in v["deleted"].as_array().into_iter().flatten() {
                 println!("deleted {}", k.as_str().unwrap_or_default());
@@ -265,11 +380,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let v = call(&api, Method::GET, &path, None).await?;
             let items = v["items"].as_array().cloned().unwrap_or_default();
             if name.is_some() && items.is_empty() {
-                anyhow::bail!(
-                    "{kind} {:?} not found in space {:?}",
-                    name.unwrap_or_default(),
-                    api.space
-                );
+                return Err(CliError::NotFound {
+                    kind,
+                    name: name.unwrap_or_default(),
+                    space: api.space,
+                });
             }
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&items)?),
@@ -322,47 +437,56 @@ async fn call(
     method: Method,
     path: &str,
     body: Option<Vec<u8>>,
-) -> anyhow::Result<Value> {
+) -> Result<Value, CallError> {
     let (status, v) = api.client()?.request(method, path, body).await?;
     if status == StatusCode::OK {
         return Ok(v);
     }
-    let mut message = format!(
-        "{status}: {}",
-        v["error"].as_str().unwrap_or("request refused")
-    );
-    for e in v["errors"].as_array().into_iter().flatten() {
-        message.push_str(&format!("\n  {}", e.as_str().unwrap_or_default()));
-    }
-    anyhow::bail!(message)
+    Err(CallError::Refused {
+        status,
+        message: v["error"].as_str().unwrap_or("request refused").to_owned(),
+        errors: v["errors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| e.as_str().unwrap_or_default().to_owned())
+            .collect(),
+    })
 }
 
 /// Reads a file, every *.yaml / *.yml of a directory (sorted), or standard input, and
 /// checks every document before anything is sent, naming the file, the document and
 /// the field of each fault. The root checks again; this is for the user's sake.
-fn read_manifests(source: &str, space: &str) -> anyhow::Result<Vec<u8>> {
+fn read_manifests(source: &str, space: &str) -> Result<Vec<u8>, ManifestError> {
     let mut files: Vec<(String, String)> = Vec::new();
     if source == "-" {
         let mut s = String::new();
         std::io::stdin()
             .read_to_string(&mut s)
-            .context("reading standard input")?;
+            .map_err(ManifestError::Stdin)?;
         files.push(("<stdin>".into(), s));
     } else if Path::new(source).is_dir() {
         let mut paths: Vec<PathBuf> = std::fs::read_dir(source)
-            .with_context(|| format!("{source}: cannot list"))?
+            .map_err(|e| ManifestError::List {
+                dir: source.to_owned(),
+                source: e,
+            })?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
             .collect();
         paths.sort();
         for p in paths {
-            let text = std::fs::read_to_string(&p)
-                .with_context(|| format!("{}: cannot read", p.display()))?;
-            files.push((p.display().to_string(), text));
+            let file = p.display().to_string();
+            match std::fs::read_to_string(&p) {
+                Ok(text) => files.push((file, text)),
+                Err(source) => return Err(ManifestError::Read { file, source }),
+            }
         }
     } else {
-        let text =
-            std::fs::read_to_string(source).with_context(|| format!("{source}: cannot read"))?;
+        let text = std::fs::read_to_string(source).map_err(|e| ManifestError::Read {
+            file: source.to_owned(),
+            source: e,
+        })?;
         files.push((source.to_owned(), text));
     }
     let space = strata_protocol::model::Space(space.to_owned());
@@ -373,7 +497,7 @@ fn read_manifests(source: &str, space: &str) -> anyhow::Result<Vec<u8>> {
         }
     }
     if !faults.is_empty() {
-        anyhow::bail!("nothing was sent:\n  {}", faults.join("\n  "));
+        return Err(ManifestError::Invalid { faults });
     }
     let mut body = String::new();
     for (_, text) in files {

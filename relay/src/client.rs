@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::Context;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
@@ -12,6 +11,42 @@ use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
 use serde_json::Value;
 use tokio_rustls::TlsConnector;
+
+/// Why a request to the API got no answer. (An answer with an error status is an
+/// answer: [`ApiClient::request`] returns it.) Each variant names the address or the
+/// server name it was trying, and carries the cause as its `source`.
+#[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // the fields are the address, the name and the cause
+pub enum RequestError {
+    /// No TCP connection to the API's address.
+    #[error("cannot reach the API at {addr}")]
+    Connect {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// The root's name cannot be checked against a certificate.
+    #[error("{name:?} is not a valid server name")]
+    ServerName {
+        name: String,
+        source: rustls_pki_types::InvalidDnsNameError,
+    },
+    /// The TLS handshake failed: most often the wrong root name or CA.
+    #[error("TLS with the API at {addr} (is {name:?} the root's name, and --ca its CA?)")]
+    Tls {
+        addr: SocketAddr,
+        name: String,
+        source: std::io::Error,
+    },
+    /// HTTP failed on the connection (handshake or body).
+    #[error(transparent)]
+    Http(#[from] hyper::Error),
+    /// The request could not be built (a path that is no URI).
+    #[error(transparent)]
+    Build(#[from] hyper::http::Error),
+    /// The request was sent and no response came back.
+    #[error("the API did not answer")]
+    NoAnswer { source: hyper::Error },
+}
 
 /// Where the API is and how to prove who we are.
 #[derive(Debug, Clone)]
@@ -29,7 +64,7 @@ impl ApiClient {
         server_name: &str,
         ca: &std::path::Path,
         token: &str,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, strata_node::tls::TlsError> {
         Ok(ApiClient {
             addr,
             server_name: server_name.to_owned(),
@@ -44,20 +79,26 @@ impl ApiClient {
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
-    ) -> anyhow::Result<(StatusCode, Value)> {
+    ) -> Result<(StatusCode, Value), RequestError> {
         let tcp = tokio::net::TcpStream::connect(self.addr)
             .await
-            .with_context(|| format!("cannot reach the API at {}", self.addr))?;
-        let name = ServerName::try_from(self.server_name.clone())
-            .with_context(|| format!("{:?} is not a valid server name", self.server_name))?;
+            .map_err(|source| RequestError::Connect {
+                addr: self.addr,
+                source,
+            })?;
+        let name = ServerName::try_from(self.server_name.clone()).map_err(|source| {
+            RequestError::ServerName {
+                name: self.server_name.clone(),
+                source,
+            }
+        })?;
         let tls = TlsConnector::from(self.tls.clone())
             .connect(name, tcp)
             .await
-            .with_context(|| {
-                format!(
-                    "TLS with the API at {} (is {:?} the root's name, and --ca its CA?)",
-                    self.addr, self.server_name
-                )
+            .map_err(|source| RequestError::Tls {
+                addr: self.addr,
+                name: self.server_name.clone(),
+                source,
             })?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
         let driver = tokio::spawn(conn);
@@ -73,7 +114,7 @@ impl ApiClient {
         let resp = sender
             .send_request(req)
             .await
-            .context("the API did not answer")?;
+            .map_err(|source| RequestError::NoAnswer { source })?;
         let status = resp.status();
         let bytes = resp.into_body().collect().await?.to_bytes();
         driver.abort();

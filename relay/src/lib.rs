@@ -11,6 +11,7 @@
 //! * [`client`]: the CLI's HTTPS client of the API.
 //! * [`config`]: the node configuration file, validated with every fault named.
 //! * [`demo`]: `relay demo`, a whole hierarchy of processes on this machine.
+//! * `http`: what the API and the metrics server share (listener, accept loop).
 //! * [`join`]: agents that are not in the topology join a relay with a single-use token.
 //! * [`kube`]: the Kubernetes API of each space (kubectl, client libraries).
 //! * [`metrics`]: Prometheus text metrics over HTTP.
@@ -28,6 +29,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
+mod http;
 pub mod join;
 pub mod kube;
 pub mod metrics;

@@ -9,7 +9,8 @@ async fn main() -> std::process::ExitCode {
     match strata_relay::cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // The error, then each of its causes: "cannot write x: permission denied".
+            eprintln!("error: {:#}", anyhow::Error::new(e));
             std::process::ExitCode::FAILURE
         }
     }

@@ -11,8 +11,8 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
 
+use crate::http;
 use crate::node::runtime::NodeClient;
 use strata_node::store::Store;
 
@@ -173,58 +173,50 @@ pub async fn render(node: &NodeClient, store: &dyn Store) -> Option<String> {
     Some(out)
 }
 
+/// Why the metrics could not be served.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot bind metrics on {addr}")]
+pub struct MetricsBindError {
+    /// The configured `metrics` address.
+    pub addr: SocketAddr,
+    /// What the operating system said.
+    pub source: std::io::Error,
+}
+
 /// Serves `GET /metrics` on `addr` until the returned task is aborted.
 pub fn spawn(
     addr: SocketAddr,
     node: NodeClient,
     store: Arc<dyn Store>,
-) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    let std_listener = std::net::TcpListener::bind(addr)
-        .map_err(|e| anyhow::anyhow!("cannot bind metrics on {addr}: {e}"))?;
-    std_listener.set_nonblocking(true)?;
-    let listener = TcpListener::from_std(std_listener)?;
-    Ok(tokio::spawn(async move {
-        let mut conns = tokio::task::JoinSet::new();
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                continue;
-            };
-            let (node, store) = (node.clone(), store.clone());
-            conns.spawn(async move {
-                let service = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (node, store) = (node.clone(), store.clone());
-                        async move {
-                            let resp = if req.uri().path() != "/metrics" {
-                                status(StatusCode::NOT_FOUND, "try /metrics\n".into())
-                            } else {
-                                match render(&node, store.as_ref()).await {
-                                    Some(text) => status(StatusCode::OK, text),
-                                    None => status(
-                                        StatusCode::SERVICE_UNAVAILABLE,
-                                        "node stopping\n".into(),
-                                    ),
+) -> Result<tokio::task::JoinHandle<()>, MetricsBindError> {
+    let listener = http::bind(addr).map_err(|source| MetricsBindError { addr, source })?;
+    Ok(tokio::spawn(http::accept_loop(listener, move |tcp, _| {
+        let (node, store) = (node.clone(), store.clone());
+        async move {
+            let service =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (node, store) = (node.clone(), store.clone());
+                    async move {
+                        let resp = if req.uri().path() != "/metrics" {
+                            text(StatusCode::NOT_FOUND, "try /metrics\n".into())
+                        } else {
+                            match render(&node, store.as_ref()).await {
+                                Some(body) => text(StatusCode::OK, body),
+                                None => {
+                                    text(StatusCode::SERVICE_UNAVAILABLE, "node stopping\n".into())
                                 }
-                            };
-                            Ok::<_, Infallible>(resp)
-                        }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tcp), service)
-                    .await;
-            });
-            while conns.try_join_next().is_some() {}
+                            }
+                        };
+                        Ok::<_, Infallible>(resp)
+                    }
+                });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), service)
+                .await;
         }
-    }))
+    })))
 }
 
-fn status(code: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
-    *resp.status_mut() = code;
-    resp.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
-    );
-    resp
+fn text(code: StatusCode, body: String) -> Response<Full<Bytes>> {
+    http::response(code, "text/plain; version=0.0.4", body)
 }

@@ -1,31 +1,99 @@
 //! `relay serve`: one node from its configuration file, until SIGTERM or SIGINT.
 
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use strata_protocol::sync::SessionConfig;
 
-use crate::config::NodeConfig;
-use crate::join::Joining;
-use crate::node::runtime::{self, NodeHandle, NodeParts};
+use crate::api::ApiStartError;
+use crate::config::{ConfigError, NodeConfig};
+use crate::join::{JoinSetupError, Joining};
+use crate::metrics::MetricsBindError;
+use crate::node::runtime::{self, NodeError, NodeHandle, NodeParts};
 use strata_node::clock::Clock;
-use strata_node::process::{random_u64, wait_for_signal};
-use strata_node::store::{SledStore, Store};
-use strata_node::tls::{self, Identity};
-use strata_node::transport;
+use strata_node::process::{RandomSourceFailed, random_bytes, random_u64, wait_for_signal};
+use strata_node::store::{SledStore, Store, StoreError};
+use strata_node::tls::{self, Identity, TlsError};
+use strata_node::transport::{self, TransportError};
 
 /// How long a graceful shutdown may take before the process gives up on it.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
+/// Why the node a configuration describes could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The certificate, key or CA is unusable.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The endpoint secret in the data directory is not 32 bytes.
+    #[error("{path}: expected 32 bytes")]
+    BadSecret {
+        /// `endpoint.secret` in the data directory.
+        path: PathBuf,
+    },
+    /// No endpoint secret could be drawn.
+    #[error(transparent)]
+    Random(#[from] RandomSourceFailed),
+    /// The endpoint secret could not be written.
+    #[error("cannot write {path}")]
+    WriteSecret {
+        /// `endpoint.secret` in the data directory.
+        path: PathBuf,
+        /// What the file system said.
+        source: std::io::Error,
+    },
+    /// A `join:` file is unusable.
+    #[error(transparent)]
+    Joining(#[from] JoinSetupError),
+    /// The QUIC listener or client endpoint could not be set up.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The node refused to start.
+    #[error(transparent)]
+    Node(#[from] NodeError),
+}
+
+/// Why `relay serve` stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The configuration file was refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The node could not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The user API could not start.
+    #[error(transparent)]
+    Api(#[from] ApiStartError),
+    /// The metrics could not be served.
+    #[error(transparent)]
+    Metrics(#[from] MetricsBindError),
+    /// The node ended with an error while shutting down.
+    #[error("node stopped with an error")]
+    Stopped {
+        /// What ended it.
+        source: NodeError,
+    },
+    /// The graceful shutdown did not finish in time.
+    #[error("shutdown took longer than {deadline:?}; exiting anyway")]
+    Deadline {
+        /// [`SHUTDOWN_DEADLINE`].
+        deadline: Duration,
+    },
+}
+
 /// Starts the node a configuration describes.
-pub fn start_node(config: &NodeConfig) -> anyhow::Result<NodeHandle> {
+pub fn start_node(config: &NodeConfig) -> Result<NodeHandle, StartError> {
     Ok(start_with_store(config)?.0)
 }
 
 /// Starts the node and returns its store too (for metrics).
-pub fn start_with_store(config: &NodeConfig) -> anyhow::Result<(NodeHandle, Arc<dyn Store>)> {
+pub fn start_with_store(config: &NodeConfig) -> Result<(NodeHandle, Arc<dyn Store>), StartError> {
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
     let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.data)?);
     let secret = endpoint_secret(&config.data)?;
@@ -44,7 +112,7 @@ pub fn start_with_store(config: &NodeConfig) -> anyhow::Result<(NodeHandle, Arc<
     };
     let connector = match &config.parent {
         Some(_) => Some(transport::client_endpoint(
-            "0.0.0.0:0".parse()?,
+            SocketAddr::from(([0, 0, 0, 0], 0)),
             tls::client_config(&identity)?,
         )?),
         None => None,
@@ -67,7 +135,7 @@ pub fn start_with_store(config: &NodeConfig) -> anyhow::Result<(NodeHandle, Arc<
 }
 
 /// Runs a node until SIGTERM or SIGINT, then shuts it down within the deadline.
-pub async fn serve(config_path: &Path) -> anyhow::Result<()> {
+pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let config = NodeConfig::load(config_path)?;
     let (handle, store) = start_with_store(&config)?;
     tracing::info!(
@@ -94,24 +162,21 @@ pub async fn serve(config_path: &Path) -> anyhow::Result<()> {
         task.abort();
     }
     match tokio::time::timeout(SHUTDOWN_DEADLINE, handle.shutdown()).await {
-        Ok(r) => r.context("node stopped with an error"),
-        Err(_) => anyhow::bail!("shutdown took longer than {SHUTDOWN_DEADLINE:?}; exiting anyway"),
+        Ok(r) => r.map_err(|source| ServeError::Stopped { source }),
+        Err(_) => Err(ServeError::Deadline {
+            deadline: SHUTDOWN_DEADLINE,
+        }),
     }
 }
 
 /// The secret that keys stateless resets and connection IDs; kept in the data
 /// directory so it survives restarts.
-fn endpoint_secret(dir: &Path) -> anyhow::Result<[u8; 32]> {
+fn endpoint_secret(dir: &Path) -> Result<[u8; 32], StartError> {
     let path = dir.join("endpoint.secret");
     if let Ok(bytes) = std::fs::read(&path) {
-        return <[u8; 32]>::try_from(bytes.as_slice())
-            .map_err(|_| anyhow::anyhow!("{}: expected 32 bytes", path.display()));
+        return <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| StartError::BadSecret { path });
     }
-    use ring::rand::SecureRandom;
-    let mut secret = [0u8; 32];
-    ring::rand::SystemRandom::new()
-        .fill(&mut secret)
-        .map_err(|_| anyhow::anyhow!("the system random source failed"))?;
-    std::fs::write(&path, secret).with_context(|| format!("cannot write {}", path.display()))?;
+    let secret = random_bytes()?;
+    std::fs::write(&path, secret).map_err(|source| StartError::WriteSecret { path, source })?;
     Ok(secret)
 }

@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use strata_topology::certs::{self, Action, CertOptions};
-use strata_topology::render::{self, RenderOptions};
+use strata_topology::LoadError;
+use strata_topology::certs::{self, Action, CertError, CertOptions};
+use strata_topology::render::{self, RenderError, RenderOptions};
 
 use crate::up::print_warnings;
 
@@ -56,8 +57,38 @@ pub enum TopologyCommand {
     },
 }
 
+/// Why a `relay topology` command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyCliError {
+    /// The file could not be read or parsed.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// `validate` found errors (each printed before).
+    #[error("{path}: {errors} error(s)")]
+    Invalid {
+        /// The topology file.
+        path: PathBuf,
+        /// How many.
+        errors: usize,
+    },
+    /// `validate --deny-warnings` found warnings (each printed before).
+    #[error("{path}: {warnings} warning(s), denied by --deny-warnings")]
+    Warnings {
+        /// The topology file.
+        path: PathBuf,
+        /// How many.
+        warnings: usize,
+    },
+    /// Issuing the certificates failed.
+    #[error(transparent)]
+    Certs(#[from] CertError),
+    /// Rendering the configurations failed.
+    #[error(transparent)]
+    Render(#[from] RenderError),
+}
+
 /// Runs a `relay topology` command.
-pub fn run(command: TopologyCommand) -> anyhow::Result<()> {
+pub fn run(command: TopologyCommand) -> Result<(), TopologyCliError> {
     match command {
         TopologyCommand::Validate {
             file,
@@ -76,18 +107,20 @@ pub fn run(command: TopologyCommand) -> anyhow::Result<()> {
                     for e in &errors {
                         eprintln!("error: {}: {e}", path.display());
                     }
-                    anyhow::bail!("{}: {} error(s)", path.display(), errors.len());
+                    return Err(TopologyCliError::Invalid {
+                        path,
+                        errors: errors.len(),
+                    });
                 }
                 Err(e) => return Err(e.into()),
             };
             print_warnings(&file, &checked);
             let t = &checked.topology;
             if deny_warnings && !checked.warnings.is_empty() {
-                anyhow::bail!(
-                    "{}: {} warning(s), denied by --deny-warnings",
-                    file.display(),
-                    checked.warnings.len()
-                );
+                return Err(TopologyCliError::Warnings {
+                    path: file,
+                    warnings: checked.warnings.len(),
+                });
             }
             println!(
                 "{}: topology {:?} is valid: 1 root, {} relays, {} clusters, {} join tokens",

@@ -135,12 +135,12 @@ impl Hierarchy {
 
     /// A client of the root's API.
     pub fn client(&self) -> anyhow::Result<ApiClient> {
-        ApiClient::new(
+        Ok(ApiClient::new(
             self.rendered.api,
             &self.rendered.root,
             &files::ca_cert(&self.dir),
             &self.token,
-        )
+        )?)
     }
 
     /// What to export to reach the root with the `relay` CLI.

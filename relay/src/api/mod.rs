@@ -15,10 +15,12 @@
 //! file; nothing is served anonymously.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Limited, StreamBody};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -26,10 +28,10 @@ use serde_json::{Value, json};
 use strata_protocol::model::{ObjectKey, Space};
 use strata_protocol::route::is_placement;
 use strata_protocol::wire::{Change, ReportKey, ReportValue};
-use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{ApiConfig, NodeConfig};
+use crate::http;
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
 use strata_node::objects::parse_manifests;
@@ -38,7 +40,7 @@ pub mod paths;
 mod tree;
 
 use paths::ObjectFilter;
-use strata_node::tls::{self, Identity};
+use strata_node::tls::{self, Identity, TlsError};
 
 /// A response body: one document, or a stream (a watch).
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -46,9 +48,34 @@ pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 16 << 20;
 
-struct Ctx {
+/// What every request handler reads: the tokens the API accepts and the node it serves.
+struct ApiState {
     tokens: Vec<String>,
     node: NodeClient,
+}
+
+/// Why the API could not be started.
+#[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // fields: the configured file or address, and the cause
+pub enum ApiStartError {
+    /// The tokens file could not be read.
+    #[error("{path}: cannot read the API tokens")]
+    Tokens {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The tokens file holds no token: the API would serve no one.
+    #[error("{path}: holds no token; the API serves no one anonymously")]
+    NoTokens { path: PathBuf },
+    /// The node's certificate, key or CA is unusable for the API.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The API's address could not be bound.
+    #[error("cannot bind the API on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// Starts serving the API; the returned task ends when aborted.
@@ -56,37 +83,36 @@ pub fn spawn(
     api: &ApiConfig,
     config: &NodeConfig,
     node: NodeClient,
-) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+) -> Result<tokio::task::JoinHandle<()>, ApiStartError> {
     let tokens: Vec<String> = std::fs::read_to_string(&api.tokens)
-        .map_err(|e| anyhow::anyhow!("{}: cannot read the API tokens: {e}", api.tokens.display()))?
+        .map_err(|source| ApiStartError::Tokens {
+            path: api.tokens.clone(),
+            source,
+        })?
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(str::to_owned)
         .collect();
     if tokens.is_empty() {
-        anyhow::bail!(
-            "{}: holds no token; the API serves no one anonymously",
-            api.tokens.display()
-        );
+        return Err(ApiStartError::NoTokens {
+            path: api.tokens.clone(),
+        });
     }
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
     let acceptor = TlsAcceptor::from(tls::api_server_config(&identity)?);
-    let std_listener = std::net::TcpListener::bind(api.listen)
-        .map_err(|e| anyhow::anyhow!("cannot bind the API on {}: {e}", api.listen))?;
-    std_listener.set_nonblocking(true)?;
-    let listener = TcpListener::from_std(std_listener)?;
+    let listener = http::bind(api.listen).map_err(|source| ApiStartError::Bind {
+        addr: api.listen,
+        source,
+    })?;
     tracing::info!(listen = %api.listen, "user API serving");
-    let ctx = Arc::new(Ctx { tokens, node });
-    Ok(tokio::spawn(async move {
-        let mut conns = tokio::task::JoinSet::new();
-        loop {
-            let Ok((tcp, peer)) = listener.accept().await else {
-                continue;
-            };
+    let state = Arc::new(ApiState { tokens, node });
+    Ok(tokio::spawn(http::accept_loop(
+        listener,
+        move |tcp, peer| {
             let acceptor = acceptor.clone();
-            let ctx = ctx.clone();
-            conns.spawn(async move {
+            let state = state.clone();
+            async move {
                 let tls = match acceptor.accept(tcp).await {
                     Ok(t) => t,
                     Err(e) => {
@@ -95,8 +121,8 @@ pub fn spawn(
                     }
                 };
                 let service = hyper::service::service_fn(move |req| {
-                    let ctx = ctx.clone();
-                    async move { Ok::<_, Infallible>(handle(req, &ctx).await) }
+                    let state = state.clone();
+                    async move { Ok::<_, Infallible>(handle(req, &state).await) }
                 });
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tls), service)
@@ -104,34 +130,28 @@ pub fn spawn(
                 {
                     tracing::debug!(%peer, error = %e, "API connection ended");
                 }
-            });
-            while conns.try_join_next().is_some() {}
-        }
-    }))
+            }
+        },
+    )))
 }
 
 fn reply(status: StatusCode, body: Value) -> Response<Body> {
-    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())).boxed_unsync());
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    resp
+    http::response(status, "application/json", body.to_string()).map(BodyExt::boxed_unsync)
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
     reply(status, json!({ "error": message.into() }))
 }
 
-async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Body> {
+async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
     let authorized = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .is_some_and(|t| {
-            ctx.tokens
+            state
+                .tokens
                 .iter()
                 .any(|k| constant_time_eq(k.as_bytes(), t.as_bytes()))
         });
@@ -173,7 +193,7 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Body> {
         content_type: header(&headers, hyper::header::CONTENT_TYPE),
         body: &body,
     };
-    match crate::kube::handle(&ctx.node, kube).await {
+    match crate::kube::handle(&state.node, kube).await {
         Some(crate::kube::Reply::Json((code, value))) => {
             return reply(
                 StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
@@ -193,8 +213,8 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Body> {
         None => {}
     }
     match (&method, p.as_slice()) {
-        (&Method::POST, ["spaces", space, "apply"]) => apply(ctx, space, &body).await,
-        (&Method::POST, ["spaces", space, "delete"]) => delete_manifests(ctx, space, &body).await,
+        (&Method::POST, ["spaces", space, "apply"]) => apply(state, space, &body).await,
+        (&Method::POST, ["spaces", space, "delete"]) => delete_manifests(state, space, &body).await,
         (&Method::DELETE, ["spaces", space, "objects", kind, name]) => {
             let filter = ObjectFilter {
                 resource: Some((*kind).to_owned()),
@@ -202,7 +222,7 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Body> {
                 namespace: param(&query, "namespace").map(Some),
                 ..ObjectFilter::default()
             };
-            delete_one(ctx, space, filter).await
+            delete_one(state, space, filter).await
         }
         (&Method::GET, ["spaces", space, "objects"]) => {
             let filter = ObjectFilter {
@@ -211,11 +231,11 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx) -> Response<Body> {
                 namespace: param(&query, "namespace").map(Some),
                 ..ObjectFilter::default()
             };
-            get_objects(ctx, space, filter, false).await
+            get_objects(state, space, filter, false).await
         }
-        (&Method::GET, ["clusters"]) => tree::clusters(ctx).await,
-        (&Method::GET, ["status"]) => tree::status(ctx).await,
-        (&Method::GET, ["upsynced"]) => tree::upsynced(ctx, param(&query, "cluster")).await,
+        (&Method::GET, ["clusters"]) => tree::clusters(state).await,
+        (&Method::GET, ["status"]) => tree::status(state).await,
+        (&Method::GET, ["upsynced"]) => tree::upsynced(state, param(&query, "cluster")).await,
         _ => not_found(&method, &path),
     }
 }
@@ -254,7 +274,7 @@ fn space_of(space: &str) -> Result<Space, Box<Response<Body>>> {
         .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, format!("space: {e}"))))
 }
 
-async fn apply(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Body> {
+async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
     let space = match space_of(space) {
         Ok(s) => s,
         Err(r) => return *r,
@@ -273,7 +293,7 @@ async fn apply(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Body> {
             );
         }
     };
-    let result = ctx
+    let result = state
         .node
         .query(move |core: &mut NodeCore| core.apply_manifests(&manifests))
         .await;
@@ -295,8 +315,8 @@ async fn apply(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Body> {
     }
 }
 
-async fn delete_keys(ctx: &Ctx, keys: Vec<ObjectKey>) -> Response<Body> {
-    let result = ctx
+async fn delete_keys(state: &ApiState, keys: Vec<ObjectKey>) -> Response<Body> {
+    let result = state
         .node
         .query(move |core: &mut NodeCore| {
             let present: Vec<ObjectKey> = keys
@@ -321,7 +341,7 @@ async fn delete_keys(ctx: &Ctx, keys: Vec<ObjectKey>) -> Response<Body> {
     }
 }
 
-async fn delete_manifests(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Body> {
+async fn delete_manifests(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
     let space = match space_of(space) {
         Ok(s) => s,
         Err(r) => return *r,
@@ -330,7 +350,7 @@ async fn delete_manifests(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Body>
         return error(StatusCode::BAD_REQUEST, "the body is not UTF-8 YAML");
     };
     match parse_manifests(text, &space) {
-        Ok(m) => delete_keys(ctx, m.into_iter().map(|m| m.meta.key).collect()).await,
+        Ok(m) => delete_keys(state, m.into_iter().map(|m| m.meta.key).collect()).await,
         Err(errors) => {
             let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
             reply(
@@ -341,13 +361,13 @@ async fn delete_manifests(ctx: &Ctx, space: &str, body: &[u8]) -> Response<Body>
     }
 }
 
-async fn delete_one(ctx: &Ctx, space: &str, filter: ObjectFilter) -> Response<Body> {
+async fn delete_one(state: &ApiState, space: &str, filter: ObjectFilter) -> Response<Body> {
     let namespace_given = filter.namespace.clone();
     let space = match space_of(space) {
         Ok(s) => s,
         Err(r) => return *r,
     };
-    let keys = ctx
+    let keys = state
         .node
         .query(move |core: &mut NodeCore| {
             core.log()
@@ -376,7 +396,7 @@ async fn delete_one(ctx: &Ctx, space: &str, filter: ObjectFilter) -> Response<Bo
             ),
         );
     }
-    delete_keys(ctx, keys).await
+    delete_keys(state, keys).await
 }
 
 fn param(query: &[(String, String)], name: &str) -> Option<String> {
@@ -388,12 +408,17 @@ fn param(query: &[(String, String)], name: &str) -> Option<String> {
 
 /// Objects of a space that `filter` names, with their per-placement summaries; with
 /// `single`, the one object (404 when there is none).
-async fn get_objects(ctx: &Ctx, space: &str, filter: ObjectFilter, single: bool) -> Response<Body> {
+async fn get_objects(
+    state: &ApiState,
+    space: &str,
+    filter: ObjectFilter,
+    single: bool,
+) -> Response<Body> {
     let space = match space_of(space) {
         Ok(s) => s,
         Err(r) => return *r,
     };
-    let objects = ctx
+    let objects = state
         .node
         .query(move |core: &mut NodeCore| {
             core.log()

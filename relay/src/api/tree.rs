@@ -11,7 +11,7 @@ use strata_protocol::model::Cluster;
 use strata_protocol::time::UnixMillis;
 use strata_protocol::wire::{LinkRecord, ReportKey, ReportValue, Role};
 
-use super::{Ctx, error, reply};
+use super::{ApiState, error, reply};
 use crate::node::core::NodeCore;
 use strata_node::clock::Clock;
 
@@ -78,9 +78,9 @@ fn last_seen(
     (reachable, seen)
 }
 
-pub(super) async fn clusters(ctx: &Ctx) -> Response<super::Body> {
+pub(super) async fn clusters(state: &ApiState) -> Response<super::Body> {
     let now = Clock::start().wall();
-    let items = ctx
+    let items = state
         .node
         .query(move |core: &mut NodeCore| {
             let links = all_links(core);
@@ -105,8 +105,8 @@ pub(super) async fn clusters(ctx: &Ctx) -> Response<super::Body> {
 
 /// Objects born on clusters and copied to the center by a placement's `upsync`, under
 /// their cluster's name; `cluster` narrows to one cluster.
-pub(super) async fn upsynced(ctx: &Ctx, cluster: Option<String>) -> Response<super::Body> {
-    let items = ctx
+pub(super) async fn upsynced(state: &ApiState, cluster: Option<String>) -> Response<super::Body> {
+    let items = state
         .node
         .query(move |core: &mut NodeCore| {
             core.reports()
@@ -136,9 +136,9 @@ pub(super) async fn upsynced(ctx: &Ctx, cluster: Option<String>) -> Response<sup
     }
 }
 
-pub(super) async fn status(ctx: &Ctx) -> Response<super::Body> {
+pub(super) async fn status(state: &ApiState) -> Response<super::Body> {
     let now = Clock::start().wall();
-    let s = ctx
+    let s = state
         .node
         .query(move |core: &mut NodeCore| {
             let head = core.log().head().0;
