@@ -11,6 +11,7 @@ use rustls::RootCertStore;
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use strata_topology::certs::Ca;
 
 /// The ALPN protocol of node links.
 pub const ALPN: &[u8] = b"strata/1";
@@ -32,6 +33,14 @@ pub enum TlsError {
     /// The peer presented no usable certificate.
     #[error("peer certificate: {0}")]
     Peer(String),
+    /// A certificate could not be issued (see [`Identity::issue`]).
+    #[error("certificate for {node}: {reason}")]
+    Issue {
+        /// The node it was for.
+        node: String,
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 /// This node's certificate chain, key, and the CA it trusts.
@@ -40,6 +49,16 @@ pub struct Identity {
     certs: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     roots: RootCertStore,
+}
+
+impl Clone for Identity {
+    fn clone(&self) -> Self {
+        Identity {
+            certs: self.certs.clone(),
+            key: self.key.clone_key(),
+            roots: self.roots.clone(),
+        }
+    }
 }
 
 fn file_err(path: &Path, reason: impl Into<String>) -> TlsError {
@@ -86,6 +105,22 @@ impl Identity {
                 .map_err(|e| (2, format!("unusable CA certificate: {e}")))?;
         }
         Ok(Identity { certs, key, roots })
+    }
+
+    /// A new key and a certificate naming `node`, issued by `ca`, trusting `ca`: held in
+    /// memory, for tests and the benchmark, which make a whole hierarchy in one process.
+    pub fn issue(ca: &Ca, node: &str) -> Result<Identity, TlsError> {
+        let issue_err = |reason: String| TlsError::Issue {
+            node: node.to_owned(),
+            reason,
+        };
+        let cert = ca.issue(node).map_err(|e| issue_err(e.to_string()))?;
+        Self::from_pem(
+            cert.cert_pem.as_bytes(),
+            cert.key_pem.as_bytes(),
+            ca.cert_pem().as_bytes(),
+        )
+        .map_err(|(_, reason)| issue_err(reason))
     }
 }
 

@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use strata_node::tls::{self, Identity};
@@ -15,20 +14,13 @@ use tokio::time::timeout;
 
 const LIMIT: Duration = Duration::from_secs(10);
 
-fn identity(dir: &Path, ca: &Ca, name: &str) -> Identity {
-    let (cert, key) = ca.issue(name).unwrap().write_to(dir).unwrap();
-    let ca_path = dir.join(format!("ca-for-{name}.crt"));
-    std::fs::write(&ca_path, ca.cert_pem()).unwrap();
-    Identity::load(&cert, &key, &ca_path).unwrap()
-}
-
 struct Parent {
     endpoint: quinn::Endpoint,
     addr: SocketAddr,
 }
 
-fn parent(dir: &Path, ca: &Ca) -> Parent {
-    let id = identity(dir, ca, "center");
+fn parent(ca: &Ca) -> Parent {
+    let id = Identity::issue(ca, "center").unwrap();
     let endpoint = transport::server_endpoint(
         "127.0.0.1:0".parse().unwrap(),
         tls::server_config(&id).unwrap(),
@@ -39,8 +31,8 @@ fn parent(dir: &Path, ca: &Ca) -> Parent {
     Parent { endpoint, addr }
 }
 
-fn child_endpoint(dir: &Path, ca: &Ca, name: &str) -> quinn::Endpoint {
-    let id = identity(dir, ca, name);
+fn child_endpoint(ca: &Ca, name: &str) -> quinn::Endpoint {
+    let id = Identity::issue(ca, name).unwrap();
     transport::client_endpoint(
         "127.0.0.1:0".parse().unwrap(),
         tls::client_config(&id).unwrap(),
@@ -60,10 +52,9 @@ fn hello(node: &str) -> ChildToParent {
 
 #[tokio::test]
 async fn messages_of_every_class_cross_both_ways_and_the_parent_knows_the_child() {
-    let dir = tempfile::tempdir().unwrap();
     let ca = Ca::generate("test").unwrap();
-    let p = parent(dir.path(), &ca);
-    let child = child_endpoint(dir.path(), &ca, "site-1");
+    let p = parent(&ca);
+    let child = child_endpoint(&ca, "site-1");
     let (conn, incoming) = tokio::join!(transport::connect(&child, p.addr, "center"), async {
         p.endpoint.accept().await.unwrap().await.unwrap()
     });
@@ -100,17 +91,18 @@ async fn messages_of_every_class_cross_both_ways_and_the_parent_knows_the_child(
 
 #[tokio::test]
 async fn a_certificate_from_a_foreign_ca_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
     let ca = Ca::generate("test").unwrap();
     let foreign = Ca::generate("foreign").unwrap();
-    let p = parent(dir.path(), &ca);
+    let p = parent(&ca);
     // The intruder trusts our CA (so it accepts the parent) but its own certificate
     // comes from another CA.
     let cert = foreign.issue("site-1").unwrap();
-    let (c, k) = cert.write_to(dir.path()).unwrap();
-    let ca_path = dir.path().join("ours.crt");
-    std::fs::write(&ca_path, ca.cert_pem()).unwrap();
-    let id = Identity::load(&c, &k, &ca_path).unwrap();
+    let id = Identity::from_pem(
+        cert.cert_pem.as_bytes(),
+        cert.key_pem.as_bytes(),
+        ca.cert_pem().as_bytes(),
+    )
+    .unwrap();
     let intruder = transport::client_endpoint(
         "127.0.0.1:0".parse().unwrap(),
         tls::client_config(&id).unwrap(),
@@ -138,10 +130,9 @@ async fn a_certificate_from_a_foreign_ca_is_refused() {
 
 #[tokio::test]
 async fn a_parent_whose_certificate_names_another_node_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
     let ca = Ca::generate("test").unwrap();
-    let p = parent(dir.path(), &ca);
-    let child = child_endpoint(dir.path(), &ca, "site-1");
+    let p = parent(&ca);
+    let child = child_endpoint(&ca, "site-1");
     tokio::spawn(async move {
         if let Some(i) = p.endpoint.accept().await {
             let _ = i.await;
@@ -156,11 +147,10 @@ async fn a_parent_whose_certificate_names_another_node_is_refused() {
 
 #[tokio::test]
 async fn garbage_closes_only_that_connection() {
-    let dir = tempfile::tempdir().unwrap();
     let ca = Ca::generate("test").unwrap();
-    let p = parent(dir.path(), &ca);
-    let good = child_endpoint(dir.path(), &ca, "site-1");
-    let bad = child_endpoint(dir.path(), &ca, "site-2");
+    let p = parent(&ca);
+    let good = child_endpoint(&ca, "site-1");
+    let bad = child_endpoint(&ca, "site-2");
 
     let (good_conn, good_in) = tokio::join!(transport::connect(&good, p.addr, "center"), async {
         p.endpoint.accept().await.unwrap().await.unwrap()

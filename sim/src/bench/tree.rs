@@ -120,7 +120,7 @@ pub(crate) struct NodeSlot {
     pub(crate) children: Vec<String>,
     pub(crate) addr: SocketAddr,
     store: Arc<MemStore>,
-    identity: (String, String),
+    identity: Identity,
     id: u64,
     pub(crate) handle: Option<NodeHandle>,
 }
@@ -130,7 +130,7 @@ pub(crate) struct AgentSlot {
     name: String,
     parent: (String, SocketAddr),
     store: Arc<MemStore>,
-    identity: (String, String),
+    identity: Identity,
     pub(crate) handle: Option<AgentHandle>,
 }
 
@@ -141,7 +141,6 @@ pub(crate) struct Tree {
     pub(crate) agents: Vec<AgentSlot>,
     /// Per agent, the index of the lowest relay it hangs under.
     pub(crate) agent_parent: Vec<usize>,
-    ca_pem: String,
     tiers: Tiers,
     applied: mpsc::UnboundedSender<Applied>,
     runs: u64,
@@ -160,7 +159,6 @@ impl Tree {
             levels: Vec::new(),
             agents: Vec::new(),
             agent_parent: Vec::new(),
-            ca_pem: ca.cert_pem(),
             tiers: Tiers::new()?,
             applied,
             runs: 1,
@@ -182,7 +180,7 @@ impl Tree {
         let mut id = 1u64;
         let mut root = tree.slot(&ca, "root", None, child_names("root", 0, fanout[0]), id)?;
         tree.runs += 1;
-        start_node(&tree.tiers, &tree.ca_pem, tree.runs, &mut root, 0)?;
+        start_node(&tree.tiers, tree.runs, &mut root, 0)?;
         tree.levels.push(vec![root]);
         for (level, &per_parent) in fanout.iter().enumerate().skip(1) {
             let mut slots = Vec::new();
@@ -201,7 +199,7 @@ impl Tree {
             }
             for slot in &mut slots {
                 tree.runs += 1;
-                start_node(&tree.tiers, &tree.ca_pem, tree.runs, slot, level)?;
+                start_node(&tree.tiers, tree.runs, slot, level)?;
             }
             tree.levels.push(slots);
         }
@@ -209,14 +207,11 @@ impl Tree {
         for (p, parent) in tree.levels[lowest].iter().enumerate() {
             for name in &parent.children {
                 id += 1;
-                let cert = ca
-                    .issue(name)
-                    .map_err(|e| BenchError::setup(name.clone(), e))?;
                 tree.agents.push(AgentSlot {
                     name: name.clone(),
                     parent: (parent.name.clone(), parent.addr),
                     store: Arc::new(MemStore::new(id)),
-                    identity: (cert.cert_pem, cert.key_pem),
+                    identity: issue(&ca, name)?,
                     handle: None,
                 });
                 tree.agent_parent.push(p);
@@ -233,16 +228,13 @@ impl Tree {
         children: Vec<String>,
         id: u64,
     ) -> Result<NodeSlot, BenchError> {
-        let cert = ca
-            .issue(name)
-            .map_err(|e| BenchError::setup(name.to_owned(), e))?;
         Ok(NodeSlot {
             name: name.to_owned(),
             parent,
             children,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             store: Arc::new(MemStore::new(id)),
-            identity: (cert.cert_pem, cert.key_pem),
+            identity: issue(ca, name)?,
             id,
             handle: None,
         })
@@ -260,7 +252,6 @@ impl Tree {
             self.runs += 1;
             match start_node(
                 &self.tiers,
-                &self.ca_pem,
                 self.runs,
                 &mut self.levels[level][index],
                 level,
@@ -279,10 +270,9 @@ impl Tree {
         for i in range {
             self.runs += 1;
             let slot = &self.agents[i];
-            let identity = identity(&self.ca_pem, &slot.name, &slot.identity)?;
             let connector = transport::client_endpoint(
                 SocketAddr::from(([127, 0, 0, 1], 0)),
-                tls::client_config(&identity).map_err(|e| BenchError::setup(&slot.name, e))?,
+                tls::client_config(&slot.identity).map_err(|e| BenchError::setup(&slot.name, e))?,
             )
             .map_err(|e| BenchError::setup(&slot.name, e))?;
             let handle = agent::start(AgentParts {
@@ -321,11 +311,10 @@ impl Tree {
             .agents
             .first()
             .ok_or_else(|| BenchError::setup("orphan agents", "no agent to copy"))?;
-        let (name, pem) = (slot.name.clone(), slot.identity.clone());
+        let (name, identity) = (slot.name.clone(), slot.identity.clone());
         let mut out = Vec::new();
         for i in 0..n {
             self.runs += 1;
-            let identity = identity(&self.ca_pem, &name, &pem)?;
             let connector = transport::client_endpoint(
                 SocketAddr::from(([127, 0, 0, 1], 0)),
                 tls::client_config(&identity).map_err(|e| BenchError::setup(&name, e))?,
@@ -412,15 +401,13 @@ impl Tree {
     }
 }
 
-fn identity(ca_pem: &str, name: &str, pem: &(String, String)) -> Result<Identity, BenchError> {
-    Identity::from_pem(pem.0.as_bytes(), pem.1.as_bytes(), ca_pem.as_bytes())
-        .map_err(|(_, e)| BenchError::setup(name, e))
+fn issue(ca: &Ca, name: &str) -> Result<Identity, BenchError> {
+    Identity::issue(ca, name).map_err(|e| BenchError::setup(name, e))
 }
 
 /// Starts one relay from its slot (store kept across restarts).
 fn start_node(
     tiers: &Tiers,
-    ca_pem: &str,
     run: u64,
     slot: &mut NodeSlot,
     level: usize,
@@ -431,8 +418,8 @@ fn start_node(
         &tiers.relays
     };
     let _in = rt.enter();
-    let identity = identity(ca_pem, &slot.name, &slot.identity)?;
-    let server = tls::server_config(&identity).map_err(|e| BenchError::setup(&slot.name, e))?;
+    let identity = &slot.identity;
+    let server = tls::server_config(identity).map_err(|e| BenchError::setup(&slot.name, e))?;
     let mut secret = [0u8; 32];
     secret[..8].copy_from_slice(&slot.id.to_le_bytes());
     let listener = transport::server_endpoint(slot.addr, server, secret)
@@ -444,7 +431,7 @@ fn start_node(
         Some(_) => Some(
             transport::client_endpoint(
                 SocketAddr::from(([127, 0, 0, 1], 0)),
-                tls::client_config(&identity).map_err(|e| BenchError::setup(&slot.name, e))?,
+                tls::client_config(identity).map_err(|e| BenchError::setup(&slot.name, e))?,
             )
             .map_err(|e| BenchError::setup(&slot.name, e))?,
         ),
