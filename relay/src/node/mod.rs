@@ -1,5 +1,12 @@
-//! A node's runtime: the sync core (no I/O) and the tasks that drive it.
+//! A relay node's runtime: the sync core (no I/O) and the tasks that drive it.
+//!
+//! * [`core`]: [`core::NodeCore`], the sync core of one node.
+//! * [`reports`]: what the node knows of its subtree from its children's reports.
+//! * [`runtime`]: the core driven by the node layer's driver, with the children's
+//!   connections; [`runtime::start`] starts a node.
+//! * `accept`: the listener's accept loop, one task per incoming connection.
 
+mod accept;
 pub mod core;
 pub mod reports;
 pub mod runtime;

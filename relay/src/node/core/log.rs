@@ -1,0 +1,103 @@
+//! The node's object log: the root's writes, what a changed key means here (its
+//! summaries, and routes when it is a placement), the placements it holds, and
+//! compaction bounded by what the children still need.
+
+use strata_protocol::model::{ObjectKey, Position};
+use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
+use strata_protocol::wire::Change;
+
+use super::{Applied, MAX_RETAINED, NodeCore};
+
+impl NodeCore {
+    /// Applies user changes at the root in one revision (all or nothing: they are
+    /// staged together and committed at one position). Returns that position.
+    pub fn apply(
+        &mut self,
+        changes: Vec<Change>,
+    ) -> Result<Position, strata_protocol::sync::LogError> {
+        let pos = self.log.head().next();
+        for change in changes {
+            self.note_change(&change);
+            self.log.stage(pos, change)?;
+        }
+        self.log.commit(pos);
+        Ok(pos)
+    }
+
+    /// Applies user manifests at the root in one revision; manifests identical to what
+    /// the log holds are left alone (applying twice changes nothing).
+    pub fn apply_manifests(
+        &mut self,
+        manifests: &[strata_node::objects::Manifest],
+    ) -> Result<Applied, strata_protocol::sync::LogError> {
+        let rev = strata_protocol::model::Revision(self.log.head().next().0);
+        let mut changes = Vec::new();
+        let mut unchanged = Vec::new();
+        for m in manifests {
+            let object = strata_node::objects::to_object(m, rev);
+            match self.log.get(object.key()) {
+                Some(held) if held.hash == object.hash => unchanged.push(object.key().clone()),
+                _ => changes.push(Change::Upsert(object)),
+            }
+        }
+        let applied: Vec<ObjectKey> = changes.iter().map(|c| c.key().clone()).collect();
+        let revision = if changes.is_empty() {
+            None
+        } else {
+            Some(self.apply(changes)?)
+        };
+        Ok(Applied {
+            revision,
+            applied,
+            unchanged,
+        })
+    }
+
+    fn note_change(&mut self, change: &Change) {
+        self.note_key(change.key().clone());
+    }
+
+    /// A key changed in the log: its summaries may change, and a placement changing
+    /// changes routes.
+    pub(super) fn note_key(&mut self, key: ObjectKey) {
+        if key.group == STRATA_GROUP && key.kind == PLACEMENT_KIND {
+            self.routes_stale = true;
+        }
+        self.dirty.insert(key);
+    }
+
+    pub(super) fn reload_placements(&mut self) {
+        self.placements = strata_node::objects::placements_in(&self.log);
+    }
+
+    /// Drops tombstones no child needs any more: below every live session's retention
+    /// floor and, for a child without one, its last acknowledged position, except that a
+    /// child more than [`MAX_RETAINED`] positions behind is left to a snapshot rather
+    /// than holding the log's history forever.
+    pub(super) fn compact(&mut self) {
+        let head = self.log.head();
+        let oldest_allowed = Position(head.0.saturating_sub(MAX_RETAINED));
+        let log_id = self.log.id();
+        // Per known child: what its live session still needs, or else (not connected,
+        // or connected but not subscribed yet) what it last acknowledged.
+        let floor = self
+            .allowed
+            .iter()
+            .filter_map(|name| {
+                self.children
+                    .get(name)
+                    .and_then(|c| c.session.retention_floor(&self.log))
+                    .or_else(|| {
+                        self.acked
+                            .get(name)
+                            .filter(|c| c.log == log_id)
+                            .map(|c| c.position.max(oldest_allowed))
+                    })
+            })
+            .min()
+            .unwrap_or(head);
+        if floor > self.log.floor() {
+            self.log.compact(floor);
+        }
+    }
+}
