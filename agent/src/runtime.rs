@@ -18,6 +18,7 @@ use crate::backend::ClusterBackend;
 use crate::core::{AgentCore, AgentSetup};
 
 /// What an agent needs to run.
+#[allow(missing_docs)] // backend, clock and run are what they say
 pub struct AgentParts {
     /// The cluster this agent manages (name, labels, properties).
     pub cluster: Cluster,
@@ -27,11 +28,8 @@ pub struct AgentParts {
     pub store: Arc<dyn Store>,
     /// Endpoint for reaching the parent.
     pub connector: Endpoint,
-    /// The cluster.
     pub backend: Box<dyn ClusterBackend + Send>,
-    /// The clock.
     pub clock: Clock,
-    /// This run's id.
     pub run: u64,
 }
 

@@ -183,6 +183,7 @@ impl ApiArgs {
 
 /// Why a command failed. The binary prints it with its causes, one after another.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // `NotFound` names what was asked for
 pub enum CliError {
     /// `relay serve`.
     #[error(transparent)]
@@ -216,11 +217,8 @@ pub enum CliError {
     /// `relay get KIND NAME` found nothing.
     #[error("{kind} {name:?} not found in space {space:?}")]
     NotFound {
-        /// As given.
         kind: String,
-        /// As given.
         name: String,
-        /// As given (or the default).
         space: String,
     },
     /// The answer could not be written as JSON.
@@ -254,24 +252,18 @@ pub enum CallError {
 
 /// Why manifests were not sent: nothing is sent unless every document is valid.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant names the file or directory as given, and the cause
 pub enum ManifestError {
     /// Standard input could not be read.
     #[error("reading standard input")]
     Stdin(#[source] std::io::Error),
     /// The directory given could not be listed.
     #[error("{dir}: cannot list")]
-    List {
-        /// As given.
-        dir: String,
-        /// What the file system said.
-        source: std::io::Error,
-    },
+    List { dir: String, source: std::io::Error },
     /// A file could not be read.
     #[error("{file}: cannot read")]
     Read {
-        /// The file.
         file: String,
-        /// What the file system said.
         source: std::io::Error,
     },
     /// Some documents are invalid.

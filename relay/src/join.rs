@@ -35,12 +35,11 @@ use strata_node::store::{Batch, Store};
 /// Why a relay cannot admit agents by token: a `join:` file is unusable.
 #[derive(Debug, thiserror::Error)]
 #[error("join.{field}: {path}: {reason}")]
+#[allow(missing_docs)] // `path` is the file, `reason` what is wrong with it
 pub struct JoinSetupError {
     /// The configuration field (`tokens`, `ca_cert`, `ca_key`).
     pub field: &'static str,
-    /// The file.
     pub path: PathBuf,
-    /// What is wrong.
     pub reason: String,
 }
 

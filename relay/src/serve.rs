@@ -23,6 +23,7 @@ pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Why the node a configuration describes could not start.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // `path` is the secret's file, `source` the cause
 pub enum StartError {
     /// The certificate, key or CA is unusable.
     #[error(transparent)]
@@ -44,7 +45,6 @@ pub enum StartError {
     WriteSecret {
         /// `endpoint.secret` in the data directory.
         path: PathBuf,
-        /// What the file system said.
         source: std::io::Error,
     },
     /// A `join:` file is unusable.
@@ -60,6 +60,7 @@ pub enum StartError {
 
 /// Why `relay serve` stopped with an error.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // `source` is what ended the node
 pub enum ServeError {
     /// The configuration file was refused.
     #[error(transparent)]
@@ -75,10 +76,7 @@ pub enum ServeError {
     Metrics(#[from] MetricsBindError),
     /// The node ended with an error while shutting down.
     #[error("node stopped with an error")]
-    Stopped {
-        /// What ended it.
-        source: NodeError,
-    },
+    Stopped { source: NodeError },
     /// The graceful shutdown did not finish in time.
     #[error("shutdown took longer than {deadline:?}; exiting anyway")]
     Deadline {

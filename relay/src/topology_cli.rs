@@ -59,26 +59,17 @@ pub enum TopologyCommand {
 
 /// Why a `relay topology` command failed.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // `path` is the topology file; `errors` and `warnings` count them
 pub enum TopologyCliError {
     /// The file could not be read or parsed.
     #[error(transparent)]
     Load(#[from] LoadError),
     /// `validate` found errors (each printed before).
     #[error("{path}: {errors} error(s)")]
-    Invalid {
-        /// The topology file.
-        path: PathBuf,
-        /// How many.
-        errors: usize,
-    },
+    Invalid { path: PathBuf, errors: usize },
     /// `validate --deny-warnings` found warnings (each printed before).
     #[error("{path}: {warnings} warning(s), denied by --deny-warnings")]
-    Warnings {
-        /// The topology file.
-        path: PathBuf,
-        /// How many.
-        warnings: usize,
-    },
+    Warnings { path: PathBuf, warnings: usize },
     /// Issuing the certificates failed.
     #[error(transparent)]
     Certs(#[from] CertError),

@@ -45,15 +45,11 @@ pub const SUMMARY_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Why the hierarchy could not be built.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // `node` is the node, `detail` what the generator said
 pub enum BuildError {
     /// Certificate generation failed.
     #[error("certificate for {node}: {detail}")]
-    Cert {
-        /// The node.
-        node: String,
-        /// Why.
-        detail: String,
-    },
+    Cert { node: String, detail: String },
 }
 
 /// TLS configurations of one node, made once before the simulation starts.

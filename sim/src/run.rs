@@ -18,8 +18,8 @@ const MAX_LATENCY: Duration = Duration::from_millis(5);
 
 /// What a run found.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)] // `seed` is the run's seed
 pub struct Outcome {
-    /// The seed.
     pub seed: u64,
     /// Simulated time when the run ended.
     pub ended: Duration,
@@ -42,18 +42,14 @@ pub struct Outcome {
 
 /// Why a run could not start or was cut short.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // `at` is the simulated time, `detail` turmoil's error
 pub enum RunError {
     /// Building the hierarchy failed.
     #[error(transparent)]
     Build(#[from] hosts::BuildError),
     /// turmoil stopped (a host failed or the time limit passed).
     #[error("the simulation stopped at {at}: {detail}")]
-    Sim {
-        /// Simulated time.
-        at: String,
-        /// turmoil's error.
-        detail: String,
-    },
+    Sim { at: String, detail: String },
 }
 
 #[derive(Debug, Clone)]

@@ -226,29 +226,22 @@ pub struct DeltaCheck {
     pub max_fraction: f64,
 }
 
-/// Why a scenario cannot be used.
+/// Why a scenario cannot be used. Every variant names the scenario file (`path`).
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // every variant names the scenario file (`path`)
 pub enum ScenarioError {
     /// The file could not be read.
     #[error("{path}: {source}")]
     Read {
-        /// The file.
         path: String,
-        /// Why.
         source: std::io::Error,
     },
     /// The YAML does not match the scenario format.
     #[error("{path}: {detail}")]
-    Parse {
-        /// The file.
-        path: String,
-        /// What is wrong.
-        detail: String,
-    },
+    Parse { path: String, detail: String },
     /// The topology file the scenario names is unreadable or wrong.
     #[error("{path}: topology: {source}")]
     TopologyFile {
-        /// The scenario file.
         path: String,
         /// What is wrong (naming the topology file).
         source: strata_topology::LoadError,
@@ -256,7 +249,6 @@ pub enum ScenarioError {
     /// The topology embedded in the scenario is wrong; every error is listed.
     #[error("{path}: topology: {} error(s):\n  {}", errors.len(), errors.join("\n  "))]
     Topology {
-        /// The scenario file.
         path: String,
         /// Each error, as the topology compiler names it.
         errors: Vec<String>,

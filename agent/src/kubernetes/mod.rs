@@ -63,15 +63,11 @@ pub enum Connect {
 /// holds the whole chain of causes, each said once (kube's errors repeat some of their
 /// causes in their own message and hide others).
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant names the file or API server, and the cause (`reason`)
 pub enum ConnectError {
     /// The kubeconfig file is unreadable or invalid.
     #[error("kubeconfig {path}: {reason}")]
-    Kubeconfig {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
+    Kubeconfig { path: PathBuf, reason: String },
     /// No kubeconfig found through `KUBECONFIG` or the home directory.
     #[error("no kubeconfig (KUBECONFIG or ~/.kube/config): {0}")]
     NoKubeconfig(String),
@@ -80,20 +76,13 @@ pub enum ConnectError {
     InCluster(String),
     /// The client could not be built (TLS material, proxy).
     #[error("Kubernetes client for {server}: {reason}")]
-    Client {
-        /// The API server.
-        server: String,
-        /// Why.
-        reason: String,
-    },
+    Client { server: String, reason: String },
     /// The API server refused or failed the first request.
     #[error("the Kubernetes API server at {server} {what}: {reason}")]
     Probe {
-        /// The API server.
         server: String,
         /// "denied access" or "is unreachable".
         what: &'static str,
-        /// Why.
         reason: String,
     },
 }

@@ -15,21 +15,19 @@ use serde::de::DeserializeOwned;
 /// Node names are DNS labels: they appear in certificates and in cluster paths.
 pub use strata_topology::names::check_node_name;
 
-/// Why a configuration file was refused.
+/// Why a configuration file was refused. Every variant names the file (`path`).
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant names the file (`path`)
 pub enum ConfigError {
     /// The file could not be read.
     #[error("{path}: cannot read the configuration file: {source}")]
     Read {
-        /// The file.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// The file is not valid YAML for this configuration.
     #[error("{path}: {detail}")]
     Parse {
-        /// The file.
         path: PathBuf,
         /// The parser's message, with line and column.
         detail: String,
@@ -37,7 +35,6 @@ pub enum ConfigError {
     /// The file parsed but some fields are wrong; every fault is listed.
     #[error("{path}: {}", Faults(.faults))]
     Invalid {
-        /// The file.
         path: PathBuf,
         /// Each fault: the field and what is wrong with it.
         faults: Vec<String>,

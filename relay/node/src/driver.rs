@@ -143,10 +143,10 @@ impl ParentConn {
 
 /// Where a node's parent is and how to reach it.
 #[derive(Debug)]
+#[allow(missing_docs)] // `addr` is the parent's address
 pub struct ParentAddr {
     /// The parent's node name (checked against its certificate).
     pub name: String,
-    /// Its address.
     pub addr: SocketAddr,
     /// The endpoint to dial from.
     pub connector: Endpoint,

@@ -15,6 +15,7 @@ use crate::store::{Batch, UpstreamState};
 
 /// What a parent's events mean for the node following it, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // `Closed` carries the session's error and the parent's hint
 pub enum Followed {
     /// Report everything again: the parent may not hold what was reported (it is a new
     /// parent that lost its state, or this is the first connection of this run and the
@@ -26,7 +27,6 @@ pub enum Followed {
     Changed(Change),
     /// The session ended; reconnect after the parent's hint if it gave one.
     Closed {
-        /// Why.
         error: SessionError,
         /// The parent's hint of when to come back.
         retry_after: Option<Duration>,

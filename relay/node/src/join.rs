@@ -65,17 +65,17 @@ pub async fn send_reply(conn: Connection, reply: &JoinReply) {
     conn.close(VarInt::from_u32(0), b"join exchange done");
 }
 
-/// Why an agent could not join.
+/// Why an agent could not join. A refusal names the relay, the cluster name asked for
+/// and the relay's reason; a failed exchange names the relay, its address and what went
+/// wrong.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // the fields are named in the type's doc
 pub enum JoinError {
     /// The relay refused.
     #[error("relay {relay:?} refused to admit {cluster:?}: {reason}")]
     Refused {
-        /// The relay.
         relay: String,
-        /// The cluster name asked for.
         cluster: String,
-        /// The relay's reason.
         reason: String,
     },
     /// TLS could not be set up.
@@ -87,11 +87,8 @@ pub enum JoinError {
     /// The exchange failed.
     #[error("joining relay {relay:?} at {addr}: {detail}")]
     Exchange {
-        /// The relay.
         relay: String,
-        /// Its address.
         addr: SocketAddr,
-        /// What went wrong.
         detail: String,
     },
 }

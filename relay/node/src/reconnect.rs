@@ -17,10 +17,10 @@ use crate::transport::{self, Sender};
 
 /// What the reconnect loop tells its driver.
 #[derive(Debug)]
+#[allow(missing_docs)] // `Up` carries the connection and its sender
 pub enum ParentEvent {
     /// Connected (TLS verified the parent's name).
     Up {
-        /// The connection.
         conn: Connection,
         /// Where to send messages for the parent.
         sender: Sender<ChildToParent>,

@@ -16,17 +16,14 @@ use strata_topology::certs::Ca;
 /// The ALPN protocol of node links.
 pub const ALPN: &[u8] = b"strata/1";
 
-/// Why TLS could not be set up, or a peer could not be identified.
+/// Why TLS could not be set up, or a peer could not be identified: the file or node at
+/// fault, and what is wrong with it.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant names the file or node at fault and what is wrong
 pub enum TlsError {
     /// A PEM file is missing or unusable.
     #[error("{path}: {reason}")]
-    File {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
+    File { path: PathBuf, reason: String },
     /// rustls refused the configuration.
     #[error("TLS configuration refused: {0}")]
     Config(String),
@@ -35,12 +32,7 @@ pub enum TlsError {
     Peer(String),
     /// A certificate could not be issued (see [`Identity::issue`]).
     #[error("certificate for {node}: {reason}")]
-    Issue {
-        /// The node it was for.
-        node: String,
-        /// What went wrong.
-        reason: String,
-    },
+    Issue { node: String, reason: String },
 }
 
 /// This node's certificate chain, key, and the CA it trusts.

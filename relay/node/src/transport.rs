@@ -44,15 +44,15 @@ pub mod close_code {
 /// How many messages of one class may wait to be written or handled.
 const QUEUE: usize = 1024;
 
-/// Why a link failed.
+/// Why a link failed: each variant names the address, the peer or the stream, and the
+/// cause.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant names the address, peer or stream, and the cause
 pub enum TransportError {
     /// A socket could not be bound.
     #[error("cannot bind {addr}: {source}")]
     Bind {
-        /// The address.
         addr: SocketAddr,
-        /// Why.
         source: std::io::Error,
     },
     /// TLS configuration unusable for QUIC.
@@ -61,11 +61,8 @@ pub enum TransportError {
     /// Connecting failed.
     #[error("cannot connect to {name} at {addr}: {detail}")]
     Connect {
-        /// The parent's name.
         name: String,
-        /// Its address.
         addr: SocketAddr,
-        /// Why.
         detail: String,
     },
     /// The connection closed. When this happens on first use it may be the peer
@@ -77,9 +74,7 @@ pub enum TransportError {
     /// The peer sent a frame that does not decode; the connection was closed.
     #[error("malformed {class:?} stream from the peer: {detail}")]
     Malformed {
-        /// Which stream.
         class: Option<StreamClass>,
-        /// What was wrong.
         detail: String,
     },
     /// A send queue is full: the peer does not keep up.

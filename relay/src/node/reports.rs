@@ -11,35 +11,24 @@ use strata_protocol::wire::{Report, ReportKey, ReportValue};
 
 use strata_node::store::ReportSlot;
 
-/// Why a child's report was refused.
+/// Why a child's report was refused: every variant names the reporting child, the
+/// cluster or node its report named, and the path it claimed for it where it gave one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)] // the fields are named in the type's doc
 pub enum ReportRefusal {
     /// An agent reported for a cluster other than its own.
     #[error("agent {child:?} reported for cluster {cluster:?}, which is not its own")]
-    NotItsCluster {
-        /// The reporting child.
-        child: String,
-        /// The cluster it named.
-        cluster: String,
-    },
+    NotItsCluster { child: String, cluster: String },
     /// An agent reported a link: agents have no children.
     #[error("agent {child:?} reported the link of {node:?}, but agents have no children")]
-    AgentReportedLink {
-        /// The reporting child.
-        child: String,
-        /// The node it named.
-        node: String,
-    },
+    AgentReportedLink { child: String, node: String },
     /// A relay reported a link that is not in its subtree.
     #[error(
         "relay {child:?} reported the link of {node:?} under {path:?}, which does not start with it"
     )]
     LinkOutsideSubtree {
-        /// The reporting child.
         child: String,
-        /// The node it named.
         node: String,
-        /// The link's claimed path.
         path: Vec<String>,
     },
     /// A relay reported a cluster whose path does not run through it.
@@ -47,11 +36,8 @@ pub enum ReportRefusal {
         "relay {child:?} reported cluster {cluster:?} whose path {path:?} does not pass through it"
     )]
     OutsideSubtree {
-        /// The reporting child.
         child: String,
-        /// The cluster.
         cluster: String,
-        /// The cluster's claimed path.
         path: Vec<String>,
     },
 }

@@ -27,8 +27,8 @@ use super::reports::SubtreeReports;
 use crate::join::{Admissions, Joining};
 
 /// What a node needs to run.
+#[allow(missing_docs)] // name, store, sessions and clock are what they say
 pub struct NodeParts {
-    /// Node name.
     pub name: String,
     /// Labels clusters below inherit.
     pub labels: strata_protocol::model::Labels,
@@ -36,17 +36,14 @@ pub struct NodeParts {
     pub children: Vec<String>,
     /// The parent (`None` at the root).
     pub parent: Option<(String, SocketAddr)>,
-    /// The durable store.
     pub store: Arc<dyn Store>,
     /// Where children connect, if this node has any.
     pub listener: Option<Endpoint>,
     /// The endpoint used to reach the parent.
     pub connector: Option<Endpoint>,
-    /// Session tuning.
     pub sessions: SessionConfig,
     /// How often summaries go upward.
     pub summary_interval: Duration,
-    /// The clock.
     pub clock: Clock,
     /// This run's id (new at every start).
     pub run: u64,
@@ -136,35 +133,30 @@ impl NodeHandle {
     }
 }
 
-/// A relay's own inputs (the parent's go to the driver).
+/// A relay's own inputs (the parent's go to the driver). A child's input names the
+/// child (`name`, from its certificate) and the connection (`conn_id`, new for every
+/// connection), so that a replaced connection's late inputs are told apart; a question
+/// carries where its answer goes (`reply`).
+#[allow(missing_docs)] // the fields are named in the type's doc
 pub enum RelayInput {
     /// A child's connection is up; its certificate names `name`.
     ChildUp {
-        /// The child.
         name: String,
-        /// This connection's id.
         conn_id: u64,
-        /// The connection.
         conn: Connection,
         /// Where to send the child's messages.
         sender: Sender<ParentToChild>,
     },
     /// A message from a child's connection.
     ChildMsg {
-        /// The child.
         name: String,
-        /// Its connection's id.
         conn_id: u64,
-        /// The message.
         msg: ChildToParent,
     },
     /// A child's connection is gone, and why.
     ChildDown {
-        /// The child.
         name: String,
-        /// Its connection's id.
         conn_id: u64,
-        /// Why.
         why: String,
     },
     /// A question about the core (the API, the simulation, tests).
@@ -173,9 +165,7 @@ pub enum RelayInput {
     LinkStats(oneshot::Sender<LinkStats>),
     /// An agent asks to join with a token.
     Join {
-        /// The request.
         request: JoinRequest,
-        /// Where the answer goes.
         reply: oneshot::Sender<JoinReply>,
     },
 }

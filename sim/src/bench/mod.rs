@@ -50,33 +50,28 @@ pub enum NatsChoice {
     Required(Option<PathBuf>),
 }
 
-/// The benchmark could not be run.
+/// The benchmark could not be run: what was being set up or awaited (`what`), the
+/// limit that passed (`secs`), and why or how far it got (`detail`).
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // the fields are named in the type's doc
 pub enum BenchError {
     /// Building or driving the hierarchy failed.
     #[error("setting up {what}: {detail}")]
     Setup {
         /// What was being set up.
         what: String,
-        /// Why it failed.
         detail: String,
     },
     /// Something expected never happened.
     #[error("{what} not reached within {secs} s: {detail}")]
     Timeout {
-        /// What was awaited.
         what: String,
-        /// The limit.
         secs: u64,
-        /// How far it got.
         detail: String,
     },
     /// The NATS baseline failed.
     #[error("NATS baseline: {detail}")]
-    Nats {
-        /// Why.
-        detail: String,
-    },
+    Nats { detail: String },
     /// The shape asked for is impossible.
     #[error("shape: {0}")]
     Shape(String),

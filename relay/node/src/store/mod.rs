@@ -121,31 +121,24 @@ impl Batch {
     }
 }
 
-/// Why the store failed. A failed commit leaves what was committed before intact.
+/// Why the store failed: where (the directory, the record) and what the store or the
+/// decoder said. A failed commit leaves what was committed before intact.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant says where (`path`, `record`) and what went wrong (`detail`)
 pub enum StoreError {
     /// The store could not be opened.
     #[error("cannot open the store at {path}: {detail}")]
     Open {
-        /// The directory.
         path: std::path::PathBuf,
         /// Why (permissions, another process holds it, corruption).
         detail: String,
     },
     /// A stored record does not decode.
     #[error("corrupt record {record} in the store: {detail}")]
-    Corrupt {
-        /// Which record.
-        record: String,
-        /// What the decoder said.
-        detail: String,
-    },
+    Corrupt { record: String, detail: String },
     /// A write or flush failed (a full disk, an I/O error).
     #[error("store write failed: {detail}")]
-    Write {
-        /// What the store said.
-        detail: String,
-    },
+    Write { detail: String },
 }
 
 /// A node's durable state.
