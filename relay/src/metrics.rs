@@ -84,25 +84,21 @@ pub async fn render(node: &NodeClient, store: &dyn Store) -> Option<String> {
         "strata_child_lag",
         &lag,
     );
-    let sent: Vec<(String, f64)> = links
+    // (peer label, bytes sent, bytes received) per connection, the parent's last.
+    let udp: Vec<(String, u64, u64)> = links
         .children
         .iter()
-        .map(|(c, tx, _)| (format!("{{node=\"{name}\",peer=\"{c}\"}}"), *tx as f64))
-        .chain(
-            links
-                .parent
-                .map(|(tx, _)| (format!("{{node=\"{name}\",peer=\"parent\"}}"), tx as f64)),
-        )
+        .map(|(c, tx, rx)| (c.as_str(), *tx, *rx))
+        .chain(links.parent.map(|(tx, rx)| ("parent", tx, rx)))
+        .map(|(peer, tx, rx)| (format!("{{node=\"{name}\",peer=\"{peer}\"}}"), tx, rx))
         .collect();
-    let received: Vec<(String, f64)> = links
-        .children
+    let sent: Vec<(String, f64)> = udp
         .iter()
-        .map(|(c, _, rx)| (format!("{{node=\"{name}\",peer=\"{c}\"}}"), *rx as f64))
-        .chain(
-            links
-                .parent
-                .map(|(_, rx)| (format!("{{node=\"{name}\",peer=\"parent\"}}"), rx as f64)),
-        )
+        .map(|(l, tx, _)| (l.clone(), *tx as f64))
+        .collect();
+    let received: Vec<(String, f64)> = udp
+        .iter()
+        .map(|(l, _, rx)| (l.clone(), *rx as f64))
         .collect();
     metric(
         "UDP payload bytes sent on the current connection to a peer.",

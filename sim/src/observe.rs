@@ -183,9 +183,17 @@ async fn all<T>(futures: Vec<Pin<Box<dyn Future<Output = T> + '_>>>) -> Vec<T> {
     out.into_iter().flatten().collect()
 }
 
-async fn agents_view(hierarchy: &SimHierarchy) -> BTreeMap<String, Held> {
-    let handles: Vec<_> = hierarchy
-        .agents
+/// Asks every running node of `nodes` at once (see [`all`]), by name; a node that
+/// stopped meanwhile is left out.
+async fn ask_each<H, T, Fut>(
+    nodes: &RefCell<BTreeMap<String, H>>,
+    ask: impl Fn(H) -> Fut,
+) -> BTreeMap<String, T>
+where
+    H: Clone,
+    Fut: Future<Output = Option<T>> + 'static,
+{
+    let handles: Vec<(String, H)> = nodes
         .borrow()
         .iter()
         .map(|(n, h)| (n.clone(), h.clone()))
@@ -193,39 +201,32 @@ async fn agents_view(hierarchy: &SimHierarchy) -> BTreeMap<String, Held> {
     let queries = handles
         .into_iter()
         .map(|(name, h)| {
-            Box::pin(async move {
-                let held = h
-                    .query(|a| {
-                        a.log()
-                            .live()
-                            .map(|o| (o.key().clone(), o.revision))
-                            .collect::<Held>()
-                    })
-                    .await;
-                held.map(|held| (name, held))
-            }) as Pin<Box<dyn Future<Output = _>>>
+            let answer = ask(h);
+            Box::pin(async move { answer.await.map(|v| (name, v)) })
+                as Pin<Box<dyn Future<Output = _>>>
         })
         .collect();
     all(queries).await.into_iter().flatten().collect()
 }
 
-async fn relay_heads(hierarchy: &SimHierarchy) -> BTreeMap<String, u64> {
-    let clients: Vec<_> = hierarchy
-        .relays
-        .borrow()
-        .iter()
-        .map(|(n, c)| (n.clone(), c.clone()))
-        .collect();
-    let queries = clients
-        .into_iter()
-        .map(|(name, c)| {
-            Box::pin(async move {
-                let head = c.query(|core| core.log().head().0).await;
-                head.map(|head| (name, head))
-            }) as Pin<Box<dyn Future<Output = _>>>
+async fn agents_view(hierarchy: &SimHierarchy) -> BTreeMap<String, Held> {
+    ask_each(&hierarchy.agents, |h| async move {
+        h.query(|a| {
+            a.log()
+                .live()
+                .map(|o| (o.key().clone(), o.revision))
+                .collect::<Held>()
         })
-        .collect();
-    all(queries).await.into_iter().flatten().collect()
+        .await
+    })
+    .await
+}
+
+async fn relay_heads(hierarchy: &SimHierarchy) -> BTreeMap<String, u64> {
+    ask_each(&hierarchy.relays, |c| async move {
+        c.query(|core| core.log().head().0).await
+    })
+    .await
 }
 
 pub(crate) async fn observe(

@@ -51,7 +51,8 @@ async fn apply(root: &NodeClient, text: String) -> Result<u64, BenchError> {
 }
 
 /// The encoded size (as it travels, frame header included) of the object `name`.
-async fn encoded(root: &NodeClient, name: &'static str) -> usize {
+async fn encoded(root: &NodeClient, name: impl Into<String>) -> usize {
+    let name = name.into();
     root.query(move |c| {
         c.log()
             .live()
@@ -381,17 +382,7 @@ async fn region_cut(
     let mut changed_bytes = 0usize;
     for i in 0..opts.changed {
         last = apply(root, object(&format!("changed-{i}"), opts.object_bytes, 1)).await?;
-        let key = format!("changed-{i}");
-        changed_bytes += root
-            .query(move |c| {
-                c.log()
-                    .live()
-                    .find(|o| o.key().name == key)
-                    .and_then(|o| encoded_len(o).ok())
-            })
-            .await
-            .flatten()
-            .unwrap_or(0);
+        changed_bytes += encoded(root, format!("changed-{i}")).await;
     }
     // The other regions get the changes meanwhile.
     let elsewhere = Instant::now();

@@ -1,6 +1,7 @@
 //! The sled store: one tree, records under prefixed keys, each commit one atomic
 //! `apply_batch` followed by a flush.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -86,6 +87,23 @@ impl SledStore {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Every record under `prefix`, by the name its key ends with (a child's, a
+    /// token's); `what` names such a record in errors.
+    fn by_name<T: DeserializeOwned>(
+        &self,
+        prefix: &[u8],
+        what: &str,
+    ) -> Result<BTreeMap<String, T>, StoreError> {
+        let mut out = BTreeMap::new();
+        for item in self.db.scan_prefix(prefix) {
+            let (k, v) = item.map_err(read_err)?;
+            let name = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+            let value = dec(|| format!("{what} {name:?}"), &v)?;
+            out.insert(name, value);
+        }
+        Ok(out)
+    }
 }
 
 /// Opens the database, waiting up to five seconds for a lock held by a `Db` this process
@@ -105,13 +123,17 @@ fn open_db(dir: &Path) -> sled::Result<sled::Db> {
     }
 }
 
+/// A read of the store failed.
+fn read_err(e: sled::Error) -> StoreError {
+    StoreError::Corrupt {
+        record: "(read)".into(),
+        detail: e.to_string(),
+    }
+}
+
 impl Store for SledStore {
     fn load(&self) -> Result<Stored, StoreError> {
-        let read = |e: sled::Error| StoreError::Corrupt {
-            record: "(read)".into(),
-            detail: e.to_string(),
-        };
-        let node_id = match self.db.get(NODE_ID).map_err(read)? {
+        let node_id = match self.db.get(NODE_ID).map_err(read_err)? {
             Some(v) => {
                 let bytes: [u8; 8] = v.as_ref().try_into().map_err(|_| StoreError::Corrupt {
                     record: "node id".into(),
@@ -125,43 +147,28 @@ impl Store for SledStore {
             node_id,
             ..Stored::default()
         };
-        if let Some(v) = self.db.get(LOG_META).map_err(read)? {
+        if let Some(v) = self.db.get(LOG_META).map_err(read_err)? {
             stored.log_meta = Some(dec(|| "log meta".into(), &v)?);
         }
-        if let Some(v) = self.db.get(UPSTREAM).map_err(read)? {
+        if let Some(v) = self.db.get(UPSTREAM).map_err(read_err)? {
             stored.upstream = Some(dec(|| "upstream cursor".into(), &v)?);
         }
         for item in self.db.scan_prefix(ENTRY) {
-            let (k, v) = item.map_err(read)?;
+            let (k, v) = item.map_err(read_err)?;
             let key = dec(|| format!("object key {:?}", &k[..]), &k[ENTRY.len()..])?;
             let entry = dec(|| format!("object entry {key:?}"), &v)?;
             stored.entries.push((key, entry));
         }
-        for item in self.db.scan_prefix(ACK) {
-            let (k, v) = item.map_err(read)?;
-            let child = String::from_utf8_lossy(&k[ACK.len()..]).into_owned();
-            let cursor = dec(|| format!("ack of child {child:?}"), &v)?;
-            stored.child_acks.insert(child, cursor);
-        }
-        for item in self.db.scan_prefix(RUN) {
-            let (k, v) = item.map_err(read)?;
-            let child = String::from_utf8_lossy(&k[RUN.len()..]).into_owned();
-            let run = dec(|| format!("run of child {child:?}"), &v)?;
-            stored.child_runs.insert(child, run);
-        }
+        stored.child_acks = self.by_name(ACK, "ack of child")?;
+        stored.child_runs = self.by_name(RUN, "run of child")?;
         for item in self.db.scan_prefix(REPORT) {
-            let (k, v) = item.map_err(read)?;
+            let (k, v) = item.map_err(read_err)?;
             let slot: super::ReportSlot =
                 dec(|| format!("report key {:?}", &k[..]), &k[REPORT.len()..])?;
             let report = dec(|| format!("report {slot:?}"), &v)?;
             stored.reports.insert(slot, report);
         }
-        for item in self.db.scan_prefix(JOINED) {
-            let (k, v) = item.map_err(read)?;
-            let token = String::from_utf8_lossy(&k[JOINED.len()..]).into_owned();
-            let name = dec(|| format!("joined agent of token {token:?}"), &v)?;
-            stored.joined.insert(token, name);
-        }
+        stored.joined = self.by_name(JOINED, "joined agent of token")?;
         Ok(stored)
     }
 
