@@ -17,7 +17,7 @@
 //! * [`metrics`]: Prometheus text metrics over HTTP.
 //! * [`node`]: the relay's sync core (`node::core`), what its children reported
 //!   (`node::reports`), and `node::runtime`: the core and its children's connections
-//!   as a [`strata_node::driver::Node`], plus the accept loop.
+//!   as a [`strata_node::driver::Node`]; `node::accept`, the accept loop.
 //! * [`serve`]: `relay serve`: a node from its configuration file until a signal.
 //! * [`topology_cli`]: `relay topology validate|certs|render` over [`strata_topology`].
 //! * [`up`]: `relay up`: a whole topology as processes on this machine.

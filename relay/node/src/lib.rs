@@ -17,14 +17,14 @@
 //! * [`objects`]: user manifests (any Kubernetes object) into objects; placements.
 //! * [`config`]: the `parent` and `tls` sections, names, addresses, file errors.
 //! * [`join`]: the join exchange's wire, and joining a relay with a token.
-//! * [`process`]: logging, stop signals, random run ids.
+//! * [`process`]: logging, stop signals, the system's randomness (run ids, secrets).
 //!
 //! # Data flow
 //!
 //! An object, from a user to a cluster:
 //! 1. the root's API (`relay/src/api/`) parses manifests ([`objects`]) and
-//!    `NodeCore::apply_manifests` appends them to the object log
-//!    (`protocol/src/sync/log.rs`) in one revision;
+//!    `NodeCore::apply_manifests` (`relay/src/node/core/log.rs`) appends them to the
+//!    object log (`protocol/src/sync/log.rs`) in one revision;
 //! 2. the [`driver::Driver`] commits the log to the [`store`] before anything is sent;
 //! 3. `NodeCore::transmit` drains each child's `ChildSession`
 //!    (`protocol/src/sync/child_session.rs`), which routes by placement
@@ -42,8 +42,9 @@
 //! 1. the backend's statuses become reports in `AgentCore::process`, queued in the
 //!    link's report outbox (`protocol/src/sync/reports.rs`) and sent by
 //!    `ParentLink::poll_transmit` on the reports stream;
-//! 2. the relay's `ChildSession` takes them in; `NodeCore` checks they lie in the
-//!    child's subtree (`relay/src/node/reports.rs`), stores them, and merges summaries
+//! 2. the relay's `ChildSession` takes them in (its events are handled in
+//!    `relay/src/node/core/children.rs`); `NodeCore` checks they lie in the child's
+//!    subtree (`relay/src/node/reports.rs`), stores them, and merges summaries
 //!    (`relay/src/node/core/upward.rs`, `protocol/src/summary.rs`);
 //! 3. the relay pushes changed summaries, clusters and links to its own parent through
 //!    its follower, and so on up to the root, whose API answers from its reports.
