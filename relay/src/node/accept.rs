@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use super::runtime::RelayInput;
+use super::input::RelayInput;
 use crate::join::{self, Joining};
 
 /// Accepts connections until the endpoint closes; every connection's task belongs to

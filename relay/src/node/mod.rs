@@ -5,8 +5,11 @@
 //! * [`runtime`]: the core driven by the node layer's driver, with the children's
 //!   connections; [`runtime::start`] starts a node.
 //! * `accept`: the listener's accept loop, one task per incoming connection.
+//! * `input`: the relay's own inputs to the driver ([`runtime::RelayInput`]), and the
+//!   answers some of them wait for.
 
 mod accept;
 pub mod core;
+mod input;
 pub mod reports;
 pub mod runtime;

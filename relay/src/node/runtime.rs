@@ -15,14 +15,13 @@ use strata_node::store::{Store, StoreError};
 use strata_node::transport::{self, Sender, close_code};
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
 use strata_protocol::time::Instant;
-use strata_protocol::wire::{
-    ChildToParent, ErrorCode, JoinReply, JoinRequest, ParentToChild, Role, StreamClass,
-};
-use tokio::sync::{mpsc, oneshot};
+use strata_protocol::wire::{ErrorCode, JoinReply, ParentToChild, Role};
+use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::accept::accept_loop;
 use super::core::{CoreSetup, NodeCore, Outgoing, new_log};
+pub use super::input::{LinkStats, Query, RelayInput};
 use super::reports::SubtreeReports;
 use crate::join::{Admissions, Joining};
 
@@ -67,9 +66,6 @@ pub enum NodeError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
-
-/// A request to the core from the API or a test, answered with a snapshot of state.
-pub type Query = Box<dyn FnOnce(&mut NodeCore) + Send>;
 
 /// A running node.
 #[derive(Debug)]
@@ -131,69 +127,6 @@ impl NodeHandle {
         self.inner.wait().await;
         Ok(())
     }
-}
-
-/// A relay's own inputs (the parent's go to the driver). A child's input names the
-/// child (`name`, from its certificate) and the connection (`conn_id`, new for every
-/// connection), so that a replaced connection's late inputs are told apart; a question
-/// carries where its answer goes (`reply`).
-#[allow(missing_docs)] // the fields are named in the type's doc
-pub enum RelayInput {
-    /// A child's connection is up; its certificate names `name`.
-    ChildUp {
-        name: String,
-        conn_id: u64,
-        conn: Connection,
-        /// Where to send the child's messages.
-        sender: Sender<ParentToChild>,
-    },
-    /// A message from a child's connection.
-    ChildMsg {
-        name: String,
-        conn_id: u64,
-        msg: ChildToParent,
-    },
-    /// A child's connection is gone, and why.
-    ChildDown {
-        name: String,
-        conn_id: u64,
-        why: String,
-    },
-    /// A question about the core (the API, the simulation, tests).
-    Query(Query),
-    /// Bytes on the node's connections.
-    LinkStats(oneshot::Sender<LinkStats>),
-    /// An agent asks to join with a token.
-    Join {
-        request: JoinRequest,
-        reply: oneshot::Sender<JoinReply>,
-    },
-}
-
-impl std::fmt::Debug for RelayInput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            RelayInput::ChildUp { .. } => "ChildUp",
-            RelayInput::ChildMsg { .. } => "ChildMsg",
-            RelayInput::ChildDown { .. } => "ChildDown",
-            RelayInput::Query(_) => "Query",
-            RelayInput::LinkStats(_) => "LinkStats",
-            RelayInput::Join { .. } => "Join",
-        })
-    }
-}
-
-/// Bytes on this node's links (UDP payload, as quinn counts it), for benchmarks and
-/// metrics.
-#[derive(Debug, Clone, Default)]
-pub struct LinkStats {
-    /// Per connected child: (name, bytes sent, bytes received).
-    pub children: Vec<(String, u64, u64)>,
-    /// To and from the parent: (bytes sent, bytes received).
-    pub parent: Option<(u64, u64)>,
-    /// Framed bytes per stream class on every live connection: (peer, class, sent,
-    /// received); the parent is the peer `parent`.
-    pub streams: Vec<(String, StreamClass, u64, u64)>,
 }
 
 /// Starts a node from its store and returns its handle.

@@ -1,0 +1,76 @@
+//! What reaches a relay's driver besides its parent's messages: its children's
+//! connections and messages (from the accept loop), questions about its core (the
+//! API, the simulation, tests), and join requests.
+
+use quinn::Connection;
+use strata_node::transport::Sender;
+use strata_protocol::wire::{ChildToParent, JoinReply, JoinRequest, ParentToChild, StreamClass};
+use tokio::sync::oneshot;
+
+use super::core::NodeCore;
+
+/// A request to the core from the API or a test, answered with a snapshot of state.
+pub type Query = Box<dyn FnOnce(&mut NodeCore) + Send>;
+
+/// A relay's own inputs (the parent's go to the driver). A child's input names the
+/// child (`name`, from its certificate) and the connection (`conn_id`, new for every
+/// connection), so that a replaced connection's late inputs are told apart; a question
+/// carries where its answer goes (`reply`).
+#[allow(missing_docs)] // the fields are named in the type's doc
+pub enum RelayInput {
+    /// A child's connection is up; its certificate names `name`.
+    ChildUp {
+        name: String,
+        conn_id: u64,
+        conn: Connection,
+        /// Where to send the child's messages.
+        sender: Sender<ParentToChild>,
+    },
+    /// A message from a child's connection.
+    ChildMsg {
+        name: String,
+        conn_id: u64,
+        msg: ChildToParent,
+    },
+    /// A child's connection is gone, and why.
+    ChildDown {
+        name: String,
+        conn_id: u64,
+        why: String,
+    },
+    /// A question about the core (the API, the simulation, tests).
+    Query(Query),
+    /// Bytes on the node's connections.
+    LinkStats(oneshot::Sender<LinkStats>),
+    /// An agent asks to join with a token.
+    Join {
+        request: JoinRequest,
+        reply: oneshot::Sender<JoinReply>,
+    },
+}
+
+impl std::fmt::Debug for RelayInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RelayInput::ChildUp { .. } => "ChildUp",
+            RelayInput::ChildMsg { .. } => "ChildMsg",
+            RelayInput::ChildDown { .. } => "ChildDown",
+            RelayInput::Query(_) => "Query",
+            RelayInput::LinkStats(_) => "LinkStats",
+            RelayInput::Join { .. } => "Join",
+        })
+    }
+}
+
+/// Bytes on this node's links (UDP payload, as quinn counts it), for benchmarks and
+/// metrics.
+#[derive(Debug, Clone, Default)]
+pub struct LinkStats {
+    /// Per connected child: (name, bytes sent, bytes received).
+    pub children: Vec<(String, u64, u64)>,
+    /// To and from the parent: (bytes sent, bytes received).
+    pub parent: Option<(u64, u64)>,
+    /// Framed bytes per stream class on every live connection: (peer, class, sent,
+    /// received); the parent is the peer `parent`.
+    pub streams: Vec<(String, StreamClass, u64, u64)>,
+}
