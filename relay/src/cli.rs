@@ -206,9 +206,7 @@ pub enum CliError {
     /// `relay kubeconfig` could not read the CA to inline.
     #[error("cannot read the CA {path}")]
     ReadCa {
-        /// `--ca`, as given.
         path: PathBuf,
-        /// What the file system said.
         source: std::io::Error,
     },
     /// `relay delete` was given neither a file nor a kind and a name.
