@@ -37,116 +37,165 @@ fn identity(dir: &Path, ca: &Ca, name: &str) -> Identity {
     Identity::load(&cert, &key, &ca_path).unwrap()
 }
 
-fn start_node(
-    dir: &Path,
-    ca: &Ca,
-    name: &str,
-    parent: Option<(&str, SocketAddr)>,
-    children: &[&str],
-    store: MemStore,
-) -> (NodeHandle, SocketAddr) {
-    start_labelled(dir, ca, name, parent, children, store, &[])
-}
-
-fn start_labelled(
-    dir: &Path,
-    ca: &Ca,
-    name: &str,
-    parent: Option<(&str, SocketAddr)>,
-    children: &[&str],
-    store: MemStore,
-    labels: &[(&str, &str)],
-) -> (NodeHandle, SocketAddr) {
-    let id = identity(dir, ca, name);
-    let listener = transport::server_endpoint(
-        "127.0.0.1:0".parse().unwrap(),
-        tls::server_config(&id).unwrap(),
-        [name.len() as u8; 32],
-    )
-    .unwrap();
-    let addr = listener.local_addr().unwrap();
-    let connector = parent.map(|_| {
-        transport::client_endpoint(
-            "127.0.0.1:0".parse().unwrap(),
-            tls::client_config(&id).unwrap(),
-        )
-        .unwrap()
-    });
-    let handle = node::start(NodeParts {
-        name: name.into(),
-        labels: labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-        children: children.iter().map(|c| (*c).to_owned()).collect(),
-        parent: parent.map(|(n, a)| (n.to_owned(), a)),
-        store: Arc::new(store) as Arc<dyn Store>,
-        listener: Some(listener),
-        connector,
-        sessions: SessionConfig::default(),
-        summary_interval: Duration::from_millis(100),
-        clock: Clock::start(),
-        run: rand_run(name),
-        joining: None,
-    })
-    .unwrap();
-    (handle, addr)
-}
-
 fn rand_run(name: &str) -> u64 {
     name.bytes()
         .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
         ^ u64::from(std::process::id())
 }
 
-fn start_agent(dir: &Path, ca: &Ca, name: &str, role: &str, parent: SocketAddr) -> AgentHandle {
-    start_agent_under(dir, ca, name, role, "site-1", parent)
+/// The hierarchy a test builds, node by node, over QUIC on loopback: each node gets a
+/// certificate from the test's CA, so a test reads as the tree it sets up.
+struct Hierarchy<'a> {
+    dir: &'a Path,
+    ca: &'a Ca,
 }
 
-fn start_agent_under(
-    dir: &Path,
-    ca: &Ca,
-    name: &str,
-    role: &str,
-    parent_name: &str,
-    parent: SocketAddr,
-) -> AgentHandle {
-    let backend = Box::new(SimulatedCluster::new(SimulatedConfig {
-        ready_delay: Duration::from_millis(200),
-        fail_all: None,
-    }));
-    start_agent_with(dir, ca, name, role, (parent_name, parent), backend)
+impl<'a> Hierarchy<'a> {
+    /// A relay named `name`; `.start()` runs it.
+    fn relay(&self, name: &'a str) -> RelaySpec<'a> {
+        RelaySpec {
+            h: Hierarchy {
+                dir: self.dir,
+                ca: self.ca,
+            },
+            name,
+            parent: None,
+            children: &[],
+            store: MemStore::new(rand_run(name)),
+        }
+    }
+
+    /// An agent named `name` with `role: ROLE`, below `site-1` unless told otherwise.
+    fn agent(&self, name: &'a str, role: &'a str) -> AgentSpec<'a> {
+        AgentSpec {
+            h: Hierarchy {
+                dir: self.dir,
+                ca: self.ca,
+            },
+            name,
+            role,
+            parent: ("site-1", None),
+            backend: None,
+        }
+    }
 }
 
-fn start_agent_with(
-    dir: &Path,
-    ca: &Ca,
-    name: &str,
-    role: &str,
-    (parent_name, parent): (&str, SocketAddr),
-    backend: Box<dyn ClusterBackend + Send>,
-) -> AgentHandle {
-    let id = identity(dir, ca, name);
-    let connector = transport::client_endpoint(
-        "127.0.0.1:0".parse().unwrap(),
-        tls::client_config(&id).unwrap(),
-    )
-    .unwrap();
-    agent::start(AgentParts {
-        cluster: Cluster {
-            name: name.into(),
-            labels: [("role".to_owned(), role.to_owned())].into(),
-            properties: BTreeMap::new(),
-            path: vec![],
-        },
-        parent: (parent_name.into(), parent),
-        store: Arc::new(MemStore::new(rand_run(name))),
-        connector,
-        backend,
-        clock: Clock::start(),
-        run: rand_run(name),
-    })
-    .unwrap()
+struct RelaySpec<'a> {
+    h: Hierarchy<'a>,
+    name: &'a str,
+    parent: Option<(&'a str, SocketAddr)>,
+    children: &'a [&'a str],
+    store: MemStore,
+}
+
+impl<'a> RelaySpec<'a> {
+    fn parent(mut self, name: &'a str, addr: SocketAddr) -> Self {
+        self.parent = Some((name, addr));
+        self
+    }
+
+    fn children(mut self, children: &'a [&'a str]) -> Self {
+        self.children = children;
+        self
+    }
+
+    fn store(mut self, store: MemStore) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// Runs the relay; returns it and where its children connect.
+    fn start(self) -> (NodeHandle, SocketAddr) {
+        let id = identity(self.h.dir, self.h.ca, self.name);
+        let listener = transport::server_endpoint(
+            "127.0.0.1:0".parse().unwrap(),
+            tls::server_config(&id).unwrap(),
+            [self.name.len() as u8; 32],
+        )
+        .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connector = self.parent.map(|_| {
+            transport::client_endpoint(
+                "127.0.0.1:0".parse().unwrap(),
+                tls::client_config(&id).unwrap(),
+            )
+            .unwrap()
+        });
+        let handle = node::start(NodeParts {
+            name: self.name.into(),
+            labels: BTreeMap::new(),
+            children: self.children.iter().map(|c| (*c).to_owned()).collect(),
+            parent: self.parent.map(|(n, a)| (n.to_owned(), a)),
+            store: Arc::new(self.store) as Arc<dyn Store>,
+            listener: Some(listener),
+            connector,
+            sessions: SessionConfig::default(),
+            summary_interval: Duration::from_millis(100),
+            clock: Clock::start(),
+            run: rand_run(self.name),
+            joining: None,
+        })
+        .unwrap();
+        (handle, addr)
+    }
+}
+
+struct AgentSpec<'a> {
+    h: Hierarchy<'a>,
+    name: &'a str,
+    role: &'a str,
+    parent: (&'a str, Option<SocketAddr>),
+    backend: Option<Box<dyn ClusterBackend + Send>>,
+}
+
+impl<'a> AgentSpec<'a> {
+    /// Below `site-1` at `addr`.
+    fn under(mut self, addr: SocketAddr) -> Self {
+        self.parent.1 = Some(addr);
+        self
+    }
+
+    /// Below the relay `name` at `addr`.
+    fn under_relay(mut self, name: &'a str, addr: SocketAddr) -> Self {
+        self.parent = (name, Some(addr));
+        self
+    }
+
+    /// With this cluster instead of a simulated one that is ready after 200 ms.
+    fn backend(mut self, backend: Box<dyn ClusterBackend + Send>) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    fn start(self) -> AgentHandle {
+        let id = identity(self.h.dir, self.h.ca, self.name);
+        let connector = transport::client_endpoint(
+            "127.0.0.1:0".parse().unwrap(),
+            tls::client_config(&id).unwrap(),
+        )
+        .unwrap();
+        let backend = self.backend.unwrap_or_else(|| {
+            Box::new(SimulatedCluster::new(SimulatedConfig {
+                ready_delay: Duration::from_millis(200),
+                fail_all: None,
+            }))
+        });
+        agent::start(AgentParts {
+            cluster: Cluster {
+                name: self.name.into(),
+                labels: [("role".to_owned(), self.role.to_owned())].into(),
+                properties: BTreeMap::new(),
+                path: vec![],
+            },
+            parent: (self.parent.0.into(), self.parent.1.unwrap()),
+            store: Arc::new(MemStore::new(rand_run(self.name))),
+            connector,
+            backend,
+            clock: Clock::start(),
+            run: rand_run(self.name),
+        })
+        .unwrap()
+    }
 }
 
 const APP: &str = "
@@ -189,25 +238,24 @@ async fn deployment_key(root: &NodeHandle) -> strata_protocol::model::ObjectKey 
 async fn a_certificate_for_another_subtree_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::generate("test").unwrap();
-    let (root, root_addr) = start_node(
-        dir.path(),
-        &ca,
-        "center",
-        None,
-        &["site-1"],
-        MemStore::new(31),
-    );
-    let (site, site_addr) = start_node(
-        dir.path(),
-        &ca,
-        "site-1",
-        Some(("center", root_addr)),
-        &["pos-1"],
-        MemStore::new(32),
-    );
-    let pos = start_agent(dir.path(), &ca, "pos-1", "pos", site_addr);
+    let h = Hierarchy {
+        dir: dir.path(),
+        ca: &ca,
+    };
+    let (root, root_addr) = h
+        .relay("center")
+        .children(&["site-1"])
+        .store(MemStore::new(31))
+        .start();
+    let (site, site_addr) = h
+        .relay("site-1")
+        .parent("center", root_addr)
+        .children(&["pos-1"])
+        .store(MemStore::new(32))
+        .start();
+    let pos = h.agent("pos-1", "pos").under(site_addr).start();
     // "pos-9" holds a valid certificate of the hierarchy but belongs elsewhere.
-    let rogue = start_agent(dir.path(), &ca, "pos-9", "pos", site_addr);
+    let rogue = h.agent("pos-9", "pos").under(site_addr).start();
     eventually("site-1 serves pos-1", || async {
         site.query(|c| c.children().any(|(n, _)| n == "pos-1"))
             .await
@@ -247,24 +295,23 @@ async fn a_certificate_for_another_subtree_is_refused() {
 async fn a_restarted_relay_resyncs_only_the_delta_and_serves_from_cache_without_its_parent() {
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::generate("test").unwrap();
-    let (root, root_addr) = start_node(
-        dir.path(),
-        &ca,
-        "center",
-        None,
-        &["site-1"],
-        MemStore::new(41),
-    );
+    let h = Hierarchy {
+        dir: dir.path(),
+        ca: &ca,
+    };
+    let (root, root_addr) = h
+        .relay("center")
+        .children(&["site-1"])
+        .store(MemStore::new(41))
+        .start();
     let site_store = MemStore::new(42);
-    let (site, site_addr) = start_node(
-        dir.path(),
-        &ca,
-        "site-1",
-        Some(("center", root_addr)),
-        &["pos-1", "pos-2"],
-        site_store.clone(),
-    );
-    let pos = start_agent(dir.path(), &ca, "pos-1", "pos", site_addr);
+    let (site, site_addr) = h
+        .relay("site-1")
+        .parent("center", root_addr)
+        .children(&["pos-1", "pos-2"])
+        .store(site_store.clone())
+        .start();
+    let pos = h.agent("pos-1", "pos").under(site_addr).start();
     eventually("the root knows pos-1", || async {
         root.query(|c| c.reports().clusters().count()).await == Some(1)
     })
@@ -298,14 +345,12 @@ async fn a_restarted_relay_resyncs_only_the_delta_and_serves_from_cache_without_
     // The site goes away; one object changes; the site comes back on its store.
     site.shutdown().await.unwrap();
     let rev = apply(&root, &many(2, Some(7))).await;
-    let (site, site_addr2) = start_node(
-        dir.path(),
-        &ca,
-        "site-1",
-        Some(("center", root_addr)),
-        &["pos-1", "pos-2"],
-        site_store,
-    );
+    let (site, site_addr2) = h
+        .relay("site-1")
+        .parent("center", root_addr)
+        .children(&["pos-1", "pos-2"])
+        .store(site_store)
+        .start();
     eventually("the site caught up", || async {
         site.query(move |c| {
             c.log()
@@ -325,7 +370,10 @@ async fn a_restarted_relay_resyncs_only_the_delta_and_serves_from_cache_without_
     // The root becomes unreachable; a new cluster joins the site with nothing and is
     // served from the site's cache.
     root.shutdown().await.unwrap();
-    let newcomer = start_agent_under(dir.path(), &ca, "pos-2", "pos", "site-1", site_addr2);
+    let newcomer = h
+        .agent("pos-2", "pos")
+        .under_relay("site-1", site_addr2)
+        .start();
     eventually(
         "pos-2 got all forty objects from the site alone",
         || async { newcomer.query(|a| a.log().live().count()).await == Some(40) },
@@ -342,24 +390,23 @@ async fn a_restarted_relay_resyncs_only_the_delta_and_serves_from_cache_without_
 async fn a_full_disk_holds_acknowledgements_back_until_there_is_room() {
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::generate("test").unwrap();
-    let (root, root_addr) = start_node(
-        dir.path(),
-        &ca,
-        "center",
-        None,
-        &["site-1"],
-        MemStore::new(51),
-    );
+    let h = Hierarchy {
+        dir: dir.path(),
+        ca: &ca,
+    };
+    let (root, root_addr) = h
+        .relay("center")
+        .children(&["site-1"])
+        .store(MemStore::new(51))
+        .start();
     let site_store = MemStore::new(52);
-    let (site, site_addr) = start_node(
-        dir.path(),
-        &ca,
-        "site-1",
-        Some(("center", root_addr)),
-        &["pos-1"],
-        site_store.clone(),
-    );
-    let pos = start_agent(dir.path(), &ca, "pos-1", "pos", site_addr);
+    let (site, site_addr) = h
+        .relay("site-1")
+        .parent("center", root_addr)
+        .children(&["pos-1"])
+        .store(site_store.clone())
+        .start();
+    let pos = h.agent("pos-1", "pos").under(site_addr).start();
     eventually("the root knows pos-1", || async {
         root.query(|c| c.reports().clusters().count()).await == Some(1)
     })
@@ -418,27 +465,25 @@ async fn a_full_disk_holds_acknowledgements_back_until_there_is_room() {
 async fn a_kubernetes_cluster_is_kept_and_reports_through_the_hierarchy() {
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::generate("test").unwrap();
+    let h = Hierarchy {
+        dir: dir.path(),
+        ca: &ca,
+    };
     let fake = fake_apiserver::FakeApiServer::start().await;
     let client = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(dir.path())))
         .await
         .unwrap();
-    let (root, root_addr) = start_node(
-        dir.path(),
-        &ca,
-        "center",
-        None,
-        &["pos-k"],
-        MemStore::new(31),
-    );
+    let (root, root_addr) = h
+        .relay("center")
+        .children(&["pos-k"])
+        .store(MemStore::new(31))
+        .start();
     let backend = KubeCluster::start(client, KubeOptions::default(), Clock::start());
-    let pos = start_agent_with(
-        dir.path(),
-        &ca,
-        "pos-k",
-        "pos",
-        ("center", root_addr),
-        Box::new(backend),
-    );
+    let pos = h
+        .agent("pos-k", "pos")
+        .under_relay("center", root_addr)
+        .backend(Box::new(backend))
+        .start();
     eventually("the root knows the cluster", || async {
         root.query(|c| c.reports().clusters().count()).await == Some(1)
     })
@@ -493,6 +538,10 @@ async fn a_kubernetes_cluster_is_kept_and_reports_through_the_hierarchy() {
 async fn leaf_born_objects_reach_the_root_through_a_relay_and_follow_their_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::generate("test").unwrap();
+    let h = Hierarchy {
+        dir: dir.path(),
+        ca: &ca,
+    };
     let fake = fake_apiserver::FakeApiServer::start().await;
     let client = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(dir.path())))
         .await
@@ -515,31 +564,23 @@ async fn leaf_born_objects_reach_the_root_through_a_relay_and_follow_their_clust
     .await;
     fake.insert("", "configmaps", Some("audit"), cm("scratch", None, 0))
         .await;
-    let (root, root_addr) = start_node(
-        dir.path(),
-        &ca,
-        "center",
-        None,
-        &["site"],
-        MemStore::new(41),
-    );
-    let (site, site_addr) = start_node(
-        dir.path(),
-        &ca,
-        "site",
-        Some(("center", root_addr)),
-        &["pos-k"],
-        MemStore::new(42),
-    );
+    let (root, root_addr) = h
+        .relay("center")
+        .children(&["site"])
+        .store(MemStore::new(41))
+        .start();
+    let (site, site_addr) = h
+        .relay("site")
+        .parent("center", root_addr)
+        .children(&["pos-k"])
+        .store(MemStore::new(42))
+        .start();
     let backend = KubeCluster::start(client, KubeOptions::default(), Clock::start());
-    let pos = start_agent_with(
-        dir.path(),
-        &ca,
-        "pos-k",
-        "pos",
-        ("site", site_addr),
-        Box::new(backend),
-    );
+    let pos = h
+        .agent("pos-k", "pos")
+        .under_relay("site", site_addr)
+        .backend(Box::new(backend))
+        .start();
     apply(
         &root,
         "
