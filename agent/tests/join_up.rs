@@ -12,9 +12,8 @@
 
 mod common;
 
-use std::io::BufRead;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use common::{Proc, bin, write};
@@ -85,38 +84,13 @@ fn an_agent_run_joins_once_with_its_token_and_restarts_on_its_saved_certificate(
     let file = t.join("joins.yaml");
     write(&file, TOPOLOGY);
     let dir = t.join("data");
-    let mut child = Command::new(bin("relay"))
-        .args([
-            "up",
-            file.to_str().unwrap(),
-            "--data",
-            dir.to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    let (child, lines) = common::relay_up(&file, &dir);
     let up = Up(child);
-    let mut lines = std::io::BufReader::new(stdout).lines();
-    let mut export = None;
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if line.contains("export STRATA_SERVER=") {
-            export = Some(line);
-            break;
-        }
-    }
-    // Keep reading what relay up prints, so that it never writes into a closed pipe.
-    std::thread::spawn(move || lines.for_each(drop));
+    let export = lines
+        .iter()
+        .find(|line| line.contains("export STRATA_SERVER="));
     let export = export.expect("relay up printed no STRATA_* line");
-    let env: Vec<(String, String)> = export
-        .trim()
-        .trim_start_matches("export ")
-        .split(' ')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
+    let env = common::export_env(&export);
     let eu = strata_relay::config::NodeConfig::load(&files::node_config(&dir, "eu")).unwrap();
     assert!(eu.join.is_some(), "the rendered eu config has no join:");
     let eu_addr = eu.listen.unwrap();

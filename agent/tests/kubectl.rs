@@ -11,10 +11,8 @@
 
 mod common;
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -125,42 +123,13 @@ impl Drop for Up {
 
 /// Starts the hierarchy; returns it and the `STRATA_*` variables it printed.
 fn up(file: &Path, dir: &Path) -> (Up, Vec<(String, String)>) {
-    let mut child = Command::new(common::bin("relay"))
-        .args([
-            "up",
-            file.to_str().unwrap(),
-            "--data",
-            dir.to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (child, rx) = common::relay_up(file, dir);
     let up = Up { child };
     for _ in 0..1200 {
         if let Ok(line) = rx.recv_timeout(Duration::from_millis(100))
             && line.contains("export STRATA_SERVER=")
         {
-            let env = line
-                .trim()
-                .trim_start_matches("export ")
-                .split(' ')
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect();
-            return (up, env);
+            return (up, common::export_env(&line));
         }
     }
     panic!("relay up never printed its credentials");

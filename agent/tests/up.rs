@@ -10,9 +10,8 @@
 
 mod common;
 
-use std::io::BufRead;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -66,27 +65,7 @@ struct Up {
 
 impl Up {
     fn start(file: &Path, dir: &Path) -> Up {
-        let mut child = Command::new(common::bin("relay"))
-            .args([
-                "up",
-                file.to_str().unwrap(),
-                "--data",
-                dir.to_str().unwrap(),
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let (child, lines) = common::relay_up(file, dir);
         Up {
             child,
             lines,
@@ -164,15 +143,6 @@ impl Drop for Up {
     }
 }
 
-fn env_of(line: &str) -> Vec<(String, String)> {
-    line.trim()
-        .trim_start_matches("export ")
-        .split(' ')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
 #[test]
 fn relay_up_connects_every_link_and_stops_every_process() {
     let tmp = tempfile::tempdir().unwrap();
@@ -193,7 +163,7 @@ fn relay_up_connects_every_link_and_stops_every_process() {
     for _ in 0..100 {
         let out = Command::new(common::bin("relay"))
             .arg("clusters")
-            .envs(env_of(&export))
+            .envs(common::export_env(&export))
             .output()
             .unwrap();
         assert!(

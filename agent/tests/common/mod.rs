@@ -177,3 +177,43 @@ where
     }
     panic!("timed out waiting until {what}");
 }
+
+/// Starts `relay up FILE --data DIR` with its standard output read line by line on a
+/// thread until it ends (so it never writes into a closed pipe, even once the receiver
+/// is dropped); the lines arrive on the receiver.
+pub fn relay_up(file: &Path, dir: &Path) -> (Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut child = Command::new(bin("relay"))
+        .args([
+            "up",
+            file.to_str().unwrap(),
+            "--data",
+            dir.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    (child, lines)
+}
+
+/// The variables of the `export STRATA_SERVER=... STRATA_TOKEN=...` line `relay up`
+/// prints.
+pub fn export_env(line: &str) -> Vec<(String, String)> {
+    line.trim()
+        .trim_start_matches("export ")
+        .split(' ')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
