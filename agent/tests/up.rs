@@ -127,19 +127,7 @@ impl Drop for Up {
     /// On a failed assertion: SIGTERM, so that `relay up` stops its nodes (a SIGKILL
     /// would leave them running), then SIGKILL after 30 s.
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &self.child.id().to_string()])
-                .status();
-            for _ in 0..300 {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        common::stop_relay_up(&mut self.child);
     }
 }
 

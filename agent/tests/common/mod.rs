@@ -217,3 +217,21 @@ pub fn export_env(line: &str) -> Vec<(String, String)> {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect()
 }
+
+/// Stops a `relay up`: SIGTERM, so that it stops its nodes (a SIGKILL would leave them
+/// running), then SIGKILL after 30 s.
+pub fn stop_relay_up(child: &mut Child) {
+    if let Ok(None) = child.try_wait() {
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        for _ in 0..300 {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -13,6 +13,18 @@ use super::{Answer, ResourceOp, failure, patch, protobuf, render, ssa};
 use crate::node::core::NodeCore;
 
 impl ResourceOp {
+    /// A patch document (JSON).
+    fn patch_body(&self) -> Result<Value, Answer> {
+        serde_json::from_slice(&self.body).map_err(|e| {
+            failure(
+                400,
+                "BadRequest",
+                format!("the patch does not parse: {e}"),
+                None,
+            )
+        })
+    }
+
     /// The body, checked to name the object the URL names.
     fn named_body(&self, name: &str) -> Result<Value, Answer> {
         let value = self.body()?;
@@ -277,16 +289,9 @@ impl ResourceOp {
             "GET" => return (200, scale),
             "PUT" => self.body().map(|b| scale = b),
             "PATCH" => {
-                let patch: Value = match serde_json::from_slice(&self.body) {
+                let patch = match self.patch_body() {
                     Ok(p) => p,
-                    Err(e) => {
-                        return failure(
-                            400,
-                            "BadRequest",
-                            format!("the patch does not parse: {e}"),
-                            None,
-                        );
-                    }
+                    Err(a) => return a,
                 };
                 if self.content_type.contains("json-patch") {
                     patch::json_patch(&mut scale, &patch)
@@ -357,16 +362,9 @@ impl ResourceOp {
         };
         let revision = current.revision.0.to_string();
         let mut value = render::object(core, current);
-        let patch: Value = match serde_json::from_slice(&self.body) {
+        let patch = match self.patch_body() {
             Ok(p) => p,
-            Err(e) => {
-                return failure(
-                    400,
-                    "BadRequest",
-                    format!("the patch does not parse: {e}"),
-                    None,
-                );
-            }
+            Err(a) => return a,
         };
         let result = if self.content_type.contains("json-patch") {
             patch::json_patch(&mut value, &patch)
