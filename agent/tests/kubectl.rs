@@ -205,6 +205,13 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
     let file = tmp.path().join("kube.yaml");
     std::fs::write(&file, TOPOLOGY).unwrap();
     let dir = tmp.path().join("data");
+    // An admin token, and a token that may only read.
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("api.tokens"),
+        "admin-token-0123456789\nviewer-token-0123456789 user=dash role=view\n",
+    )
+    .unwrap();
     let (_up, env) = up(&file, &dir);
     let f = Fleet {
         dir: tmp.path().to_owned(),
@@ -452,6 +459,26 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
     f.ok("helm", &["uninstall", "cafe", "-n", "cafe"]);
     let left = f.ok("kubectl", &["get", "deploy,cm", "-n", "cafe", "-o", "name"]);
     assert!(left.trim().is_empty(), "{left}");
+
+    // Who may do what: an admin may create; a viewer reads, is refused a write (403,
+    // naming why), and kubectl auth can-i says so.
+    let can = f.ok(
+        "kubectl",
+        &["auth", "can-i", "create", "deployments", "-n", "shop"],
+    );
+    assert_eq!(can.trim(), "yes");
+    f.write(
+        "kubeconfig",
+        &kubeconfig.replace("admin-token-0123456789", "viewer-token-0123456789"),
+    );
+    f.ok("kubectl", &["get", "deploy", "-A"]);
+    let no = f.fails(
+        "kubectl",
+        &["auth", "can-i", "create", "deployments", "-n", "shop"],
+    );
+    assert!(no.starts_with("no") && no.contains("has role view"), "{no}");
+    let err = f.fails("kubectl", &["apply", "-f", &app]);
+    assert!(err.contains("has role view"), "{err}");
 
     // A wrong token is refused.
     let wrong = kubeconfig.replace(

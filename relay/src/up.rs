@@ -85,7 +85,7 @@ impl Hierarchy {
         let token = std::fs::read_to_string(&token_file)
             .with_context(|| format!("cannot read {}", token_file.display()))?
             .lines()
-            .next()
+            .find_map(|l| l.split_whitespace().next().filter(|t| !t.starts_with('#')))
             .unwrap_or_default()
             .to_owned();
         let logs = files::logs(dir);

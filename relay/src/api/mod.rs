@@ -12,7 +12,7 @@
 //! | GET | `/upsynced[?cluster=C]` | objects born on clusters that placements upsync, by cluster |
 //!
 //! Every request needs `Authorization: Bearer <token>` with a token from the tokens
-//! file; nothing is served anonymously.
+//! file; nothing is served anonymously. What each token may do is [`auth`]'s.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -36,6 +36,7 @@ use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
 use strata_node::objects::parse_manifests;
 
+pub mod auth;
 pub mod paths;
 mod tree;
 
@@ -50,7 +51,7 @@ pub const MAX_BODY: usize = 16 << 20;
 
 /// What every request handler reads: the tokens the API accepts and the node it serves.
 struct ApiState {
-    tokens: Vec<String>,
+    tokens: Vec<auth::Grant>,
     node: NodeClient,
 }
 
@@ -64,6 +65,9 @@ pub enum ApiStartError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A line of the tokens file does not parse.
+    #[error("{path}: {reason}")]
+    BadTokens { path: PathBuf, reason: String },
     /// The tokens file holds no token: the API would serve no one.
     #[error("{path}: holds no token; the API serves no one anonymously")]
     NoTokens { path: PathBuf },
@@ -84,16 +88,14 @@ pub fn spawn(
     config: &NodeConfig,
     node: NodeClient,
 ) -> Result<tokio::task::JoinHandle<()>, ApiStartError> {
-    let tokens: Vec<String> = std::fs::read_to_string(&api.tokens)
-        .map_err(|source| ApiStartError::Tokens {
-            path: api.tokens.clone(),
-            source,
-        })?
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_owned)
-        .collect();
+    let text = std::fs::read_to_string(&api.tokens).map_err(|source| ApiStartError::Tokens {
+        path: api.tokens.clone(),
+        source,
+    })?;
+    let tokens = auth::parse_tokens(&text).map_err(|reason| ApiStartError::BadTokens {
+        path: api.tokens.clone(),
+        reason,
+    })?;
     if tokens.is_empty() {
         return Err(ApiStartError::NoTokens {
             path: api.tokens.clone(),
@@ -144,18 +146,18 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
 }
 
 async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
-    let authorized = req
+    let grant = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| {
+        .and_then(|t| {
             state
                 .tokens
                 .iter()
-                .any(|k| constant_time_eq(k.as_bytes(), t.as_bytes()))
+                .find(|g| constant_time_eq(g.token.as_bytes(), t.as_bytes()))
         });
-    if !authorized {
+    let Some(grant) = grant else {
         // A metav1.Status, so that Kubernetes clients say what is wrong.
         let (_, status) = crate::kube::failure(
             401,
@@ -164,7 +166,7 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
             None,
         );
         return reply(StatusCode::UNAUTHORIZED, status);
-    }
+    };
     let method = req.method().clone();
     let path: Vec<String> = req
         .uri()
@@ -185,7 +187,16 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
         }
     };
     let p: Vec<&str> = path.iter().map(String::as_str).collect();
+    // Asking what one may do is a read, whatever its method.
+    let review = p.ends_with(&["selfsubjectaccessreviews"]);
+    let write = method != Method::GET && method != Method::HEAD && !review;
+    if let Err(why) = grant.allows(auth::space_of(&p), write) {
+        tracing::info!(user = %grant.user, %method, path = %path.join("/"), %why, "refused");
+        let (_, status) = crate::kube::failure(403, "Forbidden", why, None);
+        return reply(StatusCode::FORBIDDEN, status);
+    }
     let kube = crate::kube::Request {
+        grant,
         method: method.as_str(),
         path: &p,
         query: &query,

@@ -39,6 +39,8 @@ use selector::{FieldQuery, LabelQuery};
 /// A request as the API's front door parsed it.
 #[derive(Debug)]
 pub struct Request<'a> {
+    /// Who asks, and what they may do.
+    pub grant: &'a crate::api::auth::Grant,
     /// `GET`, `POST`, ...
     pub method: &'a str,
     /// The path's segments.
@@ -100,6 +102,17 @@ pub async fn handle(node: &NodeClient, req: Request<'_>) -> Option<Reply> {
             None,
         )));
     }
+    if req.method == "POST"
+        && rest
+            == [
+                "apis",
+                "authorization.k8s.io",
+                "v1",
+                "selfsubjectaccessreviews",
+            ]
+    {
+        return Some(Reply::Json(access_review(&req, space)));
+    }
     let op = match Op::parse(&req, rest, prefix) {
         Ok(op) => op,
         Err(answer) => return Some(Reply::Json(answer)),
@@ -132,6 +145,39 @@ pub async fn handle(node: &NodeClient, req: Request<'_>) -> Option<Reply> {
         ),
     };
     Some(reply)
+}
+
+/// `kubectl auth can-i`: whether the asking token's grant allows the verb in the space.
+fn access_review(req: &Request<'_>, space: &str) -> Answer {
+    let parsed = if req.content_type.contains("protobuf") {
+        protobuf::access_review(req.body).map_err(|e| e.to_string())
+    } else {
+        serde_json::from_slice::<Value>(req.body).map_err(|e| e.to_string())
+    };
+    let mut review = match parsed {
+        Ok(v) => v,
+        Err(e) => {
+            return failure(
+                400,
+                "BadRequest",
+                format!("the review does not parse: {e}"),
+                None,
+            );
+        }
+    };
+    let verb = review["spec"]["resourceAttributes"]["verb"]
+        .as_str()
+        .unwrap_or("get");
+    let write = !["get", "list", "watch"].contains(&verb);
+    let (allowed, reason) = match req.grant.allows(Some(space), write) {
+        Ok(()) => (
+            true,
+            format!("user {:?} may {verb} in space {space:?}", req.grant.user),
+        ),
+        Err(why) => (false, why),
+    };
+    review["status"] = json!({ "allowed": allowed, "reason": reason });
+    (201, review)
 }
 
 fn stopping() -> Answer {

@@ -211,6 +211,51 @@ pub fn decode(body: &[u8], kind: &str) -> Result<Value, DecodeError> {
     Ok(Value::Object(out))
 }
 
+/// Decodes an enveloped `authorization.k8s.io/v1` SelfSubjectAccessReview (what
+/// `kubectl auth can-i` sends): its resource attributes.
+pub fn access_review(body: &[u8]) -> Result<Value, DecodeError> {
+    let unknown = body
+        .strip_prefix(b"k8s\0")
+        .ok_or_else(|| err("no k8s envelope"))?;
+    let mut raw: &[u8] = &[];
+    for (n, f) in fields(unknown)? {
+        if let (2, Field::Bytes(b)) = (n, f) {
+            raw = b;
+        }
+    }
+    let mut attributes = Map::new();
+    for (n, f) in fields(raw)? {
+        let (2, Field::Bytes(spec)) = (n, f) else {
+            continue;
+        };
+        for (n, f) in fields(spec)? {
+            let (1, Field::Bytes(attrs)) = (n, f) else {
+                continue;
+            };
+            for (n, f) in fields(attrs)? {
+                let Field::Bytes(b) = f else { continue };
+                let name = match n {
+                    1 => "namespace",
+                    2 => "verb",
+                    3 => "group",
+                    4 => "version",
+                    5 => "resource",
+                    6 => "subresource",
+                    7 => "name",
+                    _ => continue,
+                };
+                attributes.insert(name.into(), json!(text(b)?));
+            }
+        }
+    }
+    Ok(json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "metadata": {},
+        "spec": { "resourceAttributes": attributes },
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,136 @@
+//! Who may do what: each line of the tokens file is a bearer token, optionally followed
+//! by `user=NAME`, `role=view|edit|admin` and `spaces=a,b` (or `*`):
+//!
+//! ```text
+//! 3f6c...a1   user=ops role=admin
+//! 9b2e...77   user=alice role=edit spaces=team-a,team-b
+//! 5d01...c3   user=dashboard role=view
+//! ```
+//!
+//! A bare token is `admin` of every space (what `relay topology certs` writes). `view`
+//! reads (get, list, watch); `edit` also writes; both only in their spaces. The
+//! inventory, tier tree and upsynced objects (`/clusters`, `/status`, `/upsynced`) are
+//! readable by every token.
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Read.
+    View,
+    /// Read and write.
+    Edit,
+    /// Everything, in every space.
+    Admin,
+}
+
+/// One token's grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The bearer token.
+    pub token: String,
+    /// Who it is (for logs and answers).
+    pub user: String,
+    /// What it may do.
+    pub role: Role,
+    /// The spaces it may use; `None`: every space.
+    pub spaces: Option<Vec<String>>,
+}
+
+/// Parses the tokens file; an error names the line and what is wrong with it.
+pub fn parse_tokens(text: &str) -> Result<Vec<Grant>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let Some(token) = words.next() else { continue };
+        let mut grant = Grant {
+            token: token.to_owned(),
+            user: "admin".to_owned(),
+            role: Role::Admin,
+            spaces: None,
+        };
+        for word in words {
+            let bad = || format!("line {}: {word:?} is not user=, role= or spaces=", i + 1);
+            match word.split_once('=').ok_or_else(bad)? {
+                ("user", u) => grant.user = u.to_owned(),
+                ("role", "view") => grant.role = Role::View,
+                ("role", "edit") => grant.role = Role::Edit,
+                ("role", "admin") => grant.role = Role::Admin,
+                ("role", r) => {
+                    return Err(format!(
+                        "line {}: role {r:?} is not view, edit or admin",
+                        i + 1
+                    ));
+                }
+                ("spaces", "*") => grant.spaces = None,
+                ("spaces", s) => grant.spaces = Some(s.split(',').map(str::to_owned).collect()),
+                _ => return Err(bad()),
+            }
+        }
+        out.push(grant);
+    }
+    Ok(out)
+}
+
+impl Grant {
+    /// Whether this grant allows a request in `space` (`None`: not about a space) that
+    /// reads or, with `write`, writes; the refusal says why.
+    pub fn allows(&self, space: Option<&str>, write: bool) -> Result<(), String> {
+        if let (Some(space), Some(spaces)) = (space, &self.spaces)
+            && self.role != Role::Admin
+            && !spaces.iter().any(|s| s == space)
+        {
+            return Err(format!(
+                "user {:?} may not use space {space:?} (its spaces: {})",
+                self.user,
+                spaces.join(", ")
+            ));
+        }
+        if write && self.role == Role::View {
+            return Err(format!(
+                "user {:?} has role view: it may read, not write",
+                self.user
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The space a request path is about, if any: `/spaces/{space}/...`, or the Kubernetes
+/// API's own paths (the space `default`).
+pub fn space_of<'a>(path: &[&'a str]) -> Option<&'a str> {
+    match path {
+        ["spaces", space, ..] => Some(space),
+        [first, ..] if ["api", "apis", "version", "openapi"].contains(first) => Some("default"),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_tokens_are_admins_and_roles_bound_what_others_do() {
+        let g = parse_tokens(
+            "# tokens\nt0\nt1 user=alice role=edit spaces=team-a\nt2 user=dash role=view\n",
+        )
+        .unwrap();
+        assert_eq!(g[0].role, Role::Admin);
+        assert!(g[0].allows(Some("any"), true).is_ok());
+        assert!(g[1].allows(Some("team-a"), true).is_ok());
+        let e = g[1].allows(Some("team-b"), false).unwrap_err();
+        assert!(e.contains("may not use space \"team-b\""), "{e}");
+        assert!(g[2].allows(Some("default"), false).is_ok());
+        let e = g[2].allows(Some("default"), true).unwrap_err();
+        assert!(e.contains("role view"), "{e}");
+        let e = parse_tokens("t3 role=root\n").unwrap_err();
+        assert_eq!(e, "line 1: role \"root\" is not view, edit or admin");
+        assert_eq!(space_of(&["spaces", "x", "objects"]), Some("x"));
+        assert_eq!(space_of(&["apis", "apps", "v1"]), Some("default"));
+        assert_eq!(space_of(&["clusters"]), None);
+    }
+}
