@@ -151,8 +151,8 @@ fn metadata(bytes: &[u8]) -> Result<Value, DecodeError> {
     Ok(Value::Object(m))
 }
 
-/// Decodes an enveloped Secret or ConfigMap; `kind` is the type the request path names.
-pub fn decode(body: &[u8], kind: &str) -> Result<Value, DecodeError> {
+/// The object's own bytes inside the `k8s\0` envelope (`runtime.Unknown`, field 2).
+fn unwrap_envelope(body: &[u8]) -> Result<&[u8], DecodeError> {
     let unknown = body
         .strip_prefix(b"k8s\0")
         .ok_or_else(|| err("no k8s envelope"))?;
@@ -162,6 +162,12 @@ pub fn decode(body: &[u8], kind: &str) -> Result<Value, DecodeError> {
             raw = b;
         }
     }
+    Ok(raw)
+}
+
+/// Decodes an enveloped Secret or ConfigMap; `kind` is the type the request path names.
+pub fn decode(body: &[u8], kind: &str) -> Result<Value, DecodeError> {
+    let raw = unwrap_envelope(body)?;
     let mut out = Map::new();
     out.insert("apiVersion".into(), json!("v1"));
     out.insert("kind".into(), json!(kind));
@@ -214,15 +220,7 @@ pub fn decode(body: &[u8], kind: &str) -> Result<Value, DecodeError> {
 /// Decodes an enveloped `authorization.k8s.io/v1` SelfSubjectAccessReview (what
 /// `kubectl auth can-i` sends): its resource attributes.
 pub fn access_review(body: &[u8]) -> Result<Value, DecodeError> {
-    let unknown = body
-        .strip_prefix(b"k8s\0")
-        .ok_or_else(|| err("no k8s envelope"))?;
-    let mut raw: &[u8] = &[];
-    for (n, f) in fields(unknown)? {
-        if let (2, Field::Bytes(b)) = (n, f) {
-            raw = b;
-        }
-    }
+    let raw = unwrap_envelope(body)?;
     let mut attributes = Map::new();
     for (n, f) in fields(raw)? {
         let (2, Field::Bytes(spec)) = (n, f) else {
