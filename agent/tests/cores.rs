@@ -1,7 +1,9 @@
-//! Relay and agent cores wired in a tree in virtual time, without sockets (see
-//! `tree/mod.rs`): routing by placement, labels inherited from ancestors (also when
-//! they arrive after the children connected), summaries reaching the root, a full disk
-//! acknowledging nothing, and compaction bounded by what children acknowledged.
+//! Relay and agent cores wired in a tree in virtual time, without sockets (the fixture
+//! is `tree/`): routing by placement, labels inherited from ancestors (also when they
+//! arrive after the children connected), summaries and link records reaching the root,
+//! an agent keeping its state while its relay is gone, a full disk acknowledging
+//! nothing, compaction bounded by what children acknowledged, and a relay restarted on
+//! its store resyncing only the delta and serving its subtree without its parent.
 
 #![allow(clippy::unwrap_used)]
 
@@ -10,9 +12,11 @@ mod tree;
 use std::time::Duration;
 
 use strata_protocol::model::ObjectKey;
-use strata_protocol::wire::{ReportKey, ReportValue};
+use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
+use strata_protocol::wire::{ReportKey, ReportValue, Role};
 use tree::{Tree, labels};
 
+/// A deployment placed on the point-of-sale clusters of region eu.
 const APP: &str = "
 apiVersion: apps/v1
 kind: Deployment
@@ -24,17 +28,18 @@ kind: Placement
 metadata: { name: web }
 spec:
   objects: [ { selector: { matchLabels: { app: web } } } ]
-  clusters: { selector: { matchLabels: { region: eu } } }
+  clusters: { selector: { matchLabels: { region: eu, role: pos } } }
 ";
 
+/// Two regions; eu has a point of sale and a kiosk, us a point of sale.
 fn two_regions() -> Tree {
     Tree::builder()
-        .root("center", labels(&[]))
-        .relay("eu", "center", labels(&[("region", "eu")]))
-        .relay("us", "center", labels(&[("region", "us")]))
-        .agent("eu-1", "eu", labels(&[("role", "pos")]))
-        .agent("eu-2", "eu", labels(&[("role", "pos")]))
-        .agent("us-1", "us", labels(&[("role", "pos")]))
+        .root("center")
+        .relay("eu", "center", labels! { region: eu })
+        .relay("us", "center", labels! { region: us })
+        .agent("eu-pos", "eu", labels! { role: pos })
+        .agent("eu-kiosk", "eu", labels! { role: kiosk })
+        .agent("us-pos", "us", labels! { role: pos })
         .build()
 }
 
@@ -44,14 +49,37 @@ fn holds_web(t: &Tree, agent: &str) -> bool {
         .any(|k| k.kind == "Deployment" && k.name == "web")
 }
 
+fn web_key(t: &Tree) -> ObjectKey {
+    let root = t.relay("center");
+    let web = root.log().live().find(|o| o.key().kind == "Deployment");
+    web.unwrap().key().clone()
+}
+
 #[test]
 fn objects_reach_only_the_clusters_a_placement_selects() {
     let mut t = two_regions();
-    t.connect_all(&["eu", "us", "eu-1", "eu-2", "us-1"]);
-    t.apply("center", APP);
-    t.run_for(Duration::from_secs(1));
-    assert!(holds_web(&t, "eu-1") && holds_web(&t, "eu-2"));
-    assert!(!holds_web(&t, "us-1"), "us-1 is not in region eu");
+    t.connect_all();
+    t.advance(Duration::from_millis(500));
+    // Inventory reaches the root before anything is placed.
+    assert_eq!(t.relay("center").reports().clusters().count(), 3);
+
+    t.apply(APP);
+    t.advance(Duration::from_secs(1));
+    assert!(holds_web(&t, "eu-pos"));
+    // Unselected clusters receive nothing, not even the placement (agents do not route).
+    for other in ["eu-kiosk", "us-pos"] {
+        assert!(
+            t.held(other).is_empty(),
+            "unselected cluster {other} received {:?}",
+            t.held(other)
+        );
+    }
+    let eu_has_placement = t
+        .relay("eu")
+        .log()
+        .live()
+        .any(|o| o.key().group == STRATA_GROUP && o.key().kind == PLACEMENT_KIND);
+    assert!(eu_has_placement, "relays route with the placements");
     // The us relay is not even sent the deployment: routing, not copying.
     assert!(
         !t.relay("us")
@@ -61,128 +89,226 @@ fn objects_reach_only_the_clusters_a_placement_selects() {
     );
 }
 
+/// A label set on a regional relay selects every cluster below it, through the site
+/// relays that never had it in their own configuration.
+#[test]
+fn labels_inherited_from_a_region_select_clusters_at_every_tier() {
+    let mut t = Tree::builder()
+        .root("center")
+        .relay("eu", "center", labels! { region: eu })
+        .relay("eu-1", "eu", labels! {})
+        .relay("eu-2", "eu", labels! {})
+        .agent("eu-1-a", "eu-1", labels! { role: store })
+        .agent("eu-1-b", "eu-1", labels! { role: store })
+        .agent("eu-2-a", "eu-2", labels! { role: store })
+        .agent("eu-2-b", "eu-2", labels! { role: store })
+        .relay("us", "center", labels! { region: us })
+        .agent("us-a", "us", labels! { role: store })
+        .build();
+    t.connect_all();
+    t.advance(Duration::from_millis(500));
+    assert_eq!(
+        t.relay("center").reports().clusters().count(),
+        5,
+        "the root knows every cluster"
+    );
+    t.apply(
+        "
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: settings, namespace: shop, labels: { app: shop } }
+data: { a: b }
+---
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: shop }
+spec:
+  objects: [ { selector: { matchLabels: { app: shop } } } ]
+  clusters: { selector: { matchLabels: { region: eu } } }
+",
+    );
+    t.advance(Duration::from_secs(1));
+    for agent in ["eu-1-a", "eu-1-b", "eu-2-a", "eu-2-b"] {
+        assert_eq!(t.held(agent).len(), 1, "{agent} holds the config map");
+    }
+    assert!(t.held("us-a").is_empty(), "us-a is not in region eu");
+}
+
+/// Nodes started children first: each relay learns its ancestors' labels only after its
+/// own children connected, and must pass them on (commit 50afc11).
 #[test]
 fn labels_learned_after_the_children_connected_reach_the_grandchildren() {
     let mut t = Tree::builder()
-        .root("center", labels(&[("fleet", "acme")]))
-        .relay("emea", "center", labels(&[("continent", "emea")]))
-        .relay("fr", "emea", labels(&[("country", "fr")]))
-        .relay("paris", "fr", labels(&[("store", "paris")]))
-        .agent("paris-pos", "paris", labels(&[("role", "pos")]))
+        .root("center")
+        .labels(labels! { fleet: acme })
+        .relay("emea", "center", labels! { continent: emea })
+        .relay("fr", "emea", labels! { country: fr })
+        .relay("paris", "fr", labels! { store: paris })
+        .agent("paris-pos", "paris", labels! { role: pos })
+        .agent("paris-kiosk", "paris", labels! { role: kiosk })
         .build();
-    // Children first: the store relay welcomes its agent, and the country relay its
-    // store, before anyone above them is connected.
-    t.connect_all(&["paris-pos", "paris", "fr", "emea"]);
-    t.apply(
-        "center",
-        &APP.replace("region: eu", "fleet: acme, continent: emea, role: pos"),
-    );
-    t.run_for(Duration::from_secs(2));
+    // Children first: the store relay welcomes its agents, the country relay its store,
+    // the continent relay its country, before anyone above them is connected.
+    t.connect_in(&["paris-pos", "paris-kiosk", "paris", "fr", "emea"]);
+    t.apply(&APP.replace(
+        "region: eu, role: pos",
+        "fleet: acme, continent: emea, country: fr, role: pos",
+    ));
+    t.advance(Duration::from_secs(2));
     assert!(
         holds_web(&t, "paris-pos"),
         "the store relay routed with labels it learned late"
     );
+    assert!(t.held("paris-kiosk").is_empty());
 }
 
 #[test]
-fn summaries_of_the_selected_clusters_reach_the_root() {
+fn summaries_and_link_records_of_the_whole_tree_reach_the_root() {
     let mut t = two_regions();
-    t.connect_all(&["eu", "us", "eu-1", "eu-2", "us-1"]);
-    t.apply("center", APP);
-    t.run_for(Duration::from_secs(2));
+    t.connect_all();
+    t.apply(&APP.replace("region: eu, role: pos", "role: pos"));
+    t.advance(Duration::from_secs(2));
     let root = t.relay("center");
     let placement = root.placements().iter().find(|p| p.name == "web").unwrap();
-    let key: ObjectKey = root
-        .log()
-        .live()
-        .find(|o| o.key().kind == "Deployment")
-        .unwrap()
-        .key()
-        .clone();
-    let s = root.reports().summarize(placement, &key);
+    let s = root.reports().summarize(placement, &web_key(&t));
     assert_eq!((s.expected, s.health.available), (2, 2), "{s:?}");
-    // Link records of the whole tree reach the root too: its own children's, and
-    // those its relays report from below.
-    let mut links: Vec<String> = root
+    assert_eq!(s.numbers["readyReplicas"].sum, 4, "{s:?}");
+
+    // The root's own children's links: up, caught up, and how many clusters below.
+    let own: Vec<_> = root.links();
+    let record = |name: &str| own.iter().find(|(n, _)| n == name).unwrap().1.clone();
+    for (relay, clusters) in [("eu", 2), ("us", 1)] {
+        let r = record(relay);
+        assert!(r.connected && r.role == Role::Relay, "{relay}: {r:?}");
+        assert_eq!((r.lag, r.clusters), (Some(0), clusters), "{relay}: {r:?}");
+    }
+    // The links below, as the relays report them.
+    let below: Vec<_> = root
+        .reports()
+        .iter()
+        .filter_map(|((_, k), v)| match (k, v) {
+            (ReportKey::Link { node }, ReportValue::Link(l)) => Some((node.clone(), l.clone())),
+            _ => None,
+        })
+        .collect();
+    for (agent, relay) in [("eu-pos", "eu"), ("eu-kiosk", "eu"), ("us-pos", "us")] {
+        let (_, r) = below.iter().find(|(n, _)| n == agent).unwrap();
+        assert!(r.connected && r.role == Role::Agent, "{agent}: {r:?}");
+        // The path grows on the way up: each relay puts itself first.
+        let path = ["center".to_owned(), relay.to_owned()];
+        assert_eq!((r.path.as_slice(), r.clusters), (path.as_slice(), 1));
+    }
+
+    // A region cut off shows as down at the root, since when it went.
+    let cut_at = t.now();
+    t.cut("eu");
+    t.advance(Duration::from_millis(500));
+    let r = t
+        .relay("center")
         .links()
         .into_iter()
-        .filter(|(_, l)| l.connected)
-        .map(|(n, _)| n)
-        .collect();
-    links.extend(
-        root.reports()
-            .iter()
-            .filter_map(|((_, k), v)| match (k, v) {
-                (ReportKey::Link { node }, ReportValue::Link(l)) if l.connected => {
-                    Some(node.clone())
-                }
-                _ => None,
-            }),
-    );
-    for n in ["eu", "us", "eu-1", "eu-2", "us-1"] {
-        assert!(links.iter().any(|l| l == n), "{n} missing from {links:?}");
-    }
+        .find(|(n, _)| n == "eu")
+        .unwrap()
+        .1;
+    assert!(!r.connected, "{r:?}");
+    assert_eq!(r.since.0, cut_at.since_origin().as_millis() as u64);
 }
 
+/// The relay above an agent goes away: the agent keeps its cluster as it was, and
+/// takes up where it was once the relay is back.
+#[test]
+fn an_agent_keeps_its_desired_state_while_its_relay_is_gone() {
+    let mut t = two_regions();
+    t.connect_all();
+    t.apply(APP);
+    t.advance(Duration::from_secs(1));
+    let held = t.held("eu-pos");
+    assert_eq!(held.len(), 1);
+    t.crash("eu");
+    t.advance(Duration::from_secs(3));
+    assert!(!t.agent("eu-pos").connected());
+    assert_eq!(
+        t.held("eu-pos"),
+        held,
+        "the agent dropped its desired state when its parent left"
+    );
+    t.restart("eu");
+    t.advance(Duration::from_secs(1));
+    assert!(t.agent("eu-pos").connected());
+    assert_eq!(t.held("eu-pos"), held);
+}
+
+/// A relay whose disk is full acknowledges and forwards nothing it could not store,
+/// and delivers everything once there is room again.
 #[test]
 fn a_full_disk_acknowledges_nothing_until_it_writes_again() {
     let mut t = two_regions();
-    t.connect_all(&["eu", "us", "eu-1", "eu-2", "us-1"]);
-    t.apply("center", APP);
-    t.run_for(Duration::from_secs(1));
+    t.connect_all();
+    t.advance(Duration::from_millis(500));
     let acked = |t: &Tree| {
-        t.relay("center")
-            .children()
-            .find(|(n, _)| *n == "eu")
-            .and_then(|(_, c)| c)
-            .unwrap()
+        let root = t.relay("center");
+        let eu = root.children().find(|(n, _)| *n == "eu");
+        eu.and_then(|(_, c)| c).unwrap().position
     };
     let before = acked(&t);
     t.disk_full("eu", true);
-    t.apply("center", &APP.replace("replicas: 2", "replicas: 3"));
-    t.run_for(Duration::from_secs(2));
-    assert_eq!(acked(&t), before, "eu acknowledged what it could not write");
-    let revision = |t: &Tree| t.held("eu-1").values().max().copied();
-    let held = revision(&t);
-    t.disk_full("eu", false);
-    t.run_for(Duration::from_secs(2));
-    assert!(acked(&t).position > before.position);
+    let rev = t.apply(APP);
+    t.advance(Duration::from_secs(2));
+    let stored = strata_node::store::Store::load(t.store("eu")).unwrap();
+    assert!(stored.entries.is_empty(), "the full store took entries");
+    assert!(acked(&t) < rev, "eu acknowledged what it could not write");
+    assert_eq!(acked(&t), before);
     assert!(
-        revision(&t) > held,
-        "the change reached eu-1 once eu could write"
+        t.held("eu-pos").is_empty(),
+        "forwarded what it could not store"
+    );
+
+    t.disk_full("eu", false);
+    t.advance(Duration::from_secs(1));
+    assert!(acked(&t) >= rev);
+    assert!(
+        holds_web(&t, "eu-pos"),
+        "the change reached eu-pos once eu could write"
+    );
+    // What could not be written then is on disk now: the failed batch was kept.
+    let stored = strata_node::store::Store::load(t.store("eu")).unwrap();
+    assert!(
+        stored
+            .entries
+            .iter()
+            .any(|(k, e)| k.kind == "Deployment" && e.object().is_some()),
+        "the write refused by the full disk was lost"
     );
 }
 
 #[test]
 fn compaction_keeps_the_history_a_cut_off_child_acknowledged() {
     let mut t = two_regions();
-    t.connect_all(&["eu", "us", "eu-1", "eu-2", "us-1"]);
-    t.apply("center", APP);
-    t.run_for(Duration::from_secs(1));
+    t.connect_all();
+    t.apply(APP);
+    t.advance(Duration::from_secs(1));
+    // Everyone acknowledged everything: nothing below the head is kept for them.
+    let root = t.relay("center");
+    assert_eq!(root.log().floor(), root.log().head(), "nothing compacted");
+
     t.cut("us");
-    let us_acked = t
-        .relay("center")
-        .children()
-        .find(|(n, _)| *n == "us")
-        .map(|(_, c)| c);
-    // us is gone: its last acknowledged cursor bounds compaction.
-    let acked = t.relay("center").log().head();
+    let stored = strata_node::store::Store::load(t.store("center")).unwrap();
+    let us_acked = stored.child_acks["us"].position;
     for i in 0..20 {
-        t.apply(
-            "center",
-            &APP.replace("replicas: 2", &format!("replicas: {}", 3 + i)),
-        );
-        t.run_for(Duration::from_millis(100));
+        t.apply(&APP.replace("replicas: 2", &format!("replicas: {}", 3 + i)));
+        t.advance(Duration::from_millis(100));
     }
     let root = t.relay("center");
-    assert!(
-        root.log().floor() <= acked,
-        "compacted to {:?} past what the cut-off child acknowledged ({acked:?}, {us_acked:?})",
-        root.log().floor()
+    assert!(root.log().head() > us_acked);
+    assert_eq!(
+        root.log().floor(),
+        us_acked,
+        "compaction is bounded by what the cut-off child acknowledged"
     );
+
     t.restore("us");
-    t.run_for(Duration::from_secs(2));
-    assert!(!holds_web(&t, "us-1"));
+    t.advance(Duration::from_secs(2));
+    assert!(t.held("us-pos").is_empty());
     let root = t.relay("center");
     let us = root
         .children()
@@ -193,4 +319,85 @@ fn compaction_keeps_the_history_a_cut_off_child_acknowledged() {
         Some(root.log().head()),
         "us caught up after the cut and acknowledged it"
     );
+    assert_eq!(
+        root.log().floor(),
+        root.log().head(),
+        "and the history went"
+    );
+}
+
+/// A site relay that restarts from its store is sent only what changed while it was
+/// away, not a relist; and while the root is unreachable it keeps serving its subtree
+/// from its cache, even to a cluster that joins with nothing.
+#[test]
+fn a_restarted_relay_resyncs_only_the_delta_and_serves_from_cache_without_its_parent() {
+    let mut t = Tree::builder()
+        .root("center")
+        .relay("site-1", "center", labels! {})
+        .agent("pos-1", "site-1", labels! { role: pos })
+        .agent("pos-2", "site-1", labels! { role: pos })
+        .build();
+    t.connect_in(&["site-1", "pos-1"]);
+    // Forty objects of 8 KiB each.
+    let many = |version: u32, only: Option<u32>| {
+        let mut text = String::from(
+            "apiVersion: strata.dev/v1alpha1\nkind: Placement\nmetadata: { name: bulk }\nspec:\n  objects: [ { selector: { matchLabels: { app: bulk } } } ]\n  clusters: { selector: { matchLabels: { role: pos } } }\n",
+        );
+        for i in 0..40u32 {
+            let v = if only.is_none_or(|o| o == i) {
+                version
+            } else {
+                1
+            };
+            text.push_str(&format!(
+                "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: cm-{i}, namespace: bulk, labels: {{ app: bulk }} }}\ndata: {{ v: \"{v}\", blob: \"{}\" }}\n",
+                "x".repeat(8192)
+            ));
+        }
+        text
+    };
+    t.apply(&many(1, None));
+    t.advance(Duration::from_secs(1));
+    assert_eq!(t.held("pos-1").len(), 40, "pos-1 holds the forty objects");
+    let full = t.bytes_down("site-1");
+
+    // The site goes away; one object changes; the site comes back on its store.
+    t.crash("site-1");
+    let rev = t.apply(&many(2, Some(7)));
+    t.restart("site-1");
+    t.advance(Duration::from_secs(1));
+    let cm7 = t
+        .relay("site-1")
+        .log()
+        .live()
+        .find(|o| o.key().name == "cm-7");
+    assert_eq!(cm7.map(|o| o.revision.0), Some(rev.0), "the site caught up");
+    let resync = t.bytes_down("site-1") - full;
+    assert!(
+        resync < full / 4,
+        "the resync sent {resync} bytes; the first sync of everything took {full}"
+    );
+
+    // The root becomes unreachable; a new cluster joins the site with nothing and is
+    // served from the site's cache.
+    t.crash("center");
+    t.connect("pos-2");
+    t.advance(Duration::from_secs(1));
+    assert_eq!(
+        t.held("pos-2").len(),
+        40,
+        "pos-2 got all forty objects from the site alone"
+    );
+}
+
+/// The fixture itself: a tree that does not settle within the bound fails, naming
+/// what kept going.
+#[test]
+#[should_panic(
+    expected = "did not settle within 3 steps: at 15ms, busiest [\"center x2\", \"eu x2\""
+)]
+fn a_tree_that_does_not_settle_fails_naming_what_kept_going() {
+    let mut t = two_regions();
+    t.connect("eu");
+    t.drive_bounded(3);
 }

@@ -1,190 +1,86 @@
 //! A tree of relay cores ([`NodeCore`]) and agent cores ([`AgentCore`]) wired together
-//! in virtual time, without sockets: the shape of quinn-proto's test `Pair`. Messages
-//! cross each link through the real codec after a fixed latency; [`Tree::step`] says
-//! whether anything is still going on, [`Tree::drive`] runs to idle (bounded, so a
-//! livelock fails the test naming it), and each node works inside a tracing span naming
-//! it. Links can be cut and restored, and a node's disk can refuse writes.
+//! in virtual time, without sockets: the shape of quinn-proto's test `Pair`.
+//!
+//! The [`Tree`] holds the clock and every link. A message crosses a link as a frame of
+//! the real codec and arrives after the link's latency, on the connection it was sent
+//! on (a message for a connection that has since gone is dropped). Each node is driven
+//! as the node layer's driver drives it: inputs, `process`, the batch committed to its
+//! [`MemStore`], and only then `transmit`; a commit that fails (a full disk) is retried
+//! after the driver's `COMMIT_RETRY`, and the node does nothing else meanwhile. Every
+//! node works inside a tracing span naming it, with the virtual time
+//! (`RUST_LOG=info cargo test ... -- --nocapture` shows them).
+//!
+//! [`Tree::step`] does what is due now and says whether anything is still going on,
+//! [`Tree::drive`] runs until nothing is in flight, [`Tree::drive_bounded`] fails naming
+//! what kept going, and [`Tree::advance`] lets virtual time pass, firing timers
+//! (heartbeats, summaries, reconnections, commit retries) as they come due. A test
+//! cuts and restores links, crashes nodes and restarts them from their store, and
+//! fills their disk.
+//!
+//! # Layout
+//! * this file: the tree, its links (connect, cut, restore) and its nodes (crash,
+//!   restart, a full disk, what a test reads);
+//! * `drive.rs`: time: steps, deliveries, timers, and each node's turn;
+//! * `node.rs`: one node: its declaration, its core, its link, how it boots from its
+//!   store;
+//! * `builder.rs`: [`TreeBuilder`] and `labels!`.
 
 #![allow(dead_code, unreachable_pub, missing_docs)]
 #![allow(clippy::unwrap_used)]
 
+mod builder;
+mod drive;
+mod node;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use strata_agent::core::{AgentCore, AgentSetup};
-use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
-use strata_node::store::{Batch, MemStore, Store};
-use strata_protocol::codec;
-use strata_protocol::model::{Cluster, Labels, LogId, ObjectKey, Revision};
-use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
-use strata_protocol::time::{Instant, UnixMillis};
-use strata_protocol::wire::{ChildToParent, ParentToChild, Role};
-use strata_relay::node::core::{CoreSetup, NodeCore, new_log};
-use strata_relay::node::reports::SubtreeReports;
+pub(crate) use builder::labels;
+pub use builder::{TreeBuilder, label_text};
+use drive::InFlight;
+use node::{Core, Link, Node, boot};
+use strata_agent::core::AgentCore;
+use strata_node::store::{Batch, MemStore};
+use strata_protocol::model::{ObjectKey, Position, Revision, Space};
+use strata_protocol::time::Instant;
+use strata_relay::node::core::NodeCore;
 
-/// How long a message takes on any link.
+/// The one-way latency of a link unless the builder says otherwise.
 pub const LATENCY: Duration = Duration::from_millis(5);
-/// How long a child waits before connecting again after its link closed.
-const RECONNECT: Duration = Duration::from_millis(300);
-const MAX_FRAME: usize = 16 << 20;
-
-/// Labels from `key: value` pairs.
-pub fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
-
-enum Core {
-    Relay(Box<NodeCore>),
-    Agent(Box<AgentCore>),
-}
-
-struct Node {
-    parent: Option<String>,
-    core: Core,
-    store: MemStore,
-    /// What the core produced and the store has not taken yet.
-    unsaved: Batch,
-    disk_full: bool,
-    /// The connection id of the link to the parent while up.
-    conn: Option<u64>,
-    /// When to connect to the parent again.
-    reconnect_at: Option<Instant>,
-}
-
-enum Payload {
-    Down(ParentToChild),
-    Up(ChildToParent),
-}
-
-struct InFlight {
-    at: Instant,
-    /// The child end of the link.
-    child: String,
-    conn: u64,
-    payload: Vec<u8>,
-    down: bool,
-}
-
-/// Builds a [`Tree`] as the scenario reads: the root, relays and agents, each with its
-/// parent and labels. Links connect when [`Tree::connect`] says so (or all at once with
-/// [`Tree::connect_all`]).
-#[derive(Default)]
-pub struct TreeBuilder {
-    nodes: Vec<(String, Option<String>, Labels, bool)>,
-}
-
-impl TreeBuilder {
-    pub fn root(mut self, name: &str, labels: Labels) -> Self {
-        self.nodes.push((name.to_owned(), None, labels, false));
-        self
-    }
-
-    pub fn relay(mut self, name: &str, parent: &str, labels: Labels) -> Self {
-        self.nodes
-            .push((name.to_owned(), Some(parent.to_owned()), labels, false));
-        self
-    }
-
-    pub fn agent(mut self, name: &str, parent: &str, labels: Labels) -> Self {
-        self.nodes
-            .push((name.to_owned(), Some(parent.to_owned()), labels, true));
-        self
-    }
-
-    pub fn build(self) -> Tree {
-        let now = Instant::from_origin(Duration::ZERO);
-        let mut nodes = BTreeMap::new();
-        for (i, (name, parent, labels, agent)) in self.nodes.iter().enumerate() {
-            let id = 1000 + i as u64;
-            let children: Vec<String> = self
-                .nodes
-                .iter()
-                .filter(|n| n.1.as_deref() == Some(name.as_str()))
-                .map(|n| n.0.clone())
-                .collect();
-            let link = |role| {
-                let mut config = LinkConfig::new(name.clone(), role);
-                config.run = id;
-                ParentLink::new(now, config, Default::default(), None)
-            };
-            let core = if *agent {
-                Core::Agent(Box::new(AgentCore::new(
-                    now,
-                    UnixMillis(0),
-                    AgentSetup {
-                        cluster: Cluster {
-                            name: name.clone(),
-                            labels: labels.clone(),
-                            properties: Default::default(),
-                            path: Vec::new(),
-                        },
-                        link: link(Role::Agent),
-                        log: ObjectLog::new(LogId(id)),
-                        upstream: Default::default(),
-                        backend: Box::new(SimulatedCluster::new(SimulatedConfig {
-                            ready_delay: Duration::from_millis(100),
-                            fail_all: None,
-                        })),
-                        run: id,
-                    },
-                )))
-            } else {
-                Core::Relay(Box::new(NodeCore::new(
-                    now,
-                    CoreSetup {
-                        name: name.clone(),
-                        labels: labels.clone(),
-                        children,
-                        sessions: SessionConfig::default(),
-                        log: new_log(id, parent.is_none()),
-                        reports: SubtreeReports::new(),
-                        acked: BTreeMap::new(),
-                        child_runs: BTreeMap::new(),
-                        upstream: parent.as_ref().map(|_| link(Role::Relay)),
-                        upstream_state: Default::default(),
-                        summary_interval: Duration::from_millis(50),
-                        run: id,
-                        wall_origin: UnixMillis(0),
-                    },
-                )))
-            };
-            nodes.insert(
-                name.clone(),
-                Node {
-                    parent: parent.clone(),
-                    core,
-                    store: MemStore::new(id),
-                    unsaved: Batch::default(),
-                    disk_full: false,
-                    conn: None,
-                    reconnect_at: None,
-                },
-            );
-        }
-        Tree {
-            now,
-            nodes,
-            in_flight: Vec::new(),
-            cut: BTreeSet::new(),
-            next_conn: 1,
-            dirty: BTreeSet::new(),
-        }
-    }
-}
+/// How long a child waits before connecting again after its link went down (the
+/// runtime's reconnect loop backs off with jitter; a fixed wait keeps runs exact).
+pub const RECONNECT: Duration = Duration::from_millis(300);
 
 /// The tree in virtual time.
 pub struct Tree {
     now: Instant,
     nodes: BTreeMap<String, Node>,
+    /// Declaration order: the root first, parents before children.
+    order: Vec<String>,
     in_flight: Vec<InFlight>,
-    /// Children whose link to their parent is cut.
-    cut: BTreeSet<String>,
+    next_seq: u64,
     next_conn: u64,
     /// Nodes that had input since they last processed.
     dirty: BTreeSet<String>,
+    /// What each node and link did since the last drive began, to name a livelock.
+    activity: BTreeMap<String, u64>,
+}
+
+/// A tracing span naming a node, with the virtual time: everything the node does happens
+/// inside it.
+fn span(now: Instant, name: &str) -> tracing::Span {
+    let ms = now.since_origin().as_millis();
+    tracing::info_span!("node", node = %name, ms)
+}
+
+/// Logs to the test's output when `RUST_LOG` asks for it; the spans carry the virtual
+/// time, so the wall clock's is left out.
+fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .without_time()
+        .with_test_writer()
+        .try_init();
 }
 
 impl Tree {
@@ -192,282 +88,279 @@ impl Tree {
         TreeBuilder::default()
     }
 
+    fn empty(now: Instant) -> Tree {
+        Tree {
+            now,
+            nodes: BTreeMap::new(),
+            order: Vec::new(),
+            in_flight: Vec::new(),
+            next_seq: 0,
+            next_conn: 1,
+            dirty: BTreeSet::new(),
+            activity: BTreeMap::new(),
+        }
+    }
+
+    /// A node just booted: its first turn reports its cluster or welcomes nobody.
+    fn insert(&mut self, node: Node) {
+        let name = node.spec.name.clone();
+        self.order.push(name.clone());
+        self.dirty.insert(name.clone());
+        self.nodes.insert(name, node);
+    }
+
     pub fn now(&self) -> Instant {
         self.now
     }
 
-    /// Connects `child` to its parent (both ends see the connection at once).
+    fn node(&self, name: &str) -> &Node {
+        self.nodes
+            .get(name)
+            .unwrap_or_else(|| panic!("no node {name}"))
+    }
+
+    fn node_mut(&mut self, name: &str) -> &mut Node {
+        self.nodes
+            .get_mut(name)
+            .unwrap_or_else(|| panic!("no node {name}"))
+    }
+
+    fn link_mut(&mut self, child: &str) -> &mut Link {
+        self.node_mut(child)
+            .link
+            .as_mut()
+            .unwrap_or_else(|| panic!("{child} is the root: it has no link"))
+    }
+
+    fn parent_of(&self, child: &str) -> String {
+        let parent = self.node(child).spec.parent.clone();
+        parent.unwrap_or_else(|| panic!("{child} is the root: it has no parent"))
+    }
+
+    /// The core of `name`'s parent, which is a relay.
+    fn parent_core(&mut self, child: &str) -> Option<&mut NodeCore> {
+        let parent = self.parent_of(child);
+        match &mut self.node_mut(&parent).core {
+            Some(Core::Relay(p)) => Some(p),
+            Some(Core::Agent(_)) => unreachable!("only relays have children"),
+            None => None,
+        }
+    }
+
+    // ---- links -------------------------------------------------------------------
+
+    /// `child` connects to its parent: both ends see the connection at once. A link
+    /// that is cut, or whose parent is down, is tried again after [`RECONNECT`]; a
+    /// parent that refuses the child closes it, and it tries again likewise.
     pub fn connect(&mut self, child: &str) {
-        if self.cut.contains(child) {
+        let now = self.now;
+        let parent = self.parent_of(child);
+        let link = self.link_mut(child);
+        link.reconnect_at = None;
+        // A crashed child connects when it restarts.
+        if link.conn.is_some() || link.cut || self.node(child).core.is_none() {
             return;
         }
         let conn = self.next_conn;
-        self.next_conn += 1;
-        let now = self.now;
-        let node = self.nodes.get_mut(child).unwrap();
-        let parent = node.parent.clone().unwrap();
-        node.conn = Some(conn);
-        node.reconnect_at = None;
-        match &mut node.core {
-            Core::Relay(c) => c.upstream_connected(now),
-            Core::Agent(c) => c.upstream_connected(now),
+        let accepted = {
+            let _span = span(now, &parent).entered();
+            self.parent_core(child)
+                .map(|p| p.child_connected(now, child, conn))
+        };
+        match accepted {
+            Some(Ok(())) => {}
+            refused => {
+                if let Some(Err(e)) = refused {
+                    tracing::warn!(%child, reason = %e.reason, "refused");
+                }
+                self.link_mut(child).reconnect_at = Some(now + RECONNECT);
+                return;
+            }
         }
-        if let Core::Relay(p) = &mut self.nodes.get_mut(&parent).unwrap().core {
-            p.child_connected(now, child, conn).unwrap();
+        self.next_conn += 1;
+        self.link_mut(child).conn = Some(conn);
+        if let Some(core) = &mut self.node_mut(child).core {
+            let _span = span(now, child).entered();
+            core.upstream_connected(now);
         }
         self.dirty.insert(child.to_owned());
         self.dirty.insert(parent);
     }
 
-    /// Connects every child, in the order given (children first, say).
-    pub fn connect_all(&mut self, order: &[&str]) {
+    /// Connects every link, parents first, letting each settle before the next.
+    pub fn connect_all(&mut self) {
+        let children: Vec<String> = self.order[1..].to_vec();
+        for c in &children {
+            self.connect(c);
+            self.drive();
+        }
+    }
+
+    /// Connects these links in this order, letting each settle before the next.
+    pub fn connect_in(&mut self, order: &[&str]) {
         for c in order {
             self.connect(c);
             self.drive();
         }
     }
 
-    /// Cuts `child`'s link: both ends see it go; it stays down until restored.
+    /// Cuts `child`'s link: both ends see it go, and it stays down until restored.
     pub fn cut(&mut self, child: &str) {
-        self.cut.insert(child.to_owned());
-        self.disconnect(child);
+        self.link_mut(child).cut = true;
+        self.disconnect(child, None);
     }
 
-    /// Restores a cut link; the child reconnects.
+    /// Restores a cut link: the child connects again at once.
     pub fn restore(&mut self, child: &str) {
-        self.cut.remove(child);
+        self.link_mut(child).cut = false;
         self.connect(child);
     }
 
-    fn disconnect(&mut self, child: &str) {
-        let node = self.nodes.get_mut(child).unwrap();
-        let Some(conn) = node.conn.take() else {
+    /// Whether `child`'s link is up.
+    pub fn connected(&self, child: &str) -> bool {
+        let link = self.node(child).link.as_ref();
+        link.is_some_and(|l| l.conn.is_some())
+    }
+
+    /// Changes the one-way latency of `child`'s link.
+    pub fn set_latency(&mut self, child: &str, latency: Duration) {
+        self.link_mut(child).latency = latency;
+    }
+
+    /// Frame bytes `child`'s parent sent it, over every connection so far.
+    pub fn bytes_down(&self, child: &str) -> u64 {
+        self.node(child).link.as_ref().map_or(0, |l| l.bytes_down)
+    }
+
+    /// Frame bytes `child` sent its parent, over every connection so far.
+    pub fn bytes_up(&self, child: &str) -> u64 {
+        self.node(child).link.as_ref().map_or(0, |l| l.bytes_up)
+    }
+
+    /// The connection of `child`'s link goes: both ends see it (those that run), what
+    /// is in flight on it is lost, and the child connects again after `wait` (or
+    /// [`RECONNECT`]) unless the link is cut.
+    fn disconnect(&mut self, child: &str, wait: Option<Duration>) {
+        let now = self.now;
+        let parent = self.parent_of(child);
+        let link = self.link_mut(child);
+        let Some(conn) = link.conn.take() else {
             return;
         };
-        node.reconnect_at = Some(self.now + RECONNECT);
-        match &mut node.core {
-            Core::Relay(c) => c.upstream_gone(),
-            Core::Agent(c) => c.upstream_gone(),
+        if !link.cut {
+            link.reconnect_at = Some(now + wait.unwrap_or(RECONNECT));
         }
-        let parent = node.parent.clone().unwrap();
-        let now = self.now;
-        if let Core::Relay(p) = &mut self.nodes.get_mut(&parent).unwrap().core {
+        self.in_flight
+            .retain(|m| !(m.child == child && m.conn == conn));
+        if let Some(core) = &mut self.node_mut(child).core {
+            let _span = span(now, child).entered();
+            core.upstream_gone();
+        }
+        if let Some(p) = self.parent_core(child) {
+            let _span = span(now, &parent).entered();
             p.child_gone(now, child, conn);
         }
-        self.in_flight.retain(|m| m.conn != conn);
         self.dirty.insert(child.to_owned());
         self.dirty.insert(parent);
     }
 
-    /// Makes `node`'s disk refuse (or accept again) every write.
-    pub fn disk_full(&mut self, node: &str, full: bool) {
-        self.nodes.get_mut(node).unwrap().disk_full = full;
-        self.dirty.insert(node.to_owned());
+    // ---- nodes -------------------------------------------------------------------
+
+    /// `name`'s process dies (kill -9): its connections go (the peers see them close),
+    /// and what it had not committed is lost with its memory. Its store stays.
+    pub fn crash(&mut self, name: &str) {
+        let _span = span(self.now, name).entered();
+        tracing::info!("crashed");
+        let node = self.node(name);
+        let mut links = node.spec.children.clone();
+        if node.link.is_some() {
+            links.push(name.to_owned());
+        }
+        for child in &links {
+            self.disconnect(child, None);
+        }
+        let node = self.node_mut(name);
+        node.core = None;
+        node.unsaved = Batch::default();
+        node.retry_commit_at = None;
+        if let Some(link) = &mut node.link {
+            link.reconnect_at = None;
+        }
+        self.dirty.remove(name);
+    }
+
+    /// Starts a crashed node again from its store, as its runtime would (a new run);
+    /// it connects to its parent at once.
+    pub fn restart(&mut self, name: &str) {
+        let now = self.now;
+        let node = self.node_mut(name);
+        assert!(node.core.is_none(), "{name} is running");
+        node.runs += 1;
+        node.core = Some(boot(now, &node.spec, &node.store, node.runs));
+        if node.link.is_some() {
+            self.connect(name);
+        }
+        self.dirty.insert(name.to_owned());
+    }
+
+    /// Whether `name` runs.
+    pub fn is_up(&self, name: &str) -> bool {
+        self.node(name).core.is_some()
+    }
+
+    /// Makes `name`'s disk refuse every write (or take them again).
+    pub fn disk_full(&mut self, name: &str, full: bool) {
+        self.node(name).store.set_full(full);
+        self.dirty.insert(name.to_owned());
+    }
+
+    /// What `name` has made durable.
+    pub fn store(&self, name: &str) -> &MemStore {
+        &self.node(name).store
     }
 
     pub fn relay(&self, name: &str) -> &NodeCore {
-        match &self.nodes[name].core {
-            Core::Relay(c) => c,
-            Core::Agent(_) => panic!("{name} is an agent"),
+        match &self.node(name).core {
+            Some(Core::Relay(c)) => c,
+            Some(Core::Agent(_)) => panic!("{name} is an agent"),
+            None => panic!("{name} is down"),
         }
     }
 
+    /// The relay's core, to give it input (its next turn processes it).
     pub fn relay_mut(&mut self, name: &str) -> &mut NodeCore {
         self.dirty.insert(name.to_owned());
-        match &mut self.nodes.get_mut(name).unwrap().core {
-            Core::Relay(c) => c,
-            Core::Agent(_) => panic!("{name} is an agent"),
+        match &mut self.node_mut(name).core {
+            Some(Core::Relay(c)) => c,
+            Some(Core::Agent(_)) => panic!("{name} is an agent"),
+            None => panic!("{name} is down"),
         }
     }
 
-    /// The objects an agent holds and their revisions.
+    pub fn agent(&self, name: &str) -> &AgentCore {
+        match &self.node(name).core {
+            Some(Core::Agent(c)) => c,
+            Some(Core::Relay(_)) => panic!("{name} is a relay"),
+            None => panic!("{name} is down"),
+        }
+    }
+
+    /// The objects an agent holds, and their revisions.
     pub fn held(&self, agent: &str) -> BTreeMap<ObjectKey, Revision> {
-        match &self.nodes[agent].core {
-            Core::Agent(c) => c
-                .log()
-                .live()
-                .map(|o| (o.key().clone(), o.revision))
-                .collect(),
-            Core::Relay(_) => panic!("{agent} is a relay"),
-        }
+        self.agent(agent)
+            .log()
+            .live()
+            .map(|o| (o.key().clone(), o.revision))
+            .collect()
     }
 
-    /// Applies manifests (YAML) at the root.
-    pub fn apply(&mut self, root: &str, yaml: &str) {
-        let manifests = strata_node::objects::parse_manifests(
-            yaml,
-            &strata_protocol::model::Space::default_space(),
-        )
-        .unwrap();
-        self.relay_mut(root).apply_manifests(&manifests).unwrap();
-    }
-
-    /// Processes every node with input: commit, transmit, route. Returns whether
-    /// anything was sent or delivered.
-    pub fn step(&mut self) -> bool {
-        let mut busy = false;
-        // Deliver what has arrived.
-        let now = self.now;
-        let (due, later): (Vec<InFlight>, Vec<InFlight>) = std::mem::take(&mut self.in_flight)
-            .into_iter()
-            .partition(|m| m.at <= now);
-        self.in_flight = later;
-        for m in due {
-            busy = true;
-            let child = self.nodes.get(&m.child).unwrap();
-            if child.conn != Some(m.conn) {
-                continue;
-            }
-            if m.down {
-                let (msg, _) = codec::decode::<ParentToChild>(&m.payload, MAX_FRAME)
-                    .unwrap()
-                    .unwrap();
-                let node = self.nodes.get_mut(&m.child).unwrap();
-                match &mut node.core {
-                    Core::Relay(c) => c.upstream_message(now, msg),
-                    Core::Agent(c) => c.upstream_message(now, msg),
-                }
-                self.dirty.insert(m.child.clone());
-            } else {
-                let (msg, _) = codec::decode::<ChildToParent>(&m.payload, MAX_FRAME)
-                    .unwrap()
-                    .unwrap();
-                let parent = child.parent.clone().unwrap();
-                if let Core::Relay(p) = &mut self.nodes.get_mut(&parent).unwrap().core {
-                    p.child_message(now, &m.child, m.conn, msg);
-                }
-                self.dirty.insert(parent);
-            }
-        }
-        // Reconnect links whose wait is over.
-        let reconnect: Vec<String> = self
-            .nodes
-            .iter()
-            .filter(|(n, node)| {
-                node.reconnect_at.is_some_and(|t| t <= now) && !self.cut.contains(*n)
-            })
-            .map(|(n, _)| n.clone())
-            .collect();
-        for n in reconnect {
-            self.connect(&n);
-            busy = true;
-        }
-        // Timers.
-        let names: Vec<String> = self.nodes.keys().cloned().collect();
-        for n in &names {
-            let node = self.nodes.get_mut(n).unwrap();
-            let due = match &mut node.core {
-                Core::Relay(c) => c.poll_timeout().is_some_and(|t| t <= now),
-                Core::Agent(c) => c.poll_timeout().is_some_and(|t| t <= now),
-            };
-            if due {
-                match &mut node.core {
-                    Core::Relay(c) => c.handle_timeout(now),
-                    Core::Agent(c) => c.handle_timeout(now),
-                }
-                self.dirty.insert(n.clone());
-            }
-        }
-        for n in std::mem::take(&mut self.dirty) {
-            let span = tracing::info_span!("node", node = %n);
-            let _entered = span.enter();
-            busy |= self.process(&n);
-        }
-        busy
-    }
-
-    /// One node: process, commit (a full disk keeps everything unacknowledged), send.
-    fn process(&mut self, name: &str) -> bool {
-        let now = self.now;
-        let node = self.nodes.get_mut(name).unwrap();
-        let batch = match &mut node.core {
-            Core::Relay(c) => c.process(now),
-            Core::Agent(c) => c.process(now, UnixMillis(now.since_origin().as_millis() as u64)),
-        };
-        node.unsaved.merge(batch);
-        if !node.unsaved.is_empty() {
-            if node.disk_full {
-                return false;
-            }
-            node.store.commit(&node.unsaved).unwrap();
-            node.unsaved = Batch::default();
-        }
-        let mut sent = false;
-        let (to_parent, to_children, close_children, close_up) = match &mut node.core {
-            Core::Relay(c) => {
-                let out = c.transmit(now);
-                let close = out.close_upstream.is_some();
-                (out.to_parent, out.to_children, out.close_children, close)
-            }
-            Core::Agent(c) => {
-                let out = c.transmit(now);
-                let close = out.close.is_some();
-                (out.messages, Vec::new(), Vec::new(), close)
-            }
-        };
-        if let Some(conn) = node.conn {
-            for msg in to_parent {
-                let mut buf = Vec::new();
-                codec::encode(&msg, MAX_FRAME, &mut buf).unwrap();
-                self.in_flight.push(InFlight {
-                    at: now + LATENCY,
-                    child: name.to_owned(),
-                    conn,
-                    payload: buf,
-                    down: false,
-                });
-                sent = true;
-            }
-        }
-        for (child, conn, msg) in to_children {
-            let mut buf = Vec::new();
-            codec::encode(&msg, MAX_FRAME, &mut buf).unwrap();
-            self.in_flight.push(InFlight {
-                at: now + LATENCY,
-                child,
-                conn,
-                payload: buf,
-                down: true,
-            });
-            sent = true;
-        }
-        for (child, conn, _) in close_children {
-            if self.nodes[&child].conn == Some(conn) {
-                self.disconnect(&child);
-            }
-        }
-        if close_up {
-            self.disconnect(name);
-        }
-        sent
-    }
-
-    /// Runs until nothing is going on at the current time and no message is in flight,
-    /// advancing time to each next delivery; panics after `max` steps (a livelock).
-    pub fn drive_bounded(&mut self, max: usize) {
-        for _ in 0..max {
-            if self.step() {
-                continue;
-            }
-            match self.in_flight.iter().map(|m| m.at).min() {
-                Some(at) => self.now = self.now.max(at),
-                None => return,
-            }
-        }
-        panic!("the tree did not settle within {max} steps (a livelock?)");
-    }
-
-    pub fn drive(&mut self) {
-        self.drive_bounded(100_000);
-    }
-
-    /// Lets `d` of virtual time pass in steps of `tick`, firing timers and delivering.
-    pub fn run_for(&mut self, d: Duration) {
-        let end = self.now + d;
-        let tick = Duration::from_millis(10);
-        while self.now < end {
-            self.now = self.now + tick;
-            self.drive();
-        }
+    /// Applies manifests (YAML) at the root, in the default space; returns the revision.
+    pub fn apply(&mut self, yaml: &str) -> Position {
+        let manifests = strata_node::objects::parse_manifests(yaml, &Space::default_space())
+            .expect("the manifests parse");
+        let root = self.order[0].clone();
+        let _span = span(self.now, &root).entered();
+        let applied = self.relay_mut(&root).apply_manifests(&manifests).unwrap();
+        applied.revision.expect("the manifests changed something")
     }
 }
