@@ -1,6 +1,8 @@
-//! A root, a site relay and two agents with simulated clusters, in one process over
-//! real QUIC with mutual TLS on loopback: placement routing, status summaries, and an
-//! agent that keeps its cluster while its relay is gone.
+//! Relays and agents in one process over real QUIC with mutual TLS on loopback, for
+//! what needs the sockets, the certificates or a cluster's API: a certificate for another
+//! subtree refused, the driver holding acknowledgements back while its store cannot
+//! write, and the whole path to a Kubernetes cluster (behind a fake API server) and
+//! back. What the cores do without sockets is tested in `cores.rs`.
 
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
@@ -8,195 +10,17 @@ mod fake_apiserver;
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::eventually;
-use strata_agent::backend::ClusterBackend;
+use common::hierarchy::Hierarchy;
 use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
-use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
-use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_node::clock::Clock;
 use strata_node::objects::parse_manifests;
-use strata_node::store::{MemStore, Store};
-use strata_node::tls::{self, Identity};
-use strata_node::transport;
-use strata_protocol::model::{Cluster, Position, Space};
-use strata_protocol::sync::SessionConfig;
+use strata_node::store::MemStore;
+use strata_protocol::model::{Position, Space};
 use strata_protocol::wire::{ReportKey, ReportValue};
-use strata_relay::certs::Ca;
-use strata_relay::node::runtime::{self as node, NodeHandle, NodeParts};
-
-fn identity(dir: &Path, ca: &Ca, name: &str) -> Identity {
-    let (cert, key) = ca.issue(name).unwrap().write_to(dir).unwrap();
-    let ca_path = dir.join("ca.crt");
-    std::fs::write(&ca_path, ca.cert_pem()).unwrap();
-    Identity::load(&cert, &key, &ca_path).unwrap()
-}
-
-fn rand_run(name: &str) -> u64 {
-    name.bytes()
-        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
-        ^ u64::from(std::process::id())
-}
-
-/// The hierarchy a test builds, node by node, over QUIC on loopback: each node gets a
-/// certificate from the test's CA, so a test reads as the tree it sets up.
-struct Hierarchy<'a> {
-    dir: &'a Path,
-    ca: &'a Ca,
-}
-
-impl<'a> Hierarchy<'a> {
-    /// A relay named `name`; `.start()` runs it.
-    fn relay(&self, name: &'a str) -> RelaySpec<'a> {
-        RelaySpec {
-            h: Hierarchy {
-                dir: self.dir,
-                ca: self.ca,
-            },
-            name,
-            parent: None,
-            children: &[],
-            store: MemStore::new(rand_run(name)),
-        }
-    }
-
-    /// An agent named `name` with `role: ROLE`, below `site-1` unless told otherwise.
-    fn agent(&self, name: &'a str, role: &'a str) -> AgentSpec<'a> {
-        AgentSpec {
-            h: Hierarchy {
-                dir: self.dir,
-                ca: self.ca,
-            },
-            name,
-            role,
-            parent: ("site-1", None),
-            backend: None,
-        }
-    }
-}
-
-struct RelaySpec<'a> {
-    h: Hierarchy<'a>,
-    name: &'a str,
-    parent: Option<(&'a str, SocketAddr)>,
-    children: &'a [&'a str],
-    store: MemStore,
-}
-
-impl<'a> RelaySpec<'a> {
-    fn parent(mut self, name: &'a str, addr: SocketAddr) -> Self {
-        self.parent = Some((name, addr));
-        self
-    }
-
-    fn children(mut self, children: &'a [&'a str]) -> Self {
-        self.children = children;
-        self
-    }
-
-    fn store(mut self, store: MemStore) -> Self {
-        self.store = store;
-        self
-    }
-
-    /// Runs the relay; returns it and where its children connect.
-    fn start(self) -> (NodeHandle, SocketAddr) {
-        let id = identity(self.h.dir, self.h.ca, self.name);
-        let listener = transport::server_endpoint(
-            "127.0.0.1:0".parse().unwrap(),
-            tls::server_config(&id).unwrap(),
-            [self.name.len() as u8; 32],
-        )
-        .unwrap();
-        let addr = listener.local_addr().unwrap();
-        let connector = self.parent.map(|_| {
-            transport::client_endpoint(
-                "127.0.0.1:0".parse().unwrap(),
-                tls::client_config(&id).unwrap(),
-            )
-            .unwrap()
-        });
-        let handle = node::start(NodeParts {
-            name: self.name.into(),
-            labels: BTreeMap::new(),
-            children: self.children.iter().map(|c| (*c).to_owned()).collect(),
-            parent: self.parent.map(|(n, a)| (n.to_owned(), a)),
-            store: Arc::new(self.store) as Arc<dyn Store>,
-            listener: Some(listener),
-            connector,
-            sessions: SessionConfig::default(),
-            summary_interval: Duration::from_millis(100),
-            clock: Clock::start(),
-            run: rand_run(self.name),
-            joining: None,
-        })
-        .unwrap();
-        (handle, addr)
-    }
-}
-
-struct AgentSpec<'a> {
-    h: Hierarchy<'a>,
-    name: &'a str,
-    role: &'a str,
-    parent: (&'a str, Option<SocketAddr>),
-    backend: Option<Box<dyn ClusterBackend + Send>>,
-}
-
-impl<'a> AgentSpec<'a> {
-    /// Below `site-1` at `addr`.
-    fn under(mut self, addr: SocketAddr) -> Self {
-        self.parent.1 = Some(addr);
-        self
-    }
-
-    /// Below the relay `name` at `addr`.
-    fn under_relay(mut self, name: &'a str, addr: SocketAddr) -> Self {
-        self.parent = (name, Some(addr));
-        self
-    }
-
-    /// With this cluster instead of a simulated one that is ready after 200 ms.
-    fn backend(mut self, backend: Box<dyn ClusterBackend + Send>) -> Self {
-        self.backend = Some(backend);
-        self
-    }
-
-    fn start(self) -> AgentHandle {
-        let id = identity(self.h.dir, self.h.ca, self.name);
-        let connector = transport::client_endpoint(
-            "127.0.0.1:0".parse().unwrap(),
-            tls::client_config(&id).unwrap(),
-        )
-        .unwrap();
-        let backend = self.backend.unwrap_or_else(|| {
-            Box::new(SimulatedCluster::new(SimulatedConfig {
-                ready_delay: Duration::from_millis(200),
-                fail_all: None,
-            }))
-        });
-        agent::start(AgentParts {
-            cluster: Cluster {
-                name: self.name.into(),
-                labels: [("role".to_owned(), self.role.to_owned())].into(),
-                properties: BTreeMap::new(),
-                path: vec![],
-            },
-            parent: (self.parent.0.into(), self.parent.1.unwrap()),
-            store: Arc::new(MemStore::new(rand_run(self.name))),
-            connector,
-            backend,
-            clock: Clock::start(),
-            run: rand_run(self.name),
-        })
-        .unwrap()
-    }
-}
+use strata_relay::node::runtime::NodeHandle;
 
 const APP: &str = "
 apiVersion: apps/v1
@@ -236,26 +60,17 @@ async fn deployment_key(root: &NodeHandle) -> strata_protocol::model::ObjectKey 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_for_another_subtree_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::generate("test").unwrap();
-    let h = Hierarchy {
-        dir: dir.path(),
-        ca: &ca,
-    };
-    let (root, root_addr) = h
-        .relay("center")
-        .children(&["site-1"])
-        .store(MemStore::new(31))
-        .start();
-    let (site, site_addr) = h
+    let h = Hierarchy::new();
+    let root = h.relay("center").children(&["site-1"]).start().await;
+    let site = h
         .relay("site-1")
-        .parent("center", root_addr)
+        .under("center")
         .children(&["pos-1"])
-        .store(MemStore::new(32))
-        .start();
-    let pos = h.agent("pos-1", "pos").under(site_addr).start();
+        .start()
+        .await;
+    let pos = h.agent("pos-1").role("pos").under("site-1").start();
     // "pos-9" holds a valid certificate of the hierarchy but belongs elsewhere.
-    let rogue = h.agent("pos-9", "pos").under(site_addr).start();
+    let rogue = h.agent("pos-9").role("pos").under("site-1").start();
     eventually("site-1 serves pos-1", || async {
         site.query(|c| c.children().any(|(n, _)| n == "pos-1"))
             .await
@@ -293,25 +108,17 @@ async fn a_certificate_for_another_subtree_is_refused() {
 /// (it keeps the refused batch and retries the commit; `cores.rs` checks the core's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_holds_acknowledgements_back_until_there_is_room() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::generate("test").unwrap();
-    let h = Hierarchy {
-        dir: dir.path(),
-        ca: &ca,
-    };
-    let (root, root_addr) = h
-        .relay("center")
-        .children(&["site-1"])
-        .store(MemStore::new(51))
-        .start();
+    let h = Hierarchy::new();
+    let root = h.relay("center").children(&["site-1"]).start().await;
     let site_store = MemStore::new(52);
-    let (site, site_addr) = h
+    let site = h
         .relay("site-1")
-        .parent("center", root_addr)
+        .under("center")
         .children(&["pos-1"])
-        .store(site_store.clone())
-        .start();
-    let pos = h.agent("pos-1", "pos").under(site_addr).start();
+        .store(&site_store)
+        .start()
+        .await;
+    let pos = h.agent("pos-1").role("pos").under("site-1").start();
     eventually("the root knows pos-1", || async {
         root.query(|c| c.reports().clusters().count()).await == Some(1)
     })
@@ -368,25 +175,17 @@ async fn a_full_disk_holds_acknowledgements_back_until_there_is_room() {
 /// deletion on the cluster is repaired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubernetes_cluster_is_kept_and_reports_through_the_hierarchy() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::generate("test").unwrap();
-    let h = Hierarchy {
-        dir: dir.path(),
-        ca: &ca,
-    };
+    let h = Hierarchy::new();
     let fake = fake_apiserver::FakeApiServer::start().await;
-    let client = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(dir.path())))
+    let client = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(h.dir())))
         .await
         .unwrap();
-    let (root, root_addr) = h
-        .relay("center")
-        .children(&["pos-k"])
-        .store(MemStore::new(31))
-        .start();
+    let root = h.relay("center").children(&["pos-k"]).start().await;
     let backend = KubeCluster::start(client, KubeOptions::default(), Clock::start());
     let pos = h
-        .agent("pos-k", "pos")
-        .under_relay("center", root_addr)
+        .agent("pos-k")
+        .role("pos")
+        .under("center")
         .backend(Box::new(backend))
         .start();
     eventually("the root knows the cluster", || async {
@@ -441,14 +240,9 @@ async fn a_kubernetes_cluster_is_kept_and_reports_through_the_hierarchy() {
 /// keeps them current and removes them when they go; unlabelled ones never travel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaf_born_objects_reach_the_root_through_a_relay_and_follow_their_cluster() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::generate("test").unwrap();
-    let h = Hierarchy {
-        dir: dir.path(),
-        ca: &ca,
-    };
+    let h = Hierarchy::new();
     let fake = fake_apiserver::FakeApiServer::start().await;
-    let client = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(dir.path())))
+    let client = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(h.dir())))
         .await
         .unwrap();
     let cm = |name: &str, report: Option<&str>, pass: u32| {
@@ -469,21 +263,18 @@ async fn leaf_born_objects_reach_the_root_through_a_relay_and_follow_their_clust
     .await;
     fake.insert("", "configmaps", Some("audit"), cm("scratch", None, 0))
         .await;
-    let (root, root_addr) = h
-        .relay("center")
-        .children(&["site"])
-        .store(MemStore::new(41))
-        .start();
-    let (site, site_addr) = h
+    let root = h.relay("center").children(&["site"]).start().await;
+    let site = h
         .relay("site")
-        .parent("center", root_addr)
+        .under("center")
         .children(&["pos-k"])
-        .store(MemStore::new(42))
-        .start();
+        .start()
+        .await;
     let backend = KubeCluster::start(client, KubeOptions::default(), Clock::start());
     let pos = h
-        .agent("pos-k", "pos")
-        .under_relay("site", site_addr)
+        .agent("pos-k")
+        .role("pos")
+        .under("site")
         .backend(Box::new(backend))
         .start();
     apply(

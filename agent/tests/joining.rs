@@ -9,118 +9,20 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::eventually;
-use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
-use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
-use strata_node::clock::Clock;
+use common::hierarchy::Hierarchy;
 use strata_node::join::{self, JoinError};
 use strata_node::objects::parse_manifests;
-use strata_node::store::{MemStore, Store};
+use strata_node::store::MemStore;
 use strata_node::tls::{self, Identity};
 use strata_node::transport::{self, close_code};
-use strata_protocol::model::{Cluster, Space};
-use strata_protocol::sync::SessionConfig;
-use strata_relay::certs::Ca;
+use strata_protocol::model::Space;
 use strata_relay::config::JoinFiles;
 use strata_relay::join::Joining;
-use strata_relay::node::runtime::{self as node, NodeHandle, NodeParts};
-
-fn identity_files(dir: &Path, ca: &Ca, name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let (cert, key) = ca.issue(name).unwrap().write_to(dir).unwrap();
-    let ca_path = dir.join("ca.crt");
-    std::fs::write(&ca_path, ca.cert_pem()).unwrap();
-    (cert, key, ca_path)
-}
-
-fn identity(dir: &Path, ca: &Ca, name: &str) -> Identity {
-    let (cert, key, ca_path) = identity_files(dir, ca, name);
-    Identity::load(&cert, &key, &ca_path).unwrap()
-}
-
-struct Node {
-    name: &'static str,
-    parent: Option<(&'static str, SocketAddr)>,
-    children: &'static [&'static str],
-    store: MemStore,
-    joining: Option<Arc<Joining>>,
-}
-
-async fn start(dir: &Path, ca: &Ca, n: &Node, listen: SocketAddr) -> (NodeHandle, SocketAddr) {
-    let id = identity(dir, ca, n.name);
-    let server = match n.joining {
-        Some(_) => tls::server_config_admitting_joins(&id).unwrap(),
-        None => tls::server_config(&id).unwrap(),
-    };
-    // A restarted node takes its old port back once the old endpoint lets go of it.
-    let mut attempts = 0;
-    let listener = loop {
-        match transport::server_endpoint(listen, server.clone(), [n.name.len() as u8; 32]) {
-            Ok(l) => break l,
-            Err(e) if attempts < 100 => {
-                attempts += 1;
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("cannot listen on {listen}: {e}"),
-        }
-    };
-    let addr = listener.local_addr().unwrap();
-    let connector = n.parent.map(|_| {
-        transport::client_endpoint(
-            "127.0.0.1:0".parse().unwrap(),
-            tls::client_config(&id).unwrap(),
-        )
-        .unwrap()
-    });
-    let handle = node::start(NodeParts {
-        name: n.name.into(),
-        labels: BTreeMap::new(),
-        children: n.children.iter().map(|c| (*c).to_owned()).collect(),
-        parent: n.parent.map(|(p, a)| (p.to_owned(), a)),
-        store: Arc::new(n.store.clone()) as Arc<dyn Store>,
-        listener: Some(listener),
-        connector,
-        sessions: SessionConfig::default(),
-        summary_interval: Duration::from_millis(100),
-        clock: Clock::start(),
-        run: u64::from(std::process::id()) ^ n.name.len() as u64,
-        joining: n.joining.clone(),
-    })
-    .unwrap();
-    (handle, addr)
-}
-
-fn start_agent(id: &Identity, name: &str, parent: SocketAddr) -> AgentHandle {
-    let connector = transport::client_endpoint(
-        "127.0.0.1:0".parse().unwrap(),
-        tls::client_config(id).unwrap(),
-    )
-    .unwrap();
-    agent::start(AgentParts {
-        cluster: Cluster {
-            name: name.into(),
-            labels: [("role".to_owned(), "pos".to_owned())].into(),
-            properties: BTreeMap::new(),
-            path: vec![],
-        },
-        parent: ("site-1".into(), parent),
-        store: Arc::new(MemStore::new(name.len() as u64 + 100)),
-        connector,
-        backend: Box::new(SimulatedCluster::new(SimulatedConfig {
-            ready_delay: Duration::from_millis(100),
-            fail_all: None,
-        })),
-        clock: Clock::start(),
-        run: u64::from(std::process::id()) ^ 0x5a5a ^ name.len() as u64,
-    })
-    .unwrap()
-}
+use strata_relay::node::runtime::NodeHandle;
 
 async fn connected(node: &NodeHandle, child: &'static str) -> bool {
     node.query(move |c| c.children().any(|(n, _)| n == child))
@@ -138,13 +40,11 @@ fn refusal(result: Result<join::Joined, JoinError>) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_joins_with_a_token_once_and_stays_admitted_across_a_relay_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let ca = Ca::generate("test").unwrap();
-    let ca_path = identity_files(d, &ca, "ca-holder").2;
+    let h = Hierarchy::new();
+    let (d, ca_path) = (h.dir(), h.ca_path());
 
     // site-1's join CA and tokens, as `relay topology certs` issues them.
-    let join_ca = ca.issue_join_ca("site-1").unwrap();
+    let join_ca = h.ca().issue_join_ca("site-1").unwrap();
     let files = JoinFiles {
         tokens: d.join("site-1.tokens"),
         ca_cert: d.join("site-1.ca.crt"),
@@ -155,23 +55,18 @@ async fn an_agent_joins_with_a_token_once_and_stays_admitted_across_a_relay_rest
     std::fs::write(&files.ca_key, join_ca.key_pem()).unwrap();
     let joining = Arc::new(Joining::load("site-1", &files).unwrap());
 
-    let root_node = Node {
-        name: "center",
-        parent: None,
-        children: &["site-1"],
-        store: MemStore::new(1),
-        joining: None,
+    let root = h.relay("center").children(&["site-1"]).start().await;
+    let site_store = MemStore::new(2);
+    let site_1 = || {
+        h.relay("site-1")
+            .under("center")
+            .children(&["pos-1"])
+            .store(&site_store)
+            .joining(joining.clone())
     };
-    let (root, root_addr) = start(d, &ca, &root_node, "127.0.0.1:0".parse().unwrap()).await;
-    let site_node = Node {
-        name: "site-1",
-        parent: Some(("center", root_addr)),
-        children: &["pos-1"],
-        store: MemStore::new(2),
-        joining: Some(joining.clone()),
-    };
-    let (site, site_addr) = start(d, &ca, &site_node, "127.0.0.1:0".parse().unwrap()).await;
-    let pos = start_agent(&identity(d, &ca, "pos-1"), "pos-1", site_addr);
+    let site = site_1().start().await;
+    let site_addr = h.addr("site-1");
+    let pos = h.agent("pos-1").role("pos").under("site-1").start();
     eventually("pos-1 is connected", || connected(&site, "pos-1")).await;
 
     // A wrong token, and a good one asking for a configured child's name: refused,
@@ -193,7 +88,12 @@ async fn an_agent_joins_with_a_token_once_and_stays_admitted_across_a_relay_rest
     std::fs::write(&cert, &joined.chain_pem).unwrap();
     std::fs::write(&key, &joined.key_pem).unwrap();
     let joined_id = Identity::load(&cert, &key, &ca_path).unwrap();
-    let agent = start_agent(&joined_id, "joined-1", site_addr);
+    let agent = h
+        .agent("joined-1")
+        .role("pos")
+        .identity(joined_id)
+        .under("site-1")
+        .start();
 
     eventually("the root knows the joined cluster", || async {
         root.query(|c| c.reports().clusters().any(|c| c.name == "joined-1"))
@@ -261,7 +161,7 @@ async fn an_agent_joins_with_a_token_once_and_stays_admitted_across_a_relay_rest
     // The relay restarts on its store, its configuration naming only pos-1: the joined
     // agent is admitted again, and its token is still used up.
     site.shutdown().await.unwrap();
-    let (site, _) = start(d, &ca, &site_node, site_addr).await;
+    let site = site_1().start().await;
     eventually("the joined agent is connected after the restart", || {
         connected(&site, "joined-1")
     })
@@ -285,27 +185,23 @@ async fn an_agent_joins_with_a_token_once_and_stays_admitted_across_a_relay_rest
 /// elsewhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_from_another_relays_join_ca_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let ca = Ca::generate("test").unwrap();
-    let ca_path = identity_files(d, &ca, "ca-holder").2;
-    let site_node = Node {
-        name: "site-1",
-        parent: None,
-        children: &["pos-1"],
-        store: MemStore::new(3),
-        joining: None,
-    };
-    let (site, site_addr) = start(d, &ca, &site_node, "127.0.0.1:0".parse().unwrap()).await;
+    let h = Hierarchy::new();
+    let (d, ca_path) = (h.dir(), h.ca_path());
+    let site = h.relay("site-1").children(&["pos-1"]).start().await;
     // Another relay's join CA signs a certificate naming site-1's configured child.
-    let other = ca.issue_join_ca("site-2").unwrap();
+    let other = h.ca().issue_join_ca("site-2").unwrap();
     let (key_pem, csr) = strata_relay::certs::join_request("pos-1").unwrap();
     let chain = other.issue_for_csr("pos-1", &csr).unwrap();
     let (cert, key) = (d.join("forged.crt"), d.join("forged.key"));
     std::fs::write(&cert, chain).unwrap();
     std::fs::write(&key, key_pem).unwrap();
     let forged = Identity::load(&cert, &key, &ca_path).unwrap();
-    let agent = start_agent(&forged, "pos-1", site_addr);
+    let agent = h
+        .agent("pos-1")
+        .role("pos")
+        .identity(forged)
+        .under("site-1")
+        .start();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         !connected(&site, "pos-1").await,

@@ -1,9 +1,12 @@
-//! Helpers shared by the tests that run the binaries.
+//! Helpers shared by the tests that run nodes over sockets: in this process (the
+//! [`hierarchy::Hierarchy`] builder) or as the binaries.
 
 #![allow(dead_code, unreachable_pub, missing_docs)]
 #![allow(clippy::unwrap_used)]
 // Synchronous helpers driving processes: there is no runtime for a sleep to block.
 #![allow(clippy::disallowed_methods)]
+
+pub mod hierarchy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
