@@ -170,7 +170,9 @@ fn summaries_and_link_records_of_the_whole_tree_reach_the_root() {
     t.advance(Duration::from_secs(2));
     let root = t.relay("center");
     let placement = root.placements().iter().find(|p| p.name == "web").unwrap();
-    let s = root.reports().summarize(placement, &web_key(&t));
+    let s = root
+        .reports()
+        .summarize(placement, &web_key(&t), root.overrides());
     assert_eq!((s.expected, s.health.available), (2, 2), "{s:?}");
     assert_eq!(s.numbers["readyReplicas"].sum, 4, "{s:?}");
 
@@ -400,4 +402,82 @@ fn a_tree_that_does_not_settle_fails_naming_what_kept_going() {
     let mut t = two_regions();
     t.connect("eu");
     t.drive_bounded(3);
+}
+
+/// A `Cluster` object at the root (what `kubectl label cluster` stores) changes the
+/// labels every tier routes with: the app leaves the relabelled cluster's region and
+/// reaches a cluster of the other region, whose relay never saw its own labels change.
+/// The change takes effect at the root while the cluster's region is cut off, and the
+/// cluster object never reaches an agent.
+#[test]
+fn cluster_labels_changed_at_the_root_move_workloads_at_every_tier() {
+    let mut t = two_regions();
+    t.connect_all();
+    t.advance(Duration::from_millis(500));
+    t.apply(APP);
+    t.advance(Duration::from_secs(1));
+    assert!(holds_web(&t, "eu-pos"));
+    assert!(!holds_web(&t, "us-pos"));
+
+    // us-pos joins region eu in this space; eu-pos leaves it.
+    t.apply(
+        "
+apiVersion: strata.dev/v1alpha1
+kind: Cluster
+metadata: { name: us-pos }
+status: { labelOverrides: { set: { region: eu } } }
+---
+apiVersion: strata.dev/v1alpha1
+kind: Cluster
+metadata: { name: eu-pos }
+status: { labelOverrides: { remove: [region] } }
+",
+    );
+    t.advance(Duration::from_secs(1));
+    assert!(
+        holds_web(&t, "us-pos"),
+        "the relabelled cluster gets the app"
+    );
+    assert!(
+        !holds_web(&t, "eu-pos"),
+        "the cluster relabelled away loses it"
+    );
+    for agent in ["eu-pos", "eu-kiosk", "us-pos"] {
+        assert!(
+            !t.held(agent).keys().any(|k| k.kind == "Cluster"),
+            "{agent} was sent a cluster object"
+        );
+    }
+    // The relays hold the cluster objects: they route with them.
+    assert!(
+        t.relay("us")
+            .log()
+            .live()
+            .any(|o| o.key().kind == "Cluster")
+    );
+
+    // While us is cut off, dropping the change moves the app back at once at the root
+    // (us's route no longer includes it), and us follows when it returns.
+    t.cut("us");
+    t.apply(
+        "
+apiVersion: strata.dev/v1alpha1
+kind: Cluster
+metadata: { name: us-pos }
+status: { labelOverrides: {} }
+",
+    );
+    t.advance(Duration::from_secs(1));
+    let root = t.relay("center");
+    let web = web_key(&t);
+    let expected: u64 = root
+        .placements()
+        .iter()
+        .map(|p| root.reports().summarize(p, &web, root.overrides()).expected)
+        .sum();
+    assert_eq!(expected, 0, "the root expects the app on no cluster now");
+    t.restore("us");
+    t.advance(Duration::from_secs(5));
+    assert!(!holds_web(&t, "us-pos"));
+    assert!(!holds_web(&t, "eu-pos"), "eu-pos still has no region here");
 }

@@ -411,6 +411,52 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
         f.placed("deployment", "web") == Some((1, 1))
     });
 
+    // Clusters at the root: the inventory as objects; relabelling one moves the app.
+    let table = f.ok("kubectl", &["get", "clusters"]);
+    assert!(
+        table.contains("REACHABLE") && table.contains("us-2") && table.contains("center/us"),
+        "{table}"
+    );
+    f.ok(
+        "kubectl",
+        &["label", "cluster", "us-2", "role=pos", "--overwrite"],
+    );
+    f.eventually("the deployment runs on us-1 and the relabelled us-2", |f| {
+        f.placed("deployment", "web") == Some((2, 2))
+    });
+    let changed = f.ok(
+        "kubectl",
+        &[
+            "get",
+            "cluster",
+            "us-2",
+            "-o",
+            "jsonpath={.metadata.labels.role} {.metadata.labels.region} {.status.labelOverrides.set.role}",
+        ],
+    );
+    assert_eq!(changed, "pos us pos");
+    f.ok("kubectl", &["label", "cluster", "us-1", "role-"]);
+    f.eventually("the deployment leaves us-1, whose role was removed", |f| {
+        f.placed("deployment", "web") == Some((1, 1))
+    });
+    let pos = f.ok(
+        "kubectl",
+        &["get", "clusters", "-l", "role=pos", "-o", "name"],
+    );
+    assert_eq!(
+        pos.lines().collect::<Vec<_>>(),
+        [
+            "cluster.strata.dev/eu-1",
+            "cluster.strata.dev/eu-2",
+            "cluster.strata.dev/us-2"
+        ],
+    );
+    // Deleting a Cluster drops the root's changes: us-1 is a pos cluster again.
+    f.ok("kubectl", &["delete", "cluster", "us-1", "us-2"]);
+    f.eventually("the deployment runs on us-1 only again", |f| {
+        f.placed("deployment", "web") == Some((1, 1))
+    });
+
     // Delete by file: gone from the root, and so from the clusters.
     f.ok("kubectl", &["delete", "-f", &cr]);
     f.ok("kubectl", &["delete", "-f", &app]);

@@ -10,6 +10,7 @@
 //! * [`model`]: spaces, object keys, objects, revisions, clusters, health and status.
 //! * [`selector`]: Kubernetes label selectors with Kubernetes' exact semantics.
 //! * [`placement`]: which objects go to which clusters.
+//! * [`overrides`]: cluster labels changed at the root, per space.
 //! * [`route`]: a child's routing predicate from placements and its subtree's clusters.
 //! * [`summary`]: the mergeable status summary (associative, commutative, with identity).
 //! * [`wire`]: messages by direction ([`wire::ChildToParent`], [`wire::ParentToChild`]).
@@ -18,6 +19,7 @@
 
 pub mod codec;
 pub mod model;
+pub mod overrides;
 pub mod placement;
 pub mod route;
 pub mod selector;

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Cluster, ObjectMeta, Space};
+use crate::overrides::ClusterOverrides;
 use crate::selector::LabelSelector;
 
 /// A placement (our EdgePlacement): objects of one space, placed on clusters.
@@ -102,9 +103,17 @@ impl Placement {
         meta.key.space == self.space && self.objects.iter().any(|o| o.selects(meta))
     }
 
-    /// Whether the placement selects the cluster.
+    /// Whether the placement selects the cluster, with its labels as reported.
     pub fn selects_cluster(&self, cluster: &Cluster) -> bool {
         self.clusters.selector.matches(&cluster.labels)
+    }
+
+    /// Whether the placement selects the cluster, with its labels as this placement's
+    /// space changed them at the root.
+    pub fn selects_cluster_with(&self, cluster: &Cluster, overrides: &ClusterOverrides) -> bool {
+        self.clusters
+            .selector
+            .matches(&overrides.labels(&self.space, cluster))
     }
 }
 

@@ -3,12 +3,14 @@
 //! A parent forwards an object to a child only when some placement selects the object
 //! and some cluster in the child's subtree. Placements themselves travel to every relay
 //! child (relays route with them); agents receive only what is placed on their cluster,
-//! and the placements selecting their cluster that ask for upsync.
+//! and the placements selecting their cluster that ask for upsync. The root's cluster
+//! objects ([`crate::overrides`]) travel with the placements, to relays only.
 
 use std::sync::Arc;
 
 use crate::codec;
 use crate::model::{Cluster, ObjectMeta};
+use crate::overrides::{ClusterOverrides, is_cluster_object};
 use crate::placement::Placement;
 use crate::sync::Route;
 use crate::wire::RouteId;
@@ -34,11 +36,21 @@ pub struct PlacementRoute {
 
 impl PlacementRoute {
     /// The route of a child (`relay` says whether it routes onward and so needs the
-    /// placements themselves) whose subtree holds `clusters`, under `placements`.
-    pub fn new(relay: bool, placements: &[Placement], clusters: &[Cluster]) -> Self {
+    /// placements themselves) whose subtree holds `clusters`, under `placements`, with
+    /// cluster labels as the root's `overrides` change them.
+    pub fn new(
+        relay: bool,
+        placements: &[Placement],
+        clusters: &[Cluster],
+        overrides: &ClusterOverrides,
+    ) -> Self {
         let mut relevant: Vec<Placement> = placements
             .iter()
-            .filter(|p| clusters.iter().any(|c| p.selects_cluster(c)))
+            .filter(|p| {
+                clusters
+                    .iter()
+                    .any(|c| p.selects_cluster_with(c, overrides))
+            })
             .cloned()
             .collect();
         relevant.sort_by(|a, b| (&a.space, &a.name).cmp(&(&b.space, &b.name)));
@@ -69,6 +81,10 @@ impl Route for PlacementRoute {
                 || self.placements.iter().any(|p| {
                     !p.upsync.is_empty() && p.space == meta.key.space && p.name == meta.key.name
                 });
+        }
+        if is_cluster_object(meta) {
+            // Relays route with the root's cluster labels; agents never need them.
+            return self.relay;
         }
         self.placements.iter().any(|p| p.selects_object(meta))
     }
@@ -103,6 +119,10 @@ mod tests {
     use crate::model::{ObjectKey, Space};
     use crate::placement::{ClusterSelector, ObjectSelector};
     use crate::selector::LabelSelector;
+
+    fn none() -> ClusterOverrides {
+        ClusterOverrides::default()
+    }
 
     fn cluster(name: &str, region: &str) -> Cluster {
         Cluster {
@@ -154,17 +174,67 @@ mod tests {
             placement("web-eu", "eu", "web"),
             placement("db-us", "us", "db"),
         ];
-        let eu = PlacementRoute::new(true, &placements, &[cluster("a", "eu")]);
+        let eu = PlacementRoute::new(true, &placements, &[cluster("a", "eu")], &none());
         assert!(eu.includes(&meta("apps", "Deployment", "web")));
         assert!(!eu.includes(&meta("apps", "Deployment", "db")));
         assert!(
             eu.includes(&meta(STRATA_GROUP, PLACEMENT_KIND, "")),
             "relays get placements"
         );
-        let agent = PlacementRoute::new(false, &placements, &[cluster("a", "eu")]);
+        let agent = PlacementRoute::new(false, &placements, &[cluster("a", "eu")], &none());
         assert!(!agent.includes(&meta(STRATA_GROUP, PLACEMENT_KIND, "")));
-        let empty = PlacementRoute::new(true, &placements, &[]);
+        let empty = PlacementRoute::new(true, &placements, &[], &none());
         assert!(!empty.includes(&meta("apps", "Deployment", "web")));
+        assert!(
+            eu.includes(&meta(STRATA_GROUP, "Cluster", "")),
+            "relays get clusters"
+        );
+        assert!(!agent.includes(&meta(STRATA_GROUP, "Cluster", "")));
+    }
+
+    #[test]
+    fn labels_changed_at_the_root_move_objects_between_subtrees() {
+        let placements = [placement("web-us", "us", "web")];
+        let a = [cluster("a", "eu")];
+        assert!(
+            !PlacementRoute::new(true, &placements, &a, &none()).includes(&meta(
+                "apps",
+                "Deployment",
+                "web"
+            ))
+        );
+        let mut moved = none();
+        moved.insert(
+            Space::default_space(),
+            "a".into(),
+            crate::overrides::LabelOverride {
+                set: [("region".to_owned(), "us".to_owned())].into(),
+                remove: Default::default(),
+            },
+        );
+        assert!(
+            PlacementRoute::new(true, &placements, &a, &moved).includes(&meta(
+                "apps",
+                "Deployment",
+                "web"
+            ))
+        );
+        let mut elsewhere = none();
+        elsewhere.insert(
+            Space("other".into()),
+            "a".into(),
+            crate::overrides::LabelOverride {
+                set: [("region".to_owned(), "us".to_owned())].into(),
+                remove: Default::default(),
+            },
+        );
+        assert!(
+            !PlacementRoute::new(true, &placements, &a, &elsewhere).includes(&meta(
+                "apps",
+                "Deployment",
+                "web"
+            ))
+        );
     }
 
     #[test]
@@ -180,17 +250,17 @@ mod tests {
         let eu = [cluster("a", "eu")];
         // A placement elsewhere changing does not change eu's route.
         assert_eq!(
-            PlacementRoute::new(true, &a, &eu).id(),
-            PlacementRoute::new(true, &b, &eu).id()
+            PlacementRoute::new(true, &a, &eu, &none()).id(),
+            PlacementRoute::new(true, &b, &eu, &none()).id()
         );
         let us = [cluster("b", "us")];
         assert_ne!(
-            PlacementRoute::new(true, &a, &us).id(),
-            PlacementRoute::new(true, &b, &us).id()
+            PlacementRoute::new(true, &a, &us, &none()).id(),
+            PlacementRoute::new(true, &b, &us, &none()).id()
         );
         assert_ne!(
-            PlacementRoute::new(true, &a, &eu).id(),
-            PlacementRoute::new(false, &a, &eu).id()
+            PlacementRoute::new(true, &a, &eu, &none()).id(),
+            PlacementRoute::new(false, &a, &eu, &none()).id()
         );
     }
 }

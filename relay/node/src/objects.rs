@@ -9,6 +9,7 @@ use std::fmt;
 use serde::Deserialize;
 use serde_json::Value;
 use strata_protocol::model::{ContentHash, Labels, Object, ObjectKey, ObjectMeta, Revision, Space};
+use strata_protocol::overrides::{ClusterOverrides, LabelOverride, is_cluster_object};
 use strata_protocol::placement::{ClusterSelector, ObjectSelector, Placement, UpsyncSelector};
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 
@@ -177,6 +178,18 @@ fn manifest(doc: usize, value: Value, space: &Space) -> Result<Manifest, Vec<Man
     {
         faults.push(ManifestError { document: doc, ..e });
     }
+    if is_cluster_object(&meta) {
+        if meta.key.namespace.is_some() {
+            faults.push(fault(
+                doc,
+                "metadata.namespace",
+                "a Cluster is not namespaced",
+            ));
+        }
+        if let Err(e) = override_from(&value) {
+            faults.push(ManifestError { document: doc, ..e });
+        }
+    }
     if faults.is_empty() {
         Ok(Manifest { meta, value })
     } else {
@@ -271,6 +284,35 @@ pub fn placements_in(log: &strata_protocol::sync::ObjectLog) -> Vec<Placement> {
             }
         })
         .collect()
+}
+
+/// What a `Cluster` object at the root changes in its cluster's labels: its
+/// `status.labelOverrides`, which the root computes when the object is written (see the
+/// relay's `kube::clusters`).
+fn override_from(value: &Value) -> Result<LabelOverride, ManifestError> {
+    match value.pointer("/status/labelOverrides") {
+        None | Some(Value::Null) => Ok(LabelOverride::default()),
+        Some(v) => serde_json::from_value(v.clone())
+            .map_err(|e| fault(0, "status.labelOverrides", e.to_string())),
+    }
+}
+
+/// The cluster label changes of every `Cluster` object in `log`, per space; an object
+/// that does not parse is logged and left out.
+pub fn overrides_in(log: &strata_protocol::sync::ObjectLog) -> ClusterOverrides {
+    let mut all = ClusterOverrides::default();
+    for o in log.live().filter(|o| is_cluster_object(&o.meta)) {
+        let parsed = serde_json::from_slice::<Value>(&o.body)
+            .map_err(|e| fault(0, "", format!("cluster body is not JSON: {e}")))
+            .and_then(|v| override_from(&v));
+        match parsed {
+            Ok(change) => all.insert(o.key().space.clone(), o.key().name.clone(), change),
+            Err(e) => {
+                tracing::warn!(cluster = %o.key(), error = %e, "ignoring a cluster object that does not parse");
+            }
+        }
+    }
+    all
 }
 
 /// The placement an object holds (relays parse placements to route).

@@ -26,6 +26,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use strata_protocol::model::{ObjectKey, Space};
+use strata_protocol::overrides::is_cluster_object;
 use strata_protocol::route::is_placement;
 use strata_protocol::wire::{Change, ReportKey, ReportValue};
 use tokio_rustls::TlsAcceptor;
@@ -38,7 +39,7 @@ use strata_node::objects::parse_manifests;
 
 pub mod auth;
 pub mod paths;
-mod tree;
+pub(crate) mod tree;
 
 use paths::ObjectFilter;
 use strata_node::tls::{self, Identity, TlsError};
@@ -306,7 +307,14 @@ async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
     };
     let result = state
         .node
-        .query(move |core: &mut NodeCore| core.apply_manifests(&manifests))
+        .query(move |core: &mut NodeCore| {
+            match crate::kube::clusters::prepare_manifests(core, manifests) {
+                Ok(manifests) => core
+                    .apply_manifests(&manifests)
+                    .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+                Err(e) => Err((StatusCode::UNPROCESSABLE_ENTITY, e)),
+            }
+        })
         .await;
     match result {
         Some(Ok(a)) => {
@@ -321,7 +329,7 @@ async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
                 }),
             )
         }
-        Some(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Some(Err((code, e))) => error(code, e),
         None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
     }
 }
@@ -439,9 +447,13 @@ async fn get_objects(
                     let placements: Vec<Value> = core
                         .placements()
                         .iter()
-                        .filter(|p| !is_placement(&o.meta) && p.selects_object(&o.meta))
+                        .filter(|p| {
+                            !is_placement(&o.meta)
+                                && !is_cluster_object(&o.meta)
+                                && p.selects_object(&o.meta)
+                        })
                         .map(|p| {
-                            let s = core.reports().summarize(p, o.key());
+                            let s = core.reports().summarize(p, o.key(), core.overrides());
                             // What each child reported for its subtree.
                             let by_child: Vec<Value> = core
                                 .reports()

@@ -18,7 +18,7 @@ use strata_node::clock::Clock;
 /// Every link the node knows of, by its child end: its own children's, then those its
 /// children reported (a child's own record of a link wins over nothing; the node's own
 /// view of its direct children wins over anything reported).
-fn all_links(core: &NodeCore) -> BTreeMap<String, LinkRecord> {
+pub(crate) fn all_links(core: &NodeCore) -> BTreeMap<String, LinkRecord> {
     let mut links: BTreeMap<String, LinkRecord> = core
         .reports()
         .iter()
@@ -47,7 +47,7 @@ fn link_json(node: &str, l: &LinkRecord) -> Value {
 
 /// Whether a cluster is reachable from this node, and when it was last seen: now when
 /// every link on its path is up, else when the first link on its path went down.
-fn last_seen(
+pub(crate) fn last_seen(
     cluster: &Cluster,
     links: &BTreeMap<String, LinkRecord>,
     now: UnixMillis,

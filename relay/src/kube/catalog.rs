@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use strata_protocol::model::Space;
+use strata_protocol::overrides::CLUSTER_KIND;
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::ObjectLog;
 
@@ -40,6 +41,12 @@ pub struct ResourceType {
 }
 
 impl ResourceType {
+    /// Whether this is our `Cluster` kind (read from the inventory, see
+    /// [`super::clusters`]).
+    pub fn is_cluster(&self) -> bool {
+        self.group == STRATA_GROUP && self.kind == CLUSTER_KIND
+    }
+
     /// `apps/v1`, or `v1` for the core group.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -184,18 +191,31 @@ fn builtins() -> &'static [ResourceType] {
 
 /// Our own kinds.
 fn strata_types() -> Vec<ResourceType> {
-    vec![ResourceType {
-        group: STRATA_GROUP.to_owned(),
-        version: "v1alpha1".to_owned(),
-        kind: PLACEMENT_KIND.to_owned(),
-        plural: "placements".to_owned(),
-        singular: "placement".to_owned(),
-        namespaced: false,
-        short_names: vec!["pl".to_owned()],
-        categories: Vec::new(),
-        // The root parses placements field by field and refuses unknown ones.
-        check: None,
-    }]
+    vec![
+        ResourceType {
+            group: STRATA_GROUP.to_owned(),
+            version: "v1alpha1".to_owned(),
+            kind: PLACEMENT_KIND.to_owned(),
+            plural: "placements".to_owned(),
+            singular: "placement".to_owned(),
+            namespaced: false,
+            short_names: vec!["pl".to_owned()],
+            categories: Vec::new(),
+            // The root parses placements field by field and refuses unknown ones.
+            check: None,
+        },
+        ResourceType {
+            group: STRATA_GROUP.to_owned(),
+            version: "v1alpha1".to_owned(),
+            kind: CLUSTER_KIND.to_owned(),
+            plural: "clusters".to_owned(),
+            singular: "cluster".to_owned(),
+            namespaced: false,
+            short_names: Vec::new(),
+            categories: Vec::new(),
+            check: None,
+        },
+    ]
 }
 
 /// The types the CRDs applied to `space` define (every served version).

@@ -18,6 +18,7 @@
 //! back to the discovery above).
 
 pub mod catalog;
+pub mod clusters;
 pub mod discovery;
 pub mod kubeconfig;
 pub mod patch;
@@ -544,6 +545,13 @@ impl ResourceOp {
     }
 
     fn get(&self, core: &NodeCore, t: &ResourceType, space: &Space, name: &str) -> Answer {
+        if t.is_cluster() {
+            return match clusters::get(core, space, name) {
+                Some(c) if self.table => (200, clusters::table(&[c], core.log().head().0)),
+                Some(c) => (200, c),
+                None => Self::missing(t, name),
+            };
+        }
         let key = self.key(t, space, name);
         match Self::find(core, &key) {
             Some(o) if self.table => (200, render::table(core, &[o], core.log().head().0)),
@@ -567,7 +575,39 @@ impl ResourceOp {
             .collect()
     }
 
+    /// The space's clusters a list asks for.
+    fn list_clusters(&self, core: &NodeCore, t: &ResourceType, space: &Space) -> Answer {
+        let all: Vec<Value> = clusters::all(core, space)
+            .into_iter()
+            .filter(|c| {
+                let labels =
+                    serde_json::from_value(c["metadata"]["labels"].clone()).unwrap_or_default();
+                let name = c["metadata"]["name"].as_str().unwrap_or_default();
+                self.labels.matches(&labels) && self.fields.matches(&clusters::key(space, name))
+            })
+            .collect();
+        let start = self.cont.unwrap_or(0).min(all.len());
+        let end = self.limit.map_or(all.len(), |l| (start + l).min(all.len()));
+        let next = (end < all.len()).then(|| end.to_string());
+        let head = core.log().head().0;
+        let page = all[start..end].to_vec();
+        if self.table {
+            let mut table = clusters::table(&page, head);
+            if let Some(c) = next {
+                table["metadata"]["continue"] = json!(c);
+            }
+            return (200, table);
+        }
+        (
+            200,
+            render::list(&t.api_version(), &t.kind, head, page, next),
+        )
+    }
+
     fn list(&self, core: &NodeCore, t: &ResourceType, space: &Space) -> Answer {
+        if t.is_cluster() {
+            return self.list_clusters(core, t, space);
+        }
         let all = self.matching(core, t, space);
         let start = self.cont.unwrap_or(0).min(all.len());
         let end = self.limit.map_or(all.len(), |l| (start + l).min(all.len()));

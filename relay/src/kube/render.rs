@@ -5,6 +5,7 @@
 
 use serde_json::{Map, Value, json};
 use strata_protocol::model::{Object, ObjectKey};
+use strata_protocol::overrides::is_cluster_object;
 use strata_protocol::route::is_placement;
 use strata_protocol::summary::Summary;
 
@@ -31,7 +32,7 @@ pub fn strip_assigned(value: &mut Value) {
 }
 
 /// A stable identifier for the object's key (Kubernetes' `uid` shape).
-fn uid(key: &ObjectKey) -> String {
+pub(super) fn uid(key: &ObjectKey) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, key.to_string().as_bytes());
     let h: String = digest.as_ref()[..16]
         .iter()
@@ -49,18 +50,28 @@ fn uid(key: &ObjectKey) -> String {
 
 /// The summaries of `object` under every placement that selects it.
 pub fn summaries(core: &NodeCore, object: &Object) -> Vec<(String, Summary)> {
-    if is_placement(&object.meta) {
+    if is_placement(&object.meta) || is_cluster_object(&object.meta) {
         return Vec::new();
     }
     core.placements()
         .iter()
         .filter(|p| p.selects_object(&object.meta))
-        .map(|p| (p.name.clone(), core.reports().summarize(p, object.key())))
+        .map(|p| {
+            (
+                p.name.clone(),
+                core.reports().summarize(p, object.key(), core.overrides()),
+            )
+        })
         .collect()
 }
 
 /// The object as a client reads it.
 pub fn object(core: &NodeCore, object: &Object) -> Value {
+    if is_cluster_object(&object.meta)
+        && let Some(v) = super::clusters::get(core, &object.key().space, &object.key().name)
+    {
+        return v;
+    }
     let mut v: Value = serde_json::from_slice(&object.body).unwrap_or_else(|_| json!({}));
     if !v["metadata"].is_object() {
         v["metadata"] = json!({});

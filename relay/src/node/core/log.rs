@@ -3,6 +3,7 @@
 //! compaction bounded by what the children still need.
 
 use strata_protocol::model::{ObjectKey, Position};
+use strata_protocol::overrides::CLUSTER_KIND;
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::wire::Change;
 
@@ -57,9 +58,14 @@ impl NodeCore {
         self.note_key(change.key().clone());
     }
 
-    /// A key changed in the log: its summaries may change, and a placement changing
-    /// changes routes.
+    /// A key changed in the log: its summaries may change, and a placement or a
+    /// cluster's labels changing changes routes.
     pub(super) fn note_key(&mut self, key: ObjectKey) {
+        if key.group == STRATA_GROUP && key.kind == CLUSTER_KIND {
+            // Cluster labels changed: routes, and which clusters every summary expects.
+            self.routes_stale = true;
+            self.dirty.extend(self.log.live().map(|o| o.key().clone()));
+        }
         if key.group == STRATA_GROUP && key.kind == PLACEMENT_KIND {
             self.routes_stale = true;
         }
@@ -68,6 +74,7 @@ impl NodeCore {
 
     pub(super) fn reload_placements(&mut self) {
         self.placements = strata_node::objects::placements_in(&self.log);
+        self.overrides = strata_node::objects::overrides_in(&self.log);
     }
 
     /// Drops tombstones no child needs any more: below every live session's retention

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use strata_protocol::model::{Cursor, Labels, LogId, ObjectKey, Position};
+use strata_protocol::overrides::ClusterOverrides;
 use strata_protocol::placement::Placement;
 use strata_protocol::summary::Summary;
 use strata_protocol::sync::{ObjectLog, ParentLink, SessionConfig, SessionError};
@@ -86,6 +87,8 @@ pub struct NodeCore {
     config: SessionConfig,
     log: ObjectLog,
     placements: Vec<Placement>,
+    /// Cluster labels changed at the root, per space (from the log's `Cluster` objects).
+    overrides: ClusterOverrides,
     children: BTreeMap<String, Child>,
     child_runs: BTreeMap<String, u64>,
     acked: BTreeMap<String, Cursor>,
@@ -166,6 +169,7 @@ impl NodeCore {
             config,
             log: setup.log,
             placements: Vec::new(),
+            overrides: ClusterOverrides::default(),
             children: BTreeMap::new(),
             child_runs: setup.child_runs,
             acked: setup.acked,
@@ -207,6 +211,11 @@ impl NodeCore {
     /// The placements in the log.
     pub fn placements(&self) -> &[Placement] {
         &self.placements
+    }
+
+    /// Cluster labels changed at the root, per space.
+    pub fn overrides(&self) -> &ClusterOverrides {
+        &self.overrides
     }
 
     /// Counters.

@@ -202,7 +202,7 @@ impl NodeCore {
                     }
                     continue;
                 }
-                let summary = self.reports.summarize(placement, &object);
+                let summary = self.reports.summarize(placement, &object, &self.overrides);
                 if self.sent.get(&key) != Some(&summary) {
                     self.stats.summaries_sent += 1;
                     self.sent.insert(key, summary.clone());
