@@ -10,6 +10,8 @@
 //! * [`model`]: spaces, object keys, objects, revisions, clusters, health and status.
 //! * [`selector`]: Kubernetes label selectors with Kubernetes' exact semantics.
 //! * [`placement`]: which objects go to which clusters.
+//! * [`choice`]: choosing clusters (count, spread, preference, taints, capacity) and
+//!   the decision relays route by.
 //! * [`overrides`]: cluster labels changed at the root, per space.
 //! * [`route`]: a child's routing predicate from placements and its subtree's clusters.
 //! * [`summary`]: the mergeable status summary (associative, commutative, with identity).
@@ -17,6 +19,7 @@
 //! * [`codec`]: length-prefixed frames; the only place that knows the byte encoding.
 //! * [`sync`]: the sans-I/O state machines of one parent/child connection.
 
+pub mod choice;
 pub mod codec;
 pub mod model;
 pub mod overrides;

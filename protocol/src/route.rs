@@ -8,9 +8,10 @@
 
 use std::sync::Arc;
 
+use crate::choice::{RootView, is_decision};
 use crate::codec;
 use crate::model::{Cluster, ObjectMeta};
-use crate::overrides::{ClusterOverrides, is_cluster_object};
+use crate::overrides::is_cluster_object;
 use crate::placement::Placement;
 use crate::sync::Route;
 use crate::wire::RouteId;
@@ -26,6 +27,12 @@ pub fn is_placement(meta: &ObjectMeta) -> bool {
     meta.key.group == STRATA_GROUP && meta.key.kind == PLACEMENT_KIND
 }
 
+/// Whether an object is one of Strata's own (a placement, a cluster's labels, a
+/// decision): the root and relays route with them; they are never placed on clusters.
+pub fn is_strata_object(meta: &ObjectMeta) -> bool {
+    is_placement(meta) || is_cluster_object(meta) || is_decision(meta)
+}
+
 /// The route of one child: the placements that select some cluster of its subtree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlacementRoute {
@@ -36,21 +43,17 @@ pub struct PlacementRoute {
 
 impl PlacementRoute {
     /// The route of a child (`relay` says whether it routes onward and so needs the
-    /// placements themselves) whose subtree holds `clusters`, under `placements`, with
-    /// cluster labels as the root's `overrides` change them.
+    /// placements themselves) whose subtree holds `clusters`, under `placements`, as the
+    /// root decided (`root`: cluster labels changed there, placements' decisions).
     pub fn new(
         relay: bool,
         placements: &[Placement],
         clusters: &[Cluster],
-        overrides: &ClusterOverrides,
+        root: &RootView,
     ) -> Self {
         let mut relevant: Vec<Placement> = placements
             .iter()
-            .filter(|p| {
-                clusters
-                    .iter()
-                    .any(|c| p.selects_cluster_with(c, overrides))
-            })
+            .filter(|p| clusters.iter().any(|c| p.selects_cluster_with(c, root)))
             .cloned()
             .collect();
         relevant.sort_by(|a, b| (&a.space, &a.name).cmp(&(&b.space, &b.name)));
@@ -82,8 +85,9 @@ impl Route for PlacementRoute {
                     !p.upsync.is_empty() && p.space == meta.key.space && p.name == meta.key.name
                 });
         }
-        if is_cluster_object(meta) {
-            // Relays route with the root's cluster labels; agents never need them.
+        if is_cluster_object(meta) || is_decision(meta) {
+            // Relays route with the root's cluster labels and decisions; agents never
+            // need them.
             return self.relay;
         }
         self.placements.iter().any(|p| p.selects_object(meta))
@@ -120,8 +124,8 @@ mod tests {
     use crate::placement::{ClusterSelector, ObjectSelector};
     use crate::selector::LabelSelector;
 
-    fn none() -> ClusterOverrides {
-        ClusterOverrides::default()
+    fn none() -> RootView {
+        RootView::default()
     }
 
     fn cluster(name: &str, region: &str) -> Cluster {
@@ -149,8 +153,10 @@ mod tests {
                     match_labels: [("region".to_owned(), region.to_owned())].into(),
                     match_expressions: vec![],
                 },
+                ..ClusterSelector::default()
             },
             upsync: vec![],
+            moves: crate::placement::MovePolicy::default(),
         }
     }
 
@@ -204,7 +210,7 @@ mod tests {
             ))
         );
         let mut moved = none();
-        moved.insert(
+        moved.overrides.insert(
             Space::default_space(),
             "a".into(),
             crate::overrides::LabelOverride {
@@ -220,7 +226,7 @@ mod tests {
             ))
         );
         let mut elsewhere = none();
-        elsewhere.insert(
+        elsewhere.overrides.insert(
             Space("other".into()),
             "a".into(),
             crate::overrides::LabelOverride {

@@ -129,6 +129,44 @@ pub fn objects_table(items: &[Value], wide: bool, now: u64) -> String {
         if placements.is_empty() {
             let _ = writeln!(out, "{name:<24} {ns:<12} {:<16} {rev:>5}", "<none>");
         }
+        let d = &item["decisions"];
+        if d.is_object() {
+            let excluded: Vec<String> = d["excluded"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(why, count)| format!("{why} {count}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  chose {} of {} matching clusters{}",
+                n(&d["chosen"]),
+                n(&d["matching"]),
+                if excluded.is_empty() {
+                    String::new()
+                } else {
+                    format!("; left out: {}", excluded.join(", "))
+                }
+            );
+            let names = |v: &Value| -> Vec<String> {
+                v.as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.as_str().map(str::to_owned))
+                    .collect()
+            };
+            let retiring = names(&d["retiring"]);
+            if !retiring.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  moving off (until the new clusters are available): {}",
+                    retiring.join(", ")
+                );
+            }
+            if wide {
+                let _ = writeln!(out, "  chosen: {}", names(&d["clusters"]).join(", "));
+            }
+        }
         for p in placements {
             let s = &p["summary"];
             let oldest = s["oldest_report"]

@@ -8,9 +8,13 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde_json::Value;
+use strata_protocol::choice::{Decision, Seconds, Taint, is_decision};
 use strata_protocol::model::{ContentHash, Labels, Object, ObjectKey, ObjectMeta, Revision, Space};
 use strata_protocol::overrides::{ClusterOverrides, LabelOverride, is_cluster_object};
-use strata_protocol::placement::{ClusterSelector, ObjectSelector, Placement, UpsyncSelector};
+use strata_protocol::placement::{
+    ClusterSelector, DEFAULT_MOVE_TIMEOUT, MovePolicy, MoveStrategy, ObjectSelector, Placement,
+    UpsyncSelector,
+};
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 
 /// One fault in one document.
@@ -54,6 +58,10 @@ struct PlacementSpec {
     clusters: ClusterSelector,
     #[serde(default)]
     upsync: Vec<UpsyncSelector>,
+    #[serde(default, rename = "move")]
+    move_strategy: MoveStrategy,
+    #[serde(default, rename = "moveTimeout")]
+    move_timeout: Option<Seconds>,
 }
 
 fn fault(document: usize, field: &str, reason: impl Into<String>) -> ManifestError {
@@ -189,6 +197,9 @@ fn manifest(doc: usize, value: Value, space: &Space) -> Result<Manifest, Vec<Man
         if let Err(e) = override_from(&value) {
             faults.push(ManifestError { document: doc, ..e });
         }
+        if let Err(e) = cluster_spec(&value) {
+            faults.push(ManifestError { document: doc, ..e });
+        }
     }
     if faults.is_empty() {
         Ok(Manifest { meta, value })
@@ -219,6 +230,40 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
             &format!("spec.clusters.selector.{}", e.field),
             e.reason.clone(),
         ));
+    }
+    for (i, s) in spec.clusters.prefer.iter().enumerate() {
+        if let Err(errors) = s.validate() {
+            let e = &errors[0];
+            return Err(fault(
+                0,
+                &format!("spec.clusters.prefer[{i}].{}", e.field),
+                e.reason.clone(),
+            ));
+        }
+    }
+    for (i, t) in spec.clusters.tolerations.iter().enumerate() {
+        if let Err(why) = t.validate() {
+            return Err(fault(0, &format!("spec.clusters.tolerations[{i}]"), why));
+        }
+    }
+    if spec.clusters.count == Some(0) {
+        return Err(fault(
+            0,
+            "spec.clusters.count",
+            "must be at least 1 (or absent: every matching cluster)",
+        ));
+    }
+    for (field, given) in [
+        ("spreadBy", spec.clusters.spread_by.is_some()),
+        ("failoverAfter", spec.clusters.failover_after.is_some()),
+    ] {
+        if given && spec.clusters.count.is_none() {
+            return Err(fault(
+                0,
+                &format!("spec.clusters.{field}"),
+                "needs spec.clusters.count",
+            ));
+        }
     }
     for (i, o) in spec.objects.iter().enumerate() {
         if let Some(Err(errors)) = o.selector.as_ref().map(|s| s.validate()) {
@@ -253,6 +298,10 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
         objects: spec.objects,
         clusters: spec.clusters,
         upsync: spec.upsync,
+        moves: MovePolicy {
+            strategy: spec.move_strategy,
+            timeout: spec.move_timeout.unwrap_or(DEFAULT_MOVE_TIMEOUT),
+        },
     })
 }
 
@@ -309,6 +358,90 @@ pub fn overrides_in(log: &strata_protocol::sync::ObjectLog) -> ClusterOverrides 
             Ok(change) => all.insert(o.key().space.clone(), o.key().name.clone(), change),
             Err(e) => {
                 tracing::warn!(cluster = %o.key(), error = %e, "ignoring a cluster object that does not parse");
+            }
+        }
+    }
+    all
+}
+
+/// What the root set on a cluster in one space: its taints and its capacity.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterSpec {
+    /// Taints (`spec.taints`).
+    pub taints: Vec<Taint>,
+    /// How many placements it accepts (`spec.capacity.workloads`).
+    pub capacity: Option<u32>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawClusterSpec {
+    #[serde(default)]
+    taints: Vec<Taint>,
+    #[serde(default)]
+    capacity: Option<RawCapacity>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCapacity {
+    workloads: u32,
+}
+
+/// The `spec` of a `Cluster` object, checked.
+pub fn cluster_spec(value: &Value) -> Result<ClusterSpec, ManifestError> {
+    let raw: RawClusterSpec = match value.get("spec") {
+        None | Some(Value::Null) => RawClusterSpec::default(),
+        Some(v) => {
+            serde_json::from_value(v.clone()).map_err(|e| fault(0, "spec", e.to_string()))?
+        }
+    };
+    Ok(ClusterSpec {
+        taints: raw.taints,
+        capacity: raw.capacity.map(|c| c.workloads),
+    })
+}
+
+/// The spec of every `Cluster` object in `log`, by (space, cluster); one that does not
+/// parse is logged and left out.
+pub fn cluster_specs_in(
+    log: &strata_protocol::sync::ObjectLog,
+) -> std::collections::BTreeMap<(Space, String), ClusterSpec> {
+    let mut all = std::collections::BTreeMap::new();
+    for o in log.live().filter(|o| is_cluster_object(&o.meta)) {
+        let parsed = serde_json::from_slice::<Value>(&o.body)
+            .map_err(|e| fault(0, "", e.to_string()))
+            .and_then(|v| cluster_spec(&v));
+        match parsed {
+            Ok(spec) => {
+                all.insert((o.key().space.clone(), o.key().name.clone()), spec);
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %o.key(), error = %e, "ignoring a cluster spec that does not parse");
+            }
+        }
+    }
+    all
+}
+
+/// The decision of every `PlacementDecision` object in `log`, by (space, placement);
+/// one that does not parse is logged and left out.
+pub fn decisions_in(
+    log: &strata_protocol::sync::ObjectLog,
+) -> std::collections::BTreeMap<(Space, String), Decision> {
+    let mut all = std::collections::BTreeMap::new();
+    for o in log.live().filter(|o| is_decision(&o.meta)) {
+        let parsed = serde_json::from_slice::<Value>(&o.body)
+            .map_err(|e| e.to_string())
+            .and_then(|v| {
+                serde_json::from_value::<Decision>(v["decision"].clone()).map_err(|e| e.to_string())
+            });
+        match parsed {
+            Ok(d) => {
+                all.insert((o.key().space.clone(), o.key().name.clone()), d);
+            }
+            Err(e) => {
+                tracing::warn!(decision = %o.key(), error = %e, "ignoring a placement decision that does not parse");
             }
         }
     }

@@ -26,8 +26,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use strata_protocol::model::{ObjectKey, Space};
-use strata_protocol::overrides::is_cluster_object;
-use strata_protocol::route::is_placement;
+use strata_protocol::route::is_strata_object;
 use strata_protocol::wire::{Change, ReportKey, ReportValue};
 use tokio_rustls::TlsAcceptor;
 
@@ -39,7 +38,7 @@ use strata_node::objects::parse_manifests;
 
 pub mod auth;
 pub mod paths;
-pub(crate) mod tree;
+mod tree;
 
 use paths::ObjectFilter;
 use strata_node::tls::{self, Identity, TlsError};
@@ -448,12 +447,10 @@ async fn get_objects(
                         .placements()
                         .iter()
                         .filter(|p| {
-                            !is_placement(&o.meta)
-                                && !is_cluster_object(&o.meta)
-                                && p.selects_object(&o.meta)
+                            !is_strata_object(&o.meta) && p.selects_object(&o.meta)
                         })
                         .map(|p| {
-                            let s = core.reports().summarize(p, o.key(), core.overrides());
+                            let s = core.reports().summarize(p, o.key(), core.root_view());
                             // What each child reported for its subtree.
                             let by_child: Vec<Value> = core
                                 .reports()
@@ -495,7 +492,11 @@ async fn get_objects(
                         })
                         .collect();
                     let body: Value = serde_json::from_slice(&o.body).unwrap_or(Value::Null);
+                    let decisions =
+                        crate::kube::render::decisions(core, &o.key().space, &o.key().name)
+                            .filter(|_| strata_protocol::route::is_placement(&o.meta));
                     json!({
+                        "decisions": decisions,
                         "key": {
                             "space": o.key().space.0, "group": o.key().group, "version": o.key().version,
                             "kind": o.key().kind, "namespace": o.key().namespace, "name": o.key().name,

@@ -31,8 +31,7 @@ use strata_protocol::overrides::{CLUSTER_KIND, LabelOverride, is_cluster_object}
 use strata_protocol::route::STRATA_GROUP;
 
 use super::{Answer, failure};
-use crate::api::tree::{all_links, last_seen};
-use crate::node::core::NodeCore;
+use crate::node::core::{NodeCore, last_seen};
 
 /// The API version of the kind.
 pub const API_VERSION: &str = "strata.dev/v1alpha1";
@@ -120,7 +119,7 @@ fn render(core: &NodeCore, name: &str, entry: &Entry<'_>) -> Value {
     let labels = change.applied_to(&base);
     let mut status = json!({ "reachable": false, "labelOverrides": change });
     if let Some(c) = &entry.reported {
-        let (reachable, seen) = last_seen(c, &all_links(core), Clock::start().wall());
+        let (reachable, seen) = last_seen(c, &core.all_links(), Clock::start().wall());
         status["path"] = json!(c.path);
         status["reachable"] = json!(reachable);
         status["properties"] = json!(c.properties);

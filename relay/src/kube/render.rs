@@ -4,12 +4,12 @@
 //! lists, and tables for `kubectl get`.
 
 use serde_json::{Map, Value, json};
-use strata_protocol::model::{Object, ObjectKey};
+use strata_protocol::model::{Object, ObjectKey, Space};
 use strata_protocol::overrides::is_cluster_object;
-use strata_protocol::route::is_placement;
+use strata_protocol::route::{is_placement, is_strata_object};
 use strata_protocol::summary::Summary;
 
-use crate::node::core::NodeCore;
+use crate::node::core::{NodeCore, excluded_counts};
 
 /// Metadata the root assigns, and `.status`, which the root writes: dropped from what
 /// clients send before it is stored.
@@ -50,7 +50,7 @@ pub(super) fn uid(key: &ObjectKey) -> String {
 
 /// The summaries of `object` under every placement that selects it.
 pub fn summaries(core: &NodeCore, object: &Object) -> Vec<(String, Summary)> {
-    if is_placement(&object.meta) || is_cluster_object(&object.meta) {
+    if is_strata_object(&object.meta) {
         return Vec::new();
     }
     core.placements()
@@ -59,7 +59,7 @@ pub fn summaries(core: &NodeCore, object: &Object) -> Vec<(String, Summary)> {
         .map(|p| {
             (
                 p.name.clone(),
-                core.reports().summarize(p, object.key(), core.overrides()),
+                core.reports().summarize(p, object.key(), core.root_view()),
             )
         })
         .collect()
@@ -85,7 +85,43 @@ pub fn object(core: &NodeCore, object: &Object) -> Value {
     if !sums.is_empty() {
         v["status"] = status(&sums);
     }
+    if is_placement(&object.meta)
+        && let Some(d) = decisions(core, &object.key().space, &object.key().name)
+    {
+        v["status"]["decisions"] = d;
+    }
     v
+}
+
+/// How many excluded clusters a status names one by one.
+const NAMED_EXCLUSIONS: usize = 100;
+
+/// A placement's choice as its `status.decisions` shows it: how many clusters were
+/// chosen of how many matching, the chosen and retiring clusters, and why each
+/// excluded matching cluster was left out (the first hundred by name, all counted).
+pub fn decisions(core: &NodeCore, space: &Space, name: &str) -> Option<Value> {
+    let p = core.plans().get(&(space.clone(), name.to_owned()))?;
+    let excluded: Map<String, Value> = p
+        .plan
+        .excluded
+        .iter()
+        .take(NAMED_EXCLUSIONS)
+        .map(|(c, why)| (c.clone(), json!(why.to_string())))
+        .collect();
+    let mut d = json!({
+        "chosen": p.plan.chosen.len(),
+        "matching": p.plan.matching,
+        "excluded": excluded_counts(&p.plan),
+        "clusters": p.plan.chosen,
+        "excludedClusters": excluded,
+    });
+    if !p.retiring.is_empty() {
+        d["retiring"] = json!(p.retiring);
+    }
+    if p.move_timed_out {
+        d["moveTimedOut"] = json!(true);
+    }
+    Some(d)
 }
 
 /// A digest of what `.status` is made from, to notice that it changed.

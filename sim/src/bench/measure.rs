@@ -160,7 +160,7 @@ async fn summary_complete(
                     .find(|o| o.key().name == "payload")?
                     .key()
                     .clone();
-                let s = c.reports().summarize(&placement, &key, c.overrides());
+                let s = c.reports().summarize(&placement, &key, c.root_view());
                 Some(s.health.available as usize == leaves && s.min_revision == Some(Revision(rev)))
             })
             .await
