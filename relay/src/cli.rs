@@ -43,6 +43,12 @@ pub enum Command {
         /// Keep the demo's files (certificates, configs, stores, logs) here.
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
+        /// How the app moves between regions: `makeBeforeBreak` (the default: the
+        /// first region keeps it until the second runs it) or `breakBeforeMake` (to
+        /// see the gap the default avoids).
+        #[arg(long = "move", value_name = "STRATEGY", default_value = "makeBeforeBreak",
+              value_parser = ["makeBeforeBreak", "breakBeforeMake"])]
+        move_strategy: String,
     },
     /// Check a topology file, issue its certificates, render each node's configuration.
     Topology {
@@ -285,7 +291,12 @@ impl fmt::Display for Indented<'_> {
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Serve { config } => Ok(crate::serve::serve(&config).await?),
-        Command::Demo { data } => crate::demo::run(data).await.map_err(CliError::Demo),
+        Command::Demo {
+            data,
+            move_strategy,
+        } => crate::demo::run(data, &move_strategy)
+            .await
+            .map_err(CliError::Demo),
         Command::Topology { command } => Ok(crate::topology_cli::run(command)?),
         Command::Up { file, data } => crate::up::run(&file, data).await.map_err(CliError::Up),
         Command::Kubeconfig { api } => {
