@@ -14,6 +14,7 @@
 //! * `http`: what the API and the metrics server share (listener, accept loop).
 //! * [`join`]: agents that are not in the topology join a relay with a single-use token.
 //! * [`kube`]: the Kubernetes API of each space (kubectl, client libraries).
+//! * [`lifecycle`]: `relay cordon|uncordon|drain`: taints on a cluster at the root.
 //! * [`metrics`]: Prometheus text metrics over HTTP.
 //! * [`node`]: the relay's sync core (`node::core`), what its children reported
 //!   (`node::reports`), and `node::runtime`: the core and its children's connections
@@ -32,6 +33,7 @@ pub mod demo;
 mod http;
 pub mod join;
 pub mod kube;
+pub mod lifecycle;
 pub mod metrics;
 pub mod node;
 pub mod serve;
