@@ -194,6 +194,6 @@ pub fn openapi_document(catalog: &Catalog, group: &str, version: &str) -> Option
         "openapi": "3.0.0",
         "info": { "title": "Strata", "version": format!("v1.{KUBE_MINOR}") },
         "paths": paths,
-        "components": { "schemas": {} },
+        "components": { "schemas": super::openapi::components(catalog, group, version) },
     }))
 }
