@@ -17,11 +17,14 @@
 //! Not served yet, each answered with a `Status` saying so: OpenAPI v2, aggregated discovery (clients fall
 //! back to the discovery above).
 
+pub mod aggregated;
 pub mod catalog;
 pub mod clusters;
 pub mod discovery;
+mod documents;
 pub mod kubeconfig;
 pub mod openapi;
+pub mod openapi_v2;
 pub mod patch;
 pub mod protobuf;
 pub mod render;
@@ -68,6 +71,15 @@ pub enum Reply {
     Json(Answer),
     /// A stream of watch events.
     Watch(Box<watch::Watch>),
+    /// A document in its own media type (aggregated discovery, OpenAPI v2 protobuf).
+    Raw {
+        /// HTTP status.
+        code: u16,
+        /// Its `Content-Type`.
+        content_type: String,
+        /// The encoded document.
+        body: Vec<u8>,
+    },
 }
 
 /// A watch's own parameters.
@@ -115,6 +127,9 @@ pub async fn handle(node: &NodeClient, req: Request<'_>) -> Option<Reply> {
             ]
     {
         return Some(Reply::Json(access_review(&req, space)));
+    }
+    if let Some(reply) = documents::answer(node, &req, rest, space).await {
+        return Some(reply);
     }
     let op = match Op::parse(&req, rest, prefix) {
         Ok(op) => op,
@@ -243,7 +258,6 @@ enum Op {
     Group(String),
     Resources(String, String),
     OpenApiIndex(String),
-    OpenApiDocument(String, String),
     Resource(Box<ResourceOp>),
 }
 
@@ -281,17 +295,11 @@ impl Op {
             ["api", v] if get => return Ok(Op::Resources(String::new(), (*v).to_owned())),
             ["apis", g, v] if get => return Ok(Op::Resources((*g).to_owned(), (*v).to_owned())),
             ["openapi", "v3"] if get => return Ok(Op::OpenApiIndex(prefix)),
-            ["openapi", "v3", "api", v] if get => {
-                return Ok(Op::OpenApiDocument(String::new(), (*v).to_owned()));
-            }
-            ["openapi", "v3", "apis", g, v] if get => {
-                return Ok(Op::OpenApiDocument((*g).to_owned(), (*v).to_owned()));
-            }
             ["openapi", ..] => {
                 return Err(failure(
                     404,
                     "NotFound",
-                    "this server serves OpenAPI v3 (/openapi/v3) only".into(),
+                    format!("no OpenAPI document at /{}", rest.join("/")),
                     None,
                 ));
             }
@@ -409,11 +417,6 @@ impl Op {
                     200,
                     discovery::openapi_index(&catalog, &prefix, core.log().head().0),
                 )
-            }
-            Op::OpenApiDocument(g, v) => {
-                discovery::openapi_document(&Catalog::of_space(core.log(), space), &g, &v)
-                    .map(|doc| (200, doc))
-                    .unwrap_or_else(|| not_found(format!("no OpenAPI document for {g}/{v}")))
             }
             Op::Resource(r) => r.run(core, space),
         }
