@@ -18,7 +18,12 @@
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use schemars::generate::{SchemaGenerator, SchemaSettings};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
 use serde_json::{Map, Value, json};
+use strata_protocol::model::{LogId, Space};
+use strata_protocol::sync::ObjectLog;
 
 use super::catalog::{Catalog, ResourceType};
 
@@ -285,11 +290,68 @@ fn wrap_refs(v: &mut Value) {
     }
 }
 
+/// Whether a type's schema is the same in every space (built-in and our own kinds).
+fn fixed(t: &&ResourceType) -> bool {
+    matches!(t.schema, TypeSchema::Builtin(_) | TypeSchema::Strata)
+}
+
+/// The schemas of the fixed types, generated once: per group version for v3, and all of
+/// them for v2. Generating them costs tens of milliseconds; a CRD's costs little.
+struct Fixed {
+    v3: BTreeMap<(String, String), Map<String, Value>>,
+    v2: Map<String, Value>,
+}
+
+fn fixed_schemas() -> &'static Fixed {
+    static FIXED: OnceLock<Fixed> = OnceLock::new();
+    FIXED.get_or_init(|| {
+        let catalog = Catalog::of_space(&ObjectLog::new(LogId(0)), &Space::default_space());
+        let mut v3 = BTreeMap::new();
+        for (g, versions) in catalog.groups() {
+            for v in versions {
+                let mut defs =
+                    Value::Object(definitions(catalog.of_group_version(g, v).filter(fixed)));
+                wrap_refs(&mut defs);
+                if let Value::Object(defs) = defs {
+                    v3.insert((g.to_owned(), v.to_owned()), defs);
+                }
+            }
+        }
+        let mut v2 = Value::Object(definitions(catalog.types().iter().filter(fixed)));
+        to_v2(&mut v2);
+        let v2 = match v2 {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        Fixed { v3, v2 }
+    })
+}
+
+/// The fixed schemas (`cached`) plus those of the catalog's custom resources among
+/// `types`, rewritten by `rewrite`.
+fn with_custom<'a>(
+    cached: Option<&Map<String, Value>>,
+    types: impl Iterator<Item = &'a ResourceType>,
+    rewrite: fn(&mut Value),
+) -> Value {
+    let mut out = cached.cloned().unwrap_or_default();
+    let custom: Vec<&ResourceType> = types.filter(|t| !fixed(t)).collect();
+    if !custom.is_empty() {
+        let mut defs = Value::Object(definitions(custom.into_iter()));
+        rewrite(&mut defs);
+        if let Value::Object(defs) = defs {
+            out.extend(defs);
+        }
+    }
+    Value::Object(out)
+}
+
 /// `components.schemas` of the OpenAPI v3 document of one group version.
 pub fn components(catalog: &Catalog, group: &str, version: &str) -> Value {
-    let mut defs = Value::Object(definitions(catalog.of_group_version(group, version)));
-    wrap_refs(&mut defs);
-    defs
+    let cached = fixed_schemas()
+        .v3
+        .get(&(group.to_owned(), version.to_owned()));
+    with_custom(cached, catalog.of_group_version(group, version), wrap_refs)
 }
 
 /// Rewrites one schema for Swagger 2.0 as kube-apiserver publishes CRDs there: refs
@@ -328,16 +390,12 @@ pub fn to_v2(v: &mut Value) {
 
 /// The `definitions` of the OpenAPI v2 document: every type of the catalog.
 pub fn definitions_v2(catalog: &Catalog) -> Value {
-    let mut defs = Value::Object(definitions(catalog.types().iter()));
-    to_v2(&mut defs);
-    defs
+    with_custom(Some(&fixed_schemas().v2), catalog.types().iter(), to_v2)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use strata_protocol::model::Space;
-    use strata_protocol::sync::ObjectLog;
 
     fn catalog() -> Catalog {
         Catalog::of_space(

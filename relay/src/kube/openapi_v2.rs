@@ -12,10 +12,12 @@ use serde_json::{Map, Value, json};
 use super::catalog::Catalog;
 use super::discovery::KUBE_MINOR;
 
-/// The protobuf form's media type.
-pub const PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+/// The protobuf form's media type as answered: clients ask for the `@v1.0` spelling,
+/// which Go's media type parser refuses in a `Content-Type`, so kube-apiserver answers
+/// with this one.
+pub const PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
 
-/// Whether the client asks for the protobuf form.
+/// Whether the client asks for the protobuf form (either spelling).
 pub fn wants_protobuf(accept: &str) -> bool {
     accept.contains("com.github.proto-openapi.spec.v2")
 }
