@@ -364,6 +364,25 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
         ],
     );
     assert!(err.contains(r#"unknown field "spec.sauce""#), "{err}");
+    // A custom resource whose CRD is absent: 404, naming the kind.
+    let widget = f.write(
+        "widget.json",
+        r#"{"apiVersion":"example.org/v1","kind":"Widget","metadata":{"name":"w"}}"#,
+    );
+    let err = f.fails(
+        "kubectl",
+        &[
+            "create",
+            "--raw",
+            "/apis/example.org/v1/namespaces/shop/widgets",
+            "-f",
+            &widget,
+        ],
+    );
+    assert!(
+        err.contains("NotFound") && err.contains(r#"kind "Widget""#),
+        "{err}"
+    );
 
     // kubectl get: tables with where it runs, names, selectors, YAML that re-applies.
     let table = f.ok("kubectl", &["get", "deploy", "-A", "-o", "wide"]);

@@ -1,21 +1,21 @@
 //! The Kubernetes API of each space: `https://ROOT/spaces/{space}/...` (a kubeconfig's
 //! `server:` with that path), and `https://ROOT/...` for the space `default`.
 //!
-//! Served: `/version`; discovery ([`discovery`]); the OpenAPI v3 index and documents;
+//! Served: `/version`; discovery ([`discovery`]), also aggregated ([`aggregated`]); the
+//! OpenAPI v3 index and documents and OpenAPI v2, with the schemas of every kind
+//! ([`openapi`], [`openapi_v2`]);
 //! for every type of the space's [`catalog::Catalog`]: get, list (`labelSelector`,
 //! `fieldSelector` on `metadata.name`/`metadata.namespace`, `limit`/`continue`, tables
 //! for `kubectl get`), create, update (409 on a stale `resourceVersion`), patch (JSON
 //! merge, JSON patch, strategic merge), delete and deletecollection, `dryRun=All`, and
 //! strict field validation for built-in types (`fieldValidation=Strict`, what kubectl
-//! sends). Errors are `metav1.Status` objects. `resourceVersion` is the root's revision.
+//! sends), and custom resources checked against their CRD's schema ([`schema_check`]).
+//! Errors are `metav1.Status` objects. `resourceVersion` is the root's revision.
 //!
 //! Watches (`watch=true`) stream events from a `resourceVersion` on ([`watch`]).
 //!
 //! Server-side apply (`application/apply-patch+yaml`, field managers, conflicts) is
 //! [`ssa`].
-//!
-//! Not served yet, each answered with a `Status` saying so: OpenAPI v2, aggregated discovery (clients fall
-//! back to the discovery above).
 
 pub mod aggregated;
 pub mod catalog;
@@ -431,15 +431,17 @@ impl ResourceOp {
             .by_resource(&self.group, &self.version, &self.plural)
             .cloned()
         else {
-            return Err(failure(
-                404,
-                "NotFound",
-                format!(
-                    "the server could not find the requested resource ({} {}/{})",
-                    self.plural, self.group, self.version
-                ),
-                None,
-            ));
+            let mut message = format!(
+                "the server could not find the requested resource ({} {}/{})",
+                self.plural, self.group, self.version
+            );
+            if let Some(kind) = self.body_kind() {
+                message.push_str(&format!(
+                    ": no type of space {:?} has kind {kind:?} in {}/{} (is its CustomResourceDefinition applied?)",
+                    space.0, self.group, self.version
+                ));
+            }
+            return Err(failure(404, "NotFound", message, None));
         };
         if !t.namespaced && self.namespace.is_some() {
             return Err(failure(
@@ -450,6 +452,15 @@ impl ResourceOp {
             ));
         }
         Ok(t)
+    }
+
+    /// The `kind` the request's body names, if it has one (for a clearer 404).
+    fn body_kind(&self) -> Option<String> {
+        let text = std::str::from_utf8(&self.body).ok()?;
+        let v: Value = serde_json::from_str(text)
+            .ok()
+            .or_else(|| serde_saphyr::from_str(text).ok())?;
+        v["kind"].as_str().map(str::to_owned)
     }
 
     fn start_watch(

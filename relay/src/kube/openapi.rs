@@ -435,6 +435,16 @@ mod tests {
         let p = &c["dev.strata.v1alpha1.Placement"];
         assert_eq!(p["x-kubernetes-group-version-kind"][0]["kind"], "Placement");
         assert!(p["properties"]["spec"]["properties"]["objects"].is_object());
+        let cluster = strata_schema("Cluster", &mut generator()).unwrap();
+        assert_eq!(
+            cluster["properties"]["spec"]["properties"]["taints"]["items"]["$ref"],
+            "#/components/schemas/io.k8s.api.core.v1.Taint"
+        );
+        assert_eq!(
+            cluster["properties"]["status"]["properties"]["reachable"]["type"],
+            "boolean"
+        );
+        assert!(strata_schema("Nothing", &mut generator()).is_none());
         let v2 = definitions_v2(&catalog());
         assert_eq!(
             v2["io.k8s.api.apps.v1.Deployment"]["properties"]["spec"]["$ref"],
