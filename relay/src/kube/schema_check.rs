@@ -523,6 +523,52 @@ mod tests {
     }
 
     #[test]
+    fn refusals_are_statuses_as_kube_apiserver_sends_them() {
+        let log = strata_protocol::sync::ObjectLog::new(strata_protocol::model::LogId(1));
+        let catalog = super::super::catalog::Catalog::of_space(
+            &log,
+            &strata_protocol::model::Space::default_space(),
+        );
+        let mut t = catalog.by_kind("", "v1", "ConfigMap").unwrap().clone();
+        t.group = "example.com".into();
+        t.kind = "Menu".into();
+        let object = |spec: Value| json!({ "apiVersion": "example.com/v1", "kind": "Menu", "metadata": { "name": "lunch" }, "spec": spec });
+        let (code, status) = enforce(
+            &t,
+            &menu_schema(),
+            &mut object(json!({ "dishes": "x", "size": "L" })),
+            true,
+        )
+        .unwrap_err();
+        assert_eq!(code, 422);
+        assert_eq!(status["reason"], "Invalid");
+        assert_eq!(
+            status["message"],
+            r#"Menu.example.com "lunch" is invalid: [spec.dishes: Invalid value: "string": spec.dishes in body must be of type integer: "string", spec.size: Unsupported value: "L": supported values: "S", "M"]"#
+        );
+        assert_eq!(status["details"]["causes"][0]["field"], "spec.dishes");
+        assert_eq!(
+            status["details"]["causes"][0]["reason"],
+            "FieldValueTypeInvalid"
+        );
+        let (code, status) = enforce(
+            &t,
+            &menu_schema(),
+            &mut object(json!({ "dishes": 1, "foo": 1 })),
+            true,
+        )
+        .unwrap_err();
+        assert_eq!(code, 400);
+        assert_eq!(
+            status["message"],
+            r#"strict decoding error: unknown field "spec.foo""#
+        );
+        let mut lenient = object(json!({ "dishes": 1, "foo": 1 }));
+        assert!(enforce(&t, &menu_schema(), &mut lenient, false).is_ok());
+        assert_eq!(lenient["spec"], json!({ "dishes": 1 }));
+    }
+
+    #[test]
     fn a_schema_that_keeps_everything_checks_nothing() {
         let schema = json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true });
         let mut object = json!({ "apiVersion": "example.com/v1", "kind": "Menu", "metadata": {}, "spec": { "dishes": 3 } });
