@@ -329,8 +329,10 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
     // custom resource is checked against its CRD's schema, as kube-apiserver checks it.
     let explained = f.ok("kubectl", &["explain", "deployment.spec.replicas"]);
     assert!(explained.contains("Number of desired pods"), "{explained}");
-    let explained = f.ok("kubectl", &["explain", "placement.spec"]);
-    assert!(explained.contains("objects"), "{explained}");
+    let explained = f.ok("kubectl", &["explain", "placement.spec.clusters"]);
+    assert!(explained.contains("spreadBy"), "{explained}");
+    let explained = f.ok("kubectl", &["explain", "cluster.spec"]);
+    assert!(explained.contains("taints"), "{explained}");
     let explained = f.ok("kubectl", &["explain", "menu.spec.dishes"]);
     assert!(explained.contains("How many dishes"), "{explained}");
     let err = f.fails(

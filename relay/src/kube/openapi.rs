@@ -15,7 +15,7 @@
 //! `allOf`, as kube-apiserver does; v2 keeps `$ref` beside them and drops what v2 cannot
 //! say (see [`to_v2`]).
 
-use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::api::core::v1::{Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use std::collections::BTreeMap;
@@ -124,11 +124,20 @@ pub fn strata_schema(kind: &str, g: &mut SchemaGenerator) -> Option<Value> {
                     },
                 },
             });
+            let duration = |what: &str| json!({ "x-kubernetes-int-or-string": true, "description": format!("{what} Seconds, or a duration such as 90s, 10m, 1h.") });
+            let mut toleration = reference(g, builtin_schema::<Toleration>);
+            toleration["description"] = json!("A taint tolerated, with Kubernetes' semantics.");
+            let prefer = reference(g, builtin_schema::<LabelSelector>);
             let clusters = json!({
                 "type": "object",
-                "description": "Where: the clusters that receive the selected objects.",
+                "description": "Where: the clusters that receive the selected objects, and how many of them are chosen.",
                 "properties": {
                     "selector": selector(g, "Cluster labels (their own plus those inherited from the relays above them); an empty selector selects every cluster."),
+                    "count": { "type": "integer", "format": "int32", "description": "At most this many of the matching clusters, chosen stably." },
+                    "spreadBy": { "type": "string", "description": "Spread the count evenly (within one) over the values of this cluster label." },
+                    "prefer": { "type": "array", "description": "Clusters matching earlier selectors are chosen first.", "items": prefer },
+                    "tolerations": { "type": "array", "description": "Taints the placement tolerates.", "items": toleration },
+                    "failoverAfter": duration("With a count: a chosen cluster unreachable this long is replaced."),
                 },
             });
             let upsync = json!({
@@ -153,7 +162,11 @@ pub fn strata_schema(kind: &str, g: &mut SchemaGenerator) -> Option<Value> {
                     "type": "object",
                     "description": "What this placement sends, where, and what comes back.",
                     "x-kubernetes-preserve-unknown-fields": true,
-                    "properties": { "objects": objects, "clusters": clusters, "upsync": upsync },
+                    "properties": {
+                        "objects": objects, "clusters": clusters, "upsync": upsync,
+                        "move": { "type": "string", "enum": ["makeBeforeBreak", "breakBeforeMake"], "description": "How the objects move when the chosen clusters change: the new clusters get them first and the old keep them until the new are available (makeBeforeBreak, the default), or the old lose them at once." },
+                        "moveTimeout": duration("How long old clusters keep the objects at most, waiting for the new ones (default 15m)."),
+                    },
                 }),
             );
             props.insert(
@@ -198,6 +211,7 @@ pub fn strata_schema(kind: &str, g: &mut SchemaGenerator) -> Option<Value> {
                         "reachable": { "type": "boolean", "description": "Whether the cluster's agent is connected." },
                         "lastSeen": { "type": "string", "format": "date-time", "description": "When the cluster last reported." },
                         "properties": { "type": "object", "description": "Properties the agent reports (kubernetesVersion, ...).", "additionalProperties": { "type": "string" } },
+                        "labelOverrides": { "type": "object", "description": "The labels this space set and removed over those the cluster reports (computed by the root when the object is written).", "x-kubernetes-preserve-unknown-fields": true },
                     },
                 }),
             );
