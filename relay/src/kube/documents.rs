@@ -1,5 +1,5 @@
 //! The large read-only documents of a space: aggregated discovery, the OpenAPI v3
-//! group-version documents and OpenAPI v2. Only the space's [`Catalog`] is read inside
+//! index and group-version documents, and OpenAPI v2. Only the space's [`Catalog`] is read inside
 //! the node's task; the documents are built and encoded outside it, so that a client
 //! fetching schemas never holds up writes.
 
@@ -27,6 +27,7 @@ fn json(content_type: &str, v: &Value) -> Reply {
 /// What kind of document `rest` asks for, if it is one of these.
 enum Wanted {
     Aggregated { core: bool, version: &'static str },
+    OpenApiIndex,
     OpenApiV3 { group: String, version: String },
     OpenApiV2,
 }
@@ -37,6 +38,7 @@ pub(super) async fn answer(
     req: &Request<'_>,
     rest: &[&str],
     space: &str,
+    prefix: &str,
 ) -> Option<Reply> {
     if req.method != "GET" {
         return None;
@@ -46,6 +48,7 @@ pub(super) async fn answer(
             core: rest == ["api"],
             version: aggregated::wanted(req.accept)?,
         },
+        ["openapi", "v3"] => Wanted::OpenApiIndex,
         ["openapi", "v3", "api", v] => Wanted::OpenApiV3 {
             group: String::new(),
             version: (*v).to_owned(),
@@ -58,8 +61,10 @@ pub(super) async fn answer(
         _ => return None,
     };
     let space = Space(space.to_owned());
-    let Some(catalog) = node
-        .query(move |core: &mut NodeCore| Catalog::of_space(core.log(), &space))
+    let Some((catalog, head)) = node
+        .query(move |core: &mut NodeCore| {
+            (Catalog::of_space(core.log(), &space), core.log().head().0)
+        })
         .await
     else {
         return Some(Reply::Json(stopping()));
@@ -68,6 +73,10 @@ pub(super) async fn answer(
         Wanted::Aggregated { core, version } => json(
             &aggregated::content_type(version),
             &aggregated::list(&catalog, core, version),
+        ),
+        Wanted::OpenApiIndex => json(
+            "application/json",
+            &discovery::openapi_index(&catalog, prefix, head),
         ),
         Wanted::OpenApiV3 { group, version } => {
             match discovery::openapi_document(&catalog, &group, &version) {

@@ -128,10 +128,10 @@ pub async fn handle(node: &NodeClient, req: Request<'_>) -> Option<Reply> {
     {
         return Some(Reply::Json(access_review(&req, space)));
     }
-    if let Some(reply) = documents::answer(node, &req, rest, space).await {
+    if let Some(reply) = documents::answer(node, &req, rest, space, &prefix).await {
         return Some(reply);
     }
-    let op = match Op::parse(&req, rest, prefix) {
+    let op = match Op::parse(&req, rest) {
         Ok(op) => op,
         Err(answer) => return Some(Reply::Json(answer)),
     };
@@ -257,7 +257,6 @@ enum Op {
     Groups,
     Group(String),
     Resources(String, String),
-    OpenApiIndex(String),
     Resource(Box<ResourceOp>),
 }
 
@@ -285,7 +284,7 @@ struct ResourceOp {
 }
 
 impl Op {
-    fn parse(req: &Request<'_>, rest: &[&str], prefix: String) -> Result<Op, Answer> {
+    fn parse(req: &Request<'_>, rest: &[&str]) -> Result<Op, Answer> {
         let get = req.method == "GET";
         let (group, version, tail): (&str, &str, &[&str]) = match rest {
             ["version"] if get => return Ok(Op::Version),
@@ -294,7 +293,6 @@ impl Op {
             ["apis", g] if get => return Ok(Op::Group((*g).to_owned())),
             ["api", v] if get => return Ok(Op::Resources(String::new(), (*v).to_owned())),
             ["apis", g, v] if get => return Ok(Op::Resources((*g).to_owned(), (*v).to_owned())),
-            ["openapi", "v3"] if get => return Ok(Op::OpenApiIndex(prefix)),
             ["openapi", ..] => {
                 return Err(failure(
                     404,
@@ -410,13 +408,6 @@ impl Op {
                 discovery::resources(&Catalog::of_space(core.log(), space), &g, &v)
                     .map(|doc| (200, doc))
                     .unwrap_or_else(|| not_found(format!("no API group version {g}/{v}")))
-            }
-            Op::OpenApiIndex(prefix) => {
-                let catalog = Catalog::of_space(core.log(), space);
-                (
-                    200,
-                    discovery::openapi_index(&catalog, &prefix, core.log().head().0),
-                )
             }
             Op::Resource(r) => r.run(core, space),
         }
