@@ -211,6 +211,18 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
                 value,
             );
         }
+        Some(crate::kube::Reply::Raw {
+            code,
+            content_type,
+            body,
+        }) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut resp = http::response(status, "application/json", body);
+            if let Ok(v) = hyper::header::HeaderValue::from_str(&content_type) {
+                resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+            }
+            return resp.map(BodyExt::boxed_unsync);
+        }
         Some(crate::kube::Reply::Watch(watch)) => {
             let watch = *watch;
             let mut resp =
