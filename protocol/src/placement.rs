@@ -26,6 +26,12 @@ pub struct Placement {
     /// to the center, where they appear under the cluster's name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upsync: Vec<UpsyncSelector>,
+    /// *How*: per-cluster customization, rendered by each agent before it applies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub customize: Vec<crate::customize::CustomizeRule>,
+    /// *What comes back*: summaries of reported objects, merged at every tier.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub status_summary: Vec<crate::user_summary::SummarySpec>,
 }
 
 /// Selects objects born on a leaf cluster (policy reports, events of interest...) for
@@ -158,6 +164,8 @@ mod tests {
                 },
             },
             upsync: vec![],
+            customize: vec![],
+            status_summary: vec![],
         }
     }
 

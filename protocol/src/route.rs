@@ -3,7 +3,8 @@
 //! A parent forwards an object to a child only when some placement selects the object
 //! and some cluster in the child's subtree. Placements themselves travel to every relay
 //! child (relays route with them); agents receive only what is placed on their cluster,
-//! and the placements selecting their cluster that ask for upsync. The root's cluster
+//! and the placements selecting their cluster that ask for upsync, customize objects or
+//! summarize them. The root's cluster
 //! objects ([`crate::overrides`]) travel with the placements, to relays only.
 
 use std::sync::Arc;
@@ -76,10 +77,11 @@ impl Route for PlacementRoute {
     fn includes(&self, meta: &ObjectMeta) -> bool {
         if is_placement(meta) {
             // Relays route with every placement; an agent needs those that place on
-            // its cluster and ask for upsync, to know what to copy back.
+            // its cluster and ask it for something: upsync (what to copy back),
+            // customization (what to render) or user summaries (what to evaluate).
             return self.relay
                 || self.placements.iter().any(|p| {
-                    !p.upsync.is_empty() && p.space == meta.key.space && p.name == meta.key.name
+                    p.space == meta.key.space && p.name == meta.key.name && agent_needs(p)
                 });
         }
         if is_cluster_object(meta) {
@@ -88,6 +90,11 @@ impl Route for PlacementRoute {
         }
         self.placements.iter().any(|p| p.selects_object(meta))
     }
+}
+
+/// Whether an agent on a cluster the placement selects needs the placement itself.
+fn agent_needs(p: &Placement) -> bool {
+    !p.upsync.is_empty() || !p.customize.is_empty() || !p.status_summary.is_empty()
 }
 
 /// FNV-1a over the encoded route: equal routes, equal ids, on every platform.
@@ -151,6 +158,8 @@ mod tests {
                 },
             },
             upsync: vec![],
+            customize: vec![],
+            status_summary: vec![],
         }
     }
 

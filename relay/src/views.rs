@@ -129,6 +129,7 @@ pub fn objects_table(items: &[Value], wide: bool, now: u64) -> String {
         if placements.is_empty() {
             let _ = writeln!(out, "{name:<24} {ns:<12} {:<16} {rev:>5}", "<none>");
         }
+        user_summary_line(&mut out, &item["userSummary"]);
         for p in placements {
             let s = &p["summary"];
             let oldest = s["oldest_report"]
@@ -153,9 +154,19 @@ pub fn objects_table(items: &[Value], wide: bool, now: u64) -> String {
                     .collect();
                 let _ = writeln!(out, "  failed: {}", shown.join(", "));
             }
+            user_summary_line(&mut out, &p["userSummary"]);
         }
     }
     out
+}
+
+/// `  summary: ready=4 images={"web:1":2}`: a placement's `statusSummary` values.
+fn user_summary_line(out: &mut String, summary: &Value) {
+    let Some(entries) = summary.as_object().filter(|m| !m.is_empty()) else {
+        return;
+    };
+    let shown: Vec<String> = entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let _ = writeln!(out, "  summary: {}", shown.join(" "));
 }
 
 /// The inventory as a table by relay path: labels, and whether each cluster is

@@ -42,6 +42,8 @@ pub struct Spec {
     pub labels: Labels,
     /// Children allowed to connect (the topology's say).
     pub children: Vec<String>,
+    /// An agent's cluster properties.
+    pub properties: Labels,
     /// The store's node id, and the base of its run ids.
     pub id: u64,
 }
@@ -216,7 +218,7 @@ pub fn boot(now: Instant, spec: &Spec, store: &MemStore, runs: u64) -> Core {
                     cluster: Cluster {
                         name: spec.name.clone(),
                         labels: spec.labels.clone(),
-                        properties: BTreeMap::new(),
+                        properties: spec.properties.clone(),
                         path: Vec::new(),
                     },
                     link: link(Role::Agent),

@@ -8,10 +8,12 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde_json::Value;
+use strata_protocol::customize::CustomizeRule;
 use strata_protocol::model::{ContentHash, Labels, Object, ObjectKey, ObjectMeta, Revision, Space};
 use strata_protocol::overrides::{ClusterOverrides, LabelOverride, is_cluster_object};
 use strata_protocol::placement::{ClusterSelector, ObjectSelector, Placement, UpsyncSelector};
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
+use strata_protocol::user_summary::SummarySpec;
 
 /// One fault in one document.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +56,10 @@ struct PlacementSpec {
     clusters: ClusterSelector,
     #[serde(default)]
     upsync: Vec<UpsyncSelector>,
+    #[serde(default)]
+    customize: Vec<CustomizeRule>,
+    #[serde(default, rename = "statusSummary")]
+    status_summary: Vec<SummarySpec>,
 }
 
 fn fault(document: usize, field: &str, reason: impl Into<String>) -> ManifestError {
@@ -247,13 +253,49 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
             ));
         }
     }
+    check_customize_and_summaries(&spec.customize, &spec.status_summary)?;
     Ok(Placement {
         space: key.space.clone(),
         name: key.name.clone(),
         objects: spec.objects,
         clusters: spec.clusters,
         upsync: spec.upsync,
+        customize: spec.customize,
+        status_summary: spec.status_summary,
     })
+}
+
+/// `spec.customize` and `spec.statusSummary`: what can be checked before any cluster.
+fn check_customize_and_summaries(
+    rules: &[CustomizeRule],
+    summaries: &[SummarySpec],
+) -> Result<(), ManifestError> {
+    for (i, rule) in rules.iter().enumerate() {
+        if let Some(Err(errors)) = rule.clusters.as_ref().map(|s| s.validate()) {
+            let e = &errors[0];
+            let field = format!("spec.customize[{i}].clusters.{}", e.field);
+            return Err(fault(0, &field, e.reason.clone()));
+        }
+        if let Err((field, reason)) = rule.validate() {
+            let field = format!("spec.customize[{i}].{field}");
+            return Err(fault(0, field.trim_end_matches('.'), reason));
+        }
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for (i, s) in summaries.iter().enumerate() {
+        if let Err((field, reason)) = s.validate() {
+            return Err(fault(
+                0,
+                &format!("spec.statusSummary[{i}].{field}"),
+                reason,
+            ));
+        }
+        if !names.insert(s.name.as_str()) {
+            let reason = format!("{:?} is used by an earlier entry", s.name);
+            return Err(fault(0, &format!("spec.statusSummary[{i}].name"), reason));
+        }
+    }
+    Ok(())
 }
 
 /// The object a manifest becomes at `revision`: JSON body and its SHA-256.

@@ -488,6 +488,7 @@ async fn get_objects(
                             json!({
                                 "placement": p.name,
                                 "summary": summary,
+                                "userSummary": crate::placement_summary::of_object(p, &s),
                                 "silent": s.silent(),
                                 "by_child": by_child,
                                 "exactStatus": exact,
@@ -495,7 +496,14 @@ async fn get_objects(
                         })
                         .collect();
                     let body: Value = serde_json::from_slice(&o.body).unwrap_or(Value::Null);
+                    // A placement's own `statusSummary` values over the fleet.
+                    let user_summary = core
+                        .placements()
+                        .iter()
+                        .find(|p| is_placement(&o.meta) && p.space == o.key().space && p.name == o.key().name)
+                        .and_then(|p| crate::placement_summary::of_placement(core, p));
                     json!({
+                        "userSummary": user_summary,
                         "key": {
                             "space": o.key().space.0, "group": o.key().group, "version": o.key().version,
                             "kind": o.key().kind, "namespace": o.key().namespace, "name": o.key().name,

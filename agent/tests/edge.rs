@@ -1,0 +1,188 @@
+//! A placement's `customize` rendered by each agent for its own cluster, and its
+//! `statusSummary` evaluated at the edge and merged on the way to the root, on relay and
+//! agent cores wired in a tree without sockets (the fixture is `tree/`).
+
+#![allow(clippy::unwrap_used)]
+
+mod tree;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use strata_protocol::model::ObjectKey;
+use tree::{Tree, labels};
+
+/// One Deployment for every point of sale, customized per store, summarized per region.
+const APP: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: pos, namespace: shop, labels: { app: pos } }
+spec:
+  replicas: 1
+  template:
+    spec:
+      containers:
+        - { name: pos, image: "pos:2.1", env: [ { name: MODE, value: store } ] }
+---
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: pos }
+spec:
+  objects: [ { selector: { matchLabels: { app: pos } } } ]
+  clusters: { selector: { matchLabels: { role: pos } } }
+  customize:
+    - objects: { kinds: [Deployment], names: [pos] }
+      mergePatch:
+        metadata: { labels: { region: "${cluster.labels.region}" } }
+      jsonPatch:
+        - { op: add, path: /spec/template/spec/containers/0/env/-,
+            value: { name: STORE_ID, value: "store ${cluster.name}" } }
+        - { op: replace, path: /spec/replicas, value: "${cluster.properties.posReplicas}" }
+    - clusters: { matchLabels: { tier: gold } }
+      jsonPatch:
+        - { op: test, path: /spec/template/spec/containers/0/name, value: pos }
+        - { op: copy, from: /spec/template/spec/containers/0/image, path: /metadata/annotations }
+  statusSummary:
+    - { name: ready, path: .status.readyReplicas, op: sum }
+    - { name: fewest, path: .status.readyReplicas, op: min }
+    - { name: images, path: ".spec.template.spec.containers[*].image", op: countBy, top: 5 }
+    - { name: readyByTier, path: .status.readyReplicas, op: sum, groupBy: tier }
+    - { name: stores, path: ".spec.template.spec.containers[0].env[1].value", op: count }
+"#;
+
+/// Two regions; three stores of which one lacks the `posReplicas` property.
+fn fleet() -> Tree {
+    Tree::builder()
+        .root("center")
+        .relay("eu", "center", labels! { region: eu })
+        .relay("us", "center", labels! { region: us })
+        .agent("store-1", "eu", labels! { role: pos, tier: gold })
+        .properties(labels! { posReplicas: 3 })
+        .agent("store-2", "us", labels! { role: pos, tier: basic })
+        .properties(labels! { posReplicas: 1 })
+        .agent("store-3", "us", labels! { role: pos, tier: basic })
+        .build()
+}
+
+fn pos_key(t: &Tree) -> ObjectKey {
+    let root = t.relay("center");
+    let o = root.log().live().find(|o| o.key().kind == "Deployment");
+    o.unwrap().key().clone()
+}
+
+fn manifest(t: &Tree, agent: &str, key: &ObjectKey) -> Option<Value> {
+    let bytes = t.agent(agent).cluster_manifest(key)?;
+    Some(serde_json::from_slice(&bytes).unwrap())
+}
+
+#[test]
+fn each_cluster_applies_its_own_rendering_and_a_missing_variable_fails_it() {
+    let mut t = fleet();
+    t.connect_all();
+    t.advance(Duration::from_millis(500));
+    t.apply(APP);
+    t.advance(Duration::from_secs(2));
+    let key = pos_key(&t);
+
+    let one = manifest(&t, "store-1", &key).expect("store-1 holds pos");
+    assert_eq!(
+        one["spec"]["replicas"],
+        json!(3),
+        "a whole-string variable is typed"
+    );
+    assert_eq!(
+        one["spec"]["template"]["spec"]["containers"][0]["env"],
+        json!([{ "name": "MODE", "value": "store" }, { "name": "STORE_ID", "value": "store store-1" }])
+    );
+    assert_eq!(
+        one["metadata"]["labels"]["region"], "eu",
+        "an inherited label"
+    );
+    assert_eq!(
+        one["metadata"]["annotations"], "pos:2.1",
+        "the gold-only rule"
+    );
+
+    let two = manifest(&t, "store-2", &key).expect("store-2 holds pos");
+    assert_eq!(two["spec"]["replicas"], json!(1));
+    assert_eq!(
+        two["spec"]["template"]["spec"]["containers"][0]["env"][1]["value"],
+        "store store-2"
+    );
+    assert_eq!(two["metadata"]["labels"]["region"], "us");
+    assert!(two["metadata"].get("annotations").is_none(), "not gold");
+
+    // The cluster lacking the property holds nothing and says why.
+    assert!(manifest(&t, "store-3", &key).is_none());
+    let root = t.relay("center");
+    let placement = root.placements().iter().find(|p| p.name == "pos").unwrap();
+    let s = root.reports().summarize(placement, &key, root.overrides());
+    assert_eq!(
+        (s.expected, s.health.available, s.health.failed),
+        (3, 2, 1),
+        "{s:?}"
+    );
+    let sample = &s.error_samples[0];
+    assert_eq!(sample.cluster, "store-3");
+    assert!(
+        sample
+            .message
+            .contains("cluster store-3 has no property \"posReplicas\""),
+        "{}",
+        sample.message
+    );
+    // User summary entries never show as the object's own status fields.
+    assert_eq!(s.numbers["readyReplicas"].sum, 4);
+}
+
+#[test]
+fn user_summaries_merge_through_the_tiers_and_follow_a_changed_rule() {
+    let mut t = fleet();
+    t.connect_all();
+    t.apply(APP);
+    t.advance(Duration::from_secs(2));
+    let summary = |t: &Tree| {
+        let root = t.relay("center");
+        let p = root.placements().iter().find(|p| p.name == "pos").unwrap();
+        strata_relay::placement_summary::of_placement(root, p).unwrap()
+    };
+    assert_eq!(
+        summary(&t),
+        json!({
+            "ready": 4,
+            "fewest": 1,
+            "images": { "pos:2.1": 2 },
+            "readyByTier": { "basic": 1, "gold": 3 },
+            "stores": 2,
+        })
+    );
+
+    // The property arrives by a rule change: store-3 renders, applies and counts.
+    t.apply(&APP.replace(
+        "\"${cluster.properties.posReplicas}\"",
+        "\"${cluster.labels.replicas}\"",
+    ));
+    t.advance(Duration::from_secs(2));
+    // No cluster has that label: all three fail, none is silent about it.
+    let root = t.relay("center");
+    let p = root.placements().iter().find(|p| p.name == "pos").unwrap();
+    let s = root.reports().summarize(p, &pos_key(&t), root.overrides());
+    assert_eq!(s.health.failed, 3, "{s:?}");
+
+    t.apply(&APP.replace("\"${cluster.properties.posReplicas}\"", "2"));
+    t.advance(Duration::from_secs(2));
+    assert_eq!(
+        summary(&t),
+        json!({
+            "ready": 6,
+            "fewest": 2,
+            "images": { "pos:2.1": 3 },
+            "readyByTier": { "basic": 4, "gold": 2 },
+            "stores": 3,
+        })
+    );
+    for store in ["store-1", "store-2", "store-3"] {
+        let m = manifest(&t, store, &pos_key(&t)).unwrap();
+        assert_eq!(m["spec"]["replicas"], json!(2), "{store}");
+    }
+}
