@@ -202,6 +202,46 @@ mod tests {
     }
 
     #[test]
+    fn agents_get_the_placements_that_customize_or_summarize_for_them() {
+        let mut customizing = placement("web-eu", "eu", "web");
+        customizing.customize = vec![crate::customize::CustomizeRule {
+            merge_patch: Some(serde_json::json!({ "metadata": { "labels": { "a": "b" } } })),
+            ..Default::default()
+        }];
+        let mut summarizing = placement("db-eu", "eu", "db");
+        summarizing.status_summary = vec![crate::user_summary::SummarySpec {
+            name: "ready".into(),
+            path: ".status.readyReplicas".into(),
+            op: crate::user_summary::SummaryOp::Sum,
+            top: None,
+            group_by: None,
+        }];
+        let plain = placement("cache-eu", "eu", "cache");
+        let elsewhere = {
+            let mut p = placement("web-us", "us", "web");
+            p.customize = customizing.customize.clone();
+            p
+        };
+        let all = [customizing, summarizing, plain, elsewhere];
+        let agent = PlacementRoute::new(false, &all, &[cluster("a", "eu")], &none());
+        let named = |name: &str| {
+            let mut m = meta(STRATA_GROUP, PLACEMENT_KIND, "");
+            m.key.name = name.into();
+            m
+        };
+        assert!(agent.includes(&named("web-eu")));
+        assert!(agent.includes(&named("db-eu")));
+        assert!(
+            !agent.includes(&named("cache-eu")),
+            "asks nothing of the agent"
+        );
+        assert!(
+            !agent.includes(&named("web-us")),
+            "does not select the cluster"
+        );
+    }
+
+    #[test]
     fn labels_changed_at_the_root_move_objects_between_subtrees() {
         let placements = [placement("web-us", "us", "web")];
         let a = [cluster("a", "eu")];

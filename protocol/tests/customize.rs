@@ -1,6 +1,8 @@
 //! Customization rendering: substitution, merge patch (RFC 7386), JSON patch (RFC 6902)
 //! and missing variables, on known cases and as properties.
 
+#![allow(clippy::unwrap_used)]
+
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use strata_protocol::customize::{

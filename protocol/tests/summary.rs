@@ -1,5 +1,7 @@
 //! The summary algebra's laws, and summaries of known inputs.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;

@@ -318,6 +318,24 @@ pos                      pos          pos-app            118     1204    1204   
     }
 
     #[test]
+    fn user_summaries_show_under_their_placement() {
+        let item = json!({
+            "key": { "name": "pos", "namespace": "pos" },
+            "revision": 3,
+            "placements": [ {
+                "placement": "pos",
+                "summary": { "expected": 2, "reporting": 2, "health": { "available": 2 } },
+                "userSummary": { "ready": 4, "images": { "pos:2.1": 2 } },
+            } ],
+        });
+        let table = objects_table(&[item], false, 0);
+        assert!(
+            table.ends_with("  summary: images={\"pos:2.1\":2} ready=4\n"),
+            "{table}"
+        );
+    }
+
+    #[test]
     fn durations_are_short() {
         assert_eq!(ago(850), "850ms");
         assert_eq!(ago(12_000), "12s");

@@ -4,7 +4,6 @@
 //! `agent/src/runtime.rs` start one, so that a restart after a crash takes the same
 //! path as the first start (on an empty store).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use strata_agent::core::{AgentCore, AgentSetup};

@@ -396,6 +396,48 @@ spec:
     }
 
     #[test]
+    fn customize_and_status_summary_parse_and_their_faults_are_named() {
+        let good = format!(
+            "{APP}  customize:\n    - {{ clusters: {{ matchLabels: {{ country: fr }} }}, jsonPatch: [ {{ op: add, path: /spec/x, value: \"${{cluster.name}}\" }} ] }}\n  statusSummary:\n    - {{ name: ready, path: .status.readyReplicas, op: sum, groupBy: region }}\n"
+        );
+        let m = parse_manifests(&good, &Space::default_space()).unwrap();
+        let p = parse_placement(&to_object(&m[1], Revision(1))).unwrap();
+        assert_eq!(p.customize.len(), 1);
+        assert_eq!(p.status_summary[0].group_by.as_deref(), Some("region"));
+        for (extra, fault) in [
+            (
+                "  customize: [ { jsonPatch: [ { op: add, path: spec, value: 1 } ] } ]\n",
+                "spec.customize[0].jsonPatch[0]: \"spec\" is not a JSON pointer",
+            ),
+            (
+                "  customize: [ { mergePatch: { a: \"${cluster.zone}\" } } ]\n",
+                "spec.customize[0].mergePatch: unknown variable ${cluster.zone}",
+            ),
+            (
+                "  customize: [ {} ]\n",
+                "spec.customize[0]: a rule needs mergePatch or jsonPatch",
+            ),
+            (
+                "  statusSummary: [ { name: a, path: status, op: sum } ]\n",
+                "spec.statusSummary[0].path: \"status\": expected '.' or '['",
+            ),
+            (
+                "  statusSummary: [ { name: a, path: .a, op: avg } ]\n",
+                "spec: unknown variant `avg`",
+            ),
+            (
+                "  statusSummary: [ { name: a, path: .a, op: sum }, { name: a, path: .b, op: max } ]\n",
+                "spec.statusSummary[1].name: \"a\" is used by an earlier entry",
+            ),
+        ] {
+            let errors =
+                parse_manifests(&format!("{APP}{extra}"), &Space::default_space()).unwrap_err();
+            let text = errors[0].to_string();
+            assert!(text.contains(fault), "{extra}: {text}");
+        }
+    }
+
+    #[test]
     fn every_fault_names_its_document_and_field() {
         let text = "
 apiVersion: v1
