@@ -330,7 +330,7 @@ pos                      pos          pos-app            118     1204    1204   
         });
         let table = objects_table(&[item], false, 0);
         assert!(
-            table.ends_with("  summary: images={\"pos:2.1\":2} ready=4\n"),
+            table.ends_with("  summary: ready=4 images={\"pos:2.1\":2}\n"),
             "{table}"
         );
     }
