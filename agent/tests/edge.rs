@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod fake_apiserver;
 mod tree;
 
 use std::time::Duration;
@@ -185,4 +186,111 @@ fn user_summaries_merge_through_the_tiers_and_follow_a_changed_rule() {
         let m = manifest(&t, store, &pos_key(&t)).unwrap();
         assert_eq!(m["spec"]["replicas"], json!(2), "{store}");
     }
+}
+
+/// The Kubernetes backend gets the rendered object too: what reaches the API server is
+/// this cluster's variant, and drift repair restores that variant, not the root's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubernetes_backend_applies_and_repairs_the_rendered_variant() {
+    use strata_agent::core::{AgentCore, AgentSetup};
+    use strata_node::clock::Clock;
+    use strata_node::objects::{parse_manifests, to_object};
+    use strata_node::store::UpstreamState;
+    use strata_protocol::model::{Cluster, Cursor, LogId, Position, Revision, Space};
+    use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink};
+    use strata_protocol::time::{Instant, UnixMillis};
+    use strata_protocol::wire::{Change, Role};
+
+    let fake = fake_apiserver::FakeApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let client = strata_agent::kubernetes::connect(&strata_agent::kubernetes::Connect::Kubeconfig(
+        fake.write_kubeconfig(dir.path()),
+    ))
+    .await
+    .unwrap();
+    let backend = strata_agent::kubernetes::KubeCluster::start(
+        client,
+        strata_agent::kubernetes::KubeOptions {
+            force_conflicts: true,
+            resync: Duration::from_secs(3600),
+            retry: Duration::from_millis(50),
+        },
+        Clock::start(),
+    );
+    let mut log = ObjectLog::new(LogId(1));
+    for (i, m) in parse_manifests(APP, &Space::default_space())
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let pos = Position(i as u64 + 1);
+        log.stage(pos, Change::Upsert(to_object(m, Revision(pos.0))))
+            .unwrap();
+        log.commit(pos);
+    }
+    let t0 = Instant::from_origin(Duration::ZERO);
+    let mut core = AgentCore::new(
+        t0,
+        UnixMillis(0),
+        AgentSetup {
+            cluster: Cluster {
+                name: "store-9".into(),
+                labels: labels! { role: pos },
+                properties: labels! { posReplicas: 4 },
+                path: vec![],
+            },
+            link: ParentLink::new(
+                t0,
+                LinkConfig::new("store-9", Role::Agent),
+                Cursor::default(),
+                None,
+            ),
+            log,
+            upstream: UpstreamState {
+                inherited: labels! { region: eu },
+                ..UpstreamState::default()
+            },
+            backend: Box::new(backend),
+            run: 1,
+        },
+    );
+    let live = || async { fake.get("apps", "deployments", Some("shop"), "pos").await };
+    let mut seen = None;
+    for _ in 0..500 {
+        seen = live().await;
+        if seen.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let d = seen.expect("the deployment reached the API server");
+    assert_eq!(d["spec"]["replicas"], json!(4));
+    assert_eq!(d["metadata"]["labels"]["region"], "eu");
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["env"][1],
+        json!({ "name": "STORE_ID", "value": "store store-9" })
+    );
+    // Someone scales it by hand: the agent puts back this cluster's variant.
+    fake.patch(
+        "apps",
+        "deployments",
+        Some("shop"),
+        "pos",
+        json!({"spec": {"replicas": 9}}),
+        "kubectl-edit",
+    )
+    .await;
+    let mut repaired = false;
+    for _ in 0..500 {
+        if live()
+            .await
+            .is_some_and(|d| d["spec"]["replicas"] == json!(4))
+        {
+            repaired = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(repaired, "drift repaired to the rendered replicas");
+    core.process(t0, UnixMillis(0));
 }
