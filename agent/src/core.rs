@@ -43,6 +43,10 @@ pub struct AgentCore {
     applied: BTreeMap<ObjectKey, ContentHash>,
     /// Placements or labels changed: objects may render differently, summaries too.
     customize_stale: bool,
+    /// Changes of a snapshot still arriving in parts: applied once it is whole, so that
+    /// every object is rendered with the placements the snapshot brings (parts are cut
+    /// in key order, and placements sort after most kinds).
+    deferred: Vec<Change>,
 }
 
 impl std::fmt::Debug for AgentCore {
@@ -91,6 +95,7 @@ impl AgentCore {
             placements,
             applied: BTreeMap::new(),
             customize_stale: false,
+            deferred: Vec::new(),
             parent: ParentFollower::new(link, upstream),
             log,
             backend,
@@ -192,10 +197,18 @@ impl AgentCore {
             self.upsync_stale = true;
             self.customize_stale = true;
         }
+        self.deferred.append(&mut changes);
+        // No route: a snapshot is arriving (or none has settled yet).
+        let whole = self.parent.state().route.is_some();
+        let changes = if whole {
+            std::mem::take(&mut self.deferred)
+        } else {
+            Vec::new()
+        };
         for change in &changes {
             self.apply_to_cluster(now, at, change);
         }
-        if std::mem::take(&mut self.customize_stale) {
+        if whole && std::mem::take(&mut self.customize_stale) {
             let done: BTreeSet<&ObjectKey> = changes.iter().map(Change::key).collect();
             self.render_again(now, at, &done);
         }
