@@ -26,8 +26,8 @@ spec:
     - { name: eu, parent: center, labels: { region: eu } }
     - { name: us, parent: center, labels: { region: us } }
   clusters:
-    - { name: eu-1, parent: eu, labels: { role: pos } }
-    - { name: eu-2, parent: eu, labels: { role: pos } }
+    - { name: eu-1, parent: eu, labels: { role: pos }, properties: { posReplicas: \"3\" } }
+    - { name: eu-2, parent: eu, labels: { role: pos }, properties: { posReplicas: \"1\" } }
     - { name: us-1, parent: us, labels: { role: pos } }
     - { name: us-2, parent: us, labels: { role: kiosk } }
 ";
@@ -629,6 +629,9 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
     let left = f.ok("kubectl", &["get", "deploy,cm", "-n", "cafe", "-o", "name"]);
     assert!(left.trim().is_empty(), "{left}");
 
+    // Customized per cluster at the edge, summarized as the placement asks.
+    customized_and_summarized(&f);
+
     // Who may do what: an admin may create; a viewer reads, is refused a write (403,
     // naming why), and kubectl auth can-i says so.
     let can = f.ok(
@@ -660,4 +663,67 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
         err.contains("You must be logged in") && err.contains("unknown bearer token"),
         "{err}"
     );
+}
+
+/// One Deployment whose replicas come from each cluster's `posReplicas` property (us-1
+/// has none: it fails, saying so), with user summaries in the Placement's status.
+const CUSTOMIZED: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: { name: pos }
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: pos, namespace: pos, labels: { app: pos } }
+spec:
+  replicas: 1
+  selector: { matchLabels: { app: pos } }
+  template:
+    metadata: { labels: { app: pos } }
+    spec: { containers: [ { name: pos, image: "pos:2.1" } ] }
+---
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: pos }
+spec:
+  objects: [ { selector: { matchLabels: { app: pos } } } ]
+  clusters: { selector: { matchLabels: { role: pos } } }
+  customize:
+    - objects: { kinds: [Deployment] }
+      jsonPatch:
+        - { op: replace, path: /spec/replicas, value: "${cluster.properties.posReplicas}" }
+  statusSummary:
+    - { name: ready, path: .status.readyReplicas, op: sum }
+    - { name: images, path: ".spec.template.spec.containers[*].image", op: countBy }
+    - { name: readyByRegion, path: .status.readyReplicas, op: sum, groupBy: region }
+"#;
+
+fn customized_and_summarized(f: &Fleet) {
+    let file = f.write("customized.yaml", CUSTOMIZED);
+    f.ok("relay", &["apply", "-f", &file]);
+    f.eventually("eu-1 and eu-2 run their own replicas, us-1 fails", |f| {
+        let yaml = f.ok("kubectl", &["get", "placement", "pos", "-o", "yaml"]);
+        yaml.contains("ready: 4")
+    });
+    let yaml = f.ok("kubectl", &["get", "placement", "pos", "-o", "yaml"]);
+    let v: Value = serde_saphyr::from_str(&yaml).unwrap();
+    assert_eq!(
+        v["status"]["summary"],
+        serde_json::json!({ "ready": 4, "images": { "pos:2.1": 2 }, "readyByRegion": { "eu": 4 } }),
+        "{yaml}"
+    );
+    let table = f.ok("relay", &["get", "deployment", "pos"]);
+    assert!(
+        table.contains("us-1 (customize: placement pos customize[0] jsonPatch[0]: cluster us-1 has no property \"posReplicas\""),
+        "{table}"
+    );
+    for part in [
+        "summary: ",
+        "images={\"pos:2.1\":2}",
+        "readyByRegion={\"eu\":4}",
+        "ready=4",
+    ] {
+        assert!(table.contains(part), "{part}: {table}");
+    }
+    f.ok("relay", &["delete", "-f", &file]);
 }

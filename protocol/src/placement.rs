@@ -29,6 +29,12 @@ pub struct Placement {
     /// *How it moves* when the chosen clusters change.
     #[serde(default)]
     pub moves: MovePolicy,
+    /// *How*: per-cluster customization, rendered by each agent before it applies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub customize: Vec<crate::customize::CustomizeRule>,
+    /// *What comes back*: summaries of reported objects, merged at every tier.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub status_summary: Vec<crate::user_summary::SummarySpec>,
 }
 
 /// Selects objects born on a leaf cluster (policy reports, events of interest...) for
@@ -211,6 +217,8 @@ mod tests {
             },
             upsync: vec![],
             moves: MovePolicy::default(),
+            customize: vec![],
+            status_summary: vec![],
         }
     }
 

@@ -3,7 +3,8 @@
 //! A parent forwards an object to a child only when some placement selects the object
 //! and some cluster in the child's subtree. Placements themselves travel to every relay
 //! child (relays route with them); agents receive only what is placed on their cluster,
-//! and the placements selecting their cluster that ask for upsync. The root's cluster
+//! and the placements selecting their cluster that ask for upsync, customize objects or
+//! summarize them. The root's cluster
 //! objects ([`crate::overrides`]) travel with the placements, to relays only.
 
 use std::sync::Arc;
@@ -79,10 +80,11 @@ impl Route for PlacementRoute {
     fn includes(&self, meta: &ObjectMeta) -> bool {
         if is_placement(meta) {
             // Relays route with every placement; an agent needs those that place on
-            // its cluster and ask for upsync, to know what to copy back.
+            // its cluster and ask it for something: upsync (what to copy back),
+            // customization (what to render) or user summaries (what to evaluate).
             return self.relay
                 || self.placements.iter().any(|p| {
-                    !p.upsync.is_empty() && p.space == meta.key.space && p.name == meta.key.name
+                    p.space == meta.key.space && p.name == meta.key.name && agent_needs(p)
                 });
         }
         if is_cluster_object(meta) || is_decision(meta) {
@@ -92,6 +94,11 @@ impl Route for PlacementRoute {
         }
         self.placements.iter().any(|p| p.selects_object(meta))
     }
+}
+
+/// Whether an agent on a cluster the placement selects needs the placement itself.
+fn agent_needs(p: &Placement) -> bool {
+    !p.upsync.is_empty() || !p.customize.is_empty() || !p.status_summary.is_empty()
 }
 
 /// FNV-1a over the encoded route: equal routes, equal ids, on every platform.
@@ -157,6 +164,8 @@ mod tests {
             },
             upsync: vec![],
             moves: crate::placement::MovePolicy::default(),
+            customize: vec![],
+            status_summary: vec![],
         }
     }
 
@@ -196,6 +205,46 @@ mod tests {
             "relays get clusters"
         );
         assert!(!agent.includes(&meta(STRATA_GROUP, "Cluster", "")));
+    }
+
+    #[test]
+    fn agents_get_the_placements_that_customize_or_summarize_for_them() {
+        let mut customizing = placement("web-eu", "eu", "web");
+        customizing.customize = vec![crate::customize::CustomizeRule {
+            merge_patch: Some(serde_json::json!({ "metadata": { "labels": { "a": "b" } } })),
+            ..Default::default()
+        }];
+        let mut summarizing = placement("db-eu", "eu", "db");
+        summarizing.status_summary = vec![crate::user_summary::SummarySpec {
+            name: "ready".into(),
+            path: ".status.readyReplicas".into(),
+            op: crate::user_summary::SummaryOp::Sum,
+            top: None,
+            group_by: None,
+        }];
+        let plain = placement("cache-eu", "eu", "cache");
+        let elsewhere = {
+            let mut p = placement("web-us", "us", "web");
+            p.customize = customizing.customize.clone();
+            p
+        };
+        let all = [customizing, summarizing, plain, elsewhere];
+        let agent = PlacementRoute::new(false, &all, &[cluster("a", "eu")], &none());
+        let named = |name: &str| {
+            let mut m = meta(STRATA_GROUP, PLACEMENT_KIND, "");
+            m.key.name = name.into();
+            m
+        };
+        assert!(agent.includes(&named("web-eu")));
+        assert!(agent.includes(&named("db-eu")));
+        assert!(
+            !agent.includes(&named("cache-eu")),
+            "asks nothing of the agent"
+        );
+        assert!(
+            !agent.includes(&named("web-us")),
+            "does not select the cluster"
+        );
     }
 
     #[test]

@@ -38,6 +38,8 @@ fn placement(clusters: ClusterSelector) -> Placement {
         clusters,
         upsync: vec![],
         moves: MovePolicy::default(),
+        customize: vec![],
+        status_summary: vec![],
     }
 }
 

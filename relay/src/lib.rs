@@ -19,6 +19,7 @@
 //! * [`node`]: the relay's sync core (`node::core`), what its children reported
 //!   (`node::reports`), and `node::runtime`: the core and its children's connections
 //!   as a [`strata_node::driver::Node`]; `node::accept`, the accept loop.
+//! * [`placement_summary`]: a placement's `statusSummary` values at the root.
 //! * [`serve`]: `relay serve`: a node from its configuration file until a signal.
 //! * [`topology_cli`]: `relay topology validate|certs|render` over [`strata_topology`].
 //! * [`up`]: `relay up`: a whole topology as processes on this machine.
@@ -36,6 +37,7 @@ pub mod kube;
 pub mod lifecycle;
 pub mod metrics;
 pub mod node;
+pub mod placement_summary;
 pub mod serve;
 pub mod topology_cli;
 pub mod up;

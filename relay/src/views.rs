@@ -167,6 +167,7 @@ pub fn objects_table(items: &[Value], wide: bool, now: u64) -> String {
                 let _ = writeln!(out, "  chosen: {}", names(&d["clusters"]).join(", "));
             }
         }
+        user_summary_line(&mut out, &item["userSummary"]);
         for p in placements {
             let s = &p["summary"];
             let oldest = s["oldest_report"]
@@ -191,9 +192,19 @@ pub fn objects_table(items: &[Value], wide: bool, now: u64) -> String {
                     .collect();
                 let _ = writeln!(out, "  failed: {}", shown.join(", "));
             }
+            user_summary_line(&mut out, &p["userSummary"]);
         }
     }
     out
+}
+
+/// `  summary: ready=4 images={"web:1":2}`: a placement's `statusSummary` values.
+fn user_summary_line(out: &mut String, summary: &Value) {
+    let Some(entries) = summary.as_object().filter(|m| !m.is_empty()) else {
+        return;
+    };
+    let shown: Vec<String> = entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let _ = writeln!(out, "  summary: {}", shown.join(" "));
 }
 
 /// The inventory as a table by relay path: labels, and whether each cluster is
@@ -342,6 +353,24 @@ pos                      pos          pos-app            118     1204    1204   
   failed: store-0917-pos (ImagePullBackOff), store-1102-pos (CrashLoopBackOff)
 ";
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn user_summaries_show_under_their_placement() {
+        let item = json!({
+            "key": { "name": "pos", "namespace": "pos" },
+            "revision": 3,
+            "placements": [ {
+                "placement": "pos",
+                "summary": { "expected": 2, "reporting": 2, "health": { "available": 2 } },
+                "userSummary": { "ready": 4, "images": { "pos:2.1": 2 } },
+            } ],
+        });
+        let table = objects_table(&[item], false, 0);
+        assert!(
+            table.ends_with("  summary: ready=4 images={\"pos:2.1\":2}\n"),
+            "{table}"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::fmt;
 use serde::Deserialize;
 use serde_json::Value;
 use strata_protocol::choice::{Decision, Seconds, Taint, is_decision};
+use strata_protocol::customize::CustomizeRule;
 use strata_protocol::model::{ContentHash, Labels, Object, ObjectKey, ObjectMeta, Revision, Space};
 use strata_protocol::overrides::{ClusterOverrides, LabelOverride, is_cluster_object};
 use strata_protocol::placement::{
@@ -16,6 +17,7 @@ use strata_protocol::placement::{
     UpsyncSelector,
 };
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
+use strata_protocol::user_summary::SummarySpec;
 
 /// One fault in one document.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +64,10 @@ struct PlacementSpec {
     move_strategy: MoveStrategy,
     #[serde(default, rename = "moveTimeout")]
     move_timeout: Option<Seconds>,
+    #[serde(default)]
+    customize: Vec<CustomizeRule>,
+    #[serde(default, rename = "statusSummary")]
+    status_summary: Vec<SummarySpec>,
 }
 
 fn fault(document: usize, field: &str, reason: impl Into<String>) -> ManifestError {
@@ -292,6 +298,7 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
             ));
         }
     }
+    check_customize_and_summaries(&spec.customize, &spec.status_summary)?;
     Ok(Placement {
         space: key.space.clone(),
         name: key.name.clone(),
@@ -302,7 +309,42 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
             strategy: spec.move_strategy,
             timeout: spec.move_timeout.unwrap_or(DEFAULT_MOVE_TIMEOUT),
         },
+        customize: spec.customize,
+        status_summary: spec.status_summary,
     })
+}
+
+/// `spec.customize` and `spec.statusSummary`: what can be checked before any cluster.
+fn check_customize_and_summaries(
+    rules: &[CustomizeRule],
+    summaries: &[SummarySpec],
+) -> Result<(), ManifestError> {
+    for (i, rule) in rules.iter().enumerate() {
+        if let Some(Err(errors)) = rule.clusters.as_ref().map(|s| s.validate()) {
+            let e = &errors[0];
+            let field = format!("spec.customize[{i}].clusters.{}", e.field);
+            return Err(fault(0, &field, e.reason.clone()));
+        }
+        if let Err((field, reason)) = rule.validate() {
+            let field = format!("spec.customize[{i}].{field}");
+            return Err(fault(0, field.trim_end_matches('.'), reason));
+        }
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for (i, s) in summaries.iter().enumerate() {
+        if let Err((field, reason)) = s.validate() {
+            return Err(fault(
+                0,
+                &format!("spec.statusSummary[{i}].{field}"),
+                reason,
+            ));
+        }
+        if !names.insert(s.name.as_str()) {
+            let reason = format!("{:?} is used by an earlier entry", s.name);
+            return Err(fault(0, &format!("spec.statusSummary[{i}].name"), reason));
+        }
+    }
+    Ok(())
 }
 
 /// The object a manifest becomes at `revision`: JSON body and its SHA-256.
@@ -484,6 +526,48 @@ spec:
         let p = parse_placement(&o).unwrap();
         assert_eq!(p.name, "pos-app");
         assert_eq!(p.objects[0].kinds, ["Deployment"]);
+    }
+
+    #[test]
+    fn customize_and_status_summary_parse_and_their_faults_are_named() {
+        let good = format!(
+            "{APP}  customize:\n    - {{ clusters: {{ matchLabels: {{ country: fr }} }}, jsonPatch: [ {{ op: add, path: /spec/x, value: \"${{cluster.name}}\" }} ] }}\n  statusSummary:\n    - {{ name: ready, path: .status.readyReplicas, op: sum, groupBy: region }}\n"
+        );
+        let m = parse_manifests(&good, &Space::default_space()).unwrap();
+        let p = parse_placement(&to_object(&m[1], Revision(1))).unwrap();
+        assert_eq!(p.customize.len(), 1);
+        assert_eq!(p.status_summary[0].group_by.as_deref(), Some("region"));
+        for (extra, fault) in [
+            (
+                "  customize: [ { jsonPatch: [ { op: add, path: spec, value: 1 } ] } ]\n",
+                "spec.customize[0].jsonPatch[0]: \"spec\" is not a JSON pointer",
+            ),
+            (
+                "  customize: [ { mergePatch: { a: \"${cluster.zone}\" } } ]\n",
+                "spec.customize[0].mergePatch: unknown variable ${cluster.zone}",
+            ),
+            (
+                "  customize: [ {} ]\n",
+                "spec.customize[0]: a rule needs mergePatch or jsonPatch",
+            ),
+            (
+                "  statusSummary: [ { name: a, path: status, op: sum } ]\n",
+                "spec.statusSummary[0].path: \"status\": expected '.' or '['",
+            ),
+            (
+                "  statusSummary: [ { name: a, path: .a, op: avg } ]\n",
+                "spec: unknown variant `avg`",
+            ),
+            (
+                "  statusSummary: [ { name: a, path: .a, op: sum }, { name: a, path: .b, op: max } ]\n",
+                "spec.statusSummary[1].name: \"a\" is used by an earlier entry",
+            ),
+        ] {
+            let errors =
+                parse_manifests(&format!("{APP}{extra}"), &Space::default_space()).unwrap_err();
+            let text = errors[0].to_string();
+            assert!(text.contains(fault), "{extra}: {text}");
+        }
     }
 
     #[test]

@@ -497,6 +497,7 @@ async fn get_objects(
                             json!({
                                 "placement": p.name,
                                 "summary": summary,
+                                "userSummary": crate::placement_summary::of_object(p, &s),
                                 "silent": s.silent(),
                                 "by_child": by_child,
                                 "exactStatus": exact,
@@ -507,8 +508,15 @@ async fn get_objects(
                     let decisions =
                         crate::kube::render::decisions(core, &o.key().space, &o.key().name)
                             .filter(|_| strata_protocol::route::is_placement(&o.meta));
+                    // A placement's own `statusSummary` values over the fleet.
+                    let user_summary = core
+                        .placements()
+                        .iter()
+                        .find(|p| strata_protocol::route::is_placement(&o.meta) && p.space == o.key().space && p.name == o.key().name)
+                        .and_then(|p| crate::placement_summary::of_placement(core, p));
                     json!({
                         "decisions": decisions,
+                        "userSummary": user_summary,
                         "key": {
                             "space": o.key().space.0, "group": o.key().group, "version": o.key().version,
                             "kind": o.key().kind, "namespace": o.key().namespace, "name": o.key().name,

@@ -8,6 +8,7 @@ use strata_protocol::model::{Object, ObjectKey, Space};
 use strata_protocol::overrides::is_cluster_object;
 use strata_protocol::route::{is_placement, is_strata_object};
 use strata_protocol::summary::Summary;
+use strata_protocol::user_summary::is_user_entry;
 
 use crate::node::core::{NodeCore, excluded_counts};
 
@@ -90,6 +91,7 @@ pub fn object(core: &NodeCore, object: &Object) -> Value {
     {
         v["status"]["decisions"] = d;
     }
+    user_summary(core, object, &mut v);
     v
 }
 
@@ -124,9 +126,29 @@ pub fn decisions(core: &NodeCore, space: &Space, name: &str) -> Option<Value> {
     Some(d)
 }
 
+/// A Placement's `status.summary`: its `statusSummary` values over the fleet.
+fn user_summary(core: &NodeCore, object: &Object, v: &mut Value) {
+    if !is_placement(&object.meta) {
+        return;
+    }
+    let placement = core
+        .placements()
+        .iter()
+        .find(|p| p.space == object.key().space && p.name == object.key().name);
+    if let Some(summary) = placement.and_then(|p| crate::placement_summary::of_placement(core, p)) {
+        if !v["status"].is_object() {
+            v["status"] = json!({});
+        }
+        v["status"]["summary"] = summary;
+    }
+}
+
 /// A digest of what `.status` is made from, to notice that it changed.
 pub fn status_digest(core: &NodeCore, object: &Object) -> u64 {
-    let text = serde_json::to_string(&status(&summaries(core, object))).unwrap_or_default();
+    let mut text = serde_json::to_string(&status(&summaries(core, object))).unwrap_or_default();
+    let mut user = json!({});
+    user_summary(core, object, &mut user);
+    text.push_str(&user.to_string());
     let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
     let mut b = [0u8; 8];
     b.copy_from_slice(&d.as_ref()[..8]);
@@ -146,7 +168,9 @@ fn status(sums: &[(String, Summary)]) -> Value {
         out = st;
     } else {
         for (_, s) in sums {
-            for (field, n) in &s.numbers {
+            // User summaries are the Placement's, not status fields.
+            let fields = s.numbers.iter().filter(|(f, _)| !is_user_entry(f));
+            for (field, n) in fields {
                 let sum = out.get(field).and_then(Value::as_i64).map_or(0, i128::from) + n.sum;
                 out.insert(field.clone(), number(sum));
             }
