@@ -119,6 +119,11 @@ impl AgentCore {
         &self.log
     }
 
+    /// The status last reported for `key` (none before the cluster reported one).
+    pub fn status(&self, key: &ObjectKey) -> Option<&Status> {
+        self.statuses.get(key)
+    }
+
     /// What wakes the agent when the backend has statuses to report.
     pub fn backend_wake(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
         self.backend.wake()
