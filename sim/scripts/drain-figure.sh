@@ -5,19 +5,7 @@
 # cluster runs all 50 and the drained one holds none. Prints the load average too.
 # Usage: drain-figure.sh [BIN_DIR] (default target/debug; use a release build for
 # figures). Needs .ci/install-kube-clients.
-set -euo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
-bin=$(cd "${1:-$here/target/debug}" && pwd)
-clients=$("$here/.ci/install-kube-clients" 2>/dev/null | tail -1)
-work=$(mktemp -d)
-trap 'kill $up 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-"$bin/relay" up "$here/deploy/examples/demo.yaml" --data "$work/data" > "$work/up.log" 2>&1 &
-up=$!
-for _ in $(seq 1 120); do grep -q "every link is connected" "$work/up.log" && break; sleep 1; done
-eval "$(grep 'export STRATA' "$work/up.log")"
-"$bin/relay" kubeconfig > "$work/kc.yaml"
-export KUBECONFIG=$work/kc.yaml
-k="$clients/kubectl"
+source "$(dirname "$0")/relay-up.sh"
 {
     printf 'apiVersion: strata.dev/v1alpha1\nkind: Placement\nmetadata: { name: drain-figure }\n'
     printf 'spec:\n  objects: [ { kinds: [Deployment], selector: { matchLabels: { app: drain-figure } } } ]\n'
