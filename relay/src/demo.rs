@@ -23,7 +23,11 @@ pub const TOPOLOGY: &str = include_str!("../../deploy/examples/demo.yaml");
 
 fn app(region: &str) -> String {
     format!(
-        "apiVersion: apps/v1
+        "apiVersion: v1
+kind: Namespace
+metadata: {{ name: retail }}
+---
+apiVersion: apps/v1
 kind: Deployment
 metadata: {{ name: shop, namespace: retail, labels: {{ app: shop }} }}
 spec: {{ replicas: 3 }}
@@ -86,13 +90,17 @@ pub async fn run(dir: Option<PathBuf>) -> anyhow::Result<()> {
         })
         .await
     {
-        Ok(()) => {
-            println!(
-                "while it runs, the root is reachable with:\n  {}",
-                h.env_lines()
-            );
-            drive(&h, tty).await
-        }
+        Ok(()) => match h.write_kubeconfig().await {
+            Ok(kubeconfig) => {
+                println!(
+                    "while it runs, the root is reachable with:\n  {}\nand with kubectl or Helm:\n  export KUBECONFIG={}",
+                    h.env_lines(),
+                    kubeconfig.display()
+                );
+                drive(&h, tty, &kubeconfig).await
+            }
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     let killed = h.stop().await;
@@ -155,7 +163,7 @@ impl Map {
     }
 }
 
-async fn drive(h: &Hierarchy, tty: bool) -> anyhow::Result<()> {
+async fn drive(h: &Hierarchy, tty: bool, kubeconfig: &Path) -> anyhow::Result<()> {
     let client = h.client()?;
     let total = h.topology.clusters.len();
     // 1. Every cluster registered through its relays.
@@ -192,6 +200,35 @@ async fn drive(h: &Hierarchy, tty: bool) -> anyhow::Result<()> {
     roll(&client, &map, second, h, tty).await?;
     println!("\nfinal summary:");
     print_summary(&client, &map, second).await;
+    kubectl_step(kubeconfig)
+}
+
+/// The fleet as kubectl sees it at the root, when kubectl is on the PATH.
+fn kubectl_step(kubeconfig: &Path) -> anyhow::Result<()> {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("kubectl").is_file()))
+        .unwrap_or(false);
+    if !on_path {
+        println!("\nkubectl is not on the PATH: skipped `kubectl get deploy -A` at the root");
+        return Ok(());
+    }
+    println!(
+        "\nthe fleet as kubectl sees it (kubectl --kubeconfig {} get deploy -A):",
+        kubeconfig.display()
+    );
+    // The processes of the hierarchy run on their own; waiting here blocks nothing.
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["get", "deploy", "-A"])
+        .output()?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    if !out.status.success() {
+        anyhow::bail!(
+            "kubectl get deploy -A failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     Ok(())
 }
 

@@ -128,9 +128,13 @@ pub fn relay_cli(dir: &Path, api_port: u16, args: &[&str]) -> (bool, String, Str
     )
 }
 
-/// A deployment and a config map of the `pos` app, placed on clusters labelled
-/// `role: pos`.
+/// The `pos` namespace, a deployment and a config map of the `pos` app, placed on
+/// clusters labelled `role: pos`.
 pub const POS_APP: &str = "
+apiVersion: v1
+kind: Namespace
+metadata: { name: pos }
+---
 apiVersion: apps/v1
 kind: Deployment
 metadata: { name: pos, namespace: pos, labels: { app: pos } }

@@ -41,6 +41,7 @@ pub mod auth;
 pub mod paths;
 pub(crate) mod tree;
 
+use crate::kube::selector::LabelQuery;
 use paths::ObjectFilter;
 use strata_node::tls::{self, Identity, TlsError};
 
@@ -238,12 +239,20 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
         }
         (&Method::GET, ["spaces", space, "objects"]) => {
             let filter = ObjectFilter {
+                group: param(&query, "group").map(|g| crate::kube::decode(&g)),
                 resource: param(&query, "kind"),
                 name: param(&query, "name"),
                 namespace: param(&query, "namespace").map(Some),
                 ..ObjectFilter::default()
             };
-            get_objects(state, space, filter, false).await
+            let labels = match param(&query, "labelSelector")
+                .map(|s| LabelQuery::parse(&crate::kube::decode(&s)))
+                .transpose()
+            {
+                Ok(l) => l.unwrap_or_default(),
+                Err(e) => return error(StatusCode::BAD_REQUEST, format!("labelSelector: {e}")),
+            };
+            get_objects(state, space, filter, labels, false).await
         }
         (&Method::GET, ["clusters"]) => tree::clusters(state).await,
         (&Method::GET, ["status"]) => tree::status(state).await,
@@ -305,9 +314,28 @@ async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
             );
         }
     };
+    // What the API assigns (resourceVersion, uid, managedFields, status) is the root's:
+    // output of `get -o yaml` applies again as it was written.
+    let mut manifests = manifests;
+    for m in &mut manifests {
+        crate::kube::render::strip_assigned(&mut m.value);
+    }
     let result = state
         .node
         .query(move |core: &mut NodeCore| {
+            let missing = crate::kube::namespaces::missing(
+                core,
+                manifests.iter().map(|m| &m.meta.key),
+            );
+            if !missing.is_empty() {
+                return Err((
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "nothing was applied: namespaces {} not found (apply the Namespace first, or in the same request)",
+                        missing.join(", ")
+                    ),
+                ));
+            }
             match crate::kube::clusters::prepare_manifests(core, manifests) {
                 Ok(manifests) => core
                     .apply_manifests(&manifests)
@@ -342,6 +370,7 @@ async fn delete_keys(state: &ApiState, keys: Vec<ObjectKey>) -> Response<Body> {
                 .into_iter()
                 .filter(|k| core.log().get(k).is_some())
                 .collect();
+            let present = crate::kube::namespaces::with_contents(core, present);
             let names: Vec<String> = present.iter().map(ToString::to_string).collect();
             if present.is_empty() {
                 return Ok((None, names));
@@ -431,6 +460,7 @@ async fn get_objects(
     state: &ApiState,
     space: &str,
     filter: ObjectFilter,
+    labels: LabelQuery,
     single: bool,
 ) -> Response<Body> {
     let space = match space_of(space) {
@@ -442,7 +472,11 @@ async fn get_objects(
         .query(move |core: &mut NodeCore| {
             core.log()
                 .live()
-                .filter(|o| o.key().space == space && filter.matches(o.key()))
+                .filter(|o| {
+                    o.key().space == space
+                        && filter.matches(o.key())
+                        && labels.matches(&o.meta.labels)
+                })
                 .map(|o| {
                     let placements: Vec<Value> = core
                         .placements()

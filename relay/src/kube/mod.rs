@@ -21,6 +21,7 @@ pub mod catalog;
 pub mod clusters;
 pub mod discovery;
 pub mod kubeconfig;
+pub mod namespaces;
 pub mod patch;
 pub mod protobuf;
 pub mod render;
@@ -210,7 +211,7 @@ fn param<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
 }
 
 /// Percent-decoding of a query value (selectors carry `=`, `,`, `!`, spaces).
-fn decode(v: &str) -> String {
+pub fn decode(v: &str) -> String {
     let bytes = v.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
