@@ -3,7 +3,7 @@
 //! name|yaml|json|wide`, kinds resolved by the root's discovery ([`crate::kinds`]).
 //!
 //! `-o yaml` and `-o json` print the objects as the Kubernetes API serves them (one
-//! object, or a `List`), so the output can be applied again with `relay apply -f` or
+//! object; several as YAML documents, or a JSON `List`), without `status.strata`, so the output can be applied again with `relay apply -f` or
 //! `kubectl apply -f`. The table shows each object's rollout per placement.
 
 use hyper::{Method, StatusCode};
@@ -75,15 +75,24 @@ pub async fn get(api: &ApiArgs, what: Selection, output: Output) -> Result<(), C
         path.push_str(&format!("?labelSelector={}", kinds::encode(sel)));
     }
     let v = ask(&client, Method::GET, &path).await?;
-    let items: Vec<Value> = if what.name.is_some() {
-        vec![v.clone()]
+    let mut items: Vec<Value> = if what.name.is_some() {
+        vec![v]
     } else {
         v["items"].as_array().cloned().unwrap_or_default()
     };
-    let document = if what.name.is_some() {
-        v
-    } else {
-        json!({ "apiVersion": "v1", "kind": "List", "metadata": { "resourceVersion": "" }, "items": items })
+    // `status.strata` (the per-placement summary, `-o summary` shows it in full) is no
+    // field of the kinds' own status: kubectl's client-side apply refuses a file that
+    // carries it, so it stays out of what is printed to be applied again.
+    for item in &mut items {
+        if let Some(status) = item.get_mut("status").and_then(Value::as_object_mut) {
+            status.remove("strata");
+        }
+    }
+    let document = match (&what.name, items.first()) {
+        (Some(_), Some(one)) => one.clone(),
+        _ => {
+            json!({ "apiVersion": "v1", "kind": "List", "metadata": { "resourceVersion": "" }, "items": items })
+        }
     };
     match output {
         Output::Name => {
@@ -96,6 +105,13 @@ pub async fn get(api: &ApiArgs, what: Selection, output: Output) -> Result<(), C
             }
         }
         Output::Json => println!("{}", serde_json::to_string_pretty(&document)?),
+        // Several objects as YAML documents one after another: what `relay apply -f`
+        // and `kubectl apply -f` both take.
+        Output::Yaml if what.name.is_none() => {
+            for item in &items {
+                print!("---\n{}", serde_saphyr::to_string(item)?);
+            }
+        }
         Output::Yaml => print!("{}", serde_saphyr::to_string(&document)?),
         Output::Table | Output::Wide | Output::Summary => {}
     }

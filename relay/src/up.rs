@@ -176,7 +176,8 @@ impl Hierarchy {
             space: "default",
             user: user.as_deref(),
         });
-        let path = self.dir.join("kubeconfig");
+        let path = std::path::absolute(self.dir.join("kubeconfig"))
+            .with_context(|| format!("{}: no absolute path", self.dir.display()))?;
         strata_topology::certs::write_secret(&path, &text)?;
         Ok(path)
     }

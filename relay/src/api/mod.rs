@@ -103,7 +103,11 @@ pub fn spawn(
             path: api.tokens.clone(),
         });
     }
-    let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
+    let (cert, key) = match &api.tls {
+        Some((cert, key)) => (cert, key),
+        None => (&config.tls.cert, &config.tls.key),
+    };
+    let identity = Identity::load(cert, key, &config.tls.ca)?;
     let acceptor = TlsAcceptor::from(tls::api_server_config(&identity)?);
     let listener = http::bind(api.listen).map_err(|source| ApiStartError::Bind {
         addr: api.listen,
