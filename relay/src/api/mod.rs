@@ -186,10 +186,15 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("body larger than {MAX_BODY} bytes or unreadable"),
+            let (_, status) = crate::kube::failure(
+                413,
+                "RequestEntityTooLarge",
+                format!(
+                    "Request entity too large: limit is {MAX_BODY} bytes (or the body is unreadable)"
+                ),
+                None,
             );
+            return reply(StatusCode::PAYLOAD_TOO_LARGE, status);
         }
     };
     let p: Vec<&str> = path.iter().map(String::as_str).collect();
