@@ -17,7 +17,10 @@ use rcgen::{
 
 use crate::files::{self, ConfinementError, Holder};
 use crate::names::check_node_name;
-use crate::{Addr, Relay, Topology};
+
+mod api;
+use crate::Topology;
+pub use api::api_sans;
 
 /// Why a certificate could not be issued or written.
 #[derive(Debug, thiserror::Error)]
@@ -188,21 +191,6 @@ impl Ca {
             cert_pem: format!("{}{}", cert.pem(), self.chain),
             key_pem: key.serialize_pem(),
         })
-    }
-
-    /// Issues the certificate of the root's user API: it names `sans` (the root's name
-    /// first), for serving only.
-    fn issue_api_for_key(
-        &self,
-        root: &str,
-        sans: &[String],
-        key: &KeyPair,
-    ) -> Result<String, CertError> {
-        let mut params = named(root, format!("{root} API"), sans.to_vec())?;
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let cert = params.signed_by(key, &self.cert, &self.key)?;
-        Ok(format!("{}{}", cert.pem(), self.chain))
     }
 
     /// An intermediate CA for `relay` to sign the certificates of agents that join below
@@ -435,7 +423,7 @@ pub fn issue_all(
         })?);
         refuse_ca_key(&ca, name, "join.ca_key", &key)?;
     }
-    done.extend(api_pair(&ca, topology, dir, force)?);
+    done.extend(api::api_pair(&ca, topology, dir, force)?);
     let api = files::api_tokens(dir);
     done.push(tokens_file(&api, 1, force)?);
     for relay in topology.relays.iter().filter(|r| r.join_tokens > 0) {
@@ -443,83 +431,6 @@ pub fn issue_all(
         files::check_reference(dir, &relay.name, "join.tokens", &path, Holder::Node)?;
         done.push(tokens_file(&path, relay.join_tokens as usize, force)?);
     }
-    Ok(done)
-}
-
-/// The names the root's API certificate carries: the root's name (what clients that
-/// set `tls-server-name` check), the topology's `api.names`, the listen IP unless it is
-/// a wildcard, and `localhost` and `127.0.0.1` when it listens on loopback.
-pub fn api_sans(root: &Relay) -> Vec<String> {
-    let mut out = vec![root.name.clone()];
-    out.extend(root.api_names.iter().cloned());
-    let ip = match root.api {
-        Some(Addr::Fixed(a)) => Some(a.ip()),
-        Some(Addr::Auto(ip)) => Some(ip),
-        None => None,
-    };
-    if let Some(ip) = ip.filter(|ip| !ip.is_unspecified()) {
-        out.push(ip.to_string());
-        if ip.is_loopback() {
-            out.extend(["localhost".to_owned(), "127.0.0.1".to_owned()]);
-        }
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    out.retain(|n| seen.insert(n.clone()));
-    out
-}
-
-/// The root's API certificate and key: kept while the names it carries are the same;
-/// issued again for the same key when they change (a key is replaced only with
-/// `force`); both new when there is no key.
-fn api_pair(
-    ca: &Ca,
-    topology: &Topology,
-    dir: &Path,
-    force: bool,
-) -> Result<Vec<(PathBuf, Action)>, CertError> {
-    let root = topology.root();
-    let (cert, key, names) = (
-        files::api_cert(dir, &root.name),
-        files::api_key(dir, &root.name),
-        files::api_names(dir, &root.name),
-    );
-    files::check_reference(dir, &root.name, "api.cert", &cert, Holder::Node)?;
-    files::check_reference(dir, &root.name, "api.key", &key, Holder::Node)?;
-    let sans = api_sans(root);
-    let listed = format!("{}\n", sans.join("\n"));
-    let same = std::fs::read_to_string(&names).is_ok_and(|n| n == listed);
-    let mut done = Vec::new();
-    if same && cert.exists() && key.exists() && !force {
-        done.push((cert, Action::Kept));
-        return Ok(done);
-    }
-    if key.exists() && !force {
-        let pair = KeyPair::from_pem(&read(&key)?).map_err(|e| CertError::BadFile {
-            path: key.clone(),
-            reason: e.to_string(),
-        })?;
-        let action = if cert.exists() {
-            Action::Replaced
-        } else {
-            Action::Created
-        };
-        write(&cert, &ca.issue_api_for_key(&root.name, &sans, &pair)?)?;
-        done.push((cert, action));
-    } else {
-        let action = if key.exists() {
-            Action::Replaced
-        } else {
-            Action::Created
-        };
-        let pair = KeyPair::generate()?;
-        write(&cert, &ca.issue_api_for_key(&root.name, &sans, &pair)?)?;
-        write_secret(&key, &pair.serialize_pem())?;
-        done.push((cert, action));
-        done.push((key.clone(), action));
-    }
-    refuse_ca_key(ca, &root.name, "api.key", &key)?;
-    write(&names, &listed)?;
-    done.push((names, Action::Created));
     Ok(done)
 }
 
