@@ -43,7 +43,11 @@ async fn watch(
         .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
         .body(Empty::<Bytes>::new())?;
     let resp = sender.send_request(req).await?;
-    anyhow::ensure!(resp.status().is_success(), "watch answered {}", resp.status());
+    anyhow::ensure!(
+        resp.status().is_success(),
+        "watch answered {}",
+        resp.status()
+    );
     let mut body = resp.into_body();
     Ok(tokio::spawn(async move {
         let mut seen = Vec::new();

@@ -372,6 +372,14 @@ spec:
     }
 
     #[test]
+    fn a_list_stands_for_its_items() {
+        let text = "apiVersion: v1\nkind: List\nmetadata: { resourceVersion: \"\" }\nitems:\n- { apiVersion: v1, kind: ConfigMap, metadata: { name: a } }\n- { apiVersion: v1, kind: ConfigMap, metadata: { name: b } }\n";
+        let m = parse_manifests(text, &Space::default_space()).unwrap();
+        let names: Vec<&str> = m.iter().map(|m| m.meta.key.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
     fn every_fault_names_its_document_and_field() {
         let text = "
 apiVersion: v1
