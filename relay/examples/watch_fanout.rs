@@ -50,6 +50,8 @@ async fn watch(
     );
     let mut body = resp.into_body();
     Ok(tokio::spawn(async move {
+        // The connection lives while its sender does.
+        let _sender = sender;
         let mut seen = Vec::new();
         while let Some(Ok(frame)) = body.frame().await {
             if let Ok(data) = frame.into_data() {
