@@ -63,7 +63,7 @@ impl Tiers {
     }
 
     fn summary(&self, kind: &str, name: &str) -> Option<(Value, Value)> {
-        let (ok, out, _) = self.relay(&["get", kind, name, "-o", "json"]);
+        let (ok, out, _) = self.relay(&["get", kind, name, "-n", "pos", "-o", "summary"]);
         if !ok {
             return None;
         }
