@@ -7,19 +7,7 @@
 # [BIN_DIR] (default target/debug; use a release build for figures: cargo build
 # --release -p strata-relay -p strata-agent --bins --examples). Needs
 # .ci/install-kube-clients.
-set -euo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
-bin=$(cd "${1:-$here/target/debug}" && pwd)
-clients=$("$here/.ci/install-kube-clients" 2>/dev/null | tail -1)
-work=$(mktemp -d)
-trap 'kill $up 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-"$bin/relay" up "$here/deploy/examples/demo.yaml" --data "$work/data" > "$work/up.log" 2>&1 &
-up=$!
-for _ in $(seq 1 120); do grep -q "export STRATA_SERVER" "$work/up.log" && break; sleep 1; done
-eval "$(grep 'export STRATA' "$work/up.log")"
-"$bin/relay" kubeconfig > "$work/kc.yaml"
-export KUBECONFIG=$work/kc.yaml
-k="$clients/kubectl"
+source "$(dirname "$0")/relay-up.sh"
 gen() { # N PREFIX
     for i in $(seq 1 "$1"); do
         printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: { name: %s-%d, namespace: default, labels: { app: figures } }\ndata: { value: "%d" }\n---\n' "$2" "$i" "$i"
