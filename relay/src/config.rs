@@ -21,6 +21,9 @@ pub struct NodeConfig {
     pub node: String,
     /// Where children connect (QUIC over UDP). `None` for a node without children.
     pub listen: Option<SocketAddr>,
+    /// Where children connect with TLS over TCP: `listen_tcp:` in the file, by default
+    /// the same address and port as `listen`; `listen_tcp: off` for none.
+    pub listen_tcp: Option<SocketAddr>,
     /// The parent to connect to; `None` at the root.
     pub parent: Option<ParentConfig>,
     /// Certificate, key and CA files.
@@ -68,6 +71,8 @@ struct RawConfig {
     node: String,
     #[serde(default)]
     listen: Option<String>,
+    #[serde(default)]
+    listen_tcp: Option<String>,
     #[serde(default)]
     parent: Option<RawParent>,
     tls: RawTls,
@@ -136,6 +141,14 @@ impl NodeConfig {
             .listen
             .as_deref()
             .and_then(|a| addr("listen", a, &mut faults));
+        let listen_tcp = match raw.listen_tcp.as_deref() {
+            Some("off") => None,
+            Some(a) => addr("listen_tcp", a, &mut faults),
+            None => listen,
+        };
+        if raw.listen_tcp.as_deref().is_some_and(|a| a != "off") && raw.listen.is_none() {
+            faults.push("listen_tcp: needs `listen` (QUIC) too".to_owned());
+        }
         let parent = raw.parent.and_then(|p| p.check(&raw.node, &mut faults));
         for (i, child) in raw.children.iter().enumerate() {
             if let Err(why) = check_node_name(child) {
@@ -181,6 +194,7 @@ impl NodeConfig {
         Ok(NodeConfig {
             node: raw.node,
             listen,
+            listen_tcp,
             parent,
             tls: raw.tls.resolve(base),
             data: base.join(raw.data),
@@ -256,7 +270,7 @@ api: { listen: 127.0.0.1:1, tokens: t }
                 "node: \"Eu_West\" is not a valid node name (1-63 characters of a-z, 0-9 and '-', not starting or ending with '-')",
                 "parent.name: \"Eu_West\" is not a valid node name (1-63 characters of a-z, 0-9 and '-', not starting or ending with '-')",
                 "parent.name: a node cannot be its own parent",
-                "parent.address: \"nowhere\" is not an address of the form IP:PORT",
+                "parent.address: \"nowhere\" is not an address of the form IP:PORT or HOST:PORT",
                 "children[1]: \"-bad\" is not a valid node name (1-63 characters of a-z, 0-9 and '-', not starting or ending with '-')",
                 "listen: required when the node has children",
             ]

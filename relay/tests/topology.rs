@@ -60,7 +60,7 @@ fn rendered_relay_configs_load_and_re_rendering_is_idempotent() {
     assert_eq!(eu.children, ["eu-1"]);
     let p = eu1.parent.as_ref().unwrap();
     assert_eq!(
-        (p.name.as_str(), p.address),
+        (p.name.as_str(), p.address.clone()),
         ("eu", "127.0.0.2:7450".parse().unwrap()),
         "children dial the relay's address, not its wildcard listen"
     );

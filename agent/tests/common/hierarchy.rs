@@ -190,9 +190,9 @@ impl RelaySpec<'_> {
             .insert(self.name.clone(), listener.local_addr().unwrap());
         let parent = self.parent.map(|p| {
             let addr = h.addr(&p);
-            (p, addr)
+            (p, addr.into())
         });
-        let connector = parent.as_ref().map(|_| client_endpoint(&id));
+        let connector = parent.as_ref().map(|_| client_endpoint(&id).into());
         let run = h.next_run(&self.name);
         let store = self.store.unwrap_or_else(|| MemStore::new(run));
         node::start(NodeParts {
@@ -202,6 +202,7 @@ impl RelaySpec<'_> {
             parent,
             store: Arc::new(store) as Arc<dyn Store>,
             listener: Some(listener),
+            tcp_listener: None,
             connector,
             sessions: SessionConfig::default(),
             summary_interval: Duration::from_millis(100),
@@ -275,9 +276,9 @@ impl AgentSpec<'_> {
                 properties: BTreeMap::new(),
                 path: vec![],
             },
-            parent: (parent, addr),
+            parent: (parent, addr.into()),
             store: Arc::new(MemStore::new(run)),
-            connector: client_endpoint(&id),
+            connector: client_endpoint(&id).into(),
             backend,
             clock: Clock::start(),
             run,
