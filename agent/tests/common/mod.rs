@@ -7,6 +7,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod hierarchy;
+pub mod proxies;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
