@@ -278,6 +278,43 @@ api: { listen: 127.0.0.1:1, tokens: t }
     }
 
     #[test]
+    fn a_parent_by_name_with_transport_and_proxy_parses_and_tcp_listens_on_quics_port() {
+        let text = "node: site
+listen: 127.0.0.1:7443
+parent: { name: center, address: center.example.com:7443, transport: auto, proxy: \"http://u:p@proxy.lan:3128\", quic_probe_ms: 500 }
+tls: { cert: a, key: b, ca: c }
+data: d
+";
+        let c = NodeConfig::parse(text, Path::new(".")).unwrap();
+        assert_eq!(c.listen_tcp, c.listen);
+        let p = c.parent.unwrap();
+        assert_eq!(p.address.to_string(), "center.example.com:7443");
+        assert_eq!(p.transport, strata_node::dial::TransportMode::Auto);
+        assert_eq!(p.proxy.unwrap().address, "proxy.lan:3128");
+        assert_eq!(p.quic_probe_every, Duration::from_millis(500));
+        let off = text.replace("data: d", "data: d\nlisten_tcp: \"off\"");
+        assert_eq!(
+            NodeConfig::parse(&off, Path::new(".")).unwrap().listen_tcp,
+            None
+        );
+        let bad = text
+            .replace("transport: auto", "transport: udp")
+            .replace("http://u:p@", "https://u:p@");
+        let Err(Refusal::Invalid(faults)) = NodeConfig::parse(&bad, Path::new(".")) else {
+            panic!("accepted");
+        };
+        assert_eq!(faults.len(), 2, "{faults:?}");
+        assert!(
+            faults[0].starts_with("parent.transport: \"udp\" is not a transport"),
+            "{faults:?}"
+        );
+        assert!(
+            faults[1].starts_with("parent.proxy:") && !faults[1].contains(":p@"),
+            "{faults:?}"
+        );
+    }
+
+    #[test]
     fn a_join_section_names_its_files_relative_to_the_config() {
         let text = format!(
             "{ROOT}join: {{ tokens: join/center.tokens, ca_cert: join/center.ca.crt, ca_key: join/center.ca.key }}\n"

@@ -89,15 +89,23 @@ struct Inner {
     closed: watch::Sender<Option<String>>,
     /// Multiplexer bytes written and read (TLS plaintext, headers included).
     wire: [AtomicU64; 2],
-    writer: OnceLock<AbortOnDrop>,
+    writer: OnceLock<JoinHandle<()>>,
+    /// A close was asked for: the writer may outlive the last handle to write it
+    /// (for at most [`CLOSE_WRITE_TIMEOUT`]).
+    closing: std::sync::atomic::AtomicBool,
 }
 
-#[derive(Debug)]
-struct AbortOnDrop(JoinHandle<()>);
+/// How long a closing writer may take to write what is queued and the CLOSE.
+const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
-impl Drop for AbortOnDrop {
+impl Drop for Inner {
     fn drop(&mut self) {
-        self.0.abort();
+        // The writer ends with the link, unless it is writing a close (bounded).
+        if !self.closing.load(Ordering::Relaxed)
+            && let Some(w) = self.writer.get()
+        {
+            w.abort();
+        }
     }
 }
 
@@ -144,6 +152,7 @@ impl TcpLink {
                 closed: watch::channel(None).0,
                 wire: [AtomicU64::new(0), AtomicU64::new(0)],
                 writer: OnceLock::new(),
+                closing: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -169,6 +178,7 @@ impl TcpLink {
     pub fn close(&self, code: u32, reason: &[u8]) {
         let reason = reason[..reason.len().min(MAX_REASON)].to_vec();
         if self.inner.writer.get().is_some() {
+            self.inner.closing.store(true, Ordering::Relaxed);
             let _ = self.inner.events.send(Event::Close(code, reason));
             return;
         }
@@ -232,10 +242,7 @@ impl TcpLink {
             link: Arc::downgrade(&self.inner),
             closed: self.inner.closed.subscribe(),
         };
-        let _ = self
-            .inner
-            .writer
-            .set(AbortOnDrop(tokio::spawn(writer.run())));
+        let _ = self.inner.writer.set(tokio::spawn(writer.run()));
         let unacked = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
         let mut chunk_txs = Vec::new();
         for (i, queue) in incoming.into_iter().enumerate() {
@@ -320,7 +327,7 @@ impl<M: WireMessage> Writer<M> {
             Ok(why) => why,
             Err(e) => format!("write failed: {e}"),
         };
-        let _ = self.wr.shutdown().await;
+        let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, self.wr.shutdown()).await;
         if let Some(inner) = self.link.upgrade() {
             set_closed(&inner.closed, why);
         }
@@ -340,11 +347,15 @@ impl<M: WireMessage> Writer<M> {
             }
             Event::Credit(c, n) => self.credit[c] += u64::from(n),
             Event::Close(code, reason) => {
-                // What is already queued goes first.
-                self.drain_queued().await?;
-                let w = write_frame(&mut self.wr, CLOSE, 0, code, &reason).await?;
-                self.count(w);
-                self.wr.flush().await?;
+                // What is already queued goes first, boundedly: a peer that reads
+                // nothing must not keep this task alive.
+                let write = async {
+                    self.drain_queued().await?;
+                    let w = write_frame(&mut self.wr, CLOSE, 0, code, &reason).await?;
+                    self.count(w);
+                    self.wr.flush().await
+                };
+                let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, write).await;
                 return Ok(Some(format!("closed locally: {}", lossy(&reason))));
             }
         }
