@@ -302,3 +302,53 @@ async fn a_parent_given_by_name_is_resolved_and_its_node_name_checked() {
     tcp.shutdown().await;
     root.shutdown().await.unwrap();
 }
+
+/// tinyproxy closing tunnels idle for 1 s (its `Timeout`): the link notices the cut,
+/// tunnels again, and resumes from its cursor; a change made later arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_the_proxy_cuts_is_tunnelled_again_and_converges() {
+    let h = Hierarchy::new();
+    let Some(proxy) = proxies::tinyproxy(h.dir(), 1).await else {
+        return;
+    };
+    let root = h.relay("center").children(&["pos-1"]).tcp().start().await;
+    let pos = h
+        .agent("pos-1")
+        .role("pos")
+        .under("center")
+        .link(LinkSpec {
+            mode: TransportMode::Tcp,
+            address: Some(h.tcp_addr("center").to_string()),
+            proxy: Some(Proxy::parse(&proxy.url(None)).unwrap()),
+            probe: None,
+        })
+        .start();
+    apply(&root, APP).await;
+    eventually("the Deployment reaches pos-1", || async {
+        pos.query(|a| a.log().live().any(|o| o.key().kind == "Deployment"))
+            .await
+            == Some(true)
+    })
+    .await;
+    let tunnels = || proxy.log_text().matches("Request (file descriptor").count();
+    eventually(
+        "the proxy cuts the idle tunnel and the agent tunnels again",
+        || async { tunnels() >= 2 },
+    )
+    .await;
+    let first = pos
+        .query(|a| a.log().live().map(|o| o.revision).max())
+        .await
+        .flatten()
+        .unwrap();
+    apply(&root, &replicas(7)).await;
+    eventually("the change made after the cut reaches pos-1", || async {
+        pos.query(move |a| a.log().live().any(|o| o.revision > first))
+            .await
+            == Some(true)
+    })
+    .await;
+    println!("tunnels opened: {}", tunnels());
+    pos.shutdown().await;
+    root.shutdown().await.unwrap();
+}
