@@ -10,11 +10,13 @@
 //!   drift repair, health, associated objects).
 //! * [`config`]: the agent's configuration file.
 //! * [`core`]: the agent's sync core (link, desired state, cluster), no I/O.
+//! * [`customize`]: objects rendered for this cluster, user summaries evaluated on them.
 //! * [`runtime`]: the core as a [`strata_node::driver::Node`] under the driver.
 
 pub mod backend;
 pub mod config;
 pub mod core;
+pub mod customize;
 pub mod kubernetes;
 pub mod runtime;
 pub mod simulated;

@@ -3,12 +3,16 @@
 //! A parent forwards an object to a child only when some placement selects the object
 //! and some cluster in the child's subtree. Placements themselves travel to every relay
 //! child (relays route with them); agents receive only what is placed on their cluster,
-//! and the placements selecting their cluster that ask for upsync.
+//! and the placements selecting their cluster that ask for upsync, customize objects or
+//! summarize them. The root's cluster
+//! objects ([`crate::overrides`]) travel with the placements, to relays only.
 
 use std::sync::Arc;
 
+use crate::choice::{RootView, is_decision};
 use crate::codec;
 use crate::model::{Cluster, ObjectMeta};
+use crate::overrides::is_cluster_object;
 use crate::placement::Placement;
 use crate::sync::Route;
 use crate::wire::RouteId;
@@ -24,6 +28,12 @@ pub fn is_placement(meta: &ObjectMeta) -> bool {
     meta.key.group == STRATA_GROUP && meta.key.kind == PLACEMENT_KIND
 }
 
+/// Whether an object is one of Strata's own (a placement, a cluster's labels, a
+/// decision): the root and relays route with them; they are never placed on clusters.
+pub fn is_strata_object(meta: &ObjectMeta) -> bool {
+    is_placement(meta) || is_cluster_object(meta) || is_decision(meta)
+}
+
 /// The route of one child: the placements that select some cluster of its subtree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlacementRoute {
@@ -34,11 +44,17 @@ pub struct PlacementRoute {
 
 impl PlacementRoute {
     /// The route of a child (`relay` says whether it routes onward and so needs the
-    /// placements themselves) whose subtree holds `clusters`, under `placements`.
-    pub fn new(relay: bool, placements: &[Placement], clusters: &[Cluster]) -> Self {
+    /// placements themselves) whose subtree holds `clusters`, under `placements`, as the
+    /// root decided (`root`: cluster labels changed there, placements' decisions).
+    pub fn new(
+        relay: bool,
+        placements: &[Placement],
+        clusters: &[Cluster],
+        root: &RootView,
+    ) -> Self {
         let mut relevant: Vec<Placement> = placements
             .iter()
-            .filter(|p| clusters.iter().any(|c| p.selects_cluster(c)))
+            .filter(|p| clusters.iter().any(|c| p.selects_cluster_with(c, root)))
             .cloned()
             .collect();
         relevant.sort_by(|a, b| (&a.space, &a.name).cmp(&(&b.space, &b.name)));
@@ -64,14 +80,25 @@ impl Route for PlacementRoute {
     fn includes(&self, meta: &ObjectMeta) -> bool {
         if is_placement(meta) {
             // Relays route with every placement; an agent needs those that place on
-            // its cluster and ask for upsync, to know what to copy back.
+            // its cluster and ask it for something: upsync (what to copy back),
+            // customization (what to render) or user summaries (what to evaluate).
             return self.relay
                 || self.placements.iter().any(|p| {
-                    !p.upsync.is_empty() && p.space == meta.key.space && p.name == meta.key.name
+                    p.space == meta.key.space && p.name == meta.key.name && agent_needs(p)
                 });
+        }
+        if is_cluster_object(meta) || is_decision(meta) {
+            // Relays route with the root's cluster labels and decisions; agents never
+            // need them.
+            return self.relay;
         }
         self.placements.iter().any(|p| p.selects_object(meta))
     }
+}
+
+/// Whether an agent on a cluster the placement selects needs the placement itself.
+fn agent_needs(p: &Placement) -> bool {
+    !p.upsync.is_empty() || !p.customize.is_empty() || !p.status_summary.is_empty()
 }
 
 /// FNV-1a over the encoded route: equal routes, equal ids, on every platform.
@@ -104,6 +131,10 @@ mod tests {
     use crate::placement::{ClusterSelector, ObjectSelector};
     use crate::selector::LabelSelector;
 
+    fn none() -> RootView {
+        RootView::default()
+    }
+
     fn cluster(name: &str, region: &str) -> Cluster {
         Cluster {
             name: name.into(),
@@ -129,8 +160,12 @@ mod tests {
                     match_labels: [("region".to_owned(), region.to_owned())].into(),
                     match_expressions: vec![],
                 },
+                ..ClusterSelector::default()
             },
             upsync: vec![],
+            moves: crate::placement::MovePolicy::default(),
+            customize: vec![],
+            status_summary: vec![],
         }
     }
 
@@ -154,17 +189,107 @@ mod tests {
             placement("web-eu", "eu", "web"),
             placement("db-us", "us", "db"),
         ];
-        let eu = PlacementRoute::new(true, &placements, &[cluster("a", "eu")]);
+        let eu = PlacementRoute::new(true, &placements, &[cluster("a", "eu")], &none());
         assert!(eu.includes(&meta("apps", "Deployment", "web")));
         assert!(!eu.includes(&meta("apps", "Deployment", "db")));
         assert!(
             eu.includes(&meta(STRATA_GROUP, PLACEMENT_KIND, "")),
             "relays get placements"
         );
-        let agent = PlacementRoute::new(false, &placements, &[cluster("a", "eu")]);
+        let agent = PlacementRoute::new(false, &placements, &[cluster("a", "eu")], &none());
         assert!(!agent.includes(&meta(STRATA_GROUP, PLACEMENT_KIND, "")));
-        let empty = PlacementRoute::new(true, &placements, &[]);
+        let empty = PlacementRoute::new(true, &placements, &[], &none());
         assert!(!empty.includes(&meta("apps", "Deployment", "web")));
+        assert!(
+            eu.includes(&meta(STRATA_GROUP, "Cluster", "")),
+            "relays get clusters"
+        );
+        assert!(!agent.includes(&meta(STRATA_GROUP, "Cluster", "")));
+    }
+
+    #[test]
+    fn agents_get_the_placements_that_customize_or_summarize_for_them() {
+        let mut customizing = placement("web-eu", "eu", "web");
+        customizing.customize = vec![crate::customize::CustomizeRule {
+            merge_patch: Some(serde_json::json!({ "metadata": { "labels": { "a": "b" } } })),
+            ..Default::default()
+        }];
+        let mut summarizing = placement("db-eu", "eu", "db");
+        summarizing.status_summary = vec![crate::user_summary::SummarySpec {
+            name: "ready".into(),
+            path: ".status.readyReplicas".into(),
+            op: crate::user_summary::SummaryOp::Sum,
+            top: None,
+            group_by: None,
+        }];
+        let plain = placement("cache-eu", "eu", "cache");
+        let elsewhere = {
+            let mut p = placement("web-us", "us", "web");
+            p.customize = customizing.customize.clone();
+            p
+        };
+        let all = [customizing, summarizing, plain, elsewhere];
+        let agent = PlacementRoute::new(false, &all, &[cluster("a", "eu")], &none());
+        let named = |name: &str| {
+            let mut m = meta(STRATA_GROUP, PLACEMENT_KIND, "");
+            m.key.name = name.into();
+            m
+        };
+        assert!(agent.includes(&named("web-eu")));
+        assert!(agent.includes(&named("db-eu")));
+        assert!(
+            !agent.includes(&named("cache-eu")),
+            "asks nothing of the agent"
+        );
+        assert!(
+            !agent.includes(&named("web-us")),
+            "does not select the cluster"
+        );
+    }
+
+    #[test]
+    fn labels_changed_at_the_root_move_objects_between_subtrees() {
+        let placements = [placement("web-us", "us", "web")];
+        let a = [cluster("a", "eu")];
+        assert!(
+            !PlacementRoute::new(true, &placements, &a, &none()).includes(&meta(
+                "apps",
+                "Deployment",
+                "web"
+            ))
+        );
+        let mut moved = none();
+        moved.overrides.insert(
+            Space::default_space(),
+            "a".into(),
+            crate::overrides::LabelOverride {
+                set: [("region".to_owned(), "us".to_owned())].into(),
+                remove: Default::default(),
+            },
+        );
+        assert!(
+            PlacementRoute::new(true, &placements, &a, &moved).includes(&meta(
+                "apps",
+                "Deployment",
+                "web"
+            ))
+        );
+        let mut elsewhere = none();
+        elsewhere.overrides.insert(
+            Space("other".into()),
+            "a".into(),
+            crate::overrides::LabelOverride {
+                set: [("region".to_owned(), "us".to_owned())].into(),
+                remove: Default::default(),
+            },
+        );
+        assert!(
+            !PlacementRoute::new(true, &placements, &a, &elsewhere).includes(&meta(
+                "apps",
+                "Deployment",
+                "web"
+            ))
+        );
     }
 
     #[test]
@@ -180,17 +305,17 @@ mod tests {
         let eu = [cluster("a", "eu")];
         // A placement elsewhere changing does not change eu's route.
         assert_eq!(
-            PlacementRoute::new(true, &a, &eu).id(),
-            PlacementRoute::new(true, &b, &eu).id()
+            PlacementRoute::new(true, &a, &eu, &none()).id(),
+            PlacementRoute::new(true, &b, &eu, &none()).id()
         );
         let us = [cluster("b", "us")];
         assert_ne!(
-            PlacementRoute::new(true, &a, &us).id(),
-            PlacementRoute::new(true, &b, &us).id()
+            PlacementRoute::new(true, &a, &us, &none()).id(),
+            PlacementRoute::new(true, &b, &us, &none()).id()
         );
         assert_ne!(
-            PlacementRoute::new(true, &a, &eu).id(),
-            PlacementRoute::new(false, &a, &eu).id()
+            PlacementRoute::new(true, &a, &eu, &none()).id(),
+            PlacementRoute::new(false, &a, &eu, &none()).id()
         );
     }
 }

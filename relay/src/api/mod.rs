@@ -26,7 +26,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use strata_protocol::model::{ObjectKey, Space};
-use strata_protocol::route::is_placement;
+use strata_protocol::route::is_strata_object;
 use strata_protocol::wire::{Change, ReportKey, ReportValue};
 use tokio_rustls::TlsAcceptor;
 
@@ -211,6 +211,18 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
                 value,
             );
         }
+        Some(crate::kube::Reply::Raw {
+            code,
+            content_type,
+            body,
+        }) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut resp = http::response(status, "application/json", body);
+            if let Ok(v) = hyper::header::HeaderValue::from_str(&content_type) {
+                resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+            }
+            return resp.map(BodyExt::boxed_unsync);
+        }
         Some(crate::kube::Reply::Watch(watch)) => {
             let watch = *watch;
             let mut resp =
@@ -306,7 +318,14 @@ async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
     };
     let result = state
         .node
-        .query(move |core: &mut NodeCore| core.apply_manifests(&manifests))
+        .query(move |core: &mut NodeCore| {
+            match crate::kube::clusters::prepare_manifests(core, manifests) {
+                Ok(manifests) => core
+                    .apply_manifests(&manifests)
+                    .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+                Err(e) => Err((StatusCode::UNPROCESSABLE_ENTITY, e)),
+            }
+        })
         .await;
     match result {
         Some(Ok(a)) => {
@@ -321,7 +340,7 @@ async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
                 }),
             )
         }
-        Some(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Some(Err((code, e))) => error(code, e),
         None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
     }
 }
@@ -439,9 +458,11 @@ async fn get_objects(
                     let placements: Vec<Value> = core
                         .placements()
                         .iter()
-                        .filter(|p| !is_placement(&o.meta) && p.selects_object(&o.meta))
+                        .filter(|p| {
+                            !is_strata_object(&o.meta) && p.selects_object(&o.meta)
+                        })
                         .map(|p| {
-                            let s = core.reports().summarize(p, o.key());
+                            let s = core.reports().summarize(p, o.key(), core.root_view());
                             // What each child reported for its subtree.
                             let by_child: Vec<Value> = core
                                 .reports()
@@ -476,6 +497,7 @@ async fn get_objects(
                             json!({
                                 "placement": p.name,
                                 "summary": summary,
+                                "userSummary": crate::placement_summary::of_object(p, &s),
                                 "silent": s.silent(),
                                 "by_child": by_child,
                                 "exactStatus": exact,
@@ -483,7 +505,18 @@ async fn get_objects(
                         })
                         .collect();
                     let body: Value = serde_json::from_slice(&o.body).unwrap_or(Value::Null);
+                    let decisions =
+                        crate::kube::render::decisions(core, &o.key().space, &o.key().name)
+                            .filter(|_| strata_protocol::route::is_placement(&o.meta));
+                    // A placement's own `statusSummary` values over the fleet.
+                    let user_summary = core
+                        .placements()
+                        .iter()
+                        .find(|p| strata_protocol::route::is_placement(&o.meta) && p.space == o.key().space && p.name == o.key().name)
+                        .and_then(|p| crate::placement_summary::of_placement(core, p));
                     json!({
+                        "decisions": decisions,
+                        "userSummary": user_summary,
                         "key": {
                             "space": o.key().space.0, "group": o.key().group, "version": o.key().version,
                             "kind": o.key().kind, "namespace": o.key().namespace, "name": o.key().name,

@@ -10,8 +10,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use strata_protocol::model::Space;
+use strata_protocol::overrides::CLUSTER_KIND;
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::ObjectLog;
+
+use super::openapi::{TypeSchema, builtin_schema};
 
 /// Finds the fields of a manifest its type does not know (strict validation).
 pub type FieldCheck = fn(&Value) -> Result<Vec<String>, String>;
@@ -37,9 +40,17 @@ pub struct ResourceType {
     pub categories: Vec<String>,
     /// Strict validation of a manifest of this type, when its schema is known.
     pub check: Option<FieldCheck>,
+    /// Its schema, for the OpenAPI documents (and, for custom resources, validation).
+    pub schema: TypeSchema,
 }
 
 impl ResourceType {
+    /// Whether this is our `Cluster` kind (read from the inventory, see
+    /// [`super::clusters`]).
+    pub fn is_cluster(&self) -> bool {
+        self.group == STRATA_GROUP && self.kind == CLUSTER_KIND
+    }
+
     /// `apps/v1`, or `v1` for the core group.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -114,7 +125,7 @@ fn is_empty(v: &Value) -> bool {
 
 fn builtin<T>(short: &[&str], categories: &[&str]) -> ResourceType
 where
-    T: Resource + Serialize + DeserializeOwned,
+    T: Resource + Serialize + DeserializeOwned + schemars::JsonSchema,
     T::Scope: Scope,
 {
     ResourceType {
@@ -127,6 +138,7 @@ where
         short_names: short.iter().map(|s| (*s).to_owned()).collect(),
         categories: categories.iter().map(|s| (*s).to_owned()).collect(),
         check: Some(unknown_fields::<T>),
+        schema: TypeSchema::Builtin(builtin_schema::<T>),
     }
 }
 
@@ -184,18 +196,33 @@ fn builtins() -> &'static [ResourceType] {
 
 /// Our own kinds.
 fn strata_types() -> Vec<ResourceType> {
-    vec![ResourceType {
-        group: STRATA_GROUP.to_owned(),
-        version: "v1alpha1".to_owned(),
-        kind: PLACEMENT_KIND.to_owned(),
-        plural: "placements".to_owned(),
-        singular: "placement".to_owned(),
-        namespaced: false,
-        short_names: vec!["pl".to_owned()],
-        categories: Vec::new(),
-        // The root parses placements field by field and refuses unknown ones.
-        check: None,
-    }]
+    vec![
+        ResourceType {
+            group: STRATA_GROUP.to_owned(),
+            version: "v1alpha1".to_owned(),
+            kind: PLACEMENT_KIND.to_owned(),
+            plural: "placements".to_owned(),
+            singular: "placement".to_owned(),
+            namespaced: false,
+            short_names: vec!["pl".to_owned()],
+            categories: Vec::new(),
+            // The root parses placements field by field and refuses unknown ones.
+            check: None,
+            schema: TypeSchema::Strata,
+        },
+        ResourceType {
+            group: STRATA_GROUP.to_owned(),
+            version: "v1alpha1".to_owned(),
+            kind: CLUSTER_KIND.to_owned(),
+            plural: "clusters".to_owned(),
+            singular: "cluster".to_owned(),
+            namespaced: false,
+            short_names: Vec::new(),
+            categories: Vec::new(),
+            check: None,
+            schema: TypeSchema::Strata,
+        },
+    ]
 }
 
 /// The types the CRDs applied to `space` define (every served version).
@@ -248,6 +275,7 @@ fn custom_types(log: &ObjectLog, space: &Space) -> Vec<ResourceType> {
                 short_names: strings(&names["shortNames"]),
                 categories: strings(&names["categories"]),
                 check: None,
+                schema: TypeSchema::Custom(v["schema"]["openAPIV3Schema"].clone()),
             });
         }
     }

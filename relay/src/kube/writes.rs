@@ -9,7 +9,8 @@ use strata_protocol::model::{ObjectKey, Space};
 use strata_protocol::wire::Change;
 
 use super::catalog::ResourceType;
-use super::{Answer, ResourceOp, failure, patch, protobuf, render, ssa};
+use super::openapi::TypeSchema;
+use super::{Answer, ResourceOp, clusters, failure, patch, protobuf, render, schema_check, ssa};
 use crate::node::core::NodeCore;
 
 impl ResourceOp {
@@ -174,8 +175,19 @@ impl ResourceOp {
             }
         }
         render::strip_assigned(&mut value);
+        if let TypeSchema::Custom(schema) = &t.schema
+            && let Err(refused) = schema_check::enforce(t, schema, &mut value, self.strict)
+        {
+            return refused;
+        }
         if managed.is_array() {
             value["metadata"]["managedFields"] = managed;
+        }
+        if t.is_cluster() {
+            value = match clusters::prepare(core, value) {
+                Ok(v) => v,
+                Err(a) => return a,
+            };
         }
         let manifest = match manifest_from_value(value, space) {
             Ok(m) => m,
@@ -194,6 +206,16 @@ impl ResourceOp {
         match core.log().get(&key) {
             Some(o) if !self.dry_run => (code, render::object(core, o)),
             _ => (code, manifest.value),
+        }
+    }
+
+    /// The object `key` names as a client reads it (a Cluster from the inventory even
+    /// when the space never changed it).
+    fn current(&self, core: &NodeCore, t: &ResourceType, key: &ObjectKey) -> Option<Value> {
+        if t.is_cluster() {
+            clusters::get(core, &key.space, &key.name)
+        } else {
+            Self::find(core, key).map(|o| render::object(core, o))
         }
     }
 
@@ -222,7 +244,7 @@ impl ResourceOp {
                     .to_owned(),
             );
         }
-        if Self::find(core, &key).is_some() {
+        if self.current(core, t, &key).is_some() {
             return failure(
                 409,
                 "AlreadyExists",
@@ -245,19 +267,17 @@ impl ResourceOp {
             Err(a) => return a,
         };
         let key = self.key(t, space, name);
-        let Some(current) = Self::find(core, &key) else {
+        let Some(current) = self.current(core, t, &key) else {
             return Self::missing(t, name);
         };
         if let Some(rv) = value["metadata"]["resourceVersion"].as_str()
-            && rv != current.revision.0.to_string()
+            && rv != current["metadata"]["resourceVersion"]
         {
             return Self::conflict(t, name);
         }
         let mut value = value;
-        if value["metadata"]["managedFields"].is_null()
-            && let Ok(stored) = serde_json::from_slice::<Value>(&current.body)
-        {
-            value["metadata"]["managedFields"] = stored["metadata"]["managedFields"].clone();
+        if value["metadata"]["managedFields"].is_null() {
+            value["metadata"]["managedFields"] = current["metadata"]["managedFields"].clone();
         }
         self.store(core, t, space, value, false)
     }
@@ -357,11 +377,10 @@ impl ResourceOp {
             return self.server_side_apply(core, t, space, name);
         }
         let key = self.key(t, space, name);
-        let Some(current) = Self::find(core, &key) else {
+        let Some(mut value) = self.current(core, t, &key) else {
             return Self::missing(t, name);
         };
-        let revision = current.revision.0.to_string();
-        let mut value = render::object(core, current);
+        let revision = value["metadata"]["resourceVersion"].clone();
         let patch = match self.patch_body() {
             Ok(p) => p,
             Err(a) => return a,
@@ -402,7 +421,7 @@ impl ResourceOp {
         }
         if value["metadata"]["resourceVersion"]
             .as_str()
-            .is_some_and(|rv| rv != revision)
+            .is_some_and(|rv| revision != rv)
         {
             return Self::conflict(t, name);
         }
@@ -437,8 +456,15 @@ impl ResourceOp {
             Err(a) => return a,
         };
         let key = self.key(t, space, name);
-        let current: Option<Value> =
-            Self::find(core, &key).and_then(|o| serde_json::from_slice(&o.body).ok());
+        let current: Option<Value> = if t.is_cluster() {
+            // What the space wrote, over the labels the cluster reports.
+            clusters::get(core, space, name).map(|mut v| {
+                render::strip_assigned(&mut v);
+                v
+            })
+        } else {
+            Self::find(core, &key).and_then(|o| serde_json::from_slice(&o.body).ok())
+        };
         match ssa::apply(current.as_ref(), &config, &manager, self.force) {
             Ok(object) => self.store(core, t, space, object, current.is_none()),
             Err(ssa::Conflicts(conflicts)) => {
@@ -484,10 +510,12 @@ impl ResourceOp {
         name: &str,
     ) -> Answer {
         let key = self.key(t, space, name);
-        let Some(found) = Self::find(core, &key).map(|o| o.key().clone()) else {
+        let found = Self::find(core, &key).map(|o| o.key().clone());
+        if found.is_none() && !(t.is_cluster() && clusters::get(core, space, name).is_some()) {
             return Self::missing(t, name);
-        };
-        if let Err(a) = self.remove(core, vec![found]) {
+        }
+        // A Cluster the space never changed has nothing to drop: it stays as reported.
+        if let Err(a) = self.remove(core, found.into_iter().collect()) {
             return a;
         }
         (

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use strata_protocol::choice::RootView;
 use strata_protocol::model::{Cluster, Labels, ObjectKey};
 use strata_protocol::placement::Placement;
 use strata_protocol::summary::Summary;
@@ -98,8 +99,9 @@ impl SubtreeReports {
         self.labels = labels;
     }
 
-    /// A cluster as placements see it here: with the inherited labels.
-    fn effective(&self, cluster: &Cluster) -> Cluster {
+    /// A cluster as placements see it here: with the inherited labels (and before any
+    /// change of its labels at the root).
+    pub fn effective(&self, cluster: &Cluster) -> Cluster {
         let mut c = cluster.clone();
         for (k, v) in &self.labels {
             c.labels.entry(k.clone()).or_insert_with(|| v.clone());
@@ -216,12 +218,25 @@ impl SubtreeReports {
     /// The summary of `object` under `placement` for this node's whole subtree: the
     /// merge of children's summaries, of direct clusters' statuses, and of the clusters
     /// expected (selected by the placement) that have not reported.
-    pub fn summarize(&self, placement: &Placement, object: &ObjectKey) -> Summary {
+    pub fn summarize(&self, placement: &Placement, object: &ObjectKey, root: &RootView) -> Summary {
         let mut s = Summary::default();
         let selected: BTreeSet<&str> = self
             .clusters()
-            .filter(|c| placement.selects_cluster(&self.effective(c)))
+            .filter(|c| placement.selects_cluster_with(&self.effective(c), root))
             .map(|c| c.name.as_str())
+            .collect();
+        // A child's summary counts only while some cluster it reported is selected here:
+        // what a child cut off before a placement (or a cluster's labels) moved away
+        // summarized is stale, not the fleet.
+        let selecting_children: BTreeSet<&str> = self
+            .stored
+            .iter()
+            .filter_map(|((from, _), v)| match v {
+                ReportValue::Cluster(c) if selected.contains(c.name.as_str()) => {
+                    Some(from.as_str())
+                }
+                _ => None,
+            })
             .collect();
         // Children that summarized this object cover their whole subtree; count the
         // clusters of other children one by one.
@@ -235,7 +250,10 @@ impl SubtreeReports {
                         object: o,
                     },
                     ReportValue::Summary(sum),
-                ) if p == &placement.name && o == object => {
+                ) if p == &placement.name
+                    && o == object
+                    && selecting_children.contains(from.as_str()) =>
+                {
                     s.merge(sum);
                     via_summary.insert(from.as_str());
                 }

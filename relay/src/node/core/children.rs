@@ -159,7 +159,12 @@ impl NodeCore {
 
     pub(super) fn route_for(&self, child: &str, relay: bool) -> SharedRoute {
         let clusters = self.reports.clusters_below(child);
-        Arc::new(PlacementRoute::new(relay, &self.placements, &clusters))
+        Arc::new(PlacementRoute::new(
+            relay,
+            &self.placements,
+            &clusters,
+            &self.root_view,
+        ))
     }
 
     pub(super) fn refresh_route(&mut self, child: &str) {
