@@ -56,6 +56,13 @@ async fn root_knows(root: &NodeHandle, cluster: &'static str) -> bool {
         == Some(true)
 }
 
+async fn holds_deployment(agent: &strata_agent::runtime::AgentHandle) -> bool {
+    agent
+        .query(|a| a.log().live().any(|o| o.key().kind == "Deployment"))
+        .await
+        == Some(true)
+}
+
 fn replicas(n: u32) -> String {
     APP.replace("replicas: 2", &format!("replicas: {n}"))
 }
@@ -84,6 +91,7 @@ async fn a_relay_and_an_agent_reach_their_parents_through_tinyproxy_without_udp(
             address: Some(h.tcp_addr("center").to_string()),
             proxy: Some(via.clone()),
             probe: None,
+            keep_alive: None,
         })
         .start()
         .await;
@@ -96,6 +104,7 @@ async fn a_relay_and_an_agent_reach_their_parents_through_tinyproxy_without_udp(
             address: Some(h.tcp_addr("site-1").to_string()),
             proxy: Some(via),
             probe: None,
+            keep_alive: None,
         })
         .start();
     apply(&root, APP).await;
@@ -163,6 +172,7 @@ async fn squid_with_basic_auth_carries_the_link_and_a_wrong_password_is_named() 
             address: Some(h.tcp_addr("center").to_string()),
             proxy: Some(Proxy::parse(&proxy.url(Some(("alice", "s3cret")))).unwrap()),
             probe: None,
+            keep_alive: None,
         })
         .start();
     apply(&root, APP).await;
@@ -207,6 +217,7 @@ async fn auto_falls_back_to_tcp_while_udp_is_blocked_and_returns_to_quic() {
             address: Some(gate.addr.to_string()),
             proxy: None,
             probe: Some(Duration::from_millis(300)),
+            keep_alive: None,
         })
         .start();
     apply(&root, APP).await;
@@ -256,6 +267,7 @@ async fn a_parent_given_by_name_is_resolved_and_its_node_name_checked() {
         address: Some(format!("localhost:{port}")),
         proxy: None,
         probe: None,
+        keep_alive: None,
     };
     let quic = h
         .agent("pos-1")
@@ -303,37 +315,55 @@ async fn a_parent_given_by_name_is_resolved_and_its_node_name_checked() {
     root.shutdown().await.unwrap();
 }
 
-/// tinyproxy closing tunnels idle for 1 s (its `Timeout`): the link notices the cut,
-/// tunnels again, and resumes from its cursor; a change made later arrives.
+/// tinyproxy closing tunnels idle for 1 s (its `Timeout`): pos-1's link, pinging every
+/// 5 s (the default), is cut, notices, tunnels again and resumes from its cursor (a
+/// later change arrives; the Deployment is not sent again); pos-2's, pinging every
+/// 300 ms (`keepalive_ms`) through a tinyproxy of its own, is never cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tunnel_the_proxy_cuts_is_tunnelled_again_and_converges() {
+async fn a_tunnel_the_proxy_cuts_is_tunnelled_again_and_keepalives_keep_one_open() {
     let h = Hierarchy::new();
-    let Some(proxy) = proxies::tinyproxy(h.dir(), 1).await else {
+    let Some(cutting) = proxies::tinyproxy(&h.dir().join("a"), 1).await else {
         return;
     };
-    let root = h.relay("center").children(&["pos-1"]).tcp().start().await;
+    let Some(kept) = proxies::tinyproxy(&h.dir().join("b"), 1).await else {
+        return;
+    };
+    let root = h
+        .relay("center")
+        .children(&["pos-1", "pos-2"])
+        .tcp()
+        .start()
+        .await;
+    let via = |proxy: &proxies::ProxyProc, keep_alive| LinkSpec {
+        mode: TransportMode::Tcp,
+        address: Some(h.tcp_addr("center").to_string()),
+        proxy: Some(Proxy::parse(&proxy.url(None)).unwrap()),
+        probe: None,
+        keep_alive,
+    };
     let pos = h
         .agent("pos-1")
         .role("pos")
         .under("center")
-        .link(LinkSpec {
-            mode: TransportMode::Tcp,
-            address: Some(h.tcp_addr("center").to_string()),
-            proxy: Some(Proxy::parse(&proxy.url(None)).unwrap()),
-            probe: None,
-        })
+        .link(via(&cutting, None))
+        .start();
+    let pinging = h
+        .agent("pos-2")
+        .role("pos")
+        .under("center")
+        .link(via(&kept, Some(Duration::from_millis(300))))
         .start();
     apply(&root, APP).await;
-    eventually("the Deployment reaches pos-1", || async {
-        pos.query(|a| a.log().live().any(|o| o.key().kind == "Deployment"))
-            .await
-            == Some(true)
+    eventually("the Deployment reaches both agents", || async {
+        holds_deployment(&pos).await && holds_deployment(&pinging).await
     })
     .await;
-    let tunnels = || proxy.log_text().matches("Request (file descriptor").count();
+    // The first session's (a new agent's view starts from a snapshot or a delta).
+    let snapshots = pos.query(|a| a.snapshots_received()).await.unwrap();
+    let tunnels = |p: &proxies::ProxyProc| p.log_text().matches("Request (file descriptor").count();
     eventually(
-        "the proxy cuts the idle tunnel and the agent tunnels again",
-        || async { tunnels() >= 2 },
+        "the proxy cuts pos-1's idle tunnel and pos-1 tunnels again",
+        || async { tunnels(&cutting) >= 2 },
     )
     .await;
     let first = pos
@@ -348,7 +378,101 @@ async fn a_tunnel_the_proxy_cuts_is_tunnelled_again_and_converges() {
             == Some(true)
     })
     .await;
-    println!("tunnels opened: {}", tunnels());
+    assert_eq!(
+        pos.query(|a| a.snapshots_received()).await.unwrap(),
+        snapshots,
+        "every tunnel after the first resumed with a delta"
+    );
+    assert_eq!(
+        tunnels(&kept),
+        1,
+        "pos-2's keepalives should have kept its one tunnel open"
+    );
+    println!(
+        "tunnels: pos-1 {}, pos-2 {}; snapshots to pos-1: {snapshots}",
+        tunnels(&cutting),
+        tunnels(&kept),
+    );
+    pos.shutdown().await;
+    pinging.shutdown().await;
+    root.shutdown().await.unwrap();
+}
+
+/// Runs `nft` with `args` (inside the test's own network namespace).
+fn nft(args: &str) {
+    let out = std::process::Command::new(proxies::require("nft").unwrap())
+        .args(args.split_whitespace())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "nft {args}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `auto` in a network namespace of its own (`unshare -rn`, no privilege needed where
+/// user namespaces are allowed), where an nftables rule drops UDP to the parent's port:
+/// the agent falls back to TLS/TCP, and once the rule is deleted its probe finds QUIC
+/// and the link moves back. Where no namespace can be made, it says so and skips (the
+/// [`UdpGate`] test above covers the same logic without one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_in_a_network_namespace_where_nftables_drops_udp() {
+    const NAME: &str = "auto_in_a_network_namespace_where_nftables_drops_udp";
+    if std::env::var_os("STRATA_IN_NETNS").is_none() {
+        let unshare = std::process::Command::new("unshare")
+            .args(["-rn", "true"])
+            .status();
+        if !unshare.is_ok_and(|s| s.success()) {
+            eprintln!("SKIPPED: this machine cannot make a network namespace (unshare -rn)");
+            return;
+        }
+        proxies::require("nft").unwrap_or_else(|| panic!("nft is needed inside the namespace"));
+        let exe = std::env::current_exe().unwrap();
+        let status = std::process::Command::new("unshare")
+            .args(["-rn", exe.to_str().unwrap(), "--exact", NAME, "--nocapture"])
+            .env("STRATA_IN_NETNS", "1")
+            .status()
+            .unwrap();
+        assert!(status.success(), "the test inside the namespace failed");
+        return;
+    }
+    let lo = std::process::Command::new("ip")
+        .args(["link", "set", "lo", "up"])
+        .status()
+        .unwrap();
+    assert!(lo.success());
+    let h = Hierarchy::new();
+    let root = h.relay("center").children(&["pos-1"]).tcp().start().await;
+    let port = h.addr("center").port();
+    nft("add table inet strata");
+    nft("add chain inet strata out { type filter hook output priority 0 ; }");
+    nft(&format!("add rule inet strata out udp dport {port} drop"));
+    let pos = h
+        .agent("pos-1")
+        .role("pos")
+        .under("center")
+        .link(LinkSpec {
+            mode: TransportMode::Auto,
+            address: None,
+            proxy: None,
+            probe: Some(Duration::from_millis(300)),
+            keep_alive: None,
+        })
+        .start();
+    apply(&root, APP).await;
+    eventually("pos-1 is served over TCP while UDP is dropped", || async {
+        pos.query(|a| a.log().live().any(|o| o.key().kind == "Deployment"))
+            .await
+            == Some(true)
+            && child_transports(&root).await == [("pos-1".to_owned(), TransportKind::Tcp)]
+    })
+    .await;
+    nft("delete table inet strata");
+    eventually("the link moves to QUIC once UDP passes", || async {
+        child_transports(&root).await == [("pos-1".to_owned(), TransportKind::Quic)]
+    })
+    .await;
     pos.shutdown().await;
     root.shutdown().await.unwrap();
 }

@@ -281,7 +281,7 @@ api: { listen: 127.0.0.1:1, tokens: t }
     fn a_parent_by_name_with_transport_and_proxy_parses_and_tcp_listens_on_quics_port() {
         let text = "node: site
 listen: 127.0.0.1:7443
-parent: { name: center, address: center.example.com:7443, transport: auto, proxy: \"http://u:p@proxy.lan:3128\", quic_probe_ms: 500 }
+parent: { name: center, address: center.example.com:7443, transport: auto, proxy: \"http://u:p@proxy.lan:3128\", quic_probe_ms: 500, keepalive_ms: 2000 }
 tls: { cert: a, key: b, ca: c }
 data: d
 ";
@@ -292,6 +292,7 @@ data: d
         assert_eq!(p.transport, strata_node::dial::TransportMode::Auto);
         assert_eq!(p.proxy.unwrap().address, "proxy.lan:3128");
         assert_eq!(p.quic_probe_every, Duration::from_millis(500));
+        assert_eq!(p.keep_alive, Duration::from_millis(2000));
         let off = text.replace("data: d", "data: d\nlisten_tcp: \"off\"");
         assert_eq!(
             NodeConfig::parse(&off, Path::new(".")).unwrap().listen_tcp,

@@ -162,6 +162,8 @@ pub struct LinkSpec {
     pub proxy: Option<Proxy>,
     /// `auto`: how often QUIC is probed while on TCP (the default's 30 s otherwise).
     pub probe: Option<Duration>,
+    /// TLS/TCP: how often the child pings (the default's 5 s otherwise).
+    pub keep_alive: Option<Duration>,
 }
 
 impl LinkSpec {
@@ -180,6 +182,9 @@ impl LinkSpec {
         c.quic_timeout = Duration::from_secs(1);
         if let Some(p) = self.probe {
             c.probe_every = p;
+        }
+        if let Some(k) = self.keep_alive {
+            c.keep_alive = k;
         }
         c
     }

@@ -89,6 +89,7 @@ async fn wait_listening(port: u16, what: &str, child: &mut Child) {
 /// line), logging every connection. `timeout`: its idle `Timeout` in seconds.
 pub async fn tinyproxy(dir: &Path, timeout: u32) -> Option<ProxyProc> {
     let program = require("tinyproxy")?;
+    std::fs::create_dir_all(dir).unwrap();
     let port = free_tcp_port();
     let log = dir.join("tinyproxy.log");
     let conf = dir.join("tinyproxy.conf");

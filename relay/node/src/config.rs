@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 
 use crate::dial::{Connector, ParentAddress, QUIC_PROBE_EVERY, TransportMode};
 use crate::proxy::{Proxy, ProxyError};
+use crate::tcp::KEEP_ALIVE;
 use crate::tls::{Identity, client_config};
 use crate::transport::client_endpoint;
 
@@ -81,6 +82,9 @@ pub struct ParentConfig {
     pub proxy: Option<Proxy>,
     /// `auto`: how often QUIC is tried again while the link is on TCP.
     pub quic_probe_every: Duration,
+    /// TLS/TCP: how often the child pings (shorter than the idle timeout of any proxy
+    /// or balancer on the way).
+    pub keep_alive: Duration,
 }
 
 /// Why the connector to the parent could not be set up.
@@ -127,6 +131,7 @@ impl ParentConfig {
         let tcp_tls = (self.transport != TransportMode::Quic).then_some(tls);
         let mut connector = Connector::new(self.transport, quic, tcp_tls, proxy);
         connector.probe_every = self.quic_probe_every;
+        connector.keep_alive = self.keep_alive;
         Ok(connector)
     }
 }
@@ -144,8 +149,8 @@ pub struct TlsFiles {
 
 /// The `parent` section as written: the parent's node name, its `IP:PORT` or
 /// `host:port`, and optionally `transport: auto | quic | tcp`, `proxy:
-/// http://user:pass@host:port` and `quic_probe_ms` (how often `auto` tries QUIC again
-/// while on TCP).
+/// http://user:pass@host:port`, `quic_probe_ms` (how often `auto` tries QUIC again
+/// while on TCP) and `keepalive_ms` (how often a TLS/TCP link pings).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(missing_docs)] // the section's fields are documented on the struct
@@ -158,6 +163,8 @@ pub struct RawParent {
     pub proxy: Option<String>,
     #[serde(default)]
     pub quic_probe_ms: Option<u64>,
+    #[serde(default)]
+    pub keepalive_ms: Option<u64>,
 }
 
 impl RawParent {
@@ -199,6 +206,14 @@ impl RawParent {
             Some(ms) => Duration::from_millis(ms),
             None => QUIC_PROBE_EVERY,
         };
+        let keep_alive = match self.keepalive_ms {
+            Some(ms) if ms < 100 => {
+                faults.push(format!("parent.keepalive_ms: {ms} is below 100"));
+                KEEP_ALIVE
+            }
+            Some(ms) => Duration::from_millis(ms),
+            None => KEEP_ALIVE,
+        };
         let address = match self.address.parse::<ParentAddress>() {
             Ok(a) => a,
             Err(why) => {
@@ -212,6 +227,7 @@ impl RawParent {
             transport,
             proxy,
             quic_probe_every,
+            keep_alive,
         })
     }
 }

@@ -232,6 +232,9 @@ pub struct Connector {
     pub quic_timeout: Duration,
     /// `auto`: how often QUIC is tried again while on TCP.
     pub probe_every: Duration,
+    /// TLS/TCP: how often this side pings, so that a proxy or balancer never sees the
+    /// tunnel idle for longer.
+    pub keep_alive: Duration,
 }
 
 impl From<Endpoint> for Connector {
@@ -257,6 +260,7 @@ impl Connector {
             proxy,
             quic_timeout: QUIC_FALLBACK_AFTER,
             probe_every: QUIC_PROBE_EVERY,
+            keep_alive: tcp::KEEP_ALIVE,
         }
     }
 
@@ -358,7 +362,7 @@ impl Connector {
                     .map_err(err)?
                 }
             };
-            tcp::connect(stream, tls.clone(), name)
+            tcp::connect(stream, tls.clone(), name, self.keep_alive)
                 .await
                 .map(Link::Tcp)
                 .map_err(|e| err(format!("TLS handshake: {e}")))

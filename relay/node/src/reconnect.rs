@@ -55,11 +55,13 @@ pub async fn keep_connected<T: From<ParentEvent> + Send + 'static>(
 /// What `auto` remembers between attempts: QUIC failed last time, so go straight to
 /// TCP and let the background probe find QUIC again.
 #[derive(Debug, Default)]
-struct AutoState {
+pub struct AutoState {
     quic_failed: bool,
 }
 
-async fn dial(
+/// One connection attempt as the reconnect loop makes it: in `auto`, QUIC for at most
+/// [`Connector::quic_timeout`] (unless it failed last time), then TLS over TCP.
+pub async fn dial(
     connector: &Connector,
     addr: &ParentAddress,
     name: &str,

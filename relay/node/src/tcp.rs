@@ -22,8 +22,9 @@
 //! `protocol/src/codec.rs`), `CREDIT` (`len` more bytes of the class may be sent; no
 //! payload), `PING` (keep-alive; no payload), `CLOSE` (the application `code`, the
 //! reason as payload). A side that hears nothing for [`IDLE_TIMEOUT`] closes the link,
-//! as QUIC's idle timeout does; pings go every [`KEEP_ALIVE`], shorter than the idle
-//! timeouts of common proxies and load balancers.
+//! as QUIC's idle timeout does; pings go every [`KEEP_ALIVE`] by default (a child sets
+//! its own with `parent.keepalive_ms`), shorter than the idle timeouts of common proxies
+//! and load balancers.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,7 +46,7 @@ use crate::transport::{ClassBytes, STREAM_CLASSES, TransportError, WireMessage, 
 pub const CHUNK: usize = 16 * 1024;
 /// Bytes of one class the sender may have unconsumed at the receiver.
 pub const WINDOW: u64 = 256 * 1024;
-/// How often a side pings when it has nothing else to say.
+/// How often a side pings by default.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// Silence after which a side gives the link up.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -93,6 +94,8 @@ struct Inner {
     /// A close was asked for: the writer may outlive the last handle to write it
     /// (for at most [`CLOSE_WRITE_TIMEOUT`]).
     closing: std::sync::atomic::AtomicBool,
+    /// How often the writer pings.
+    keep_alive: Duration,
 }
 
 /// How long a closing writer may take to write what is queued and the CLOSE.
@@ -110,11 +113,12 @@ impl Drop for Inner {
 }
 
 /// Connects TLS over an established TCP stream (direct, or a proxy's tunnel) to the
-/// node `name`, whose certificate must name it.
+/// node `name`, whose certificate must name it; this side pings every `keep_alive`.
 pub async fn connect(
     stream: TcpStream,
     tls: Arc<rustls::ClientConfig>,
     name: &str,
+    keep_alive: Duration,
 ) -> Result<TcpLink, std::io::Error> {
     let _ = stream.set_nodelay(true);
     let remote = stream.peer_addr()?;
@@ -124,7 +128,12 @@ pub async fn connect(
         .connect(server, stream)
         .await?;
     let peer = tls.get_ref().1.peer_certificates().map(|c| c.to_vec());
-    Ok(TcpLink::new(TlsStream::Client(tls), remote, peer))
+    Ok(TcpLink::new(
+        TlsStream::Client(tls),
+        remote,
+        peer,
+        keep_alive,
+    ))
 }
 
 /// Accepts TLS on a TCP stream a listener took.
@@ -136,11 +145,21 @@ pub async fn accept(
     let remote = stream.peer_addr()?;
     let tls = tokio_rustls::TlsAcceptor::from(tls).accept(stream).await?;
     let peer = tls.get_ref().1.peer_certificates().map(|c| c.to_vec());
-    Ok(TcpLink::new(TlsStream::Server(tls), remote, peer))
+    Ok(TcpLink::new(
+        TlsStream::Server(tls),
+        remote,
+        peer,
+        KEEP_ALIVE,
+    ))
 }
 
 impl TcpLink {
-    fn new(stream: Stream, remote: SocketAddr, peer: Option<Vec<CertificateDer<'static>>>) -> Self {
+    fn new(
+        stream: Stream,
+        remote: SocketAddr,
+        peer: Option<Vec<CertificateDer<'static>>>,
+        keep_alive: Duration,
+    ) -> Self {
         let (events, events_rx) = mpsc::unbounded_channel();
         TcpLink {
             inner: Arc::new(Inner {
@@ -153,6 +172,7 @@ impl TcpLink {
                 wire: [AtomicU64::new(0), AtomicU64::new(0)],
                 writer: OnceLock::new(),
                 closing: std::sync::atomic::AtomicBool::new(false),
+                keep_alive: keep_alive.max(Duration::from_millis(10)),
             }),
         }
     }
@@ -241,6 +261,7 @@ impl TcpLink {
             bytes: bytes.clone(),
             link: Arc::downgrade(&self.inner),
             closed: self.inner.closed.subscribe(),
+            keep_alive: self.inner.keep_alive,
         };
         let _ = self.inner.writer.set(tokio::spawn(writer.run()));
         let unacked = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
@@ -316,6 +337,7 @@ struct Writer<M> {
     bytes: Arc<ClassBytes>,
     link: std::sync::Weak<Inner>,
     closed: watch::Receiver<Option<String>>,
+    keep_alive: Duration,
 }
 
 /// Classes in the order the writer serves them: heartbeats and acks first.
@@ -413,7 +435,7 @@ impl<M: WireMessage> Writer<M> {
     }
 
     async fn run_inner(&mut self) -> std::io::Result<String> {
-        let mut ping = tokio::time::interval(KEEP_ALIVE);
+        let mut ping = tokio::time::interval(self.keep_alive);
         ping.tick().await;
         loop {
             while let Ok(ev) = self.events.try_recv() {

@@ -1,5 +1,7 @@
-//! Time to an established link on loopback, per route: QUIC, TLS 1.3 over TCP, and TLS
-//! over TCP through tinyproxy (when installed). Mutual TLS with the hierarchy's
+//! Time to an established link on loopback, per route: QUIC, TLS 1.3 over TCP, TLS
+//! over TCP through tinyproxy (when installed), and `auto` starting where UDP is
+//! blocked, through tinyproxy (a node's first attempt: QUIC's fallback timeout, then
+//! the tunnel). Mutual TLS with the hierarchy's
 //! certificates each time, as a child connecting to its parent. Figures printed, never
 //! asserted:
 //!
@@ -13,6 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use strata_node::dial::{Connector, ParentAddress, TransportMode};
 use strata_node::proxy::Proxy;
+use strata_node::reconnect::{self, AutoState};
 use strata_node::tcp;
 use strata_node::tls::{self, Identity};
 use strata_node::transport;
@@ -101,10 +104,30 @@ async fn main() -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             let proxy = Proxy::parse(&format!("http://127.0.0.1:{port}"))?;
-            let via = Connector::new(TransportMode::Tcp, None, Some(tls), Some(proxy));
+            let via = Connector::new(
+                TransportMode::Tcp,
+                None,
+                Some(tls.clone()),
+                Some(proxy.clone()),
+            );
             rows.push((
                 "TLS 1.3 over TCP through tinyproxy",
                 measure(rounds, &via, &tcp_addr.into(), Route::Tcp).await?,
+            ));
+            // `auto` at start with UDP blocked: the TCP listener's port answers no UDP,
+            // so QUIC waits out its fallback timeout (3 s, production's) before the
+            // tunnel; each round a fresh start (no memory of the last failure).
+            let endpoint = transport::client_endpoint("127.0.0.1:0".parse()?, tls.clone())?;
+            let auto = Connector::new(TransportMode::Auto, Some(endpoint), Some(tls), Some(proxy));
+            rows.push((
+                "auto, UDP blocked, via tinyproxy",
+                measure(
+                    rounds.clamp(1, 3),
+                    &auto,
+                    &tcp_addr.into(),
+                    Route::AutoFromStart,
+                )
+                .await?,
             ));
         }
         None => println!("(tinyproxy is not installed: no row for it)"),
@@ -139,6 +162,8 @@ async fn main() -> anyhow::Result<()> {
 enum Route {
     Quic,
     Tcp,
+    /// What a node's first attempt does in its transport mode.
+    AutoFromStart,
 }
 
 async fn measure(
@@ -153,6 +178,9 @@ async fn measure(
         let link = match route {
             Route::Quic => connector.connect_quic(addr, "center", None).await?,
             Route::Tcp => connector.connect_tcp(addr, "center").await?,
+            Route::AutoFromStart => {
+                reconnect::dial(connector, addr, "center", &mut AutoState::default()).await?
+            }
         };
         out.push(start.elapsed().as_secs_f64() * 1000.0);
         link.close(0, b"measured");
