@@ -13,6 +13,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::balancers;
 use common::eventually;
 use common::hierarchy::{Hierarchy, LinkSpec};
 use common::proxies::{self, UdpGate};
@@ -59,6 +60,16 @@ async fn root_knows(root: &NodeHandle, cluster: &'static str) -> bool {
 async fn holds_deployment(agent: &strata_agent::runtime::AgentHandle) -> bool {
     agent
         .query(|a| a.log().live().any(|o| o.key().kind == "Deployment"))
+        .await
+        == Some(true)
+}
+
+async fn holds_newer(
+    agent: &strata_agent::runtime::AgentHandle,
+    than: strata_protocol::model::Revision,
+) -> bool {
+    agent
+        .query(move |a| a.log().live().any(|o| o.revision > than))
         .await
         == Some(true)
 }
@@ -474,5 +485,74 @@ async fn auto_in_a_network_namespace_where_nftables_drops_udp() {
     })
     .await;
     pos.shutdown().await;
+    root.shutdown().await.unwrap();
+}
+
+/// A parent behind one balancer address, as replicated parents will be: haproxy in TCP
+/// mode and nginx's stream module for UDP listen on the same port number; an agent on
+/// QUIC reaches the parent through nginx, one on TLS/TCP through haproxy, both by that
+/// one address, and a later change reaches both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_behind_haproxy_for_tcp_and_nginx_stream_for_quic() {
+    let h = Hierarchy::new();
+    let root = h
+        .relay("center")
+        .children(&["pos-1", "pos-2"])
+        .tcp()
+        .start()
+        .await;
+    let front = common::free_port();
+    let Some(tcp_lb) = balancers::haproxy(h.dir(), front, &[h.tcp_addr("center")]).await else {
+        return;
+    };
+    let Some(_udp_lb) = balancers::nginx_udp(h.dir(), front, &[h.addr("center")]).await else {
+        return;
+    };
+    let through = |mode| LinkSpec {
+        mode,
+        address: Some(format!("127.0.0.1:{front}")),
+        proxy: None,
+        probe: None,
+        keep_alive: None,
+    };
+    let quic = h
+        .agent("pos-1")
+        .role("pos")
+        .under("center")
+        .link(through(TransportMode::Quic))
+        .start();
+    let tcp = h
+        .agent("pos-2")
+        .role("pos")
+        .under("center")
+        .link(through(TransportMode::Tcp))
+        .start();
+    apply(&root, APP).await;
+    eventually("both agents hold the Deployment", || async {
+        holds_deployment(&quic).await && holds_deployment(&tcp).await
+    })
+    .await;
+    let mut transports = child_transports(&root).await;
+    transports.sort();
+    assert_eq!(
+        transports,
+        [
+            ("pos-1".to_owned(), TransportKind::Quic),
+            ("pos-2".to_owned(), TransportKind::Tcp)
+        ]
+    );
+    let first = quic
+        .query(|a| a.log().live().map(|o| o.revision).max())
+        .await
+        .flatten()
+        .unwrap();
+    apply(&root, &replicas(3)).await;
+    eventually("the change reaches both through the balancers", || async {
+        holds_newer(&quic, first).await && holds_newer(&tcp, first).await
+    })
+    .await;
+    drop(tcp_lb);
+    quic.shutdown().await;
+    tcp.shutdown().await;
     root.shutdown().await.unwrap();
 }

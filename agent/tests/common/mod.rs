@@ -6,6 +6,7 @@
 // Synchronous helpers driving processes: there is no runtime for a sleep to block.
 #![allow(clippy::disallowed_methods)]
 
+pub mod balancers;
 pub mod hierarchy;
 pub mod proxies;
 

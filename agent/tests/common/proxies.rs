@@ -32,7 +32,7 @@ pub fn require(program: &str) -> Option<PathBuf> {
 
 /// A proxy process; killed when dropped.
 pub struct ProxyProc {
-    child: Child,
+    pub child: Child,
     /// Where it listens.
     pub port: u16,
     /// Its log of tunnels (tinyproxy's log, squid's access log).
