@@ -441,17 +441,29 @@ fn start_node(
     let server = tls::server_config(identity).map_err(|e| BenchError::setup(&slot.name, e))?;
     let mut secret = [0u8; 32];
     secret[..8].copy_from_slice(&slot.id.to_le_bytes());
-    let listener = transport::server_endpoint(slot.addr, server.clone(), secret)
-        .map_err(|e| BenchError::setup(&slot.name, e))?;
-    slot.addr = listener
-        .local_addr()
-        .map_err(|e| BenchError::setup(&slot.name, e))?;
-    // TLS/TCP on the same port number as QUIC, as a relay listens by default.
-    let tcp_listener = match mode {
-        TransportMode::Quic => None,
-        _ => Some(
-            tcp::Listener::bind(slot.addr, server).map_err(|e| BenchError::setup(&slot.name, e))?,
-        ),
+    // TLS/TCP on the same port number as QUIC, as a relay listens by default. On a
+    // first start the port is the system's choice for UDP, which a TCP socket (say, a
+    // child's outgoing connection) may hold already: try another.
+    let mut attempts = 0;
+    let (listener, tcp_listener) = loop {
+        let listener = transport::server_endpoint(slot.addr, server.clone(), secret)
+            .map_err(|e| BenchError::setup(&slot.name, e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| BenchError::setup(&slot.name, e))?;
+        let tcp_listener = match mode {
+            TransportMode::Quic => None,
+            _ => match tcp::Listener::bind(addr, server.clone()) {
+                Ok(l) => Some(l),
+                Err(_) if slot.addr.port() == 0 && attempts < 20 => {
+                    attempts += 1;
+                    continue;
+                }
+                Err(e) => return Err(BenchError::setup(&slot.name, e)),
+            },
+        };
+        slot.addr = addr;
+        break (listener, tcp_listener);
     };
     let connector = match slot.parent {
         Some(_) => Some(connector(&slot.name, identity, mode)?),
