@@ -134,6 +134,12 @@ impl AgentCore {
         self.parent.link()
     }
 
+    /// How many snapshots the parent started sending during this run; a resync that
+    /// was a delta leaves it unchanged.
+    pub fn snapshots_received(&self) -> u64 {
+        self.parent.snapshots_received()
+    }
+
     /// Whether the parent is connected.
     pub fn connected(&self) -> bool {
         self.parent.is_open()

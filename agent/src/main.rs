@@ -12,8 +12,7 @@ use strata_agent::runtime::{self, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_node::clock::Clock;
 use strata_node::store::{SledStore, Store};
-use strata_node::tls::{self, Identity};
-use strata_node::transport;
+use strata_node::tls::Identity;
 use strata_protocol::model::Cluster;
 
 /// Strata agent: keeps one leaf cluster in the state its placements describe, reports
@@ -89,8 +88,8 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
     };
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
     let store = SledStore::open(&config.data)?;
-    let connector =
-        transport::client_endpoint("0.0.0.0:0".parse()?, tls::client_config(&identity)?)?;
+    let connector = config.parent.connector(&identity)?;
+    tracing::info!(parent = %config.parent.name, address = %config.parent.address, transport = %connector.mode(), proxy = ?connector.proxy(), "parent link");
     let handle = runtime::start(AgentParts {
         cluster: Cluster {
             name: config.cluster.clone(),
@@ -98,7 +97,7 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
             properties: config.properties.clone(),
             path: Vec::new(),
         },
-        parent: (config.parent.name.clone(), config.parent.address),
+        parent: (config.parent.name.clone(), config.parent.address.clone()),
         store: Arc::new(store) as Arc<dyn Store>,
         connector,
         backend,
@@ -120,14 +119,16 @@ async fn join_once(config: &AgentConfig, token: &str) -> anyhow::Result<()> {
     }
     let parent = &config.parent;
     tracing::info!(relay = %parent.name, cluster = %config.cluster, "joining with a token");
-    let joined = strata_node::join::join(
-        &parent.name,
-        parent.address,
-        &config.tls.ca,
-        &config.cluster,
-        token,
-    )
-    .await?;
+    // Joining runs over QUIC, to the first address the parent's name resolves to.
+    let addr = *parent
+        .address
+        .resolve()
+        .await
+        .map_err(anyhow::Error::msg)?
+        .first()
+        .context("the parent's address resolves to nothing")?;
+    let joined =
+        strata_node::join::join(&parent.name, addr, &config.tls.ca, &config.cluster, token).await?;
     std::fs::create_dir_all(&config.data)
         .with_context(|| format!("cannot create {}", config.data.display()))?;
     joined.write(&config.tls.key, &config.tls.cert)?;

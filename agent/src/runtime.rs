@@ -1,11 +1,10 @@
 //! An agent: its [`AgentCore`] driven by the node layer's [`Driver`], which owns the
 //! clock, the store, the inputs and the connection to the parent.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use quinn::Endpoint;
 use strata_node::clock::Clock;
+use strata_node::dial::{Connector, ParentAddress};
 use strata_node::driver::{self, Driver, Node, ParentAddr, ParentConn, ToParent};
 use strata_node::store::{Batch, Store, StoreError};
 use strata_protocol::model::Cluster;
@@ -22,12 +21,12 @@ use crate::core::{AgentCore, AgentSetup};
 pub struct AgentParts {
     /// The cluster this agent manages (name, labels, properties).
     pub cluster: Cluster,
-    /// The parent's name and address.
-    pub parent: (String, SocketAddr),
+    /// The parent's name and address (or a name resolved at every connect).
+    pub parent: (String, ParentAddress),
     /// Durable desired state.
     pub store: Arc<dyn Store>,
-    /// Endpoint for reaching the parent.
-    pub connector: Endpoint,
+    /// How the parent is reached (a QUIC endpoint converts into a QUIC-only one).
+    pub connector: Connector,
     pub backend: Box<dyn ClusterBackend + Send>,
     pub clock: Clock,
     pub run: u64,

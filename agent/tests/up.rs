@@ -216,7 +216,7 @@ fn rendered_agent_configs_load_with_the_agents_parser() {
     assert_eq!(shop.cluster, "shop-1");
     assert_eq!(shop.labels["role"], "pos");
     assert_eq!(shop.parent.name, "eu-site");
-    assert_eq!(shop.parent.address, site_listen);
+    assert_eq!(shop.parent.address, site_listen.into());
     match &shop.backend {
         strata_agent::config::Backend::Simulated(sim) => {
             assert_eq!(sim.ready_delay, Duration::from_millis(42));

@@ -1,5 +1,5 @@
 //! The CLI's client of the root's API: HTTPS (the root verified against the CA) with a
-//! bearer token.
+//! bearer token, through the proxy `HTTPS_PROXY` names (`NO_PROXY` honoured).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
 use serde_json::Value;
+use strata_node::proxy::Proxy;
 use tokio_rustls::TlsConnector;
 
 /// Why a request to the API got no answer. (An answer with an error status is an
@@ -46,6 +47,12 @@ pub enum RequestError {
     /// The request was sent and no response came back.
     #[error("the API did not answer")]
     NoAnswer { source: hyper::Error },
+    /// The proxy `HTTPS_PROXY` names refused or failed (it is named in the message).
+    #[error("reaching the API at {addr}: {source}")]
+    Proxy {
+        addr: SocketAddr,
+        source: strata_node::proxy::ProxyError,
+    },
 }
 
 /// Where the API is and how to prove who we are.
@@ -80,12 +87,24 @@ impl ApiClient {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Value), RequestError> {
-        let tcp = tokio::net::TcpStream::connect(self.addr)
-            .await
-            .map_err(|source| RequestError::Connect {
-                addr: self.addr,
-                source,
-            })?;
+        // Through the proxy `HTTPS_PROXY` names unless `NO_PROXY` exempts the root; TLS
+        // runs end to end inside the tunnel.
+        let proxy_err = |source| RequestError::Proxy {
+            addr: self.addr,
+            source,
+        };
+        let tcp = match Proxy::from_env(&self.addr.ip().to_string()).map_err(proxy_err)? {
+            Some(proxy) => proxy
+                .tunnel(&self.addr.to_string())
+                .await
+                .map_err(proxy_err)?,
+            None => tokio::net::TcpStream::connect(self.addr)
+                .await
+                .map_err(|source| RequestError::Connect {
+                    addr: self.addr,
+                    source,
+                })?,
+        };
         let name = ServerName::try_from(self.server_name.clone()).map_err(|source| {
             RequestError::ServerName {
                 name: self.server_name.clone(),

@@ -21,6 +21,9 @@ pub struct NodeConfig {
     pub node: String,
     /// Where children connect (QUIC over UDP). `None` for a node without children.
     pub listen: Option<SocketAddr>,
+    /// Where children connect with TLS over TCP: `listen_tcp:` in the file, by default
+    /// the same address and port as `listen`; `listen_tcp: off` for none.
+    pub listen_tcp: Option<SocketAddr>,
     /// The parent to connect to; `None` at the root.
     pub parent: Option<ParentConfig>,
     /// Certificate, key and CA files.
@@ -71,6 +74,8 @@ struct RawConfig {
     node: String,
     #[serde(default)]
     listen: Option<String>,
+    #[serde(default)]
+    listen_tcp: Option<String>,
     #[serde(default)]
     parent: Option<RawParent>,
     tls: RawTls,
@@ -143,6 +148,14 @@ impl NodeConfig {
             .listen
             .as_deref()
             .and_then(|a| addr("listen", a, &mut faults));
+        let listen_tcp = match raw.listen_tcp.as_deref() {
+            Some("off") => None,
+            Some(a) => addr("listen_tcp", a, &mut faults),
+            None => listen,
+        };
+        if raw.listen_tcp.as_deref().is_some_and(|a| a != "off") && raw.listen.is_none() {
+            faults.push("listen_tcp: needs `listen` (QUIC) too".to_owned());
+        }
         let parent = raw.parent.and_then(|p| p.check(&raw.node, &mut faults));
         for (i, child) in raw.children.iter().enumerate() {
             if let Err(why) = check_node_name(child) {
@@ -197,6 +210,7 @@ impl NodeConfig {
         Ok(NodeConfig {
             node: raw.node,
             listen,
+            listen_tcp,
             parent,
             tls: raw.tls.resolve(base),
             data: base.join(raw.data),
@@ -272,10 +286,48 @@ api: { listen: 127.0.0.1:1, tokens: t }
                 "node: \"Eu_West\" is not a valid node name (1-63 characters of a-z, 0-9 and '-', not starting or ending with '-')",
                 "parent.name: \"Eu_West\" is not a valid node name (1-63 characters of a-z, 0-9 and '-', not starting or ending with '-')",
                 "parent.name: a node cannot be its own parent",
-                "parent.address: \"nowhere\" is not an address of the form IP:PORT",
+                "parent.address: \"nowhere\" is not an address of the form IP:PORT or HOST:PORT",
                 "children[1]: \"-bad\" is not a valid node name (1-63 characters of a-z, 0-9 and '-', not starting or ending with '-')",
                 "listen: required when the node has children",
             ]
+        );
+    }
+
+    #[test]
+    fn a_parent_by_name_with_transport_and_proxy_parses_and_tcp_listens_on_quics_port() {
+        let text = "node: site
+listen: 127.0.0.1:7443
+parent: { name: center, address: center.example.com:7443, transport: auto, proxy: \"http://u:p@proxy.lan:3128\", quic_probe_ms: 500, keepalive_ms: 2000 }
+tls: { cert: a, key: b, ca: c }
+data: d
+";
+        let c = NodeConfig::parse(text, Path::new(".")).unwrap();
+        assert_eq!(c.listen_tcp, c.listen);
+        let p = c.parent.unwrap();
+        assert_eq!(p.address.to_string(), "center.example.com:7443");
+        assert_eq!(p.transport, strata_node::dial::TransportMode::Auto);
+        assert_eq!(p.proxy.unwrap().address, "proxy.lan:3128");
+        assert_eq!(p.quic_probe_every, Duration::from_millis(500));
+        assert_eq!(p.keep_alive, Duration::from_millis(2000));
+        let off = text.replace("data: d", "data: d\nlisten_tcp: \"off\"");
+        assert_eq!(
+            NodeConfig::parse(&off, Path::new(".")).unwrap().listen_tcp,
+            None
+        );
+        let bad = text
+            .replace("transport: auto", "transport: udp")
+            .replace("http://u:p@", "https://u:p@");
+        let Err(Refusal::Invalid(faults)) = NodeConfig::parse(&bad, Path::new(".")) else {
+            panic!("accepted");
+        };
+        assert_eq!(faults.len(), 2, "{faults:?}");
+        assert!(
+            faults[0].starts_with("parent.transport: \"udp\" is not a transport"),
+            "{faults:?}"
+        );
+        assert!(
+            faults[1].starts_with("parent.proxy:") && !faults[1].contains(":p@"),
+            "{faults:?}"
         );
     }
 

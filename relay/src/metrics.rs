@@ -101,13 +101,13 @@ pub async fn render(node: &NodeClient, store: &dyn Store) -> Option<String> {
         .map(|(l, _, rx)| (l.clone(), *rx as f64))
         .collect();
     metric(
-        "UDP payload bytes sent on the current connection to a peer.",
+        "Bytes sent on the current connection to a peer (UDP payload for QUIC, multiplexer bytes for TLS/TCP).",
         "counter",
         "strata_link_sent_bytes",
         &sent,
     );
     metric(
-        "UDP payload bytes received on the current connection from a peer.",
+        "Bytes received on the current connection from a peer (UDP payload for QUIC, multiplexer bytes for TLS/TCP).",
         "counter",
         "strata_link_received_bytes",
         &received,
@@ -141,6 +141,25 @@ pub async fn render(node: &NodeClient, store: &dyn Store) -> Option<String> {
         "counter",
         "strata_stream_received_bytes",
         &stream_received,
+    );
+    // Which transport each live link runs on: 1 for the one in use.
+    let transports: Vec<(String, f64)> = links
+        .child_transports
+        .iter()
+        .map(|(c, t)| (c.as_str(), *t))
+        .chain(links.parent_transport.map(|t| ("parent", t)))
+        .map(|(peer, t)| {
+            (
+                format!("{{node=\"{name}\",peer=\"{peer}\",transport=\"{t}\"}}"),
+                1.0,
+            )
+        })
+        .collect();
+    metric(
+        "The transport of the current connection to a peer (quic, or tcp: TLS over TCP, maybe through a proxy).",
+        "gauge",
+        "strata_link_transport",
+        &transports,
     );
     metric(
         "Whether the link to the parent is open.",

@@ -1,6 +1,5 @@
 //! `relay serve`: one node from its configuration file, until SIGTERM or SIGINT.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,9 +49,12 @@ pub enum StartError {
     /// A `join:` file is unusable.
     #[error(transparent)]
     Joining(#[from] JoinSetupError),
-    /// The QUIC listener or client endpoint could not be set up.
+    /// The QUIC or TCP listener or the client endpoint could not be set up.
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// The connector to the parent could not be set up (an unusable `HTTPS_PROXY`).
+    #[error(transparent)]
+    Connector(#[from] strata_node::config::ConnectorError),
     /// The node refused to start.
     #[error(transparent)]
     Node(#[from] NodeError),
@@ -105,23 +107,44 @@ pub fn start_with_store(config: &NodeConfig) -> Result<(NodeHandle, Arc<dyn Stor
         None => tls::server_config(&identity)?,
     };
     let listener = match config.listen {
-        Some(addr) => Some(transport::server_endpoint(addr, server_tls, secret)?),
+        Some(addr) => Some(transport::server_endpoint(
+            addr,
+            server_tls.clone(),
+            secret,
+        )?),
+        None => None,
+    };
+    // TLS over TCP on the same port by default, for children whose UDP is blocked.
+    let tcp_listener = match config.listen_tcp {
+        Some(addr) => {
+            // Port 0 for both: TCP takes the port QUIC got.
+            let addr = match (addr.port(), &listener) {
+                (0, Some(l)) if config.listen == Some(addr) => l.local_addr().unwrap_or(addr),
+                _ => addr,
+            };
+            Some(strata_node::tcp::Listener::bind(addr, server_tls)?)
+        }
         None => None,
     };
     let connector = match &config.parent {
-        Some(_) => Some(transport::client_endpoint(
-            SocketAddr::from(([0, 0, 0, 0], 0)),
-            tls::client_config(&identity)?,
-        )?),
+        Some(p) => {
+            let c = p.connector(&identity)?;
+            tracing::info!(parent = %p.name, address = %p.address, transport = %c.mode(), proxy = ?c.proxy(), "parent link");
+            Some(c)
+        }
         None => None,
     };
     let handle = runtime::start(NodeParts {
         name: config.node.clone(),
         labels: config.labels.clone(),
         children: config.children.clone(),
-        parent: config.parent.as_ref().map(|p| (p.name.clone(), p.address)),
+        parent: config
+            .parent
+            .as_ref()
+            .map(|p| (p.name.clone(), p.address.clone())),
         store: store.clone(),
         listener,
+        tcp_listener,
         connector,
         sessions: SessionConfig::default(),
         summary_interval: config.summary_interval,

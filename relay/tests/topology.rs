@@ -60,7 +60,7 @@ fn rendered_relay_configs_load_and_re_rendering_is_idempotent() {
     assert_eq!(eu.children, ["eu-1"]);
     let p = eu1.parent.as_ref().unwrap();
     assert_eq!(
-        (p.name.as_str(), p.address),
+        (p.name.as_str(), p.address.clone()),
         ("eu", "127.0.0.2:7450".parse().unwrap()),
         "children dial the relay's address, not its wildcard listen"
     );
@@ -222,4 +222,50 @@ fn relays_named_ca_ports_and_api_get_their_own_identity_and_leave_the_hierarchys
     assert!(ports.contains("ports.listen:"), "{ports}");
     let again = render(&t, dir, &options).unwrap();
     assert_eq!(again.nodes, first.nodes, "assigned ports are kept");
+}
+
+#[test]
+fn parent_address_transport_and_proxy_reach_the_rendered_configs() {
+    let text = "apiVersion: strata.dev/v1alpha1
+kind: Topology
+metadata: { name: t }
+spec:
+  root: { name: center, listen: 127.0.0.1:7443, api: 127.0.0.1:8443 }
+  relays:
+    - { name: eu, parent: center, parentAddress: center.relays.example.com:7443, transport: auto }
+  clusters:
+    - { name: shop-1, parent: eu, transport: tcp, proxy: \"http://u:p@proxy.lan:3128\" }
+";
+    let tmp = tempfile::tempdir().unwrap();
+    let t = strata_topology::parse(text, Path::new("t.yaml"))
+        .unwrap()
+        .topology;
+    let rendered = render(&t, tmp.path(), &RenderOptions::default()).unwrap();
+    let eu = rendered.nodes.iter().find(|n| n.name == "eu").unwrap();
+    let p = NodeConfig::load(&eu.config).unwrap().parent.unwrap();
+    assert_eq!(p.address.to_string(), "center.relays.example.com:7443");
+    assert_eq!(p.transport, strata_node::dial::TransportMode::Auto);
+    assert_eq!(p.proxy, None);
+    let shop = rendered.nodes.iter().find(|n| n.name == "shop-1").unwrap();
+    let conf = std::fs::read_to_string(&shop.config).unwrap();
+    assert!(
+        conf.contains("transport: tcp") && conf.contains("proxy: \"http://u:p@proxy.lan:3128\""),
+        "{conf}"
+    );
+
+    let bad = text
+        .replace("transport: auto", "transport: udp")
+        .replace("transport: tcp, ", "")
+        .replace("center.relays.example.com:7443", "no port");
+    let errors = strata_topology::parse(&bad, Path::new("t.yaml"))
+        .err()
+        .unwrap()
+        .to_string();
+    for fault in [
+        "relay \"eu\": transport: \"udp\" is not a transport: expected auto, quic or tcp",
+        "relay \"eu\": parentAddress: \"no port\" is not an address of the form IP:PORT or HOST:PORT",
+        "cluster \"shop-1\": proxy: a proxy carries TLS over TCP only: set `transport: tcp` or `auto`",
+    ] {
+        assert!(errors.contains(fault), "missing {fault:?} in:\n{errors}");
+    }
 }

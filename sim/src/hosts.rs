@@ -308,7 +308,7 @@ impl SimHierarchy {
         let topo = &self.topology;
         let parent = topo.relay(&name).and_then(|r| r.parent.clone()).map(|p| {
             let addr = SocketAddr::new(turmoil::lookup(p.as_str()), RELAY_PORT);
-            (p, addr)
+            (p, addr.into())
         });
         let connector = match parent {
             Some(_) => {
@@ -330,7 +330,8 @@ impl SimHierarchy {
             parent,
             store: self.store(&name),
             listener: Some(listener),
-            connector,
+            tcp_listener: None,
+            connector: connector.map(Into::into),
             sessions: SessionConfig::default(),
             summary_interval: SUMMARY_INTERVAL,
             clock: Clock::start_at(wall_now()),
@@ -376,9 +377,9 @@ impl SimHierarchy {
                     properties: spec.properties.clone(),
                     path: vec![],
                 },
-                parent: (relay.clone(), parent_addr),
+                parent: (relay.clone(), parent_addr.into()),
                 store: self.store(&spec.name),
-                connector,
+                connector: connector.into(),
                 backend: Box::new(SimulatedCluster::new(SimulatedConfig {
                     ready_delay: READY_DELAY,
                     fail_all: None,

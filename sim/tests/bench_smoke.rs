@@ -1,6 +1,8 @@
-//! The benchmark harness on a tiny tree (2 regions x 2 sites x 2 agents, real QUIC on
-//! loopback): every figure is produced and consistent. Nothing about speed is asserted.
+//! The benchmark harness on a tiny tree (2 regions x 2 sites x 2 agents on loopback,
+//! every link TLS 1.3 over TCP: the bench's QUIC path is the one every other test
+//! uses): every figure is produced and consistent. Nothing about speed is asserted.
 
+use strata_node::dial::TransportMode;
 use strata_sim::bench::{self, Options, Phase};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -13,6 +15,7 @@ async fn a_tiny_tree_yields_every_figure() {
         flat: false,
         nats: None,
         customize: true,
+        transport: TransportMode::Tcp,
     };
     let t = bench::topology(&opts, Phase::Tree).await.expect("the run");
     assert_eq!(t.leaves, 8);

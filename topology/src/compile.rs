@@ -60,6 +60,21 @@ pub struct Relay {
     pub clusters: Vec<String>,
     /// Single-use join tokens to issue for agents joining below it.
     pub join_tokens: u32,
+    /// How it reaches its parent (empty at the root).
+    pub link: ParentLink,
+}
+
+/// How a node reaches its parent, as the topology says (checked, kept as written for
+/// the node's configuration).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ParentLink {
+    /// `parentAddress`: dialed instead of the parent's own address (`host:port`
+    /// allowed).
+    pub address: Option<String>,
+    /// `transport`: `auto`, `quic` or `tcp`.
+    pub transport: Option<String>,
+    /// `proxy`: an `http://` CONNECT proxy for TLS/TCP.
+    pub proxy: Option<String>,
 }
 
 /// A leaf cluster and its agent.
@@ -73,6 +88,8 @@ pub struct Cluster {
     pub labels: BTreeMap<String, String>,
     /// The cluster's properties.
     pub properties: BTreeMap<String, String>,
+    /// How its agent reaches its relay.
+    pub link: ParentLink,
 }
 
 /// What compiling found: errors (the topology is refused) and warnings (it is not).
@@ -207,7 +224,9 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
         }
     }
     for c in &spec.clusters {
-        parent_ok(format!("cluster {:?}", c.name), &c.parent, errors);
+        let who = format!("cluster {:?}", c.name);
+        parent_ok(who.clone(), &c.parent, errors);
+        parent_link(&who, &c.parent_address, &c.transport, &c.proxy, errors);
     }
     let mut join_tokens: BTreeMap<&str, u32> = BTreeMap::new();
     let mut join_seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -307,15 +326,24 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
             address,
             metrics,
             labels,
+            parent_address,
+            transport,
+            proxy,
         } = r;
         let mut relay = relay_addrs(
             &who, name, listen, address, metrics, &mut udp, &mut tcp, errors,
         );
+        relay.link = parent_link(&who, parent_address, transport, proxy, errors);
         relay.parent = parent.clone();
         relay.labels = labels.clone();
         relays.entry(name.clone()).or_insert(relay);
     }
-    for (a, who) in udp.iter().chain(tcp.iter()) {
+    // A conflict of two listens shows in both maps: said once.
+    let said_for_udp = |a: &SocketAddr, who: &Vec<String>| udp.get(a) == Some(who);
+    for (a, who) in udp
+        .iter()
+        .chain(tcp.iter().filter(|(a, w)| !said_for_udp(a, w)))
+    {
         if who.len() > 1 {
             errors.push(format!(
                 "address {a} is claimed {} times: {}",
@@ -399,11 +427,19 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
                  parent,
                  labels,
                  properties,
+                 parent_address,
+                 transport,
+                 proxy,
              }| Cluster {
                 name,
                 parent,
                 labels,
                 properties,
+                link: ParentLink {
+                    address: parent_address,
+                    transport,
+                    proxy,
+                },
             },
         )
         .collect();
@@ -458,6 +494,8 @@ fn relay_addrs(
     };
     if let Some(a) = on_host {
         claim(&a, format!("{who} (listen)"), udp);
+        // The TLS/TCP fallback listens on the same port over TCP.
+        claim(&a, format!("{who} (listen)"), tcp);
     }
     let metrics = metrics.as_deref().and_then(|m| {
         let a = addr(who, "metrics", Some(m), errors)?;
@@ -476,6 +514,58 @@ fn relay_addrs(
         relays: Vec::new(),
         clusters: Vec::new(),
         join_tokens: 0,
+        link: ParentLink::default(),
+    }
+}
+
+/// Checks how a node reaches its parent: `parentAddress` is `IP:PORT` or `host:port`,
+/// `transport` one of `auto`, `quic`, `tcp`, `proxy` an `http://` URL and only with a
+/// transport that can use it.
+pub(crate) fn parent_link(
+    who: &str,
+    address: &Option<String>,
+    transport: &Option<String>,
+    proxy: &Option<String>,
+    errors: &mut Vec<String>,
+) -> ParentLink {
+    if let Some(a) = address {
+        let ok = a.parse::<SocketAddr>().is_ok()
+            || a.rsplit_once(':').is_some_and(|(h, p)| {
+                p.parse::<u16>().is_ok_and(|p| p != 0)
+                    && !h.is_empty()
+                    && h.split('.').all(|l| {
+                        !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    })
+            });
+        if !ok {
+            errors.push(format!(
+                "{who}: parentAddress: {a:?} is not an address of the form IP:PORT or HOST:PORT"
+            ));
+        }
+    }
+    if let Some(t) = transport
+        && !matches!(t.as_str(), "auto" | "quic" | "tcp")
+    {
+        errors.push(format!(
+            "{who}: transport: {t:?} is not a transport: expected auto, quic or tcp"
+        ));
+    }
+    if let Some(p) = proxy {
+        if p.contains("://") && !p.starts_with("http://") {
+            errors.push(format!(
+                "{who}: proxy: only http:// CONNECT proxies are supported (the link inside is TLS end to end)"
+            ));
+        }
+        if matches!(transport.as_deref(), None | Some("quic")) {
+            errors.push(format!(
+                "{who}: proxy: a proxy carries TLS over TCP only: set `transport: tcp` or `auto`"
+            ));
+        }
+    }
+    ParentLink {
+        address: address.clone(),
+        transport: transport.clone(),
+        proxy: proxy.clone(),
     }
 }
 

@@ -92,6 +92,16 @@ pub struct RawRelay {
     /// Labels every cluster below inherits.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// How it reaches its parent: the address it dials instead of the parent's own
+    /// (`host:port` allowed, resolved at every connect), e.g. a load balancer's name.
+    #[serde(default, rename = "parentAddress")]
+    pub parent_address: Option<String>,
+    /// `auto | quic | tcp` (QUIC when absent).
+    #[serde(default)]
+    pub transport: Option<String>,
+    /// An HTTP CONNECT proxy for TLS/TCP, `http://user:pass@host:port`.
+    #[serde(default)]
+    pub proxy: Option<String>,
 }
 
 /// One entry of `spec.clusters`.
@@ -108,6 +118,16 @@ pub struct RawCluster {
     /// The cluster's properties.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// How it reaches its parent: the address it dials instead of the parent's own
+    /// (`host:port` allowed, resolved at every connect), e.g. a load balancer's name.
+    #[serde(default, rename = "parentAddress")]
+    pub parent_address: Option<String>,
+    /// `auto | quic | tcp` (QUIC when absent).
+    #[serde(default)]
+    pub transport: Option<String>,
+    /// An HTTP CONNECT proxy for TLS/TCP, `http://user:pass@host:port`.
+    #[serde(default)]
+    pub proxy: Option<String>,
 }
 
 /// One entry of `spec.joining`.

@@ -13,6 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use crate::certs::Action;
+use crate::compile::ParentLink;
 use crate::files::{self, ConfinementError};
 use crate::names::check_node_name;
 use crate::{Addr, Topology};
@@ -144,9 +145,18 @@ pub fn render(
 
     let mut nodes = Vec::new();
     let mut written = Vec::new();
-    let parent_of = |name: &str| -> String {
+    let parent_of = |name: &str, link: &ParentLink| -> String {
         let (_, dial, _) = resolved[name];
-        format!("parent: {{ name: {name}, address: \"{dial}\" }}\n")
+        let address = link.address.clone().unwrap_or_else(|| dial.to_string());
+        let mut y = format!("parent: {{ name: {name}, address: \"{address}\"");
+        if let Some(t) = &link.transport {
+            let _ = write!(y, ", transport: {t}");
+        }
+        if let Some(p) = &link.proxy {
+            let _ = write!(y, ", proxy: \"{p}\"");
+        }
+        y.push_str(" }\n");
+        y
     };
     for r in &topology.relays {
         let (listen, _, metrics) = resolved[r.name.as_str()];
@@ -154,7 +164,7 @@ pub fn render(
         let _ = writeln!(y, "node: {}", r.name);
         let _ = writeln!(y, "listen: \"{listen}\"");
         if let Some(p) = &r.parent {
-            y.push_str(&parent_of(p));
+            y.push_str(&parent_of(p, &r.link));
         }
         y.push_str(&tls(dir, &r.name));
         let children: Vec<&str> = r
@@ -216,7 +226,7 @@ pub fn render(
         if !c.properties.is_empty() {
             let _ = writeln!(y, "properties: {}", flow_map(&c.properties));
         }
-        y.push_str(&parent_of(&c.parent));
+        y.push_str(&parent_of(&c.parent, &c.link));
         y.push_str(&tls(dir, &c.name));
         if let Some(ms) = options.simulated_ready_delay_ms {
             let _ = writeln!(y, "simulated: {{ ready_delay_ms: {ms} }}");

@@ -22,7 +22,10 @@ use strata_agent::backend::ClusterBackend;
 use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_node::clock::Clock;
+use strata_node::dial::{Connector, ParentAddress, TransportMode};
+use strata_node::proxy::Proxy;
 use strata_node::store::{MemStore, Store};
+use strata_node::tcp;
 use strata_node::tls::{self, Identity};
 use strata_node::transport;
 use strata_protocol::model::{Cluster, Labels};
@@ -37,6 +40,8 @@ pub struct Hierarchy {
     ca: Ca,
     /// Where each relay started so far listens.
     addrs: RefCell<BTreeMap<String, SocketAddr>>,
+    /// Where each relay started so far listens for TLS over TCP, if it does.
+    tcp_addrs: RefCell<BTreeMap<String, SocketAddr>>,
     /// Nodes started so far (a restart is a new run).
     starts: RefCell<u64>,
 }
@@ -51,6 +56,7 @@ impl Hierarchy {
             dir,
             ca,
             addrs: RefCell::default(),
+            tcp_addrs: RefCell::default(),
             starts: RefCell::default(),
         }
     }
@@ -82,6 +88,16 @@ impl Hierarchy {
             .unwrap_or_else(|| panic!("{name} has not started: it has no address yet"))
     }
 
+    /// Where the relay `name` listens for TLS over TCP (it must have started with
+    /// `.tcp()` or `.tcp_at()`).
+    pub fn tcp_addr(&self, name: &str) -> SocketAddr {
+        *self
+            .tcp_addrs
+            .borrow()
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} does not listen on TCP"))
+    }
+
     /// A relay named `name`: the root unless put `under` a parent; `.start()` runs it.
     pub fn relay(&self, name: &str) -> RelaySpec<'_> {
         RelaySpec {
@@ -92,6 +108,8 @@ impl Hierarchy {
             labels: Labels::new(),
             store: None,
             joining: None,
+            tcp: None,
+            link: LinkSpec::default(),
         }
     }
 
@@ -104,6 +122,7 @@ impl Hierarchy {
             labels: Labels::new(),
             identity: None,
             backend: None,
+            link: LinkSpec::default(),
         }
     }
 
@@ -128,6 +147,47 @@ pub struct RelaySpec<'h> {
     labels: Labels,
     store: Option<MemStore>,
     joining: Option<Arc<Joining>>,
+    /// Listening on TCP too: `Some(None)` on QUIC's port, `Some(Some(a))` at `a`.
+    tcp: Option<Option<SocketAddr>>,
+    link: LinkSpec,
+}
+
+/// How a node reaches its parent, when not by QUIC to the parent's QUIC address.
+#[derive(Default, Clone)]
+pub struct LinkSpec {
+    /// The transport (QUIC by default).
+    pub mode: TransportMode,
+    /// The parent's address as written (`host:port` allowed); by default its QUIC one.
+    pub address: Option<String>,
+    pub proxy: Option<Proxy>,
+    /// `auto`: how often QUIC is probed while on TCP (the default's 30 s otherwise).
+    pub probe: Option<Duration>,
+    /// TLS/TCP: how often the child pings (the default's 5 s otherwise).
+    pub keep_alive: Option<Duration>,
+}
+
+impl LinkSpec {
+    fn parent_address(&self, h: &Hierarchy, parent: &str) -> ParentAddress {
+        match &self.address {
+            Some(a) => a.parse().unwrap(),
+            None => h.addr(parent).into(),
+        }
+    }
+
+    fn connector(&self, id: &Identity) -> Connector {
+        let quic = (self.mode != TransportMode::Tcp).then(|| client_endpoint(id));
+        let tls = (self.mode != TransportMode::Quic).then(|| tls::client_config(id).unwrap());
+        let mut c = Connector::new(self.mode, quic, tls, self.proxy.clone());
+        // Tests fall back sooner than production's 3 s.
+        c.quic_timeout = Duration::from_secs(1);
+        if let Some(p) = self.probe {
+            c.probe_every = p;
+        }
+        if let Some(k) = self.keep_alive {
+            c.keep_alive = k;
+        }
+        c
+    }
 }
 
 impl RelaySpec<'_> {
@@ -153,6 +213,24 @@ impl RelaySpec<'_> {
     /// instead of a new empty one.
     pub fn store(mut self, store: &MemStore) -> Self {
         self.store = Some(store.clone());
+        self
+    }
+
+    /// Listening for TLS over TCP too, on the QUIC port's number.
+    pub fn tcp(mut self) -> Self {
+        self.tcp = Some(None);
+        self
+    }
+
+    /// Listening for TLS over TCP at `addr` (another port than QUIC's).
+    pub fn tcp_at(mut self, addr: SocketAddr) -> Self {
+        self.tcp = Some(Some(addr));
+        self
+    }
+
+    /// Reaching its parent this way.
+    pub fn link(mut self, link: LinkSpec) -> Self {
+        self.link = link;
         self
     }
 
@@ -185,14 +263,23 @@ impl RelaySpec<'_> {
                 Err(e) => panic!("{} cannot listen on {listen}: {e}", self.name),
             }
         };
-        h.addrs
-            .borrow_mut()
-            .insert(self.name.clone(), listener.local_addr().unwrap());
+        let quic_addr = listener.local_addr().unwrap();
+        h.addrs.borrow_mut().insert(self.name.clone(), quic_addr);
+        let tcp_listener = self.tcp.map(|at| {
+            let before = h.tcp_addrs.borrow().get(&self.name).copied();
+            let addr = before.or(at).unwrap_or(quic_addr);
+            let l = tcp::Listener::bind(addr, server.clone()).unwrap();
+            h.tcp_addrs
+                .borrow_mut()
+                .insert(self.name.clone(), l.local_addr().unwrap());
+            l
+        });
+        let link = self.link;
         let parent = self.parent.map(|p| {
-            let addr = h.addr(&p);
+            let addr = link.parent_address(h, &p);
             (p, addr)
         });
-        let connector = parent.as_ref().map(|_| client_endpoint(&id));
+        let connector = parent.as_ref().map(|_| link.connector(&id));
         let run = h.next_run(&self.name);
         let store = self.store.unwrap_or_else(|| MemStore::new(run));
         node::start(NodeParts {
@@ -202,6 +289,7 @@ impl RelaySpec<'_> {
             parent,
             store: Arc::new(store) as Arc<dyn Store>,
             listener: Some(listener),
+            tcp_listener,
             connector,
             sessions: SessionConfig::default(),
             summary_interval: Duration::from_millis(100),
@@ -221,6 +309,7 @@ pub struct AgentSpec<'h> {
     labels: Labels,
     identity: Option<Identity>,
     backend: Option<Box<dyn ClusterBackend + Send>>,
+    link: LinkSpec,
 }
 
 impl AgentSpec<'_> {
@@ -238,6 +327,12 @@ impl AgentSpec<'_> {
     /// Its cluster's labels.
     pub fn labels(mut self, labels: &[(&str, &str)]) -> Self {
         self.labels.extend(to_labels(labels));
+        self
+    }
+
+    /// Reaching its parent this way.
+    pub fn link(mut self, link: LinkSpec) -> Self {
+        self.link = link;
         self
     }
 
@@ -259,8 +354,9 @@ impl AgentSpec<'_> {
         let parent = self
             .parent
             .unwrap_or_else(|| panic!("{} is under no relay", self.name));
-        let addr = h.addr(&parent);
+        let addr = self.link.parent_address(h, &parent);
         let id = self.identity.unwrap_or_else(|| h.identity(&self.name));
+        let connector = self.link.connector(&id);
         let backend = self.backend.unwrap_or_else(|| {
             Box::new(SimulatedCluster::new(SimulatedConfig {
                 ready_delay: Duration::from_millis(100),
@@ -277,7 +373,7 @@ impl AgentSpec<'_> {
             },
             parent: (parent, addr),
             store: Arc::new(MemStore::new(run)),
-            connector: client_endpoint(&id),
+            connector,
             backend,
             clock: Clock::start(),
             run,

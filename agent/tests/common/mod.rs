@@ -6,7 +6,9 @@
 // Synchronous helpers driving processes: there is no runtime for a sleep to block.
 #![allow(clippy::disallowed_methods)]
 
+pub mod balancers;
 pub mod hierarchy;
+pub mod proxies;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

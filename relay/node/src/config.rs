@@ -1,5 +1,5 @@
-//! What a relay's and an agent's configuration files share: the `parent` and `tls`
-//! sections, node names, addresses, and how a file is read and refused.
+//! What a relay's and an agent's configuration files share: the `parent` section (with
+//! its transport and proxy) and the `tls` section, node names, addresses, and how a file is read and refused.
 //!
 //! Files are parsed into raw serde structs with unknown fields refused, then checked in
 //! one pass that reports every fault at once, each naming the file and the field. A
@@ -8,9 +8,16 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+
+use crate::dial::{Connector, ParentAddress, QUIC_PROBE_EVERY, TransportMode};
+use crate::proxy::{Proxy, ProxyError};
+use crate::tcp::KEEP_ALIVE;
+use crate::tls::{Identity, client_config};
+use crate::transport::client_endpoint;
 
 /// Node names are DNS labels: they appear in certificates and in cluster paths.
 pub use strata_topology::names::check_node_name;
@@ -61,13 +68,72 @@ pub fn read_yaml<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
     })
 }
 
-/// Where the parent is and what its certificate must say.
+/// Where the parent is, what its certificate must say, and how to reach it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParentConfig {
-    /// The parent's node name (checked against its certificate).
+    /// The parent's node name (checked against its certificate, whatever the route).
     pub name: String,
-    /// The parent's QUIC address.
-    pub address: SocketAddr,
+    /// The parent's address: `IP:PORT`, or `host:port` resolved at every connect.
+    pub address: ParentAddress,
+    /// `auto | quic | tcp` (default `quic`).
+    pub transport: TransportMode,
+    /// The proxy for TLS/TCP links given in the file; `None`: `HTTPS_PROXY` /
+    /// `NO_PROXY` decide (see [`ParentConfig::connector`]).
+    pub proxy: Option<Proxy>,
+    /// `auto`: how often QUIC is tried again while the link is on TCP.
+    pub quic_probe_every: Duration,
+    /// TLS/TCP: how often the child pings (shorter than the idle timeout of any proxy
+    /// or balancer on the way).
+    pub keep_alive: Duration,
+}
+
+/// Why the connector to the parent could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant carries its cause
+pub enum ConnectorError {
+    /// The TLS configuration is unusable.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// The QUIC endpoint could not be bound.
+    #[error(transparent)]
+    Transport(#[from] crate::transport::TransportError),
+    /// `HTTPS_PROXY` holds an unusable proxy URL.
+    #[error("HTTPS_PROXY: {0}")]
+    Proxy(#[from] ProxyError),
+}
+
+impl ParentConfig {
+    /// How to reach this parent with `identity`: a QUIC endpoint (unless `tcp`), TLS
+    /// for TCP (unless `quic`), and the proxy: the file's `proxy:`, else the one
+    /// `HTTPS_PROXY` names unless `NO_PROXY` exempts the parent's host.
+    pub fn connector(&self, identity: &Identity) -> Result<Connector, ConnectorError> {
+        let tls = client_config(identity)?;
+        let quic = match self.transport {
+            TransportMode::Tcp => None,
+            _ => {
+                // Dual-stack where the host has IPv6, so that happy eyeballs can try
+                // both families; IPv4 only otherwise.
+                let v6: SocketAddr = SocketAddr::from(([0u16; 8], 0));
+                match client_endpoint(v6, tls.clone()) {
+                    Ok(e) => Some(e),
+                    Err(_) => Some(client_endpoint(
+                        SocketAddr::from(([0, 0, 0, 0], 0)),
+                        tls.clone(),
+                    )?),
+                }
+            }
+        };
+        let proxy = match (&self.proxy, self.transport) {
+            (_, TransportMode::Quic) => None,
+            (Some(p), _) => Some(p.clone()),
+            (None, _) => Proxy::from_env(&self.address.host())?,
+        };
+        let tcp_tls = (self.transport != TransportMode::Quic).then_some(tls);
+        let mut connector = Connector::new(self.transport, quic, tcp_tls, proxy);
+        connector.probe_every = self.quic_probe_every;
+        connector.keep_alive = self.keep_alive;
+        Ok(connector)
+    }
 }
 
 /// Certificate files (PEM).
@@ -81,13 +147,24 @@ pub struct TlsFiles {
     pub ca: PathBuf,
 }
 
-/// The `parent` section as written: the parent's node name and its `IP:PORT`.
+/// The `parent` section as written: the parent's node name, its `IP:PORT` or
+/// `host:port`, and optionally `transport: auto | quic | tcp`, `proxy:
+/// http://user:pass@host:port`, `quic_probe_ms` (how often `auto` tries QUIC again
+/// while on TCP) and `keepalive_ms` (how often a TLS/TCP link pings).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(missing_docs)] // the section's fields are documented on the struct
 pub struct RawParent {
     pub name: String,
     pub address: String,
+    #[serde(default)]
+    pub transport: Option<String>,
+    #[serde(default)]
+    pub proxy: Option<String>,
+    #[serde(default)]
+    pub quic_probe_ms: Option<u64>,
+    #[serde(default)]
+    pub keepalive_ms: Option<u64>,
 }
 
 impl RawParent {
@@ -99,9 +176,58 @@ impl RawParent {
         if self.name == child {
             faults.push("parent.name: a node cannot be its own parent".to_owned());
         }
-        addr("parent.address", &self.address, faults).map(|address| ParentConfig {
+        let transport = match self.transport.as_deref().map(str::parse::<TransportMode>) {
+            None => TransportMode::default(),
+            Some(Ok(t)) => t,
+            Some(Err(why)) => {
+                faults.push(format!("parent.transport: {why}"));
+                TransportMode::default()
+            }
+        };
+        let proxy = match self.proxy.as_deref().map(Proxy::parse) {
+            None => None,
+            Some(Ok(p)) => Some(p),
+            Some(Err(e)) => {
+                faults.push(format!("parent.proxy: {e}"));
+                None
+            }
+        };
+        if proxy.is_some() && transport == TransportMode::Quic {
+            faults.push(
+                "parent.proxy: a proxy carries TLS over TCP only: set `transport: tcp` or `auto`"
+                    .to_owned(),
+            );
+        }
+        let quic_probe_every = match self.quic_probe_ms {
+            Some(0) => {
+                faults.push("parent.quic_probe_ms: must be at least 1".to_owned());
+                QUIC_PROBE_EVERY
+            }
+            Some(ms) => Duration::from_millis(ms),
+            None => QUIC_PROBE_EVERY,
+        };
+        let keep_alive = match self.keepalive_ms {
+            Some(ms) if ms < 100 => {
+                faults.push(format!("parent.keepalive_ms: {ms} is below 100"));
+                KEEP_ALIVE
+            }
+            Some(ms) => Duration::from_millis(ms),
+            None => KEEP_ALIVE,
+        };
+        let address = match self.address.parse::<ParentAddress>() {
+            Ok(a) => a,
+            Err(why) => {
+                faults.push(format!("parent.address: {why}"));
+                return None;
+            }
+        };
+        Some(ParentConfig {
             name: self.name,
             address,
+            transport,
+            proxy,
+            quic_probe_every,
+            keep_alive,
         })
     }
 }

@@ -9,12 +9,10 @@
 //! fails, acknowledging nothing meanwhile); [`Node::transmit`]; deliver what it has for
 //! the parent.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use quinn::{Connection, Endpoint, VarInt};
 use strata_protocol::sync::SessionError;
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{ChildToParent, ParentToChild};
@@ -23,6 +21,8 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::clock::Clock;
+use crate::dial::{Connector, ParentAddress};
+use crate::link::Link;
 use crate::reconnect::{ParentEvent, keep_connected};
 use crate::store::{Batch, Store, commit_off_workers};
 use crate::transport::{Sender, close_code};
@@ -94,15 +94,15 @@ impl<I> From<ParentEvent> for Input<I> {
 #[derive(Debug)]
 pub struct ParentConn {
     /// The connection and where to send its messages, while connected.
-    live: Option<(Connection, Sender<ChildToParent>)>,
+    live: Option<(Link, Sender<ChildToParent>)>,
     /// The parent's last hint of when to come back (milliseconds, 0: none), read by the
     /// reconnect loop before its next attempt.
     retry_after: Arc<AtomicU64>,
 }
 
 impl ParentConn {
-    /// The live connection, if any.
-    pub fn connection(&self) -> Option<&Connection> {
+    /// The live connection, if any (QUIC or TLS/TCP: [`Link::kind`]).
+    pub fn connection(&self) -> Option<&Link> {
         self.live.as_ref().map(|(c, _)| c)
     }
 
@@ -133,23 +133,20 @@ impl ParentConn {
             self.retry_after.store(ms, Ordering::Relaxed);
         }
         tracing::warn!(code = ?error.code, reason = %error.reason, "closing the link to the parent");
-        conn.close(
-            VarInt::from_u32(close_code::PROTOCOL),
-            error.reason.as_bytes(),
-        );
+        conn.close(close_code::PROTOCOL, error.reason.as_bytes());
         true
     }
 }
 
 /// Where a node's parent is and how to reach it.
 #[derive(Debug)]
-#[allow(missing_docs)] // `addr` is the parent's address
 pub struct ParentAddr {
-    /// The parent's node name (checked against its certificate).
+    /// The parent's node name (checked against its certificate, whatever the route).
     pub name: String,
-    pub addr: SocketAddr,
-    /// The endpoint to dial from.
-    pub connector: Endpoint,
+    /// The parent's address or name (resolved at every connect).
+    pub addr: ParentAddress,
+    /// How to dial: transport mode, QUIC endpoint, TLS for TCP, proxy.
+    pub connector: Connector,
     /// Seeds the reconnect jitter (the run id; a seeded value in the simulation).
     pub jitter_seed: u64,
 }
@@ -290,10 +287,7 @@ impl<N: Node> Driver<N> {
         self.run_inner().await;
         self.node.shutdown().await;
         if let Some((conn, _)) = self.parent.live.take() {
-            conn.close(
-                VarInt::from_u32(close_code::SHUTDOWN),
-                b"node shutting down",
-            );
+            conn.close(close_code::SHUTDOWN, b"node shutting down");
         }
         self.tasks.shutdown().await;
         tracing::info!("stopped");
@@ -350,7 +344,7 @@ impl<N: Node> Driver<N> {
         let now = self.clock.now();
         match input {
             Input::Parent(ParentEvent::Up { conn, sender }) => {
-                tracing::info!(parent = %conn.remote_address(), "connected to parent");
+                tracing::info!(parent = %conn.remote_address(), transport = %conn.kind(), "connected to parent");
                 self.parent.live = Some((conn, sender));
                 self.node.parent_connected(now);
             }

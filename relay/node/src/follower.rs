@@ -46,6 +46,9 @@ pub struct ParentFollower {
     /// Whether everything was reported since this run started.
     reported_this_run: bool,
     pending: VecDeque<Followed>,
+    /// Snapshots the parent started sending during this run: a resync that was a
+    /// delta leaves it unchanged.
+    snapshots: u64,
 }
 
 impl ParentFollower {
@@ -56,7 +59,14 @@ impl ParentFollower {
             state,
             reported_this_run: false,
             pending: VecDeque::new(),
+            snapshots: 0,
         }
+    }
+
+    /// How many snapshots the parent started sending during this run (a delta resync
+    /// leaves it unchanged).
+    pub fn snapshots_received(&self) -> u64 {
+        self.snapshots
     }
 
     /// The protocol's link.
@@ -158,6 +168,7 @@ impl ParentFollower {
                 batch.upstream = Some(self.state.clone());
             }
             LinkEvent::SnapshotStarted => {
+                self.snapshots += 1;
                 self.state.route = None;
                 batch.upstream = Some(self.state.clone());
             }

@@ -10,6 +10,11 @@
 //!   parent and what the node keeps about it.
 //! * [`reconnect`]: keeping the connection to the parent up (backoff, hints).
 //! * [`transport`]: QUIC endpoints and framed messages, one stream per class.
+//! * [`link`]: a connection whichever transport carries it ([`link::Link`]).
+//! * [`tcp`]: the TLS/TCP transport, the classes multiplexed with per-class credit.
+//! * [`dial`]: reaching the parent: names resolved at every connect, happy eyeballs,
+//!   `auto | quic | tcp`, the proxy.
+//! * [`proxy`]: HTTP CONNECT proxies (`proxy:`, `HTTPS_PROXY`, `NO_PROXY`).
 //! * [`tls`]: mutual TLS (rustls, ring) and the peer's node name.
 //! * [`store`]: the durable [`store::Store`] (sled, or in memory for tests and the
 //!   simulation).
@@ -51,12 +56,16 @@
 
 pub mod clock;
 pub mod config;
+pub mod dial;
 pub mod driver;
 pub mod follower;
 pub mod join;
+pub mod link;
 pub mod objects;
 pub mod process;
+pub mod proxy;
 pub mod reconnect;
 pub mod store;
+pub mod tcp;
 pub mod tls;
 pub mod transport;

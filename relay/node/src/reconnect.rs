@@ -2,26 +2,26 @@
 //! full jitter, the parent's retry-after hints, and the connection's events handed to
 //! the driver as [`ParentEvent`]s.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use quinn::{Connection, Endpoint};
 use strata_protocol::codec::DEFAULT_MAX_FRAME;
 use strata_protocol::wire::{ChildToParent, ParentToChild};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::transport::{self, Sender};
+use crate::dial::{Connector, DialError, ParentAddress, TransportMode};
+use crate::link::{Link, TransportKind};
+use crate::transport::{self, Sender, close_code};
 
 /// What the reconnect loop tells its driver.
 #[derive(Debug)]
-#[allow(missing_docs)] // `Up` carries the connection and its sender
+#[allow(missing_docs)] // `Up` carries the link and its sender
 pub enum ParentEvent {
-    /// Connected (TLS verified the parent's name).
+    /// Connected (TLS verified the parent's name), over [`Link::kind`].
     Up {
-        conn: Connection,
+        conn: Link,
         /// Where to send messages for the parent.
         sender: Sender<ChildToParent>,
     },
@@ -36,10 +36,12 @@ pub enum ParentEvent {
 /// `retry_after_ms` is the parent's last hint of when to come back (0: none); the next
 /// wait is at least that long. `jitter_seed` seeds the jitter (the node's random run id
 /// in production, a seeded value in the simulation, so that runs are reproducible).
+/// In `auto` mode a link on TCP probes QUIC in the background and moves to it when a
+/// handshake completes.
 pub async fn keep_connected<T: From<ParentEvent> + Send + 'static>(
-    connector: Endpoint,
+    connector: Connector,
     name: String,
-    addr: SocketAddr,
+    addr: ParentAddress,
     tx: mpsc::Sender<T>,
     retry_after_ms: Arc<AtomicU64>,
     jitter_seed: u64,
@@ -50,42 +52,127 @@ pub async fn keep_connected<T: From<ParentEvent> + Send + 'static>(
         .await;
 }
 
+/// What `auto` remembers between attempts: QUIC failed last time, so go straight to
+/// TCP and let the background probe find QUIC again.
+#[derive(Debug, Default)]
+pub struct AutoState {
+    quic_failed: bool,
+}
+
+/// One connection attempt as the reconnect loop makes it: in `auto`, QUIC for at most
+/// [`Connector::quic_timeout`] (unless it failed last time), then TLS over TCP.
+pub async fn dial(
+    connector: &Connector,
+    addr: &ParentAddress,
+    name: &str,
+    auto: &mut AutoState,
+) -> Result<Link, DialError> {
+    match connector.mode() {
+        TransportMode::Quic => connector.connect_quic(addr, name, None).await,
+        TransportMode::Tcp => connector.connect_tcp(addr, name).await,
+        TransportMode::Auto => {
+            if !auto.quic_failed {
+                match connector
+                    .connect_quic(addr, name, Some(connector.quic_timeout))
+                    .await
+                {
+                    Ok(link) => return Ok(link),
+                    Err(e) => {
+                        tracing::info!(error = %e, "QUIC did not connect; falling back to TLS over TCP");
+                        auto.quic_failed = true;
+                    }
+                }
+            }
+            let tcp = connector.connect_tcp(addr, name).await;
+            if tcp.is_err() {
+                // Neither works: start with QUIC again next time.
+                auto.quic_failed = false;
+            }
+            tcp
+        }
+    }
+}
+
+/// `auto` on TCP: waits `probe_every`, then tries a QUIC handshake; again and again
+/// until one completes.
+async fn probe_quic(connector: &Connector, addr: &ParentAddress, name: &str) -> Link {
+    loop {
+        tokio::time::sleep(connector.probe_every).await;
+        match connector
+            .connect_quic(addr, name, Some(connector.quic_timeout))
+            .await
+        {
+            Ok(link) => return link,
+            Err(e) => tracing::debug!(error = %e, "QUIC probe failed; staying on TCP"),
+        }
+    }
+}
+
 async fn reconnect<T: From<ParentEvent> + Send + 'static>(
-    connector: Endpoint,
+    connector: Connector,
     name: String,
-    addr: SocketAddr,
+    addr: ParentAddress,
     tx: mpsc::Sender<T>,
     retry_after_ms: Arc<AtomicU64>,
     jitter_seed: u64,
 ) {
     let mut backoff = Backoff::new(jitter_seed);
+    let mut auto = AutoState::default();
+    let mut switch_to: Option<Link> = None;
     loop {
-        match transport::connect(&connector, addr, &name).await {
+        let dialed = match switch_to.take() {
+            Some(link) => Ok(link),
+            None => dial(&connector, &addr, &name, &mut auto).await,
+        };
+        match dialed {
             Ok(conn) => {
                 let started = tokio::time::Instant::now();
+                let kind = conn.kind();
                 let (sender, mut receiver) = transport::split::<ChildToParent, ParentToChild>(
                     conn.clone(),
                     DEFAULT_MAX_FRAME,
                 );
                 if tx
-                    .send(ParentEvent::Up { conn, sender }.into())
+                    .send(
+                        ParentEvent::Up {
+                            conn: conn.clone(),
+                            sender,
+                        }
+                        .into(),
+                    )
                     .await
                     .is_err()
                 {
                     return;
                 }
+                let probing = connector.mode() == TransportMode::Auto && kind == TransportKind::Tcp;
+                let mut probe = std::pin::pin!(probe_quic(&connector, &addr, &name));
                 let why = loop {
-                    match receiver.recv().await {
-                        Ok(msg) => {
-                            if tx.send(ParentEvent::Message(msg).into()).await.is_err() {
-                                return;
+                    tokio::select! {
+                        biased;
+                        // The parent's messages first: a probe can wait.
+                        r = receiver.recv() => match r {
+                            Ok(msg) => {
+                                if tx.send(ParentEvent::Message(msg).into()).await.is_err() {
+                                    return;
+                                }
                             }
+                            Err(e) => break e.to_string(),
+                        },
+                        quic = &mut probe, if probing => {
+                            tracing::info!("QUIC works again: moving the link from TCP to QUIC");
+                            conn.close(close_code::REPLACED, b"moving to QUIC");
+                            auto.quic_failed = false;
+                            switch_to = Some(quic);
+                            break "moved to QUIC".to_owned();
                         }
-                        Err(e) => break e.to_string(),
                     }
                 };
                 if tx.send(ParentEvent::Down(why).into()).await.is_err() {
                     return;
+                }
+                if switch_to.is_some() {
+                    continue;
                 }
                 if started.elapsed() > Duration::from_secs(10) {
                     backoff.reset();

@@ -199,6 +199,12 @@ pub fn peer_node_name(conn: &quinn::Connection) -> Result<String, TlsError> {
     let certs = identity
         .downcast::<Vec<CertificateDer<'static>>>()
         .map_err(|_| TlsError::Peer("unexpected peer identity type".into()))?;
+    peer_node_name_in(&certs)
+}
+
+/// The node name in a (verified) certificate chain, leaf first: the leaf's first DNS
+/// name. Whichever transport brought the chain.
+pub fn peer_node_name_in(certs: &[CertificateDer<'static>]) -> Result<String, TlsError> {
     let leaf = certs
         .first()
         .ok_or_else(|| TlsError::Peer("empty certificate chain".into()))?;

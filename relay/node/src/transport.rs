@@ -1,6 +1,7 @@
-//! Node links over QUIC: endpoints, and framed messages on one unidirectional stream
-//! per [`StreamClass`] in each direction, so heartbeats and acks (control) never wait
-//! behind bulk downsync data.
+//! Node links: QUIC endpoints, and framed messages on one unidirectional stream per
+//! [`StreamClass`] in each direction, so heartbeats and acks (control) never wait
+//! behind bulk downsync data. [`split`] takes either transport's [`Link`]; the TLS/TCP
+//! one multiplexes the same classes over one connection ([`crate::tcp`]).
 //!
 //! Nothing here creates sockets except the two endpoint constructors: the runtime can
 //! be handed any ready [`quinn::Endpoint`] (the simulator builds its own over turmoil).
@@ -22,6 +23,9 @@ use strata_protocol::codec::{self, FrameDecoder};
 use strata_protocol::wire::{ChildToParent, ParentToChild, StreamClass};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+
+use crate::link::Link;
+use crate::tcp::TcpLink;
 
 /// QUIC application close codes of node links.
 pub mod close_code {
@@ -214,8 +218,8 @@ fn slot(class: StreamClass) -> usize {
 /// Framed bytes (length prefix included) moved on one link, per [`StreamClass`].
 #[derive(Debug, Default)]
 pub struct ClassBytes {
-    sent: [AtomicU64; 3],
-    received: [AtomicU64; 3],
+    pub(crate) sent: [AtomicU64; 3],
+    pub(crate) received: [AtomicU64; 3],
 }
 
 impl ClassBytes {
@@ -257,7 +261,7 @@ impl<M: WireMessage> Sender<M> {
 /// The receiving half of a link: messages of each class in order, control first.
 #[derive(Debug)]
 pub struct Receiver<M> {
-    conn: Connection,
+    link: Link,
     queues: [mpsc::Receiver<Result<M, TransportError>>; 3],
     _tasks: JoinSet<()>,
 }
@@ -271,18 +275,23 @@ impl<M: WireMessage> Receiver<M> {
             Some(m) = control.recv() => m,
             Some(m) = reports.recv() => m,
             Some(m) = bulk.recv() => m,
-            reason = self.conn.closed() => Err(TransportError::Closed(reason.to_string())),
+            reason = self.link.closed() => Err(TransportError::Closed(reason)),
         };
         next
     }
 }
 
-/// Splits a connection into its sending and receiving halves. `max_frame` bounds what
-/// the peer may send in one frame.
+/// Splits a link (a QUIC connection or a TLS/TCP one) into its sending and receiving
+/// halves. `max_frame` bounds what the peer may send in one frame.
 pub fn split<Out: WireMessage, In: WireMessage>(
-    conn: Connection,
+    link: impl Into<Link>,
     max_frame: usize,
 ) -> (Sender<Out>, Receiver<In>) {
+    let link = link.into();
+    let conn = match &link {
+        Link::Quic(conn) => conn.clone(),
+        Link::Tcp(tcp) => return split_tcp(tcp, link.clone(), max_frame),
+    };
     let bytes = Arc::new(ClassBytes::default());
     let mut writers = JoinSet::new();
     let queues = STREAM_CLASSES.map(|class| {
@@ -305,8 +314,40 @@ pub fn split<Out: WireMessage, In: WireMessage>(
             _tasks: writers,
         },
         Receiver {
-            conn,
+            link,
             queues: rxs,
+            _tasks: readers,
+        },
+    )
+}
+
+fn split_tcp<Out: WireMessage, In: WireMessage>(
+    tcp: &TcpLink,
+    link: Link,
+    max_frame: usize,
+) -> (Sender<Out>, Receiver<In>) {
+    let bytes = Arc::new(ClassBytes::default());
+    let (c_tx, c_rx) = mpsc::channel::<Out>(QUEUE);
+    let (b_tx, b_rx) = mpsc::channel::<Out>(QUEUE);
+    let (r_tx, r_rx) = mpsc::channel::<Out>(QUEUE);
+    let (ci_tx, ci_rx) = mpsc::channel::<Result<In, TransportError>>(QUEUE);
+    let (bi_tx, bi_rx) = mpsc::channel(QUEUE);
+    let (ri_tx, ri_rx) = mpsc::channel(QUEUE);
+    let readers = tcp.spawn(
+        [c_rx, b_rx, r_rx],
+        [ci_tx, bi_tx, ri_tx],
+        bytes.clone(),
+        max_frame,
+    );
+    (
+        Sender {
+            queues: [c_tx, b_tx, r_tx],
+            bytes,
+            _tasks: JoinSet::new(),
+        },
+        Receiver {
+            link,
+            queues: [ci_rx, bi_rx, ri_rx],
             _tasks: readers,
         },
     )

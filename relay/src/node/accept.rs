@@ -3,11 +3,14 @@
 //! a token) and pumps its messages to the driver as [`RelayInput`]s.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use quinn::{Connection, Endpoint, VarInt};
+use quinn::{Endpoint, VarInt};
 use strata_node::driver::Input;
-use strata_node::tls::{peer_chain, peer_node_name};
+use strata_node::link::Link;
+use strata_node::tls::peer_node_name_in;
 use strata_node::transport::{self, Receiver, close_code};
+use strata_node::{tcp, tls};
 use strata_protocol::codec::DEFAULT_MAX_FRAME;
 use strata_protocol::wire::{ChildToParent, ParentToChild};
 use tokio::sync::{mpsc, oneshot};
@@ -17,73 +20,131 @@ use tracing::Instrument;
 use super::input::RelayInput;
 use crate::join::{self, Joining};
 
-/// Accepts connections until the endpoint closes; every connection's task belongs to
-/// the loop and ends with it.
+/// How long a TLS handshake on an accepted TCP connection may take.
+const TCP_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Accepts QUIC connections until the endpoint closes; every connection's task belongs
+/// to the loop and ends with it. `ids` numbers connections (shared with the TCP loop).
 pub(super) async fn accept_loop(
     listener: Endpoint,
     joining: Option<Arc<Joining>>,
     tx: mpsc::Sender<Input<RelayInput>>,
+    ids: Arc<AtomicU64>,
 ) {
     let mut conns = JoinSet::new();
-    let mut next_id = 0u64;
     while let Some(incoming) = listener.accept().await {
-        next_id += 1;
-        let conn_id = next_id;
+        let conn_id = ids.fetch_add(1, Ordering::Relaxed) + 1;
         let tx = tx.clone();
         let joining = joining.clone();
-        conns.spawn(serve_connection(incoming, conn_id, joining, tx).in_current_span());
+        conns.spawn(
+            async move {
+                let conn = match incoming.await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::info!(error = %e, "handshake failed (a certificate refused?)");
+                        return;
+                    }
+                };
+                // No client certificate: only a relay admitting joins lets that through
+                // TLS, and such a connection may do one join exchange and nothing else.
+                if tls::peer_chain(&conn).is_none() {
+                    if joining.is_some() {
+                        serve_join(conn, &tx).await;
+                    } else {
+                        conn.close(
+                            VarInt::from_u32(close_code::UNKNOWN_CHILD),
+                            b"a client certificate is required",
+                        );
+                    }
+                    return;
+                }
+                serve_connection(Link::Quic(conn), conn_id, joining, tx).await;
+            }
+            .in_current_span(),
+        );
         // Reap finished connection tasks so the set does not grow without bound.
         while conns.try_join_next().is_some() {}
     }
     conns.shutdown().await;
 }
 
-/// One incoming connection: a join exchange when it has no client certificate, else a
-/// child's session, in a span naming the child.
+/// Accepts TLS/TCP connections until the node stops; the same checks as QUIC's, except
+/// that joining with a token needs QUIC.
+pub(super) async fn tcp_accept_loop(
+    listener: tcp::Listener,
+    joining: Option<Arc<Joining>>,
+    tx: mpsc::Sender<Input<RelayInput>>,
+    ids: Arc<AtomicU64>,
+) {
+    let mut conns = JoinSet::new();
+    loop {
+        let (stream, tls) = match listener.next().await {
+            Ok(s) => s,
+            Err(e) => {
+                // Out of descriptors and the like: wait rather than spin.
+                tracing::warn!(error = %e, "cannot accept a TCP connection");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let conn_id = ids.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, joining) = (tx.clone(), joining.clone());
+        conns.spawn(
+            async move {
+                let link = match tokio::time::timeout(TCP_HANDSHAKE_TIMEOUT, tcp::accept(stream, tls)).await {
+                    Ok(Ok(l)) => Link::Tcp(l),
+                    Ok(Err(e)) => {
+                        tracing::info!(error = %e, "TLS/TCP handshake failed (a certificate refused?)");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::info!("TLS/TCP handshake did not complete in time");
+                        return;
+                    }
+                };
+                if link.peer_chain().is_none() {
+                    let reason: &[u8] = if joining.is_some() {
+                        b"joining with a token needs QUIC; TLS/TCP links need a client certificate"
+                    } else {
+                        b"a client certificate is required"
+                    };
+                    link.close(close_code::UNKNOWN_CHILD, reason);
+                    return;
+                }
+                serve_connection(link, conn_id, joining, tx).await;
+            }
+            .in_current_span(),
+        );
+        while conns.try_join_next().is_some() {}
+    }
+}
+
+/// One child's connection (it presented a certificate): checked, then its session, in
+/// a span naming the child.
 async fn serve_connection(
-    incoming: quinn::Incoming,
+    conn: Link,
     conn_id: u64,
     joining: Option<Arc<Joining>>,
     tx: mpsc::Sender<Input<RelayInput>>,
 ) {
-    let conn = match incoming.await {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::info!(error = %e, "handshake failed (a certificate refused?)");
-            return;
-        }
-    };
-    // No client certificate: only a relay admitting joins lets that through TLS,
-    // and such a connection may do one join exchange and nothing else.
-    let Some(chain) = peer_chain(&conn) else {
-        if joining.is_some() {
-            serve_join(conn, &tx).await;
-        } else {
-            conn.close(
-                VarInt::from_u32(close_code::UNKNOWN_CHILD),
-                b"a client certificate is required",
-            );
-        }
+    let Some(chain) = conn.peer_chain() else {
         return;
     };
     if !join::chain_allowed(&chain, joining.as_deref()) {
         conn.close(
-            VarInt::from_u32(close_code::UNKNOWN_CHILD),
+            close_code::UNKNOWN_CHILD,
             b"the certificate was issued by an intermediate that is not this relay's join CA",
         );
         return;
     }
-    let name = match peer_node_name(&conn) {
+    let name = match peer_node_name_in(&chain) {
         Ok(n) => n,
         Err(e) => {
-            conn.close(
-                VarInt::from_u32(close_code::UNKNOWN_CHILD),
-                e.to_string().as_bytes(),
-            );
+            conn.close(close_code::UNKNOWN_CHILD, e.to_string().as_bytes());
             return;
         }
     };
-    let span = tracing::info_span!("child", peer = %name, conn = conn_id);
+    let span = tracing::info_span!("child", peer = %name, conn = conn_id, transport = %conn.kind());
     async move {
         let (sender, receiver) =
             transport::split::<ParentToChild, ChildToParent>(conn.clone(), DEFAULT_MAX_FRAME);
@@ -109,7 +170,7 @@ async fn serve_connection(
 }
 
 /// One join exchange on a connection without a client certificate.
-async fn serve_join(conn: Connection, tx: &mpsc::Sender<Input<RelayInput>>) {
+async fn serve_join(conn: quinn::Connection, tx: &mpsc::Sender<Input<RelayInput>>) {
     let Some(request) = join::read_request(&conn).await else {
         return;
     };

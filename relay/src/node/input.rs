@@ -2,7 +2,7 @@
 //! connections and messages (from the accept loop), questions about its core (the
 //! API, the simulation, tests), and join requests.
 
-use quinn::Connection;
+use strata_node::link::{Link, TransportKind};
 use strata_node::transport::Sender;
 use strata_protocol::wire::{ChildToParent, JoinReply, JoinRequest, ParentToChild, StreamClass};
 use tokio::sync::oneshot;
@@ -22,7 +22,7 @@ pub enum RelayInput {
     ChildUp {
         name: String,
         conn_id: u64,
-        conn: Connection,
+        conn: Link,
         /// Where to send the child's messages.
         sender: Sender<ParentToChild>,
     },
@@ -62,8 +62,8 @@ impl std::fmt::Debug for RelayInput {
     }
 }
 
-/// Bytes on this node's links (UDP payload, as quinn counts it), for benchmarks and
-/// metrics.
+/// Bytes on this node's links (UDP payload as quinn counts it; multiplexer bytes for
+/// TLS/TCP links), and their transports, for benchmarks and metrics.
 #[derive(Debug, Clone, Default)]
 pub struct LinkStats {
     /// Per connected child: (name, bytes sent, bytes received).
@@ -73,4 +73,8 @@ pub struct LinkStats {
     /// Framed bytes per stream class on every live connection: (peer, class, sent,
     /// received); the parent is the peer `parent`.
     pub streams: Vec<(String, StreamClass, u64, u64)>,
+    /// Which transport each connected child's link uses.
+    pub child_transports: Vec<(String, TransportKind)>,
+    /// Which transport the link to the parent uses, while connected.
+    pub parent_transport: Option<TransportKind>,
 }

@@ -4,13 +4,14 @@
 //! `accept.rs`. Every task is owned by the driver and ends with the node.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quinn::{Connection, Endpoint, VarInt};
+use quinn::{Endpoint, VarInt};
 use strata_node::clock::Clock;
+use strata_node::dial::{Connector, ParentAddress};
 use strata_node::driver::{self, Driver, Input, Node, ParentAddr, ParentConn, ToParent};
+use strata_node::link::Link;
 use strata_node::store::{Store, StoreError};
 use strata_node::transport::{self, Sender, close_code};
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
@@ -19,7 +20,7 @@ use strata_protocol::wire::{ErrorCode, JoinReply, ParentToChild, Role};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::accept::accept_loop;
+use super::accept::{accept_loop, tcp_accept_loop};
 use super::core::{CoreSetup, NodeCore, Outgoing, new_log};
 pub use super::input::{LinkStats, Query, RelayInput};
 use super::reports::SubtreeReports;
@@ -33,13 +34,15 @@ pub struct NodeParts {
     pub labels: strata_protocol::model::Labels,
     /// Children allowed to connect.
     pub children: Vec<String>,
-    /// The parent (`None` at the root).
-    pub parent: Option<(String, SocketAddr)>,
+    /// The parent's name and address (`None` at the root).
+    pub parent: Option<(String, ParentAddress)>,
     pub store: Arc<dyn Store>,
-    /// Where children connect, if this node has any.
+    /// Where children connect over QUIC, if this node has any.
     pub listener: Option<Endpoint>,
-    /// The endpoint used to reach the parent.
-    pub connector: Option<Endpoint>,
+    /// Where children connect with TLS over TCP, if anywhere.
+    pub tcp_listener: Option<strata_node::tcp::Listener>,
+    /// How the parent is reached (a QUIC endpoint converts into a QUIC-only one).
+    pub connector: Option<Connector>,
     pub sessions: SessionConfig,
     /// How often summaries go upward.
     pub summary_interval: Duration,
@@ -196,7 +199,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
         }),
         _ => None,
     };
-    let (listener, joining) = (parts.listener, parts.joining);
+    let (listener, tcp_listener, joining) = (parts.listener, parts.tcp_listener, parts.joining);
     let inner = Driver::start(
         relay,
         parts.clock,
@@ -205,8 +208,13 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
         4096,
         span,
         |tasks, inputs| {
+            let ids = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            if let Some(listener) = tcp_listener {
+                let (joining, inputs, ids) = (joining.clone(), inputs.clone(), ids.clone());
+                tasks.spawn(tcp_accept_loop(listener, joining, inputs, ids).in_current_span());
+            }
             if let Some(listener) = listener {
-                tasks.spawn(accept_loop(listener, joining, inputs).in_current_span());
+                tasks.spawn(accept_loop(listener, joining, inputs, ids).in_current_span());
             }
         },
     );
@@ -218,7 +226,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
 /// port.
 const RESTART_HINT_MS: u64 = 1000;
 
-type Children = BTreeMap<(String, u64), (Connection, Sender<ParentToChild>)>;
+type Children = BTreeMap<(String, u64), (Link, Sender<ParentToChild>)>;
 
 /// A relay as the driver sees it: the core, and the children's connections.
 struct Relay {
@@ -249,15 +257,12 @@ impl Node for Relay {
                 sender,
             } => match core.child_connected(now, &name, conn_id) {
                 Ok(()) => {
-                    tracing::info!(child = %name, remote = %conn.remote_address(), "child connected");
+                    tracing::info!(child = %name, remote = %conn.remote_address(), transport = %conn.kind(), "child connected");
                     self.children.insert((name, conn_id), (conn, sender));
                 }
                 Err(e) => {
                     tracing::warn!(child = %name, reason = %e.reason, "refusing a connection");
-                    conn.close(
-                        VarInt::from_u32(close_code::UNKNOWN_CHILD),
-                        e.reason.as_bytes(),
-                    );
+                    conn.close(close_code::UNKNOWN_CHILD, e.reason.as_bytes());
                 }
             },
             RelayInput::ChildMsg { name, conn_id, msg } => {
@@ -321,10 +326,7 @@ impl Node for Relay {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         for (conn, _) in std::mem::take(&mut self.children).into_values() {
-            conn.close(
-                VarInt::from_u32(close_code::SHUTDOWN),
-                b"node shutting down",
-            );
+            conn.close(close_code::SHUTDOWN, b"node shutting down");
         }
         if let Some(l) = &self.listener {
             l.close(
@@ -350,7 +352,7 @@ impl Relay {
         for (name, conn_id) in too_slow {
             if let Some((conn, _)) = self.children.remove(&(name.clone(), conn_id)) {
                 tracing::warn!(child = %name, "closing a child that does not keep up");
-                conn.close(VarInt::from_u32(close_code::TOO_SLOW), b"queue full");
+                conn.close(close_code::TOO_SLOW, b"queue full");
             }
             self.core.child_gone(now, &name, conn_id);
         }
@@ -365,7 +367,7 @@ impl Relay {
                 let reason = error.reason.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    conn.close(VarInt::from_u32(code), reason.as_bytes());
+                    conn.close(code, reason.as_bytes());
                 });
             }
             self.core.child_gone(now, &name, conn_id);
@@ -378,11 +380,13 @@ impl Relay {
 }
 
 fn link_stats(children: &Children, parent: &ParentConn) -> LinkStats {
-    let udp = |c: &Connection| {
-        let s = c.stats();
-        (s.udp_tx.bytes, s.udp_rx.bytes)
-    };
+    let udp = |c: &Link| c.wire_bytes();
     LinkStats {
+        child_transports: children
+            .iter()
+            .map(|((name, _), (conn, _))| (name.clone(), conn.kind()))
+            .collect(),
+        parent_transport: parent.connection().map(Link::kind),
         children: children
             .iter()
             .map(|((name, _), (conn, _))| {

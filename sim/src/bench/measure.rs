@@ -211,7 +211,7 @@ pub(crate) async fn topology(
     let rss_start = procstat::rss_bytes();
     let (tx, rx) = mpsc::unbounded_channel();
     let mut arrivals = Arrivals::new(rx);
-    let mut tree = Tree::build(fanout, tx)?;
+    let mut tree = Tree::build(fanout, tx, opts.transport)?;
     let root = tree.root()?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_relays = procstat::rss_bytes();

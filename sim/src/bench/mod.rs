@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use strata_node::dial::TransportMode;
 
 mod measure;
 mod nats;
@@ -41,6 +42,8 @@ pub struct Options {
     pub nats: Option<NatsChoice>,
     /// The placement customizes the object for every cluster (rendered by each agent).
     pub customize: bool,
+    /// How every child reaches its parent (`--transport`; QUIC by default).
+    pub transport: TransportMode,
 }
 
 /// Where the NATS baseline's server comes from.

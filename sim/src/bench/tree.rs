@@ -1,6 +1,6 @@
 //! A hierarchy of real relays and agents in one process, over real QUIC + mTLS on
-//! loopback: every node and every agent has its own endpoint and its own in-memory
-//! store. The root, the other relays and the agents each run on their own tokio runtime
+//! loopback (or TLS 1.3 over TCP, or `auto`, with `--transport`): every node and every
+//! agent has its own endpoint and its own in-memory store. The root, the other relays and the agents each run on their own tokio runtime
 //! (threads named per tier) so that CPU time can be told apart per tier.
 //!
 //! Each agent drives a [`SimulatedCluster`] wrapped so that every apply is reported on a
@@ -16,9 +16,10 @@ use strata_agent::backend::{BackendError, ClusterBackend};
 use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_node::clock::Clock;
+use strata_node::dial::{Connector, TransportMode};
 use strata_node::store::{MemStore, Store};
 use strata_node::tls::{self, Identity};
-use strata_node::transport;
+use strata_node::{tcp, transport};
 use strata_protocol::model::{Cluster, Object, ObjectKey, Status};
 use strata_protocol::sync::SessionConfig;
 use strata_protocol::time::{Instant, UnixMillis};
@@ -144,6 +145,8 @@ pub(crate) struct Tree {
     tiers: Tiers,
     applied: mpsc::UnboundedSender<Applied>,
     runs: u64,
+    /// How every child reaches its parent; relays listen on TCP too unless it is QUIC.
+    transport: TransportMode,
 }
 
 impl Tree {
@@ -153,6 +156,7 @@ impl Tree {
     pub(crate) fn build(
         fanout: &[usize],
         applied: mpsc::UnboundedSender<Applied>,
+        transport: TransportMode,
     ) -> Result<Tree, BenchError> {
         let ca = Ca::generate("bench").map_err(|e| BenchError::setup("the CA", e))?;
         let mut tree = Tree {
@@ -162,6 +166,7 @@ impl Tree {
             tiers: Tiers::new()?,
             applied,
             runs: 1,
+            transport,
         };
         let child_names = |parent: &str, level: usize, n: usize| -> Vec<String> {
             let tag = match level {
@@ -180,7 +185,7 @@ impl Tree {
         let mut id = 1u64;
         let mut root = tree.slot(&ca, "root", None, child_names("root", 0, fanout[0]), id)?;
         tree.runs += 1;
-        start_node(&tree.tiers, tree.runs, &mut root, 0)?;
+        start_node(&tree.tiers, tree.runs, &mut root, 0, transport)?;
         tree.levels.push(vec![root]);
         for (level, &per_parent) in fanout.iter().enumerate().skip(1) {
             let mut slots = Vec::new();
@@ -199,7 +204,7 @@ impl Tree {
             }
             for slot in &mut slots {
                 tree.runs += 1;
-                start_node(&tree.tiers, tree.runs, slot, level)?;
+                start_node(&tree.tiers, tree.runs, slot, level, transport)?;
             }
             tree.levels.push(slots);
         }
@@ -255,6 +260,7 @@ impl Tree {
                 self.runs,
                 &mut self.levels[level][index],
                 level,
+                self.transport,
             ) {
                 Ok(()) => return Ok(()),
                 Err(e) => last = Some(e),
@@ -270,11 +276,7 @@ impl Tree {
         for i in range {
             self.runs += 1;
             let slot = &self.agents[i];
-            let connector = transport::client_endpoint(
-                SocketAddr::from(([127, 0, 0, 1], 0)),
-                tls::client_config(&slot.identity).map_err(|e| BenchError::setup(&slot.name, e))?,
-            )
-            .map_err(|e| BenchError::setup(&slot.name, e))?;
+            let connector = connector(&slot.name, &slot.identity, self.transport)?;
             let handle = agent::start(AgentParts {
                 cluster: Cluster {
                     name: slot.name.clone(),
@@ -282,7 +284,7 @@ impl Tree {
                     properties: BTreeMap::new(),
                     path: vec![],
                 },
-                parent: slot.parent.clone(),
+                parent: (slot.parent.0.clone(), slot.parent.1.into()),
                 store: slot.store.clone(),
                 connector,
                 backend: Box::new(Watched {
@@ -315,11 +317,7 @@ impl Tree {
         let mut out = Vec::new();
         for i in 0..n {
             self.runs += 1;
-            let connector = transport::client_endpoint(
-                SocketAddr::from(([127, 0, 0, 1], 0)),
-                tls::client_config(&identity).map_err(|e| BenchError::setup(&name, e))?,
-            )
-            .map_err(|e| BenchError::setup(&name, e))?;
+            let connector = connector(&name, &identity, self.transport)?;
             let (tx, _) = mpsc::unbounded_channel();
             out.push(
                 agent::start(AgentParts {
@@ -329,7 +327,10 @@ impl Tree {
                         properties: BTreeMap::new(),
                         path: vec![],
                     },
-                    parent: ("nobody".into(), SocketAddr::from(([127, 0, 0, 1], 1))),
+                    parent: (
+                        "nobody".into(),
+                        SocketAddr::from(([127, 0, 0, 1], 1)).into(),
+                    ),
                     store: Arc::new(MemStore::new(1_000_000 + i as u64)),
                     connector,
                     backend: Box::new(Watched {
@@ -401,6 +402,23 @@ impl Tree {
     }
 }
 
+/// A child's way to its parent: a QUIC endpoint of its own, TLS over TCP, or both.
+fn connector(
+    name: &str,
+    identity: &Identity,
+    mode: TransportMode,
+) -> Result<Connector, BenchError> {
+    let tls = tls::client_config(identity).map_err(|e| BenchError::setup(name, e))?;
+    let quic = match mode {
+        TransportMode::Tcp => None,
+        _ => Some(
+            transport::client_endpoint(SocketAddr::from(([127, 0, 0, 1], 0)), tls.clone())
+                .map_err(|e| BenchError::setup(name, e))?,
+        ),
+    };
+    Ok(Connector::new(mode, quic, Some(tls), None))
+}
+
 fn issue(ca: &Ca, name: &str) -> Result<Identity, BenchError> {
     Identity::issue(ca, name).map_err(|e| BenchError::setup(name, e))
 }
@@ -411,6 +429,7 @@ fn start_node(
     run: u64,
     slot: &mut NodeSlot,
     level: usize,
+    mode: TransportMode,
 ) -> Result<(), BenchError> {
     let rt = if level == 0 {
         &tiers.root
@@ -422,28 +441,42 @@ fn start_node(
     let server = tls::server_config(identity).map_err(|e| BenchError::setup(&slot.name, e))?;
     let mut secret = [0u8; 32];
     secret[..8].copy_from_slice(&slot.id.to_le_bytes());
-    let listener = transport::server_endpoint(slot.addr, server, secret)
-        .map_err(|e| BenchError::setup(&slot.name, e))?;
-    slot.addr = listener
-        .local_addr()
-        .map_err(|e| BenchError::setup(&slot.name, e))?;
+    // TLS/TCP on the same port number as QUIC, as a relay listens by default. On a
+    // first start the port is the system's choice for UDP, which a TCP socket (say, a
+    // child's outgoing connection) may hold already: try another.
+    let mut attempts = 0;
+    let (listener, tcp_listener) = loop {
+        let listener = transport::server_endpoint(slot.addr, server.clone(), secret)
+            .map_err(|e| BenchError::setup(&slot.name, e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| BenchError::setup(&slot.name, e))?;
+        let tcp_listener = match mode {
+            TransportMode::Quic => None,
+            _ => match tcp::Listener::bind(addr, server.clone()) {
+                Ok(l) => Some(l),
+                Err(_) if slot.addr.port() == 0 && attempts < 20 => {
+                    attempts += 1;
+                    continue;
+                }
+                Err(e) => return Err(BenchError::setup(&slot.name, e)),
+            },
+        };
+        slot.addr = addr;
+        break (listener, tcp_listener);
+    };
     let connector = match slot.parent {
-        Some(_) => Some(
-            transport::client_endpoint(
-                SocketAddr::from(([127, 0, 0, 1], 0)),
-                tls::client_config(identity).map_err(|e| BenchError::setup(&slot.name, e))?,
-            )
-            .map_err(|e| BenchError::setup(&slot.name, e))?,
-        ),
+        Some(_) => Some(connector(&slot.name, identity, mode)?),
         None => None,
     };
     let handle = node::start(NodeParts {
         name: slot.name.clone(),
         labels: BTreeMap::new(),
         children: slot.children.clone(),
-        parent: slot.parent.clone(),
+        parent: slot.parent.clone().map(|(n, a)| (n, a.into())),
         store: slot.store.clone() as Arc<dyn Store>,
         listener: Some(listener),
+        tcp_listener,
         connector,
         sessions: SessionConfig::default(),
         summary_interval: Duration::from_millis(100),

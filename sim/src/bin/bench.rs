@@ -14,6 +14,7 @@ use std::process::Command;
 
 use anyhow::Context;
 use clap::Parser;
+use strata_node::dial::TransportMode;
 use strata_sim::bench::{self, NatsChoice, Options, Phase, TopologyReport};
 
 #[derive(Debug, Parser)]
@@ -51,6 +52,9 @@ struct Args {
     /// rendered by each agent).
     #[arg(long)]
     customize: bool,
+    /// How every link of the tree is carried: quic, tcp (TLS 1.3 over TCP) or auto.
+    #[arg(long, default_value = "quic")]
+    transport: TransportMode,
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -119,6 +123,7 @@ async fn main() -> anyhow::Result<()> {
         flat: !args.no_flat,
         nats,
         customize: args.customize,
+        transport: args.transport,
     };
     if let (Some(phase), Some(path)) = (args.phase, &args.phase_out) {
         let figures = bench::topology(&opts, phase).await?;

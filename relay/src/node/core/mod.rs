@@ -255,6 +255,14 @@ impl NodeCore {
         self.parent.as_ref().map(ParentFollower::link)
     }
 
+    /// How many snapshots the parent started sending during this run (0 at the root);
+    /// a resync that was a delta leaves it unchanged.
+    pub fn snapshots_received(&self) -> u64 {
+        self.parent
+            .as_ref()
+            .map_or(0, ParentFollower::snapshots_received)
+    }
+
     // ---- time ----------------------------------------------------------------
 
     /// Handles timers that are due.

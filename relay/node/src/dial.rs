@@ -1,0 +1,472 @@
+//! Reaching the parent: its address (an `IP:PORT`, or a `host:port` resolved at every
+//! connect with every address tried, happy-eyeballs style), the transport (`quic`,
+//! `tcp`, or `auto`: QUIC, falling back to TLS over TCP), and an HTTP CONNECT proxy for
+//! the TCP transport. Whatever the route, the certificate checked is the one naming the
+//! parent's node name.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::Endpoint;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+
+use crate::link::Link;
+use crate::proxy::{Proxy, ProxyError};
+use crate::tcp;
+
+/// How long after starting one address the next is started when the first has not
+/// answered yet (RFC 8305's connection attempt delay).
+pub const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
+/// How long `auto` lets QUIC try to complete a handshake before falling back to TCP.
+pub const QUIC_FALLBACK_AFTER: Duration = Duration::from_secs(3);
+/// How often `auto`, while on TCP, tries QUIC again in the background.
+pub const QUIC_PROBE_EVERY: Duration = Duration::from_secs(30);
+/// How long a TCP connect plus TLS handshake (through the proxy, if any) may take.
+pub const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the parent listens: an address, or a name resolved at every connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParentAddress {
+    /// `IP:PORT`.
+    Socket(SocketAddr),
+    /// `host:port`, resolved (IPv6 and IPv4) at every connect.
+    Host {
+        /// The DNS name.
+        host: String,
+        /// The port (UDP for QUIC, TCP for the fallback).
+        port: u16,
+    },
+}
+
+impl From<SocketAddr> for ParentAddress {
+    fn from(a: SocketAddr) -> Self {
+        ParentAddress::Socket(a)
+    }
+}
+
+impl fmt::Display for ParentAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParentAddress::Socket(a) => write!(f, "{a}"),
+            ParentAddress::Host { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+impl FromStr for ParentAddress {
+    type Err = String;
+
+    /// `IP:PORT`, `[IPv6]:PORT` or `host:port` (a DNS name).
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(a) = s.parse::<SocketAddr>() {
+            return Ok(ParentAddress::Socket(a));
+        }
+        let bad = || format!("{s:?} is not an address of the form IP:PORT or HOST:PORT");
+        let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        let valid_label = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        let host = host.trim_end_matches('.');
+        if host.is_empty() || host.len() > 253 || !host.split('.').all(valid_label) {
+            return Err(bad());
+        }
+        Ok(ParentAddress::Host {
+            host: host.to_ascii_lowercase(),
+            port,
+        })
+    }
+}
+
+impl ParentAddress {
+    /// The host part, as a proxy's `NO_PROXY` compares it.
+    pub fn host(&self) -> String {
+        match self {
+            ParentAddress::Socket(a) => a.ip().to_string(),
+            ParentAddress::Host { host, .. } => host.clone(),
+        }
+    }
+
+    /// What a proxy is asked to CONNECT to.
+    fn target(&self) -> String {
+        self.to_string()
+    }
+
+    /// Every address now, IPv6 and IPv4 interleaved starting with the family the
+    /// resolver put first.
+    pub async fn resolve(&self) -> Result<Vec<SocketAddr>, String> {
+        match self {
+            ParentAddress::Socket(a) => Ok(vec![*a]),
+            ParentAddress::Host { host, port } => {
+                let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), *port))
+                    .await
+                    .map_err(|e| format!("cannot resolve {host}: {e}"))?
+                    .collect();
+                if found.is_empty() {
+                    return Err(format!("{host} resolves to no address"));
+                }
+                Ok(interleave(found))
+            }
+        }
+    }
+}
+
+/// RFC 8305 §4: alternate address families, the first family first; duplicates go.
+fn interleave(found: Vec<SocketAddr>) -> Vec<SocketAddr> {
+    let first_v6 = found.first().is_some_and(SocketAddr::is_ipv6);
+    let mut unique: Vec<SocketAddr> = Vec::new();
+    for a in found {
+        if !unique.contains(&a) {
+            unique.push(a);
+        }
+    }
+    let (mut a, mut b): (Vec<_>, Vec<_>) =
+        unique.into_iter().partition(|x| x.is_ipv6() == first_v6);
+    a.reverse();
+    b.reverse();
+    let mut out = Vec::new();
+    while !a.is_empty() || !b.is_empty() {
+        out.extend(a.pop());
+        out.extend(b.pop());
+    }
+    out
+}
+
+/// Which transport a parent link uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportMode {
+    /// QUIC; TLS over TCP when QUIC cannot complete a handshake in a few seconds, and
+    /// back to QUIC when a background probe succeeds.
+    Auto,
+    /// QUIC only.
+    #[default]
+    Quic,
+    /// TLS over TCP only (through the proxy, if one is set).
+    Tcp,
+}
+
+impl fmt::Display for TransportMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TransportMode::Auto => "auto",
+            TransportMode::Quic => "quic",
+            TransportMode::Tcp => "tcp",
+        })
+    }
+}
+
+impl FromStr for TransportMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(TransportMode::Auto),
+            "quic" => Ok(TransportMode::Quic),
+            "tcp" => Ok(TransportMode::Tcp),
+            _ => Err(format!(
+                "{s:?} is not a transport: expected auto, quic or tcp"
+            )),
+        }
+    }
+}
+
+/// Why the parent could not be reached. Every variant names the parent and the
+/// address as given.
+#[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant names the parent, the address and the cause
+pub enum DialError {
+    /// The name did not resolve.
+    #[error("cannot reach {name} at {target}: {detail}")]
+    Resolve {
+        name: String,
+        target: String,
+        detail: String,
+    },
+    /// No QUIC handshake completed on any address.
+    #[error("cannot reach {name} at {target} over QUIC: {detail}")]
+    Quic {
+        name: String,
+        target: String,
+        detail: String,
+    },
+    /// No TCP connection or TLS handshake completed.
+    #[error("cannot reach {name} at {target} over TLS/TCP: {detail}")]
+    Tcp {
+        name: String,
+        target: String,
+        detail: String,
+    },
+    /// The proxy refused or failed.
+    #[error("cannot reach {name} at {target} through the proxy: {source}")]
+    Proxy {
+        name: String,
+        target: String,
+        source: Box<ProxyError>,
+    },
+    /// The connector lacks what this transport needs (a QUIC endpoint or TLS config).
+    #[error("cannot reach {name}: no {transport} connector is configured")]
+    NotConfigured {
+        name: String,
+        transport: &'static str,
+    },
+}
+
+/// How a child reaches its parent: the transport mode, a QUIC endpoint and a TLS
+/// configuration for TCP (both carrying the node's identity), and a proxy for TCP.
+#[derive(Debug, Clone)]
+pub struct Connector {
+    mode: TransportMode,
+    quic: Option<Endpoint>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    proxy: Option<Proxy>,
+    /// `auto`: how long QUIC may take before TCP is tried.
+    pub quic_timeout: Duration,
+    /// `auto`: how often QUIC is tried again while on TCP.
+    pub probe_every: Duration,
+    /// TLS/TCP: how often this side pings, so that a proxy or balancer never sees the
+    /// tunnel idle for longer.
+    pub keep_alive: Duration,
+}
+
+impl From<Endpoint> for Connector {
+    /// QUIC only, on this endpoint (the simulation's and most tests' connector).
+    fn from(e: Endpoint) -> Self {
+        Connector::new(TransportMode::Quic, Some(e), None, None)
+    }
+}
+
+impl Connector {
+    /// A connector in `mode`; QUIC needs `quic`, TCP needs `tls` (the same identity as
+    /// the endpoint's, from [`crate::tls::client_config`]); `proxy` is used by TCP only.
+    pub fn new(
+        mode: TransportMode,
+        quic: Option<Endpoint>,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        proxy: Option<Proxy>,
+    ) -> Self {
+        Connector {
+            mode,
+            quic,
+            tls,
+            proxy,
+            quic_timeout: QUIC_FALLBACK_AFTER,
+            probe_every: QUIC_PROBE_EVERY,
+            keep_alive: tcp::KEEP_ALIVE,
+        }
+    }
+
+    /// The transport mode.
+    pub fn mode(&self) -> TransportMode {
+        self.mode
+    }
+
+    /// The proxy TCP links go through, if any.
+    pub fn proxy(&self) -> Option<&Proxy> {
+        self.proxy.as_ref()
+    }
+
+    /// Connects over QUIC, every resolved address tried; `timeout` bounds the whole
+    /// attempt (none: quinn's own idle timeout decides).
+    pub async fn connect_quic(
+        &self,
+        addr: &ParentAddress,
+        name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Link, DialError> {
+        let Some(endpoint) = &self.quic else {
+            return Err(DialError::NotConfigured {
+                name: name.to_owned(),
+                transport: "QUIC",
+            });
+        };
+        let err = |detail: String| DialError::Quic {
+            name: name.to_owned(),
+            target: addr.to_string(),
+            detail,
+        };
+        let attempt = async {
+            let addrs = addr.resolve().await.map_err(|detail| DialError::Resolve {
+                name: name.to_owned(),
+                target: addr.to_string(),
+                detail,
+            })?;
+            let (endpoint, owned) = (endpoint.clone(), name.to_owned());
+            race(addrs, move |a| {
+                let (endpoint, name) = (endpoint.clone(), owned.clone());
+                async move {
+                    let connecting = endpoint
+                        .connect(a, &name)
+                        .map_err(|e| format!("{a}: {e}"))?;
+                    connecting.await.map_err(|e| format!("{a}: {e}"))
+                }
+            })
+            .await
+            .map(Link::Quic)
+            .map_err(err)
+        };
+        match timeout {
+            None => attempt.await,
+            Some(t) => tokio::time::timeout(t, attempt).await.unwrap_or_else(|_| {
+                Err(err(format!(
+                    "no handshake completed within {t:?} (is UDP blocked?)"
+                )))
+            }),
+        }
+    }
+
+    /// Connects TLS over TCP, through the proxy if one is set, else to every resolved
+    /// address happy-eyeballs style.
+    pub async fn connect_tcp(&self, addr: &ParentAddress, name: &str) -> Result<Link, DialError> {
+        let Some(tls) = &self.tls else {
+            return Err(DialError::NotConfigured {
+                name: name.to_owned(),
+                transport: "TLS/TCP",
+            });
+        };
+        let err = |detail: String| DialError::Tcp {
+            name: name.to_owned(),
+            target: addr.to_string(),
+            detail,
+        };
+        let attempt = async {
+            let stream = match &self.proxy {
+                Some(proxy) => {
+                    proxy
+                        .tunnel(&addr.target())
+                        .await
+                        .map_err(|source| DialError::Proxy {
+                            name: name.to_owned(),
+                            target: addr.to_string(),
+                            source: Box::new(source),
+                        })?
+                }
+                None => {
+                    let addrs = addr.resolve().await.map_err(|detail| DialError::Resolve {
+                        name: name.to_owned(),
+                        target: addr.to_string(),
+                        detail,
+                    })?;
+                    race(addrs, |a| async move {
+                        TcpStream::connect(a).await.map_err(|e| format!("{a}: {e}"))
+                    })
+                    .await
+                    .map_err(err)?
+                }
+            };
+            tcp::connect(stream, tls.clone(), name, self.keep_alive)
+                .await
+                .map(Link::Tcp)
+                .map_err(|e| err(format!("TLS handshake: {e}")))
+        };
+        tokio::time::timeout(TCP_CONNECT_TIMEOUT, attempt)
+            .await
+            .unwrap_or_else(|_| Err(err(format!("no connection within {TCP_CONNECT_TIMEOUT:?}"))))
+    }
+}
+
+/// Connects TCP to `host:port` (a name or an address), every address tried.
+pub async fn tcp_happy_eyeballs(hostport: &str) -> Result<TcpStream, String> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(hostport)
+        .await
+        .map_err(|e| format!("cannot resolve {hostport}: {e}"))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(format!("{hostport} resolves to no address"));
+    }
+    race(interleave(addrs), |a| async move {
+        TcpStream::connect(a).await.map_err(|e| format!("{a}: {e}"))
+    })
+    .await
+}
+
+/// Happy eyeballs: starts `attempt` on the first address, then on the next one every
+/// [`ATTEMPT_DELAY`] or as soon as one fails; the first success wins and the others
+/// are dropped. A single address is tried in place (no task).
+async fn race<T, F, Fut>(addrs: Vec<SocketAddr>, attempt: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: Fn(SocketAddr) -> Fut,
+    Fut: Future<Output = Result<T, String>> + Send + 'static,
+{
+    if let [one] = addrs.as_slice() {
+        return attempt(*one).await;
+    }
+    let mut running = JoinSet::new();
+    let mut next = addrs.into_iter();
+    let mut errors = Vec::new();
+    if let Some(a) = next.next() {
+        running.spawn(attempt(a));
+    }
+    let mut more = next.len() > 0;
+    loop {
+        if running.is_empty() && !more {
+            return Err(if errors.is_empty() {
+                "no address to try".into()
+            } else {
+                errors.join("; ")
+            });
+        }
+        let start_next = tokio::select! {
+            done = running.join_next(), if !running.is_empty() => match done {
+                Some(Ok(Ok(v))) => return Ok(v),
+                Some(Ok(Err(e))) => { errors.push(e); true }
+                Some(Err(e)) => { errors.push(e.to_string()); true }
+                None => true,
+            },
+            _ = tokio::time::sleep(ATTEMPT_DELAY), if more => true,
+        };
+        if start_next && let Some(a) = next.next() {
+            running.spawn(attempt(a));
+        }
+        more = next.len() > 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_and_names_parse() {
+        assert_eq!(
+            "127.0.0.1:7443".parse::<ParentAddress>().unwrap(),
+            ParentAddress::Socket("127.0.0.1:7443".parse().unwrap())
+        );
+        assert_eq!(
+            "EU-West.relays.example.com:7443"
+                .parse::<ParentAddress>()
+                .unwrap(),
+            ParentAddress::Host {
+                host: "eu-west.relays.example.com".into(),
+                port: 7443
+            }
+        );
+        assert!("[::1]:1".parse::<ParentAddress>().is_ok());
+        for bad in ["nowhere", "a b:1", "host:99999", ":1", "-x:1"] {
+            let e = bad.parse::<ParentAddress>().unwrap_err();
+            assert!(e.contains("HOST:PORT"), "{e}");
+        }
+    }
+
+    #[test]
+    fn families_alternate_starting_with_the_first() {
+        let v4a: SocketAddr = "10.0.0.1:1".parse().unwrap();
+        let v4b: SocketAddr = "10.0.0.2:1".parse().unwrap();
+        let v6a: SocketAddr = "[fd00::1]:1".parse().unwrap();
+        let v6b: SocketAddr = "[fd00::2]:1".parse().unwrap();
+        assert_eq!(
+            interleave(vec![v6a, v6b, v4a, v4b, v4a]),
+            vec![v6a, v4a, v6b, v4b]
+        );
+        assert_eq!(interleave(vec![v4a, v6a]), vec![v4a, v6a]);
+    }
+}

@@ -1,0 +1,641 @@
+//! The second transport: the same protocol over one TLS 1.3 connection on TCP (same
+//! mutual-TLS identities, same ALPN), for networks where UDP does not pass.
+//!
+//! # Why one connection with a small multiplexer
+//!
+//! The three stream classes (control, bulk, reports) share one TCP connection as
+//! chunks of at most [`CHUNK`] bytes, each tagged with its class, and the writer always
+//! takes control before reports before bulk. Per-class credit (like HTTP/2 windows)
+//! bounds how many bytes of a class may be unconsumed at the receiver ([`WINDOW`]), so:
+//! a heartbeat waits behind at most one chunk plus the bulk bytes in flight (at most
+//! one window), never behind a whole snapshot; and a receiver whose bulk queue is full
+//! stops bulk alone while control keeps flowing, as QUIC's per-stream flow control
+//! does. One connection rather than one per class because a child then makes one TCP
+//! handshake, one TLS handshake and one proxy CONNECT, and because an L4 balancer in
+//! front of replicated parents cannot send a link's classes to different replicas.
+//!
+//! # Wire
+//!
+//! After the TLS handshake both sides send frames with an 8-byte header
+//! `[kind u8][class u8][code u16 BE][len u32 BE]` and `len` bytes of payload:
+//! `DATA` (a chunk of the class's byte stream, itself length-prefixed frames of
+//! `protocol/src/codec.rs`), `CREDIT` (`len` more bytes of the class may be sent; no
+//! payload), `PING` (keep-alive; no payload), `CLOSE` (the application `code`, the
+//! reason as payload). A side that hears nothing for [`IDLE_TIMEOUT`] closes the link,
+//! as QUIC's idle timeout does; pings go every [`KEEP_ALIVE`] by default (a child sets
+//! its own with `parent.keepalive_ms`), shorter than the idle timeouts of common proxies
+//! and load balancers.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use rustls_pki_types::{CertificateDer, ServerName};
+use strata_protocol::codec::{self, FrameDecoder};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::TlsStream;
+
+use crate::transport::{ClassBytes, STREAM_CLASSES, TransportError, WireMessage, close_code};
+
+/// The largest chunk of one class written at a time: what a heartbeat may wait behind
+/// in the writer.
+pub const CHUNK: usize = 16 * 1024;
+/// Bytes of one class the sender may have unconsumed at the receiver.
+pub const WINDOW: u64 = 256 * 1024;
+/// How often a side pings by default.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// Silence after which a side gives the link up.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+
+const DATA: u8 = 0;
+const CREDIT: u8 = 1;
+const PING: u8 = 2;
+const CLOSE: u8 = 3;
+const HEADER: usize = 8;
+const MAX_REASON: usize = 1024;
+
+type Stream = TlsStream<TcpStream>;
+
+/// What the writer is asked besides the classes' messages.
+#[derive(Debug)]
+enum Event {
+    /// Grant the peer `n` more bytes of class `c`.
+    Grant(usize, u32),
+    /// The peer granted us `n` more bytes of class `c`.
+    Credit(usize, u32),
+    /// Write a CLOSE and end.
+    Close(u32, Vec<u8>),
+}
+
+/// A TLS-over-TCP link (see the module doc). Cloning gives another handle; the writer
+/// task lives until the link is closed or the last handle drops.
+#[derive(Debug, Clone)]
+pub struct TcpLink {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    remote: SocketAddr,
+    peer: Option<Vec<CertificateDer<'static>>>,
+    /// The stream, until [`TcpLink`] is split into sender and receiver.
+    halves: tokio::sync::Mutex<Option<(ReadHalf<Stream>, WriteHalf<Stream>)>>,
+    events: mpsc::UnboundedSender<Event>,
+    events_rx: tokio::sync::Mutex<Option<mpsc::UnboundedReceiver<Event>>>,
+    /// Why the link closed, once it has.
+    closed: watch::Sender<Option<String>>,
+    /// Multiplexer bytes written and read (TLS plaintext, headers included).
+    wire: [AtomicU64; 2],
+    writer: OnceLock<JoinHandle<()>>,
+    /// A close was asked for: the writer may outlive the last handle to write it
+    /// (for at most [`CLOSE_WRITE_TIMEOUT`]).
+    closing: std::sync::atomic::AtomicBool,
+    /// How often the writer pings.
+    keep_alive: Duration,
+}
+
+/// How long a closing writer may take to write what is queued and the CLOSE.
+const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The writer ends with the link, unless it is writing a close (bounded).
+        if !self.closing.load(Ordering::Relaxed)
+            && let Some(w) = self.writer.get()
+        {
+            w.abort();
+        }
+    }
+}
+
+/// Connects TLS over an established TCP stream (direct, or a proxy's tunnel) to the
+/// node `name`, whose certificate must name it; this side pings every `keep_alive`.
+pub async fn connect(
+    stream: TcpStream,
+    tls: Arc<rustls::ClientConfig>,
+    name: &str,
+    keep_alive: Duration,
+) -> Result<TcpLink, std::io::Error> {
+    let _ = stream.set_nodelay(true);
+    let remote = stream.peer_addr()?;
+    let server = ServerName::try_from(name.to_owned())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let tls = tokio_rustls::TlsConnector::from(tls)
+        .connect(server, stream)
+        .await?;
+    let peer = tls.get_ref().1.peer_certificates().map(|c| c.to_vec());
+    Ok(TcpLink::new(
+        TlsStream::Client(tls),
+        remote,
+        peer,
+        keep_alive,
+    ))
+}
+
+/// Accepts TLS on a TCP stream a listener took.
+pub async fn accept(
+    stream: TcpStream,
+    tls: Arc<rustls::ServerConfig>,
+) -> Result<TcpLink, std::io::Error> {
+    let _ = stream.set_nodelay(true);
+    let remote = stream.peer_addr()?;
+    let tls = tokio_rustls::TlsAcceptor::from(tls).accept(stream).await?;
+    let peer = tls.get_ref().1.peer_certificates().map(|c| c.to_vec());
+    Ok(TcpLink::new(
+        TlsStream::Server(tls),
+        remote,
+        peer,
+        KEEP_ALIVE,
+    ))
+}
+
+impl TcpLink {
+    fn new(
+        stream: Stream,
+        remote: SocketAddr,
+        peer: Option<Vec<CertificateDer<'static>>>,
+        keep_alive: Duration,
+    ) -> Self {
+        let (events, events_rx) = mpsc::unbounded_channel();
+        TcpLink {
+            inner: Arc::new(Inner {
+                remote,
+                peer,
+                halves: tokio::sync::Mutex::new(Some(tokio::io::split(stream))),
+                events,
+                events_rx: tokio::sync::Mutex::new(Some(events_rx)),
+                closed: watch::channel(None).0,
+                wire: [AtomicU64::new(0), AtomicU64::new(0)],
+                writer: OnceLock::new(),
+                closing: std::sync::atomic::AtomicBool::new(false),
+                keep_alive: keep_alive.max(Duration::from_millis(10)),
+            }),
+        }
+    }
+
+    /// The peer's address (the proxy's, through a proxy).
+    pub fn remote_address(&self) -> SocketAddr {
+        self.inner.remote
+    }
+
+    /// The certificates the peer presented, leaf first.
+    pub fn peer_chain(&self) -> Option<Vec<CertificateDer<'static>>> {
+        self.inner.peer.clone()
+    }
+
+    /// Multiplexer bytes (sent, received) so far.
+    pub fn wire_bytes(&self) -> (u64, u64) {
+        let [tx, rx] = &self.inner.wire;
+        (tx.load(Ordering::Relaxed), rx.load(Ordering::Relaxed))
+    }
+
+    /// Closes the link after what is already queued: the peer reads `code` and
+    /// `reason`.
+    pub fn close(&self, code: u32, reason: &[u8]) {
+        let reason = reason[..reason.len().min(MAX_REASON)].to_vec();
+        if self.inner.writer.get().is_some() {
+            self.inner.closing.store(true, Ordering::Relaxed);
+            let _ = self.inner.events.send(Event::Close(code, reason));
+            return;
+        }
+        // Not split yet (a refused connection): say why and end.
+        let halves = self.inner.halves.try_lock().ok().and_then(|mut h| h.take());
+        set_closed(
+            &self.inner.closed,
+            format!("closed locally: {}", lossy(&reason)),
+        );
+        if let Some((_, mut wr)) = halves {
+            tokio::spawn(async move {
+                let _ = write_frame(&mut wr, CLOSE, 0, code, &reason).await;
+                let _ = wr.shutdown().await;
+            });
+        }
+    }
+
+    /// Resolves when the link is closed, with why.
+    pub async fn closed(&self) -> String {
+        let mut rx = self.inner.closed.subscribe();
+        loop {
+            if let Some(why) = rx.borrow_and_update().clone() {
+                return why;
+            }
+            if rx.changed().await.is_err() {
+                return "connection dropped".into();
+            }
+        }
+    }
+
+    /// Starts the writer (owned by the link) on the classes' outgoing queues, and the
+    /// reader with one decoding task per class (returned: the receiving half owns them)
+    /// delivering into `incoming`. Only the first call gets the stream; later calls
+    /// start nothing.
+    pub(crate) fn spawn<Out: WireMessage, In: WireMessage>(
+        &self,
+        outgoing: [mpsc::Receiver<Out>; 3],
+        incoming: [mpsc::Sender<Result<In, TransportError>>; 3],
+        bytes: Arc<ClassBytes>,
+        max_frame: usize,
+    ) -> JoinSet<()> {
+        let mut tasks = JoinSet::new();
+        let halves = self.inner.halves.try_lock().ok().and_then(|mut h| h.take());
+        let events_rx = self
+            .inner
+            .events_rx
+            .try_lock()
+            .ok()
+            .and_then(|mut e| e.take());
+        let (Some((rd, wr)), Some(events_rx)) = (halves, events_rx) else {
+            return tasks;
+        };
+        let writer = Writer {
+            wr,
+            queues: outgoing,
+            events: events_rx,
+            credit: [WINDOW; 3],
+            pending: Default::default(),
+            open: [true; 3],
+            bytes: bytes.clone(),
+            link: Arc::downgrade(&self.inner),
+            closed: self.inner.closed.subscribe(),
+            keep_alive: self.inner.keep_alive,
+        };
+        let _ = self.inner.writer.set(tokio::spawn(writer.run()));
+        let unacked = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+        let mut chunk_txs = Vec::new();
+        for (i, queue) in incoming.into_iter().enumerate() {
+            let (tx, rx) = mpsc::unbounded_channel();
+            chunk_txs.push(tx);
+            tasks.spawn(decode_class::<In>(
+                i,
+                rx,
+                queue,
+                max_frame,
+                bytes.clone(),
+                unacked.clone(),
+                self.clone(),
+            ));
+        }
+        tasks.spawn(read_loop(rd, chunk_txs, unacked, self.clone()));
+        tasks
+    }
+}
+
+fn set_closed(state: &watch::Sender<Option<String>>, why: String) {
+    state.send_if_modified(|s| {
+        if s.is_none() {
+            *s = Some(why);
+            true
+        } else {
+            false
+        }
+    });
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+async fn write_frame(
+    wr: &mut WriteHalf<Stream>,
+    kind: u8,
+    class: u8,
+    value: u32,
+    payload: &[u8],
+) -> std::io::Result<usize> {
+    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    let code = u16::try_from(value).unwrap_or(u16::MAX);
+    let mut header = [0u8; HEADER];
+    header[0] = kind;
+    header[1] = class;
+    header[2..4].copy_from_slice(&code.to_be_bytes());
+    // CREDIT carries its amount in `len` and has no payload.
+    let len = if kind == CREDIT { value } else { len };
+    header[4..8].copy_from_slice(&len.to_be_bytes());
+    wr.write_all(&header).await?;
+    wr.write_all(payload).await?;
+    Ok(HEADER + payload.len())
+}
+
+/// One message of a class being written: its frame, and how much of it has gone.
+#[derive(Debug, Default)]
+struct Pending {
+    buf: Vec<u8>,
+    sent: usize,
+}
+
+struct Writer<M> {
+    wr: WriteHalf<Stream>,
+    queues: [mpsc::Receiver<M>; 3],
+    events: mpsc::UnboundedReceiver<Event>,
+    credit: [u64; 3],
+    pending: [Pending; 3],
+    open: [bool; 3],
+    bytes: Arc<ClassBytes>,
+    link: std::sync::Weak<Inner>,
+    closed: watch::Receiver<Option<String>>,
+    keep_alive: Duration,
+}
+
+/// Classes in the order the writer serves them: heartbeats and acks first.
+const PRIORITY: [usize; 3] = [0, 2, 1];
+
+impl<M: WireMessage> Writer<M> {
+    async fn run(mut self) {
+        let why = match self.run_inner().await {
+            Ok(why) => why,
+            Err(e) => format!("write failed: {e}"),
+        };
+        let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, self.wr.shutdown()).await;
+        if let Some(inner) = self.link.upgrade() {
+            set_closed(&inner.closed, why);
+        }
+    }
+
+    fn count(&self, n: usize) {
+        if let Some(inner) = self.link.upgrade() {
+            inner.wire[0].fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    async fn event(&mut self, ev: Event) -> std::io::Result<Option<String>> {
+        match ev {
+            Event::Grant(c, n) => {
+                let w = write_frame(&mut self.wr, CREDIT, c as u8, n, &[]).await?;
+                self.count(w);
+            }
+            Event::Credit(c, n) => self.credit[c] += u64::from(n),
+            Event::Close(code, reason) => {
+                // What is already queued goes first, boundedly: a peer that reads
+                // nothing must not keep this task alive.
+                let write = async {
+                    self.drain_queued().await?;
+                    let w = write_frame(&mut self.wr, CLOSE, 0, code, &reason).await?;
+                    self.count(w);
+                    self.wr.flush().await
+                };
+                let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, write).await;
+                return Ok(Some(format!("closed locally: {}", lossy(&reason))));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Writes what may go now; returns whether anything did.
+    async fn write_ready(&mut self) -> std::io::Result<bool> {
+        for i in PRIORITY {
+            if self.pending[i].buf.is_empty() && self.open[i] {
+                match self.queues[i].try_recv() {
+                    Ok(msg) => self.stage(i, &msg),
+                    Err(mpsc::error::TryRecvError::Disconnected) => self.open[i] = false,
+                    Err(mpsc::error::TryRecvError::Empty) => {}
+                }
+            }
+        }
+        for i in PRIORITY {
+            let p = &self.pending[i];
+            let left = p.buf.len() - p.sent;
+            if left == 0 || self.credit[i] == 0 {
+                continue;
+            }
+            let n = left
+                .min(CHUNK)
+                .min(usize::try_from(self.credit[i]).unwrap_or(CHUNK));
+            let (start, end) = (p.sent, p.sent + n);
+            let chunk = self.pending[i].buf[start..end].to_vec();
+            let w = write_frame(&mut self.wr, DATA, i as u8, 0, &chunk).await?;
+            self.count(w);
+            self.credit[i] -= n as u64;
+            self.pending[i].sent = end;
+            if end == self.pending[i].buf.len() {
+                self.pending[i] = Pending::default();
+            }
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    fn stage(&mut self, i: usize, msg: &M) {
+        let mut buf = Vec::new();
+        if let Err(e) = codec::encode(msg, codec::DEFAULT_MAX_FRAME, &mut buf) {
+            tracing::error!(class = ?STREAM_CLASSES[i], error = %e, "dropping a message that cannot be framed");
+            return;
+        }
+        self.bytes.sent[i].fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.pending[i] = Pending { buf, sent: 0 };
+    }
+
+    /// Before a close: writes what is queued, as far as credit allows.
+    async fn drain_queued(&mut self) -> std::io::Result<()> {
+        while self.write_ready().await? {}
+        Ok(())
+    }
+
+    async fn run_inner(&mut self) -> std::io::Result<String> {
+        let mut ping = tokio::time::interval(self.keep_alive);
+        ping.tick().await;
+        loop {
+            while let Ok(ev) = self.events.try_recv() {
+                if let Some(why) = self.event(ev).await? {
+                    return Ok(why);
+                }
+            }
+            if self.write_ready().await? {
+                continue;
+            }
+            self.wr.flush().await?;
+            let wants = |w: &Self, i: usize| w.open[i] && w.pending[i].buf.is_empty();
+            let (c, b, r) = (wants(self, 0), wants(self, 1), wants(self, 2));
+            let [q0, q1, q2] = &mut self.queues;
+            tokio::select! {
+                biased;
+                // The link closed (the reader saw the end): nothing more to write.
+                _ = self.closed.changed() => return Ok("closed".into()),
+                // Credit and close requests before data: they unblock both sides.
+                ev = self.events.recv() => match ev {
+                    Some(ev) => if let Some(why) = self.event(ev).await? { return Ok(why) },
+                    None => return Ok("dropped".into()),
+                },
+                m = q0.recv(), if c => self.take(0, m),
+                m = q2.recv(), if r => self.take(2, m),
+                m = q1.recv(), if b => self.take(1, m),
+                _ = ping.tick() => {
+                    let w = write_frame(&mut self.wr, PING, 0, 0, &[]).await?;
+                    self.count(w);
+                }
+            }
+        }
+    }
+
+    fn take(&mut self, i: usize, m: Option<M>) {
+        match m {
+            Some(m) => self.stage(i, &m),
+            None => self.open[i] = false,
+        }
+    }
+}
+
+async fn read_loop(
+    mut rd: ReadHalf<Stream>,
+    chunks: Vec<mpsc::UnboundedSender<Vec<u8>>>,
+    unacked: Arc<[AtomicU64; 3]>,
+    link: TcpLink,
+) {
+    let why = read_frames(&mut rd, &chunks, &unacked, &link).await;
+    // Let the decoders hand over what they hold before the link says it is closed.
+    drop(chunks);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    set_closed(&link.inner.closed, why);
+}
+
+async fn read_frames(
+    rd: &mut ReadHalf<Stream>,
+    chunks: &[mpsc::UnboundedSender<Vec<u8>>],
+    unacked: &[AtomicU64; 3],
+    link: &TcpLink,
+) -> String {
+    let mut closed = link.inner.closed.subscribe();
+    loop {
+        let mut header = [0u8; HEADER];
+        let read = tokio::select! {
+            biased;
+            _ = closed.changed() => return "closed".into(),
+            r = tokio::time::timeout(IDLE_TIMEOUT, rd.read_exact(&mut header)) => r,
+        };
+        match read {
+            Err(_) => {
+                let why = format!("timed out: nothing from the peer for {IDLE_TIMEOUT:?}");
+                link.close(close_code::PROTOCOL, why.as_bytes());
+                return why;
+            }
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return "the peer closed the TCP connection".into();
+            }
+            Ok(Err(e)) => return format!("read failed: {e}"),
+            Ok(Ok(_)) => {}
+        }
+        let (kind, class) = (header[0], usize::from(header[1]));
+        let code = u16::from_be_bytes([header[2], header[3]]);
+        let len = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
+        link.inner.wire[1].fetch_add(HEADER as u64, Ordering::Relaxed);
+        let malformed = |why: String| {
+            link.close(close_code::MALFORMED, why.as_bytes());
+            why
+        };
+        match kind {
+            DATA => {
+                if class >= 3 || len as usize > CHUNK {
+                    return malformed(format!("bad DATA frame (class {class}, {len} bytes)"));
+                }
+                let mut buf = vec![0u8; len as usize];
+                if let Err(e) = rd.read_exact(&mut buf).await {
+                    return format!("read failed: {e}");
+                }
+                link.inner.wire[1].fetch_add(u64::from(len), Ordering::Relaxed);
+                let owed = unacked[class].fetch_add(u64::from(len), Ordering::Relaxed);
+                if owed + u64::from(len) > WINDOW {
+                    return malformed(format!("the peer sent beyond its {WINDOW}-byte credit"));
+                }
+                if chunks[class].send(buf).is_err() {
+                    return "a decoder stopped".into();
+                }
+            }
+            CREDIT if class < 3 => {
+                let _ = link.inner.events.send(Event::Credit(class, len));
+            }
+            PING => {}
+            CLOSE => {
+                let mut reason = vec![0u8; (len as usize).min(MAX_REASON)];
+                let _ = rd.read_exact(&mut reason).await;
+                return format!("closed by peer: code {code}: {}", lossy(&reason));
+            }
+            _ => return malformed(format!("unknown frame kind {kind}")),
+        }
+    }
+}
+
+async fn decode_class<M: WireMessage>(
+    i: usize,
+    mut chunks: mpsc::UnboundedReceiver<Vec<u8>>,
+    queue: mpsc::Sender<Result<M, TransportError>>,
+    max_frame: usize,
+    bytes: Arc<ClassBytes>,
+    unacked: Arc<[AtomicU64; 3]>,
+    link: TcpLink,
+) {
+    let class = STREAM_CLASSES[i];
+    let mut decoder = FrameDecoder::new(max_frame);
+    while let Some(chunk) = chunks.recv().await {
+        let n = chunk.len();
+        bytes.received[i].fetch_add(n as u64, Ordering::Relaxed);
+        decoder.extend(&chunk);
+        loop {
+            match decoder.next_message::<M>() {
+                Ok(Some(msg)) => {
+                    if queue.send(Ok(msg)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let code = match e {
+                        codec::DecodeError::Oversized { .. } => close_code::OVERSIZED,
+                        _ => close_code::MALFORMED,
+                    };
+                    let detail = e.to_string();
+                    link.close(code, detail.as_bytes());
+                    let _ = queue
+                        .send(Err(TransportError::Malformed {
+                            class: Some(class),
+                            detail,
+                        }))
+                        .await;
+                    return;
+                }
+            }
+        }
+        // Consumed: the peer may send as much again.
+        unacked[i].fetch_sub(n as u64, Ordering::Relaxed);
+        let _ = link
+            .inner
+            .events
+            .send(Event::Grant(i, u32::try_from(n).unwrap_or(u32::MAX)));
+    }
+}
+
+/// A relay's TLS/TCP listener: the bound socket and the same TLS configuration as its
+/// QUIC endpoint's.
+#[derive(Debug)]
+pub struct Listener {
+    socket: tokio::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+}
+
+impl Listener {
+    /// Binds `addr` (from a runtime: the socket is registered with it).
+    pub fn bind(
+        addr: SocketAddr,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> Result<Listener, TransportError> {
+        let bind_err = |source| TransportError::Bind { addr, source };
+        let socket = std::net::TcpListener::bind(addr).map_err(bind_err)?;
+        socket.set_nonblocking(true).map_err(bind_err)?;
+        let socket = tokio::net::TcpListener::from_std(socket).map_err(bind_err)?;
+        Ok(Listener { socket, tls })
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> Result<SocketAddr, std::io::Error> {
+        self.socket.local_addr()
+    }
+
+    /// The next TCP connection (its TLS handshake is [`accept`]'s, in the
+    /// connection's own task), with the TLS configuration to accept it with.
+    pub async fn next(&self) -> std::io::Result<(TcpStream, Arc<rustls::ServerConfig>)> {
+        let (stream, _) = self.socket.accept().await?;
+        Ok((stream, self.tls.clone()))
+    }
+}

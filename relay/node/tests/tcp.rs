@@ -1,0 +1,200 @@
+//! The TLS/TCP transport on loopback: the same mutual TLS as QUIC, every class both
+//! ways, refusals, and control messages overtaking a large bulk transfer.
+
+#![allow(clippy::unwrap_used)] // integration tests may unwrap
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use strata_node::dial::{Connector, TransportMode};
+use strata_node::link::{Link, TransportKind};
+use strata_node::tcp::{self, Listener};
+use strata_node::tls::{self, Identity};
+use strata_node::transport::{self, WireMessage};
+use strata_protocol::wire::StreamClass;
+use strata_topology::certs::Ca;
+use tokio::time::timeout;
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// A message of this test: heartbeats on control, big blobs on bulk, notes on reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+enum Msg {
+    Heartbeat(u32),
+    Blob(u32, Vec<u8>),
+    Note(String),
+}
+
+impl WireMessage for Msg {
+    fn class(&self) -> StreamClass {
+        match self {
+            Msg::Heartbeat(_) => StreamClass::Control,
+            Msg::Blob(..) => StreamClass::Bulk,
+            Msg::Note(_) => StreamClass::Reports,
+        }
+    }
+}
+
+async fn listener(ca: &Ca) -> (Listener, SocketAddr) {
+    let id = Identity::issue(ca, "center").unwrap();
+    let l = Listener::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        tls::server_config(&id).unwrap(),
+    )
+    .unwrap();
+    let addr = l.local_addr().unwrap();
+    (l, addr)
+}
+
+fn connector(id: &Identity) -> Connector {
+    Connector::new(
+        TransportMode::Tcp,
+        None,
+        Some(tls::client_config(id).unwrap()),
+        None,
+    )
+}
+
+/// A connected pair: (child's link, parent's link).
+async fn pair(ca: &Ca) -> (Link, Link) {
+    let (l, addr) = listener(ca).await;
+    let child = Identity::issue(ca, "site-1").unwrap();
+    let c = connector(&child);
+    let target = addr.into();
+    let (up, down) = tokio::join!(c.connect_tcp(&target, "center"), async {
+        let (stream, tls) = l.next().await.unwrap();
+        tcp::accept(stream, tls).await.unwrap()
+    });
+    (up.unwrap(), Link::Tcp(down))
+}
+
+#[tokio::test]
+async fn every_class_crosses_both_ways_and_each_side_knows_the_other() {
+    let ca = Ca::generate("test").unwrap();
+    let (up, down) = pair(&ca).await;
+    assert_eq!(up.kind(), TransportKind::Tcp);
+    let name = |l: &Link| tls::peer_node_name_in(&l.peer_chain().unwrap()).unwrap();
+    assert_eq!(name(&down), "site-1");
+    assert_eq!(name(&up), "center");
+    let (up_tx, mut up_rx) = transport::split::<Msg, Msg>(up, 1 << 20);
+    let (down_tx, mut down_rx) = transport::split::<Msg, Msg>(down.clone(), 1 << 20);
+    let sent = [
+        Msg::Heartbeat(1),
+        Msg::Blob(1, vec![7; 100_000]),
+        Msg::Note("ready".into()),
+    ];
+    for m in &sent {
+        up_tx.send(m.clone()).unwrap();
+        down_tx.send(m.clone()).unwrap();
+    }
+    for rx in [&mut down_rx, &mut up_rx] {
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(timeout(LIMIT, rx.recv()).await.unwrap().unwrap());
+        }
+        for m in &sent {
+            assert!(got.contains(m), "{m:?} did not arrive");
+        }
+    }
+    assert_eq!(
+        up_tx.bytes().sent(StreamClass::Bulk),
+        down_tx.bytes().sent(StreamClass::Bulk)
+    );
+    // A close reaches the other side with its reason.
+    down.close(4, b"replaced by a newer connection");
+    let err = timeout(LIMIT, up_rx.recv()).await.unwrap().unwrap_err();
+    assert!(
+        err.to_string().contains("replaced by a newer connection"),
+        "{err}"
+    );
+}
+
+/// 16 MiB of bulk queued before one heartbeat: the heartbeat arrives after at most a
+/// window's worth of blobs, not after all of them.
+#[tokio::test]
+async fn a_heartbeat_overtakes_a_large_bulk_transfer() {
+    let ca = Ca::generate("test").unwrap();
+    let (up, down) = pair(&ca).await;
+    let (down_tx, _down_rx) = transport::split::<Msg, Msg>(down, 1 << 20);
+    let (_up_tx, mut up_rx) = transport::split::<Msg, Msg>(up, 1 << 20);
+    const BLOBS: u32 = 64;
+    for i in 0..BLOBS {
+        down_tx.send(Msg::Blob(i, vec![1; 256 * 1024])).unwrap();
+    }
+    down_tx.send(Msg::Heartbeat(42)).unwrap();
+    let mut blobs_before = 0;
+    loop {
+        match timeout(LIMIT, up_rx.recv()).await.unwrap().unwrap() {
+            Msg::Heartbeat(42) => break,
+            Msg::Blob(..) => blobs_before += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    println!("blobs delivered before the heartbeat: {blobs_before} of {BLOBS}");
+    assert!(
+        blobs_before < 8,
+        "the heartbeat waited behind {blobs_before} blobs of 256 KiB"
+    );
+    // The bulk transfer is still whole afterwards.
+    let mut rest = 0;
+    while rest < BLOBS - blobs_before {
+        match timeout(LIMIT, up_rx.recv()).await.unwrap().unwrap() {
+            Msg::Blob(..) => rest += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_certificate_from_a_foreign_ca_is_refused_over_tcp() {
+    let ca = Ca::generate("test").unwrap();
+    let foreign = Ca::generate("foreign").unwrap();
+    let (l, addr) = listener(&ca).await;
+    let cert = foreign.issue("site-1").unwrap();
+    let intruder = Identity::from_pem(
+        cert.cert_pem.as_bytes(),
+        cert.key_pem.as_bytes(),
+        ca.cert_pem().as_bytes(),
+    )
+    .unwrap();
+    let accept = tokio::spawn(async move {
+        let (stream, tls) = l.next().await.unwrap();
+        tcp::accept(stream, tls).await.map(|_| ())
+    });
+    let outcome = timeout(LIMIT, async {
+        let link = connector(&intruder)
+            .connect_tcp(&addr.into(), "center")
+            .await
+            .map_err(|e| e.to_string())?;
+        // TLS 1.3: the refusal may show on first use.
+        let (tx, mut rx) = transport::split::<Msg, Msg>(link, 1 << 20);
+        tx.send(Msg::Heartbeat(1)).map_err(|e| e.to_string())?;
+        rx.recv().await.map(|_| ()).map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap();
+    assert!(outcome.is_err(), "the intruder got an answer");
+    assert!(
+        timeout(LIMIT, accept).await.unwrap().unwrap().is_err(),
+        "the parent accepted it"
+    );
+}
+
+#[tokio::test]
+async fn a_parent_whose_certificate_names_another_node_is_refused_over_tcp() {
+    let ca = Ca::generate("test").unwrap();
+    let (l, addr) = listener(&ca).await;
+    tokio::spawn(async move {
+        if let Ok((stream, tls)) = l.next().await {
+            let _ = tcp::accept(stream, tls).await;
+        }
+    });
+    let child = Identity::issue(&ca, "site-1").unwrap();
+    let err = connector(&child)
+        .connect_tcp(&addr.into(), "eu-west")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("eu-west"), "{err}");
+}
