@@ -33,6 +33,21 @@ pub struct AgentCore {
     upsynced: BTreeMap<ObjectKey, Vec<u8>>,
     /// The placements held changed: the upsync rules must be given to the backend.
     upsync_stale: bool,
+    /// What this run did to the cluster, for metrics.
+    stats: AgentStats,
+}
+
+/// What an agent did to its cluster since it started (its metrics' counters).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentStats {
+    /// Objects handed to the backend to apply.
+    pub applies: u64,
+    /// Applies the backend refused or failed.
+    pub apply_failures: u64,
+    /// Objects handed to the backend to delete.
+    pub deletes: u64,
+    /// Deletes the backend refused or failed.
+    pub delete_failures: u64,
 }
 
 impl std::fmt::Debug for AgentCore {
@@ -83,6 +98,7 @@ impl AgentCore {
             close_upstream: None,
             upsynced: BTreeMap::new(),
             upsync_stale: true,
+            stats: AgentStats::default(),
         };
         let objects: Vec<_> = core.log.live().cloned().collect();
         for o in objects {
@@ -91,6 +107,16 @@ impl AgentCore {
         let report = core.cluster_report();
         core.parent.push_report(now, report);
         core
+    }
+
+    /// The cluster's name.
+    pub fn cluster_name(&self) -> &str {
+        &self.cluster.name
+    }
+
+    /// What this run did to the cluster.
+    pub fn stats(&self) -> &AgentStats {
+        &self.stats
     }
 
     /// The desired state.
@@ -233,7 +259,9 @@ impl AgentCore {
         }
         match change {
             Change::Upsert(object) => {
+                self.stats.applies += 1;
                 if let Err(e) = self.backend.apply(now, at, object) {
+                    self.stats.apply_failures += 1;
                     tracing::warn!(object = %object.key(), error = %e, "apply failed");
                     let status = Status {
                         health: Health::Failed,
@@ -248,7 +276,9 @@ impl AgentCore {
                 }
             }
             Change::Delete(key) => {
+                self.stats.deletes += 1;
                 if let Err(e) = self.backend.delete(now, key) {
+                    self.stats.delete_failures += 1;
                     tracing::warn!(object = %key, error = %e, "delete failed");
                 }
                 if self.statuses.contains_key(key) {

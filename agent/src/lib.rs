@@ -11,10 +11,12 @@
 //! * [`config`]: the agent's configuration file.
 //! * [`core`]: the agent's sync core (link, desired state, cluster), no I/O.
 //! * [`runtime`]: the core as a [`strata_node::driver::Node`] under the driver.
+//! * [`ops`]: the agent's metrics, `/healthz` and `/readyz` (what readiness means).
 
 pub mod backend;
 pub mod config;
 pub mod core;
 pub mod kubernetes;
+pub mod ops;
 pub mod runtime;
 pub mod simulated;

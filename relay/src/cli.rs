@@ -25,6 +25,9 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Logging options (`--log-format`, `--log`).
+    #[command(flatten)]
+    pub logging: strata_node::process::LogArgs,
 }
 
 /// The commands.

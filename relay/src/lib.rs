@@ -5,7 +5,8 @@
 //!
 //! # Layout
 //!
-//! * [`api`]: the root's HTTPS user API (bearer tokens).
+//! * [`api`]: the root's HTTPS user API (bearer tokens); [`api_metrics`]: its request
+//!   counts and latency.
 //! * [`cli`]: the `relay` command line.
 //! * [`certs`]: issuing the hierarchy's CA and node certificates (rcgen).
 //! * [`client`]: the CLI's HTTPS client of the API.
@@ -14,7 +15,7 @@
 //! * `http`: what the API and the metrics server share (listener, accept loop).
 //! * [`join`]: agents that are not in the topology join a relay with a single-use token.
 //! * [`kube`]: the Kubernetes API of each space (kubectl, client libraries).
-//! * [`metrics`]: Prometheus text metrics over HTTP.
+//! * [`metrics`]: Prometheus metrics, `/healthz` and `/readyz` (what readiness means).
 //! * [`node`]: the relay's sync core (`node::core`), what its children reported
 //!   (`node::reports`), and `node::runtime`: the core and its children's connections
 //!   as a [`strata_node::driver::Node`]; `node::accept`, the accept loop.
@@ -24,6 +25,7 @@
 //! * [`views`]: the CLI's text views of the tier tree and the inventory.
 
 pub mod api;
+pub mod api_metrics;
 pub mod certs;
 pub mod cli;
 pub mod client;

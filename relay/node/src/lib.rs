@@ -17,6 +17,8 @@
 //! * [`objects`]: user manifests (any Kubernetes object) into objects; placements.
 //! * [`config`]: the `parent` and `tls` sections, names, addresses, file errors.
 //! * [`join`]: the join exchange's wire, and joining a relay with a token.
+//! * [`ops`]: the metrics and health listener (`/metrics`, `/healthz`, `/readyz`);
+//!   [`exposition`]: the Prometheus text format and histograms.
 //! * [`process`]: logging, stop signals, the system's randomness (run ids, secrets).
 //!
 //! # Data flow
@@ -52,9 +54,11 @@
 pub mod clock;
 pub mod config;
 pub mod driver;
+pub mod exposition;
 pub mod follower;
 pub mod join;
 pub mod objects;
+pub mod ops;
 pub mod process;
 pub mod reconnect;
 pub mod store;

@@ -11,6 +11,8 @@ use strata_protocol::codec::{decode_value, encode_value};
 use super::{Batch, Store, StoreError, Stored};
 use crate::process::random_bytes;
 
+const FORMAT: &[u8] = b"format";
+const PROBE: &[u8] = b"probe";
 const NODE_ID: &[u8] = b"id";
 const LOG_META: &[u8] = b"m";
 const UPSTREAM: &[u8] = b"u";
@@ -19,6 +21,14 @@ const ACK: &[u8] = b"a/";
 const RUN: &[u8] = b"n/";
 const REPORT: &[u8] = b"r/";
 const JOINED: &[u8] = b"j/";
+
+/// The format of the records this build reads and writes, recorded in every store (a
+/// big-endian u32 under `format`). Raise it with any change to how a record is keyed or
+/// encoded, and add the step from the previous format to [`migrate`].
+///
+/// Format 1 is the layout of the first builds, which recorded no format: a store
+/// without the record but with a node id is taken as format 1 and stamped.
+pub const STORE_FORMAT: u32 = 1;
 
 /// A store in a sled database on disk.
 #[derive(Debug)]
@@ -64,16 +74,40 @@ impl SledStore {
         };
         std::fs::create_dir_all(dir).map_err(|e| open_err(e.to_string()))?;
         let db = open_db(dir).map_err(|e| open_err(e.to_string()))?;
-        if db
+        let recorded = db.get(FORMAT).map_err(|e| open_err(e.to_string()))?;
+        let existing = db
             .get(NODE_ID)
             .map_err(|e| open_err(e.to_string()))?
-            .is_none()
-        {
+            .is_some();
+        let format = match &recorded {
+            Some(v) => {
+                let bytes: [u8; 4] = v.as_ref().try_into().map_err(|_| StoreError::Corrupt {
+                    record: "store format".into(),
+                    detail: format!("{} bytes, expected 4", v.len()),
+                })?;
+                u32::from_be_bytes(bytes)
+            }
+            // Written before stores recorded their format: format 1's layout.
+            None if existing => 1,
+            None => STORE_FORMAT,
+        };
+        if format != STORE_FORMAT {
+            migrate(&db, format).map_err(|()| StoreError::Format {
+                path: dir.to_owned(),
+                found: format,
+                supported: STORE_FORMAT,
+            })?;
+        }
+        if !existing {
             // Zero means "no log" on the wire; never use it.
             let id = random_bytes()
                 .map(|b| u64::from_be_bytes(b).max(1))
                 .map_err(|e| open_err(e.to_string()))?;
             db.insert(NODE_ID, &id.to_be_bytes())
+                .map_err(|e| open_err(e.to_string()))?;
+        }
+        if recorded.is_none() || !existing {
+            db.insert(FORMAT, &STORE_FORMAT.to_be_bytes())
                 .map_err(|e| open_err(e.to_string()))?;
             db.flush().map_err(|e| open_err(e.to_string()))?;
         }
@@ -121,6 +155,13 @@ fn open_db(dir: &Path) -> sled::Result<sled::Db> {
             other => return other,
         }
     }
+}
+
+/// Brings a store of an older `format` to [`STORE_FORMAT`], or refuses (`Err`) a
+/// format it has no step from: there is none yet, format 1 being the first. A newer
+/// format is always refused: downgrades are not supported.
+fn migrate(_db: &sled::Db, _format: u32) -> Result<(), ()> {
+    Err(())
 }
 
 /// A read of the store failed.
@@ -213,6 +254,12 @@ impl Store for SledStore {
 
     fn size_bytes(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
+    }
+
+    fn probe_write(&self) -> Result<(), StoreError> {
+        self.db.insert(PROBE, &[1u8][..]).map_err(write_err)?;
+        self.db.flush().map_err(write_err)?;
+        Ok(())
     }
 }
 
