@@ -290,7 +290,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve { config } => Ok(crate::serve::serve(&config).await?),
         Command::Demo { data } => crate::demo::run(data).await.map_err(CliError::Demo),
         Command::Topology { command } => Ok(crate::topology_cli::run(command)?),
-        Command::Up { file, data } => crate::up::run(&file, data).await.map_err(CliError::Up),
+        Command::Up { file, data } => crate::up::run(&file, data, cli.logging.log)
+            .await
+            .map_err(CliError::Up),
         Command::Kubeconfig { api } => {
             let ca = std::fs::read(&api.ca).map_err(|source| CliError::ReadCa {
                 path: api.ca.clone(),
