@@ -93,3 +93,128 @@ fn a_store_from_before_formats_were_recorded_opens_as_format_1_and_is_stamped() 
     drop(store);
     assert_eq!(recorded_format(tmp.path()), Some(1));
 }
+
+mod fixture {
+    //! `tests/fixtures/store-format-1/`: a sled store written by the build that
+    //! introduced format 1. Every later build must open it (migrating it if the format
+    //! moved on) and read back what it holds; the test below fails otherwise.
+
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+
+    use strata_node::store::{Batch, SledStore, Store, UpstreamState};
+    use strata_protocol::model::{
+        Cluster, ContentHash, Cursor, LogId, Object, ObjectKey, ObjectMeta, Position, Revision,
+        Space,
+    };
+    use strata_protocol::sync::ObjectLog;
+    use strata_protocol::wire::{Change, ReportKey, ReportValue, RouteId};
+
+    fn dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-format-1")
+    }
+
+    fn key(n: u8) -> ObjectKey {
+        ObjectKey {
+            space: Space::default_space(),
+            group: "apps".into(),
+            version: "v1".into(),
+            kind: "Deployment".into(),
+            namespace: Some("pos".into()),
+            name: format!("pos-{n}"),
+        }
+    }
+
+    fn cursor(p: u64) -> Cursor {
+        Cursor {
+            log: LogId(9),
+            position: Position(p),
+        }
+    }
+
+    fn contents(node_id: u64) -> (ObjectLog, Batch) {
+        let mut log = ObjectLog::new(LogId(node_id));
+        log.mark_serving();
+        for n in [1u8, 2] {
+            let object = Object {
+                meta: ObjectMeta {
+                    key: key(n),
+                    labels: BTreeMap::from([("app".into(), "pos".into())]),
+                },
+                revision: Revision(u64::from(n)),
+                hash: ContentHash([n; 32]),
+                body: format!("{{\"kind\":\"Deployment\",\"n\":{n}}}").into_bytes(),
+            };
+            log.stage(Position(u64::from(n)), Change::Upsert(object))
+                .unwrap();
+            log.commit(Position(u64::from(n)));
+        }
+        let mut batch = Batch::log_changes(&mut log);
+        batch.upstream = Some(UpstreamState {
+            cursor: cursor(7),
+            route: Some(RouteId(5)),
+            parent_incarnation: Some(11),
+            inherited: BTreeMap::from([("region".into(), "eu".into())]),
+        });
+        batch.child_acks.push(("site-1".into(), cursor(3)));
+        batch.child_runs.push(("site-1".into(), 77));
+        batch.reports.push((
+            ("site-1".into(), ReportKey::Cluster { name: "c1".into() }),
+            Some(ReportValue::Cluster(Cluster {
+                name: "c1".into(),
+                labels: BTreeMap::from([("role".into(), "pos".into())]),
+                properties: BTreeMap::new(),
+                path: vec!["site-1".into()],
+            })),
+        ));
+        batch.joined.push(("ab12".into(), "store-9001".into()));
+        (log, batch)
+    }
+
+    /// Writes the fixture again: `STRATA_WRITE_STORE_FIXTURE=1 cargo test -p
+    /// strata-node --test store_format -- --ignored`. Only ever for a new format's
+    /// fixture, next to the old ones, never over one.
+    #[test]
+    #[ignore]
+    fn write_the_fixture() {
+        if std::env::var_os("STRATA_WRITE_STORE_FIXTURE").is_none() {
+            return;
+        }
+        assert!(!dir().exists(), "{} exists: keep it", dir().display());
+        let store = SledStore::open(&dir()).unwrap();
+        let (_, batch) = contents(store.load().unwrap().node_id);
+        store.commit(&batch).unwrap();
+    }
+
+    #[test]
+    fn the_format_1_fixture_opens_and_reads_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        for file in std::fs::read_dir(dir()).unwrap() {
+            let file = file.unwrap();
+            if file.file_type().unwrap().is_file() {
+                std::fs::copy(file.path(), tmp.path().join(file.file_name())).unwrap();
+            }
+        }
+        let store = SledStore::open(tmp.path()).unwrap();
+        let loaded = store.load().unwrap();
+        let (log, _) = contents(loaded.node_id);
+        let restored = ObjectLog::restore(loaded.log_meta.unwrap(), loaded.entries);
+        assert_eq!(restored.meta(), log.meta());
+        assert_eq!(
+            restored.entries().collect::<Vec<_>>(),
+            log.entries().collect::<Vec<_>>()
+        );
+        let upstream = loaded.upstream.unwrap();
+        assert_eq!(
+            (upstream.cursor, upstream.route),
+            (cursor(7), Some(RouteId(5)))
+        );
+        assert_eq!(upstream.inherited["region"], "eu");
+        assert_eq!(
+            (loaded.child_acks["site-1"], loaded.child_runs["site-1"]),
+            (cursor(3), 77)
+        );
+        assert_eq!(loaded.reports.len(), 1);
+        assert_eq!(loaded.joined["ab12"], "store-9001");
+    }
+}
