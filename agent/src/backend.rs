@@ -36,6 +36,11 @@ pub trait ClusterBackend {
     /// Replaces the upsync rules: the placements on this cluster that ask for objects
     /// born here. A backend that cannot upsync (the simulated cluster) ignores them.
     fn set_upsync(&mut self, _rules: Vec<UpsyncRule>) {}
+    /// The manifest the cluster holds for `key` as this agent applied it, for backends
+    /// that keep it (the simulated cluster); `None` otherwise.
+    fn manifest(&self, _key: &ObjectKey) -> Option<Vec<u8>> {
+        None
+    }
     /// Upsynced objects that changed since the last call (at most one per change).
     fn poll_upsync(&mut self) -> Vec<Upsynced> {
         Vec::new()

@@ -2,19 +2,21 @@
 //! deltas arriving in parts and snapshots work as at every tier), and the cluster it
 //! keeps in that state. No I/O; the runtime drives it like a relay's core.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use strata_node::driver::ToParent;
 use strata_node::follower::{Followed, ParentFollower};
 use strata_node::objects::placements_in;
 use strata_node::store::{Batch, UpstreamState};
-use strata_protocol::model::{Cluster, Health, ObjectKey, Status};
+use strata_protocol::model::{Cluster, ContentHash, Health, Labels, Object, ObjectKey, Status};
+use strata_protocol::placement::Placement;
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::{ObjectLog, ParentLink, SessionError};
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{Change, ParentToChild, Report, ReportKey, ReportValue};
 
 use crate::backend::{ClusterBackend, UpsyncRule};
+use crate::customize::{cluster_vars, render_object, set_user_entries, summarized};
 
 /// The state of one agent.
 pub struct AgentCore {
@@ -35,6 +37,18 @@ pub struct AgentCore {
     upsync_stale: bool,
     /// What this run did to the cluster, for metrics.
     stats: AgentStats,
+    /// Labels the ancestors give this cluster (for customization and summaries).
+    inherited: Labels,
+    /// The placements held (those on this cluster that upsync, customize or summarize).
+    placements: Vec<Placement>,
+    /// The content hash of what was last applied per object (rendered when customized).
+    applied: BTreeMap<ObjectKey, ContentHash>,
+    /// Placements or labels changed: objects may render differently, summaries too.
+    customize_stale: bool,
+    /// Changes of a snapshot still arriving in parts: applied once it is whole, so that
+    /// every object is rendered with the placements the snapshot brings (parts are cut
+    /// in key order, and placements sort after most kinds).
+    deferred: Vec<Change>,
 }
 
 /// What an agent did to its cluster since it started (its metrics' counters).
@@ -87,9 +101,16 @@ impl AgentCore {
             backend,
             run,
         } = setup;
+        let inherited = upstream.inherited.clone();
+        let placements = placements_in(&log);
         let mut core = AgentCore {
             run,
             cluster,
+            inherited,
+            placements,
+            applied: BTreeMap::new(),
+            customize_stale: false,
+            deferred: Vec::new(),
             parent: ParentFollower::new(link, upstream),
             log,
             backend,
@@ -179,24 +200,53 @@ impl AgentCore {
     /// Handles pending events; returns what must be durable before
     /// [`AgentCore::transmit`].
     pub fn process(&mut self, now: Instant, at: UnixMillis) -> Batch {
+        // Changes are applied once every pending one is in the log, so that an object
+        // arriving with the placement that customizes it is rendered before its first
+        // apply.
+        let mut changes = Vec::new();
         while let Some(followed) = self.parent.poll(&mut self.log, &mut self.batch) {
             match followed {
                 Followed::ReportAll => self.report_all(now),
-                // Routing by labels happens at the relays; an agent has nothing to do.
-                Followed::Labels(_) => {}
-                Followed::Changed(change) => self.apply_to_cluster(now, at, &change),
+                // Routing by labels happens at the relays; here they fill variables.
+                Followed::Labels(labels) => {
+                    self.inherited = labels;
+                    self.customize_stale = true;
+                }
+                Followed::Changed(change) => changes.push(change),
                 Followed::Closed { error, retry_after } => {
                     self.close_upstream = Some((error, retry_after));
                 }
             }
         }
-        for (key, status) in self.backend.poll_status(now, at) {
-            if self.log.get(&key).is_some() {
+        if changes.iter().any(|c| is_placement_key(c.key())) {
+            self.placements = placements_in(&self.log);
+            self.upsync_stale = true;
+            self.customize_stale = true;
+        }
+        self.deferred.append(&mut changes);
+        // No route: a snapshot is arriving (or none has settled yet).
+        let whole = self.parent.state().route.is_some();
+        let changes = if whole {
+            std::mem::take(&mut self.deferred)
+        } else {
+            Vec::new()
+        };
+        for change in &changes {
+            self.apply_to_cluster(now, at, change);
+        }
+        if whole && std::mem::take(&mut self.customize_stale) {
+            let done: BTreeSet<&ObjectKey> = changes.iter().map(Change::key).collect();
+            self.render_again(now, at, &done);
+        }
+        for (key, mut status) in self.backend.poll_status(now, at) {
+            if let Some(object) = self.log.get(&key) {
+                let object = object.clone();
+                self.add_user_entries(&object, &mut status);
                 self.push_status(now, &key, Some(status));
             }
         }
         if std::mem::take(&mut self.upsync_stale) {
-            self.backend.set_upsync(upsync_rules(&self.log));
+            self.backend.set_upsync(upsync_rules(&self.placements));
         }
         for u in self.backend.poll_upsync() {
             self.push_upsynced(now, u.key, u.body);
@@ -251,32 +301,16 @@ impl AgentCore {
     }
 
     fn apply_to_cluster(&mut self, now: Instant, at: UnixMillis, change: &Change) {
-        // Placements reach an agent only to say what to upsync; they are ours, never
-        // the cluster's.
-        if change.key().group == STRATA_GROUP && change.key().kind == PLACEMENT_KIND {
-            self.upsync_stale = true;
+        // Placements reach an agent only to say what to upsync, customize and
+        // summarize; they are ours, never the cluster's.
+        if is_placement_key(change.key()) {
             return;
         }
         match change {
-            Change::Upsert(object) => {
-                self.stats.applies += 1;
-                if let Err(e) = self.backend.apply(now, at, object) {
-                    self.stats.apply_failures += 1;
-                    tracing::warn!(object = %object.key(), error = %e, "apply failed");
-                    let status = Status {
-                        health: Health::Failed,
-                        revision: object.revision,
-                        observed_generation: None,
-                        message: Some(e.reason),
-                        numbers: BTreeMap::new(),
-                        status: Vec::new(),
-                        observed_at: at,
-                    };
-                    self.push_status(now, object.key(), Some(status));
-                }
-            }
+            Change::Upsert(object) => self.apply_object(now, at, object),
             Change::Delete(key) => {
                 self.stats.deletes += 1;
+                self.applied.remove(key);
                 if let Err(e) = self.backend.delete(now, key) {
                     self.stats.delete_failures += 1;
                     tracing::warn!(object = %key, error = %e, "delete failed");
@@ -286,6 +320,110 @@ impl AgentCore {
                 }
             }
         }
+    }
+
+    /// Renders the object for this cluster and applies it; a rule that cannot be
+    /// rendered or a refused apply is the object's `Failed` status, with the reason.
+    fn apply_object(&mut self, now: Instant, at: UnixMillis, object: &Object) {
+        self.stats.applies += 1;
+        let vars = cluster_vars(&self.cluster, &self.inherited);
+        let result = match render_object(object, &self.placements, &vars) {
+            Ok(rendered) => {
+                let hash = rendered.hash;
+                self.backend
+                    .apply(now, at, &rendered)
+                    .map(|()| hash)
+                    .map_err(|e| e.reason)
+            }
+            Err(e) => Err(format!("customize: {e}")),
+        };
+        match result {
+            Ok(hash) => {
+                self.applied.insert(object.key().clone(), hash);
+            }
+            Err(reason) => {
+                self.stats.apply_failures += 1;
+                tracing::warn!(object = %object.key(), error = %reason, "apply failed");
+                self.applied.remove(object.key());
+                let status = Status {
+                    health: Health::Failed,
+                    revision: object.revision,
+                    observed_generation: None,
+                    message: Some(reason),
+                    numbers: BTreeMap::new(),
+                    status: Vec::new(),
+                    observed_at: at,
+                };
+                self.push_status(now, object.key(), Some(status));
+            }
+        }
+    }
+
+    /// Placements or inherited labels changed: applies again every object whose
+    /// rendering changed, and reports again every status whose user summaries did.
+    fn render_again(&mut self, now: Instant, at: UnixMillis, done: &BTreeSet<&ObjectKey>) {
+        let vars = cluster_vars(&self.cluster, &self.inherited);
+        let objects: Vec<Object> = self
+            .log
+            .live()
+            .filter(|o| !is_placement_key(o.key()))
+            .cloned()
+            .collect();
+        for object in &objects {
+            let same = render_object(object, &self.placements, &vars)
+                .is_ok_and(|r| self.applied.get(object.key()) == Some(&r.hash));
+            if !same && !done.contains(object.key()) {
+                self.apply_object(now, at, object);
+            }
+            if let Some(old) = self.statuses.get(object.key()).cloned() {
+                let mut status = old.clone();
+                self.add_user_entries(object, &mut status);
+                if status != old {
+                    self.push_status(now, object.key(), Some(status));
+                }
+            }
+        }
+    }
+
+    /// Adds the user summaries the placements ask for to a status of `object`.
+    fn add_user_entries(&self, object: &Object, status: &mut Status) {
+        if !summarized(&self.placements, &object.meta)
+            && !status
+                .numbers
+                .keys()
+                .any(|k| strata_protocol::user_summary::is_user_entry(k))
+        {
+            return;
+        }
+        let vars = cluster_vars(&self.cluster, &self.inherited);
+        // Evaluated on the object as this cluster holds it: rendered when customized. An
+        // object that cannot be rendered is not held: it has nothing to summarize.
+        let Ok(held) = render_object(object, &self.placements, &vars) else {
+            status
+                .numbers
+                .retain(|k, _| !strata_protocol::user_summary::is_user_entry(k));
+            return;
+        };
+        set_user_entries(
+            &mut status.numbers,
+            &self.placements,
+            &held,
+            &status.status,
+            &vars.labels,
+        );
+    }
+
+    /// The manifest the cluster holds for `key`, when its backend keeps manifests.
+    pub fn cluster_manifest(&self, key: &ObjectKey) -> Option<Vec<u8>> {
+        self.backend.manifest(key)
+    }
+
+    /// The manifest this agent applies for `key` on its cluster now (rendered when a
+    /// placement customizes it), or why it cannot be rendered.
+    pub fn desired(&self, key: &ObjectKey) -> Option<Result<Object, String>> {
+        let object = self.log.get(key)?;
+        let vars = cluster_vars(&self.cluster, &self.inherited);
+        Some(render_object(object, &self.placements, &vars).map_err(|e| e.to_string()))
     }
 
     fn push_upsynced(&mut self, now: Instant, key: ObjectKey, body: Option<Vec<u8>>) {
@@ -336,13 +474,17 @@ impl AgentCore {
     }
 }
 
+fn is_placement_key(key: &ObjectKey) -> bool {
+    key.group == STRATA_GROUP && key.kind == PLACEMENT_KIND
+}
+
 /// The upsync rules of the placements this agent holds (its parent sends it only the
 /// placements that select its cluster and ask for upsync).
-fn upsync_rules(log: &ObjectLog) -> Vec<UpsyncRule> {
-    placements_in(log)
-        .into_iter()
+fn upsync_rules(placements: &[Placement]) -> Vec<UpsyncRule> {
+    placements
+        .iter()
         .flat_map(|p| {
-            p.upsync.into_iter().map(move |u| UpsyncRule {
+            p.upsync.iter().cloned().map(move |u| UpsyncRule {
                 space: p.space.clone(),
                 group: u.group,
                 version: u.version,

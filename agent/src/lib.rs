@@ -10,12 +10,14 @@
 //!   drift repair, health, associated objects).
 //! * [`config`]: the agent's configuration file.
 //! * [`core`]: the agent's sync core (link, desired state, cluster), no I/O.
+//! * [`customize`]: objects rendered for this cluster, user summaries evaluated on them.
 //! * [`runtime`]: the core as a [`strata_node::driver::Node`] under the driver.
 //! * [`ops`]: the agent's metrics, `/healthz` and `/readyz` (what readiness means).
 
 pub mod backend;
 pub mod config;
 pub mod core;
+pub mod customize;
 pub mod kubernetes;
 pub mod ops;
 pub mod runtime;

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use strata_protocol::model::{Health, Object, ObjectKey, Revision, Status};
+use strata_protocol::model::{ContentHash, Health, Object, ObjectKey, Revision, Status};
 use strata_protocol::time::{Instant, UnixMillis};
 
 use crate::backend::{BackendError, ClusterBackend};
@@ -41,6 +41,9 @@ impl Default for SimulatedConfig {
 #[derive(Debug, Clone)]
 struct Held {
     revision: Revision,
+    /// The manifest applied (rendered for this cluster when customized).
+    body: Vec<u8>,
+    hash: ContentHash,
     applied: Instant,
     workload: bool,
     replicas: i64,
@@ -100,7 +103,7 @@ impl ClusterBackend for SimulatedCluster {
         if self
             .objects
             .get(object.key())
-            .is_some_and(|h| h.revision == object.revision)
+            .is_some_and(|h| h.revision == object.revision && h.hash == object.hash)
         {
             return Ok(());
         }
@@ -122,6 +125,8 @@ impl ClusterBackend for SimulatedCluster {
             object.key().clone(),
             Held {
                 revision: object.revision,
+                body: object.body.clone(),
+                hash: object.hash,
                 applied: now,
                 workload,
                 replicas,
@@ -195,6 +200,10 @@ impl ClusterBackend for SimulatedCluster {
         changed
     }
 
+    fn manifest(&self, key: &ObjectKey) -> Option<Vec<u8>> {
+        self.objects.get(key).map(|h| h.body.clone())
+    }
+
     fn next_change(&self) -> Option<Instant> {
         self.objects
             .values()
@@ -206,7 +215,7 @@ impl ClusterBackend for SimulatedCluster {
 
 #[cfg(test)]
 mod tests {
-    use strata_protocol::model::{ContentHash, ObjectMeta, Space};
+    use strata_protocol::model::{ObjectMeta, Space};
 
     use super::*;
 

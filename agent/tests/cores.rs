@@ -172,7 +172,7 @@ fn summaries_and_link_records_of_the_whole_tree_reach_the_root() {
     let placement = root.placements().iter().find(|p| p.name == "web").unwrap();
     let s = root
         .reports()
-        .summarize(placement, &web_key(&t), root.overrides());
+        .summarize(placement, &web_key(&t), root.root_view());
     assert_eq!((s.expected, s.health.available), (2, 2), "{s:?}");
     assert_eq!(s.numbers["readyReplicas"].sum, 4, "{s:?}");
 
@@ -473,11 +473,121 @@ status: { labelOverrides: {} }
     let expected: u64 = root
         .placements()
         .iter()
-        .map(|p| root.reports().summarize(p, &web, root.overrides()).expected)
+        .map(|p| root.reports().summarize(p, &web, root.root_view()).expected)
         .sum();
     assert_eq!(expected, 0, "the root expects the app on no cluster now");
     t.restore("us");
     t.advance(Duration::from_secs(5));
     assert!(!holds_web(&t, "us-pos"));
     assert!(!holds_web(&t, "eu-pos"), "eu-pos still has no region here");
+}
+
+/// A placement on one point-of-sale cluster of two.
+const ONE_POS: &str = "
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: web, namespace: shop, labels: { app: web } }
+spec: { replicas: 2 }
+---
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: web }
+spec:
+  objects: [ { selector: { matchLabels: { app: web } } } ]
+  clusters: { selector: { matchLabels: { role: pos } }, count: 1 }
+";
+
+/// Drains the cluster that holds the app (a `NoExecute` taint on its Cluster object)
+/// and samples, every 10 ms of virtual time, on how many clusters the root's summary
+/// shows the app available. Returns the cluster drained, the other one, and the
+/// fewest seen.
+fn drain_and_sample(strategy: &str) -> (String, String, usize) {
+    let mut t = two_regions();
+    t.connect_all();
+    t.advance(Duration::from_millis(500));
+    t.apply(&ONE_POS.replace("count: 1 }", &format!("count: 1 }}\n  move: {strategy}")));
+    t.advance(Duration::from_secs(1));
+    let holders = |t: &Tree| {
+        ["eu-pos", "us-pos"]
+            .into_iter()
+            .filter(|a| holds_web(t, a))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let before = holders(&t);
+    assert_eq!(before.len(), 1, "count 1: one cluster holds it: {before:?}");
+    let drained = before[0].clone();
+    let other = if drained == "eu-pos" {
+        "us-pos"
+    } else {
+        "eu-pos"
+    }
+    .to_owned();
+    t.apply(&format!(
+        "apiVersion: strata.dev/v1alpha1\nkind: Cluster\nmetadata: {{ name: {drained} }}\nspec: {{ taints: [ {{ key: maintenance, effect: NoExecute }} ] }}\n"
+    ));
+    // What users see: the root's summary of where the app is available.
+    let available = |t: &Tree| {
+        let root = t.relay("center");
+        let web = web_key(t);
+        root.placements()
+            .iter()
+            .map(|p| {
+                root.reports()
+                    .summarize(p, &web, root.root_view())
+                    .health
+                    .available
+            })
+            .sum::<u64>() as usize
+    };
+    let mut fewest = usize::MAX;
+    for _ in 0..300 {
+        t.advance(Duration::from_millis(10));
+        fewest = fewest.min(available(&t));
+    }
+    assert_eq!(
+        holders(&t),
+        std::slice::from_ref(&other),
+        "the app moved off {drained}"
+    );
+    (drained, other, fewest)
+}
+
+/// Make-before-break: while the app moves off a drained cluster, the root's summary
+/// shows it available somewhere at every moment; the drained one lets go once the new
+/// one is available. Break
+/// before make, sampled the same way, shows the window the default avoids.
+#[test]
+fn a_drain_moves_the_app_make_before_break() {
+    let (_, _, fewest) = drain_and_sample("makeBeforeBreak");
+    assert_eq!(fewest, 1, "no moment without the app");
+    let (_, _, fewest) = drain_and_sample("breakBeforeMake");
+    assert_eq!(
+        fewest, 0,
+        "break before make leaves a window (the sampling sees it)"
+    );
+}
+
+/// The placement's decision is visible at the root: chosen of matching, and why the
+/// other matching cluster was left out.
+#[test]
+fn the_root_says_what_it_chose_and_why() {
+    let mut t = two_regions();
+    t.connect_all();
+    t.advance(Duration::from_millis(500));
+    t.apply(ONE_POS);
+    t.advance(Duration::from_secs(1));
+    let root = t.relay("center");
+    let plans = root.plans();
+    let plan = &plans.values().next().unwrap().plan;
+    assert_eq!((plan.chosen.len(), plan.matching), (1, 2));
+    assert_eq!(
+        plan.excluded
+            .values()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["count reached"]
+    );
+    // The kiosk never matched: it is not "excluded".
+    assert!(!plan.excluded.contains_key("eu-kiosk"));
 }

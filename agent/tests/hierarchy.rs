@@ -214,7 +214,7 @@ async fn a_kubernetes_cluster_is_kept_and_reports_through_the_hierarchy() {
         let (placement, key) = (placement.clone(), key.clone());
         async {
             let s = root
-                .query(move |c| c.reports().summarize(&placement, &key, c.overrides()))
+                .query(move |c| c.reports().summarize(&placement, &key, c.root_view()))
                 .await
                 .unwrap();
             s.expected == 1 && s.health.available == 1

@@ -10,6 +10,10 @@
 //! * [`model`]: spaces, object keys, objects, revisions, clusters, health and status.
 //! * [`selector`]: Kubernetes label selectors with Kubernetes' exact semantics.
 //! * [`placement`]: which objects go to which clusters.
+//! * [`choice`]: choosing clusters (count, spread, preference, taints, capacity) and
+//!   the decision relays route by.
+//! * [`customize`]: per-cluster customization rules and their pure rendering.
+//! * [`user_summary`]: the summaries a placement's `statusSummary` asks for.
 //! * [`overrides`]: cluster labels changed at the root, per space.
 //! * [`route`]: a child's routing predicate from placements and its subtree's clusters.
 //! * [`summary`]: the mergeable status summary (associative, commutative, with identity).
@@ -17,7 +21,9 @@
 //! * [`codec`]: length-prefixed frames; the only place that knows the byte encoding.
 //! * [`sync`]: the sans-I/O state machines of one parent/child connection.
 
+pub mod choice;
 pub mod codec;
+pub mod customize;
 pub mod model;
 pub mod overrides;
 pub mod placement;
@@ -26,4 +32,5 @@ pub mod selector;
 pub mod summary;
 pub mod sync;
 pub mod time;
+pub mod user_summary;
 pub mod wire;

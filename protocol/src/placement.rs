@@ -7,8 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::choice::{RootView, Seconds, Toleration};
 use crate::model::{Cluster, ObjectMeta, Space};
-use crate::overrides::ClusterOverrides;
 use crate::selector::LabelSelector;
 
 /// A placement (our EdgePlacement): objects of one space, placed on clusters.
@@ -26,6 +26,15 @@ pub struct Placement {
     /// to the center, where they appear under the cluster's name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upsync: Vec<UpsyncSelector>,
+    /// *How it moves* when the chosen clusters change.
+    #[serde(default)]
+    pub moves: MovePolicy,
+    /// *How*: per-cluster customization, rendered by each agent before it applies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub customize: Vec<crate::customize::CustomizeRule>,
+    /// *What comes back*: summaries of reported objects, merged at every tier.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub status_summary: Vec<crate::user_summary::SummarySpec>,
 }
 
 /// Selects objects born on a leaf cluster (policy reports, events of interest...) for
@@ -70,13 +79,62 @@ pub struct ObjectSelector {
     pub selector: Option<LabelSelector>,
 }
 
-/// Selects clusters by their labels (their own plus those inherited from relays above).
+/// Selects clusters by their labels (their own plus those inherited from relays above),
+/// and how many of them to choose (see [`crate::choice`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClusterSelector {
     /// Cluster labels; an empty selector selects every cluster.
     pub selector: LabelSelector,
+    /// At most this many of the matching clusters, chosen stably.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// Spread the count evenly (±1) over the values of this cluster label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread_by: Option<String>,
+    /// Clusters matching earlier selectors are chosen first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefer: Vec<LabelSelector>,
+    /// Taints the placement tolerates (Kubernetes' semantics).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// With a `count`: a chosen cluster unreachable this long is replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover_after: Option<Seconds>,
 }
+
+/// How a placement moves between clusters when its choice changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MoveStrategy {
+    /// New clusters get the objects first; the old keep them until the new are
+    /// available (or the move times out).
+    #[default]
+    MakeBeforeBreak,
+    /// Old clusters lose the objects at once.
+    BreakBeforeMake,
+}
+
+/// The move policy: strategy and how long a make-before-break move may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MovePolicy {
+    /// Make-before-break (default) or break-before-make.
+    pub strategy: MoveStrategy,
+    /// How long old clusters keep the objects at most, waiting for the new ones.
+    pub timeout: Seconds,
+}
+
+impl Default for MovePolicy {
+    fn default() -> Self {
+        MovePolicy {
+            strategy: MoveStrategy::MakeBeforeBreak,
+            timeout: DEFAULT_MOVE_TIMEOUT,
+        }
+    }
+}
+
+/// `moveTimeout` when a placement gives none.
+pub const DEFAULT_MOVE_TIMEOUT: Seconds = Seconds(15 * 60);
 
 impl ObjectSelector {
     /// Whether this entry selects the object.
@@ -108,12 +166,11 @@ impl Placement {
         self.clusters.selector.matches(&cluster.labels)
     }
 
-    /// Whether the placement selects the cluster, with its labels as this placement's
-    /// space changed them at the root.
-    pub fn selects_cluster_with(&self, cluster: &Cluster, overrides: &ClusterOverrides) -> bool {
-        self.clusters
-            .selector
-            .matches(&overrides.labels(&self.space, cluster))
+    /// Whether the placement places its objects on the cluster, as the root decided:
+    /// with the cluster's labels as this placement's space changed them, and the
+    /// placement's decision (count, taints, moves...) if it has one.
+    pub fn selects_cluster_with(&self, cluster: &Cluster, root: &RootView) -> bool {
+        root.selects(self, cluster)
     }
 }
 
@@ -156,8 +213,12 @@ mod tests {
                     match_labels: [("role".to_owned(), "pos".to_owned())].into(),
                     match_expressions: vec![],
                 },
+                ..ClusterSelector::default()
             },
             upsync: vec![],
+            moves: MovePolicy::default(),
+            customize: vec![],
+            status_summary: vec![],
         }
     }
 

@@ -3,14 +3,16 @@
 //! A parent forwards an object to a child only when some placement selects the object
 //! and some cluster in the child's subtree. Placements themselves travel to every relay
 //! child (relays route with them); agents receive only what is placed on their cluster,
-//! and the placements selecting their cluster that ask for upsync. The root's cluster
+//! and the placements selecting their cluster that ask for upsync, customize objects or
+//! summarize them. The root's cluster
 //! objects ([`crate::overrides`]) travel with the placements, to relays only.
 
 use std::sync::Arc;
 
+use crate::choice::{RootView, is_decision};
 use crate::codec;
 use crate::model::{Cluster, ObjectMeta};
-use crate::overrides::{ClusterOverrides, is_cluster_object};
+use crate::overrides::is_cluster_object;
 use crate::placement::Placement;
 use crate::sync::Route;
 use crate::wire::RouteId;
@@ -26,6 +28,12 @@ pub fn is_placement(meta: &ObjectMeta) -> bool {
     meta.key.group == STRATA_GROUP && meta.key.kind == PLACEMENT_KIND
 }
 
+/// Whether an object is one of Strata's own (a placement, a cluster's labels, a
+/// decision): the root and relays route with them; they are never placed on clusters.
+pub fn is_strata_object(meta: &ObjectMeta) -> bool {
+    is_placement(meta) || is_cluster_object(meta) || is_decision(meta)
+}
+
 /// The route of one child: the placements that select some cluster of its subtree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlacementRoute {
@@ -36,21 +44,17 @@ pub struct PlacementRoute {
 
 impl PlacementRoute {
     /// The route of a child (`relay` says whether it routes onward and so needs the
-    /// placements themselves) whose subtree holds `clusters`, under `placements`, with
-    /// cluster labels as the root's `overrides` change them.
+    /// placements themselves) whose subtree holds `clusters`, under `placements`, as the
+    /// root decided (`root`: cluster labels changed there, placements' decisions).
     pub fn new(
         relay: bool,
         placements: &[Placement],
         clusters: &[Cluster],
-        overrides: &ClusterOverrides,
+        root: &RootView,
     ) -> Self {
         let mut relevant: Vec<Placement> = placements
             .iter()
-            .filter(|p| {
-                clusters
-                    .iter()
-                    .any(|c| p.selects_cluster_with(c, overrides))
-            })
+            .filter(|p| clusters.iter().any(|c| p.selects_cluster_with(c, root)))
             .cloned()
             .collect();
         relevant.sort_by(|a, b| (&a.space, &a.name).cmp(&(&b.space, &b.name)));
@@ -76,18 +80,25 @@ impl Route for PlacementRoute {
     fn includes(&self, meta: &ObjectMeta) -> bool {
         if is_placement(meta) {
             // Relays route with every placement; an agent needs those that place on
-            // its cluster and ask for upsync, to know what to copy back.
+            // its cluster and ask it for something: upsync (what to copy back),
+            // customization (what to render) or user summaries (what to evaluate).
             return self.relay
                 || self.placements.iter().any(|p| {
-                    !p.upsync.is_empty() && p.space == meta.key.space && p.name == meta.key.name
+                    p.space == meta.key.space && p.name == meta.key.name && agent_needs(p)
                 });
         }
-        if is_cluster_object(meta) {
-            // Relays route with the root's cluster labels; agents never need them.
+        if is_cluster_object(meta) || is_decision(meta) {
+            // Relays route with the root's cluster labels and decisions; agents never
+            // need them.
             return self.relay;
         }
         self.placements.iter().any(|p| p.selects_object(meta))
     }
+}
+
+/// Whether an agent on a cluster the placement selects needs the placement itself.
+fn agent_needs(p: &Placement) -> bool {
+    !p.upsync.is_empty() || !p.customize.is_empty() || !p.status_summary.is_empty()
 }
 
 /// FNV-1a over the encoded route: equal routes, equal ids, on every platform.
@@ -120,8 +131,8 @@ mod tests {
     use crate::placement::{ClusterSelector, ObjectSelector};
     use crate::selector::LabelSelector;
 
-    fn none() -> ClusterOverrides {
-        ClusterOverrides::default()
+    fn none() -> RootView {
+        RootView::default()
     }
 
     fn cluster(name: &str, region: &str) -> Cluster {
@@ -149,8 +160,12 @@ mod tests {
                     match_labels: [("region".to_owned(), region.to_owned())].into(),
                     match_expressions: vec![],
                 },
+                ..ClusterSelector::default()
             },
             upsync: vec![],
+            moves: crate::placement::MovePolicy::default(),
+            customize: vec![],
+            status_summary: vec![],
         }
     }
 
@@ -193,6 +208,46 @@ mod tests {
     }
 
     #[test]
+    fn agents_get_the_placements_that_customize_or_summarize_for_them() {
+        let mut customizing = placement("web-eu", "eu", "web");
+        customizing.customize = vec![crate::customize::CustomizeRule {
+            merge_patch: Some(serde_json::json!({ "metadata": { "labels": { "a": "b" } } })),
+            ..Default::default()
+        }];
+        let mut summarizing = placement("db-eu", "eu", "db");
+        summarizing.status_summary = vec![crate::user_summary::SummarySpec {
+            name: "ready".into(),
+            path: ".status.readyReplicas".into(),
+            op: crate::user_summary::SummaryOp::Sum,
+            top: None,
+            group_by: None,
+        }];
+        let plain = placement("cache-eu", "eu", "cache");
+        let elsewhere = {
+            let mut p = placement("web-us", "us", "web");
+            p.customize = customizing.customize.clone();
+            p
+        };
+        let all = [customizing, summarizing, plain, elsewhere];
+        let agent = PlacementRoute::new(false, &all, &[cluster("a", "eu")], &none());
+        let named = |name: &str| {
+            let mut m = meta(STRATA_GROUP, PLACEMENT_KIND, "");
+            m.key.name = name.into();
+            m
+        };
+        assert!(agent.includes(&named("web-eu")));
+        assert!(agent.includes(&named("db-eu")));
+        assert!(
+            !agent.includes(&named("cache-eu")),
+            "asks nothing of the agent"
+        );
+        assert!(
+            !agent.includes(&named("web-us")),
+            "does not select the cluster"
+        );
+    }
+
+    #[test]
     fn labels_changed_at_the_root_move_objects_between_subtrees() {
         let placements = [placement("web-us", "us", "web")];
         let a = [cluster("a", "eu")];
@@ -204,7 +259,7 @@ mod tests {
             ))
         );
         let mut moved = none();
-        moved.insert(
+        moved.overrides.insert(
             Space::default_space(),
             "a".into(),
             crate::overrides::LabelOverride {
@@ -220,7 +275,7 @@ mod tests {
             ))
         );
         let mut elsewhere = none();
-        elsewhere.insert(
+        elsewhere.overrides.insert(
             Space("other".into()),
             "a".into(),
             crate::overrides::LabelOverride {

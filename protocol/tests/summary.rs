@@ -1,11 +1,14 @@
 //! The summary algebra's laws, and summaries of known inputs.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use strata_protocol::model::{Health, Revision, Status};
+use strata_protocol::model::{Health, Labels, Revision, Status};
 use strata_protocol::summary::{ERROR_SAMPLES, ErrorSample, Summary};
 use strata_protocol::time::UnixMillis;
+use strata_protocol::user_summary::{SummarySpec, show_all};
 
 fn health() -> impl Strategy<Value = Health> {
     prop::sample::select(Health::ALL.to_vec())
@@ -209,4 +212,119 @@ fn a_single_expected_cluster_keeps_its_exact_status_up_the_tiers() {
     assert_eq!(exact.status, status);
     // A second expected cluster makes it a summary like any other.
     assert!(root.merged(&Summary::expected(1)).exact.is_none());
+}
+
+/// User summaries (`statusSummary`): one cluster's object, its tier label, and what it
+/// reports.
+#[derive(Debug, Clone)]
+struct Edge {
+    ready: Option<i64>,
+    images: Vec<&'static str>,
+    up: Option<bool>,
+    tier: &'static str,
+}
+
+fn edges() -> impl Strategy<Value = Vec<Edge>> {
+    let edge = (
+        prop::option::of(-3i64..50),
+        prop::collection::vec(prop::sample::select(vec!["pos:1", "pos:2", "a/b%2F"]), 0..3),
+        prop::option::of(any::<bool>()),
+        prop::sample::select(vec!["gold", "basic", ""]),
+    )
+        .prop_map(|(ready, images, up, tier)| Edge {
+            ready,
+            images,
+            up,
+            tier,
+        });
+    prop::collection::vec(edge, 0..16)
+}
+
+fn user_specs() -> Vec<SummarySpec> {
+    serde_json::from_value(serde_json::json!([
+        { "name": "ready", "path": ".status.readyReplicas", "op": "sum" },
+        { "name": "low", "path": ".status.readyReplicas", "op": "min" },
+        { "name": "high", "path": ".status.readyReplicas", "op": "max" },
+        { "name": "images", "path": ".spec.containers[*].image", "op": "countBy", "top": 2 },
+        { "name": "containers", "path": ".spec.containers[*]", "op": "count" },
+        { "name": "anyUp", "path": ".status.up", "op": "any" },
+        { "name": "allUp", "path": ".status.up", "op": "all" },
+        { "name": "readyByTier", "path": ".status.readyReplicas", "op": "sum", "groupBy": "tier" },
+    ]))
+    .unwrap()
+}
+
+fn edge_status(e: &Edge) -> Status {
+    let mut doc = serde_json::json!({
+        "spec": { "containers": e.images.iter().map(|i| serde_json::json!({ "image": i })).collect::<Vec<_>>() },
+        "status": {},
+    });
+    if let Some(r) = e.ready {
+        doc["status"]["readyReplicas"] = r.into();
+    }
+    if let Some(u) = e.up {
+        doc["status"]["up"] = u.into();
+    }
+    let labels = if e.tier.is_empty() {
+        Labels::new()
+    } else {
+        [("tier".to_owned(), e.tier.to_owned())].into()
+    };
+    let mut numbers = BTreeMap::from([("readyReplicas".to_owned(), 1)]);
+    for s in user_specs() {
+        numbers.extend(s.numbers("pos", &doc, &labels));
+    }
+    Status {
+        health: Health::Available,
+        revision: Revision(1),
+        observed_generation: None,
+        message: None,
+        numbers,
+        status: Vec::new(),
+        observed_at: UnixMillis(1),
+    }
+}
+
+proptest! {
+    /// However the clusters are split among tiers and merged, the user summaries shown
+    /// at the root are those computed directly over every cluster's object.
+    #[test]
+    fn user_summaries_merged_in_any_grouping_equal_the_direct_computation(
+        all in edges(),
+        groups in prop::collection::vec(0usize..3, 16),
+    ) {
+        let mut parts = vec![Summary::default(); 3];
+        for (i, e) in all.iter().enumerate() {
+            parts[groups[i]].merge(&Summary::of_status(&format!("c{i}"), &edge_status(e)));
+        }
+        let merged = parts[2].clone().merged(&parts[0].clone().merged(&parts[1]));
+        let shown = show_all(&user_specs(), "pos", &merged.numbers);
+
+        let ready: Vec<i64> = all.iter().filter_map(|e| e.ready).collect();
+        let ups: Vec<bool> = all.iter().filter_map(|e| e.up).collect();
+        let mut hist: BTreeMap<&str, i64> = BTreeMap::new();
+        for i in all.iter().flat_map(|e| e.images.iter()) {
+            *hist.entry(i).or_default() += 1;
+        }
+        let mut top: Vec<(&str, i64)> = hist.into_iter().collect();
+        top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        top.truncate(2);
+        let mut by_tier: BTreeMap<&str, i64> = BTreeMap::new();
+        for e in all.iter().filter(|e| e.ready.is_some()) {
+            *by_tier.entry(e.tier).or_default() += e.ready.unwrap_or(0);
+        }
+        let expected = serde_json::json!({
+            "ready": ready.iter().sum::<i64>(),
+            "low": ready.iter().min(),
+            "high": ready.iter().max(),
+            "images": top.into_iter().map(|(k, v)| (k.to_owned(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+            "containers": all.iter().map(|e| e.images.len() as i64).sum::<i64>(),
+            "anyUp": if ups.is_empty() { serde_json::Value::Null } else { ups.iter().any(|u| *u).into() },
+            "allUp": if ups.is_empty() { serde_json::Value::Null } else { ups.iter().all(|u| *u).into() },
+            "readyByTier": by_tier,
+        });
+        prop_assert_eq!(shown, expected);
+        // The standard status fields are untouched by user entries.
+        prop_assert_eq!(merged.numbers.get("readyReplicas").map(|n| n.sum), (!all.is_empty()).then_some(all.len() as i128));
+    }
 }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hyper::{Method, StatusCode};
@@ -46,6 +47,12 @@ pub enum Command {
         /// Keep the demo's files (certificates, configs, stores, logs) here.
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
+        /// How the app moves between regions: `makeBeforeBreak` (the default: the
+        /// first region keeps it until the second runs it) or `breakBeforeMake` (to
+        /// see the gap the default avoids).
+        #[arg(long = "move", value_name = "STRATEGY", default_value = "makeBeforeBreak",
+              value_parser = ["makeBeforeBreak", "breakBeforeMake"])]
+        move_strategy: String,
     },
     /// Check a topology file, issue its certificates, render each node's configuration.
     Topology {
@@ -100,6 +107,37 @@ pub enum Command {
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
         output: Output,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Stop choosing a cluster for placements (a NoSchedule taint in the space); what
+    /// runs there stays. Undo with `relay uncordon`.
+    Cordon {
+        /// The cluster.
+        cluster: String,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Move every workload off a cluster (a NoExecute taint in the space),
+    /// make-before-break: the cluster keeps each one until its new clusters run it.
+    /// Placements that tolerate the taint stay. Undo with `relay uncordon`.
+    Drain {
+        /// The cluster.
+        cluster: String,
+        /// Wait until no placement is routed to the cluster any more, at most this long
+        /// (e.g. 5m).
+        #[arg(long, value_name = "DURATION")]
+        wait: Option<String>,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Remove the taints of `relay cordon` and `relay drain` from a cluster.
+    Uncordon {
+        /// The cluster.
+        cluster: String,
         /// How to reach the API.
         #[command(flatten)]
         api: ApiArgs,
@@ -222,6 +260,12 @@ pub enum CliError {
         name: String,
         space: String,
     },
+    /// `relay cordon|uncordon|drain`.
+    #[error(transparent)]
+    Lifecycle(#[from] crate::lifecycle::LifecycleError),
+    /// A command-line value is wrong.
+    #[error("{0}")]
+    Usage(String),
     /// The answer could not be written as JSON.
     #[error(transparent)]
     Json(#[from] serde_json::Error),
@@ -288,7 +332,12 @@ impl fmt::Display for Indented<'_> {
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Serve { config } => Ok(crate::serve::serve(&config).await?),
-        Command::Demo { data } => crate::demo::run(data).await.map_err(CliError::Demo),
+        Command::Demo {
+            data,
+            move_strategy,
+        } => crate::demo::run(data, &move_strategy)
+            .await
+            .map_err(CliError::Demo),
         Command::Topology { command } => Ok(crate::topology_cli::run(command)?),
         Command::Up { file, data } => crate::up::run(&file, data, cli.logging.log)
             .await
@@ -397,6 +446,19 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
+        Command::Cordon { cluster, api } => {
+            lifecycle(&api, &cluster, crate::lifecycle::Action::Cordon, None).await
+        }
+        Command::Uncordon { cluster, api } => {
+            lifecycle(&api, &cluster, crate::lifecycle::Action::Uncordon, None).await
+        }
+        Command::Drain { cluster, wait, api } => {
+            let wait = wait
+                .map(|w| strata_protocol::choice::Seconds::parse(&w))
+                .transpose()
+                .map_err(CliError::Usage)?;
+            lifecycle(&api, &cluster, crate::lifecycle::Action::Drain, wait).await
+        }
         Command::Clusters { api } => {
             let v = call(&api, Method::GET, "/clusters", None).await?;
             print!("{}", crate::views::clusters_table(&v));
@@ -425,6 +487,32 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// `relay cordon|uncordon|drain`.
+async fn lifecycle(
+    api: &ApiArgs,
+    cluster: &str,
+    action: crate::lifecycle::Action,
+    wait: Option<strata_protocol::choice::Seconds>,
+) -> Result<(), CliError> {
+    let client = api.client().map_err(CallError::from)?;
+    let said = crate::lifecycle::run(&client, &api.space, cluster, action).await?;
+    println!("{said}");
+    if let Some(limit) = wait {
+        let took = crate::lifecycle::wait_drained(
+            &client,
+            &api.space,
+            cluster,
+            Duration::from_secs(limit.0),
+        )
+        .await?;
+        println!(
+            "cluster {cluster} drained in {:.1} s: no placement is routed there",
+            took.as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 async fn call(

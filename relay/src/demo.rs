@@ -1,7 +1,10 @@
 //! `relay demo`: the embedded demo topology (`deploy/examples/demo.yaml`: a root, 2
 //! regions, 3 sites each, 4 simulated clusters per site) brought up with [`crate::up`],
 //! a sample application rolled out to one region, then moved to the other by changing
-//! one label in its placement.
+//! one label in its placement, make-before-break: the first region keeps the app until
+//! the second runs it, and the demo prints the longest time the app was available on
+//! no cluster during the move (sampled every 50 ms; `--move breakBeforeMake` shows the
+//! gap it avoids).
 //!
 //! Every node is a real process talking QUIC with mutual TLS on loopback; the demo
 //! drives the root's HTTPS API like a user would. Progress is one line per region
@@ -21,7 +24,7 @@ use crate::up::{Hierarchy, TempDir, UpOptions};
 /// The demo's topology, embedded in the binary.
 pub const TOPOLOGY: &str = include_str!("../../deploy/examples/demo.yaml");
 
-fn app(region: &str) -> String {
+fn app(region: &str, strategy: &str) -> String {
     format!(
         "apiVersion: apps/v1
 kind: Deployment
@@ -39,12 +42,13 @@ metadata: {{ name: shop }}
 spec:
   objects: [ {{ selector: {{ matchLabels: {{ app: shop }} }} }} ]
   clusters: {{ selector: {{ matchLabels: {{ region: {region} }} }} }}
+  move: {strategy}
 "
     )
 }
 
 /// Runs the demo in `dir` (a fresh temporary directory when `None`).
-pub async fn run(dir: Option<PathBuf>) -> anyhow::Result<()> {
+pub async fn run(dir: Option<PathBuf>, strategy: &str) -> anyhow::Result<()> {
     let checked = strata_topology::parse(TOPOLOGY, Path::new("deploy/examples/demo.yaml"))?;
     let tmp;
     let dir = match dir {
@@ -91,7 +95,7 @@ pub async fn run(dir: Option<PathBuf>) -> anyhow::Result<()> {
                 "while it runs, the root is reachable with:\n  {}",
                 h.env_lines()
             );
-            drive(&h, tty).await
+            drive(&h, tty, strategy).await
         }
         Err(e) => Err(e),
     };
@@ -155,7 +159,7 @@ impl Map {
     }
 }
 
-async fn drive(h: &Hierarchy, tty: bool) -> anyhow::Result<()> {
+async fn drive(h: &Hierarchy, tty: bool, strategy: &str) -> anyhow::Result<()> {
     let client = h.client()?;
     let total = h.topology.clusters.len();
     // 1. Every cluster registered through its relays.
@@ -182,14 +186,19 @@ async fn drive(h: &Hierarchy, tty: bool) -> anyhow::Result<()> {
         anyhow::bail!("the demo topology needs two regions");
     };
     // 2. Roll the app out to the first region.
-    roll(&client, &map, first, h, tty).await?;
+    roll(&client, &map, first, h, tty, strategy).await?;
     println!("rolled out to {first}:");
     print_summary(&client, &map, first).await;
     // 3. Move it to the second with one label.
     println!(
-        "\nmoving the app from {first} to {second} (placement: region={first} -> region={second})"
+        "\nmoving the app from {first} to {second} (placement: region={first} -> region={second}, {strategy})"
     );
-    roll(&client, &map, second, h, tty).await?;
+    let gap = roll(&client, &map, second, h, tty, strategy).await?;
+    println!(
+        "\nduring the move, the app was available on no cluster for {} ms at most (sampled every {} ms)",
+        gap.as_millis(),
+        SAMPLE.as_millis()
+    );
     println!("\nfinal summary:");
     print_summary(&client, &map, second).await;
     Ok(())
@@ -219,18 +228,25 @@ fn region_line(region: &str, placement: Option<&Value>) -> String {
     }
 }
 
+/// How often the demo reads the root's summary while the app rolls out or moves.
+const SAMPLE: Duration = Duration::from_millis(50);
+
+/// Applies the app placed on `region` and shows progress until every cluster of the
+/// region runs it and no other holds it. Returns the longest time the root's summary
+/// showed the app available on no cluster, once it had been available somewhere.
 async fn roll(
     client: &ApiClient,
     map: &Map,
     region: &str,
     h: &Hierarchy,
     tty: bool,
-) -> anyhow::Result<()> {
+    strategy: &str,
+) -> anyhow::Result<Duration> {
     let (status, v) = client
         .request(
             Method::POST,
             "/spaces/default/apply",
-            Some(app(region).into_bytes()),
+            Some(app(region, strategy).into_bytes()),
         )
         .await?;
     if !status.is_success() {
@@ -241,7 +257,9 @@ async fn roll(
         v["revision"]
     );
     let mut shown: Vec<String> = Vec::new();
-    for _ in 0..900 {
+    let mut gap = Duration::ZERO;
+    let mut nowhere_since: Option<tokio::time::Instant> = None;
+    for _ in 0..3600 {
         let objects = get(client, "/spaces/default/objects?kind=deployment&name=shop").await;
         let item = objects.as_ref().map(|o| &o["items"][0]);
         let placement = item.map(|i| &i["placements"][0]);
@@ -267,6 +285,19 @@ async fn roll(
             }
         }
         shown = lines;
+        let available = placement.map_or(0, |p| {
+            p["summary"]["health"]["available"].as_u64().unwrap_or(0)
+        });
+        let now = tokio::time::Instant::now();
+        match (available, nowhere_since) {
+            (0, None) => nowhere_since = Some(now),
+            (0, Some(_)) => {}
+            (_, Some(since)) => {
+                gap = gap.max(now - since);
+                nowhere_since = None;
+            }
+            (_, None) => {}
+        }
         if let (Some(item), Some(p)) = (item, placement) {
             let s = &p["summary"];
             let expected = s["expected"].as_u64().unwrap_or(0);
@@ -282,10 +313,10 @@ async fn roll(
                 && current
                 && !elsewhere
             {
-                return Ok(());
+                return Ok(gap);
             }
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(SAMPLE).await;
     }
     anyhow::bail!(
         "the rollout to {region} did not complete; see the logs in {}",

@@ -15,10 +15,12 @@
 //! * `http`: what the API and the metrics server share (listener, accept loop).
 //! * [`join`]: agents that are not in the topology join a relay with a single-use token.
 //! * [`kube`]: the Kubernetes API of each space (kubectl, client libraries).
+//! * [`lifecycle`]: `relay cordon|uncordon|drain`: taints on a cluster at the root.
 //! * [`metrics`]: Prometheus metrics, `/healthz` and `/readyz` (what readiness means).
 //! * [`node`]: the relay's sync core (`node::core`), what its children reported
 //!   (`node::reports`), and `node::runtime`: the core and its children's connections
 //!   as a [`strata_node::driver::Node`]; `node::accept`, the accept loop.
+//! * [`placement_summary`]: a placement's `statusSummary` values at the root.
 //! * [`serve`]: `relay serve`: a node from its configuration file until a signal.
 //! * [`topology_cli`]: `relay topology validate|certs|render` over [`strata_topology`].
 //! * [`up`]: `relay up`: a whole topology as processes on this machine.
@@ -34,8 +36,10 @@ pub mod demo;
 mod http;
 pub mod join;
 pub mod kube;
+pub mod lifecycle;
 pub mod metrics;
 pub mod node;
+pub mod placement_summary;
 pub mod serve;
 pub mod topology_cli;
 pub mod up;

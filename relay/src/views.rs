@@ -129,6 +129,45 @@ pub fn objects_table(items: &[Value], wide: bool, now: u64) -> String {
         if placements.is_empty() {
             let _ = writeln!(out, "{name:<24} {ns:<12} {:<16} {rev:>5}", "<none>");
         }
+        let d = &item["decisions"];
+        if d.is_object() {
+            let excluded: Vec<String> = d["excluded"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(why, count)| format!("{why} {count}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  chose {} of {} matching clusters{}",
+                n(&d["chosen"]),
+                n(&d["matching"]),
+                if excluded.is_empty() {
+                    String::new()
+                } else {
+                    format!("; left out: {}", excluded.join(", "))
+                }
+            );
+            let names = |v: &Value| -> Vec<String> {
+                v.as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.as_str().map(str::to_owned))
+                    .collect()
+            };
+            let retiring = names(&d["retiring"]);
+            if !retiring.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  moving off (until the new clusters are available): {}",
+                    retiring.join(", ")
+                );
+            }
+            if wide {
+                let _ = writeln!(out, "  chosen: {}", names(&d["clusters"]).join(", "));
+            }
+        }
+        user_summary_line(&mut out, &item["userSummary"]);
         for p in placements {
             let s = &p["summary"];
             let oldest = s["oldest_report"]
@@ -153,9 +192,19 @@ pub fn objects_table(items: &[Value], wide: bool, now: u64) -> String {
                     .collect();
                 let _ = writeln!(out, "  failed: {}", shown.join(", "));
             }
+            user_summary_line(&mut out, &p["userSummary"]);
         }
     }
     out
+}
+
+/// `  summary: ready=4 images={"web:1":2}`: a placement's `statusSummary` values.
+fn user_summary_line(out: &mut String, summary: &Value) {
+    let Some(entries) = summary.as_object().filter(|m| !m.is_empty()) else {
+        return;
+    };
+    let shown: Vec<String> = entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let _ = writeln!(out, "  summary: {}", shown.join(" "));
 }
 
 /// The inventory as a table by relay path: labels, and whether each cluster is
@@ -304,6 +353,24 @@ pos                      pos          pos-app            118     1204    1204   
   failed: store-0917-pos (ImagePullBackOff), store-1102-pos (CrashLoopBackOff)
 ";
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn user_summaries_show_under_their_placement() {
+        let item = json!({
+            "key": { "name": "pos", "namespace": "pos" },
+            "revision": 3,
+            "placements": [ {
+                "placement": "pos",
+                "summary": { "expected": 2, "reporting": 2, "health": { "available": 2 } },
+                "userSummary": { "ready": 4, "images": { "pos:2.1": 2 } },
+            } ],
+        });
+        let table = objects_table(&[item], false, 0);
+        assert!(
+            table.ends_with("  summary: ready=4 images={\"pos:2.1\":2}\n"),
+            "{table}"
+        );
     }
 
     #[test]

@@ -135,7 +135,7 @@ async fn root_view(hierarchy: &SimHierarchy) -> Option<RootView> {
                     summaries.push((
                         p.name.clone(),
                         meta.key.clone(),
-                        c.reports().summarize(p, &meta.key, c.overrides()),
+                        c.reports().summarize(p, &meta.key, c.root_view()),
                     ));
                 }
             }

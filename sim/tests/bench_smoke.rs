@@ -12,6 +12,7 @@ async fn a_tiny_tree_yields_every_figure() {
         changed: 3,
         flat: false,
         nats: None,
+        customize: true,
     };
     let t = bench::topology(&opts, Phase::Tree).await.expect("the run");
     assert_eq!(t.leaves, 8);

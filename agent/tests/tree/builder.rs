@@ -63,6 +63,13 @@ impl TreeBuilder {
         self
     }
 
+    /// Gives the agent declared last these cluster properties.
+    pub fn properties(mut self, properties: Labels) -> Self {
+        let last = self.specs.last_mut().expect("an agent to give properties");
+        last.properties.extend(properties);
+        self
+    }
+
     /// The one-way latency of every link (5 ms unless told).
     pub fn latency(mut self, latency: Duration) -> Self {
         self.latency = Some(latency);
@@ -87,6 +94,7 @@ impl TreeBuilder {
             parent: parent.map(str::to_owned),
             labels,
             children: Vec::new(),
+            properties: Labels::new(),
             id,
         });
         self

@@ -4,7 +4,6 @@
 //! `agent/src/runtime.rs` start one, so that a restart after a crash takes the same
 //! path as the first start (on an empty store).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use strata_agent::core::{AgentCore, AgentSetup};
@@ -42,6 +41,8 @@ pub struct Spec {
     pub labels: Labels,
     /// Children allowed to connect (the topology's say).
     pub children: Vec<String>,
+    /// An agent's cluster properties.
+    pub properties: Labels,
     /// The store's node id, and the base of its run ids.
     pub id: u64,
 }
@@ -216,7 +217,7 @@ pub fn boot(now: Instant, spec: &Spec, store: &MemStore, runs: u64) -> Core {
                     cluster: Cluster {
                         name: spec.name.clone(),
                         labels: spec.labels.clone(),
-                        properties: BTreeMap::new(),
+                        properties: spec.properties.clone(),
                         path: Vec::new(),
                     },
                     link: link(Role::Agent),

@@ -8,10 +8,16 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde_json::Value;
+use strata_protocol::choice::{Decision, Seconds, Taint, is_decision};
+use strata_protocol::customize::CustomizeRule;
 use strata_protocol::model::{ContentHash, Labels, Object, ObjectKey, ObjectMeta, Revision, Space};
 use strata_protocol::overrides::{ClusterOverrides, LabelOverride, is_cluster_object};
-use strata_protocol::placement::{ClusterSelector, ObjectSelector, Placement, UpsyncSelector};
+use strata_protocol::placement::{
+    ClusterSelector, DEFAULT_MOVE_TIMEOUT, MovePolicy, MoveStrategy, ObjectSelector, Placement,
+    UpsyncSelector,
+};
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
+use strata_protocol::user_summary::SummarySpec;
 
 /// One fault in one document.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +60,14 @@ struct PlacementSpec {
     clusters: ClusterSelector,
     #[serde(default)]
     upsync: Vec<UpsyncSelector>,
+    #[serde(default, rename = "move")]
+    move_strategy: MoveStrategy,
+    #[serde(default, rename = "moveTimeout")]
+    move_timeout: Option<Seconds>,
+    #[serde(default)]
+    customize: Vec<CustomizeRule>,
+    #[serde(default, rename = "statusSummary")]
+    status_summary: Vec<SummarySpec>,
 }
 
 fn fault(document: usize, field: &str, reason: impl Into<String>) -> ManifestError {
@@ -189,6 +203,9 @@ fn manifest(doc: usize, value: Value, space: &Space) -> Result<Manifest, Vec<Man
         if let Err(e) = override_from(&value) {
             faults.push(ManifestError { document: doc, ..e });
         }
+        if let Err(e) = cluster_spec(&value) {
+            faults.push(ManifestError { document: doc, ..e });
+        }
     }
     if faults.is_empty() {
         Ok(Manifest { meta, value })
@@ -220,6 +237,40 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
             e.reason.clone(),
         ));
     }
+    for (i, s) in spec.clusters.prefer.iter().enumerate() {
+        if let Err(errors) = s.validate() {
+            let e = &errors[0];
+            return Err(fault(
+                0,
+                &format!("spec.clusters.prefer[{i}].{}", e.field),
+                e.reason.clone(),
+            ));
+        }
+    }
+    for (i, t) in spec.clusters.tolerations.iter().enumerate() {
+        if let Err(why) = t.validate() {
+            return Err(fault(0, &format!("spec.clusters.tolerations[{i}]"), why));
+        }
+    }
+    if spec.clusters.count == Some(0) {
+        return Err(fault(
+            0,
+            "spec.clusters.count",
+            "must be at least 1 (or absent: every matching cluster)",
+        ));
+    }
+    for (field, given) in [
+        ("spreadBy", spec.clusters.spread_by.is_some()),
+        ("failoverAfter", spec.clusters.failover_after.is_some()),
+    ] {
+        if given && spec.clusters.count.is_none() {
+            return Err(fault(
+                0,
+                &format!("spec.clusters.{field}"),
+                "needs spec.clusters.count",
+            ));
+        }
+    }
     for (i, o) in spec.objects.iter().enumerate() {
         if let Some(Err(errors)) = o.selector.as_ref().map(|s| s.validate()) {
             let e = &errors[0];
@@ -247,13 +298,53 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
             ));
         }
     }
+    check_customize_and_summaries(&spec.customize, &spec.status_summary)?;
     Ok(Placement {
         space: key.space.clone(),
         name: key.name.clone(),
         objects: spec.objects,
         clusters: spec.clusters,
         upsync: spec.upsync,
+        moves: MovePolicy {
+            strategy: spec.move_strategy,
+            timeout: spec.move_timeout.unwrap_or(DEFAULT_MOVE_TIMEOUT),
+        },
+        customize: spec.customize,
+        status_summary: spec.status_summary,
     })
+}
+
+/// `spec.customize` and `spec.statusSummary`: what can be checked before any cluster.
+fn check_customize_and_summaries(
+    rules: &[CustomizeRule],
+    summaries: &[SummarySpec],
+) -> Result<(), ManifestError> {
+    for (i, rule) in rules.iter().enumerate() {
+        if let Some(Err(errors)) = rule.clusters.as_ref().map(|s| s.validate()) {
+            let e = &errors[0];
+            let field = format!("spec.customize[{i}].clusters.{}", e.field);
+            return Err(fault(0, &field, e.reason.clone()));
+        }
+        if let Err((field, reason)) = rule.validate() {
+            let field = format!("spec.customize[{i}].{field}");
+            return Err(fault(0, field.trim_end_matches('.'), reason));
+        }
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for (i, s) in summaries.iter().enumerate() {
+        if let Err((field, reason)) = s.validate() {
+            return Err(fault(
+                0,
+                &format!("spec.statusSummary[{i}].{field}"),
+                reason,
+            ));
+        }
+        if !names.insert(s.name.as_str()) {
+            let reason = format!("{:?} is used by an earlier entry", s.name);
+            return Err(fault(0, &format!("spec.statusSummary[{i}].name"), reason));
+        }
+    }
+    Ok(())
 }
 
 /// The object a manifest becomes at `revision`: JSON body and its SHA-256.
@@ -315,6 +406,90 @@ pub fn overrides_in(log: &strata_protocol::sync::ObjectLog) -> ClusterOverrides 
     all
 }
 
+/// What the root set on a cluster in one space: its taints and its capacity.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterSpec {
+    /// Taints (`spec.taints`).
+    pub taints: Vec<Taint>,
+    /// How many placements it accepts (`spec.capacity.workloads`).
+    pub capacity: Option<u32>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawClusterSpec {
+    #[serde(default)]
+    taints: Vec<Taint>,
+    #[serde(default)]
+    capacity: Option<RawCapacity>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCapacity {
+    workloads: u32,
+}
+
+/// The `spec` of a `Cluster` object, checked.
+pub fn cluster_spec(value: &Value) -> Result<ClusterSpec, ManifestError> {
+    let raw: RawClusterSpec = match value.get("spec") {
+        None | Some(Value::Null) => RawClusterSpec::default(),
+        Some(v) => {
+            serde_json::from_value(v.clone()).map_err(|e| fault(0, "spec", e.to_string()))?
+        }
+    };
+    Ok(ClusterSpec {
+        taints: raw.taints,
+        capacity: raw.capacity.map(|c| c.workloads),
+    })
+}
+
+/// The spec of every `Cluster` object in `log`, by (space, cluster); one that does not
+/// parse is logged and left out.
+pub fn cluster_specs_in(
+    log: &strata_protocol::sync::ObjectLog,
+) -> std::collections::BTreeMap<(Space, String), ClusterSpec> {
+    let mut all = std::collections::BTreeMap::new();
+    for o in log.live().filter(|o| is_cluster_object(&o.meta)) {
+        let parsed = serde_json::from_slice::<Value>(&o.body)
+            .map_err(|e| fault(0, "", e.to_string()))
+            .and_then(|v| cluster_spec(&v));
+        match parsed {
+            Ok(spec) => {
+                all.insert((o.key().space.clone(), o.key().name.clone()), spec);
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %o.key(), error = %e, "ignoring a cluster spec that does not parse");
+            }
+        }
+    }
+    all
+}
+
+/// The decision of every `PlacementDecision` object in `log`, by (space, placement);
+/// one that does not parse is logged and left out.
+pub fn decisions_in(
+    log: &strata_protocol::sync::ObjectLog,
+) -> std::collections::BTreeMap<(Space, String), Decision> {
+    let mut all = std::collections::BTreeMap::new();
+    for o in log.live().filter(|o| is_decision(&o.meta)) {
+        let parsed = serde_json::from_slice::<Value>(&o.body)
+            .map_err(|e| e.to_string())
+            .and_then(|v| {
+                serde_json::from_value::<Decision>(v["decision"].clone()).map_err(|e| e.to_string())
+            });
+        match parsed {
+            Ok(d) => {
+                all.insert((o.key().space.clone(), o.key().name.clone()), d);
+            }
+            Err(e) => {
+                tracing::warn!(decision = %o.key(), error = %e, "ignoring a placement decision that does not parse");
+            }
+        }
+    }
+    all
+}
+
 /// The placement an object holds (relays parse placements to route).
 pub fn parse_placement(object: &Object) -> Result<Placement, ManifestError> {
     let value: Value = serde_json::from_slice(&object.body)
@@ -351,6 +526,48 @@ spec:
         let p = parse_placement(&o).unwrap();
         assert_eq!(p.name, "pos-app");
         assert_eq!(p.objects[0].kinds, ["Deployment"]);
+    }
+
+    #[test]
+    fn customize_and_status_summary_parse_and_their_faults_are_named() {
+        let good = format!(
+            "{APP}  customize:\n    - {{ clusters: {{ matchLabels: {{ country: fr }} }}, jsonPatch: [ {{ op: add, path: /spec/x, value: \"${{cluster.name}}\" }} ] }}\n  statusSummary:\n    - {{ name: ready, path: .status.readyReplicas, op: sum, groupBy: region }}\n"
+        );
+        let m = parse_manifests(&good, &Space::default_space()).unwrap();
+        let p = parse_placement(&to_object(&m[1], Revision(1))).unwrap();
+        assert_eq!(p.customize.len(), 1);
+        assert_eq!(p.status_summary[0].group_by.as_deref(), Some("region"));
+        for (extra, fault) in [
+            (
+                "  customize: [ { jsonPatch: [ { op: add, path: spec, value: 1 } ] } ]\n",
+                "spec.customize[0].jsonPatch[0]: \"spec\" is not a JSON pointer",
+            ),
+            (
+                "  customize: [ { mergePatch: { a: \"${cluster.zone}\" } } ]\n",
+                "spec.customize[0].mergePatch: unknown variable ${cluster.zone}",
+            ),
+            (
+                "  customize: [ {} ]\n",
+                "spec.customize[0]: a rule needs mergePatch or jsonPatch",
+            ),
+            (
+                "  statusSummary: [ { name: a, path: status, op: sum } ]\n",
+                "spec.statusSummary[0].path: \"status\": expected '.' or '['",
+            ),
+            (
+                "  statusSummary: [ { name: a, path: .a, op: avg } ]\n",
+                "spec: unknown variant `avg`",
+            ),
+            (
+                "  statusSummary: [ { name: a, path: .a, op: sum }, { name: a, path: .b, op: max } ]\n",
+                "spec.statusSummary[1].name: \"a\" is used by an earlier entry",
+            ),
+        ] {
+            let errors =
+                parse_manifests(&format!("{APP}{extra}"), &Space::default_space()).unwrap_err();
+            let text = errors[0].to_string();
+            assert!(text.contains(fault), "{extra}: {text}");
+        }
     }
 
     #[test]

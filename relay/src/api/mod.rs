@@ -26,8 +26,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use strata_protocol::model::{ObjectKey, Space};
-use strata_protocol::overrides::is_cluster_object;
-use strata_protocol::route::is_placement;
+use strata_protocol::route::is_strata_object;
 use strata_protocol::wire::{Change, ReportKey, ReportValue};
 use tokio_rustls::TlsAcceptor;
 
@@ -39,7 +38,7 @@ use strata_node::objects::parse_manifests;
 
 pub mod auth;
 pub mod paths;
-pub(crate) mod tree;
+mod tree;
 
 use paths::ObjectFilter;
 use strata_node::tls::{self, Identity, TlsError};
@@ -224,6 +223,18 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
                 StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 value,
             );
+        }
+        Some(crate::kube::Reply::Raw {
+            code,
+            content_type,
+            body,
+        }) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut resp = http::response(status, "application/json", body);
+            if let Ok(v) = hyper::header::HeaderValue::from_str(&content_type) {
+                resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+            }
+            return resp.map(BodyExt::boxed_unsync);
         }
         Some(crate::kube::Reply::Watch(watch)) => {
             let watch = *watch;
@@ -461,12 +472,10 @@ async fn get_objects(
                         .placements()
                         .iter()
                         .filter(|p| {
-                            !is_placement(&o.meta)
-                                && !is_cluster_object(&o.meta)
-                                && p.selects_object(&o.meta)
+                            !is_strata_object(&o.meta) && p.selects_object(&o.meta)
                         })
                         .map(|p| {
-                            let s = core.reports().summarize(p, o.key(), core.overrides());
+                            let s = core.reports().summarize(p, o.key(), core.root_view());
                             // What each child reported for its subtree.
                             let by_child: Vec<Value> = core
                                 .reports()
@@ -501,6 +510,7 @@ async fn get_objects(
                             json!({
                                 "placement": p.name,
                                 "summary": summary,
+                                "userSummary": crate::placement_summary::of_object(p, &s),
                                 "silent": s.silent(),
                                 "by_child": by_child,
                                 "exactStatus": exact,
@@ -508,7 +518,18 @@ async fn get_objects(
                         })
                         .collect();
                     let body: Value = serde_json::from_slice(&o.body).unwrap_or(Value::Null);
+                    let decisions =
+                        crate::kube::render::decisions(core, &o.key().space, &o.key().name)
+                            .filter(|_| strata_protocol::route::is_placement(&o.meta));
+                    // A placement's own `statusSummary` values over the fleet.
+                    let user_summary = core
+                        .placements()
+                        .iter()
+                        .find(|p| strata_protocol::route::is_placement(&o.meta) && p.space == o.key().space && p.name == o.key().name)
+                        .and_then(|p| crate::placement_summary::of_placement(core, p));
                     json!({
+                        "decisions": decisions,
+                        "userSummary": user_summary,
                         "key": {
                             "space": o.key().space.0, "group": o.key().group, "version": o.key().version,
                             "kind": o.key().kind, "namespace": o.key().namespace, "name": o.key().name,

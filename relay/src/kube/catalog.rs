@@ -14,6 +14,8 @@ use strata_protocol::overrides::CLUSTER_KIND;
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::ObjectLog;
 
+use super::openapi::{TypeSchema, builtin_schema};
+
 /// Finds the fields of a manifest its type does not know (strict validation).
 pub type FieldCheck = fn(&Value) -> Result<Vec<String>, String>;
 
@@ -38,6 +40,8 @@ pub struct ResourceType {
     pub categories: Vec<String>,
     /// Strict validation of a manifest of this type, when its schema is known.
     pub check: Option<FieldCheck>,
+    /// Its schema, for the OpenAPI documents (and, for custom resources, validation).
+    pub schema: TypeSchema,
 }
 
 impl ResourceType {
@@ -121,7 +125,7 @@ fn is_empty(v: &Value) -> bool {
 
 fn builtin<T>(short: &[&str], categories: &[&str]) -> ResourceType
 where
-    T: Resource + Serialize + DeserializeOwned,
+    T: Resource + Serialize + DeserializeOwned + schemars::JsonSchema,
     T::Scope: Scope,
 {
     ResourceType {
@@ -134,6 +138,7 @@ where
         short_names: short.iter().map(|s| (*s).to_owned()).collect(),
         categories: categories.iter().map(|s| (*s).to_owned()).collect(),
         check: Some(unknown_fields::<T>),
+        schema: TypeSchema::Builtin(builtin_schema::<T>),
     }
 }
 
@@ -203,6 +208,7 @@ fn strata_types() -> Vec<ResourceType> {
             categories: Vec::new(),
             // The root parses placements field by field and refuses unknown ones.
             check: None,
+            schema: TypeSchema::Strata,
         },
         ResourceType {
             group: STRATA_GROUP.to_owned(),
@@ -214,6 +220,7 @@ fn strata_types() -> Vec<ResourceType> {
             short_names: Vec::new(),
             categories: Vec::new(),
             check: None,
+            schema: TypeSchema::Strata,
         },
     ]
 }
@@ -268,6 +275,7 @@ fn custom_types(log: &ObjectLog, space: &Space) -> Vec<ResourceType> {
                 short_names: strings(&names["shortNames"]),
                 categories: strings(&names["categories"]),
                 check: None,
+                schema: TypeSchema::Custom(v["schema"]["openAPIV3Schema"].clone()),
             });
         }
     }

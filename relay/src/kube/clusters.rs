@@ -31,8 +31,7 @@ use strata_protocol::overrides::{CLUSTER_KIND, LabelOverride, is_cluster_object}
 use strata_protocol::route::STRATA_GROUP;
 
 use super::{Answer, failure};
-use crate::api::tree::{all_links, last_seen};
-use crate::node::core::NodeCore;
+use crate::node::core::{NodeCore, last_seen};
 
 /// The API version of the kind.
 pub const API_VERSION: &str = "strata.dev/v1alpha1";
@@ -120,7 +119,7 @@ fn render(core: &NodeCore, name: &str, entry: &Entry<'_>) -> Value {
     let labels = change.applied_to(&base);
     let mut status = json!({ "reachable": false, "labelOverrides": change });
     if let Some(c) = &entry.reported {
-        let (reachable, seen) = last_seen(c, &all_links(core), Clock::start().wall());
+        let (reachable, seen) = last_seen(c, &core.all_links(), Clock::start().wall());
         status["path"] = json!(c.path);
         status["reachable"] = json!(reachable);
         status["properties"] = json!(c.properties);
@@ -189,6 +188,18 @@ pub fn prepare(core: &NodeCore, mut value: Value) -> Result<Value, Answer> {
         .unwrap_or_default();
     let change = LabelOverride::between(&reported, &wanted);
     value["status"] = json!({ "labelOverrides": change });
+    // `tolerationSeconds` counts from when a NoExecute taint was added: stamp new ones.
+    let now = Clock::start().wall().0;
+    if let Some(taints) = value
+        .pointer_mut("/spec/taints")
+        .and_then(Value::as_array_mut)
+    {
+        for t in taints {
+            if t["effect"] == "NoExecute" && t["timeAdded"].is_null() {
+                t["timeAdded"] = json!(now);
+            }
+        }
+    }
     Ok(value)
 }
 
@@ -208,6 +219,13 @@ pub fn prepare_manifests(
             let mut value = m.value;
             if let Some(o) = value.as_object_mut() {
                 o.remove("status");
+            }
+            // Applying a Cluster that names no labels (its capacity, its taints) leaves
+            // its labels as they are.
+            if value["metadata"]["labels"].is_null()
+                && let Some(current) = get(core, &space, &m.meta.key.name)
+            {
+                value["metadata"]["labels"] = current["metadata"]["labels"].clone();
             }
             let value = prepare(core, value).map_err(|(_, status)| {
                 status["message"]

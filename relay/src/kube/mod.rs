@@ -1,29 +1,34 @@
 //! The Kubernetes API of each space: `https://ROOT/spaces/{space}/...` (a kubeconfig's
 //! `server:` with that path), and `https://ROOT/...` for the space `default`.
 //!
-//! Served: `/version`; discovery ([`discovery`]); the OpenAPI v3 index and documents;
+//! Served: `/version`; discovery ([`discovery`]), also aggregated ([`aggregated`]); the
+//! OpenAPI v3 index and documents and OpenAPI v2, with the schemas of every kind
+//! ([`openapi`], [`openapi_v2`]);
 //! for every type of the space's [`catalog::Catalog`]: get, list (`labelSelector`,
 //! `fieldSelector` on `metadata.name`/`metadata.namespace`, `limit`/`continue`, tables
 //! for `kubectl get`), create, update (409 on a stale `resourceVersion`), patch (JSON
 //! merge, JSON patch, strategic merge), delete and deletecollection, `dryRun=All`, and
 //! strict field validation for built-in types (`fieldValidation=Strict`, what kubectl
-//! sends). Errors are `metav1.Status` objects. `resourceVersion` is the root's revision.
+//! sends), and custom resources checked against their CRD's schema ([`schema_check`]).
+//! Errors are `metav1.Status` objects. `resourceVersion` is the root's revision.
 //!
 //! Watches (`watch=true`) stream events from a `resourceVersion` on ([`watch`]).
 //!
 //! Server-side apply (`application/apply-patch+yaml`, field managers, conflicts) is
 //! [`ssa`].
-//!
-//! Not served yet, each answered with a `Status` saying so: OpenAPI v2, aggregated discovery (clients fall
-//! back to the discovery above).
 
+pub mod aggregated;
 pub mod catalog;
 pub mod clusters;
 pub mod discovery;
+mod documents;
 pub mod kubeconfig;
+pub mod openapi;
+pub mod openapi_v2;
 pub mod patch;
 pub mod protobuf;
 pub mod render;
+pub mod schema_check;
 pub mod selector;
 pub mod ssa;
 pub mod watch;
@@ -66,6 +71,15 @@ pub enum Reply {
     Json(Answer),
     /// A stream of watch events.
     Watch(Box<watch::Watch>),
+    /// A document in its own media type (aggregated discovery, OpenAPI v2 protobuf).
+    Raw {
+        /// HTTP status.
+        code: u16,
+        /// Its `Content-Type`.
+        content_type: String,
+        /// The encoded document.
+        body: Vec<u8>,
+    },
 }
 
 /// A watch's own parameters.
@@ -114,7 +128,10 @@ pub async fn handle(node: &NodeClient, req: Request<'_>) -> Option<Reply> {
     {
         return Some(Reply::Json(access_review(&req, space)));
     }
-    let op = match Op::parse(&req, rest, prefix) {
+    if let Some(reply) = documents::answer(node, &req, rest, space, &prefix).await {
+        return Some(reply);
+    }
+    let op = match Op::parse(&req, rest) {
         Ok(op) => op,
         Err(answer) => return Some(Reply::Json(answer)),
     };
@@ -240,8 +257,6 @@ enum Op {
     Groups,
     Group(String),
     Resources(String, String),
-    OpenApiIndex(String),
-    OpenApiDocument(String, String),
     Resource(Box<ResourceOp>),
 }
 
@@ -269,7 +284,7 @@ struct ResourceOp {
 }
 
 impl Op {
-    fn parse(req: &Request<'_>, rest: &[&str], prefix: String) -> Result<Op, Answer> {
+    fn parse(req: &Request<'_>, rest: &[&str]) -> Result<Op, Answer> {
         let get = req.method == "GET";
         let (group, version, tail): (&str, &str, &[&str]) = match rest {
             ["version"] if get => return Ok(Op::Version),
@@ -278,18 +293,11 @@ impl Op {
             ["apis", g] if get => return Ok(Op::Group((*g).to_owned())),
             ["api", v] if get => return Ok(Op::Resources(String::new(), (*v).to_owned())),
             ["apis", g, v] if get => return Ok(Op::Resources((*g).to_owned(), (*v).to_owned())),
-            ["openapi", "v3"] if get => return Ok(Op::OpenApiIndex(prefix)),
-            ["openapi", "v3", "api", v] if get => {
-                return Ok(Op::OpenApiDocument(String::new(), (*v).to_owned()));
-            }
-            ["openapi", "v3", "apis", g, v] if get => {
-                return Ok(Op::OpenApiDocument((*g).to_owned(), (*v).to_owned()));
-            }
             ["openapi", ..] => {
                 return Err(failure(
                     404,
                     "NotFound",
-                    "this server serves OpenAPI v3 (/openapi/v3) only".into(),
+                    format!("no OpenAPI document at /{}", rest.join("/")),
                     None,
                 ));
             }
@@ -401,18 +409,6 @@ impl Op {
                     .map(|doc| (200, doc))
                     .unwrap_or_else(|| not_found(format!("no API group version {g}/{v}")))
             }
-            Op::OpenApiIndex(prefix) => {
-                let catalog = Catalog::of_space(core.log(), space);
-                (
-                    200,
-                    discovery::openapi_index(&catalog, &prefix, core.log().head().0),
-                )
-            }
-            Op::OpenApiDocument(g, v) => {
-                discovery::openapi_document(&Catalog::of_space(core.log(), space), &g, &v)
-                    .map(|doc| (200, doc))
-                    .unwrap_or_else(|| not_found(format!("no OpenAPI document for {g}/{v}")))
-            }
             Op::Resource(r) => r.run(core, space),
         }
     }
@@ -426,15 +422,17 @@ impl ResourceOp {
             .by_resource(&self.group, &self.version, &self.plural)
             .cloned()
         else {
-            return Err(failure(
-                404,
-                "NotFound",
-                format!(
-                    "the server could not find the requested resource ({} {}/{})",
-                    self.plural, self.group, self.version
-                ),
-                None,
-            ));
+            let mut message = format!(
+                "the server could not find the requested resource ({} {}/{})",
+                self.plural, self.group, self.version
+            );
+            if let Some(kind) = self.body_kind() {
+                message.push_str(&format!(
+                    ": no type of space {:?} has kind {kind:?} in {}/{} (is its CustomResourceDefinition applied?)",
+                    space.0, self.group, self.version
+                ));
+            }
+            return Err(failure(404, "NotFound", message, None));
         };
         if !t.namespaced && self.namespace.is_some() {
             return Err(failure(
@@ -445,6 +443,15 @@ impl ResourceOp {
             ));
         }
         Ok(t)
+    }
+
+    /// The `kind` the request's body names, if it has one (for a clearer 404).
+    fn body_kind(&self) -> Option<String> {
+        let text = std::str::from_utf8(&self.body).ok()?;
+        let v: Value = serde_json::from_str(text)
+            .ok()
+            .or_else(|| serde_saphyr::from_str(text).ok())?;
+        v["kind"].as_str().map(str::to_owned)
     }
 
     fn start_watch(

@@ -4,12 +4,13 @@
 //! lists, and tables for `kubectl get`.
 
 use serde_json::{Map, Value, json};
-use strata_protocol::model::{Object, ObjectKey};
+use strata_protocol::model::{Object, ObjectKey, Space};
 use strata_protocol::overrides::is_cluster_object;
-use strata_protocol::route::is_placement;
+use strata_protocol::route::{is_placement, is_strata_object};
 use strata_protocol::summary::Summary;
+use strata_protocol::user_summary::is_user_entry;
 
-use crate::node::core::NodeCore;
+use crate::node::core::{NodeCore, excluded_counts};
 
 /// Metadata the root assigns, and `.status`, which the root writes: dropped from what
 /// clients send before it is stored.
@@ -50,7 +51,7 @@ pub(super) fn uid(key: &ObjectKey) -> String {
 
 /// The summaries of `object` under every placement that selects it.
 pub fn summaries(core: &NodeCore, object: &Object) -> Vec<(String, Summary)> {
-    if is_placement(&object.meta) || is_cluster_object(&object.meta) {
+    if is_strata_object(&object.meta) {
         return Vec::new();
     }
     core.placements()
@@ -59,7 +60,7 @@ pub fn summaries(core: &NodeCore, object: &Object) -> Vec<(String, Summary)> {
         .map(|p| {
             (
                 p.name.clone(),
-                core.reports().summarize(p, object.key(), core.overrides()),
+                core.reports().summarize(p, object.key(), core.root_view()),
             )
         })
         .collect()
@@ -85,12 +86,69 @@ pub fn object(core: &NodeCore, object: &Object) -> Value {
     if !sums.is_empty() {
         v["status"] = status(&sums);
     }
+    if is_placement(&object.meta)
+        && let Some(d) = decisions(core, &object.key().space, &object.key().name)
+    {
+        v["status"]["decisions"] = d;
+    }
+    user_summary(core, object, &mut v);
     v
+}
+
+/// How many excluded clusters a status names one by one.
+const NAMED_EXCLUSIONS: usize = 100;
+
+/// A placement's choice as its `status.decisions` shows it: how many clusters were
+/// chosen of how many matching, the chosen and retiring clusters, and why each
+/// excluded matching cluster was left out (the first hundred by name, all counted).
+pub fn decisions(core: &NodeCore, space: &Space, name: &str) -> Option<Value> {
+    let p = core.plans().get(&(space.clone(), name.to_owned()))?;
+    let excluded: Map<String, Value> = p
+        .plan
+        .excluded
+        .iter()
+        .take(NAMED_EXCLUSIONS)
+        .map(|(c, why)| (c.clone(), json!(why.to_string())))
+        .collect();
+    let mut d = json!({
+        "chosen": p.plan.chosen.len(),
+        "matching": p.plan.matching,
+        "excluded": excluded_counts(&p.plan),
+        "clusters": p.plan.chosen,
+        "excludedClusters": excluded,
+    });
+    if !p.retiring.is_empty() {
+        d["retiring"] = json!(p.retiring);
+    }
+    if p.move_timed_out {
+        d["moveTimedOut"] = json!(true);
+    }
+    Some(d)
+}
+
+/// A Placement's `status.summary`: its `statusSummary` values over the fleet.
+fn user_summary(core: &NodeCore, object: &Object, v: &mut Value) {
+    if !is_placement(&object.meta) {
+        return;
+    }
+    let placement = core
+        .placements()
+        .iter()
+        .find(|p| p.space == object.key().space && p.name == object.key().name);
+    if let Some(summary) = placement.and_then(|p| crate::placement_summary::of_placement(core, p)) {
+        if !v["status"].is_object() {
+            v["status"] = json!({});
+        }
+        v["status"]["summary"] = summary;
+    }
 }
 
 /// A digest of what `.status` is made from, to notice that it changed.
 pub fn status_digest(core: &NodeCore, object: &Object) -> u64 {
-    let text = serde_json::to_string(&status(&summaries(core, object))).unwrap_or_default();
+    let mut text = serde_json::to_string(&status(&summaries(core, object))).unwrap_or_default();
+    let mut user = json!({});
+    user_summary(core, object, &mut user);
+    text.push_str(&user.to_string());
     let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
     let mut b = [0u8; 8];
     b.copy_from_slice(&d.as_ref()[..8]);
@@ -110,7 +168,9 @@ fn status(sums: &[(String, Summary)]) -> Value {
         out = st;
     } else {
         for (_, s) in sums {
-            for (field, n) in &s.numbers {
+            // User summaries are the Placement's, not status fields.
+            let fields = s.numbers.iter().filter(|(f, _)| !is_user_entry(f));
+            for (field, n) in fields {
                 let sum = out.get(field).and_then(Value::as_i64).map_or(0, i128::from) + n.sum;
                 out.insert(field.clone(), number(sum));
             }

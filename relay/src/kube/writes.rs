@@ -9,7 +9,8 @@ use strata_protocol::model::{ObjectKey, Space};
 use strata_protocol::wire::Change;
 
 use super::catalog::ResourceType;
-use super::{Answer, ResourceOp, clusters, failure, patch, protobuf, render, ssa};
+use super::openapi::TypeSchema;
+use super::{Answer, ResourceOp, clusters, failure, patch, protobuf, render, schema_check, ssa};
 use crate::node::core::NodeCore;
 
 impl ResourceOp {
@@ -174,6 +175,11 @@ impl ResourceOp {
             }
         }
         render::strip_assigned(&mut value);
+        if let TypeSchema::Custom(schema) = &t.schema
+            && let Err(refused) = schema_check::enforce(t, schema, &mut value, self.strict)
+        {
+            return refused;
+        }
         if managed.is_array() {
             value["metadata"]["managedFields"] = managed;
         }

@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use strata_protocol::choice::RootView;
 use strata_protocol::model::{Cluster, Labels, ObjectKey};
-use strata_protocol::overrides::ClusterOverrides;
 use strata_protocol::placement::Placement;
 use strata_protocol::summary::Summary;
 use strata_protocol::wire::{Report, ReportKey, ReportValue};
@@ -218,16 +218,11 @@ impl SubtreeReports {
     /// The summary of `object` under `placement` for this node's whole subtree: the
     /// merge of children's summaries, of direct clusters' statuses, and of the clusters
     /// expected (selected by the placement) that have not reported.
-    pub fn summarize(
-        &self,
-        placement: &Placement,
-        object: &ObjectKey,
-        overrides: &ClusterOverrides,
-    ) -> Summary {
+    pub fn summarize(&self, placement: &Placement, object: &ObjectKey, root: &RootView) -> Summary {
         let mut s = Summary::default();
         let selected: BTreeSet<&str> = self
             .clusters()
-            .filter(|c| placement.selects_cluster_with(&self.effective(c), overrides))
+            .filter(|c| placement.selects_cluster_with(&self.effective(c), root))
             .map(|c| c.name.as_str())
             .collect();
         // A child's summary counts only while some cluster it reported is selected here:

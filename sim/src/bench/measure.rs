@@ -24,6 +24,13 @@ spec:
   clusters: { selector: { matchLabels: { tier: store } } }
 ";
 
+/// A rule that gives every cluster its own variant of the object, rendered by its agent
+/// (`--customize`): root egress should not change.
+const CUSTOMIZE: &str = "  customize:
+    - mergePatch: { data: { store: \"${cluster.name}\" } }
+      jsonPatch: [ { op: add, path: /metadata/labels/cluster, value: \"${cluster.name}\" } ]
+";
+
 /// A ConfigMap of about `size` bytes.
 pub(crate) fn object(name: &str, size: usize, version: usize) -> String {
     format!(
@@ -160,7 +167,7 @@ async fn summary_complete(
                     .find(|o| o.key().name == "payload")?
                     .key()
                     .clone();
-                let s = c.reports().summarize(&placement, &key, c.overrides());
+                let s = c.reports().summarize(&placement, &key, c.root_view());
                 Some(s.health.available as usize == leaves && s.min_revision == Some(Revision(rev)))
             })
             .await
@@ -246,7 +253,8 @@ pub(crate) async fn topology(
     let rev = apply(
         &root,
         format!(
-            "{PLACEMENT}---\n{}",
+            "{PLACEMENT}{}---\n{}",
+            if opts.customize { CUSTOMIZE } else { "" },
             object("payload", opts.object_bytes, 0)
         ),
     )

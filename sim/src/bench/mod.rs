@@ -39,6 +39,8 @@ pub struct Options {
     pub flat: bool,
     /// The NATS baseline: `None` to skip it.
     pub nats: Option<NatsChoice>,
+    /// The placement customizes the object for every cluster (rendered by each agent).
+    pub customize: bool,
 }
 
 /// Where the NATS baseline's server comes from.

@@ -47,6 +47,10 @@ struct Args {
     /// The nats-server binary (default: from the PATH).
     #[arg(long)]
     nats_server: Option<PathBuf>,
+    /// Customize the object for every cluster (a placement rule with `${cluster.name}`,
+    /// rendered by each agent).
+    #[arg(long)]
+    customize: bool,
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -114,6 +118,7 @@ async fn main() -> anyhow::Result<()> {
         changed: args.changed,
         flat: !args.no_flat,
         nats,
+        customize: args.customize,
     };
     if let (Some(phase), Some(path)) = (args.phase, &args.phase_out) {
         let figures = bench::topology(&opts, phase).await?;

@@ -163,7 +163,7 @@ impl NodeCore {
             relay,
             &self.placements,
             &clusters,
-            &self.overrides,
+            &self.root_view,
         ))
     }
 

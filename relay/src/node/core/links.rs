@@ -2,8 +2,10 @@
 //! lag), reported upward so that the root can show the whole tier tree, and kept here
 //! for this node's own status page.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use strata_protocol::model::Cluster;
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{LinkRecord, Report, ReportKey, ReportValue, Role};
 
@@ -38,6 +40,7 @@ impl NodeCore {
 
     /// A child's connection is up (its role is known from its hello).
     pub(super) fn link_up(&mut self, now: Instant, child: &str, role: Role) {
+        self.replan = true;
         self.links.insert(
             child.to_owned(),
             LinkState {
@@ -91,6 +94,7 @@ impl NodeCore {
 
     /// A child's session ended.
     pub(super) fn link_down(&mut self, now: Instant, child: &str) {
+        self.replan = true;
         if let Some(l) = self.links.get_mut(child).filter(|l| l.connected) {
             l.connected = false;
             l.since = now;
@@ -180,5 +184,105 @@ impl NodeCore {
         for child in names {
             self.push_link(now, &child);
         }
+    }
+
+    /// Every link the node knows of, by its child end: its own children's, then those its
+    /// children reported (a child's own record of a link wins over nothing; the node's own
+    /// view of its direct children wins over anything reported).
+    pub fn all_links(&self) -> BTreeMap<String, LinkRecord> {
+        let mut links: BTreeMap<String, LinkRecord> = self
+            .reports()
+            .iter()
+            .filter_map(|((_, key), value)| match (key, value) {
+                (ReportKey::Link { node }, ReportValue::Link(l)) => Some((node.clone(), l.clone())),
+                _ => None,
+            })
+            .collect();
+        links.extend(self.links());
+        links
+    }
+}
+
+/// Whether a cluster is reachable from this node, and when it was last seen: now when
+/// every link on its path is up, else when the first link on its path went down.
+pub fn last_seen(
+    cluster: &Cluster,
+    links: &BTreeMap<String, LinkRecord>,
+    now: UnixMillis,
+) -> (bool, Option<u64>) {
+    // The cluster's path starts with this node; the links are named by their child end.
+    let ends = cluster
+        .path
+        .iter()
+        .skip(1)
+        .chain(std::iter::once(&cluster.name));
+    let mut seen = Some(now.0);
+    let mut reachable = true;
+    for end in ends {
+        match links.get(end) {
+            Some(l) if l.connected => {}
+            Some(l) => {
+                reachable = false;
+                seen = Some(seen.map_or(l.since.0, |s| s.min(l.since.0)));
+            }
+            None => {
+                // A link nobody reported (an older relay below): unknown.
+                reachable = false;
+                seen = None;
+                break;
+            }
+        }
+    }
+    (reachable, seen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(path: &[&str], connected: bool, since: u64) -> LinkRecord {
+        LinkRecord {
+            path: path.iter().map(|p| (*p).to_owned()).collect(),
+            role: Role::Relay,
+            connected,
+            since: UnixMillis(since),
+            last_heard: UnixMillis(since),
+            lag: Some(0),
+            clusters: 1,
+        }
+    }
+
+    fn cluster(name: &str, path: &[&str]) -> Cluster {
+        Cluster {
+            name: name.into(),
+            labels: BTreeMap::new(),
+            properties: BTreeMap::new(),
+            path: path.iter().map(|p| (*p).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_cluster_behind_a_down_relay_was_last_seen_when_that_link_went_down() {
+        let mut links = BTreeMap::new();
+        links.insert("eu".to_owned(), link(&["root"], false, 1_000));
+        links.insert("site".to_owned(), link(&["root", "eu"], true, 500));
+        links.insert("c1".to_owned(), link(&["root", "eu", "site"], true, 600));
+        let c = cluster("c1", &["root", "eu", "site"]);
+        assert_eq!(
+            last_seen(&c, &links, UnixMillis(9_000)),
+            (false, Some(1_000))
+        );
+        links.insert("eu".to_owned(), link(&["root"], true, 2_000));
+        assert_eq!(
+            last_seen(&c, &links, UnixMillis(9_000)),
+            (true, Some(9_000))
+        );
+        links.insert("c1".to_owned(), link(&["root", "eu", "site"], false, 7_000));
+        assert_eq!(
+            last_seen(&c, &links, UnixMillis(9_000)),
+            (false, Some(7_000))
+        );
+        links.remove("site");
+        assert_eq!(last_seen(&c, &links, UnixMillis(9_000)), (false, None));
     }
 }

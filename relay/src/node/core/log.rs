@@ -2,9 +2,11 @@
 //! summaries, and routes when it is a placement), the placements it holds, and
 //! compaction bounded by what the children still need.
 
-use strata_protocol::model::{ObjectKey, Position};
+use strata_protocol::choice::DECISION_KIND;
+use strata_protocol::model::{ObjectKey, Position, Revision};
 use strata_protocol::overrides::CLUSTER_KIND;
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
+use strata_protocol::time::Instant;
 use strata_protocol::wire::Change;
 
 use super::{Applied, MAX_RETAINED, NodeCore};
@@ -12,17 +14,55 @@ use super::{Applied, MAX_RETAINED, NodeCore};
 impl NodeCore {
     /// Applies user changes at the root in one revision (all or nothing: they are
     /// staged together and committed at one position). Returns that position.
+    ///
+    /// At the root, the placements' decisions that follow from the changes (a label
+    /// edit, a new count, a drain...) are written at the same revision.
     pub fn apply(
         &mut self,
         changes: Vec<Change>,
     ) -> Result<Position, strata_protocol::sync::LogError> {
         let pos = self.log.head().next();
+        // Only Strata's own objects (placements, clusters) change what is chosen.
+        let decisive = changes.iter().any(|c| {
+            let k = c.key();
+            k.group == STRATA_GROUP && (k.kind == PLACEMENT_KIND || k.kind == CLUSTER_KIND)
+        });
         for change in changes {
             self.note_change(&change);
             self.log.stage(pos, change)?;
         }
+        let planned = if decisive {
+            self.plan_changes(self.last_now, Revision(pos.0))
+        } else {
+            Vec::new()
+        };
+        for change in planned {
+            self.note_change(&change);
+            self.log.stage(pos, change)?;
+        }
         self.log.commit(pos);
+        self.reload_placements();
         Ok(pos)
+    }
+
+    /// At the root, when the inventory or time may have changed a placement's choice:
+    /// plans again and writes the decisions that changed at a new revision.
+    pub(super) fn replan(&mut self, now: Instant) {
+        self.replan = false;
+        let pos = self.log.head().next();
+        let changes = self.plan_changes(now, Revision(pos.0));
+        if changes.is_empty() {
+            return;
+        }
+        for change in changes {
+            self.note_change(&change);
+            if let Err(e) = self.log.stage(pos, change) {
+                tracing::error!(error = %e, "cannot write a placement decision");
+                return;
+            }
+        }
+        self.log.commit(pos);
+        self.reload_placements();
     }
 
     /// Applies user manifests at the root in one revision; manifests identical to what
@@ -61,7 +101,7 @@ impl NodeCore {
     /// A key changed in the log: its summaries may change, and a placement or a
     /// cluster's labels changing changes routes.
     pub(super) fn note_key(&mut self, key: ObjectKey) {
-        if key.group == STRATA_GROUP && key.kind == CLUSTER_KIND {
+        if key.group == STRATA_GROUP && (key.kind == CLUSTER_KIND || key.kind == DECISION_KIND) {
             // Cluster labels changed: routes, and which clusters every summary expects.
             self.routes_stale = true;
             self.dirty.extend(self.log.live().map(|o| o.key().clone()));
@@ -74,7 +114,10 @@ impl NodeCore {
 
     pub(super) fn reload_placements(&mut self) {
         self.placements = strata_node::objects::placements_in(&self.log);
-        self.overrides = strata_node::objects::overrides_in(&self.log);
+        self.root_view = strata_protocol::choice::RootView {
+            overrides: strata_node::objects::overrides_in(&self.log),
+            decisions: strata_node::objects::decisions_in(&self.log),
+        };
     }
 
     /// Drops tombstones no child needs any more: below every live session's retention

@@ -25,8 +25,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use strata_protocol::model::{Cursor, Labels, LogId, ObjectKey, Position};
-use strata_protocol::overrides::ClusterOverrides;
+use strata_protocol::choice::RootView;
+use strata_protocol::model::{Cursor, Labels, LogId, ObjectKey, Position, Space};
 use strata_protocol::placement::Placement;
 use strata_protocol::summary::Summary;
 use strata_protocol::sync::{ObjectLog, ParentLink, SessionConfig, SessionError};
@@ -34,13 +34,15 @@ use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{ChildToParent, ParentToChild};
 
 mod children;
+mod choose;
 mod links;
 mod log;
 mod parent;
 mod upward;
 use super::reports::SubtreeReports;
 use children::Child;
-pub use links::LINK_REFRESH;
+pub use choose::{CAPACITY_PROPERTY, PlanStatus, decision_key, excluded_counts};
+pub use links::{LINK_REFRESH, last_seen};
 use strata_node::follower::ParentFollower;
 use strata_node::store::{Batch, ReportSlot, UpstreamState};
 
@@ -87,8 +89,16 @@ pub struct NodeCore {
     config: SessionConfig,
     log: ObjectLog,
     placements: Vec<Placement>,
-    /// Cluster labels changed at the root, per space (from the log's `Cluster` objects).
-    overrides: ClusterOverrides,
+    /// What the root decided (the log's `Cluster` and `PlacementDecision` objects).
+    root_view: RootView,
+    /// At the root: each placement's choice as last planned.
+    plans: BTreeMap<(Space, String), choose::PlanStatus>,
+    /// The latest time the core was given (the root's writes plan with it).
+    last_now: Instant,
+    /// At the root: the inventory changed; plan again at the next tick.
+    replan: bool,
+    /// At the root: some choice may change with time alone; plan again at every tick.
+    replan_on_tick: bool,
     children: BTreeMap<String, Child>,
     child_runs: BTreeMap<String, u64>,
     acked: BTreeMap<String, Cursor>,
@@ -169,7 +179,11 @@ impl NodeCore {
             config,
             log: setup.log,
             placements: Vec::new(),
-            overrides: ClusterOverrides::default(),
+            root_view: RootView::default(),
+            plans: BTreeMap::new(),
+            replan: true,
+            last_now: now,
+            replan_on_tick: false,
             children: BTreeMap::new(),
             child_runs: setup.child_runs,
             acked: setup.acked,
@@ -213,9 +227,10 @@ impl NodeCore {
         &self.placements
     }
 
-    /// Cluster labels changed at the root, per space.
-    pub fn overrides(&self) -> &ClusterOverrides {
-        &self.overrides
+    /// What the root decided that every tier routes with: cluster labels changed per
+    /// space, placements' decisions.
+    pub fn root_view(&self) -> &RootView {
+        &self.root_view
     }
 
     /// Counters.
@@ -244,6 +259,7 @@ impl NodeCore {
 
     /// Handles timers that are due.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.last_now = self.last_now.max(now);
         for child in self.children.values_mut() {
             if child.session.poll_timeout().is_some_and(|t| t <= now) {
                 child.session.handle_timeout(now);
@@ -273,6 +289,7 @@ impl NodeCore {
     /// Handles every pending event and returns what must be made durable before
     /// [`NodeCore::transmit`].
     pub fn process(&mut self, now: Instant) -> Batch {
+        self.last_now = self.last_now.max(now);
         self.drain_parent_events();
         self.drain_child_events(now);
         if std::mem::take(&mut self.report_all) {
@@ -285,6 +302,9 @@ impl NodeCore {
             self.refresh_routes();
         }
         if now >= self.next_summary {
+            if self.parent.is_none() && (self.replan || self.replan_on_tick) {
+                self.replan(now);
+            }
             self.refresh_links(now);
             self.push_summaries(now);
             self.compact();

@@ -47,6 +47,7 @@ impl NodeCore {
             self.refresh_route(child);
             self.dirty.extend(self.log.live().map(|o| o.key().clone()));
             self.link_clusters_changed(child);
+            self.replan = true;
         }
     }
 
@@ -56,6 +57,8 @@ impl NodeCore {
     fn accept_forwarded(&mut self, now: Instant, child: &str, mut report: Report) {
         if let ReportValue::Link(l) = &mut report.value {
             l.path.insert(0, self.name.clone());
+            // Reachability below changed: failover may choose again.
+            self.replan = true;
         }
         if self.store_report(child, &report)
             && let Some(link) = &mut self.parent
@@ -94,6 +97,7 @@ impl NodeCore {
                 let cluster = matches!(slot.1, ReportKey::Cluster { .. });
                 self.forget_report(now, slot);
                 if cluster {
+                    self.replan = true;
                     self.refresh_route(child);
                     self.link_clusters_changed(child);
                 }
@@ -202,7 +206,7 @@ impl NodeCore {
                     }
                     continue;
                 }
-                let summary = self.reports.summarize(placement, &object, &self.overrides);
+                let summary = self.reports.summarize(placement, &object, &self.root_view);
                 if self.sent.get(&key) != Some(&summary) {
                     self.stats.summaries_sent += 1;
                     self.sent.insert(key, summary.clone());

@@ -1,0 +1,592 @@
+//! Choosing clusters for a placement: `count`, `spreadBy`, `prefer`, taints and
+//! tolerations, capacity and failover; and the [`Decision`] the root hands every relay.
+//!
+//! The root plans ([`plan`]); relays and the root route by the decision
+//! ([`Decision::admits`]). A placement without a decision selects every cluster its
+//! selector matches, as before.
+//!
+//! # Stability
+//!
+//! A choice is sticky: a cluster chosen before stays chosen while it is still eligible
+//! and the count (or its spread group's share) has room for it. New clusters fill only
+//! vacancies, in the order of the placement's `prefer` selectors, then clusters without
+//! a `PreferNoSchedule` taint, then a rendezvous hash of placement and cluster name
+//! (the same at every root, every restart, whatever the order clusters arrived in). So
+//! with nothing changed, planning again changes nothing; one cluster added changes at
+//! most one decision (it fills a vacancy, or nothing); one chosen cluster removed
+//! changes at most one other (its replacement).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::model::{Cluster, Labels, ObjectMeta, Space};
+use crate::overrides::ClusterOverrides;
+use crate::placement::Placement;
+use crate::route::STRATA_GROUP;
+use crate::time::UnixMillis;
+
+/// The kind of the root's decisions (one per placement that needs one, same name).
+pub const DECISION_KIND: &str = "PlacementDecision";
+
+/// Whether an object is a placement decision (routed to every relay, never to agents).
+pub fn is_decision(meta: &ObjectMeta) -> bool {
+    meta.key.group == STRATA_GROUP && meta.key.kind == DECISION_KIND
+}
+
+/// A length of time written as Kubernetes users write them: `90s`, `10m`, `1h30m`, or
+/// a number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Seconds(pub u64);
+
+impl Seconds {
+    /// Parses `10m`, `1h30m`, `45s`, `2d` or `600`.
+    pub fn parse(text: &str) -> Result<Seconds, String> {
+        let text = text.trim();
+        if let Ok(n) = text.parse::<u64>() {
+            return Ok(Seconds(n));
+        }
+        let mut total: u64 = 0;
+        let mut digits = String::new();
+        for ch in text.chars() {
+            if ch.is_ascii_digit() {
+                digits.push(ch);
+                continue;
+            }
+            let unit = match ch {
+                's' => 1,
+                'm' => 60,
+                'h' => 3600,
+                'd' => 86_400,
+                _ => return Err(format!("{text:?} is not a duration (like 90s, 10m, 1h30m)")),
+            };
+            let n: u64 = digits
+                .parse()
+                .map_err(|_| format!("{text:?} is not a duration (like 90s, 10m, 1h30m)"))?;
+            total = total.saturating_add(n.saturating_mul(unit));
+            digits.clear();
+        }
+        if !digits.is_empty() || text.is_empty() {
+            return Err(format!("{text:?} is not a duration (like 90s, 10m, 1h30m)"));
+        }
+        Ok(Seconds(total))
+    }
+
+    /// In milliseconds.
+    pub fn millis(self) -> u64 {
+        self.0.saturating_mul(1000)
+    }
+}
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}s", self.0)
+    }
+}
+
+impl Serialize for Seconds {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(Seconds(n)),
+            Raw::S(s) => Seconds::parse(&s).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// What a taint does to placements that do not tolerate it (Kubernetes' effects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TaintEffect {
+    /// Not chosen anew; clusters already chosen stay.
+    NoSchedule,
+    /// Chosen only when no other cluster will do.
+    PreferNoSchedule,
+    /// Not chosen, and moved off (after `tolerationSeconds` for placements that
+    /// tolerate it for a while).
+    NoExecute,
+}
+
+/// A taint on a cluster, set at the root (`relay cordon`, `relay drain`, or the
+/// Cluster's `spec.taints`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Taint {
+    /// The taint's key.
+    pub key: String,
+    /// Its value (may be empty).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    /// What it does.
+    pub effect: TaintEffect,
+    /// When it was added (Unix milliseconds; the root stamps it): `tolerationSeconds`
+    /// counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_added: Option<u64>,
+}
+
+/// How a toleration compares values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum TolerationOperator {
+    /// Key and value equal.
+    #[default]
+    Equal,
+    /// Key equal (or the toleration's key empty: every key), any value.
+    Exists,
+}
+
+/// A placement's toleration of taints, with Kubernetes' semantics.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Toleration {
+    /// The taint key; empty with `Exists` tolerates every taint.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
+    /// `Equal` (default) or `Exists`.
+    #[serde(default)]
+    pub operator: TolerationOperator,
+    /// The value `Equal` compares with.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    /// The effect tolerated; absent: every effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<TaintEffect>,
+    /// For `NoExecute`: how long after the taint was added the placement stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toleration_seconds: Option<i64>,
+}
+
+impl Toleration {
+    /// Whether this toleration matches `taint` (Kubernetes' `ToleratesTaint`).
+    pub fn tolerates(&self, taint: &Taint) -> bool {
+        if self.effect.is_some_and(|e| e != taint.effect) {
+            return false;
+        }
+        match self.operator {
+            TolerationOperator::Exists => self.key.is_empty() || self.key == taint.key,
+            TolerationOperator::Equal => self.key == taint.key && self.value == taint.value,
+        }
+    }
+
+    /// Checks what Kubernetes' validation checks: an empty key needs `Exists`, `Exists`
+    /// takes no value, `tolerationSeconds` only with `NoExecute` (or any effect).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.key.is_empty() && self.operator != TolerationOperator::Exists {
+            return Err("operator must be Exists when key is empty".into());
+        }
+        if self.operator == TolerationOperator::Exists && !self.value.is_empty() {
+            return Err("value must be empty when operator is Exists".into());
+        }
+        if self.toleration_seconds.is_some()
+            && self.effect.is_some_and(|e| e != TaintEffect::NoExecute)
+        {
+            return Err("tolerationSeconds is only for the NoExecute effect".into());
+        }
+        Ok(())
+    }
+}
+
+/// What the root decided for one placement. Relays route by it; the root keeps it in
+/// its log so the choice survives restarts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// Exactly these clusters (a `count` was given): the selector is not evaluated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub only: Option<BTreeSet<String>>,
+    /// Otherwise: every cluster the selector matches but these.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub except: BTreeSet<String>,
+    /// Clusters the placement is moving off: they keep its objects until the new ones
+    /// are available or the move times out (make-before-break).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub retiring: BTreeSet<String>,
+    /// When the clusters now retiring started to (Unix milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retiring_since: Option<u64>,
+}
+
+impl Decision {
+    /// Whether the placement's objects go to `cluster`; `matches` says whether the
+    /// placement's selector matches it (asked only when it matters).
+    pub fn admits(&self, cluster: &str, matches: impl FnOnce() -> bool) -> bool {
+        if self.retiring.contains(cluster) {
+            return true;
+        }
+        match &self.only {
+            Some(chosen) => chosen.contains(cluster),
+            None => !self.except.contains(cluster) && matches(),
+        }
+    }
+
+    /// Whether it changes nothing about plain selection.
+    pub fn is_plain(&self) -> bool {
+        self.only.is_none() && self.except.is_empty() && self.retiring.is_empty()
+    }
+}
+
+/// What the root decided that every tier routes with: cluster labels changed per
+/// space, and each placement's decision.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RootView {
+    /// Cluster labels changed at the root, per space.
+    pub overrides: ClusterOverrides,
+    /// Decisions by (space, placement name).
+    pub decisions: BTreeMap<(Space, String), Decision>,
+}
+
+impl RootView {
+    /// Whether `placement` places its objects on `cluster`.
+    pub fn selects(&self, placement: &Placement, cluster: &Cluster) -> bool {
+        let matches = || {
+            placement
+                .clusters
+                .selector
+                .matches(&self.overrides.labels(&placement.space, cluster))
+        };
+        match self
+            .decisions
+            .get(&(placement.space.clone(), placement.name.clone()))
+        {
+            Some(d) => d.admits(&cluster.name, matches),
+            None => matches(),
+        }
+    }
+}
+
+/// Why a cluster the selector matches was left out.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Exclusion {
+    /// A taint the placement does not tolerate (or no longer: `tolerationSeconds`).
+    Tainted {
+        /// The taint's key.
+        key: String,
+        /// Its effect.
+        effect: TaintEffect,
+    },
+    /// The count was reached with clusters ranked before it.
+    Count,
+    /// The cluster's capacity is taken by placements admitted before this one.
+    Capacity,
+    /// Unreachable for longer than the placement's `failoverAfter`.
+    Unreachable,
+    /// It lacks the `spreadBy` label.
+    NoSpreadLabel,
+}
+
+impl fmt::Display for Exclusion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exclusion::Tainted { key, effect } => write!(f, "tainted {key}:{effect:?}"),
+            Exclusion::Count => f.write_str("count reached"),
+            Exclusion::Capacity => f.write_str("capacity full"),
+            Exclusion::Unreachable => f.write_str("unreachable longer than failoverAfter"),
+            Exclusion::NoSpreadLabel => f.write_str("lacks the spreadBy label"),
+        }
+    }
+}
+
+impl Exclusion {
+    /// A short category for counts (`tainted`, `count`, `capacity`, ...).
+    pub fn category(&self) -> &'static str {
+        match self {
+            Exclusion::Tainted { .. } => "tainted",
+            Exclusion::Count => "count",
+            Exclusion::Capacity => "capacity",
+            Exclusion::Unreachable => "unreachable",
+            Exclusion::NoSpreadLabel => "noSpreadLabel",
+        }
+    }
+}
+
+/// One cluster as the planner sees it.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Its name.
+    pub name: String,
+    /// Its labels as the placement's space sees them.
+    pub labels: Labels,
+    /// Its taints in the placement's space.
+    pub taints: Vec<Taint>,
+    /// Since when it has been unreachable, if it is.
+    pub unreachable_since: Option<UnixMillis>,
+}
+
+/// What [`plan`] decided for one placement.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The clusters chosen.
+    pub chosen: BTreeSet<String>,
+    /// How many clusters the selector matched.
+    pub matching: usize,
+    /// Matching clusters left out, and why.
+    pub excluded: BTreeMap<String, Exclusion>,
+}
+
+/// Capacity across placements: how many more placements each cluster accepts. A
+/// cluster absent from the map has no bound.
+pub type Room = BTreeMap<String, u32>;
+
+/// Chooses clusters for `placement` among `candidates`. `previous` is what it chose
+/// before (kept where still eligible); `room` is each cluster's capacity left, already
+/// net of `previous` choices (the caller counts those first, so earlier admissions keep
+/// their place), and is taken from for new choices.
+pub fn plan(
+    placement: &Placement,
+    candidates: &[Candidate],
+    previous: &BTreeSet<String>,
+    now: UnixMillis,
+    room: &mut Room,
+) -> Plan {
+    let spec = &placement.clusters;
+    let mut out = Plan::default();
+    let mut eligible: Vec<(&Candidate, Rank)> = Vec::new();
+    for c in candidates {
+        if !spec.selector.matches(&c.labels) {
+            continue;
+        }
+        out.matching += 1;
+        let kept = previous.contains(&c.name);
+        if let Some(why) = untolerated(placement, c, kept, now) {
+            out.excluded.insert(c.name.clone(), why);
+            continue;
+        }
+        if spec.count.is_some()
+            && let (Some(after), Some(since)) = (spec.failover_after, c.unreachable_since)
+            && now.0 >= since.0.saturating_add(after.millis())
+        {
+            out.excluded.insert(c.name.clone(), Exclusion::Unreachable);
+            continue;
+        }
+        if let Some(key) = &spec.spread_by
+            && !c.labels.contains_key(key)
+        {
+            out.excluded
+                .insert(c.name.clone(), Exclusion::NoSpreadLabel);
+            continue;
+        }
+        eligible.push((c, rank(placement, c)));
+    }
+    eligible.sort_by(|a, b| a.1.cmp(&b.1));
+    let picked: Vec<&Candidate> = match (spec.count, &spec.spread_by) {
+        (None, _) => eligible.iter().map(|(c, _)| *c).collect(),
+        (Some(n), None) => pick(&eligible, previous, n as usize, room),
+        (Some(n), Some(key)) => spread(&eligible, previous, n as usize, key, room),
+    };
+    for (c, _) in &eligible {
+        if picked.iter().any(|p| p.name == c.name) {
+            continue;
+        }
+        let why = if has_room(room, &c.name, previous) {
+            Exclusion::Count
+        } else {
+            Exclusion::Capacity
+        };
+        out.excluded.insert(c.name.clone(), why);
+    }
+    for c in picked {
+        if spec.count.is_none() && !take_room(room, &c.name, previous) {
+            out.excluded.insert(c.name.clone(), Exclusion::Capacity);
+            continue;
+        }
+        out.chosen.insert(c.name.clone());
+    }
+    out
+}
+
+/// Why `c` may not be chosen for its taints, if so. A `NoSchedule` taint keeps a
+/// cluster already chosen (`kept`); `NoExecute` moves the placement off once its
+/// toleration (if any) runs out.
+fn untolerated(
+    placement: &Placement,
+    c: &Candidate,
+    kept: bool,
+    now: UnixMillis,
+) -> Option<Exclusion> {
+    let tolerations = &placement.clusters.tolerations;
+    for t in &c.taints {
+        let tolerated: Vec<&Toleration> = tolerations.iter().filter(|x| x.tolerates(t)).collect();
+        let out = || Exclusion::Tainted {
+            key: t.key.clone(),
+            effect: t.effect,
+        };
+        match t.effect {
+            TaintEffect::PreferNoSchedule => {}
+            TaintEffect::NoSchedule if tolerated.is_empty() && !kept => return Some(out()),
+            TaintEffect::NoSchedule => {}
+            TaintEffect::NoExecute if tolerated.is_empty() => return Some(out()),
+            TaintEffect::NoExecute => {
+                // The shortest limited toleration decides; an unlimited one keeps it.
+                let unlimited = tolerated.iter().any(|x| x.toleration_seconds.is_none());
+                let limit = tolerated.iter().filter_map(|x| x.toleration_seconds).min();
+                if !unlimited && let Some(secs) = limit {
+                    let added = t.time_added.unwrap_or(0);
+                    let until =
+                        added.saturating_add(u64::try_from(secs.max(0)).unwrap_or(0) * 1000);
+                    if now.0 >= until {
+                        return Some(out());
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Ordering of candidates: earlier `prefer` entries first, then clusters without a
+/// `PreferNoSchedule` taint the placement does not tolerate, then the rendezvous hash.
+type Rank = (usize, bool, u64, String);
+
+fn rank(placement: &Placement, c: &Candidate) -> Rank {
+    let prefer = &placement.clusters.prefer;
+    let preferred = prefer
+        .iter()
+        .position(|s| s.matches(&c.labels))
+        .unwrap_or(prefer.len());
+    let avoided = c.taints.iter().any(|t| {
+        t.effect == TaintEffect::PreferNoSchedule
+            && !placement
+                .clusters
+                .tolerations
+                .iter()
+                .any(|x| x.tolerates(t))
+    });
+    let score = rendezvous(
+        &format!("{}/{}", placement.space.0, placement.name),
+        &c.name,
+    );
+    (preferred, avoided, score, c.name.clone())
+}
+
+/// A 64-bit hash of (placement, cluster), well mixed: FNV-1a, then splitmix64's
+/// finalizer. Lower is better.
+fn rendezvous(placement: &str, cluster: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in placement.bytes().chain([0]).chain(cluster.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+fn has_room(room: &Room, cluster: &str, previous: &BTreeSet<String>) -> bool {
+    previous.contains(cluster) || room.get(cluster).is_none_or(|left| *left > 0)
+}
+
+/// Takes one place on `cluster` for a new choice; previous choices hold theirs.
+fn take_room(room: &mut Room, cluster: &str, previous: &BTreeSet<String>) -> bool {
+    if previous.contains(cluster) {
+        return true;
+    }
+    match room.get_mut(cluster) {
+        None => true,
+        Some(0) => false,
+        Some(left) => {
+            *left -= 1;
+            true
+        }
+    }
+}
+
+/// Up to `n` of `ranked`: those chosen before first (best ranked first when the count
+/// shrank), then the best ranked with room.
+fn pick<'a>(
+    ranked: &[(&'a Candidate, Rank)],
+    previous: &BTreeSet<String>,
+    n: usize,
+    room: &mut Room,
+) -> Vec<&'a Candidate> {
+    let mut out: Vec<&Candidate> = ranked
+        .iter()
+        .filter(|(c, _)| previous.contains(&c.name))
+        .map(|(c, _)| *c)
+        .take(n)
+        .collect();
+    for (c, _) in ranked {
+        if out.len() >= n {
+            break;
+        }
+        if previous.contains(&c.name) || !take_room(room, &c.name, previous) {
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Up to `n` of `ranked` spread evenly (±1) over the values of label `key`: shares go
+/// round by round to the groups with the fewest so far (a group whose earlier choices
+/// still stand first, then in value order), each capped by the group's size.
+fn spread<'a>(
+    ranked: &[(&'a Candidate, Rank)],
+    previous: &BTreeSet<String>,
+    n: usize,
+    key: &str,
+    room: &mut Room,
+) -> Vec<&'a Candidate> {
+    let mut groups: BTreeMap<&str, Vec<(&'a Candidate, Rank)>> = BTreeMap::new();
+    for (c, r) in ranked {
+        let value = c.labels.get(key).map_or("", String::as_str);
+        groups.entry(value).or_default().push((c, r.clone()));
+    }
+    let kept: BTreeMap<&str, usize> = groups
+        .iter()
+        .map(|(g, cs)| {
+            (
+                *g,
+                cs.iter()
+                    .filter(|(c, _)| previous.contains(&c.name))
+                    .count(),
+            )
+        })
+        .collect();
+    let mut share: BTreeMap<&str, usize> = groups.keys().map(|g| (*g, 0)).collect();
+    for _ in 0..n {
+        let next = groups
+            .iter()
+            .filter(|(g, cs)| share[*g] < cs.len())
+            .min_by_key(|(g, _)| (share[*g], std::cmp::Reverse(kept[*g] > share[*g]), **g))
+            .map(|(g, _)| *g);
+        match next {
+            Some(g) => *share.entry(g).or_default() += 1,
+            None => break,
+        }
+    }
+    let mut out = Vec::new();
+    for (g, cs) in &groups {
+        out.extend(pick(cs, previous, share[g], room));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_users_write_them() {
+        assert_eq!(Seconds::parse("90s"), Ok(Seconds(90)));
+        assert_eq!(Seconds::parse("10m"), Ok(Seconds(600)));
+        assert_eq!(Seconds::parse("1h30m"), Ok(Seconds(5400)));
+        assert_eq!(Seconds::parse("600"), Ok(Seconds(600)));
+        assert!(Seconds::parse("10x").is_err());
+        assert!(Seconds::parse("m").is_err());
+        assert!(Seconds::parse("").is_err());
+        assert!(Seconds::parse("10m5").is_err());
+    }
+}
