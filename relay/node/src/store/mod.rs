@@ -6,7 +6,9 @@
 //! default (sled 0.34 calls itself beta; the kill -9 tests in `tests/store_crash.rs`
 //! are how we hold it to its word); [`MemStore`] serves tests and the simulator.
 
+mod etcd_store;
 mod memory;
+mod records;
 mod sled_store;
 
 use std::collections::BTreeMap;
@@ -15,8 +17,10 @@ use strata_protocol::model::{Cursor, ObjectKey};
 use strata_protocol::sync::{KeyEntry, LogMeta, ObjectLog};
 use strata_protocol::wire::{ReportKey, ReportValue, RouteId};
 
+pub use etcd_store::{EtcdConfig, EtcdStore, EtcdTls, LOST_LEASE_EXIT};
 pub use memory::MemStore;
-pub use sled_store::{STORE_FORMAT, SledStore};
+pub use records::STORE_FORMAT;
+pub use sled_store::SledStore;
 
 /// A node's position in its parent's log.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
