@@ -614,6 +614,40 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
     let left = f.ok("kubectl", &["get", "deploy,cm", "-n", "cafe", "-o", "name"]);
     assert!(left.trim().is_empty(), "{left}");
 
+    // Strata deploying Strata: its own chart (root and two regions) installs through
+    // the root's API like any other.
+    let strata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/strata");
+    let values = strata.join("ci/hierarchy-values.yaml");
+    let (strata, values) = (strata.to_str().unwrap(), values.to_str().unwrap());
+    f.ok(
+        "helm",
+        &[
+            "install",
+            "strata",
+            strata,
+            "-n",
+            "strata-system",
+            "--create-namespace",
+            "-f",
+            values,
+        ],
+    );
+    let sets = f.ok(
+        "kubectl",
+        &["get", "statefulsets", "-n", "strata-system", "-o", "name"],
+    );
+    let mut sets: Vec<&str> = sets.lines().collect();
+    sets.sort_unstable();
+    assert_eq!(
+        sets,
+        [
+            "statefulset.apps/strata-center",
+            "statefulset.apps/strata-eu-west",
+            "statefulset.apps/strata-us-east"
+        ]
+    );
+    f.ok("helm", &["uninstall", "strata", "-n", "strata-system"]);
+
     // Customized per cluster at the edge, summarized as the placement asks.
     customized_and_summarized(&f);
 

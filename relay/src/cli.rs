@@ -26,6 +26,9 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Logging options (`--log-format`, `--log`).
+    #[command(flatten)]
+    pub logging: strata_node::process::LogArgs,
 }
 
 /// The commands.
@@ -364,7 +367,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             .await
             .map_err(CliError::Demo),
         Command::Topology { command } => Ok(crate::topology_cli::run(command)?),
-        Command::Up { file, data } => crate::up::run(&file, data).await.map_err(CliError::Up),
+        Command::Up { file, data } => crate::up::run(&file, data, cli.logging.log)
+            .await
+            .map_err(CliError::Up),
         Command::Kubeconfig { args } => {
             print!("{}", crate::kubeconfig_cli::run(&args).await?);
             Ok(())

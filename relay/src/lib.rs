@@ -5,7 +5,8 @@
 //!
 //! # Layout
 //!
-//! * [`api`]: the root's HTTPS user API (bearer tokens).
+//! * [`api`]: the root's HTTPS user API (bearer tokens); [`api_metrics`]: its request
+//!   counts and latency.
 //! * [`cli`]: the `relay` command line.
 //! * [`certs`]: issuing the hierarchy's CA and node certificates (rcgen).
 //! * [`client`]: the CLI's HTTPS client of the API.
@@ -17,7 +18,7 @@
 //! * [`kube`]: the Kubernetes API of each space (kubectl, client libraries).
 //! * [`kubeconfig_cli`]: `relay kubeconfig`.
 //! * [`lifecycle`]: `relay cordon|uncordon|drain`: taints on a cluster at the root.
-//! * [`metrics`]: Prometheus text metrics over HTTP.
+//! * [`metrics`]: Prometheus metrics, `/healthz` and `/readyz` (what readiness means).
 //! * [`node`]: the relay's sync core (`node::core`), what its children reported
 //!   (`node::reports`), and `node::runtime`: the core and its children's connections
 //!   as a [`strata_node::driver::Node`]; `node::accept`, the accept loop.
@@ -29,6 +30,7 @@
 //! * [`views`]: the CLI's text views of the tier tree and the inventory.
 
 pub mod api;
+pub mod api_metrics;
 pub mod certs;
 pub mod cli;
 pub mod client;

@@ -334,7 +334,9 @@ pub fn print_warnings(path: &Path, checked: &Checked) {
 }
 
 /// `relay up FILE [--data DIR]`: runs until SIGTERM or Ctrl-C.
-pub async fn run(file: &Path, data: Option<PathBuf>) -> anyhow::Result<()> {
+/// The nodes log with `log` (`relay --log`), else `RUST_LOG`, else `warn`; in the format
+/// of `STRATA_LOG_FORMAT`, which they inherit.
+pub async fn run(file: &Path, data: Option<PathBuf>, log: Option<String>) -> anyhow::Result<()> {
     let checked = strata_topology::load(file)?;
     print_warnings(file, &checked);
     let tmp;
@@ -345,7 +347,11 @@ pub async fn run(file: &Path, data: Option<PathBuf>) -> anyhow::Result<()> {
             tmp.0.clone()
         }
     };
-    let mut h = Hierarchy::start(checked.topology, &dir, &UpOptions::default())?;
+    let options = UpOptions {
+        log: log.or_else(|| std::env::var("RUST_LOG").ok()),
+        ..UpOptions::default()
+    };
+    let mut h = Hierarchy::start(checked.topology, &dir, &options)?;
     let (relays, agents) = h.counts();
     println!(
         "topology {:?} in {}: started {relays} relays and {agents} agents (simulated clusters)",

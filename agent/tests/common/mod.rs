@@ -191,14 +191,25 @@ where
 /// thread until it ends (so it never writes into a closed pipe, even once the receiver
 /// is dropped); the lines arrive on the receiver.
 pub fn relay_up(file: &Path, dir: &Path) -> (Child, std::sync::mpsc::Receiver<String>) {
+    relay_up_with(file, dir, &[])
+}
+
+/// [`relay_up`] with more arguments for `relay` (`--log info`).
+pub fn relay_up_with(
+    file: &Path,
+    dir: &Path,
+    args: &[&str],
+) -> (Child, std::sync::mpsc::Receiver<String>) {
     use std::io::BufRead;
     let mut child = Command::new(bin("relay"))
+        .args(args)
         .args([
             "up",
             file.to_str().unwrap(),
             "--data",
             dir.to_str().unwrap(),
         ])
+        .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

@@ -54,6 +54,7 @@ pub const MAX_BODY: usize = 16 << 20;
 struct ApiState {
     tokens: Vec<auth::Grant>,
     node: NodeClient,
+    metrics: Arc<crate::api_metrics::ApiMetrics>,
 }
 
 /// Why the API could not be started.
@@ -88,6 +89,7 @@ pub fn spawn(
     api: &ApiConfig,
     config: &NodeConfig,
     node: NodeClient,
+    metrics: Arc<crate::api_metrics::ApiMetrics>,
 ) -> Result<tokio::task::JoinHandle<()>, ApiStartError> {
     let text = std::fs::read_to_string(&api.tokens).map_err(|source| ApiStartError::Tokens {
         path: api.tokens.clone(),
@@ -113,7 +115,11 @@ pub fn spawn(
         source,
     })?;
     tracing::info!(listen = %api.listen, "user API serving");
-    let state = Arc::new(ApiState { tokens, node });
+    let state = Arc::new(ApiState {
+        tokens,
+        node,
+        metrics,
+    });
     Ok(tokio::spawn(http::accept_loop(
         listener,
         move |tcp, peer| {
@@ -129,7 +135,14 @@ pub fn spawn(
                 };
                 let service = hyper::service::service_fn(move |req| {
                     let state = state.clone();
-                    async move { Ok::<_, Infallible>(handle(req, &state).await) }
+                    async move {
+                        let verb = crate::api_metrics::verb(&req);
+                        let started = tokio::time::Instant::now();
+                        let resp = handle(req, &state).await;
+                        let took = started.elapsed();
+                        state.metrics.observe(verb, resp.status(), took).await;
+                        Ok::<_, Infallible>(resp)
+                    }
                 });
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tls), service)
