@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use strata_protocol::model::ObjectKey;
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
-use strata_protocol::wire::{ReportKey, ReportValue, Role};
+use strata_protocol::wire::{Change, ReportKey, ReportValue, Role};
 use tree::{Tree, labels};
 
 /// A deployment placed on the point-of-sale clusters of region eu.
@@ -325,6 +325,41 @@ fn compaction_keeps_the_history_a_cut_off_child_acknowledged() {
         root.log().floor(),
         root.log().head(),
         "and the history went"
+    );
+}
+
+/// The root keeps a window of history for watches whatever its children acknowledged:
+/// a delete inside the window keeps its tombstone (a watch from before it sees it go),
+/// and only what lies below the window is compacted; a relay keeps no such window.
+#[test]
+fn the_root_keeps_a_window_of_history_for_watches() {
+    let mut t = Tree::builder()
+        .root("center")
+        .watch_history(5)
+        .relay("eu", "center", labels! { region: eu })
+        .agent("eu-pos", "eu", labels! { role: pos })
+        .build();
+    t.connect_all();
+    for i in 0..20 {
+        t.apply(&APP.replace("replicas: 2", &format!("replicas: {}", 3 + i)));
+        t.advance(Duration::from_millis(100));
+    }
+    let web = web_key(&t);
+    t.relay_mut("center")
+        .apply(vec![Change::Delete(web.clone())])
+        .unwrap();
+    t.advance(Duration::from_secs(1));
+    let root = t.relay("center");
+    let head = root.log().head();
+    assert_eq!(
+        t.relay("eu").log().floor(),
+        t.relay("eu").log().head(),
+        "everyone acknowledged everything"
+    );
+    assert_eq!(root.log().floor().0, head.0 - 5, "five positions kept");
+    assert!(
+        root.log().entry(&web).is_some_and(|e| e.object().is_none()),
+        "the tombstone of the delete inside the window is kept"
     );
 }
 

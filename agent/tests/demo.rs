@@ -1,6 +1,8 @@
 //! `relay demo` runs the whole demo hierarchy as processes and exits 0, having seen the
 //! app available on every cluster of one region, then of the other; piped, its progress
-//! is plain appended lines (no terminal escapes).
+//! is plain appended lines (no terminal escapes). With kubectl on the PATH (the one
+//! `.ci/install-kube-clients` installs), its last step shows the fleet as kubectl sees
+//! it at the root, through the kubeconfig it wrote.
 
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
@@ -10,9 +12,14 @@ use std::process::Command;
 
 #[test]
 fn the_demo_rolls_out_moves_the_app_and_exits_cleanly() {
+    let path = std::env::join_paths(std::iter::once(common::kube_clients()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
     let out = Command::new(common::bin("relay"))
         .arg("demo")
         .env("RUST_LOG", "warn")
+        .env("PATH", path)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -61,5 +68,15 @@ fn the_demo_rolls_out_moves_the_app_and_exits_cleanly() {
             }
         }
     }
+    // kubectl, with the kubeconfig the demo wrote, sees the app on the 12 us clusters.
+    let (_, kubectl) = stdout
+        .split_once("the fleet as kubectl sees it (kubectl --kubeconfig ")
+        .unwrap_or_else(|| panic!("no kubectl step:\n{stdout}"));
+    assert!(
+        kubectl
+            .lines()
+            .any(|l| l.starts_with("retail ") && l.contains(" shop ") && l.contains("12/12")),
+        "{kubectl}"
+    );
     assert!(stdout.contains("stopped every process"), "{stdout}");
 }

@@ -30,7 +30,7 @@ async fn watch(
     token: String,
     rv: String,
     name: String,
-) -> anyhow::Result<tokio::task::JoinHandle<Option<Instant>>> {
+) -> anyhow::Result<tokio::task::JoinHandle<Result<Instant, String>>> {
     let tcp = tokio::net::TcpStream::connect(addr).await?;
     let stream = TlsConnector::from(tls)
         .connect(ServerName::try_from(server_name.clone())?, tcp)
@@ -53,15 +53,25 @@ async fn watch(
         // The connection lives while its sender does.
         let _sender = sender;
         let mut seen = Vec::new();
-        while let Some(Ok(frame)) = body.frame().await {
-            if let Ok(data) = frame.into_data() {
-                seen.extend_from_slice(&data);
-                if String::from_utf8_lossy(&seen).contains(&name) {
-                    return Some(Instant::now());
+        loop {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        seen.extend_from_slice(&data);
+                        if String::from_utf8_lossy(&seen).contains(&name) {
+                            return Ok(Instant::now());
+                        }
+                    }
+                }
+                Some(Err(e)) => return Err(format!("the watch failed: {e}")),
+                None => {
+                    return Err(format!(
+                        "the watch ended without the event, after: {}",
+                        String::from_utf8_lossy(&seen)
+                    ));
                 }
             }
         }
-        None
     }))
 }
 
@@ -110,10 +120,12 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     anyhow::ensure!(status.is_success(), "the write answered {status}");
     let mut latencies = Vec::with_capacity(n);
-    for w in watchers {
+    for (i, w) in watchers.into_iter().enumerate() {
         match tokio::time::timeout(Duration::from_secs(30), w).await {
-            Ok(Ok(Some(at))) => latencies.push(at.duration_since(start)),
-            _ => anyhow::bail!("a watcher saw no event within 30 s"),
+            Ok(Ok(Ok(at))) => latencies.push(at.duration_since(start)),
+            Ok(Ok(Err(ended))) => anyhow::bail!("watcher {i}: {ended}"),
+            Ok(Err(e)) => anyhow::bail!("watcher {i}: {e}"),
+            Err(_) => anyhow::bail!("watcher {i} saw no event within 30 s"),
         }
     }
     latencies.sort();

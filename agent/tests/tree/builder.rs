@@ -70,6 +70,13 @@ impl TreeBuilder {
         self
     }
 
+    /// The root keeps `positions` of history for watches beyond what children need
+    /// (none unless told; a node keeps `WATCH_HISTORY`).
+    pub fn watch_history(mut self, positions: u64) -> Self {
+        self.specs[0].watch_history = positions;
+        self
+    }
+
     /// The one-way latency of every link (5 ms unless told).
     pub fn latency(mut self, latency: Duration) -> Self {
         self.latency = Some(latency);
@@ -96,6 +103,7 @@ impl TreeBuilder {
             children: Vec::new(),
             properties: Labels::new(),
             id,
+            watch_history: 0,
         });
         self
     }

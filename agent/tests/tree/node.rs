@@ -45,6 +45,9 @@ pub struct Spec {
     pub properties: Labels,
     /// The store's node id, and the base of its run ids.
     pub id: u64,
+    /// The root's history kept for watches (0 unless told: the tests of compaction
+    /// see what children alone need).
+    pub watch_history: u64,
 }
 
 /// A node of the tree.
@@ -202,6 +205,7 @@ pub fn boot(now: Instant, spec: &Spec, store: &MemStore, runs: u64) -> Core {
                     summary_interval: SUMMARY_INTERVAL,
                     run,
                     wall_origin: UnixMillis(0),
+                    watch_history: spec.watch_history,
                 },
             )))
         }

@@ -181,6 +181,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
             summary_interval: parts.summary_interval,
             run: parts.run,
             wall_origin: parts.clock.wall_origin(),
+            watch_history: crate::node::core::WATCH_HISTORY,
         },
     );
     let span = tracing::info_span!("node", node = %parts.name);

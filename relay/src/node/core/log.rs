@@ -123,7 +123,8 @@ impl NodeCore {
     /// Drops tombstones no child needs any more: below every live session's retention
     /// floor and, for a child without one, its last acknowledged position, except that a
     /// child more than [`MAX_RETAINED`] positions behind is left to a snapshot rather
-    /// than holding the log's history forever.
+    /// than holding the log's history forever. The root also keeps its last
+    /// `watch_history` positions for the Kubernetes API's watches.
     pub(super) fn compact(&mut self) {
         let head = self.log.head();
         let oldest_allowed = Position(head.0.saturating_sub(MAX_RETAINED));
@@ -146,6 +147,11 @@ impl NodeCore {
             })
             .min()
             .unwrap_or(head);
+        let floor = if self.parent.is_none() {
+            floor.min(Position(head.0.saturating_sub(self.watch_history)))
+        } else {
+            floor
+        };
         if floor > self.log.floor() {
             self.log.compact(floor);
         }

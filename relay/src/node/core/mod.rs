@@ -126,6 +126,8 @@ pub struct NodeCore {
     links: BTreeMap<String, links::LinkState>,
     /// The wall-clock time at the clock's origin.
     wall_origin: UnixMillis,
+    /// See [`CoreSetup::watch_history`].
+    watch_history: u64,
 }
 
 /// How a node starts.
@@ -157,6 +159,11 @@ pub struct CoreSetup {
     pub run: u64,
     /// The wall-clock time at the origin of the instants the core is given.
     pub wall_origin: UnixMillis,
+    /// At the root: how many positions of history the log keeps beyond what children
+    /// need, so that a Kubernetes client's watch or list from a recent
+    /// `resourceVersion` is served rather than answered 410 ([`WATCH_HISTORY`] in a
+    /// node; 0 keeps only what children need).
+    pub watch_history: u64,
 }
 
 impl NodeCore {
@@ -202,6 +209,7 @@ impl NodeCore {
             stats: CoreStats::default(),
             links: BTreeMap::new(),
             wall_origin: setup.wall_origin,
+            watch_history: setup.watch_history,
         };
         core.reload_placements();
         core
@@ -353,6 +361,14 @@ impl NodeCore {
 /// How many positions of history a node keeps for a disconnected child before leaving
 /// it to a snapshot when it returns.
 pub const MAX_RETAINED: u64 = 100_000;
+
+/// How many positions of history the root keeps for the Kubernetes API's watches and
+/// lists from a `resourceVersion`, whatever its children acknowledged. Clients list,
+/// then watch from the list's version; kube-apiserver serves that from etcd's history
+/// (compacted every 5 minutes). Without a window, children acknowledging a write within
+/// milliseconds would move the floor past a version a client just read, and its watch
+/// would be answered 410 Gone. Older versions are still 410, as in Kubernetes.
+pub const WATCH_HISTORY: u64 = 10_000;
 
 /// This node's labels over its ancestors' (its own win).
 fn all_labels(own: &Labels, inherited: &Labels) -> Labels {
