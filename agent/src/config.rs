@@ -30,6 +30,8 @@ pub struct AgentConfig {
     pub data: PathBuf,
     /// The cluster backend.
     pub backend: Backend,
+    /// Where metrics, `/healthz` and `/readyz` are served (plain HTTP), if anywhere.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Which cluster the agent keeps.
@@ -84,6 +86,8 @@ struct Raw {
     simulated: Option<RawSimulated>,
     #[serde(default)]
     kubernetes: Option<RawKubernetes>,
+    #[serde(default)]
+    metrics: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,6 +140,10 @@ impl AgentConfig {
             faults
                 .push("kubernetes: kubeconfig and in_cluster: true exclude each other".to_owned());
         }
+        let metrics = raw
+            .metrics
+            .as_deref()
+            .and_then(|a| strata_node::config::addr("metrics", a, &mut faults));
         let data = base.join(&raw.data);
         let (tls, join) = match (raw.tls, raw.join) {
             (Some(tls), None) => (Some(tls.resolve(base)), None),
@@ -194,6 +202,7 @@ impl AgentConfig {
             join,
             data,
             backend,
+            metrics,
         })
     }
 }

@@ -35,6 +35,8 @@ pub struct AgentCore {
     upsynced: BTreeMap<ObjectKey, Vec<u8>>,
     /// The placements held changed: the upsync rules must be given to the backend.
     upsync_stale: bool,
+    /// What this run did to the cluster, for metrics.
+    stats: AgentStats,
     /// Labels the ancestors give this cluster (for customization and summaries).
     inherited: Labels,
     /// The placements held (those on this cluster that upsync, customize or summarize).
@@ -47,6 +49,19 @@ pub struct AgentCore {
     /// every object is rendered with the placements the snapshot brings (parts are cut
     /// in key order, and placements sort after most kinds).
     deferred: Vec<Change>,
+}
+
+/// What an agent did to its cluster since it started (its metrics' counters).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentStats {
+    /// Objects handed to the backend to apply.
+    pub applies: u64,
+    /// Applies the backend refused or failed.
+    pub apply_failures: u64,
+    /// Objects handed to the backend to delete.
+    pub deletes: u64,
+    /// Deletes the backend refused or failed.
+    pub delete_failures: u64,
 }
 
 impl std::fmt::Debug for AgentCore {
@@ -104,6 +119,7 @@ impl AgentCore {
             close_upstream: None,
             upsynced: BTreeMap::new(),
             upsync_stale: true,
+            stats: AgentStats::default(),
         };
         let objects: Vec<_> = core.log.live().cloned().collect();
         for o in objects {
@@ -114,9 +130,24 @@ impl AgentCore {
         core
     }
 
+    /// The cluster's name.
+    pub fn cluster_name(&self) -> &str {
+        &self.cluster.name
+    }
+
+    /// What this run did to the cluster.
+    pub fn stats(&self) -> &AgentStats {
+        &self.stats
+    }
+
     /// The desired state.
     pub fn log(&self) -> &ObjectLog {
         &self.log
+    }
+
+    /// The status last reported for `key` (none before the cluster reported one).
+    pub fn status(&self, key: &ObjectKey) -> Option<&Status> {
+        self.statuses.get(key)
     }
 
     /// What wakes the agent when the backend has statuses to report.
@@ -289,8 +320,10 @@ impl AgentCore {
         match change {
             Change::Upsert(object) => self.apply_object(now, at, object),
             Change::Delete(key) => {
+                self.stats.deletes += 1;
                 self.applied.remove(key);
                 if let Err(e) = self.backend.delete(now, key) {
+                    self.stats.delete_failures += 1;
                     tracing::warn!(object = %key, error = %e, "delete failed");
                 }
                 if self.statuses.contains_key(key) {
@@ -303,6 +336,7 @@ impl AgentCore {
     /// Renders the object for this cluster and applies it; a rule that cannot be
     /// rendered or a refused apply is the object's `Failed` status, with the reason.
     fn apply_object(&mut self, now: Instant, at: UnixMillis, object: &Object) {
+        self.stats.applies += 1;
         let vars = cluster_vars(&self.cluster, &self.inherited);
         let result = match render_object(object, &self.placements, &vars) {
             Ok(rendered) => {
@@ -319,6 +353,7 @@ impl AgentCore {
                 self.applied.insert(object.key().clone(), hash);
             }
             Err(reason) => {
+                self.stats.apply_failures += 1;
                 tracing::warn!(object = %object.key(), error = %reason, "apply failed");
                 self.applied.remove(object.key());
                 let status = Status {

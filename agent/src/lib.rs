@@ -12,11 +12,13 @@
 //! * [`core`]: the agent's sync core (link, desired state, cluster), no I/O.
 //! * [`customize`]: objects rendered for this cluster, user summaries evaluated on them.
 //! * [`runtime`]: the core as a [`strata_node::driver::Node`] under the driver.
+//! * [`ops`]: the agent's metrics, `/healthz` and `/readyz` (what readiness means).
 
 pub mod backend;
 pub mod config;
 pub mod core;
 pub mod customize;
 pub mod kubernetes;
+pub mod ops;
 pub mod runtime;
 pub mod simulated;

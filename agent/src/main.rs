@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use strata_agent::backend::ClusterBackend;
 use strata_agent::config::{AgentConfig, Backend};
 use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
+use strata_agent::ops::AgentOps;
 use strata_agent::runtime::{self, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_node::clock::Clock;
@@ -22,6 +23,8 @@ use strata_protocol::model::Cluster;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    logging: strata_node::process::LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -40,8 +43,9 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    strata_node::process::init_logging();
-    let Command::Run { config, kubeconfig } = Cli::parse().command;
+    let cli = Cli::parse();
+    strata_node::process::init_logging(&cli.logging);
+    let Command::Run { config, kubeconfig } = cli.command;
     match run(&config, kubeconfig).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -66,6 +70,7 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
         }
     }
     let clock = Clock::start();
+    let mut kube_counters = None;
     let (backend, what): (Box<dyn ClusterBackend + Send>, &str) = match &config.backend {
         Backend::Simulated(s) => (
             Box::new(SimulatedCluster::new(SimulatedConfig {
@@ -80,14 +85,13 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
                 force_conflicts: k.force_conflicts,
                 ..KubeOptions::default()
             };
-            (
-                Box::new(KubeCluster::start(client, options, clock)),
-                "Kubernetes API",
-            )
+            let cluster = KubeCluster::start(client, options, clock);
+            kube_counters = Some(cluster.counters());
+            (Box::new(cluster), "Kubernetes API")
         }
     };
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
-    let store = SledStore::open(&config.data)?;
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.data)?);
     let connector = config.parent.connector(&identity)?;
     tracing::info!(parent = %config.parent.name, address = %config.parent.address, transport = %connector.mode(), proxy = ?connector.proxy(), "parent link");
     let handle = runtime::start(AgentParts {
@@ -98,15 +102,30 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
             path: Vec::new(),
         },
         parent: (config.parent.name.clone(), config.parent.address.clone()),
-        store: Arc::new(store) as Arc<dyn Store>,
+        store: store.clone(),
         connector,
         backend,
         clock,
         run: strata_node::process::random_u64(),
     })?;
     tracing::info!(cluster = %config.cluster, parent = %config.parent.name, backend = what, "agent started");
+    let ops = match config.metrics {
+        Some(addr) => {
+            let source = AgentOps {
+                agent: handle.client(),
+                store,
+                kube: kube_counters,
+            };
+            tracing::info!(listen = %addr, "metrics serving at /metrics, /healthz, /readyz");
+            Some(strata_node::ops::spawn(addr, Arc::new(source))?)
+        }
+        None => None,
+    };
     strata_node::process::wait_for_signal().await;
     tracing::info!("shutting down");
+    if let Some(task) = ops {
+        task.abort();
+    }
     handle.shutdown().await;
     Ok(())
 }

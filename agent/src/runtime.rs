@@ -47,7 +47,35 @@ pub struct AgentHandle {
     inner: driver::NodeHandle<Query>,
 }
 
+/// A cloneable way to ask a running agent questions (the metrics listener).
+#[derive(Debug, Clone)]
+pub struct AgentClient {
+    inputs: tokio::sync::mpsc::Sender<driver::Input<Query>>,
+}
+
+impl AgentClient {
+    /// Runs `f` on the agent's state inside its task; `None` once it has stopped.
+    pub async fn query<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut AgentCore) -> T + Send + 'static,
+    ) -> Option<T> {
+        driver::ask(&self.inputs, |reply: oneshot::Sender<T>| {
+            Query(Box::new(move |core| {
+                let _ = reply.send(f(core));
+            }))
+        })
+        .await
+    }
+}
+
 impl AgentHandle {
+    /// A client for questions from other tasks.
+    pub fn client(&self) -> AgentClient {
+        AgentClient {
+            inputs: self.inner.inputs(),
+        }
+    }
+
     /// Runs `f` on the agent's state inside its task.
     pub async fn query<T: Send + 'static>(
         &self,

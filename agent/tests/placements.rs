@@ -262,6 +262,16 @@ fn placements_choose_spread_drain_make_before_break_and_respect_capacity() {
     root.eventually("the fleet is settled on the new three", |r| {
         fleet(&r.get(DEPLOY)) == (3, 3)
     });
+    // `relay get placement` (short name `pl`, namespace `default`) shows the decision.
+    let table = root.relay(&["get", "pl", "web", "-o", "wide"]);
+    assert!(
+        table.contains("chose 3 of 6 matching clusters; left out: "),
+        "{table}"
+    );
+    assert!(
+        table.contains(&format!("  chosen: {}", after.join(", "))),
+        "{table}"
+    );
 
     // Uncordoning changes nothing: the choice is stable.
     root.relay(&["uncordon", &drained]);

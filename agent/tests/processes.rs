@@ -30,7 +30,7 @@ impl Cluster {
     }
 
     fn get_json(&self, kind: &str, name: &str) -> Option<Value> {
-        let (ok, out, _) = self.relay(&["get", kind, name, "-o", "json"]);
+        let (ok, out, _) = self.relay(&["get", kind, name, "-n", "pos", "-o", "summary"]);
         if !ok {
             return None;
         }
@@ -197,7 +197,7 @@ fn a_hierarchy_of_processes_delivers_survives_kill_9_and_shuts_down_cleanly() {
         },
     );
 
-    let (ok, out, _) = c.relay(&["get", "deployment", "pos"]);
+    let (ok, out, _) = c.relay(&["get", "deployment", "pos", "-n", "pos"]);
     assert!(ok && out.contains("pos-app"), "{out}");
     // One cluster selected: its exact status reaches the root.
     let exact = c.get_json("deployment", "pos").unwrap()["placements"][0]["exactStatus"].clone();

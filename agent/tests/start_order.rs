@@ -49,6 +49,10 @@ spec:
 ";
 
 const APP: &str = "
+apiVersion: v1
+kind: Namespace
+metadata: { name: pos }
+---
 apiVersion: apps/v1
 kind: Deployment
 metadata: { name: pos, namespace: pos, labels: { app: pos } }
@@ -155,7 +159,7 @@ fn nodes_started_children_first_converge_on_a_placement_by_an_ancestors_label() 
     let (ok, _, err) = cli(&["apply", "-f", &dir.join("app.yaml").display().to_string()]);
     assert!(ok, "{err}");
     let summary = || -> Option<Value> {
-        let (ok, out, _) = cli(&["get", "deployment", "pos", "-o", "json"]);
+        let (ok, out, _) = cli(&["get", "deployment", "pos", "-n", "pos", "-o", "summary"]);
         let v: Value = serde_json::from_str(&out).ok().filter(|_| ok)?;
         Some(v.as_array()?.first()?["placements"][0]["summary"].clone())
     };

@@ -63,7 +63,7 @@ impl Tiers {
     }
 
     fn summary(&self, kind: &str, name: &str) -> Option<(Value, Value)> {
-        let (ok, out, _) = self.relay(&["get", kind, name, "-o", "json"]);
+        let (ok, out, _) = self.relay(&["get", kind, name, "-n", "pos", "-o", "summary"]);
         if !ok {
             return None;
         }
@@ -80,7 +80,7 @@ impl Tiers {
     fn root_stream_bytes(&self, peer: &str, class: &str) -> Option<u64> {
         let metrics = http_get(self.metrics_port, "/metrics");
         let prefix = format!(
-            "strata_stream_sent_bytes{{node=\"center\",peer=\"{peer}\",class=\"{class}\"}} "
+            "strata_stream_sent_bytes_total{{node=\"center\",peer=\"{peer}\",class=\"{class}\"}} "
         );
         metrics
             .lines()

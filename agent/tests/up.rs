@@ -65,7 +65,11 @@ struct Up {
 
 impl Up {
     fn start(file: &Path, dir: &Path) -> Up {
-        let (child, lines) = common::relay_up(file, dir);
+        Up::start_with(file, dir, &[])
+    }
+
+    fn start_with(file: &Path, dir: &Path, args: &[&str]) -> Up {
+        let (child, lines) = common::relay_up_with(file, dir, args);
         Up {
             child,
             lines,
@@ -180,11 +184,23 @@ fn relay_up_connects_every_link_and_stops_every_process() {
 
     up.terminate(&dir);
     assert_eq!(processes_in(&dir), Vec::<String>::new(), "stray processes");
+    let root_log = || std::fs::read_to_string(dir.join("logs/center.log")).unwrap();
+    assert!(
+        !root_log().contains(" INFO "),
+        "nodes log at warn by default: {}",
+        root_log()
+    );
 
-    // Same data directory: same certificates and addresses, and it connects again.
-    let mut again = Up::start(&file, &dir);
+    // Same data directory: same certificates and addresses, and it connects again; the
+    // nodes log at the level given to relay up.
+    let mut again = Up::start_with(&file, &dir, &["--log", "info"]);
     again.until("every link is connected", &dir);
     assert_eq!(again.until("export STRATA_SERVER=", &dir), export);
+    let log = root_log();
+    assert!(
+        log.contains(" INFO ") && log.contains("node started"),
+        "relay --log info up: {log}"
+    );
     again.terminate(&dir);
     assert_eq!(processes_in(&dir), Vec::<String>::new(), "stray processes");
 }

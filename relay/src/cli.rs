@@ -26,6 +26,9 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Logging options (`--log-format`, `--log`).
+    #[command(flatten)]
+    pub logging: strata_node::process::LogArgs,
 }
 
 /// The commands.
@@ -79,28 +82,44 @@ pub enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
-    /// Delete what a file names, or one object by kind and name.
+    /// Delete what a file names, or one object by kind and name (in the given namespace
+    /// only, `default` unless `-n` says otherwise). Deleting a Namespace deletes what is
+    /// in it.
     Delete {
         /// A YAML file, a directory of them, or -.
         #[arg(short = 'f', long = "filename", value_name = "FILE|DIR|-", conflicts_with_all = ["kind", "name"])]
         file: Option<String>,
-        /// Kind (e.g. deployment).
+        /// Kind, as kubectl takes it: `deployment`, `deploy`, `deployments.apps`, `cm`.
         kind: Option<String>,
         /// Name.
         name: Option<String>,
-        /// Namespace of the object.
-        #[arg(short = 'n', long)]
-        namespace: Option<String>,
+        /// Namespace of the object (for namespaced kinds).
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
         /// How to reach the API.
         #[command(flatten)]
         api: ApiArgs,
     },
-    /// Show objects with their rollout and status summary per placement.
+    /// Show objects with their rollout and status summary per placement (the table), or
+    /// as the Kubernetes API serves them (`-o yaml|json`, which `relay apply -f` and
+    /// `kubectl apply -f` take back), or their names (`-o name`).
     Get {
-        /// Kind (e.g. deployment, configmap, placement).
+        /// Kind, as kubectl takes it: a kind, plural, singular or short name (`deploy`,
+        /// `cm`, `svc`, `ns`, `pl`), optionally with its group (`deployments.apps`,
+        /// `menus.example.com`). Resolved by the space's discovery, so CRDs count; an
+        /// unknown kind is an error.
         kind: String,
-        /// Name; all objects of the kind when omitted.
+        /// Name; all objects of the kind (in the namespace) when omitted.
         name: Option<String>,
+        /// Namespace (for namespaced kinds).
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+        /// Every namespace.
+        #[arg(short = 'A', long, conflicts_with = "name")]
+        all_namespaces: bool,
+        /// Label selector, e.g. `app=web,tier!=db`.
+        #[arg(short = 'l', long, conflicts_with = "name")]
+        selector: Option<String>,
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
         output: Output,
@@ -159,13 +178,18 @@ pub enum Command {
         api: ApiArgs,
     },
     /// Print a kubeconfig for kubectl, Helm and client libraries: the root's
-    /// Kubernetes API for the space (`--space`, default `default`), the CA inline, the
-    /// name the root's certificate carries, and the token. For example:
-    /// `relay kubeconfig > kc.yaml && kubectl --kubeconfig kc.yaml get deploy -A`.
+    /// Kubernetes API for the space (`--space`, default `default`), the CA inline, and a
+    /// token: `--token` (`STRATA_TOKEN`), or with `--user U` the token of user U in the
+    /// root's tokens file (`--tokens`, `STRATA_TOKENS`: the `api.tokens` that `relay
+    /// topology certs` writes). The server is the address the root's API certificate
+    /// covers (then no `tls-server-name`), else the address with `tls-server-name` set to
+    /// the root's name. Cluster, user and context are named after the space and user.
+    /// For example: `relay kubeconfig --user alice > kc.yaml && kubectl --kubeconfig
+    /// kc.yaml get deploy -A`.
     Kubeconfig {
-        /// How to reach the API.
+        /// How to reach the API, and whose token to use.
         #[command(flatten)]
-        api: ApiArgs,
+        args: crate::kubeconfig_cli::KubeconfigArgs,
     },
     /// Show the tier tree: every relay link's state (up or DOWN, since when), its lag in
     /// revisions and its last heartbeat, as each parent last reported it. Deeper links
@@ -191,6 +215,11 @@ pub enum Output {
     Yaml,
     /// JSON.
     Json,
+    /// `kind.group/name`, one a line.
+    Name,
+    /// Strata's own view as JSON: each object with its rollout and status summary per
+    /// placement (what the table shows, in full; one cluster's exact status).
+    Summary,
 }
 
 /// How to reach the root's API.
@@ -214,7 +243,8 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
-    fn client(&self) -> Result<ApiClient, TlsError> {
+    /// The API client these arguments describe.
+    pub fn client(&self) -> Result<ApiClient, TlsError> {
         ApiClient::new(self.server, &self.server_name, &self.ca, &self.token)
     }
 }
@@ -241,21 +271,22 @@ pub enum CliError {
     /// The API could not be asked, or refused.
     #[error(transparent)]
     Call(#[from] CallError),
-    /// `relay kubeconfig` could not read the CA to inline.
-    #[error("cannot read the CA {path}")]
-    ReadCa {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// `relay kubeconfig` failed.
+    #[error(transparent)]
+    Kubeconfig(#[from] crate::kubeconfig_cli::KubeconfigError),
+    /// A KIND could not be resolved.
+    #[error(transparent)]
+    Kind(#[from] crate::kinds::ResolveError),
     /// `relay delete` was given neither a file nor a kind and a name.
     #[error("give -f FILE, or KIND and NAME")]
     DeleteWhat,
     /// `relay get KIND NAME` found nothing.
-    #[error("{kind} {name:?} not found in space {space:?}")]
+    #[error("{kind} {name:?} not found in space {space:?}{}", namespace.as_ref().map(|n| format!(", namespace {n:?}")).unwrap_or_default())]
     NotFound {
         kind: String,
         name: String,
         space: String,
+        namespace: Option<String>,
     },
     /// `relay cordon|uncordon|drain`.
     #[error(transparent)]
@@ -336,22 +367,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             .await
             .map_err(CliError::Demo),
         Command::Topology { command } => Ok(crate::topology_cli::run(command)?),
-        Command::Up { file, data } => crate::up::run(&file, data).await.map_err(CliError::Up),
-        Command::Kubeconfig { api } => {
-            let ca = std::fs::read(&api.ca).map_err(|source| CliError::ReadCa {
-                path: api.ca.clone(),
-                source,
-            })?;
-            print!(
-                "{}",
-                crate::kube::kubeconfig::kubeconfig(
-                    api.server,
-                    &api.server_name,
-                    &ca,
-                    &api.token,
-                    &api.space
-                )
-            );
+        Command::Up { file, data } => crate::up::run(&file, data, cli.logging.log)
+            .await
+            .map_err(CliError::Up),
+        Command::Kubeconfig { args } => {
+            print!("{}", crate::kubeconfig_cli::run(&args).await?);
             Ok(())
         }
         Command::Apply { file, api } => {
@@ -380,66 +400,43 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             name,
             namespace,
             api,
-        } => {
-            let v = match (file, kind, name) {
-                (Some(file), _, _) => {
-                    let body = read_manifests(&file, &api.space)?;
-                    call(
-                        &api,
-                        Method::POST,
-                        &format!("/spaces/{}/delete", api.space),
-                        Some(body),
-                    )
-                    .await?
+        } => match (file, kind, name) {
+            (Some(file), _, _) => {
+                let body = read_manifests(&file, &api.space)?;
+                let v = call(
+                    &api,
+                    Method::POST,
+                    &format!("/spaces/{}/delete", api.space),
+                    Some(body),
+                )
+                .await?;
+                for k in v["deleted"].as_array().into_iter().flatten() {
+                    println!("deleted {}", k.as_str().unwrap_or_default());
                 }
-                (None, Some(kind), Some(name)) => {
-                    let mut path = format!("/spaces/{}/objects/{kind}/{name}", api.space);
-                    if let Some(ns) = namespace {
-                        path.push_str(&format!("?namespace={ns}"));
-                    }
-                    call(&api, Method::DELETE, &path, None).await?
-                }
-                _ => return Err(CliError::DeleteWhat),
-            };
-            for k in v["deleted"].as_array().into_iter().flatten() {
-                println!("deleted {}", k.as_str().unwrap_or_default());
+                Ok(())
             }
-            Ok(())
-        }
+            (None, Some(kind), Some(name)) => {
+                crate::objects_cli::delete(&api, &kind, &name, &namespace).await
+            }
+            _ => Err(CliError::DeleteWhat),
+        },
         Command::Get {
             kind,
             name,
+            namespace,
+            all_namespaces,
+            selector,
             output,
             api,
         } => {
-            let mut path = format!("/spaces/{}/objects?kind={kind}", api.space);
-            if let Some(n) = &name {
-                path.push_str(&format!("&name={n}"));
-            }
-            let v = call(&api, Method::GET, &path, None).await?;
-            let items = v["items"].as_array().cloned().unwrap_or_default();
-            if name.is_some() && items.is_empty() {
-                return Err(CliError::NotFound {
-                    kind,
-                    name: name.unwrap_or_default(),
-                    space: api.space,
-                });
-            }
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&items)?),
-                Output::Yaml => print!("{}", serde_saphyr::to_string(&items)?),
-                Output::Table | Output::Wide => {
-                    print!(
-                        "{}",
-                        crate::views::objects_table(
-                            &items,
-                            matches!(output, Output::Wide),
-                            strata_node::clock::Clock::start().wall().0,
-                        )
-                    )
-                }
-            }
-            Ok(())
+            let what = crate::objects_cli::Selection {
+                kind,
+                name,
+                namespace,
+                all_namespaces,
+                selector,
+            };
+            crate::objects_cli::get(&api, what, output).await
         }
         Command::Cordon { cluster, api } => {
             lifecycle(&api, &cluster, crate::lifecycle::Action::Cordon, None).await
@@ -472,7 +469,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&v["items"])?),
                 Output::Yaml => print!("{}", serde_saphyr::to_string(&v["items"])?),
-                Output::Table | Output::Wide => print!("{}", crate::views::upsynced_table(&v)),
+                Output::Table | Output::Wide | Output::Name | Output::Summary => {
+                    print!("{}", crate::views::upsynced_table(&v))
+                }
             }
             Ok(())
         }
@@ -522,7 +521,11 @@ async fn call(
     }
     Err(CallError::Refused {
         status,
-        message: v["error"].as_str().unwrap_or("request refused").to_owned(),
+        message: v["error"]
+            .as_str()
+            .or(v["message"].as_str())
+            .unwrap_or("request refused")
+            .to_owned(),
         errors: v["errors"]
             .as_array()
             .into_iter()

@@ -63,6 +63,9 @@ pub struct ApiConfig {
     pub listen: SocketAddr,
     /// A file whose lines are accepted bearer tokens.
     pub tokens: PathBuf,
+    /// The certificate and key the API serves (the names clients reach it by); `None`:
+    /// the node's own.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -104,6 +107,10 @@ struct RawJoin {
 struct RawApi {
     listen: String,
     tokens: PathBuf,
+    #[serde(default)]
+    cert: Option<PathBuf>,
+    #[serde(default)]
+    key: Option<PathBuf>,
 }
 
 /// The default interval of summary updates toward the parent.
@@ -159,9 +166,18 @@ impl NodeConfig {
             faults.push("listen: required when the node has children".to_owned());
         }
         let api = raw.api.and_then(|a| {
+            let tls = match (a.cert, a.key) {
+                (Some(c), Some(k)) => Some((base.join(c), base.join(k))),
+                (None, None) => None,
+                _ => {
+                    faults.push("api: cert and key go together".to_owned());
+                    None
+                }
+            };
             addr("api.listen", &a.listen, &mut faults).map(|listen| ApiConfig {
                 listen,
                 tokens: base.join(a.tokens),
+                tls,
             })
         });
         if api.is_some() && parent.is_some() {

@@ -26,7 +26,11 @@ pub const TOPOLOGY: &str = include_str!("../../deploy/examples/demo.yaml");
 
 fn app(region: &str, strategy: &str) -> String {
     format!(
-        "apiVersion: apps/v1
+        "apiVersion: v1
+kind: Namespace
+metadata: {{ name: retail }}
+---
+apiVersion: apps/v1
 kind: Deployment
 metadata: {{ name: shop, namespace: retail, labels: {{ app: shop }} }}
 spec: {{ replicas: 3 }}
@@ -90,13 +94,17 @@ pub async fn run(dir: Option<PathBuf>, strategy: &str) -> anyhow::Result<()> {
         })
         .await
     {
-        Ok(()) => {
-            println!(
-                "while it runs, the root is reachable with:\n  {}",
-                h.env_lines()
-            );
-            drive(&h, tty, strategy).await
-        }
+        Ok(()) => match h.write_kubeconfig().await {
+            Ok(kubeconfig) => {
+                println!(
+                    "while it runs, the root is reachable with:\n  {}\nand with kubectl or Helm:\n  export KUBECONFIG={}",
+                    h.env_lines(),
+                    kubeconfig.display()
+                );
+                drive(&h, tty, strategy, &kubeconfig).await
+            }
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     let killed = h.stop().await;
@@ -159,7 +167,7 @@ impl Map {
     }
 }
 
-async fn drive(h: &Hierarchy, tty: bool, strategy: &str) -> anyhow::Result<()> {
+async fn drive(h: &Hierarchy, tty: bool, strategy: &str, kubeconfig: &Path) -> anyhow::Result<()> {
     let client = h.client()?;
     let total = h.topology.clusters.len();
     // 1. Every cluster registered through its relays.
@@ -201,6 +209,35 @@ async fn drive(h: &Hierarchy, tty: bool, strategy: &str) -> anyhow::Result<()> {
     );
     println!("\nfinal summary:");
     print_summary(&client, &map, second).await;
+    kubectl_step(kubeconfig)
+}
+
+/// The fleet as kubectl sees it at the root, when kubectl is on the PATH.
+fn kubectl_step(kubeconfig: &Path) -> anyhow::Result<()> {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("kubectl").is_file()))
+        .unwrap_or(false);
+    if !on_path {
+        println!("\nkubectl is not on the PATH: skipped `kubectl get deploy -A` at the root");
+        return Ok(());
+    }
+    println!(
+        "\nthe fleet as kubectl sees it (kubectl --kubeconfig {} get deploy -A):",
+        kubeconfig.display()
+    );
+    // The processes of the hierarchy run on their own; waiting here blocks nothing.
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["get", "deploy", "-A"])
+        .output()?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    if !out.status.success() {
+        anyhow::bail!(
+            "kubectl get deploy -A failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     Ok(())
 }
 

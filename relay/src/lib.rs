@@ -5,7 +5,8 @@
 //!
 //! # Layout
 //!
-//! * [`api`]: the root's HTTPS user API (bearer tokens).
+//! * [`api`]: the root's HTTPS user API (bearer tokens); [`api_metrics`]: its request
+//!   counts and latency.
 //! * [`cli`]: the `relay` command line.
 //! * [`certs`]: issuing the hierarchy's CA and node certificates (rcgen).
 //! * [`client`]: the CLI's HTTPS client of the API.
@@ -13,12 +14,15 @@
 //! * [`demo`]: `relay demo`, a whole hierarchy of processes on this machine.
 //! * `http`: what the API and the metrics server share (listener, accept loop).
 //! * [`join`]: agents that are not in the topology join a relay with a single-use token.
+//! * [`kinds`]: what the CLI's KIND argument names, from the root's discovery.
 //! * [`kube`]: the Kubernetes API of each space (kubectl, client libraries).
+//! * [`kubeconfig_cli`]: `relay kubeconfig`.
 //! * [`lifecycle`]: `relay cordon|uncordon|drain`: taints on a cluster at the root.
-//! * [`metrics`]: Prometheus text metrics over HTTP.
+//! * [`metrics`]: Prometheus metrics, `/healthz` and `/readyz` (what readiness means).
 //! * [`node`]: the relay's sync core (`node::core`), what its children reported
 //!   (`node::reports`), and `node::runtime`: the core and its children's connections
 //!   as a [`strata_node::driver::Node`]; `node::accept`, the accept loop.
+//! * [`objects_cli`]: `relay get` and `relay delete KIND NAME`, with kubectl's flags.
 //! * [`placement_summary`]: a placement's `statusSummary` values at the root.
 //! * [`serve`]: `relay serve`: a node from its configuration file until a signal.
 //! * [`topology_cli`]: `relay topology validate|certs|render` over [`strata_topology`].
@@ -26,6 +30,7 @@
 //! * [`views`]: the CLI's text views of the tier tree and the inventory.
 
 pub mod api;
+pub mod api_metrics;
 pub mod certs;
 pub mod cli;
 pub mod client;
@@ -33,10 +38,13 @@ pub mod config;
 pub mod demo;
 mod http;
 pub mod join;
+pub mod kinds;
 pub mod kube;
+pub mod kubeconfig_cli;
 pub mod lifecycle;
 pub mod metrics;
 pub mod node;
+pub mod objects_cli;
 pub mod placement_summary;
 pub mod serve;
 pub mod topology_cli;

@@ -4,8 +4,8 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    strata_node::process::init_logging();
     let cli = strata_relay::cli::Cli::parse();
+    strata_node::process::init_logging(&cli.logging);
     match strata_relay::cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

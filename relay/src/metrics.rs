@@ -1,23 +1,32 @@
-//! Prometheus text metrics of a node, served over plain HTTP on the configured address
-//! (`GET /metrics`).
+//! Prometheus metrics and health of a relay, served over plain HTTP on the configured
+//! `metrics:` address by [`strata_node::ops`]: `GET /metrics`, `/healthz`, `/readyz`.
+//!
+//! Readiness of a relay:
+//! * its store takes a durable write;
+//! * the root: its user API accepts connections (when it has one);
+//! * any other relay: its link to its parent is open, or its store holds a view its
+//!   parent sent before (a cursor into the parent's log), which it serves to its subtree while the
+//!   parent is away. A relay that never reached its parent is not ready.
 
-use std::convert::Infallible;
-use std::fmt::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+use strata_node::exposition::{Exposition, Kind, Labels};
+use strata_node::ops::{self, OpsFuture, OpsSource};
+use strata_node::store::Store;
 use strata_protocol::wire::StreamClass;
 
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::{Response, StatusCode};
-use hyper_util::rt::TokioIo;
+pub use strata_node::ops::OpsBindError as MetricsBindError;
 
-use crate::http;
+use crate::api_metrics::ApiMetrics;
 use crate::node::runtime::NodeClient;
-use strata_node::store::Store;
 
 /// Renders the node's metrics in the Prometheus text format.
-pub async fn render(node: &NodeClient, store: &dyn Store) -> Option<String> {
+pub async fn render(
+    node: &NodeClient,
+    store: &dyn Store,
+    api: Option<&ApiMetrics>,
+) -> Option<String> {
     let core = node
         .query(|c| {
             let head = c.log().head().0;
@@ -41,197 +50,229 @@ pub async fn render(node: &NodeClient, store: &dyn Store) -> Option<String> {
         .await?;
     let links = node.link_stats().await.unwrap_or_default();
     let (name, head, floor, live, lags, up, stats) = core;
-    let mut out = String::new();
-    let mut metric = |help: &str, kind: &str, name: &str, samples: &[(String, f64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (labels, v) in samples {
-            let _ = writeln!(out, "{name}{labels} {v}");
-        }
-    };
-    let node_label = format!("{{node=\"{name}\"}}");
-    metric(
-        "Position of the node's log head.",
-        "gauge",
+    let mut out = Exposition::new();
+    let node_label = || -> Labels { vec![("node", name.clone())] };
+    let one = |v: f64| vec![(node_label(), v)];
+    out.family(
+        "strata_build_info",
+        Kind::Gauge,
+        "The build of the relay: always 1, with its version as a label.",
+        &[(
+            vec![
+                ("node", name.clone()),
+                ("version", env!("CARGO_PKG_VERSION").to_owned()),
+            ],
+            1.0,
+        )],
+    );
+    out.family(
         "strata_log_head",
-        &[(node_label.clone(), head as f64)],
+        Kind::Gauge,
+        "Position of the node's log head.",
+        &one(head as f64),
     );
-    metric(
-        "Compaction floor of the node's log.",
-        "gauge",
+    out.family(
         "strata_log_floor",
-        &[(node_label.clone(), floor as f64)],
+        Kind::Gauge,
+        "Compaction floor of the node's log.",
+        &one(floor as f64),
     );
-    metric(
-        "Live objects in the node's log.",
-        "gauge",
+    out.family(
         "strata_log_objects",
-        &[(node_label.clone(), live as f64)],
+        Kind::Gauge,
+        "Live objects in the node's log.",
+        &one(live as f64),
     );
-    metric(
-        "Children connected now.",
-        "gauge",
+    out.family(
         "strata_children_connected",
-        &[(node_label.clone(), lags.len() as f64)],
+        Kind::Gauge,
+        "Children connected now.",
+        &one(lags.len() as f64),
     );
-    let lag: Vec<(String, f64)> = lags
+    let lag: Vec<(Labels, f64)> = lags
         .iter()
-        .map(|(c, l)| (format!("{{node=\"{name}\",child=\"{c}\"}}"), *l as f64))
+        .map(|(c, l)| {
+            (
+                vec![("node", name.clone()), ("child", c.clone())],
+                *l as f64,
+            )
+        })
         .collect();
-    metric(
-        "Log positions a child has not acknowledged.",
-        "gauge",
+    out.family(
         "strata_child_lag",
+        Kind::Gauge,
+        "Log positions a child has not acknowledged.",
         &lag,
     );
-    // (peer label, bytes sent, bytes received) per connection, the parent's last.
-    let udp: Vec<(String, u64, u64)> = links
+    // (peer, bytes sent, bytes received) per connection, the parent's last.
+    let udp: Vec<(Labels, u64, u64)> = links
         .children
         .iter()
         .map(|(c, tx, rx)| (c.as_str(), *tx, *rx))
         .chain(links.parent.map(|(tx, rx)| ("parent", tx, rx)))
-        .map(|(peer, tx, rx)| (format!("{{node=\"{name}\",peer=\"{peer}\"}}"), tx, rx))
+        .map(|(peer, tx, rx)| {
+            (
+                vec![("node", name.clone()), ("peer", peer.to_owned())],
+                tx,
+                rx,
+            )
+        })
         .collect();
-    let sent: Vec<(String, f64)> = udp
+    let sent: Vec<_> = udp
         .iter()
         .map(|(l, tx, _)| (l.clone(), *tx as f64))
         .collect();
-    let received: Vec<(String, f64)> = udp
+    let received: Vec<_> = udp
         .iter()
         .map(|(l, _, rx)| (l.clone(), *rx as f64))
         .collect();
-    metric(
+    out.family(
+        "strata_link_sent_bytes_total",
+        Kind::Counter,
         "Bytes sent on the current connection to a peer (UDP payload for QUIC, multiplexer bytes for TLS/TCP).",
-        "counter",
-        "strata_link_sent_bytes",
         &sent,
     );
-    metric(
+    out.family(
+        "strata_link_received_bytes_total",
+        Kind::Counter,
         "Bytes received on the current connection from a peer (UDP payload for QUIC, multiplexer bytes for TLS/TCP).",
-        "counter",
-        "strata_link_received_bytes",
         &received,
     );
-    let class_label = |peer: &str, class: &StreamClass| {
+    let class_labels = |peer: &str, class: &StreamClass| -> Labels {
         let class = match class {
             StreamClass::Control => "control",
             StreamClass::Bulk => "bulk",
             StreamClass::Reports => "reports",
         };
-        format!("{{node=\"{name}\",peer=\"{peer}\",class=\"{class}\"}}")
+        vec![
+            ("node", name.clone()),
+            ("peer", peer.to_owned()),
+            ("class", class.to_owned()),
+        ]
     };
-    let stream_sent: Vec<(String, f64)> = links
+    let stream_sent: Vec<_> = links
         .streams
         .iter()
-        .map(|(peer, class, tx, _)| (class_label(peer, class), *tx as f64))
+        .map(|(peer, class, tx, _)| (class_labels(peer, class), *tx as f64))
         .collect();
-    let stream_received: Vec<(String, f64)> = links
+    let stream_received: Vec<_> = links
         .streams
         .iter()
-        .map(|(peer, class, _, rx)| (class_label(peer, class), *rx as f64))
+        .map(|(peer, class, _, rx)| (class_labels(peer, class), *rx as f64))
         .collect();
-    metric(
+    out.family(
+        "strata_stream_sent_bytes_total",
+        Kind::Counter,
         "Framed message bytes sent on the current connection to a peer, per stream class.",
-        "counter",
-        "strata_stream_sent_bytes",
         &stream_sent,
     );
-    metric(
+    out.family(
+        "strata_stream_received_bytes_total",
+        Kind::Counter,
         "Framed message bytes received on the current connection from a peer, per stream class.",
-        "counter",
-        "strata_stream_received_bytes",
         &stream_received,
     );
     // Which transport each live link runs on: 1 for the one in use.
-    let transports: Vec<(String, f64)> = links
+    let transports: Vec<_> = links
         .child_transports
         .iter()
         .map(|(c, t)| (c.as_str(), *t))
         .chain(links.parent_transport.map(|t| ("parent", t)))
         .map(|(peer, t)| {
             (
-                format!("{{node=\"{name}\",peer=\"{peer}\",transport=\"{t}\"}}"),
+                vec![
+                    ("node", name.clone()),
+                    ("peer", peer.to_owned()),
+                    ("transport", t.to_string()),
+                ],
                 1.0,
             )
         })
         .collect();
-    metric(
-        "The transport of the current connection to a peer (quic, or tcp: TLS over TCP, maybe through a proxy).",
-        "gauge",
+    out.family(
         "strata_link_transport",
+        Kind::Gauge,
+        "The transport of the current connection to a peer (quic, or tcp: TLS over TCP, maybe through a proxy).",
         &transports,
     );
-    metric(
-        "Whether the link to the parent is open.",
-        "gauge",
+    out.family(
         "strata_parent_connected",
-        &[(node_label.clone(), f64::from(u8::from(up)))],
+        Kind::Gauge,
+        "Whether the link to the parent is open.",
+        &one(f64::from(u8::from(up))),
     );
-    metric(
-        "Summary updates sent upward.",
-        "counter",
+    out.family(
         "strata_summaries_sent_total",
-        &[(node_label.clone(), stats.summaries_sent as f64)],
+        Kind::Counter,
+        "Summary updates sent upward.",
+        &one(stats.summaries_sent as f64),
     );
-    metric(
-        "Reports refused as outside a child's subtree.",
-        "counter",
+    out.family(
         "strata_reports_refused_total",
-        &[(node_label.clone(), stats.reports_refused as f64)],
+        Kind::Counter,
+        "Reports refused as outside a child's subtree.",
+        &one(stats.reports_refused as f64),
     );
-    metric(
-        "Bytes the store uses.",
-        "gauge",
+    out.family(
         "strata_store_bytes",
-        &[(node_label, store.size_bytes() as f64)],
+        Kind::Gauge,
+        "Bytes the store uses.",
+        &one(store.size_bytes() as f64),
     );
-    Some(out)
+    if let Some(api) = api {
+        api.render(&mut out).await;
+    }
+    Some(out.finish())
 }
 
-/// Why the metrics could not be served.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot bind metrics on {addr}")]
-pub struct MetricsBindError {
-    /// The configured `metrics` address.
-    pub addr: SocketAddr,
-    /// What the operating system said.
-    pub source: std::io::Error,
+/// What a relay's metrics and health listener reads.
+pub struct RelayOps {
+    /// The node.
+    pub node: NodeClient,
+    /// Its store.
+    pub store: Arc<dyn Store>,
+    /// The root's API address and counters (the root only).
+    pub api: Option<(SocketAddr, Arc<ApiMetrics>)>,
 }
 
-/// Serves `GET /metrics` on `addr` until the returned task is aborted.
-pub fn spawn(
-    addr: SocketAddr,
-    node: NodeClient,
-    store: Arc<dyn Store>,
-) -> Result<tokio::task::JoinHandle<()>, MetricsBindError> {
-    let listener = http::bind(addr).map_err(|source| MetricsBindError { addr, source })?;
-    Ok(tokio::spawn(http::accept_loop(listener, move |tcp, _| {
-        let (node, store) = (node.clone(), store.clone());
-        async move {
-            let service =
-                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let (node, store) = (node.clone(), store.clone());
-                    async move {
-                        let resp = if req.uri().path() != "/metrics" {
-                            text(StatusCode::NOT_FOUND, "try /metrics\n".into())
-                        } else {
-                            match render(&node, store.as_ref()).await {
-                                Some(body) => text(StatusCode::OK, body),
-                                None => {
-                                    text(StatusCode::SERVICE_UNAVAILABLE, "node stopping\n".into())
-                                }
-                            }
-                        };
-                        Ok::<_, Infallible>(resp)
-                    }
-                });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tcp), service)
-                .await;
-        }
-    })))
-}
+impl OpsSource for RelayOps {
+    fn metrics(&self) -> OpsFuture<'_, Option<String>> {
+        Box::pin(render(
+            &self.node,
+            self.store.as_ref(),
+            self.api.as_ref().map(|(_, m)| &**m),
+        ))
+    }
 
-fn text(code: StatusCode, body: String) -> Response<Full<Bytes>> {
-    http::response(code, "text/plain; version=0.0.4", body)
+    fn live(&self) -> OpsFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            match self.node.query(|_| ()).await {
+                Some(()) => Ok(()),
+                None => Err("the node has stopped".to_owned()),
+            }
+        })
+    }
+
+    fn ready(&self) -> OpsFuture<'_, Result<String, String>> {
+        Box::pin(async move {
+            let link = self
+                .node
+                .query(|c| c.upstream().map(|l| (l.is_open(), l.cursor().log.0 != 0)))
+                .await
+                .ok_or("the node has stopped")?;
+            ops::store_writable(self.store.clone()).await?;
+            match (link, &self.api) {
+                (Some((true, _)), _) => Ok("parent connected".to_owned()),
+                (Some((false, true)), _) => Ok("parent away, serving from the store".to_owned()),
+                (Some((false, false)), _) => Err(
+                    "the parent was never reached and the store holds nothing from it".to_owned(),
+                ),
+                (None, Some((addr, _))) if !ops::accepts_connections(*addr).await => {
+                    Err(format!("the API on {addr} does not accept connections"))
+                }
+                (None, Some(_)) => Ok("root, API listening".to_owned()),
+                (None, None) => Ok("root".to_owned()),
+            }
+        })
+    }
 }

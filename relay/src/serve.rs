@@ -166,14 +166,25 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         data = %config.data.display(),
         "node started"
     );
+    let api_metrics = Arc::new(crate::api_metrics::ApiMetrics::default());
     let api = match &config.api {
-        Some(api) => Some(crate::api::spawn(api, &config, handle.client())?),
+        Some(api) => Some(crate::api::spawn(
+            api,
+            &config,
+            handle.client(),
+            api_metrics.clone(),
+        )?),
         None => None,
     };
     let metrics = match config.metrics {
         Some(addr) => {
-            tracing::info!(listen = %addr, "metrics serving at /metrics");
-            Some(crate::metrics::spawn(addr, handle.client(), store)?)
+            tracing::info!(listen = %addr, "metrics serving at /metrics, /healthz, /readyz");
+            let source = crate::metrics::RelayOps {
+                node: handle.client(),
+                store,
+                api: config.api.as_ref().map(|a| (a.listen, api_metrics)),
+            };
+            Some(strata_node::ops::spawn(addr, Arc::new(source))?)
         }
         None => None,
     };

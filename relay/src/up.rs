@@ -146,12 +146,40 @@ impl Hierarchy {
     /// What to export to reach the root with the `relay` CLI.
     pub fn env_lines(&self) -> String {
         format!(
-            "export STRATA_SERVER={} STRATA_SERVER_NAME={} STRATA_CA={} STRATA_TOKEN={}",
+            "export STRATA_SERVER={} STRATA_SERVER_NAME={} STRATA_CA={} STRATA_TOKEN={} STRATA_TOKENS={}",
             self.rendered.api,
             self.rendered.root,
             files::ca_cert(&self.dir).display(),
-            self.token
+            self.token,
+            files::api_tokens(&self.dir).display(),
         )
+    }
+
+    /// Writes `DIR/kubeconfig` for the space `default` with the first token of the
+    /// root's tokens file (its server the address the API certificate covers); returns
+    /// its path. Call once the root serves.
+    pub async fn write_kubeconfig(&self) -> anyhow::Result<PathBuf> {
+        let ca_path = files::ca_cert(&self.dir);
+        let ca = std::fs::read(&ca_path)
+            .with_context(|| format!("cannot read {}", ca_path.display()))?;
+        let tokens = std::fs::read_to_string(files::api_tokens(&self.dir)).unwrap_or_default();
+        let user = crate::api::auth::parse_tokens(&tokens)
+            .ok()
+            .and_then(|grants| grants.into_iter().find(|g| g.token == self.token))
+            .map(|g| g.user);
+        let covered = crate::kubeconfig_cli::covers_address(self.rendered.api, &ca_path).await;
+        let text = crate::kube::kubeconfig::kubeconfig(&crate::kube::kubeconfig::KubeconfigSpec {
+            server: self.rendered.api,
+            tls_server_name: (!covered).then_some(self.rendered.root.as_str()),
+            ca_pem: &ca,
+            token: &self.token,
+            space: "default",
+            user: user.as_deref(),
+        });
+        let path = std::path::absolute(self.dir.join("kubeconfig"))
+            .with_context(|| format!("{}: no absolute path", self.dir.display()))?;
+        strata_topology::certs::write_secret(&path, &text)?;
+        Ok(path)
     }
 
     /// Waits until every relay has all its children connected, calling `progress` with
@@ -306,7 +334,9 @@ pub fn print_warnings(path: &Path, checked: &Checked) {
 }
 
 /// `relay up FILE [--data DIR]`: runs until SIGTERM or Ctrl-C.
-pub async fn run(file: &Path, data: Option<PathBuf>) -> anyhow::Result<()> {
+/// The nodes log with `log` (`relay --log`), else `RUST_LOG`, else `warn`; in the format
+/// of `STRATA_LOG_FORMAT`, which they inherit.
+pub async fn run(file: &Path, data: Option<PathBuf>, log: Option<String>) -> anyhow::Result<()> {
     let checked = strata_topology::load(file)?;
     print_warnings(file, &checked);
     let tmp;
@@ -317,7 +347,11 @@ pub async fn run(file: &Path, data: Option<PathBuf>) -> anyhow::Result<()> {
             tmp.0.clone()
         }
     };
-    let mut h = Hierarchy::start(checked.topology, &dir, &UpOptions::default())?;
+    let options = UpOptions {
+        log: log.or_else(|| std::env::var("RUST_LOG").ok()),
+        ..UpOptions::default()
+    };
+    let mut h = Hierarchy::start(checked.topology, &dir, &options)?;
     let (relays, agents) = h.counts();
     println!(
         "topology {:?} in {}: started {relays} relays and {agents} agents (simulated clusters)",
@@ -336,11 +370,19 @@ pub async fn run(file: &Path, data: Option<PathBuf>) -> anyhow::Result<()> {
         report_stop(h.stop().await);
         return Err(e);
     }
+    let kubeconfig = match h.write_kubeconfig().await {
+        Ok(path) => path,
+        Err(e) => {
+            report_stop(h.stop().await);
+            return Err(e);
+        }
+    };
     println!(
-        "every link is connected. The root {:?} serves its API on {}:\n  {}\n  relay clusters\nCtrl-C or SIGTERM stops every process.",
+        "every link is connected. The root {:?} serves its API on {}:\n  {}\n  relay clusters\nkubectl and Helm (space default):\n  export KUBECONFIG={}\n  kubectl get deploy -A\nCtrl-C or SIGTERM stops every process.",
         h.rendered.root,
         h.rendered.api,
-        h.env_lines()
+        h.env_lines(),
+        kubeconfig.display(),
     );
     let died = loop {
         tokio::select! {

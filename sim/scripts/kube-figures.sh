@@ -1,22 +1,13 @@
 #!/usr/bin/env bash
 # Figures of the root's Kubernetes API with the real kubectl, on a `relay up` of
 # deploy/examples/demo.yaml: `kubectl apply -f` of 1,000 ConfigMaps in one file (wall
-# time), `kubectl get` of 10,000 objects in pages of 500 (wall time), and the root's RSS
-# holding them. Usage: kube-figures.sh [BIN_DIR] (default target/debug; use a release
-# build for figures). Needs .ci/install-kube-clients.
-set -euo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
-bin=$(cd "${1:-$here/target/debug}" && pwd)
-clients=$("$here/.ci/install-kube-clients" 2>/dev/null | tail -1)
-work=$(mktemp -d)
-trap 'kill $up 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-"$bin/relay" up "$here/deploy/examples/demo.yaml" --data "$work/data" > "$work/up.log" 2>&1 &
-up=$!
-for _ in $(seq 1 120); do grep -q "export STRATA_SERVER" "$work/up.log" && break; sleep 1; done
-eval "$(grep 'export STRATA' "$work/up.log")"
-"$bin/relay" kubeconfig > "$work/kc.yaml"
-export KUBECONFIG=$work/kc.yaml
-k="$clients/kubectl"
+# time), `kubectl get` of 10,000 objects in pages of 500 (wall time), the root's RSS
+# holding them, and 100 concurrent watchers receiving one change (latency from the write
+# to each watcher's event, relay/examples/watch_fanout.rs). Usage: kube-figures.sh
+# [BIN_DIR] (default target/debug; use a release build for figures: cargo build
+# --release -p strata-relay -p strata-agent --bins --examples). Needs
+# .ci/install-kube-clients.
+source "$(dirname "$0")/relay-up.sh"
 gen() { # N PREFIX
     for i in $(seq 1 "$1"); do
         printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: { name: %s-%d, namespace: default, labels: { app: figures } }\ndata: { value: "%d" }\n---\n' "$2" "$i" "$i"
@@ -26,6 +17,7 @@ gen 1000 one > "$work/1000.yaml"
 for part in $(seq 1 9); do gen 1000 "more-$part" > "$work/more-$part.yaml"; done
 sleep 10
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+"$bin/examples/watch_fanout" 100
 start=$(date +%s.%N)
 "$k" apply -f "$work/1000.yaml" > /dev/null
 echo "kubectl apply -f of 1,000 ConfigMaps: $(echo "$(date +%s.%N) - $start" | bc) s"
@@ -39,3 +31,4 @@ for run in 1 2 3; do
 done
 root=$(pgrep -f "relay serve --config $work/data/nodes/center/config.yaml" | head -1)
 echo "root RSS with $n objects: $(awk '/VmRSS/ { print $2 / 1024 " MiB" }' /proc/"$root"/status)"
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -140,6 +140,12 @@ fn print_summary(path: &std::path::Path, o: &Outcome, wall: Duration) {
             "  resync after the partition: {sent} bytes (a full resend: {full} bytes of bodies)"
         );
     }
+    if let Some((fewest, armed)) = o.available {
+        println!(
+            "  available: on at least {fewest} clusters from {} on (the bound reached)",
+            secs(armed)
+        );
+    }
     println!("  trace hash: {:016x}", o.trace_hash);
     if let Some((v, at, trace)) = &o.violation {
         println!(

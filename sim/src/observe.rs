@@ -11,7 +11,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use strata_node::objects::parse_manifests;
-use strata_protocol::model::{ObjectKey, Space};
+use strata_protocol::model::{Health, ObjectKey, Space};
 use strata_protocol::route::is_placement;
 use strata_protocol::wire::Change;
 
@@ -19,7 +19,7 @@ use crate::check::{self, Held, Monotonic, RootView, Violation, secs};
 use crate::hosts::SimHierarchy;
 use crate::record::RunRecord;
 use crate::rng::hash;
-use crate::scenario::{ConfigMaps, Scenario, Workload};
+use crate::scenario::{AvailableCheck, ConfigMaps, Scenario, Workload};
 
 /// How often the observer samples the hierarchy.
 const SAMPLE: Duration = Duration::from_millis(500);
@@ -222,6 +222,74 @@ async fn agents_view(hierarchy: &SimHierarchy) -> BTreeMap<String, Held> {
     .await
 }
 
+/// How many clusters hold `key` and report it `Available`.
+async fn available_on(hierarchy: &SimHierarchy, key: &ObjectKey) -> usize {
+    let answers = ask_each(&hierarchy.agents, |h| {
+        let key = key.clone();
+        async move {
+            h.query(move |a| {
+                a.log().get(&key).is_some()
+                    && a.status(&key)
+                        .is_some_and(|s| s.health == Health::Available)
+            })
+            .await
+        }
+    })
+    .await;
+    answers.values().filter(|ok| **ok).count()
+}
+
+/// The available check (see [`crate::scenario::AvailableCheck`]) at one sample: arms
+/// once the object is available on enough clusters (or at `by`), then records the
+/// fewest; a violation when it falls below the bound.
+async fn check_available(
+    hierarchy: &SimHierarchy,
+    check: &AvailableCheck,
+    record: &RefCell<RunRecord>,
+    t: Duration,
+) -> Option<Violation> {
+    let o = &check.object;
+    let key = ObjectKey {
+        space: Space::default_space(),
+        group: o.group.clone(),
+        version: o.version.clone(),
+        kind: o.kind.clone(),
+        namespace: o.namespace.clone(),
+        name: o.name.clone(),
+    };
+    let n = available_on(hierarchy, &key).await;
+    let mut rec = record.borrow_mut();
+    match rec.available {
+        None if n >= check.at_least => {
+            rec.available = Some((n, t));
+            None
+        }
+        None if t >= check.by => Some(Violation {
+            invariant: "the object is available on enough clusters before the move",
+            detail: format!(
+                "{} available on {n} clusters at {}, not the {} expected by {}",
+                key.name,
+                secs(t),
+                check.at_least,
+                secs(check.by)
+            ),
+        }),
+        None => None,
+        Some((fewest, armed)) => {
+            rec.available = Some((fewest.min(n), armed));
+            (n < check.at_least).then(|| Violation {
+                invariant: "available clusters never fall below min(old, new) during a move",
+                detail: format!(
+                    "{} available on {n} clusters at {}, below {}",
+                    key.name,
+                    secs(t),
+                    check.at_least
+                ),
+            })
+        }
+    }
+}
+
 async fn relay_heads(hierarchy: &SimHierarchy) -> BTreeMap<String, u64> {
     ask_each(&hierarchy.relays, |c| async move {
         c.query(|core| core.log().head().0).await
@@ -294,6 +362,12 @@ pub(crate) async fn observe(
         let root = root_view(&hierarchy).await;
         let agents = agents_view(&hierarchy).await;
         let relay_heads = relay_heads(&hierarchy).await;
+        if let Some(check) = &scenario.checks.available
+            && let Some(v) = check_available(&hierarchy, check, &record, t).await
+        {
+            fail(v);
+            return Ok(());
+        }
         // Nothing acknowledged is lost across crashes that keep the disk.
         for (name, head) in &relay_heads {
             let before = heads.insert(name.clone(), *head).unwrap_or(0);

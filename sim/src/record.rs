@@ -24,4 +24,7 @@ pub(crate) struct RunRecord {
     pub(crate) restarts: Vec<String>,
     /// Bytes on the delta check's link when it healed.
     pub(crate) delta_start: Option<u64>,
+    /// The available check: the fewest clusters the object was available on once the
+    /// check was armed, and when the bound was first reached.
+    pub(crate) available: Option<(usize, Duration)>,
 }

@@ -36,6 +36,9 @@ pub struct Outcome {
     /// The delta check's figures: bytes sent on the link after it healed, and the bytes
     /// a full resend would have carried.
     pub resync: Option<(u64, u64)>,
+    /// The available check's figures: the fewest clusters the object was available on
+    /// once armed, and when it was armed.
+    pub available: Option<(usize, Duration)>,
     /// The first broken invariant, with a short trace.
     pub violation: Option<(Violation, Duration, Vec<String>)>,
 }
@@ -200,6 +203,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
         revisions: rec.revisions,
         trace_hash: h,
         resync: rec.resync,
+        available: rec.available,
         violation: rec.violation.clone().map(|(v, at)| (v, at, tail)),
     })
 }

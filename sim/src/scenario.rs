@@ -76,7 +76,7 @@ pub struct Workload {
     /// Generated ConfigMaps applied at the root in one revision.
     pub configmaps: Option<ConfigMaps>,
     /// An object deleted at the root.
-    pub delete: Option<DeleteSpec>,
+    pub delete: Option<ObjectRef>,
     /// A cluster's own labels replaced (its agent restarts with them).
     pub relabel: Option<Relabel>,
 }
@@ -139,10 +139,10 @@ pub struct ConfigMaps {
     pub size: usize,
 }
 
-/// An object to delete.
+/// An object by its identity (to delete, or to watch).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DeleteSpec {
+pub struct ObjectRef {
     /// API group ("" for core).
     #[serde(default)]
     pub group: String,
@@ -210,6 +210,25 @@ pub struct Fault {
 pub struct Checks {
     /// Resync after a partition sends only the delta.
     pub delta: Option<DeltaCheck>,
+    /// An object stays available on enough clusters (a move made before it breaks).
+    pub available: Option<AvailableCheck>,
+}
+
+/// The clusters where `object` is available (held and reported `Available` by the
+/// cluster) never fall below `at_least` once they first reached it, which must happen
+/// by `by`. For a move, `at_least` is `min(old, new)`: the clusters the placement chose
+/// before and after it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AvailableCheck {
+    /// The object.
+    pub object: ObjectRef,
+    /// The bound.
+    pub at_least: usize,
+    /// When the bound must have been reached (the check is armed from then on at the
+    /// latest).
+    #[serde(with = "duration")]
+    pub by: Duration,
 }
 
 /// Bytes from parent to child on `link` between `after` and convergence stay under

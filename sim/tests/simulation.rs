@@ -68,3 +68,75 @@ fn a_relay_that_never_comes_back_is_a_convergence_violation() {
     );
     assert!(!trace.is_empty());
 }
+
+/// Two regions of three clusters; the app moves from eu to us at 10s (`MOVE` is the
+/// placement's `move:`), with 20 % loss during the move and the link to us slow (2 s),
+/// so that a move that breaks first leaves the app nowhere for a while.
+fn moving(strategy: &str) -> String {
+    let placement = |at: &str, region: &str, extra: &str| {
+        format!(
+            "  - at: {at}
+    apply: |
+      apiVersion: strata.dev/v1alpha1
+      kind: Placement
+      metadata: {{ name: app }}
+      spec:
+        objects: [ {{ kinds: [Deployment] }} ]
+        clusters: {{ selector: {{ matchLabels: {{ region: {region} }} }} }}
+{extra}"
+        )
+    };
+    format!(
+        "
+topology:
+  apiVersion: strata.dev/v1alpha1
+  kind: Topology
+  metadata: {{ name: moving }}
+  spec:
+    root: {{ name: center }}
+    relays:
+      - {{ name: eu, parent: center, labels: {{ region: eu }} }}
+      - {{ name: us, parent: center, labels: {{ region: us }} }}
+    clusters:
+      - {{ name: eu-0, parent: eu }}
+      - {{ name: eu-1, parent: eu }}
+      - {{ name: eu-2, parent: eu }}
+      - {{ name: us-0, parent: us }}
+      - {{ name: us-1, parent: us }}
+      - {{ name: us-2, parent: us }}
+duration: 60s
+settle: 30s
+workload:
+{}  - at: 2s
+    apply: |
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {{ name: web, namespace: shop }}
+      spec: {{ replicas: 1 }}
+{}faults:
+  - {{ from: 9s, to: 20s, loss: 0.2 }}
+  - {{ from: 9s, to: 20s, latency: 2s, link: [center, us] }}
+checks:
+  available: {{ object: {{ group: apps, kind: Deployment, namespace: shop, name: web }}, at_least: 3, by: 10s }}
+",
+        placement("1s", "eu", ""),
+        placement("10s", "us", &format!("        move: {strategy}\n")),
+    )
+}
+
+#[test]
+fn a_move_made_before_it_breaks_keeps_the_app_available_and_one_that_breaks_first_does_not() {
+    let mbb = Scenario::parse(&moving("makeBeforeBreak"), Path::new("mbb.yaml")).unwrap();
+    let o = run(&mbb, 5).unwrap();
+    assert!(o.violation.is_none(), "{:?}", o.violation);
+    assert!(o.converged.is_some());
+    assert_eq!(o.available.map(|(fewest, _)| fewest), Some(3));
+
+    let bbm = Scenario::parse(&moving("breakBeforeMake"), Path::new("bbm.yaml")).unwrap();
+    let (v, at, _) = run(&bbm, 5).unwrap().violation.expect("a violation");
+    assert_eq!(
+        v.invariant,
+        "available clusters never fall below min(old, new) during a move"
+    );
+    assert!(at.as_secs() >= 10, "before the move: {at:?}");
+}

@@ -15,9 +15,12 @@ use rcgen::{
     KeyPair, KeyUsagePurpose,
 };
 
-use crate::Topology;
 use crate::files::{self, ConfinementError, Holder};
 use crate::names::check_node_name;
+
+mod api;
+use crate::Topology;
+pub use api::api_sans;
 
 /// Why a certificate could not be issued or written.
 #[derive(Debug, thiserror::Error)]
@@ -420,6 +423,7 @@ pub fn issue_all(
         })?);
         refuse_ca_key(&ca, name, "join.ca_key", &key)?;
     }
+    done.extend(api::api_pair(&ca, topology, dir, force)?);
     let api = files::api_tokens(dir);
     done.push(tokens_file(&api, 1, force)?);
     for relay in topology.relays.iter().filter(|r| r.join_tokens > 0) {

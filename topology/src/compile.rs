@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use strata_protocol::selector::{validate_key, validate_value};
 
 use crate::names::check_node_name;
-use crate::raw::{RawCluster, RawRelay, RawRoot, RawTopology};
+use crate::raw::{RawApi, RawCluster, RawRelay, RawRoot, RawTopology};
 
 /// The `apiVersion` a topology document carries.
 pub const API_VERSION: &str = "strata.dev/v1alpha1";
@@ -47,6 +47,9 @@ pub struct Relay {
     pub address: Option<SocketAddr>,
     /// The user API (root only).
     pub api: Option<Addr>,
+    /// The DNS names and IP addresses the user API's certificate carries besides the
+    /// root's name and its listen address (root only; checked).
+    pub api_names: Vec<String>,
     /// Prometheus metrics, if asked for.
     pub metrics: Option<Addr>,
     /// Labels every cluster below inherits.
@@ -295,8 +298,19 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
         let mut relay = relay_addrs(
             &who, name, listen, address, metrics, &mut udp, &mut tcp, errors,
         );
+        let (api, names): (Option<&str>, &[String]) = match api {
+            None => (None, &[]),
+            Some(RawApi::Listen(a)) => (Some(a.as_str()), &[]),
+            Some(RawApi::Full(f)) => (f.listen.as_deref(), &f.names),
+        };
+        for (i, n) in names.iter().enumerate() {
+            if let Err(why) = check_api_name(n) {
+                errors.push(format!("{who}: api.names[{i}]: {why}"));
+            }
+        }
+        relay.api_names = names.iter().map(|n| n.to_ascii_lowercase()).collect();
         relay.api = Some(
-            addr(&who, "api", api.as_deref(), errors)
+            addr(&who, "api", api, errors)
                 .inspect(|a| claim(a, format!("{who} (api)"), &mut tcp))
                 .unwrap_or(Addr::Auto(Ipv4Addr::LOCALHOST.into())),
         );
@@ -494,6 +508,7 @@ fn relay_addrs(
         listen,
         address,
         api: None,
+        api_names: Vec::new(),
         metrics,
         labels: BTreeMap::new(),
         relays: Vec::new(),
@@ -552,6 +567,34 @@ pub(crate) fn parent_link(
         transport: transport.clone(),
         proxy: proxy.clone(),
     }
+}
+
+/// Checks a name the API's certificate is to carry: an IP address, or a DNS name
+/// (labels of 1-63 letters, digits and '-', not starting or ending with '-', at most
+/// 253 characters; `*.` as the first label for a wildcard).
+pub fn check_api_name(name: &str) -> Result<(), String> {
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
+    }
+    let bad = || {
+        format!(
+            "{name:?} is neither an IP address nor a DNS name (labels of 1-63 letters, digits and '-', at most 253 characters)"
+        )
+    };
+    let rest = name.strip_prefix("*.").unwrap_or(name);
+    if rest.is_empty() || name.len() > 253 {
+        return Err(bad());
+    }
+    let ok = rest.split('.').all(|label| {
+        !label.is_empty()
+            && label.len() <= 63
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    });
+    if ok { Ok(()) } else { Err(bad()) }
 }
 
 /// Parses an address field; absent means a loopback port assigned later.

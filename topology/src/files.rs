@@ -99,6 +99,22 @@ pub fn node_data(dir: &Path, node: &str) -> PathBuf {
     node_dir(dir, node).join("data")
 }
 
+/// The certificate the root's user API serves (the names clients reach it by).
+pub fn api_cert(dir: &Path, root: &str) -> PathBuf {
+    node_dir(dir, root).join("api.crt")
+}
+
+/// Its key.
+pub fn api_key(dir: &Path, root: &str) -> PathBuf {
+    node_dir(dir, root).join("api.key")
+}
+
+/// The names `api.crt` carries, one per line: a certificate is issued again (for the
+/// same key) when they change.
+pub fn api_names(dir: &Path, root: &str) -> PathBuf {
+    node_dir(dir, root).join("api.names")
+}
+
 /// The single-use join tokens a relay admits, one per line.
 pub fn join_tokens(dir: &Path, relay: &str) -> PathBuf {
     node_dir(dir, relay).join("join.tokens")

@@ -57,9 +57,11 @@ pub struct RawRoot {
     /// The address children dial, when `listen` is a wildcard (`0.0.0.0:7443`).
     #[serde(default)]
     pub address: Option<String>,
-    /// The user API's HTTPS address; `127.0.0.1:0` or absent: assigned when rendering.
+    /// The user API: its HTTPS address (`127.0.0.1:0` or absent: assigned when
+    /// rendering), or `{ listen, names }` with the DNS names and IP addresses its
+    /// certificate carries.
     #[serde(default)]
-    pub api: Option<String>,
+    pub api: Option<RawApi>,
     /// Prometheus metrics address.
     #[serde(default)]
     pub metrics: Option<String>,
@@ -136,4 +138,27 @@ pub struct RawJoining {
     pub parent: String,
     /// How many single-use join tokens to issue.
     pub tokens: u32,
+}
+
+/// `spec.root.api`: `api: ADDR`, or `api: { listen: ADDR, names: [...] }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawApi {
+    /// Only the address.
+    Listen(String),
+    /// The address and the names clients reach it by.
+    Full(RawApiFull),
+}
+
+/// `api: { listen, names }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawApiFull {
+    /// The HTTPS address; absent: a loopback port assigned when rendering.
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// DNS names and IP addresses the API's certificate carries (besides the root's
+    /// name, the listen IP and, on loopback, `localhost`).
+    #[serde(default)]
+    pub names: Vec<String>,
 }

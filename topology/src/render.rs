@@ -176,9 +176,21 @@ pub fn render(
         let _ = writeln!(y, "children: [{}]", children.join(", "));
         let _ = writeln!(y, "labels: {}", flow_map(&r.labels));
         if r.parent.is_none() {
+            // The API's own certificate (the names clients reach it by) once `certs`
+            // issued it; the node's certificate in a directory from before.
+            let api_cert = files::api_cert(dir, &r.name);
+            let tls = if api_cert.exists() {
+                format!(
+                    ", cert: {}, key: {}",
+                    reference(dir, &r.name, &api_cert),
+                    reference(dir, &r.name, &files::api_key(dir, &r.name))
+                )
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 y,
-                "api: {{ listen: \"{api}\", tokens: {} }}",
+                "api: {{ listen: \"{api}\", tokens: {}{tls} }}",
                 reference(dir, &r.name, &files::api_tokens(dir))
             );
         }

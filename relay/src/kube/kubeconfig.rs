@@ -34,24 +34,45 @@ pub fn server_url(server: SocketAddr, space: &str) -> String {
     }
 }
 
-/// A kubeconfig (YAML) whose one context reaches `space` on the root at `server`.
-pub fn kubeconfig(
-    server: SocketAddr,
-    server_name: &str,
-    ca_pem: &[u8],
-    token: &str,
-    space: &str,
-) -> String {
-    let name = format!("strata-{space}");
+/// What a kubeconfig for one space and one user says.
+#[derive(Debug, Clone)]
+pub struct KubeconfigSpec<'a> {
+    /// The root's API address.
+    pub server: SocketAddr,
+    /// The name to check the root's certificate against when its address is not on it
+    /// (`tls-server-name`); `None` when the certificate covers the address.
+    pub tls_server_name: Option<&'a str>,
+    /// The hierarchy's CA (PEM).
+    pub ca_pem: &'a [u8],
+    /// The bearer token.
+    pub token: &'a str,
+    /// The space.
+    pub space: &'a str,
+    /// Whose token it is, when known: it names the user and the context.
+    pub user: Option<&'a str>,
+}
+
+/// A kubeconfig (YAML) whose one context reaches the space on the root: cluster
+/// `strata-SPACE`, user and context `strata-SPACE-USER` (`strata-SPACE` when the user
+/// is not known).
+pub fn kubeconfig(spec: &KubeconfigSpec<'_>) -> String {
+    let cluster = format!("strata-{}", spec.space);
+    let name = match spec.user {
+        Some(u) => format!("{cluster}-{u}"),
+        None => cluster.clone(),
+    };
+    let tls_server_name = spec
+        .tls_server_name
+        .map(|n| format!("    tls-server-name: {n}\n"))
+        .unwrap_or_default();
     format!(
         "apiVersion: v1
 kind: Config
 clusters:
-- name: {name}
+- name: {cluster}
   cluster:
     server: {url}
-    tls-server-name: {server_name}
-    certificate-authority-data: {ca}
+{tls_server_name}    certificate-authority-data: {ca}
 users:
 - name: {name}
   user:
@@ -59,12 +80,13 @@ users:
 contexts:
 - name: {name}
   context:
-    cluster: {name}
+    cluster: {cluster}
     user: {name}
 current-context: {name}
 ",
-        url = server_url(server, space),
-        ca = base64(ca_pem),
+        url = server_url(spec.server, spec.space),
+        ca = base64(spec.ca_pem),
+        token = spec.token,
     )
 }
 
@@ -89,8 +111,26 @@ mod tests {
             server_url(a, "team-a"),
             "https://127.0.0.1:8443/spaces/team-a"
         );
-        let kc = kubeconfig(a, "center", b"CA", "t0k", "team-a");
-        assert!(kc.contains("tls-server-name: center"), "{kc}");
+        let mut spec = KubeconfigSpec {
+            server: a,
+            tls_server_name: Some("center"),
+            ca_pem: b"CA",
+            token: "t0k",
+            space: "team-a",
+            user: Some("alice"),
+        };
+        let kc = kubeconfig(&spec);
+        assert!(kc.contains("    tls-server-name: center\n"), "{kc}");
         assert!(kc.contains("certificate-authority-data: Q0E="), "{kc}");
+        assert!(
+            kc.contains("current-context: strata-team-a-alice\n"),
+            "{kc}"
+        );
+        assert!(kc.contains("    cluster: strata-team-a\n"), "{kc}");
+        spec.tls_server_name = None;
+        spec.user = None;
+        let kc = kubeconfig(&spec);
+        assert!(!kc.contains("tls-server-name"), "{kc}");
+        assert!(kc.contains("current-context: strata-team-a\n"), "{kc}");
     }
 }

@@ -23,6 +23,7 @@ pub mod clusters;
 pub mod discovery;
 mod documents;
 pub mod kubeconfig;
+pub mod namespaces;
 pub mod openapi;
 pub mod openapi_v2;
 pub mod patch;
@@ -100,6 +101,24 @@ const SCALABLE: [&str; 4] = [
     "ReplicationController",
 ];
 
+/// The largest request body the Kubernetes API takes, as kube-apiserver's default
+/// (`--max-request-bytes`, 3 MiB): a larger one is refused with 413.
+pub const MAX_REQUEST_BODY: usize = 3 * 1024 * 1024;
+
+/// kube-apiserver's answer to a `resourceVersion` the root has not reached: 504 with
+/// the cause `ResourceVersionTooLarge`, which clients recognise.
+pub fn too_large_resource_version(rv: u64, head: u64) -> Answer {
+    failure(
+        504,
+        "Timeout",
+        format!("Too large resource version: {rv}, current: {head}"),
+        Some(json!({
+            "causes": [ { "reason": "ResourceVersionTooLarge", "message": "Too large resource version" } ],
+            "retryAfterSeconds": 1,
+        })),
+    )
+}
+
 /// Answers `req` if its path belongs to the Kubernetes API; `None` otherwise.
 pub async fn handle(node: &NodeClient, req: Request<'_>) -> Option<Reply> {
     let (space, prefix, rest): (&str, String, &[&str]) = match req.path {
@@ -109,6 +128,17 @@ pub async fn handle(node: &NodeClient, req: Request<'_>) -> Option<Reply> {
         [first, ..] if ROOTS.contains(first) => ("default", String::new(), req.path),
         _ => return None,
     };
+    if req.body.len() > MAX_REQUEST_BODY {
+        return Some(Reply::Json(failure(
+            413,
+            "RequestEntityTooLarge",
+            format!(
+                "Request entity too large: limit is {MAX_REQUEST_BODY} bytes, the body has {}",
+                req.body.len()
+            ),
+            None,
+        )));
+    }
     if let Err(why) = crate::config::check_node_name(space) {
         return Some(Reply::Json(failure(
             400,
@@ -227,7 +257,7 @@ fn param<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
 }
 
 /// Percent-decoding of a query value (selectors carry `=`, `,`, `!`, spaces).
-fn decode(v: &str) -> String {
+pub fn decode(v: &str) -> String {
     let bytes = v.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -281,6 +311,8 @@ struct ResourceOp {
     watch: Option<WatchParams>,
     field_manager: Option<String>,
     force: bool,
+    /// A list's `resourceVersion` and `resourceVersionMatch`.
+    list_version: (Option<usize>, Option<String>),
 }
 
 impl Op {
@@ -376,6 +408,10 @@ impl Op {
             body: req.body.to_vec(),
             field_manager: param(q, "fieldManager").map(decode),
             force: param(q, "force") == Some("true"),
+            list_version: (
+                number("resourceVersion")?,
+                param(q, "resourceVersionMatch").map(str::to_owned),
+            ),
             watch: if get
                 && name.is_none()
                 && param(q, "watch").is_some_and(|w| w == "true" || w == "1")
@@ -612,6 +648,26 @@ impl ResourceOp {
     }
 
     fn list(&self, core: &NodeCore, t: &ResourceType, space: &Space) -> Answer {
+        let head = core.log().head().0;
+        // The root serves its latest state: a list at a version it has not reached, or
+        // exactly at one it has left behind, cannot be answered.
+        match (
+            self.list_version.0.map(|v| v as u64),
+            self.list_version.1.as_deref(),
+        ) {
+            (Some(rv), _) if rv > head => return too_large_resource_version(rv, head),
+            (Some(rv), Some("Exact")) if rv != head => {
+                return failure(
+                    410,
+                    "Expired",
+                    format!(
+                        "resourceVersion {rv} is not served exactly: the root keeps its latest state only ({head})"
+                    ),
+                    None,
+                );
+            }
+            _ => {}
+        }
         if t.is_cluster() {
             return self.list_clusters(core, t, space);
         }

@@ -109,12 +109,7 @@ impl WatchSpec {
                     .collect();
                 Ok((events, head))
             }
-            Some(rv) if rv > head => Err(failure(
-                400,
-                "BadRequest",
-                format!("resourceVersion {rv} is newer than the root's latest revision {head}"),
-                None,
-            )),
+            Some(rv) if rv > head => Err(super::too_large_resource_version(rv, head)),
             Some(rv) => self.changes(core, rv).map(|events| (events, head)),
         }
     }

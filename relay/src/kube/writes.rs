@@ -10,7 +10,9 @@ use strata_protocol::wire::Change;
 
 use super::catalog::ResourceType;
 use super::openapi::TypeSchema;
-use super::{Answer, ResourceOp, clusters, failure, patch, protobuf, render, schema_check, ssa};
+use super::{
+    Answer, ResourceOp, clusters, failure, namespaces, patch, protobuf, render, schema_check, ssa,
+};
 use crate::node::core::NodeCore;
 
 impl ResourceOp {
@@ -147,6 +149,12 @@ impl ResourceOp {
         }
         if t.namespaced && value["metadata"]["namespace"].is_null() {
             value["metadata"]["namespace"] = json!("default");
+        }
+        if let Some(ns) = value["metadata"]["namespace"].as_str()
+            && t.namespaced
+            && !namespaces::exists(core, space, ns)
+        {
+            return namespaces::not_found(ns);
         }
         if self.strict
             && let Some(check) = t.check
@@ -497,6 +505,7 @@ impl ResourceOp {
         if self.dry_run || keys.is_empty() {
             return Ok(());
         }
+        let keys = namespaces::with_contents(core, keys);
         core.apply(keys.into_iter().map(Change::Delete).collect())
             .map(|_| ())
             .map_err(|e| failure(500, "InternalError", e.to_string(), None))
@@ -511,7 +520,10 @@ impl ResourceOp {
     ) -> Answer {
         let key = self.key(t, space, name);
         let found = Self::find(core, &key).map(|o| o.key().clone());
-        if found.is_none() && !(t.is_cluster() && clusters::get(core, space, name).is_some()) {
+        if found.is_none()
+            && !(t.is_cluster() && clusters::get(core, space, name).is_some())
+            && !namespaces::went_with_namespace(core, &key)
+        {
             return Self::missing(t, name);
         }
         // A Cluster the space never changed has nothing to drop: it stays as reported.

@@ -6,7 +6,9 @@
 //! default (sled 0.34 calls itself beta; the kill -9 tests in `tests/store_crash.rs`
 //! are how we hold it to its word); [`MemStore`] serves tests and the simulator.
 
+mod etcd_store;
 mod memory;
+mod records;
 mod sled_store;
 
 use std::collections::BTreeMap;
@@ -15,7 +17,9 @@ use strata_protocol::model::{Cursor, ObjectKey};
 use strata_protocol::sync::{KeyEntry, LogMeta, ObjectLog};
 use strata_protocol::wire::{ReportKey, ReportValue, RouteId};
 
+pub use etcd_store::{EtcdConfig, EtcdStore, EtcdTls, LOST_LEASE_EXIT};
 pub use memory::MemStore;
+pub use records::STORE_FORMAT;
 pub use sled_store::SledStore;
 
 /// A node's position in its parent's log.
@@ -139,6 +143,35 @@ pub enum StoreError {
     /// A write or flush failed (a full disk, an I/O error).
     #[error("store write failed: {detail}")]
     Write { detail: String },
+    /// The store was written in a format this build does not read.
+    #[error("{}", format_refusal(path, *found, *supported))]
+    Format {
+        path: std::path::PathBuf,
+        /// The format recorded in the store.
+        found: u32,
+        /// The one format this build reads and writes ([`STORE_FORMAT`]).
+        supported: u32,
+    },
+}
+
+/// What to tell an operator whose store has another format than this build's.
+fn format_refusal(path: &std::path::Path, found: u32, supported: u32) -> String {
+    let path = path.display();
+    let empty = "or move the directory away so that this node starts empty (a relay below \
+                 the root and an agent then fetch their state from their parent again; the \
+                 root's state would be lost: keep the moved directory)";
+    if found > supported {
+        format!(
+            "the store at {path} has format {found}, written by a newer build; this build \
+             reads format {supported} and cannot downgrade it: run the newer build again, {empty}"
+        )
+    } else {
+        format!(
+            "the store at {path} has format {found}, older than format {supported} that this \
+             build reads, and this build has no migration from it: run a build between the \
+             two first (it migrates the store when it opens it), {empty}"
+        )
+    }
 }
 
 /// A node's durable state.
@@ -151,6 +184,12 @@ pub trait Store: Send + Sync + 'static {
     fn commit(&self, batch: &Batch) -> Result<(), StoreError>;
     /// Approximate bytes used, for metrics.
     fn size_bytes(&self) -> u64;
+    /// Makes a small durable write outside the node's records and returns once it is
+    /// durable: what readiness probes ask ("does the disk take writes?"). Blocks; call
+    /// it off the async workers.
+    fn probe_write(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// Commits `batch`, keeping a store that flushes to disk off the async workers on a

@@ -1,0 +1,270 @@
+//! What an operator sees of running nodes: `/healthz`, `/readyz` and `/metrics` of a
+//! root, a relay that never reached its parent and an agent (the binaries, on
+//! loopback), and their logs in each format.
+
+#![allow(clippy::unwrap_used)]
+#![allow(clippy::disallowed_methods)] // polls processes from a synchronous test
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{POS_APP, bin, free_port, http_get, relay_cli, write};
+use strata_node::exposition;
+use strata_relay::certs::Ca;
+
+/// A node process, killed when dropped.
+struct Node(Child);
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `program` with `args` (and `env`), its standard error into `DIR/NAME.log`
+/// (a file: not a terminal).
+fn spawn(dir: &Path, name: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> Node {
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    let mut cmd = Command::new(bin(program));
+    cmd.args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("STRATA_LOG_FORMAT")
+        .stdout(Stdio::null())
+        .stderr(log);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Node(cmd.spawn().unwrap())
+}
+
+/// The status code and body of `GET path`; code 0 while nothing listens.
+fn get(port: u16, path: &str) -> (u16, String) {
+    if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        return (0, String::new());
+    }
+    let response = http_get(port, path);
+    let code = response
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+/// The value of the sample `series` (name and labels, exactly as written).
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+}
+
+fn eventually(what: &str, dir: &Path, mut check: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if check() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let logs: Vec<String> = ["center", "lonely", "c1"]
+        .iter()
+        .map(|n| {
+            let text = std::fs::read_to_string(dir.join(format!("{n}.log"))).unwrap_or_default();
+            format!("--- {n}\n{text}")
+        })
+        .collect();
+    panic!("timed out waiting until {what}\n{}", logs.join("\n"));
+}
+
+#[test]
+fn probes_metrics_and_logs_of_a_root_a_cut_off_relay_and_an_agent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ca = Ca::generate("test").unwrap();
+    write(&dir.join("ca.crt"), &ca.cert_pem());
+    write(&dir.join("tokens"), "s3cret\n");
+    for name in ["center", "lonely", "c1"] {
+        ca.issue(name).unwrap().write_to(dir).unwrap();
+    }
+    let (root_port, api_port, root_ops) = (free_port(), free_port(), free_port());
+    let (lonely_ops, agent_ops, nobody) = (free_port(), free_port(), free_port());
+    let tls =
+        |n: &str| format!("tls: {{ cert: {n}.crt, key: {n}.key, ca: ca.crt }}\ndata: data/{n}\n");
+    write(
+        &dir.join("center.yaml"),
+        &format!(
+            "node: center\nlisten: 127.0.0.1:{root_port}\nchildren: [c1]\n{}api: {{ listen: 127.0.0.1:{api_port}, tokens: tokens }}\nmetrics: 127.0.0.1:{root_ops}\n",
+            tls("center")
+        ),
+    );
+    // Its parent's address has nothing behind it: it never connects.
+    write(
+        &dir.join("lonely.yaml"),
+        &format!(
+            "node: lonely\nparent: {{ name: center, address: 127.0.0.1:{nobody} }}\n{}metrics: 127.0.0.1:{lonely_ops}\n",
+            tls("lonely")
+        ),
+    );
+    write(
+        &dir.join("c1.yaml"),
+        &format!(
+            "cluster: c1\nlabels: {{ role: pos }}\nparent: {{ name: center, address: 127.0.0.1:{root_port} }}\n{}simulated: {{ ready_delay_ms: 50 }}\nmetrics: 127.0.0.1:{agent_ops}\n",
+            tls("c1")
+        ),
+    );
+    let config = |n: &str| dir.join(format!("{n}.yaml")).display().to_string();
+    let mut root = spawn(
+        dir,
+        "center",
+        "relay",
+        &["serve", "--config", &config("center")],
+        &[("STRATA_LOG_FORMAT", "json")],
+    );
+    let _lonely = spawn(
+        dir,
+        "lonely",
+        "relay",
+        &["--log", "warn", "serve", "--config", &config("lonely")],
+        &[("RUST_LOG", "debug")],
+    );
+    let _agent = spawn(
+        dir,
+        "c1",
+        "agent",
+        &["run", "--config", &config("c1")],
+        &[("RUST_LOG", "warn")],
+    );
+
+    // Ready: the root's API listens; the agent reached its parent.
+    eventually("the root and the agent are ready", dir, || {
+        get(root_ops, "/readyz").0 == 200 && get(agent_ops, "/readyz").0 == 200
+    });
+    assert_eq!(get(root_ops, "/healthz"), (200, "ok\n".to_owned()));
+    assert_eq!(get(agent_ops, "/healthz"), (200, "ok\n".to_owned()));
+    assert_eq!(get(agent_ops, "/readyz").1, "ready: parent connected\n");
+    // Alive but not ready: it never reached its parent and holds nothing from it.
+    assert_eq!(get(lonely_ops, "/healthz").0, 200);
+    let (code, why) = get(lonely_ops, "/readyz");
+    assert_eq!(
+        (code, why.as_str()),
+        (
+            503,
+            "not ready: the parent was never reached and the store holds nothing from it\n"
+        )
+    );
+    assert_eq!(get(root_ops, "/nothing").0, 404);
+
+    // Applies at the root are counted by verb and code; the agent counts what it applied.
+    write(&dir.join("app.yaml"), POS_APP);
+    let (ok, _, err) = relay_cli(
+        dir,
+        api_port,
+        &["apply", "-f", &dir.join("app.yaml").display().to_string()],
+    );
+    assert!(ok, "{err}");
+    eventually("the agent applied both objects", dir, || {
+        sample(
+            &get(agent_ops, "/metrics").1,
+            "strata_agent_applies_total{cluster=\"c1\"}",
+        ) >= Some(2.0)
+    });
+    let (ok, _, err) = relay_cli(dir, api_port, &["clusters"]);
+    assert!(ok, "{err}");
+    let root_metrics = get(root_ops, "/metrics").1;
+    exposition::check(&root_metrics).unwrap_or_else(|e| panic!("{e}\n{root_metrics}"));
+    assert!(
+        sample(
+            &root_metrics,
+            "strata_api_requests_total{verb=\"create\",code=\"200\"}"
+        ) >= Some(1.0),
+        "{root_metrics}"
+    );
+    assert!(
+        sample(
+            &root_metrics,
+            "strata_api_request_duration_seconds_count{verb=\"get\",code=\"200\"}"
+        ) >= Some(1.0),
+        "{root_metrics}"
+    );
+    assert!(
+        sample(
+            &root_metrics,
+            "strata_link_sent_bytes_total{node=\"center\",peer=\"c1\"}"
+        ) > Some(0.0),
+        "{root_metrics}"
+    );
+    assert_eq!(
+        sample(
+            &root_metrics,
+            "strata_build_info{node=\"center\",version=\"0.1.0\"}"
+        ),
+        Some(1.0),
+        "{root_metrics}"
+    );
+    let agent_metrics = get(agent_ops, "/metrics").1;
+    exposition::check(&agent_metrics).unwrap_or_else(|e| panic!("{e}\n{agent_metrics}"));
+    assert_eq!(
+        sample(&agent_metrics, "strata_parent_connected{cluster=\"c1\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &agent_metrics,
+            "strata_agent_apply_failures_total{cluster=\"c1\"}"
+        ),
+        Some(0.0)
+    );
+    exposition::check(&get(lonely_ops, "/metrics").1).unwrap();
+
+    // The parent gone, the agent stays ready: it keeps enforcing what it holds.
+    // (SIGTERM: the root says goodbye, so the agent knows at once.)
+    let stopped = Command::new("kill")
+        .args(["-TERM", &root.0.id().to_string()])
+        .status();
+    assert!(stopped.unwrap().success());
+    root.0.wait().unwrap();
+    eventually("the agent saw its parent go", dir, || {
+        sample(
+            &get(agent_ops, "/metrics").1,
+            "strata_parent_connected{cluster=\"c1\"}",
+        ) == Some(0.0)
+    });
+    assert_eq!(
+        get(agent_ops, "/readyz"),
+        (
+            200,
+            "ready: parent away, enforcing the stored desired state\n".to_owned()
+        )
+    );
+
+    // Logs: JSON lines from the root (STRATA_LOG_FORMAT), no colour codes in files, and
+    // the level each was given.
+    let root_log = std::fs::read_to_string(dir.join("center.log")).unwrap();
+    assert!(root_log.lines().count() >= 2, "{root_log}");
+    for line in root_log.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
+    }
+    let lonely_log = std::fs::read_to_string(dir.join("lonely.log")).unwrap();
+    assert!(
+        !lonely_log.contains(" INFO ") && !lonely_log.contains(" DEBUG "),
+        "--log warn over RUST_LOG=debug: {lonely_log}"
+    );
+    let agent_log = std::fs::read_to_string(dir.join("c1.log")).unwrap();
+    assert!(!agent_log.contains(" INFO "), "RUST_LOG=warn: {agent_log}");
+    for log in [&root_log, &lonely_log, &agent_log] {
+        assert!(
+            !log.contains('\u{1b}'),
+            "a colour code in a log file: {log}"
+        );
+    }
+}

@@ -1,0 +1,458 @@
+//! The root's store in etcd, for a root of several replicas (`store: { etcd: ... }`).
+//!
+//! Records are laid out as in sled ([`super::records`]), each under `PREFIX/`. One
+//! replica writes at a time: [`EtcdStore::open`] returns only once this replica holds
+//! the writer key `PREFIX/writer`, bound to an etcd lease it keeps alive. Every commit is
+//! one etcd transaction guarded by "the writer key still holds my id", so a replica that
+//! lost its lease (partitioned, paused, presumed dead) can never write again: the
+//! fencing is etcd's, not a clock's. A replica that sees its lease gone exits at once
+//! (status 75) rather than serve what may no longer be the latest state; its supervisor
+//! starts it again as a standby.
+//!
+//! The node id (the log's incarnation) lives in etcd too, so every replica serves the
+//! same log: children of a replica that died resume from their cursors on the next
+//! one, with deltas only, and revisions keep growing across failovers.
+//!
+//! The store's calls block (the [`Store`] trait is synchronous); they run on a small
+//! runtime of the store's own, so they may be called from any thread.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, TlsOptions, Txn, TxnOp,
+};
+
+use super::records::{FORMAT, NODE_ID, PROBE, STORE_FORMAT, batch_writes, fixed, stored_from};
+use super::{Batch, Store, StoreError, Stored};
+use crate::process::random_u64;
+
+/// Where a root keeps its state in etcd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    /// Client URLs of the etcd members (`http://10.0.0.1:2379`, `https://...`).
+    pub endpoints: Vec<String>,
+    /// The key prefix of this hierarchy's records (several roots may share one etcd).
+    pub prefix: String,
+    /// How long the writer's lease outlives its last keep-alive: the longest a dead
+    /// writer holds the others off.
+    pub lease_ttl: Duration,
+    /// TLS towards etcd (`https://` endpoints).
+    pub tls: Option<EtcdTls>,
+}
+
+/// TLS towards etcd: the CA that signed its members, and a client certificate if etcd
+/// asks for one (`--client-cert-auth`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// PEM CA certificate.
+    pub ca: PathBuf,
+    /// PEM client certificate and key.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+/// A store in etcd, held by this replica as the one writer.
+pub struct EtcdStore {
+    client: Client,
+    /// `PREFIX/`.
+    prefix: Vec<u8>,
+    /// `PREFIX/writer`, holding `id` while this replica writes.
+    writer_key: Vec<u8>,
+    /// This replica's id (random per process).
+    id: Vec<u8>,
+    /// Runs the client's futures; shut down in the background when the store drops.
+    runtime: Option<tokio::runtime::Runtime>,
+    /// Names the store in errors (endpoints and prefix).
+    at: String,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("at", &self.at)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for EtcdStore {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// The exit status of a replica that lost its writer lease (EX_TEMPFAIL).
+pub const LOST_LEASE_EXIT: i32 = 75;
+
+impl EtcdStore {
+    /// Connects to etcd and waits until this replica is the writer (another replica
+    /// holding the lease keeps this call waiting until that lease ends), then records
+    /// the format and a node id if the store is new and checks the format otherwise.
+    pub fn open(config: &EtcdConfig) -> Result<EtcdStore, StoreError> {
+        let at = format!(
+            "etcd {} under {:?}",
+            config.endpoints.join(","),
+            config.prefix
+        );
+        let open_err = |detail: String| StoreError::Open {
+            path: PathBuf::from(&at),
+            detail,
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("etcd-store")
+            .enable_all()
+            .build()
+            .map_err(|e| open_err(e.to_string()))?;
+        let options = connect_options(config).map_err(open_err)?;
+        let endpoints = config.endpoints.clone();
+        let client = block(&runtime, async move {
+            Client::connect(endpoints, Some(options)).await
+        })
+        .map_err(&open_err)?
+        .map_err(|e| open_err(e.to_string()))?;
+        let prefix = format!("{}/", config.prefix.trim_end_matches('/')).into_bytes();
+        let mut store = EtcdStore {
+            writer_key: [&prefix[..], b"writer"].concat(),
+            prefix,
+            id: format!("{:016x}", random_u64()).into_bytes(),
+            client,
+            runtime: Some(runtime),
+            at: at.clone(),
+        };
+        store.become_writer(config.lease_ttl).map_err(open_err)?;
+        store.stamp().map_err(|e| match e {
+            e @ StoreError::Format { .. } => e,
+            other => open_err(other.to_string()),
+        })?;
+        Ok(store)
+    }
+
+    fn key(&self, record: &[u8]) -> Vec<u8> {
+        [&self.prefix[..], record].concat()
+    }
+
+    /// Runs `f` on the store's runtime and waits for it.
+    fn run<T: Send + 'static>(
+        &self,
+        f: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        match &self.runtime {
+            Some(rt) => block(rt, f).map_err(|detail| StoreError::Write { detail }),
+            None => Err(StoreError::Write {
+                detail: "the store is shut down".into(),
+            }),
+        }
+    }
+
+    /// Waits until no one holds the writer key, then grants a lease and puts the key
+    /// under it (one transaction: if another replica was quicker, waits again), and
+    /// keeps the lease alive for as long as the process lives.
+    fn become_writer(&mut self, ttl: Duration) -> Result<(), String> {
+        let client = self.client.clone();
+        let (key, id) = (self.writer_key.clone(), self.id.clone());
+        let ttl_s = i64::try_from(ttl.as_secs().max(2)).unwrap_or(i64::MAX);
+        let at = self.at.clone();
+        let outcome = self.run(async move {
+            let lease = campaign(client.clone(), key, id, ttl_s, &at).await?;
+            tracing::info!(%at, lease, "this replica is the writer");
+            tokio::spawn(keep_alive(client, lease, ttl_s, at));
+            Ok::<(), etcd_client::Error>(())
+        });
+        match outcome {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Records the format and a node id in a new store; checks the format of an
+    /// existing one (no migration exists yet: format 1 is the first).
+    fn stamp(&self) -> Result<(), StoreError> {
+        let (format_key, id_key) = (self.key(FORMAT), self.key(NODE_ID));
+        let client = self.client.clone();
+        let (f, i) = (format_key.clone(), id_key.clone());
+        let (format, id) = self
+            .run(retrying(move || {
+                let (mut client, f, i) = (client.clone(), f.clone(), i.clone());
+                async move {
+                    let format = client.get(f, None).await?.take_kvs().pop();
+                    let id = client.get(i, None).await?.take_kvs().pop();
+                    Ok::<_, etcd_client::Error>((format, id))
+                }
+            }))?
+            .map_err(etcd_err)?;
+        let format = match &format {
+            Some(kv) => u32::from_be_bytes(fixed("store format", kv.value())?),
+            None => STORE_FORMAT,
+        };
+        if format != STORE_FORMAT {
+            return Err(StoreError::Format {
+                path: PathBuf::from(&self.at),
+                found: format,
+                supported: STORE_FORMAT,
+            });
+        }
+        if id.is_none() {
+            // Zero means "no log" on the wire; never use it.
+            let node_id = random_u64().max(1);
+            let writes = vec![
+                (format_key, Some(STORE_FORMAT.to_be_bytes().to_vec())),
+                (id_key, Some(node_id.to_be_bytes().to_vec())),
+            ];
+            self.fenced(writes)?;
+        }
+        Ok(())
+    }
+
+    /// Writes in one transaction, if this replica is still the writer.
+    fn fenced(&self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StoreError> {
+        let ops: Vec<TxnOp> = writes
+            .into_iter()
+            .map(|(k, v)| match v {
+                Some(v) => TxnOp::put(k, v, None),
+                None => TxnOp::delete(k, None),
+            })
+            .collect();
+        let txn = Txn::new()
+            .when([Compare::value(
+                self.writer_key.clone(),
+                CompareOp::Equal,
+                self.id.clone(),
+            )])
+            .and_then(ops);
+        let client = self.client.clone();
+        let response = self.run(retrying(move || {
+            let (mut client, txn) = (client.clone(), txn.clone());
+            async move { client.txn(txn).await }
+        }))?;
+        match response {
+            Ok(r) if r.succeeded() => Ok(()),
+            Ok(_) => Err(StoreError::Write {
+                detail: format!(
+                    "{}: this replica no longer holds the writer lease; nothing was written",
+                    self.at
+                ),
+            }),
+            Err(e) => Err(etcd_err(e)),
+        }
+    }
+}
+
+impl Store for EtcdStore {
+    fn load(&self) -> Result<Stored, StoreError> {
+        let (client, prefix) = (self.client.clone(), self.prefix.clone());
+        let kvs = self
+            .run(retrying(move || {
+                let (mut client, prefix) = (client.clone(), prefix.clone());
+                async move {
+                    let options = GetOptions::new().with_prefix();
+                    client.get(prefix, Some(options)).await
+                }
+            }))?
+            .map_err(etcd_err)?
+            .take_kvs();
+        let n = self.prefix.len();
+        stored_from(kvs.iter().map(|kv| Ok((&kv.key()[n..], kv.value()))))
+    }
+
+    fn commit(&self, batch: &Batch) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let writes = batch_writes(batch)?
+            .into_iter()
+            .map(|(k, v)| (self.key(&k), v))
+            .collect();
+        self.fenced(writes)
+    }
+
+    fn size_bytes(&self) -> u64 {
+        let mut client = self.client.clone();
+        match self.run(async move { client.status().await }) {
+            Ok(Ok(s)) => u64::try_from(s.db_size()).unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// A fenced write: ready means etcd takes writes and this replica is the writer.
+    fn probe_write(&self) -> Result<(), StoreError> {
+        self.fenced(vec![(self.key(PROBE), Some(self.id.clone()))])
+    }
+}
+
+/// Waits for the writer key to be free, then claims it under a new lease.
+async fn campaign(
+    mut client: Client,
+    key: Vec<u8>,
+    id: Vec<u8>,
+    ttl_s: i64,
+    at: &str,
+) -> Result<i64, etcd_client::Error> {
+    let mut waiting = false;
+    loop {
+        let held = retrying(|| {
+            let (mut client, key) = (client.clone(), key.clone());
+            async move { client.get(key, None).await }
+        })
+        .await?;
+        if !held.kvs().is_empty() {
+            if !waiting {
+                tracing::info!(%at, "another replica writes; standing by until its lease ends");
+                waiting = true;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        let lease = retrying(|| {
+            let mut client = client.clone();
+            async move { client.lease_grant(ttl_s, None).await }
+        })
+        .await?
+        .id();
+        let claim = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                id.clone(),
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        match client.txn(claim).await {
+            Ok(r) if r.succeeded() => return Ok(lease),
+            Ok(_) => {}
+            Err(e) if transient(&e) => tracing::debug!(%at, error = %e, "etcd busy"),
+            Err(e) => return Err(e),
+        }
+        // Another replica was quicker (or the claim's fate is unknown: the key's
+        // value says whose it is on the next round); this lease is not needed.
+        let _ = client.lease_revoke(lease).await;
+        if let Ok(r) = client.get(key.clone(), None).await
+            && r.kvs()
+                .first()
+                .is_some_and(|kv| kv.value() == id.as_slice())
+        {
+            return Ok(lease);
+        }
+    }
+}
+
+/// Renews `lease` at a third of its TTL for as long as the process lives, opening the
+/// renewal stream again when a member goes away. Only etcd saying the lease is gone
+/// ends the process: while etcd cannot be reached nothing can be written anyway (every
+/// write is fenced), and when it can again, a lease it kept alive across a leader
+/// change is still ours.
+async fn keep_alive(mut client: Client, lease: i64, ttl_s: i64, at: String) {
+    let period = Duration::from_millis(u64::try_from(ttl_s).unwrap_or(2) * 1000 / 3);
+    let mut stream = None;
+    loop {
+        tokio::time::sleep(period).await;
+        if stream.is_none() {
+            match client.lease_keep_alive(lease).await {
+                Ok(s) => stream = Some(s),
+                Err(e) => {
+                    if e.to_string().contains("lease not found") {
+                        lost(&at, "etcd ended the lease");
+                    }
+                    tracing::warn!(%at, error = %e, "lease renewal failed");
+                    continue;
+                }
+            }
+        }
+        let Some((keeper, answers)) = stream.as_mut() else {
+            continue;
+        };
+        let renewed = match keeper.keep_alive().await {
+            Ok(()) => tokio::time::timeout(period, answers.message()).await,
+            Err(e) => Ok(Err(e)),
+        };
+        match renewed {
+            Ok(Ok(Some(r))) if r.ttl() > 0 => {}
+            Ok(Ok(Some(_))) => lost(&at, "etcd ended the lease"),
+            other => {
+                tracing::warn!(%at, ?other, "lease renewal failed; opening the stream again");
+                stream = None;
+            }
+        }
+    }
+}
+
+/// How long a call is retried while etcd elects a leader or a member is unreachable.
+const RETRY_FOR: Duration = Duration::from_secs(15);
+
+/// Whether `e` may pass by itself: etcd without a leader for a moment, a member gone
+/// (the client moves to another endpoint), a deadline passed.
+fn transient(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        // UNAVAILABLE (14), DEADLINE_EXCEEDED (4), UNKNOWN (2: a reset stream),
+        // CANCELLED (1: the member's connection closed under the call).
+        etcd_client::Error::GRpcStatus(s) => matches!(s.code() as i32, 1 | 2 | 4 | 14),
+        _ => false,
+    }
+}
+
+/// Calls `call` until it succeeds, fails for good, or [`RETRY_FOR`] passes. Retrying
+/// a write is safe: a commit puts and deletes whole records, so applying it twice is
+/// applying it once.
+async fn retrying<T, F, Fut>(mut call: F) -> Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let deadline = tokio::time::Instant::now() + RETRY_FOR;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match call().await {
+            Err(e) if transient(&e) && tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "etcd call failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn etcd_err(e: etcd_client::Error) -> StoreError {
+    StoreError::Write {
+        detail: format!("etcd: {e}"),
+    }
+}
+
+/// Ends the process: this replica is no longer the writer.
+fn lost(at: &str, why: &str) -> ! {
+    tracing::error!(%at, why, "lost the writer lease; exiting so that a standby takes over");
+    std::process::exit(LOST_LEASE_EXIT)
+}
+
+/// Runs `f` on `rt` and waits for it on this thread (which may be a runtime's worker:
+/// the future runs on `rt`'s own thread, not here).
+fn block<T: Send + 'static>(
+    rt: &tokio::runtime::Runtime,
+    f: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    rt.spawn(async move {
+        let _ = tx.send(f.await);
+    });
+    rx.recv()
+        .map_err(|_| "the etcd store's runtime stopped".to_owned())
+}
+
+fn connect_options(config: &EtcdConfig) -> Result<ConnectOptions, String> {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(10))
+        .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+    let Some(tls) = &config.tls else {
+        return Ok(options);
+    };
+    let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    let mut t =
+        TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(read(&tls.ca)?));
+    if let Some((cert, key)) = &tls.client {
+        t = t.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+    }
+    Ok(options.with_tls(t))
+}

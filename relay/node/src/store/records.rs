@@ -1,0 +1,140 @@
+//! How a node's records are keyed and encoded, whatever keeps them: the sled store keys
+//! them as they are, the etcd store under its prefix. One layout, one [`STORE_FORMAT`].
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use strata_protocol::codec::{decode_value, encode_value};
+
+use super::{Batch, ReportSlot, StoreError, Stored};
+
+pub(super) const FORMAT: &[u8] = b"format";
+pub(super) const PROBE: &[u8] = b"probe";
+pub(super) const NODE_ID: &[u8] = b"id";
+const LOG_META: &[u8] = b"m";
+const UPSTREAM: &[u8] = b"u";
+const ENTRY: &[u8] = b"o/";
+const ACK: &[u8] = b"a/";
+const RUN: &[u8] = b"n/";
+const REPORT: &[u8] = b"r/";
+const JOINED: &[u8] = b"j/";
+
+/// The format of the records this build reads and writes, recorded in every store (a
+/// big-endian u32 under `format`). Raise it with any change to how a record is keyed or
+/// encoded, and add the step from the previous format to the stores' `migrate`.
+///
+/// Format 1 is the layout of the first builds, which recorded no format: a store
+/// without the record but with a node id is taken as format 1 and stamped.
+pub const STORE_FORMAT: u32 = 1;
+
+pub(super) fn write_err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Write {
+        detail: e.to_string(),
+    }
+}
+
+fn enc<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
+    encode_value(v).map_err(write_err)
+}
+
+fn dec<T: DeserializeOwned>(
+    record: impl FnOnce() -> String,
+    bytes: &[u8],
+) -> Result<T, StoreError> {
+    decode_value(bytes).map_err(|e| StoreError::Corrupt {
+        record: record(),
+        detail: e.to_string(),
+    })
+}
+
+fn prefixed(prefix: &[u8], rest: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + rest.len());
+    k.extend_from_slice(prefix);
+    k.extend_from_slice(rest);
+    k
+}
+
+/// A fixed-size big-endian number record (`what` names it in errors).
+pub(super) fn fixed<const N: usize>(what: &str, v: &[u8]) -> Result<[u8; N], StoreError> {
+    v.try_into().map_err(|_| StoreError::Corrupt {
+        record: what.into(),
+        detail: format!("{} bytes, expected {N}", v.len()),
+    })
+}
+
+/// Everything stored, from every record in key order (unknown keys are skipped).
+pub(super) fn stored_from<K, V>(
+    records: impl IntoIterator<Item = Result<(K, V), StoreError>>,
+) -> Result<Stored, StoreError>
+where
+    K: AsRef<[u8]>,
+    V: AsRef<[u8]>,
+{
+    let mut stored = Stored::default();
+    let name = |k: &[u8], p: &[u8]| String::from_utf8_lossy(&k[p.len()..]).into_owned();
+    for record in records {
+        let (k, v) = record?;
+        let (k, v) = (k.as_ref(), v.as_ref());
+        if k == NODE_ID {
+            stored.node_id = u64::from_be_bytes(fixed("node id", v)?);
+        } else if k == LOG_META {
+            stored.log_meta = Some(dec(|| "log meta".into(), v)?);
+        } else if k == UPSTREAM {
+            stored.upstream = Some(dec(|| "upstream cursor".into(), v)?);
+        } else if let Some(rest) = k.strip_prefix(ENTRY) {
+            let key = dec(|| format!("object key {k:?}"), rest)?;
+            let entry = dec(|| format!("object entry {key:?}"), v)?;
+            stored.entries.push((key, entry));
+        } else if k.starts_with(ACK) {
+            let child = name(k, ACK);
+            let ack = dec(|| format!("ack of child {child:?}"), v)?;
+            stored.child_acks.insert(child, ack);
+        } else if k.starts_with(RUN) {
+            let child = name(k, RUN);
+            let run = dec(|| format!("run of child {child:?}"), v)?;
+            stored.child_runs.insert(child, run);
+        } else if let Some(rest) = k.strip_prefix(REPORT) {
+            let slot: ReportSlot = dec(|| format!("report key {k:?}"), rest)?;
+            let report = dec(|| format!("report {slot:?}"), v)?;
+            stored.reports.insert(slot, report);
+        } else if k.starts_with(JOINED) {
+            let token = name(k, JOINED);
+            let agent = dec(|| format!("joined agent of token {token:?}"), v)?;
+            stored.joined.insert(token, agent);
+        }
+    }
+    Ok(stored)
+}
+
+/// The writes of `batch` as (key, value or `None` to remove), each key once (a later
+/// write of a key in the batch wins), in key order.
+pub(super) fn batch_writes(
+    batch: &Batch,
+) -> Result<BTreeMap<Vec<u8>, Option<Vec<u8>>>, StoreError> {
+    let mut out = BTreeMap::new();
+    if let Some(meta) = &batch.log_meta {
+        out.insert(LOG_META.to_vec(), Some(enc(meta)?));
+    }
+    for (key, entry) in &batch.entries {
+        let value = entry.as_ref().map(enc).transpose()?;
+        out.insert(prefixed(ENTRY, &enc(key)?), value);
+    }
+    if let Some(u) = &batch.upstream {
+        out.insert(UPSTREAM.to_vec(), Some(enc(u)?));
+    }
+    for (child, cursor) in &batch.child_acks {
+        out.insert(prefixed(ACK, child.as_bytes()), Some(enc(cursor)?));
+    }
+    for (child, run) in &batch.child_runs {
+        out.insert(prefixed(RUN, child.as_bytes()), Some(enc(run)?));
+    }
+    for (key, report) in &batch.reports {
+        let value = report.as_ref().map(enc).transpose()?;
+        out.insert(prefixed(REPORT, &enc(key)?), value);
+    }
+    for (token, name) in &batch.joined {
+        out.insert(prefixed(JOINED, token.as_bytes()), Some(enc(name)?));
+    }
+    Ok(out)
+}

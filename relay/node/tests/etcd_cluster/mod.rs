@@ -1,0 +1,151 @@
+//! Three etcd members on loopback (Debian's `etcd-server`, 3.4), for the tests of the
+//! root's etcd store. Each member is a process killed when the cluster drops.
+
+#![allow(dead_code, unreachable_pub)] // each test binary uses its own part
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running etcd cluster of three members.
+pub struct EtcdCluster {
+    /// `http://127.0.0.1:PORT` of each member.
+    pub endpoints: Vec<String>,
+    members: Vec<Option<Child>>,
+    dir: PathBuf,
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl EtcdCluster {
+    /// Starts three members with their data and logs under `dir`, and waits until
+    /// the cluster answers.
+    pub fn start(dir: &Path) -> EtcdCluster {
+        let etcd = Path::new("/usr/bin/etcd");
+        assert!(
+            etcd.exists(),
+            "these tests need etcd 3.4: apt-get install etcd-server (.ci/run installs it)"
+        );
+        let client: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
+        let peer: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
+        let initial: Vec<String> = (0..3)
+            .map(|i| format!("m{i}=http://127.0.0.1:{}", peer[i]))
+            .collect();
+        let mut members = Vec::new();
+        for i in 0..3 {
+            let log = std::fs::File::create(dir.join(format!("etcd-m{i}.log"))).unwrap();
+            let child = Command::new(etcd)
+                .args(["--name", &format!("m{i}")])
+                .args([
+                    "--data-dir",
+                    dir.join(format!("etcd-m{i}")).to_str().unwrap(),
+                ])
+                .args([
+                    "--listen-client-urls",
+                    &format!("http://127.0.0.1:{}", client[i]),
+                ])
+                .args([
+                    "--advertise-client-urls",
+                    &format!("http://127.0.0.1:{}", client[i]),
+                ])
+                .args([
+                    "--listen-peer-urls",
+                    &format!("http://127.0.0.1:{}", peer[i]),
+                ])
+                .args([
+                    "--initial-advertise-peer-urls",
+                    &format!("http://127.0.0.1:{}", peer[i]),
+                ])
+                .args(["--initial-cluster", &initial.join(",")])
+                .args([
+                    "--initial-cluster-state",
+                    "new",
+                    "--initial-cluster-token",
+                    "strata-test",
+                ])
+                // A root's commit is one transaction; a snapshot cut may hold many keys.
+                .args(["--max-txn-ops", "10000", "--max-request-bytes", "16777216"])
+                .env_remove("ETCD_UNSUPPORTED_ARCH")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            members.push(Some(child));
+        }
+        let cluster = EtcdCluster {
+            endpoints: client
+                .iter()
+                .map(|p| format!("http://127.0.0.1:{p}"))
+                .collect(),
+            members,
+            dir: dir.to_owned(),
+        };
+        cluster.wait_healthy();
+        cluster
+    }
+
+    /// Waits until every live member answers `GET /health` with `"health":"true"`
+    /// (a member is healthy once the cluster has a leader).
+    pub fn wait_healthy(&self) {
+        let live: Vec<&str> = self
+            .endpoints
+            .iter()
+            .zip(&self.members)
+            .filter(|(_, m)| m.is_some())
+            .map(|(e, _)| e.trim_start_matches("http://"))
+            .collect();
+        for _ in 0..200 {
+            if live.iter().all(|addr| healthy(addr)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let logs: Vec<String> = (0..3)
+            .map(|i| {
+                let log = std::fs::read_to_string(self.dir.join(format!("etcd-m{i}.log")));
+                let log = log.unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                format!("--- m{i}\n{}", tail.join("\n"))
+            })
+            .collect();
+        panic!("etcd did not become healthy:\n{}", logs.join("\n"));
+    }
+
+    /// SIGKILLs member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut m) = self.members[i].take() {
+            m.kill().unwrap();
+            m.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for m in self.members.iter_mut().flatten() {
+            let _ = m.kill();
+            let _ = m.wait();
+        }
+    }
+}
+
+fn healthy(addr: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /health HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.contains("\"health\":\"true\"")
+}
