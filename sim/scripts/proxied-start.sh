@@ -45,9 +45,9 @@ spec:
   clusters:
     - { name: shop-1, parent: site-1, transport: $transport, proxy: "http://127.0.0.1:3128", labels: { role: pos } }
 TOPO
-    local start end result=never
+    local start end result=never line
     start=$(date +%s.%N)
-    coproc UP { RUST_LOG=warn "$bin/relay" up "$dir/topology.yaml" --data "$dir/data" 2>/dev/null; }
+    coproc UP { exec env RUST_LOG=warn "$bin/relay" up "$dir/topology.yaml" --data "$dir/data" 2>/dev/null; }
     local up=$UP_PID
     while IFS= read -r -t 60 line <&"${UP[0]}"; do
         if [[ $line == *"every link is connected"* ]]; then
