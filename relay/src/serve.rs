@@ -8,13 +8,13 @@ use std::time::Duration;
 use strata_protocol::sync::SessionConfig;
 
 use crate::api::ApiStartError;
-use crate::config::{ConfigError, NodeConfig};
+use crate::config::{ConfigError, NodeConfig, StoreConfig};
 use crate::join::{JoinSetupError, Joining};
 use crate::metrics::MetricsBindError;
 use crate::node::runtime::{self, NodeError, NodeHandle, NodeParts};
 use strata_node::clock::Clock;
 use strata_node::process::{RandomSourceFailed, random_bytes, random_u64, wait_for_signal};
-use strata_node::store::{SledStore, Store, StoreError};
+use strata_node::store::{EtcdStore, SledStore, Store, StoreError};
 use strata_node::tls::{self, Identity, TlsError};
 use strata_node::transport::{self, TransportError};
 
@@ -31,6 +31,13 @@ pub enum StartError {
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The data directory could not be created.
+    #[error("cannot create the data directory {path}")]
+    DataDir {
+        /// The node's `data` directory.
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The endpoint secret in the data directory is not 32 bytes.
     #[error("{path}: expected 32 bytes")]
     BadSecret {
@@ -93,7 +100,17 @@ pub fn start_node(config: &NodeConfig) -> Result<NodeHandle, StartError> {
 /// Starts the node and returns its store too (for metrics).
 pub fn start_with_store(config: &NodeConfig) -> Result<(NodeHandle, Arc<dyn Store>), StartError> {
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
-    let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.data)?);
+    let store: Arc<dyn Store> = match &config.store {
+        StoreConfig::Sled => Arc::new(SledStore::open(&config.data)?),
+        StoreConfig::Etcd(etcd) => {
+            // Waits here, a standby, while another replica writes.
+            std::fs::create_dir_all(&config.data).map_err(|source| StartError::DataDir {
+                path: config.data.clone(),
+                source,
+            })?;
+            Arc::new(EtcdStore::open(etcd)?)
+        }
+    };
     let secret = endpoint_secret(&config.data)?;
     let joining = match &config.join {
         Some(files) => Some(Arc::new(Joining::load(&config.node, files)?)),
