@@ -13,7 +13,7 @@ mod etcd_cluster;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use common::{bin, free_port, relay_cli, write};
+use common::{bin, free_port, http_get, relay_cli, write};
 use etcd_cluster::EtcdCluster;
 use strata_relay::certs::Ca;
 
@@ -21,6 +21,7 @@ use strata_relay::certs::Ca;
 struct Replica {
     child: Child,
     api_port: u16,
+    ops_port: u16,
 }
 
 impl Drop for Replica {
@@ -31,13 +32,13 @@ impl Drop for Replica {
 }
 
 fn replica(dir: &Path, name: &str, endpoints: &[String]) -> Replica {
-    let (port, api_port) = (free_port(), free_port());
+    let (port, api_port, ops_port) = (free_port(), free_port(), free_port());
     let config = dir.join(format!("{name}.yaml"));
     write(
         &config,
         &format!(
             "node: center\nlisten: 127.0.0.1:{port}\ntls: {{ cert: center.crt, key: center.key, ca: ca.crt }}\n\
-             data: data/{name}\napi: {{ listen: 127.0.0.1:{api_port}, tokens: tokens }}\n\
+             data: data/{name}\napi: {{ listen: 127.0.0.1:{api_port}, tokens: tokens }}\nmetrics: 127.0.0.1:{ops_port}\n\
              store: {{ etcd: {{ endpoints: [{}], prefix: /strata/test, lease_ttl_s: 2 }} }}\n",
             endpoints.join(", ")
         ),
@@ -55,7 +56,11 @@ fn replica(dir: &Path, name: &str, endpoints: &[String]) -> Replica {
         .stderr(log)
         .spawn()
         .unwrap();
-    Replica { child, api_port }
+    Replica {
+        child,
+        api_port,
+        ops_port,
+    }
 }
 
 fn config_map(i: usize) -> String {
@@ -108,6 +113,26 @@ fn kill_9_of_the_writing_replica_loses_nothing_acknowledged() {
         logs(dir)
     );
     let b = replica(dir, "b", &etcd.endpoints);
+    // The standby is alive and says why it is not ready.
+    let mut probes = (String::new(), String::new());
+    for _ in 0..300 {
+        if std::net::TcpStream::connect(("127.0.0.1", b.ops_port)).is_ok() {
+            probes = (
+                http_get(b.ops_port, "/healthz"),
+                http_get(b.ops_port, "/readyz"),
+            );
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(probes.0.starts_with("HTTP/1.1 200"), "{probes:?}");
+    assert!(
+        probes.1.starts_with("HTTP/1.1 503")
+            && probes
+                .1
+                .contains("not ready: standby: another root replica holds the etcd writer lease"),
+        "{probes:?}"
+    );
 
     // A stream of applies, each sent until one replica acknowledges it; a is killed
     // with SIGKILL after the tenth, and one etcd member after the twentieth.
@@ -152,4 +177,7 @@ fn kill_9_of_the_writing_replica_loses_nothing_acknowledged() {
         .collect();
     assert_eq!(missing, Vec::<usize>::new(), "lost after failover:\n{out}");
     assert_eq!(acknowledged.len(), total);
+    // The replica that took over is ready.
+    let ready = http_get(b.ops_port, "/readyz");
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
 }

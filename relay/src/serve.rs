@@ -81,6 +81,9 @@ pub enum ServeError {
     /// The metrics could not be served.
     #[error(transparent)]
     Metrics(#[from] MetricsBindError),
+    /// Waiting for the writer lease ended without a store (the task panicked).
+    #[error("waiting to become the writer failed: {detail}")]
+    Standby { detail: String },
     /// The node ended with an error while shutting down.
     #[error("node stopped with an error")]
     Stopped { source: NodeError },
@@ -99,18 +102,28 @@ pub fn start_node(config: &NodeConfig) -> Result<NodeHandle, StartError> {
 
 /// Starts the node and returns its store too (for metrics).
 pub fn start_with_store(config: &NodeConfig) -> Result<(NodeHandle, Arc<dyn Store>), StartError> {
-    let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
-    let store: Arc<dyn Store> = match &config.store {
+    let store = open_store(config)?;
+    Ok((start_on(config, store.clone())?, store))
+}
+
+/// Opens the store the configuration names. A root replica on etcd waits here, a
+/// standby, until it holds the writer lease: call it off the async workers.
+pub fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StartError> {
+    Ok(match &config.store {
         StoreConfig::Sled => Arc::new(SledStore::open(&config.data)?),
         StoreConfig::Etcd(etcd) => {
-            // Waits here, a standby, while another replica writes.
             std::fs::create_dir_all(&config.data).map_err(|source| StartError::DataDir {
                 path: config.data.clone(),
                 source,
             })?;
             Arc::new(EtcdStore::open(etcd)?)
         }
-    };
+    })
+}
+
+/// Starts the node a configuration describes on an open store.
+pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle, StartError> {
+    let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
     let secret = endpoint_secret(&config.data)?;
     let joining = match &config.join {
         Some(files) => Some(Arc::new(Joining::load(&config.node, files)?)),
@@ -146,13 +159,28 @@ pub fn start_with_store(config: &NodeConfig) -> Result<(NodeHandle, Arc<dyn Stor
         run: random_u64(),
         joining,
     })?;
-    Ok((handle, store))
+    Ok(handle)
 }
 
 /// Runs a node until SIGTERM or SIGINT, then shuts it down within the deadline.
 pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let config = NodeConfig::load(config_path)?;
-    let (handle, store) = start_with_store(&config)?;
+    let store = match (&config.store, config.metrics) {
+        // A standby root replica answers its probes while it waits for the lease:
+        // alive, not ready.
+        (StoreConfig::Etcd(_), Some(addr)) => {
+            let standby = strata_node::ops::spawn(addr, Arc::new(crate::metrics::StandbyOps))?;
+            let opening = config.clone();
+            let store = tokio::task::spawn_blocking(move || open_store(&opening)).await;
+            standby.abort();
+            let _ = standby.await;
+            store.map_err(|e| ServeError::Standby {
+                detail: e.to_string(),
+            })??
+        }
+        _ => open_store(&config)?,
+    };
+    let handle = start_on(&config, store.clone())?;
     tracing::info!(
         node = %config.node,
         listen = ?config.listen,
