@@ -210,6 +210,44 @@ impl AgentConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strata_node::config::field_names;
+
+    const REFERENCE: &str =
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/CONFIG.md"));
+
+    /// Every field the parsers accept, by its dotted path, is named in the reference
+    /// (`deploy/CONFIG.md`) as `` `path` ``; and the reference's example parses.
+    fn undocumented(reference: &str, sections: &[(&str, &[&str])]) -> Vec<String> {
+        sections
+            .iter()
+            .flat_map(|(prefix, fields)| fields.iter().map(move |f| format!("{prefix}{f}")))
+            .filter(|path| !reference.contains(&format!("| `{path}` |")))
+            .collect()
+    }
+
+    /// The YAML block after `heading` in the reference.
+    fn example<'a>(reference: &'a str, heading: &str) -> &'a str {
+        let section = &reference[reference.find(heading).unwrap()..];
+        let start = section.find("```yaml\n").unwrap() + "```yaml\n".len();
+        let end = start + section[start..].find("```").unwrap();
+        &section[start..end]
+    }
+
+    #[test]
+    fn the_configuration_reference_names_every_field_and_its_example_parses() {
+        let sections: &[(&str, &[&str])] = &[
+            ("", field_names::<Raw>()),
+            ("parent.", field_names::<RawParent>()),
+            ("tls.", field_names::<RawTls>()),
+            ("join.", field_names::<RawJoin>()),
+            ("kubernetes.", field_names::<RawKubernetes>()),
+            ("simulated.", field_names::<RawSimulated>()),
+        ];
+        assert!(sections[0].1.contains(&"kubernetes"), "{sections:?}");
+        assert_eq!(undocumented(REFERENCE, sections), Vec::<String>::new());
+        let config = load(example(REFERENCE, "## An agent")).unwrap();
+        assert_eq!(config.cluster, "store-0042-pos");
+    }
 
     fn load(text: &str) -> Result<AgentConfig, Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;

@@ -13,6 +13,7 @@ use serde::Deserialize;
 pub use strata_node::config::{
     ConfigError, ParentConfig, RawParent, RawTls, TlsFiles, addr, check_node_name,
 };
+use strata_node::store::{EtcdConfig, EtcdTls};
 
 /// A node's configuration, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +43,23 @@ pub struct NodeConfig {
     pub summary_interval: Duration,
     /// Admitting agents that join with a single-use token, if this node does.
     pub join: Option<JoinFiles>,
+    /// Where the node keeps its state: sled in `data` unless the root names etcd.
+    pub store: StoreConfig,
 }
+
+/// Where a node keeps its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreConfig {
+    /// sled, in the node's `data` directory (the default, at every tier).
+    Sled,
+    /// etcd (`store: { etcd: ... }`, the root only): several root replicas share it,
+    /// one writing at a time.
+    Etcd(EtcdConfig),
+}
+
+/// The default lease of a root replica writing to etcd: a dead writer holds the
+/// standbys off this long at most.
+pub const DEFAULT_ETCD_LEASE: Duration = Duration::from_secs(5);
 
 /// What a relay needs to admit agents joining with a single-use token (issued by
 /// `relay topology certs` for a `joining:` entry).
@@ -92,6 +109,85 @@ struct RawConfig {
     summary_interval_ms: Option<u64>,
     #[serde(default)]
     join: Option<RawJoin>,
+    #[serde(default)]
+    store: Option<RawStore>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    #[serde(default)]
+    etcd: Option<RawEtcd>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEtcd {
+    endpoints: Vec<String>,
+    #[serde(default)]
+    prefix: Option<String>,
+    #[serde(default)]
+    lease_ttl_s: Option<u64>,
+    #[serde(default)]
+    tls: Option<RawEtcdTls>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEtcdTls {
+    ca: PathBuf,
+    #[serde(default)]
+    cert: Option<PathBuf>,
+    #[serde(default)]
+    key: Option<PathBuf>,
+}
+
+impl RawEtcd {
+    /// The section checked for node `node` (the default prefix is `/strata/NODE`),
+    /// its faults added to `faults`.
+    fn check(self, node: &str, base: &Path, faults: &mut Vec<String>) -> EtcdConfig {
+        if self.endpoints.is_empty() {
+            faults.push("store.etcd.endpoints: name at least one etcd member".to_owned());
+        }
+        for (i, e) in self.endpoints.iter().enumerate() {
+            let https = e.starts_with("https://");
+            if !https && !e.starts_with("http://") {
+                faults.push(format!(
+                    "store.etcd.endpoints[{i}]: {e:?} is not a URL of the form http(s)://HOST:PORT"
+                ));
+            }
+            if https && self.tls.is_none() {
+                faults.push(format!(
+                    "store.etcd.endpoints[{i}]: {e:?} is https: store.etcd.tls must name the CA"
+                ));
+            }
+        }
+        let lease_ttl = match self.lease_ttl_s {
+            Some(s) if s < 2 => {
+                faults.push("store.etcd.lease_ttl_s: must be at least 2 (etcd's minimum)".into());
+                DEFAULT_ETCD_LEASE
+            }
+            Some(s) => Duration::from_secs(s),
+            None => DEFAULT_ETCD_LEASE,
+        };
+        let tls = self.tls.map(|t| EtcdTls {
+            ca: base.join(t.ca),
+            client: match (t.cert, t.key) {
+                (Some(c), Some(k)) => Some((base.join(c), base.join(k))),
+                (None, None) => None,
+                _ => {
+                    faults.push("store.etcd.tls: cert and key go together".to_owned());
+                    None
+                }
+            },
+        });
+        EtcdConfig {
+            endpoints: self.endpoints,
+            prefix: self.prefix.unwrap_or_else(|| format!("/strata/{node}")),
+            lease_ttl,
+            tls,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -199,6 +295,18 @@ impl NodeConfig {
         if raw.join.is_some() && raw.listen.is_none() {
             faults.push("join: admitting agents needs a listen address".to_owned());
         }
+        let store = match raw.store.and_then(|s| s.etcd) {
+            Some(etcd) => {
+                if parent.is_some() {
+                    faults.push(
+                        "store.etcd: only the root (a node without parent) keeps its state in etcd"
+                            .to_owned(),
+                    );
+                }
+                StoreConfig::Etcd(etcd.check(&raw.node, base, &mut faults))
+            }
+            None => StoreConfig::Sled,
+        };
         let join = raw.join.map(|j| JoinFiles {
             tokens: base.join(j.tokens),
             ca_cert: base.join(j.ca_cert),
@@ -220,6 +328,7 @@ impl NodeConfig {
             metrics,
             summary_interval,
             join,
+            store,
         })
     }
 
@@ -238,6 +347,50 @@ enum Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strata_node::config::field_names;
+
+    const REFERENCE: &str =
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/CONFIG.md"));
+
+    /// Every field the parsers accept, by its dotted path, is named in the reference
+    /// (`deploy/CONFIG.md`) as `` `path` ``; and the reference's example parses.
+    fn undocumented(reference: &str, sections: &[(&str, &[&str])]) -> Vec<String> {
+        sections
+            .iter()
+            .flat_map(|(prefix, fields)| fields.iter().map(move |f| format!("{prefix}{f}")))
+            .filter(|path| !reference.contains(&format!("| `{path}` |")))
+            .collect()
+    }
+
+    /// The YAML block after `heading` in the reference.
+    fn example<'a>(reference: &'a str, heading: &str) -> &'a str {
+        let section = &reference[reference.find(heading).unwrap()..];
+        let start = section.find("```yaml\n").unwrap() + "```yaml\n".len();
+        let end = start + section[start..].find("```").unwrap();
+        &section[start..end]
+    }
+
+    #[test]
+    fn the_configuration_reference_names_every_field_and_its_example_parses() {
+        let sections: &[(&str, &[&str])] = &[
+            ("", field_names::<RawConfig>()),
+            ("parent.", field_names::<RawParent>()),
+            ("tls.", field_names::<RawTls>()),
+            ("api.", field_names::<RawApi>()),
+            ("join.", field_names::<RawJoin>()),
+            ("store.", field_names::<RawStore>()),
+            ("store.etcd.", field_names::<RawEtcd>()),
+            ("store.etcd.tls.", field_names::<RawEtcdTls>()),
+        ];
+        assert!(
+            sections[0].1.contains(&"summary_interval_ms"),
+            "{sections:?}"
+        );
+        assert_eq!(undocumented(REFERENCE, sections), Vec::<String>::new());
+        let root = example(REFERENCE, "## A relay");
+        let c = NodeConfig::parse(root, Path::new("/etc/strata")).unwrap();
+        assert!(matches!(c.store, StoreConfig::Etcd(_)));
+    }
 
     const ROOT: &str = "
 node: center
@@ -256,6 +409,44 @@ api: { listen: 127.0.0.1:8443, tokens: tokens.txt }
         assert_eq!(c.data, Path::new("/etc/strata/data/center"));
         assert_eq!(c.children, ["eu-west", "us-east"]);
         assert_eq!(c.summary_interval, DEFAULT_SUMMARY_INTERVAL);
+    }
+
+    #[test]
+    fn a_root_may_keep_its_state_in_etcd_and_a_relay_may_not() {
+        let text = format!(
+            "{ROOT}store: {{ etcd: {{ endpoints: [http://10.0.0.1:2379, https://10.0.0.2:2379], tls: {{ ca: etcd-ca.crt }} }} }}\n"
+        );
+        let c = NodeConfig::parse(&text, Path::new("/etc/strata")).unwrap();
+        let StoreConfig::Etcd(etcd) = c.store else {
+            panic!("not etcd: {:?}", c.store);
+        };
+        assert_eq!(etcd.prefix, "/strata/center");
+        assert_eq!(etcd.lease_ttl, DEFAULT_ETCD_LEASE);
+        assert_eq!(etcd.tls.unwrap().ca, Path::new("/etc/strata/etcd-ca.crt"));
+        assert_eq!(
+            NodeConfig::parse(ROOT, Path::new(".")).unwrap().store,
+            StoreConfig::Sled
+        );
+
+        let relay = "
+node: eu-west
+parent: { name: center, address: 127.0.0.1:7443 }
+tls: { cert: a, key: b, ca: c }
+data: d
+store: { etcd: { endpoints: [https://e:2379, etcd:2379], lease_ttl_s: 1, tls: { ca: x, cert: y } } }
+";
+        let Err(Refusal::Invalid(faults)) = NodeConfig::parse(relay, Path::new(".")) else {
+            panic!("accepted");
+        };
+        assert_eq!(
+            faults,
+            [
+                "store.etcd: only the root (a node without parent) keeps its state in etcd",
+                "store.etcd.endpoints[1]: \"etcd:2379\" is not a URL of the form http(s)://HOST:PORT",
+                "store.etcd.lease_ttl_s: must be at least 2 (etcd's minimum)",
+                "store.etcd.tls: cert and key go together",
+            ]
+        );
     }
 
     #[test]

@@ -235,6 +235,33 @@ pub struct RelayOps {
     pub api: Option<(SocketAddr, Arc<ApiMetrics>)>,
 }
 
+/// What a root replica on etcd answers while it waits for the writer lease: alive,
+/// not ready (so a Service sends its children and API clients to the writer).
+#[derive(Debug)]
+pub struct StandbyOps;
+
+impl OpsSource for StandbyOps {
+    fn metrics(&self) -> OpsFuture<'_, Option<String>> {
+        Box::pin(async {
+            Some(format!(
+                "# HELP strata_root_standby 1 while this root replica waits for the etcd writer lease.\n\
+                 # TYPE strata_root_standby gauge\nstrata_root_standby{{version=\"{}\"}} 1\n",
+                env!("CARGO_PKG_VERSION")
+            ))
+        })
+    }
+
+    fn live(&self) -> OpsFuture<'_, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn ready(&self) -> OpsFuture<'_, Result<String, String>> {
+        Box::pin(async {
+            Err("standby: another root replica holds the etcd writer lease".to_owned())
+        })
+    }
+}
+
 impl OpsSource for RelayOps {
     fn metrics(&self) -> OpsFuture<'_, Option<String>> {
         Box::pin(render(

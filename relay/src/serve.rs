@@ -7,13 +7,13 @@ use std::time::Duration;
 use strata_protocol::sync::SessionConfig;
 
 use crate::api::ApiStartError;
-use crate::config::{ConfigError, NodeConfig};
+use crate::config::{ConfigError, NodeConfig, StoreConfig};
 use crate::join::{JoinSetupError, Joining};
 use crate::metrics::MetricsBindError;
 use crate::node::runtime::{self, NodeError, NodeHandle, NodeParts};
 use strata_node::clock::Clock;
 use strata_node::process::{RandomSourceFailed, random_bytes, random_u64, wait_for_signal};
-use strata_node::store::{SledStore, Store, StoreError};
+use strata_node::store::{EtcdStore, SledStore, Store, StoreError};
 use strata_node::tls::{self, Identity, TlsError};
 use strata_node::transport::{self, TransportError};
 
@@ -30,6 +30,13 @@ pub enum StartError {
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The data directory could not be created.
+    #[error("cannot create the data directory {path}")]
+    DataDir {
+        /// The node's `data` directory.
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The endpoint secret in the data directory is not 32 bytes.
     #[error("{path}: expected 32 bytes")]
     BadSecret {
@@ -76,6 +83,9 @@ pub enum ServeError {
     /// The metrics could not be served.
     #[error(transparent)]
     Metrics(#[from] MetricsBindError),
+    /// Waiting for the writer lease ended without a store (the task panicked).
+    #[error("waiting to become the writer failed: {detail}")]
+    Standby { detail: String },
     /// The node ended with an error while shutting down.
     #[error("node stopped with an error")]
     Stopped { source: NodeError },
@@ -94,8 +104,28 @@ pub fn start_node(config: &NodeConfig) -> Result<NodeHandle, StartError> {
 
 /// Starts the node and returns its store too (for metrics).
 pub fn start_with_store(config: &NodeConfig) -> Result<(NodeHandle, Arc<dyn Store>), StartError> {
+    let store = open_store(config)?;
+    Ok((start_on(config, store.clone())?, store))
+}
+
+/// Opens the store the configuration names. A root replica on etcd waits here, a
+/// standby, until it holds the writer lease: call it off the async workers.
+pub fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StartError> {
+    Ok(match &config.store {
+        StoreConfig::Sled => Arc::new(SledStore::open(&config.data)?),
+        StoreConfig::Etcd(etcd) => {
+            std::fs::create_dir_all(&config.data).map_err(|source| StartError::DataDir {
+                path: config.data.clone(),
+                source,
+            })?;
+            Arc::new(EtcdStore::open(etcd)?)
+        }
+    })
+}
+
+/// Starts the node a configuration describes on an open store.
+pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle, StartError> {
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
-    let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.data)?);
     let secret = endpoint_secret(&config.data)?;
     let joining = match &config.join {
         Some(files) => Some(Arc::new(Joining::load(&config.node, files)?)),
@@ -152,13 +182,28 @@ pub fn start_with_store(config: &NodeConfig) -> Result<(NodeHandle, Arc<dyn Stor
         run: random_u64(),
         joining,
     })?;
-    Ok((handle, store))
+    Ok(handle)
 }
 
 /// Runs a node until SIGTERM or SIGINT, then shuts it down within the deadline.
 pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let config = NodeConfig::load(config_path)?;
-    let (handle, store) = start_with_store(&config)?;
+    let store = match (&config.store, config.metrics) {
+        // A standby root replica answers its probes while it waits for the lease:
+        // alive, not ready.
+        (StoreConfig::Etcd(_), Some(addr)) => {
+            let standby = strata_node::ops::spawn(addr, Arc::new(crate::metrics::StandbyOps))?;
+            let opening = config.clone();
+            let store = tokio::task::spawn_blocking(move || open_store(&opening)).await;
+            standby.abort();
+            let _ = standby.await;
+            store.map_err(|e| ServeError::Standby {
+                detail: e.to_string(),
+            })??
+        }
+        _ => open_store(&config)?,
+    };
+    let handle = start_on(&config, store.clone())?;
     tracing::info!(
         node = %config.node,
         listen = ?config.listen,

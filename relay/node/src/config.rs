@@ -265,3 +265,56 @@ pub fn addr(field: &str, value: &str, faults: &mut Vec<String>) -> Option<Socket
         }
     }
 }
+
+/// The field names of a configuration section's raw struct, as its `Deserialize`
+/// declares them: what the configuration reference (`deploy/CONFIG.md`) must
+/// name, checked by the crates' tests so that the reference cannot drift.
+pub fn field_names<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    match T::deserialize(FieldCatcher) {
+        Err(Caught(Some(fields))) => fields,
+        _ => &[],
+    }
+}
+
+/// A deserializer that answers nothing and records the fields a struct asks for.
+struct FieldCatcher;
+
+#[derive(Debug)]
+struct Caught(Option<&'static [&'static str]>);
+
+impl std::fmt::Display for Caught {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("field names caught")
+    }
+}
+
+impl std::error::Error for Caught {}
+
+impl serde::de::Error for Caught {
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        Caught(None)
+    }
+}
+
+impl<'de> serde::Deserializer<'de> for FieldCatcher {
+    type Error = Caught;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Caught> {
+        Err(Caught(None))
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, Caught> {
+        Err(Caught(Some(fields)))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+        byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+        identifier ignored_any
+    }
+}

@@ -61,6 +61,7 @@ capabilities: { drop: [ALL] }
 {{- $name := printf "%s-%s" $top.Release.Name $node.name | trunc 63 | trimSuffix "-" -}}
 {{- $storage := merge (dict) ($node.storage | default dict) $top.Values.relayDefaults.storage -}}
 {{- $resources := $node.resources | default $top.Values.relayDefaults.resources -}}
+{{- $etcd := and .root ($node.etcd | default dict).endpoints -}}
 apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -83,6 +84,10 @@ data:
     metrics: 0.0.0.0:{{ $top.Values.ports.metrics }}
     {{- if .root }}
     api: { listen: 0.0.0.0:{{ $top.Values.ports.api }}, tokens: /etc/strata/api/api.tokens }
+    {{- end }}
+    {{- if $etcd }}
+    store: { etcd: { endpoints: {{ toJson $node.etcd.endpoints }}, prefix: {{ $node.etcd.prefix | default (printf "/strata/%s" $node.name) | quote }}, lease_ttl_s: {{ $node.etcd.leaseTtlSeconds | default 5 }}
+      {{- if $node.etcd.tlsSecret }}, tls: { ca: /etc/strata/etcd/ca.crt, cert: /etc/strata/etcd/tls.crt, key: /etc/strata/etcd/tls.key }{{ end }} } }
     {{- end }}
     {{- if $node.joinSecret }}
     join: { tokens: /etc/strata/join/join.tokens, ca_cert: /etc/strata/join/join-ca.crt, ca_key: /etc/strata/join/join-ca.key }
@@ -120,8 +125,9 @@ metadata:
     app.kubernetes.io/name: strata-relay
     strata.dev/node: {{ $node.name }}
 spec:
-  # One process holds a node's store: never two replicas of one node.
-  replicas: 1
+  # One process holds a node's sled store: never two replicas of one node. A root on
+  # etcd runs several: one writes (and is ready), the others wait on its etcd lease.
+  replicas: {{ if $etcd }}{{ $node.etcd.replicas | default 2 }}{{ else }}1{{ end }}
   serviceName: {{ $name }}
   podManagementPolicy: Parallel
   selector:
@@ -179,6 +185,9 @@ spec:
             {{- if $node.joinSecret }}
             - { name: join, mountPath: /etc/strata/join, readOnly: true }
             {{- end }}
+            {{- if and $etcd $node.etcd.tlsSecret }}
+            - { name: etcd-tls, mountPath: /etc/strata/etcd, readOnly: true }
+            {{- end }}
       volumes:
         - name: config
           configMap: { name: {{ $name }} }
@@ -191,6 +200,10 @@ spec:
         {{- if $node.joinSecret }}
         - name: join
           secret: { secretName: {{ $node.joinSecret }}, defaultMode: 288 }  # 0440
+        {{- end }}
+        {{- if and $etcd $node.etcd.tlsSecret }}
+        - name: etcd-tls
+          secret: { secretName: {{ $node.etcd.tlsSecret }}, defaultMode: 288 }  # 0440
         {{- end }}
   volumeClaimTemplates:
     - apiVersion: v1
