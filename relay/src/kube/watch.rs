@@ -3,9 +3,11 @@
 //! one (or with `0`), every matching object comes first as `ADDED`. A version the log
 //! has compacted away answers 410 Gone, as Kubernetes does, so the client lists again.
 //!
-//! The stream is the response body itself: it polls the node every
-//! [`POLL`] for the keys changed since the last position it delivered, and ends when
-//! the client goes (the body is dropped), at `timeoutSeconds`, or when the node stops.
+//! The stream is the response body itself: it asks the node for the keys changed since
+//! the last position it delivered whenever the node commits a new head (at once, so an
+//! event reaches every watcher a few milliseconds after the write), and at least every
+//! [`POLL`]; it looks for status changes every [`STATUS_EVERY`]. It ends when the client
+//! goes (the body is dropped), at `timeoutSeconds`, or when the node stops.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -20,14 +22,15 @@ use super::{Answer, failure, render};
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
 
-/// How often a watch asks the node what changed.
+/// How often a watch asks the node what changed when no new head woke it.
 pub const POLL: Duration = Duration::from_millis(200);
 /// A bookmark goes out after this long without events, when the client asked for them.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(10);
 /// How often a watch looks for objects whose status (what their clusters report)
 /// changed: a status change moves no revision, yet `kubectl wait` and `rollout status`
-/// wait for exactly that.
-const STATUS_EVERY: u32 = 5;
+/// wait for exactly that. A look reads every object the watch selects, so it goes by
+/// time, not by the number of writes.
+pub const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// How long a watch lasts without `timeoutSeconds` (clients then watch again).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 
@@ -63,7 +66,10 @@ pub struct Watch {
     ended: bool,
     /// The last status seen per object, to send status changes too.
     statuses: BTreeMap<ObjectKey, u64>,
-    polls: u32,
+    /// When statuses were last looked at (`None`: never yet).
+    status_looked: Option<tokio::time::Instant>,
+    /// The node's committed head: a change wakes the watch.
+    head: tokio::sync::watch::Receiver<u64>,
 }
 
 impl WatchSpec {
@@ -187,12 +193,13 @@ impl Watch {
     pub fn new(spec: WatchSpec, node: NodeClient, first: Vec<Value>, since: u64) -> Watch {
         Watch {
             spec,
+            head: node.head_changes(),
             node,
             since,
             pending: first.into(),
             ended: false,
             statuses: BTreeMap::new(),
-            polls: 0,
+            status_looked: None,
         }
     }
 
@@ -212,12 +219,26 @@ impl Watch {
                 if w.ended || tokio::time::Instant::now() >= deadline {
                     return None;
                 }
-                tokio::time::sleep(POLL).await;
+                tokio::select! {
+                    // A new head: what changed goes out now.
+                    changed = w.head.changed() => {
+                        if changed.is_err() {
+                            // The node stopped.
+                            return None;
+                        }
+                    }
+                    // Nothing committed for a while: look at the statuses anyway.
+                    () = tokio::time::sleep(POLL) => {}
+                }
                 let spec = w.spec.clone();
                 let since = w.since;
-                let first = w.polls == 0;
-                let look = w.polls % STATUS_EVERY == 0;
-                w.polls = w.polls.wrapping_add(1);
+                let first = w.status_looked.is_none();
+                let look = w
+                    .status_looked
+                    .is_none_or(|at| at.elapsed() >= STATUS_EVERY);
+                if look {
+                    w.status_looked = Some(tokio::time::Instant::now());
+                }
                 let mut seen = std::mem::take(&mut w.statuses);
                 let polled = w
                     .node

@@ -17,7 +17,7 @@ use strata_node::transport::{self, Sender, close_code};
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{ErrorCode, JoinReply, ParentToChild, Role};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
 use super::accept::{accept_loop, tcp_accept_loop};
@@ -74,12 +74,14 @@ pub enum NodeError {
 #[derive(Debug)]
 pub struct NodeHandle {
     inner: driver::NodeHandle<RelayInput>,
+    head: watch::Receiver<u64>,
 }
 
 /// A cloneable way to ask a running node things (the API uses it).
 #[derive(Debug, Clone)]
 pub struct NodeClient {
     inputs: mpsc::Sender<Input<RelayInput>>,
+    head: watch::Receiver<u64>,
 }
 
 impl NodeClient {
@@ -95,6 +97,14 @@ impl NodeClient {
             }))
         })
         .await
+    }
+
+    /// The log's head as last committed, marked changed at every commit that moves it:
+    /// what a Kubernetes watch waits on instead of asking the node on a timer.
+    pub fn head_changes(&self) -> watch::Receiver<u64> {
+        let mut head = self.head.clone();
+        head.mark_unchanged();
+        head
     }
 
     /// Bytes on the node's live connections.
@@ -116,6 +126,7 @@ impl NodeHandle {
     pub fn client(&self) -> NodeClient {
         NodeClient {
             inputs: self.inner.inputs(),
+            head: self.head.clone(),
         }
     }
 
@@ -185,11 +196,13 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
         },
     );
     let span = tracing::info_span!("node", node = %parts.name);
+    let (head_tx, head) = watch::channel(core.log().head().0);
     let relay = Relay {
         core,
         children: BTreeMap::new(),
         admissions,
         listener: parts.listener.clone(),
+        head: head_tx,
     };
     let parent = match (parts.connector, parts.parent) {
         (Some(connector), Some((name, addr))) => Some(ParentAddr {
@@ -219,7 +232,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
             }
         },
     );
-    Ok(NodeHandle { inner })
+    Ok(NodeHandle { inner, head })
 }
 
 /// How long a node shutting down asks its children to wait before reconnecting: a
@@ -235,6 +248,8 @@ struct Relay {
     children: Children,
     admissions: Option<Admissions>,
     listener: Option<Endpoint>,
+    /// The log's head after each commit, for the Kubernetes API's watches.
+    head: watch::Sender<u64>,
 }
 
 impl Node for Relay {
@@ -309,6 +324,10 @@ impl Node for Relay {
     }
 
     fn transmit(&mut self, now: Instant) -> ToParent {
+        // The batch `process` returned is committed by now: watches may read it.
+        let head = self.core.log().head().0;
+        self.head
+            .send_if_modified(|h| std::mem::replace(h, head) != head);
         let out = self.core.transmit(now);
         self.dispatch(now, out)
     }
