@@ -187,6 +187,7 @@ impl NodeCore {
             },
             retiring: BTreeSet::new(),
             retiring_since: None,
+            released: None,
         };
         if p.moves.strategy == MoveStrategy::BreakBeforeMake {
             return (decision, false);
