@@ -15,6 +15,8 @@
 //! * [`join`]: agents that are not in the topology join a relay with a single-use token.
 //! * [`kube`]: the Kubernetes API of each space (kubectl, client libraries).
 //! * [`lifecycle`]: `relay cordon|uncordon|drain`: taints on a cluster at the root.
+//! * [`rollout_cli`]: `relay rollout status|pause|resume|abort|undo`: a placement's
+//!   rollout through its annotation and status.
 //! * [`metrics`]: Prometheus text metrics over HTTP.
 //! * [`node`]: the relay's sync core (`node::core`), what its children reported
 //!   (`node::reports`), and `node::runtime`: the core and its children's connections
@@ -38,6 +40,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod node;
 pub mod placement_summary;
+pub mod rollout_cli;
 pub mod serve;
 pub mod topology_cli;
 pub mod up;
