@@ -323,6 +323,43 @@ mod tests {
     }
 
     #[test]
+    fn a_rollout_routes_objects_to_released_clusters_and_pins_to_the_others() {
+        let placements = [placement("web-eu", "eu", "web")];
+        let mut root = none();
+        root.decisions.insert(
+            (Space::default_space(), "web-eu".into()),
+            crate::choice::Decision {
+                released: Some(["a".to_owned()].into()),
+                ..Default::default()
+            },
+        );
+        let object = meta("apps", "Deployment", "web");
+        let pin = ObjectMeta {
+            key: crate::waves::pin_key(&object.key),
+            labels: [(
+                crate::waves::PIN_PLACEMENT_LABEL.to_owned(),
+                "web-eu".to_owned(),
+            )]
+            .into(),
+        };
+        let released = PlacementRoute::new(false, &placements, &[cluster("a", "eu")], &root);
+        assert!(released.includes(&object) && !released.includes(&pin));
+        let held_back = PlacementRoute::new(false, &placements, &[cluster("b", "eu")], &root);
+        assert!(!held_back.includes(&object) && held_back.includes(&pin));
+        let both = PlacementRoute::new(
+            true,
+            &placements,
+            &[cluster("a", "eu"), cluster("b", "eu")],
+            &root,
+        );
+        assert!(both.includes(&object) && both.includes(&pin));
+        assert_ne!(released.id(), held_back.id());
+        // Without a rollout, pins go nowhere.
+        let plain = PlacementRoute::new(true, &placements, &[cluster("b", "eu")], &none());
+        assert!(plain.includes(&object) && !plain.includes(&pin));
+    }
+
+    #[test]
     fn ids_change_exactly_when_the_relevant_placements_change() {
         let a = [
             placement("web-eu", "eu", "web"),
