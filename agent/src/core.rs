@@ -8,11 +8,14 @@ use strata_node::driver::ToParent;
 use strata_node::follower::{Followed, ParentFollower};
 use strata_node::objects::placements_in;
 use strata_node::store::{Batch, UpstreamState};
-use strata_protocol::model::{Cluster, ContentHash, Health, Labels, Object, ObjectKey, Status};
+use strata_protocol::model::{
+    Cluster, ContentHash, Health, Labels, Object, ObjectKey, ObjectMeta, Status,
+};
 use strata_protocol::placement::Placement;
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::{ObjectLog, ParentLink, SessionError};
 use strata_protocol::time::{Instant, UnixMillis};
+use strata_protocol::waves::{pin_key, pinned_key};
 use strata_protocol::wire::{Change, ParentToChild, Report, ReportKey, ReportValue};
 
 use crate::backend::{ClusterBackend, UpsyncRule};
@@ -250,10 +253,9 @@ impl AgentCore {
             self.render_again(now, at, &done);
         }
         for (key, mut status) in self.backend.poll_status(now, at) {
-            if let Some(object) = self.log.get(&key) {
-                let object = object.clone();
+            if let Some(object) = held_as(&self.log, &key) {
                 self.add_user_entries(&object, &mut status);
-                self.push_status(now, &key, Some(status));
+                self.push_status(now, &report_key(&self.log, &key), Some(status));
             }
         }
         if std::mem::take(&mut self.upsync_stale) {
@@ -317,17 +319,22 @@ impl AgentCore {
         if is_placement_key(change.key()) {
             return;
         }
-        match change {
-            Change::Upsert(object) => self.apply_object(now, at, object),
-            Change::Delete(key) => {
+        // A pinned previous revision (a rollout has not released this cluster) is the
+        // object it copies: whichever of the two the log holds is what the cluster gets.
+        let target = pinned_key(change.key()).unwrap_or_else(|| change.key().clone());
+        if let Change::Delete(key) = change
+            && self.statuses.contains_key(key)
+        {
+            self.push_status(now, key, None);
+        }
+        match held_as(&self.log, &target) {
+            Some(object) => self.apply_object(now, at, &object),
+            None => {
                 self.stats.deletes += 1;
-                self.applied.remove(key);
-                if let Err(e) = self.backend.delete(now, key) {
+                self.applied.remove(&target);
+                if let Err(e) = self.backend.delete(now, &target) {
                     self.stats.delete_failures += 1;
-                    tracing::warn!(object = %key, error = %e, "delete failed");
-                }
-                if self.statuses.contains_key(key) {
-                    self.push_status(now, key, None);
+                    tracing::warn!(object = %target, error = %e, "delete failed");
                 }
             }
         }
@@ -356,6 +363,7 @@ impl AgentCore {
                 self.stats.apply_failures += 1;
                 tracing::warn!(object = %object.key(), error = %reason, "apply failed");
                 self.applied.remove(object.key());
+                let report = report_key(&self.log, object.key());
                 let status = Status {
                     health: Health::Failed,
                     revision: object.revision,
@@ -365,7 +373,7 @@ impl AgentCore {
                     status: Vec::new(),
                     observed_at: at,
                 };
-                self.push_status(now, object.key(), Some(status));
+                self.push_status(now, &report, Some(status));
             }
         }
     }
@@ -378,19 +386,25 @@ impl AgentCore {
             .log
             .live()
             .filter(|o| !is_placement_key(o.key()))
-            .cloned()
+            .filter_map(|o| {
+                held_as(
+                    &self.log,
+                    &pinned_key(o.key()).unwrap_or_else(|| o.key().clone()),
+                )
+            })
             .collect();
         for object in &objects {
             let same = render_object(object, &self.placements, &vars)
                 .is_ok_and(|r| self.applied.get(object.key()) == Some(&r.hash));
-            if !same && !done.contains(object.key()) {
+            let report = report_key(&self.log, object.key());
+            if !same && !done.contains(object.key()) && !done.contains(&report) {
                 self.apply_object(now, at, object);
             }
-            if let Some(old) = self.statuses.get(object.key()).cloned() {
+            if let Some(old) = self.statuses.get(&report).cloned() {
                 let mut status = old.clone();
                 self.add_user_entries(object, &mut status);
                 if status != old {
-                    self.push_status(now, object.key(), Some(status));
+                    self.push_status(now, &report, Some(status));
                 }
             }
         }
@@ -432,9 +446,9 @@ impl AgentCore {
     /// The manifest this agent applies for `key` on its cluster now (rendered when a
     /// placement customizes it), or why it cannot be rendered.
     pub fn desired(&self, key: &ObjectKey) -> Option<Result<Object, String>> {
-        let object = self.log.get(key)?;
+        let object = held_as(&self.log, key)?;
         let vars = cluster_vars(&self.cluster, &self.inherited);
-        Some(render_object(object, &self.placements, &vars).map_err(|e| e.to_string()))
+        Some(render_object(&object, &self.placements, &vars).map_err(|e| e.to_string()))
     }
 
     fn push_upsynced(&mut self, now: Instant, key: ObjectKey, body: Option<Vec<u8>>) {
@@ -482,6 +496,39 @@ impl AgentCore {
                 value,
             },
         );
+    }
+}
+
+/// What the cluster holds as `key`: the object itself, or else its pinned previous
+/// revision (with the object's identity and the labels its manifest carries).
+fn held_as(log: &ObjectLog, key: &ObjectKey) -> Option<Object> {
+    if let Some(o) = log.get(key) {
+        return Some(o.clone());
+    }
+    let pin = log.get(&pin_key(key))?;
+    let labels = serde_json::from_slice::<serde_json::Value>(&pin.body)
+        .ok()
+        .and_then(|v| serde_json::from_value::<Labels>(v.pointer("/metadata/labels")?.clone()).ok())
+        .unwrap_or_default();
+    Some(Object {
+        meta: ObjectMeta {
+            key: key.clone(),
+            labels,
+        },
+        revision: pin.revision,
+        hash: pin.hash,
+        body: pin.body.clone(),
+    })
+}
+
+/// The key the agent reports the status of `key` under: the object's own, or its pin's
+/// when the cluster holds the pinned previous revision (so that summaries of the new
+/// revision count only the clusters released).
+fn report_key(log: &ObjectLog, key: &ObjectKey) -> ObjectKey {
+    if log.get(key).is_none() && log.get(&pin_key(key)).is_some() {
+        pin_key(key)
+    } else {
+        key.clone()
     }
 }
 

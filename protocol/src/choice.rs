@@ -215,6 +215,11 @@ pub struct Decision {
     /// When the clusters now retiring started to (Unix milliseconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retiring_since: Option<u64>,
+    /// During a rollout: the only clusters that get the placement's objects as they
+    /// are now; every other cluster it admits gets the pinned previous revision
+    /// ([`crate::waves`]). Absent: every cluster gets the objects as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released: Option<BTreeSet<String>>,
 }
 
 impl Decision {
@@ -230,9 +235,18 @@ impl Decision {
         }
     }
 
+    /// Whether a cluster it admits gets the objects as they are now (else: their pinned
+    /// previous revision).
+    pub fn current(&self, cluster: &str) -> bool {
+        self.released.as_ref().is_none_or(|r| r.contains(cluster))
+    }
+
     /// Whether it changes nothing about plain selection.
     pub fn is_plain(&self) -> bool {
-        self.only.is_none() && self.except.is_empty() && self.retiring.is_empty()
+        self.only.is_none()
+            && self.except.is_empty()
+            && self.retiring.is_empty()
+            && self.released.is_none()
     }
 }
 
@@ -262,6 +276,20 @@ impl RootView {
             Some(d) => d.admits(&cluster.name, matches),
             None => matches(),
         }
+    }
+
+    /// Whether `placement` places its objects on `cluster` and which revision: `None`
+    /// when it does not, `Some(true)` for the objects as they are now, `Some(false)` for
+    /// their pinned previous revision (a rollout has not released the cluster yet).
+    pub fn revision_for(&self, placement: &Placement, cluster: &Cluster) -> Option<bool> {
+        if !self.selects(placement, cluster) {
+            return None;
+        }
+        Some(
+            self.decisions
+                .get(&(placement.space.clone(), placement.name.clone()))
+                .is_none_or(|d| d.current(&cluster.name)),
+        )
     }
 }
 
@@ -467,6 +495,12 @@ fn rank(placement: &Placement, c: &Candidate) -> Rank {
         &c.name,
     );
     (preferred, avoided, score, c.name.clone())
+}
+
+/// The rendezvous score of `cluster` for `placement` (`space/name`): lower ranks first.
+/// The same at every root and every restart.
+pub fn rendezvous_score(placement: &str, cluster: &str) -> u64 {
+    rendezvous(placement, cluster)
 }
 
 /// A 64-bit hash of (placement, cluster), well mixed: FNV-1a, then splitmix64's

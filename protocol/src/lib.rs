@@ -12,6 +12,8 @@
 //! * [`placement`]: which objects go to which clusters.
 //! * [`choice`]: choosing clusters (count, spread, preference, taints, capacity) and
 //!   the decision relays route by.
+//! * [`rollout`]: a placement's rollout (waves, gate, on failure) and its state machine.
+//! * [`waves`]: the wave planner, and pinned copies of the previous revision.
 //! * [`customize`]: per-cluster customization rules and their pure rendering.
 //! * [`user_summary`]: the summaries a placement's `statusSummary` asks for.
 //! * [`overrides`]: cluster labels changed at the root, per space.
@@ -27,10 +29,12 @@ pub mod customize;
 pub mod model;
 pub mod overrides;
 pub mod placement;
+pub mod rollout;
 pub mod route;
 pub mod selector;
 pub mod summary;
 pub mod sync;
 pub mod time;
 pub mod user_summary;
+pub mod waves;
 pub mod wire;

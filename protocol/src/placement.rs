@@ -35,6 +35,10 @@ pub struct Placement {
     /// *What comes back*: summaries of reported objects, merged at every tier.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub status_summary: Vec<crate::user_summary::SummarySpec>,
+    /// *How a change moves*: in waves with a health gate between them, instead of to
+    /// every cluster at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutSpec>,
 }
 
 /// Selects objects born on a leaf cluster (policy reports, events of interest...) for
@@ -156,9 +160,22 @@ impl ObjectSelector {
 
 impl Placement {
     /// Whether the placement selects the object: same space, and some object entry
-    /// selects it.
+    /// selects it. Pinned revisions and rollout records are never selected (a pin
+    /// belongs to the placement its label names: [`Placement::places_object`]).
     pub fn selects_object(&self, meta: &ObjectMeta) -> bool {
-        meta.key.space == self.space && self.objects.iter().any(|o| o.selects(meta))
+        meta.key.space == self.space
+            && !crate::waves::is_pin(meta)
+            && !(meta.key.group == crate::route::STRATA_GROUP
+                && meta.key.kind == crate::rollout::ROLLOUT_KIND)
+            && self.objects.iter().any(|o| o.selects(meta))
+    }
+
+    /// Whether the object goes where this placement places: an object it selects, or
+    /// one of its pinned revisions.
+    pub fn places_object(&self, meta: &ObjectMeta) -> bool {
+        self.selects_object(meta)
+            || (meta.key.space == self.space
+                && crate::waves::pin_placement(meta) == Some(self.name.as_str()))
     }
 
     /// Whether the placement selects the cluster, with its labels as reported.
@@ -219,6 +236,7 @@ mod tests {
             moves: MovePolicy::default(),
             customize: vec![],
             status_summary: vec![],
+            rollout: None,
         }
     }
 

@@ -15,6 +15,7 @@ use crate::model::{Cluster, ObjectMeta};
 use crate::overrides::is_cluster_object;
 use crate::placement::Placement;
 use crate::sync::Route;
+use crate::waves::pin_placement;
 use crate::wire::RouteId;
 
 /// The API group of Strata's own kinds.
@@ -39,29 +40,45 @@ pub fn is_strata_object(meta: &ObjectMeta) -> bool {
 pub struct PlacementRoute {
     relay: bool,
     placements: Arc<Vec<Placement>>,
+    /// Per placement (same order): whether some cluster of the subtree gets its objects
+    /// as they are, and whether some gets its pinned previous revision.
+    revisions: Arc<Vec<(bool, bool)>>,
     id: RouteId,
 }
 
 impl PlacementRoute {
     /// The route of a child (`relay` says whether it routes onward and so needs the
     /// placements themselves) whose subtree holds `clusters`, under `placements`, as the
-    /// root decided (`root`: cluster labels changed there, placements' decisions).
+    /// root decided (`root`: cluster labels changed there, placements' decisions,
+    /// rollouts' released clusters).
     pub fn new(
         relay: bool,
         placements: &[Placement],
         clusters: &[Cluster],
         root: &RootView,
     ) -> Self {
-        let mut relevant: Vec<Placement> = placements
+        let mut relevant: Vec<(Placement, (bool, bool))> = placements
             .iter()
-            .filter(|p| clusters.iter().any(|c| p.selects_cluster_with(c, root)))
-            .cloned()
+            .filter_map(|p| {
+                let mut current = false;
+                let mut pinned = false;
+                for c in clusters {
+                    match root.revision_for(p, c) {
+                        Some(true) => current = true,
+                        Some(false) => pinned = true,
+                        None => {}
+                    }
+                }
+                (current || pinned).then(|| (p.clone(), (current, pinned)))
+            })
             .collect();
-        relevant.sort_by(|a, b| (&a.space, &a.name).cmp(&(&b.space, &b.name)));
+        relevant.sort_by(|a, b| (&a.0.space, &a.0.name).cmp(&(&b.0.space, &b.0.name)));
         let id = fingerprint(relay, &relevant);
+        let (placements, revisions) = relevant.into_iter().unzip();
         PlacementRoute {
             relay,
-            placements: Arc::new(relevant),
+            placements: Arc::new(placements),
+            revisions: Arc::new(revisions),
             id,
         }
     }
@@ -92,7 +109,18 @@ impl Route for PlacementRoute {
             // need them.
             return self.relay;
         }
-        self.placements.iter().any(|p| p.selects_object(meta))
+        if let Some(owner) = pin_placement(meta) {
+            // A pinned previous revision goes where its rollout has not released.
+            return self
+                .placements
+                .iter()
+                .zip(self.revisions.iter())
+                .any(|(p, (_, pinned))| *pinned && p.space == meta.key.space && p.name == owner);
+        }
+        self.placements
+            .iter()
+            .zip(self.revisions.iter())
+            .any(|(p, (current, _))| *current && p.selects_object(meta))
     }
 }
 
@@ -102,7 +130,7 @@ fn agent_needs(p: &Placement) -> bool {
 }
 
 /// FNV-1a over the encoded route: equal routes, equal ids, on every platform.
-fn fingerprint(relay: bool, placements: &[Placement]) -> RouteId {
+fn fingerprint(relay: bool, placements: &[(Placement, (bool, bool))]) -> RouteId {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |bytes: &[u8]| {
         for b in bytes {
@@ -111,7 +139,8 @@ fn fingerprint(relay: bool, placements: &[Placement]) -> RouteId {
         }
     };
     feed(&[u8::from(relay)]);
-    for p in placements {
+    for (p, (current, pinned)) in placements {
+        feed(&[u8::from(*current), u8::from(*pinned)]);
         // Encoding our own plain data cannot fail; should it ever, the placement's name
         // still distinguishes most routes and a spurious snapshot is the only cost.
         match codec::encode_value(p) {
@@ -166,6 +195,7 @@ mod tests {
             moves: crate::placement::MovePolicy::default(),
             customize: vec![],
             status_summary: vec![],
+            rollout: None,
         }
     }
 
@@ -290,6 +320,43 @@ mod tests {
                 "web"
             ))
         );
+    }
+
+    #[test]
+    fn a_rollout_routes_objects_to_released_clusters_and_pins_to_the_others() {
+        let placements = [placement("web-eu", "eu", "web")];
+        let mut root = none();
+        root.decisions.insert(
+            (Space::default_space(), "web-eu".into()),
+            crate::choice::Decision {
+                released: Some(["a".to_owned()].into()),
+                ..Default::default()
+            },
+        );
+        let object = meta("apps", "Deployment", "web");
+        let pin = ObjectMeta {
+            key: crate::waves::pin_key(&object.key),
+            labels: [(
+                crate::waves::PIN_PLACEMENT_LABEL.to_owned(),
+                "web-eu".to_owned(),
+            )]
+            .into(),
+        };
+        let released = PlacementRoute::new(false, &placements, &[cluster("a", "eu")], &root);
+        assert!(released.includes(&object) && !released.includes(&pin));
+        let held_back = PlacementRoute::new(false, &placements, &[cluster("b", "eu")], &root);
+        assert!(!held_back.includes(&object) && held_back.includes(&pin));
+        let both = PlacementRoute::new(
+            true,
+            &placements,
+            &[cluster("a", "eu"), cluster("b", "eu")],
+            &root,
+        );
+        assert!(both.includes(&object) && both.includes(&pin));
+        assert_ne!(released.id(), held_back.id());
+        // Without a rollout, pins go nowhere.
+        let plain = PlacementRoute::new(true, &placements, &[cluster("b", "eu")], &none());
+        assert!(plain.includes(&object) && !plain.includes(&pin));
     }
 
     #[test]

@@ -40,6 +40,7 @@ fn placement(clusters: ClusterSelector) -> Placement {
         moves: MovePolicy::default(),
         customize: vec![],
         status_summary: vec![],
+        rollout: None,
     }
 }
 

@@ -150,6 +150,21 @@ pub enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// A placement's rollout: `status [-w]`, `pause`, `resume`, `abort`, `undo`.
+    Rollout {
+        /// What to do.
+        #[arg(value_parser = ["status", "pause", "resume", "abort", "undo"])]
+        action: String,
+        /// The placement.
+        placement: String,
+        /// With `status`: a line whenever it changes, until complete, rolled back or
+        /// paused.
+        #[arg(short = 'w', long)]
+        watch: bool,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Remove the taints of `relay cordon` and `relay drain` from a cluster.
     Uncordon {
         /// The cluster.
@@ -291,6 +306,9 @@ pub enum CliError {
     /// `relay cordon|uncordon|drain`.
     #[error(transparent)]
     Lifecycle(#[from] crate::lifecycle::LifecycleError),
+    /// `relay rollout`.
+    #[error(transparent)]
+    Rollout(#[from] crate::rollout_cli::RolloutCliError),
     /// A command-line value is wrong.
     #[error("{0}")]
     Usage(String),
@@ -437,6 +455,24 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 selector,
             };
             crate::objects_cli::get(&api, what, output).await
+        }
+        Command::Rollout {
+            action,
+            placement,
+            watch,
+            api,
+        } => {
+            let client = api.client().map_err(CallError::from)?;
+            if action == "status" {
+                crate::rollout_cli::status(&client, &api.space, &placement, watch).await?;
+            } else {
+                let stamp = strata_node::clock::Clock::start().wall().0;
+                let said =
+                    crate::rollout_cli::command(&client, &api.space, &placement, &action, stamp)
+                        .await?;
+                println!("{said}");
+            }
+            Ok(())
         }
         Command::Cordon { cluster, api } => {
             lifecycle(&api, &cluster, crate::lifecycle::Action::Cordon, None).await

@@ -18,6 +18,8 @@
 //! * [`kube`]: the Kubernetes API of each space (kubectl, client libraries).
 //! * [`kubeconfig_cli`]: `relay kubeconfig`.
 //! * [`lifecycle`]: `relay cordon|uncordon|drain`: taints on a cluster at the root.
+//! * [`rollout_cli`]: `relay rollout status|pause|resume|abort|undo`: a placement's
+//!   rollout through its annotation and status.
 //! * [`metrics`]: Prometheus metrics, `/healthz` and `/readyz` (what readiness means).
 //! * [`node`]: the relay's sync core (`node::core`), what its children reported
 //!   (`node::reports`), and `node::runtime`: the core and its children's connections
@@ -46,6 +48,7 @@ pub mod metrics;
 pub mod node;
 pub mod objects_cli;
 pub mod placement_summary;
+pub mod rollout_cli;
 pub mod serve;
 pub mod topology_cli;
 pub mod up;

@@ -68,6 +68,8 @@ struct PlacementSpec {
     customize: Vec<CustomizeRule>,
     #[serde(default, rename = "statusSummary")]
     status_summary: Vec<SummarySpec>,
+    #[serde(default)]
+    rollout: Option<strata_protocol::rollout::RolloutSpec>,
 }
 
 fn fault(document: usize, field: &str, reason: impl Into<String>) -> ManifestError {
@@ -317,6 +319,9 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
         }
     }
     check_customize_and_summaries(&spec.customize, &spec.status_summary)?;
+    if let Some(Err((field, why))) = spec.rollout.as_ref().map(|r| r.validate()) {
+        return Err(fault(0, &format!("spec.rollout.{field}"), why));
+    }
     Ok(Placement {
         space: key.space.clone(),
         name: key.name.clone(),
@@ -329,6 +334,7 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
         },
         customize: spec.customize,
         status_summary: spec.status_summary,
+        rollout: spec.rollout,
     })
 }
 
@@ -587,6 +593,46 @@ spec:
             (
                 "  statusSummary: [ { name: a, path: .a, op: sum }, { name: a, path: .b, op: max } ]\n",
                 "spec.statusSummary[1].name: \"a\" is used by an earlier entry",
+            ),
+        ] {
+            let errors =
+                parse_manifests(&format!("{APP}{extra}"), &Space::default_space()).unwrap_err();
+            let text = errors[0].to_string();
+            assert!(text.contains(fault), "{extra}: {text}");
+        }
+    }
+
+    #[test]
+    fn rollout_parses_and_its_faults_are_named() {
+        let good = format!(
+            "{APP}  rollout:\n    waves: [ {{ name: canary, clusters: 1 }}, {{ selector: {{ matchLabels: {{ country: fr }} }} }}, {{ percent: 25 }}, {{ percent: 100 }} ]\n    gate: {{ available: 95%, maxFailed: 0, for: 60s, timeout: 15m }}\n    maxUnavailable: 10%\n    onFailure: pause\n"
+        );
+        let m = parse_manifests(&good, &Space::default_space()).unwrap();
+        let p = parse_placement(&to_object(&m[1], Revision(1))).unwrap();
+        let r = p.rollout.unwrap();
+        assert_eq!(r.waves.len(), 4);
+        assert_eq!(r.gate.hold, Seconds(60));
+        assert_eq!(r.on_failure, strata_protocol::rollout::OnFailure::Pause);
+        for (extra, fault) in [
+            (
+                "  rollout: { waves: [] }\n",
+                "document 2: spec.rollout.waves: needs at least one wave",
+            ),
+            (
+                "  rollout: { waves: [ { clusters: 1, percent: 5 } ] }\n",
+                "document 2: spec.rollout.waves[0]: needs exactly one of clusters, percent, selector",
+            ),
+            (
+                "  rollout: { waves: [ { percent: 101 } ] }\n",
+                "document 2: spec.rollout.waves[0].percent: must be from 1 to 100",
+            ),
+            (
+                "  rollout: { waves: [ { percent: 5 } ], gate: { available: lots } }\n",
+                "\"lots\" is not a percentage (like 95%)",
+            ),
+            (
+                "  rollout: { waves: [ { percent: 5 } ], onFailure: explode }\n",
+                "unknown variant `explode`, expected `rollback` or `pause`",
             ),
         ] {
             let errors =

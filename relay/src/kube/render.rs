@@ -91,8 +91,59 @@ pub fn object(core: &NodeCore, object: &Object) -> Value {
     {
         v["status"]["decisions"] = d;
     }
+    if is_placement(&object.meta)
+        && let Some((rollout, conditions)) =
+            rollout_status(core, &object.key().space, &object.key().name)
+    {
+        v["status"]["rollout"] = rollout;
+        v["status"]["conditions"] = conditions;
+    }
     user_summary(core, object, &mut v);
     v
+}
+
+/// A placement's rollout as its status shows it: `status.rollout` (revision, wave,
+/// phase, health of what was released) and `status.conditions` (`Progressing`,
+/// `Paused`, `RolledBack`, `Complete`, each `True` or `False`, for `kubectl wait`).
+pub fn rollout_status(core: &NodeCore, space: &Space, name: &str) -> Option<(Value, Value)> {
+    use strata_protocol::rollout::Phase;
+    let key = (space.clone(), name.to_owned());
+    let state = core.rollouts().get(&key)?;
+    let p = core
+        .placements()
+        .iter()
+        .find(|p| p.space == *space && p.name == name)?;
+    let spec = p.rollout.as_ref()?;
+    let health = core.gate_health(p, state);
+    let rollout = json!({
+        "revision": state.revision,
+        "phase": state.phase.to_string(),
+        "wave": state.wave_label(spec),
+        "waveIndex": state.wave + 1,
+        "waves": spec.waves.len(),
+        "released": state.released.len(),
+        "available": format!("{}/{}", health.available, health.released),
+        "failed": health.failed,
+        "message": state.message,
+    });
+    let reason = state.message.clone().unwrap_or_default();
+    let conditions: Vec<Value> = [
+        (Phase::Progressing, "Progressing"),
+        (Phase::Paused, "Paused"),
+        (Phase::RolledBack, "RolledBack"),
+        (Phase::Complete, "Complete"),
+    ]
+    .into_iter()
+    .map(|(phase, kind)| {
+        json!({
+            "type": kind,
+            "status": if state.phase == phase { "True" } else { "False" },
+            "reason": format!("Revision{}", state.revision),
+            "message": if state.phase == phase { reason.clone() } else { String::new() },
+        })
+    })
+    .collect();
+    Some((rollout, Value::Array(conditions)))
 }
 
 /// How many excluded clusters a status names one by one.

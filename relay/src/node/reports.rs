@@ -217,12 +217,14 @@ impl SubtreeReports {
 
     /// The summary of `object` under `placement` for this node's whole subtree: the
     /// merge of children's summaries, of direct clusters' statuses, and of the clusters
-    /// expected (selected by the placement) that have not reported.
+    /// expected (selected by the placement) that have not reported. During a rollout,
+    /// an object counts the clusters released and its pinned revision the others.
     pub fn summarize(&self, placement: &Placement, object: &ObjectKey, root: &RootView) -> Summary {
         let mut s = Summary::default();
+        let current = strata_protocol::waves::pinned_key(object).is_none();
         let selected: BTreeSet<&str> = self
             .clusters()
-            .filter(|c| placement.selects_cluster_with(&self.effective(c), root))
+            .filter(|c| root.revision_for(placement, &self.effective(c)) == Some(current))
             .map(|c| c.name.as_str())
             .collect();
         // A child's summary counts only while some cluster it reported is selected here:

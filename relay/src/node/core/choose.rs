@@ -130,7 +130,8 @@ impl NodeCore {
                 .collect();
             let planned = plan(p, &candidates, &chosen_before, wall, &mut room);
             timed |= has_timers(p, &candidates, &planned);
-            let (decision, timed_out) = self.moving(p, routed, decided, &planned, &names, wall);
+            let (mut decision, timed_out) = self.moving(p, routed, decided, &planned, &names, wall);
+            decision.released = self.released_for(p, &planned.chosen, revision, &mut changes);
             timed |= !decision.retiring.is_empty();
             plans.insert(
                 key.clone(),
@@ -162,7 +163,7 @@ impl NodeCore {
             .collect();
         changes.extend(gone.into_iter().map(Change::Delete));
         self.plans = plans;
-        self.replan_on_tick = timed;
+        self.replan_on_tick = timed || self.rollouts_progressing();
         changes
     }
 
@@ -187,6 +188,7 @@ impl NodeCore {
             },
             retiring: BTreeSet::new(),
             retiring_since: None,
+            released: None,
         };
         if p.moves.strategy == MoveStrategy::BreakBeforeMake {
             return (decision, false);

@@ -23,13 +23,28 @@ impl NodeCore {
     ) -> Result<Position, strata_protocol::sync::LogError> {
         let pos = self.log.head().next();
         // Only Strata's own objects (placements, clusters) change what is chosen.
-        let decisive = changes.iter().any(|c| {
+        let mut decisive = changes.iter().any(|c| {
             let k = c.key();
             k.group == STRATA_GROUP && (k.kind == PLACEMENT_KIND || k.kind == CLUSTER_KIND)
         });
+        let before = self.parent.is_none().then(|| self.rollouts_before());
         for change in changes {
             self.note_change(&change);
             self.log.stage(pos, change)?;
+        }
+        // A changed template starts a rollout in this very revision: its pins and the
+        // decision releasing its first wave travel with the change.
+        if let Some(before) = before {
+            let wall = self.wall(self.last_now);
+            let writes = self.rollout_writes(before, wall, Revision(pos.0));
+            if !writes.is_empty() {
+                decisive = true;
+                for change in writes {
+                    self.note_change(&change);
+                    self.log.stage(pos, change)?;
+                }
+                self.rollouts = super::rollouts_in(&self.log);
+            }
         }
         let planned = if decisive {
             self.plan_changes(self.last_now, Revision(pos.0))
@@ -50,8 +65,19 @@ impl NodeCore {
     pub(super) fn replan(&mut self, now: Instant) {
         self.replan = false;
         let pos = self.log.head().next();
+        let gates = self.drive_gates(self.wall(now), Revision(pos.0));
+        if !gates.is_empty() {
+            for change in &gates {
+                self.note_change(change);
+                if let Err(e) = self.log.stage(pos, change.clone()) {
+                    tracing::error!(error = %e, "cannot write a rollout");
+                    return;
+                }
+            }
+            self.rollouts = super::rollouts_in(&self.log);
+        }
         let changes = self.plan_changes(now, Revision(pos.0));
-        if changes.is_empty() {
+        if changes.is_empty() && gates.is_empty() {
             return;
         }
         for change in changes {
@@ -114,6 +140,7 @@ impl NodeCore {
 
     pub(super) fn reload_placements(&mut self) {
         self.placements = strata_node::objects::placements_in(&self.log);
+        self.rollouts = super::rollouts_in(&self.log);
         self.root_view = strata_protocol::choice::RootView {
             overrides: strata_node::objects::overrides_in(&self.log),
             decisions: strata_node::objects::decisions_in(&self.log),

@@ -38,11 +38,13 @@ mod choose;
 mod links;
 mod log;
 mod parent;
+mod rollout;
 mod upward;
 use super::reports::SubtreeReports;
 use children::Child;
 pub use choose::{CAPACITY_PROPERTY, PlanStatus, decision_key, excluded_counts};
 pub use links::{LINK_REFRESH, last_seen};
+pub use rollout::{is_rollout, rollout_key, rollouts_in, template_hash};
 use strata_node::follower::ParentFollower;
 use strata_node::store::{Batch, ReportSlot, UpstreamState};
 
@@ -93,6 +95,8 @@ pub struct NodeCore {
     root_view: RootView,
     /// At the root: each placement's choice as last planned.
     plans: BTreeMap<(Space, String), choose::PlanStatus>,
+    /// At the root: each placement's rollout (the log's `Rollout` objects).
+    rollouts: BTreeMap<(Space, String), strata_protocol::rollout::RolloutState>,
     /// The latest time the core was given (the root's writes plan with it).
     last_now: Instant,
     /// At the root: the inventory changed; plan again at the next tick.
@@ -188,6 +192,7 @@ impl NodeCore {
             placements: Vec::new(),
             root_view: RootView::default(),
             plans: BTreeMap::new(),
+            rollouts: BTreeMap::new(),
             replan: true,
             last_now: now,
             replan_on_tick: false,
@@ -294,9 +299,11 @@ impl NodeCore {
             .filter_map(|c| c.session.poll_timeout());
         let link = self.parent.as_ref().and_then(ParentFollower::poll_timeout);
         // Summaries of changed objects, and the refresh of relay children's links.
-        let summaries = (self.parent.is_some()
+        // At the root: a choice or a rollout's gate that may change with time alone.
+        let summaries = ((self.parent.is_some()
             && (!self.dirty.is_empty() || self.has_relay_child_up()))
-        .then_some(self.next_summary);
+            || (self.parent.is_none() && self.replan_on_tick))
+            .then_some(self.next_summary);
         sessions.chain(link).chain(summaries).min()
     }
 

@@ -189,7 +189,7 @@ impl NodeCore {
             let live = self.log.get(&object).map(|o| o.meta.clone());
             for placement in &self.placements {
                 let key = (placement.name.clone(), object.clone());
-                let selected = live.as_ref().is_some_and(|m| placement.selects_object(m));
+                let selected = live.as_ref().is_some_and(|m| placement.places_object(m));
                 let report_key = ReportKey::Summary {
                     placement: placement.name.clone(),
                     object: object.clone(),

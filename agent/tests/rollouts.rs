@@ -1,0 +1,208 @@
+//! Rollouts in waves, with relay and agent cores wired in a tree in virtual time (the
+//! fixture is `tree/`): a bad revision fails the canary's gate and every cluster goes
+//! back to the previous revision, no cluster outside the canary ever running the bad
+//! one; a good revision then reaches every cluster wave by wave; pause, resume and
+//! undo through the Placement's annotation.
+
+#![allow(clippy::unwrap_used)]
+
+mod tree;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use strata_protocol::model::{ObjectKey, Space};
+use strata_protocol::rollout::Phase;
+use tree::{Tree, labels};
+
+const CLUSTERS: [&str; 4] = ["eu-1", "eu-2", "us-1", "us-2"];
+
+/// The placement: a canary, then everything, with a gate held 1 s.
+fn placement(annotation: &str) -> String {
+    format!(
+        "
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: {{ name: web{annotation} }}
+spec:
+  objects: [ {{ selector: {{ matchLabels: {{ app: web }} }} }} ]
+  clusters: {{ selector: {{ matchLabels: {{ role: pos }} }} }}
+  rollout:
+    waves: [ {{ name: canary, clusters: 1 }}, {{ percent: 100 }} ]
+    gate: {{ available: 100%, maxFailed: 0, for: 1s, timeout: 20s }}
+    onFailure: rollback
+"
+    )
+}
+
+/// The app at `image`; a bad one fails on the simulated cluster.
+fn app(image: &str, bad: bool) -> String {
+    let failure = if bad {
+        ", strata.dev/simulate-failure: CrashLoopBackOff"
+    } else {
+        ""
+    };
+    format!(
+        "
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{ name: web, namespace: shop, labels: {{ app: web{failure} }} }}
+spec: {{ replicas: 2, template: {{ spec: {{ containers: [ {{ name: web, image: \"{image}\" }} ] }} }} }}
+"
+    )
+}
+
+fn fleet() -> Tree {
+    let mut t = Tree::builder()
+        .root("center")
+        .relay("eu", "center", labels! { region: eu })
+        .relay("us", "center", labels! { region: us })
+        .agent("eu-1", "eu", labels! { role: pos })
+        .agent("eu-2", "eu", labels! { role: pos })
+        .agent("us-1", "us", labels! { role: pos })
+        .agent("us-2", "us", labels! { role: pos })
+        .build();
+    t.connect_all();
+    t.advance(Duration::from_millis(500));
+    t
+}
+
+fn web() -> ObjectKey {
+    ObjectKey {
+        space: Space::default_space(),
+        group: "apps".into(),
+        version: "v1".into(),
+        kind: "Deployment".into(),
+        namespace: Some("shop".into()),
+        name: "web".into(),
+    }
+}
+
+/// The image each cluster runs (what its simulated cluster holds).
+fn images(t: &Tree) -> Vec<(String, String)> {
+    CLUSTERS
+        .iter()
+        .map(|c| {
+            let image = t
+                .agent(c)
+                .cluster_manifest(&web())
+                .map(|body| {
+                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    v.pointer("/spec/template/spec/containers/0/image")
+                        .and_then(|i| i.as_str())
+                        .unwrap_or("")
+                        .to_owned()
+                })
+                .unwrap_or_default();
+            ((*c).to_owned(), image)
+        })
+        .collect()
+}
+
+fn running(t: &Tree, image: &str) -> BTreeSet<String> {
+    images(t)
+        .into_iter()
+        .filter(|(_, i)| i == image)
+        .map(|(c, _)| c)
+        .collect()
+}
+
+fn phase(t: &Tree) -> Phase {
+    t.relay("center").rollouts().values().next().unwrap().phase
+}
+
+fn released(t: &Tree) -> BTreeSet<String> {
+    t.relay("center")
+        .rollouts()
+        .values()
+        .next()
+        .unwrap()
+        .released
+        .clone()
+}
+
+#[test]
+fn a_bad_revision_fails_the_canary_gate_and_is_rolled_back() {
+    let mut t = fleet();
+    t.apply(&format!("{}---{}", app("web:1", false), placement("")));
+    t.advance(Duration::from_secs(2));
+    assert_eq!(running(&t, "web:1").len(), 4, "{:?}", images(&t));
+    assert_eq!(phase(&t), Phase::Complete);
+
+    // A bad revision: only the canary ever runs it, and the gate sends it back.
+    t.apply(&app("web:2", true));
+    let mut canaries = BTreeSet::new();
+    for _ in 0..400 {
+        t.advance(Duration::from_millis(25));
+        let bad = running(&t, "web:2");
+        assert!(bad.len() <= 1, "outside the canary: {bad:?}");
+        canaries.extend(bad);
+        if phase(&t) == Phase::RolledBack && running(&t, "web:1").len() == 4 {
+            break;
+        }
+    }
+    assert_eq!(canaries.len(), 1, "the canary ran the bad revision");
+    assert_eq!(phase(&t), Phase::RolledBack);
+    assert_eq!(running(&t, "web:1").len(), 4, "{:?}", images(&t));
+    let state = t
+        .relay("center")
+        .rollouts()
+        .values()
+        .next()
+        .unwrap()
+        .clone();
+    assert!(
+        state
+            .message
+            .as_deref()
+            .unwrap()
+            .starts_with("gate failed: wave canary: 1 of 1 clusters failed"),
+        "{:?}",
+        state.message
+    );
+
+    // A good revision then goes wave by wave: never beyond what was released.
+    t.apply(&app("web:3", false));
+    let mut saw_canary_alone = false;
+    for _ in 0..400 {
+        t.advance(Duration::from_millis(25));
+        let good = running(&t, "web:3");
+        if phase(&t) == Phase::Progressing {
+            let released = released(&t);
+            assert!(good.is_subset(&released), "{good:?} beyond {released:?}");
+        }
+        saw_canary_alone |= good.len() == 1;
+        if phase(&t) == Phase::Complete && good.len() == 4 {
+            break;
+        }
+    }
+    assert!(saw_canary_alone, "the canary ran it alone first");
+    assert_eq!(
+        phase(&t),
+        Phase::Complete,
+        "{:?}",
+        t.relay("center").rollouts()
+    );
+    assert_eq!(running(&t, "web:3").len(), 4, "{:?}", images(&t));
+}
+
+#[test]
+fn pause_resume_and_undo_through_the_annotation() {
+    let mut t = fleet();
+    t.apply(&format!("{}---{}", app("web:1", false), placement("")));
+    t.advance(Duration::from_secs(2));
+    t.apply(&app("web:2", false));
+    t.apply(&placement(", annotations: { strata.dev/rollout: pause }"));
+    t.advance(Duration::from_secs(5));
+    assert_eq!(phase(&t), Phase::Paused);
+    assert_eq!(running(&t, "web:2").len(), 1, "paused after the canary");
+    t.apply(&placement(", annotations: { strata.dev/rollout: resume }"));
+    t.advance(Duration::from_secs(5));
+    assert_eq!(phase(&t), Phase::Complete);
+    assert_eq!(running(&t, "web:2").len(), 4);
+    // Undo after completion: every cluster back on the previous revision.
+    t.apply(&placement(", annotations: { strata.dev/rollout: undo }"));
+    t.advance(Duration::from_secs(2));
+    assert_eq!(phase(&t), Phase::RolledBack);
+    assert_eq!(running(&t, "web:1").len(), 4, "{:?}", images(&t));
+}

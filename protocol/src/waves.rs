@@ -1,0 +1,171 @@
+//! The wave planner: which of a placement's clusters belong to which wave of a rollout,
+//! and the pinned copies of the previous revision that clusters outside the released
+//! waves keep receiving. Pure: the root calls it at every planning.
+//!
+//! # Waves
+//!
+//! Clusters are ordered once per rollout: clusters already released first (so a wave
+//! never takes back what it released), then a rendezvous hash of placement and cluster
+//! name (the same at every root, every restart, whatever the order clusters arrived
+//! in). Waves then take clusters in that order, never one an earlier wave took:
+//! * `clusters: N`: the next N;
+//! * `percent: P`: up to ⌈P % of all the placement's clusters⌉ in total so far (the
+//!   percentages are cumulative and round up, so 1 % of 3 clusters is 1 cluster);
+//! * `selector`: every cluster left that matches it;
+//! * the last wave also takes every cluster no earlier wave took, so a rollout that
+//!   completes has reached every cluster.
+//!
+//! # Pins
+//!
+//! A pin is a copy of one object's previous version under a key of its own
+//! ([`pin_key`]), labelled with its placement. Routing sends a placement's objects to
+//! the clusters its rollout released and its pins to the others; the agent applies a
+//! pin as the object it copies ([`pinned_key`] names it) and reports its status under
+//! the pin's key, so summaries of the new revision count released clusters only.
+
+use std::collections::BTreeSet;
+
+use crate::model::{Labels, ObjectKey, ObjectMeta};
+use crate::rollout::{RolloutSpec, WaveSize};
+use crate::route::STRATA_GROUP;
+
+/// The kind of pinned copies of a previous revision.
+pub const PIN_KIND: &str = "PinnedRevision";
+
+/// The label naming the placement a pin belongs to.
+pub const PIN_PLACEMENT_LABEL: &str = "strata.dev/placement";
+
+/// Whether an object is a pinned copy of a previous revision.
+pub fn is_pin(meta: &ObjectMeta) -> bool {
+    meta.key.group == STRATA_GROUP && meta.key.kind == PIN_KIND
+}
+
+/// The placement a pin belongs to.
+pub fn pin_placement(meta: &ObjectMeta) -> Option<&str> {
+    if !is_pin(meta) {
+        return None;
+    }
+    meta.labels.get(PIN_PLACEMENT_LABEL).map(String::as_str)
+}
+
+/// The key of the pinned copy of `key`: same space and namespace, a name that encodes
+/// the original's group, version, kind and name (Kubernetes names hold no `/`).
+pub fn pin_key(key: &ObjectKey) -> ObjectKey {
+    ObjectKey {
+        space: key.space.clone(),
+        group: STRATA_GROUP.to_owned(),
+        version: "v1alpha1".to_owned(),
+        kind: PIN_KIND.to_owned(),
+        namespace: key.namespace.clone(),
+        name: format!("{}/{}/{}/{}", key.group, key.version, key.kind, key.name),
+    }
+}
+
+/// The key a pin copies; `None` for any other key.
+pub fn pinned_key(pin: &ObjectKey) -> Option<ObjectKey> {
+    if pin.group != STRATA_GROUP || pin.kind != PIN_KIND {
+        return None;
+    }
+    let mut parts = pin.name.splitn(4, '/');
+    let (group, version, kind, name) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    Some(ObjectKey {
+        space: pin.space.clone(),
+        group: group.to_owned(),
+        version: version.to_owned(),
+        kind: kind.to_owned(),
+        namespace: pin.namespace.clone(),
+        name: name.to_owned(),
+    })
+}
+
+/// One cluster as the wave planner sees it.
+#[derive(Debug, Clone)]
+pub struct WaveCandidate {
+    /// Its name.
+    pub name: String,
+    /// Its labels as the placement's space sees them.
+    pub labels: Labels,
+}
+
+/// The clusters of each wave of `spec` (one set per wave, disjoint, their union every
+/// candidate) for the placement `placement` (`space/name`, for the hash), keeping the
+/// clusters in `released` in the earliest waves.
+pub fn assign_waves(
+    spec: &RolloutSpec,
+    placement: &str,
+    candidates: &[WaveCandidate],
+    released: &BTreeSet<String>,
+) -> Vec<BTreeSet<String>> {
+    let mut order: Vec<(bool, u64, &WaveCandidate)> = candidates
+        .iter()
+        .map(|c| {
+            (
+                !released.contains(&c.name),
+                crate::choice::rendezvous_score(placement, &c.name),
+                c,
+            )
+        })
+        .collect();
+    order.sort_by(|a, b| (a.0, a.1, &a.2.name).cmp(&(b.0, b.1, &b.2.name)));
+    let total = order.len();
+    let mut taken: BTreeSet<String> = BTreeSet::new();
+    let mut out = Vec::with_capacity(spec.waves.len());
+    for (i, wave) in spec.waves.iter().enumerate() {
+        let mut this: BTreeSet<String> = BTreeSet::new();
+        let last = i + 1 == spec.waves.len();
+        let want = |taken: usize| match wave.size() {
+            WaveSize::Clusters(n) => n as usize,
+            WaveSize::Percent(p) => percent_of(p, total).saturating_sub(taken),
+            WaveSize::Selector(_) => total,
+        };
+        let n = if last { total } else { want(taken.len()) };
+        for (_, _, c) in &order {
+            if this.len() >= n {
+                break;
+            }
+            if taken.contains(&c.name) {
+                continue;
+            }
+            if !last
+                && let WaveSize::Selector(s) = wave.size()
+                && !s.matches(&c.labels)
+            {
+                continue;
+            }
+            this.insert(c.name.clone());
+        }
+        taken.extend(this.iter().cloned());
+        out.push(this);
+    }
+    out
+}
+
+/// ⌈p % of `total`⌉, at most `total`.
+pub fn percent_of(p: u32, total: usize) -> usize {
+    let p = p.min(100) as usize;
+    (p * total).div_ceil(100)
+}
+
+/// The clusters released through wave `wave` (inclusive): those of its waves, and those
+/// released before that are still candidates (a release is never taken back).
+pub fn released_through(
+    waves: &[BTreeSet<String>],
+    wave: usize,
+    before: &BTreeSet<String>,
+    candidates: &[WaveCandidate],
+) -> BTreeSet<String> {
+    let present: BTreeSet<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
+    let mut out: BTreeSet<String> = before
+        .iter()
+        .filter(|c| present.contains(c.as_str()))
+        .cloned()
+        .collect();
+    for w in waves.iter().take(wave.saturating_add(1)) {
+        out.extend(w.iter().cloned());
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "waves_tests.rs"]
+mod tests;
