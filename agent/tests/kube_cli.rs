@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::WatchEvent;
 use kube::runtime::watcher;
 use serde_json::Value;
 
@@ -487,7 +489,7 @@ async fn a_controller_lists_and_watches_through_the_root() {
         .await
         .unwrap();
     let client = kube::Client::try_from(config).unwrap();
-    let api: kube::Api<Deployment> = kube::Api::all(client);
+    let api: kube::Api<Deployment> = kube::Api::all(client.clone());
     let mut events: Events = watcher(api, watcher::Config::default()).boxed();
     // The initial list is empty.
     loop {
@@ -512,4 +514,65 @@ async fn a_controller_lists_and_watches_through_the_root() {
     let gone = next_with(&mut events, "delete").await;
     assert_eq!(gone.metadata.namespace.as_deref(), Some("shop"));
     assert_eq!(f.placed("deploy", "shop", "web"), None);
+
+    // A watch with a label selector sees objects come into and leave the selection as
+    // kube-apiserver reports them: ADDED, MODIFIED, DELETED (an informer's cache
+    // follows), and nothing of what it does not select.
+    let cms: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    let rv = cms
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut team_a = cms
+        .watch(&kube::api::WatchParams::default().labels("team=a"), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    // Each step waits for its event: the root, unlike etcd, may send one event for
+    // changes that land between two of its looks.
+    f.ok("kubectl", &["create", "configmap", "w1"]);
+    for (args, want) in [
+        (&["label", "cm", "w1", "team=a"][..], "ADDED w1"),
+        (&["annotate", "cm", "w1", "note=x"][..], "MODIFIED w1"),
+        (
+            &["label", "cm", "w1", "team=b", "--overwrite"][..],
+            "DELETED w1",
+        ),
+    ] {
+        f.ok("kubectl", args);
+        assert_eq!(
+            next_event(&mut team_a).await,
+            want,
+            "after kubectl {args:?}"
+        );
+    }
+    f.ok("kubectl", &["delete", "cm", "w1"]);
+    f.ok("kubectl", &["create", "configmap", "w2"]);
+    f.ok("kubectl", &["label", "cm", "w2", "team=a"]);
+    // Nothing of w1's delete or w2's creation came before.
+    assert_eq!(next_event(&mut team_a).await, "ADDED w2");
+}
+
+/// The next event of a raw watch other than a bookmark, as "TYPE NAME".
+async fn next_event(
+    events: &mut futures::stream::BoxStream<'_, kube::Result<WatchEvent<ConfigMap>>>,
+) -> String {
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(30), events.next())
+            .await
+            .expect("an event within 30 s")
+            .expect("the watch goes on")
+            .expect("an event that parses");
+        let (kind, cm) = match event {
+            WatchEvent::Added(cm) => ("ADDED", cm),
+            WatchEvent::Modified(cm) => ("MODIFIED", cm),
+            WatchEvent::Deleted(cm) => ("DELETED", cm),
+            WatchEvent::Bookmark(_) => continue,
+            WatchEvent::Error(e) => panic!("{e:?}"),
+        };
+        return format!("{kind} {}", cm.metadata.name.unwrap_or_default());
+    }
 }

@@ -86,6 +86,55 @@ proptest! {
     }
 }
 
+proptest! {
+    /// `visible_at` answers, for every position from the floor to the head, what was
+    /// committed there (a watch from that position relies on it), whatever was
+    /// staged, committed and compacted on the way.
+    #[test]
+    fn visible_at_is_the_state_committed_at_that_position(ops in prop::collection::vec(op(), 0..60)) {
+        let mut log = ObjectLog::new(LogId(7));
+        log.mark_serving();
+        // The model: each key's (label, revision) while live; the state at each commit.
+        let mut current: BTreeMap<u8, Option<(u8, u64)>> = BTreeMap::new();
+        let mut committed: Vec<BTreeMap<u8, Option<(u8, u64)>>> = vec![BTreeMap::new()];
+        for op in ops {
+            let pos = log.head().next();
+            match op {
+                Op::Upsert(k, l) => {
+                    log.stage(pos, Change::Upsert(object(k, l, pos.0))).unwrap();
+                    let slot = current.entry(k).or_insert(None);
+                    if slot.is_none_or(|(_, rev)| rev < pos.0) {
+                        *slot = Some((l, pos.0));
+                    }
+                }
+                Op::Delete(k) => {
+                    log.stage(pos, Change::Delete(key(k))).unwrap();
+                    current.insert(k, None);
+                }
+                Op::Commit => {
+                    log.commit(pos);
+                    committed.push(current.clone());
+                }
+                Op::Compact(back) => log.compact(Position(log.head().0.saturating_sub(u64::from(back)))),
+            }
+        }
+        for at in log.floor().0..=log.head().0 {
+            for k in 0..8u8 {
+                let got = log
+                    .entry(&key(k))
+                    .and_then(|e| e.visible_at(Position(at)))
+                    .map(|m| m.labels["l"].clone());
+                let want = committed[at as usize]
+                    .get(&k)
+                    .copied()
+                    .flatten()
+                    .map(|(l, _)| l.to_string());
+                prop_assert_eq!(got, want, "key {} at {}", k, at);
+            }
+        }
+    }
+}
+
 #[test]
 fn only_the_latest_change_of_a_key_is_served() {
     let mut log = ObjectLog::new(LogId(1));

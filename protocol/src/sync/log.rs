@@ -66,6 +66,17 @@ impl KeyEntry {
         self.object.as_ref()
     }
 
+    /// The key's committed state at position `at` (its metadata; `None` while absent or
+    /// deleted), for any `at` from the log's floor to its head: what a watch from `at`
+    /// knew of it (was it there, did its labels match).
+    pub fn visible_at(&self, at: Position) -> Option<&ObjectMeta> {
+        self.history
+            .iter()
+            .rev()
+            .find(|v| v.at <= at)
+            .and_then(|v| v.meta.as_ref())
+    }
+
     /// Whether any retained visible state of the key satisfies `selected`: the test for
     /// "a child whose route is `selected` may still hold some version of this key".
     pub fn ever_selected(&self, mut selected: impl FnMut(&ObjectMeta) -> bool) -> bool {

@@ -145,7 +145,10 @@ impl WatchSpec {
         out
     }
 
-    /// Events for what changed after `since`.
+    /// Events for what changed after `since`, as kube-apiserver sends them: `ADDED`
+    /// for an object the watch did not select at `since` (new, or its labels now
+    /// match), `MODIFIED` for one it did, `DELETED` for one it did that is gone or no
+    /// longer matches (an informer drops it from its cache).
     fn changes(&self, core: &NodeCore, since: u64) -> Result<Vec<Value>, Answer> {
         let log = core.log();
         let head = log.head().0;
@@ -165,13 +168,16 @@ impl WatchSpec {
             if !self.selects(&key) {
                 continue;
             }
-            match (log.get(&key), log.entry(&key)) {
-                (Some(o), _) if self.labels.matches(&o.meta.labels) => {
-                    out.push(self.event(core, "MODIFIED", &key, head));
+            let before = log
+                .entry(&key)
+                .and_then(|e| e.visible_at(Position(since)))
+                .is_some_and(|m| self.labels.matches(&m.labels));
+            match log.get(&key) {
+                Some(o) if self.labels.matches(&o.meta.labels) => {
+                    let kind = if before { "MODIFIED" } else { "ADDED" };
+                    out.push(self.event(core, kind, &key, head));
                 }
-                (None, Some(entry)) if entry.ever_selected(|m| self.labels.matches(&m.labels)) => {
-                    out.push(self.event(core, "DELETED", &key, head));
-                }
+                _ if before => out.push(self.event(core, "DELETED", &key, head)),
                 _ => {}
             }
         }
