@@ -39,7 +39,7 @@ fn replica(dir: &Path, name: &str, endpoints: &[String]) -> Replica {
         &format!(
             "node: center\nlisten: 127.0.0.1:{port}\ntls: {{ cert: center.crt, key: center.key, ca: ca.crt }}\n\
              data: data/{name}\napi: {{ listen: 127.0.0.1:{api_port}, tokens: tokens }}\nmetrics: 127.0.0.1:{ops_port}\n\
-             store: {{ etcd: {{ endpoints: [{}], prefix: /strata/test, lease_ttl_s: 2 }} }}\n",
+             store: {{ etcd: {{ endpoints: [{}], prefix: /strata/test, lease_ttl_s: 3 }} }}\n",
             endpoints.join(", ")
         ),
     );
@@ -163,7 +163,7 @@ fn kill_9_of_the_writing_replica_loses_nothing_acknowledged() {
     }
     eprintln!(
         "figure: kill -9 of the writing root replica to the next acknowledged apply: {:.2} s \
-         (lease TTL 2 s)",
+         (lease TTL 3 s)",
         failover.unwrap().as_secs_f64()
     );
 

@@ -16,7 +16,7 @@ fn config(cluster: &EtcdCluster) -> EtcdConfig {
     EtcdConfig {
         endpoints: cluster.endpoints.clone(),
         prefix: "/strata/test".into(),
-        lease_ttl: Duration::from_secs(2),
+        lease_ttl: Duration::from_secs(3),
         tls: None,
     }
 }
@@ -51,7 +51,7 @@ fn replicas_share_one_store_and_only_the_lease_holder_writes() {
     // A second replica stands by while the first holds the lease.
     let standby_config = config.clone();
     let standby = std::thread::spawn(move || EtcdStore::open(&standby_config).unwrap());
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(4));
     assert!(
         !standby.is_finished(),
         "a standby must wait for the writer's lease"
