@@ -215,22 +215,12 @@ mod tests {
     const REFERENCE: &str =
         include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/CONFIG.md"));
 
-    /// Every field the parsers accept, by its dotted path, is named in the reference
-    /// (`deploy/CONFIG.md`) as `` `path` ``; and the reference's example parses.
     fn undocumented(reference: &str, sections: &[(&str, &[&str])]) -> Vec<String> {
-        sections
-            .iter()
-            .flat_map(|(prefix, fields)| fields.iter().map(move |f| format!("{prefix}{f}")))
-            .filter(|path| !reference.contains(&format!("| `{path}` |")))
-            .collect()
+        strata_node::config::undocumented_fields(reference, sections)
     }
 
-    /// The YAML block after `heading` in the reference.
     fn example<'a>(reference: &'a str, heading: &str) -> &'a str {
-        let section = &reference[reference.find(heading).unwrap()..];
-        let start = section.find("```yaml\n").unwrap() + "```yaml\n".len();
-        let end = start + section[start..].find("```").unwrap();
-        &section[start..end]
+        strata_node::config::reference_example(reference, heading).unwrap()
     }
 
     #[test]

@@ -276,6 +276,25 @@ pub fn field_names<T: serde::de::DeserializeOwned>() -> &'static [&'static str] 
     }
 }
 
+/// The fields of `sections` (a dotted prefix and the field names of its raw struct,
+/// from [`field_names`]) that `reference` does not name as a table row
+/// (`` | `path` | ``): what the configuration reference is missing.
+pub fn undocumented_fields(reference: &str, sections: &[(&str, &[&str])]) -> Vec<String> {
+    sections
+        .iter()
+        .flat_map(|(prefix, fields)| fields.iter().map(move |f| format!("{prefix}{f}")))
+        .filter(|path| !reference.contains(&format!("| `{path}` |")))
+        .collect()
+}
+
+/// The first YAML block after `heading` in `reference` (the section's example).
+pub fn reference_example<'a>(reference: &'a str, heading: &str) -> Option<&'a str> {
+    let section = &reference[reference.find(heading)?..];
+    let start = section.find("```yaml\n")? + "```yaml\n".len();
+    let end = start + section[start..].find("```")?;
+    Some(&section[start..end])
+}
+
 /// A deserializer that answers nothing and records the fields a struct asks for.
 struct FieldCatcher;
 
