@@ -210,18 +210,10 @@ impl AgentConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use strata_node::config::field_names;
+    use strata_node::config::{field_names, reference_example, undocumented_fields};
 
     const REFERENCE: &str =
         include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/CONFIG.md"));
-
-    fn undocumented(reference: &str, sections: &[(&str, &[&str])]) -> Vec<String> {
-        strata_node::config::undocumented_fields(reference, sections)
-    }
-
-    fn example<'a>(reference: &'a str, heading: &str) -> &'a str {
-        strata_node::config::reference_example(reference, heading).unwrap()
-    }
 
     #[test]
     fn the_configuration_reference_names_every_field_and_its_example_parses() {
@@ -234,8 +226,11 @@ mod tests {
             ("simulated.", field_names::<RawSimulated>()),
         ];
         assert!(sections[0].1.contains(&"kubernetes"), "{sections:?}");
-        assert_eq!(undocumented(REFERENCE, sections), Vec::<String>::new());
-        let config = load(example(REFERENCE, "## An agent")).unwrap();
+        assert_eq!(
+            undocumented_fields(REFERENCE, sections),
+            Vec::<String>::new()
+        );
+        let config = load(reference_example(REFERENCE, "## An agent").unwrap()).unwrap();
         assert_eq!(config.cluster, "store-0042-pos");
     }
 

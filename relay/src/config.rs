@@ -347,18 +347,10 @@ enum Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use strata_node::config::field_names;
+    use strata_node::config::{field_names, reference_example, undocumented_fields};
 
     const REFERENCE: &str =
         include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/CONFIG.md"));
-
-    fn undocumented(reference: &str, sections: &[(&str, &[&str])]) -> Vec<String> {
-        strata_node::config::undocumented_fields(reference, sections)
-    }
-
-    fn example<'a>(reference: &'a str, heading: &str) -> &'a str {
-        strata_node::config::reference_example(reference, heading).unwrap()
-    }
 
     #[test]
     fn the_configuration_reference_names_every_field_and_its_example_parses() {
@@ -376,8 +368,11 @@ mod tests {
             sections[0].1.contains(&"summary_interval_ms"),
             "{sections:?}"
         );
-        assert_eq!(undocumented(REFERENCE, sections), Vec::<String>::new());
-        let root = example(REFERENCE, "## A relay");
+        assert_eq!(
+            undocumented_fields(REFERENCE, sections),
+            Vec::<String>::new()
+        );
+        let root = reference_example(REFERENCE, "## A relay").unwrap();
         let c = NodeConfig::parse(root, Path::new("/etc/strata")).unwrap();
         assert!(matches!(c.store, StoreConfig::Etcd(_)));
     }

@@ -67,14 +67,7 @@ async fn apply_workload(
         return Ok(Some((0, vec![])));
     }
     if let Some(d) = &w.delete {
-        let key = ObjectKey {
-            space: Space::default_space(),
-            group: d.group.clone(),
-            version: d.version.clone(),
-            kind: d.kind.clone(),
-            namespace: d.namespace.clone(),
-            name: d.name.clone(),
-        };
+        let key = d.key();
         let k = key.clone();
         let r = root
             .query(move |c| {
@@ -248,15 +241,7 @@ async fn check_available(
     record: &RefCell<RunRecord>,
     t: Duration,
 ) -> Option<Violation> {
-    let o = &check.object;
-    let key = ObjectKey {
-        space: Space::default_space(),
-        group: o.group.clone(),
-        version: o.version.clone(),
-        kind: o.kind.clone(),
-        namespace: o.namespace.clone(),
-        name: o.name.clone(),
-    };
+    let key = check.object.key();
     let n = available_on(hierarchy, &key).await;
     let mut rec = record.borrow_mut();
     match rec.available {

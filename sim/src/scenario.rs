@@ -30,7 +30,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
-use strata_protocol::model::Labels;
+use strata_protocol::model::{Labels, ObjectKey, Space};
 
 use crate::topology::{self, Topology, TopologySource};
 
@@ -155,6 +155,20 @@ pub struct ObjectRef {
     pub namespace: Option<String>,
     /// Name.
     pub name: String,
+}
+
+impl ObjectRef {
+    /// The object's key in the space `default` (where scenarios apply).
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey {
+            space: Space::default_space(),
+            group: self.group.clone(),
+            version: self.version.clone(),
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
 }
 
 fn v1() -> String {
