@@ -15,7 +15,7 @@ if ! command -v buildah >/dev/null 2>&1; then
 fi
 profile=${PROFILE:-release}
 target=${CARGO_TARGET_DIR:-target}
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | sed -n 1p)
 tag=${1:-localhost/strata:$version}
 cargo build --profile "$profile" -p strata-relay -p strata-agent --bins
 dir=$profile; [ "$profile" = dev ] && dir=debug

@@ -35,6 +35,6 @@ for run in 1 2 3; do
     n=$("$k" get cm -A --chunk-size=500 -o name | wc -l)
     echo "kubectl get cm -A (pages of 500), $n objects, run $run: $(echo "$(date +%s.%N) - $start" | bc) s"
 done
-root=$(pgrep -f "relay serve --config $work/data/nodes/center/config.yaml" | head -1)
+root=$(pgrep -f "relay serve --config $work/data/nodes/center/config.yaml" | sed -n 1p)
 echo "root RSS with $n objects: $(awk '/VmRSS/ { print $2 / 1024 " MiB" }' /proc/"$root"/status)"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
