@@ -166,6 +166,25 @@ pub fn released_through(
     out
 }
 
+/// `target` (what [`released_through`] allows) cut to at most `room` clusters more than
+/// `before` (`maxUnavailable`: the others wait for a later batch), the clusters kept in
+/// `before` first and new ones taken in name order. Returns the released set and how
+/// many of `target` wait.
+pub fn release_batch(
+    target: BTreeSet<String>,
+    before: &BTreeSet<String>,
+    room: usize,
+) -> (BTreeSet<String>, u64) {
+    let (mut out, new): (BTreeSet<String>, Vec<String>) = {
+        let (kept, new): (Vec<String>, Vec<String>) =
+            target.into_iter().partition(|c| before.contains(c));
+        (kept.into_iter().collect(), new)
+    };
+    let waiting = new.len().saturating_sub(room) as u64;
+    out.extend(new.into_iter().take(room));
+    (out, waiting)
+}
+
 #[cfg(test)]
 #[path = "waves_tests.rs"]
 mod tests;

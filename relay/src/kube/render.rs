@@ -124,6 +124,8 @@ pub fn rollout_status(core: &NodeCore, space: &Space, name: &str) -> Option<(Val
         "released": state.released.len(),
         "available": format!("{}/{}", health.available, health.released),
         "failed": health.failed,
+        "unreachable": health.unreachable,
+        "pending": health.pending,
         "message": state.message,
     });
     let reason = state.message.clone().unwrap_or_default();

@@ -220,6 +220,19 @@ impl SubtreeReports {
     /// expected (selected by the placement) that have not reported. During a rollout,
     /// an object counts the clusters released and its pinned revision the others.
     pub fn summarize(&self, placement: &Placement, object: &ObjectKey, root: &RootView) -> Summary {
+        self.summarize_without(placement, object, root, &BTreeSet::new())
+    }
+
+    /// [`SubtreeReports::summarize`] leaving out the summaries of the children in `cut_off`
+    /// (their links are down: what they summarized last is stale); their clusters count
+    /// as expected and silent.
+    pub fn summarize_without(
+        &self,
+        placement: &Placement,
+        object: &ObjectKey,
+        root: &RootView,
+        cut_off: &BTreeSet<String>,
+    ) -> Summary {
         let mut s = Summary::default();
         let current = strata_protocol::waves::pinned_key(object).is_none();
         let selected: BTreeSet<&str> = self
@@ -254,7 +267,8 @@ impl SubtreeReports {
                     ReportValue::Summary(sum),
                 ) if p == &placement.name
                     && o == object
-                    && selecting_children.contains(from.as_str()) =>
+                    && selecting_children.contains(from.as_str())
+                    && !cut_off.contains(from) =>
                 {
                     s.merge(sum);
                     via_summary.insert(from.as_str());

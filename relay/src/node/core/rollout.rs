@@ -20,18 +20,18 @@ use strata_node::objects::{Manifest, to_object};
 use strata_protocol::model::{Object, ObjectKey, ObjectMeta, Revision, Space};
 use strata_protocol::placement::Placement;
 use strata_protocol::rollout::{
-    COMMAND_ANNOTATION, GateHealth, GateOutcome, ROLLOUT_KIND, RolloutState,
+    COMMAND_ANNOTATION, GateHealth, GateOutcome, Phase, ROLLOUT_KIND, RolloutState,
 };
 use strata_protocol::route::{STRATA_GROUP, is_placement, is_strata_object};
 use strata_protocol::sync::ObjectLog;
 use strata_protocol::time::UnixMillis;
 use strata_protocol::waves::{
     PIN_PLACEMENT_LABEL, WaveCandidate, assign_waves, is_pin, pin_key, pin_placement,
-    released_through,
+    release_batch, released_through,
 };
 use strata_protocol::wire::Change;
 
-use super::NodeCore;
+use super::{NodeCore, last_seen};
 
 /// A placement's rollout objects before a write: its template and, when a new
 /// rollout would pin them, its objects as they were.
@@ -46,19 +46,41 @@ impl NodeCore {
     }
 
     /// The health of what `placement`'s rollout released so far, as its gate sees it.
+    /// A released cluster the root cannot reach now (a link on its path is down, or
+    /// nobody reported one) counts as not available, whatever it reported last, and
+    /// the summaries of direct children cut off are left out (stale).
     pub fn gate_health(&self, p: &Placement, state: &RolloutState) -> GateHealth {
         let released = state.released.len() as u64;
+        let links = self.all_links();
+        let wall = UnixMillis(state.wave_since);
+        let reachable: BTreeSet<&str> = self
+            .reports
+            .clusters()
+            .filter(|c| state.released.contains(&c.name) && last_seen(c, &links, wall).0)
+            .map(|c| c.name.as_str())
+            .collect();
+        let unreachable = released.saturating_sub(reachable.len() as u64);
+        let cut_off: BTreeSet<String> = self
+            .links()
+            .into_iter()
+            .filter(|(_, l)| !l.connected)
+            .map(|(name, _)| name)
+            .collect();
         let mut health = GateHealth {
             released,
-            available: released,
+            available: released - unreachable,
             failed: 0,
+            unreachable,
+            pending: state.pending,
         };
         for o in self
             .log
             .live()
             .filter(|o| !is_strata_object(&o.meta) && p.selects_object(&o.meta))
         {
-            let s = self.reports.summarize(p, o.key(), &self.root_view);
+            let s = self
+                .reports
+                .summarize_without(p, o.key(), &self.root_view, &cut_off);
             // A cluster that still reports an earlier revision has not taken this one
             // yet: what it says (a failure of the revision rolled back, say) is not
             // this revision's health. The gate waits for it (or times out).
@@ -83,7 +105,7 @@ impl NodeCore {
             if self
                 .rollouts
                 .get(&key)
-                .is_some_and(|s| s.phase == strata_protocol::rollout::Phase::Complete)
+                .is_some_and(|s| s.phase == Phase::Complete)
             {
                 objects.insert(key, selected(&self.log, p).cloned().collect());
             }
@@ -209,10 +231,27 @@ impl NodeCore {
                     .collect();
                 let id = format!("{}/{}", p.space.0, p.name);
                 let waves = assign_waves(spec, &id, &candidates, &state.released);
-                let released = released_through(&waves, state.wave, &state.released, &candidates);
-                if released != state.released {
+                let target = released_through(&waves, state.wave, &state.released, &candidates);
+                // maxUnavailable: a batch of the wave at a time, the next once the
+                // clusters released so far are available again (paused: no new batch).
+                let batch =
+                    RolloutState::batch_size(spec, waves.get(state.wave).map_or(0, BTreeSet::len));
+                let updating = if spec.max_unavailable.is_some() {
+                    let health = self.gate_health(p, state);
+                    health.released.saturating_sub(health.available) as usize
+                } else {
+                    0
+                };
+                let room = match (spec.max_unavailable, state.phase) {
+                    (None, _) => usize::MAX,
+                    (Some(_), Phase::Progressing) => batch.saturating_sub(updating),
+                    (Some(_), _) => 0,
+                };
+                let (released, pending) = release_batch(target, &state.released, room);
+                if released != state.released || pending != state.pending {
                     let mut s = state.clone();
                     s.released = released.clone();
+                    s.pending = pending;
                     changes.push(Change::Upsert(state_object(p, &s, revision)));
                     self.rollouts.insert(key, s);
                 }
@@ -225,7 +264,7 @@ impl NodeCore {
     pub(super) fn rollouts_progressing(&self) -> bool {
         self.rollouts
             .values()
-            .any(|s| s.phase == strata_protocol::rollout::Phase::Progressing)
+            .any(|s| s.phase == Phase::Progressing)
     }
 }
 
