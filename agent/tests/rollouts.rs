@@ -206,3 +206,149 @@ fn pause_resume_and_undo_through_the_annotation() {
     assert_eq!(phase(&t), Phase::RolledBack);
     assert_eq!(running(&t, "web:1").len(), 4, "{:?}", images(&t));
 }
+
+/// A placement of `waves` and `gate` (YAML flow text), with `extra` rollout fields.
+fn placement_with(waves: &str, gate: &str, extra: &str) -> String {
+    format!(
+        "
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: {{ name: web }}
+spec:
+  objects: [ {{ selector: {{ matchLabels: {{ app: web }} }} }} ]
+  clusters: {{ selector: {{ matchLabels: {{ role: pos }} }} }}
+  rollout:
+    waves: {waves}
+    gate: {gate}
+    onFailure: rollback{extra}
+"
+    )
+}
+
+fn state(t: &Tree) -> strata_protocol::rollout::RolloutState {
+    t.relay("center")
+        .rollouts()
+        .values()
+        .next()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn a_region_cut_off_counts_as_unreachable_and_a_restarted_root_resumes_where_it_was() {
+    let mut t = fleet();
+    let p = placement_with(
+        "[ { name: canary, clusters: 1 }, { clusters: 1 }, { percent: 100 } ]",
+        "{ available: 100%, for: 1s, timeout: 60s }",
+        "",
+    );
+    t.apply(&format!("{}---{p}", app("web:1", false)));
+    t.advance(Duration::from_secs(2));
+    t.apply(&app("web:2", false));
+    for _ in 0..400 {
+        t.advance(Duration::from_millis(25));
+        if state(&t).wave == 1 && running(&t, "web:2").len() == 2 {
+            break;
+        }
+    }
+    let before = state(&t);
+    assert_eq!(
+        (before.phase, before.wave, before.released.len()),
+        (Phase::Progressing, 1, 2)
+    );
+
+    // The root restarts: it reads its rollout back from its log and goes on from there.
+    t.crash("center");
+    t.advance(Duration::from_millis(300));
+    t.restart("center");
+    let after = state(&t);
+    assert_eq!(
+        (after.revision, after.wave, &after.released),
+        (before.revision, 1, &before.released)
+    );
+
+    // A region with a released cluster is cut off: those clusters count as unreachable
+    // and not available, whatever they reported last, and the gate holds.
+    let region = if before.released.iter().any(|c| c.starts_with("us")) {
+        "us"
+    } else {
+        "eu"
+    };
+    let away: BTreeSet<String> = before
+        .released
+        .iter()
+        .filter(|c| c.starts_with(region))
+        .cloned()
+        .collect();
+    t.advance(Duration::from_millis(500));
+    t.cut(region);
+    for _ in 0..40 {
+        t.advance(Duration::from_millis(250));
+        let s = state(&t);
+        assert_eq!((s.phase, s.wave), (Phase::Progressing, 1), "{s:?}");
+        let core = t.relay("center");
+        let p = core.placements().iter().find(|p| p.name == "web").unwrap();
+        let health = core.gate_health(p, &s);
+        assert_eq!(health.unreachable, away.len() as u64, "{health:?}");
+        assert!(
+            health.available <= health.released - health.unreachable,
+            "{health:?}"
+        );
+        // The region receives nothing later while away.
+        for c in CLUSTERS.iter().filter(|c| c.starts_with(region)) {
+            assert_eq!(
+                running(&t, "web:2").contains(*c),
+                away.contains(*c),
+                "{c} while {region} is away"
+            );
+        }
+    }
+    t.restore(region);
+    for _ in 0..400 {
+        t.advance(Duration::from_millis(25));
+        if phase(&t) == Phase::Complete && running(&t, "web:2").len() == 4 {
+            break;
+        }
+    }
+    assert_eq!(phase(&t), Phase::Complete, "{:?}", state(&t));
+    assert_eq!(running(&t, "web:2").len(), 4, "{:?}", images(&t));
+}
+
+#[test]
+fn max_unavailable_releases_a_wave_a_batch_at_a_time() {
+    use strata_protocol::model::Health;
+    let mut t = fleet();
+    let p = placement_with(
+        "[ { percent: 100 } ]",
+        "{ available: 100%, for: 1s, timeout: 60s }",
+        "\n    maxUnavailable: 1",
+    );
+    t.apply(&format!("{}---{p}", app("web:1", false)));
+    t.advance(Duration::from_secs(2));
+    t.apply(&app("web:2", false));
+    let mut sizes = BTreeSet::new();
+    for _ in 0..800 {
+        t.advance(Duration::from_millis(25));
+        let updating: Vec<&str> = CLUSTERS
+            .iter()
+            .copied()
+            .filter(|c| {
+                running(&t, "web:2").contains(*c)
+                    && t.agent(c).status(&web()).map(|s| s.health) != Some(Health::Available)
+            })
+            .collect();
+        assert!(
+            updating.len() <= 1,
+            "more than maxUnavailable updating: {updating:?}"
+        );
+        let s = state(&t);
+        if s.phase == Phase::Progressing {
+            sizes.insert(s.released.len());
+        }
+        if s.phase == Phase::Complete && running(&t, "web:2").len() == 4 {
+            break;
+        }
+    }
+    assert_eq!(phase(&t), Phase::Complete, "{:?}", state(&t));
+    assert_eq!(sizes, BTreeSet::from([1, 2, 3, 4]), "one more at a time");
+}

@@ -320,10 +320,14 @@ pub(crate) async fn observe(
     let mut acked: BTreeMap<ObjectKey, (u64, bool)> = BTreeMap::new();
     let mut heads: BTreeMap<String, u64> = BTreeMap::new();
     let mut rollout = RolloutWatch::default();
-    let sample = if scenario.checks.rollout.is_some() {
-        ROLLOUT_SAMPLE
-    } else {
-        SAMPLE
+    // SIM_SAMPLE_MS samples more often (finer figures; another trace hash).
+    let sample = match std::env::var("SIM_SAMPLE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(ms) => Duration::from_millis(ms),
+        None if scenario.checks.rollout.is_some() => ROLLOUT_SAMPLE,
+        None => SAMPLE,
     };
     loop {
         let t = now();

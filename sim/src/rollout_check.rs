@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use strata_protocol::model::{Revision, Space};
-use strata_protocol::rollout::Phase;
+use strata_protocol::rollout::{Phase, RolloutSpec, WaveSize};
 use strata_protocol::waves::pin_key;
 
 use crate::check::{Held, Violation, secs};
@@ -25,6 +25,25 @@ struct RootRollout {
     released: BTreeSet<String>,
     /// The clusters the placement chose.
     chosen: BTreeSet<String>,
+    /// The placement's rollout.
+    spec: RolloutSpec,
+}
+
+/// How many clusters waves `0..=wave` may hold at most, of `n` chosen: counted here
+/// from the spec, apart from the root's wave planner.
+fn wave_bound(spec: &RolloutSpec, wave: usize, n: usize) -> usize {
+    let mut total = 0usize;
+    for (i, w) in spec.waves.iter().enumerate().take(wave + 1) {
+        if i + 1 == spec.waves.len() {
+            return n;
+        }
+        total = match w.size() {
+            WaveSize::Clusters(c) => total + c as usize,
+            WaveSize::Percent(p) => total.max((n * p as usize).div_ceil(100)),
+            WaveSize::Selector(_) => n,
+        };
+    }
+    total.min(n)
 }
 
 async fn root_rollout(hierarchy: &SimHierarchy, check: &RolloutCheck) -> Option<RootRollout> {
@@ -42,15 +61,22 @@ async fn root_rollout(hierarchy: &SimHierarchy, check: &RolloutCheck) -> Option<
             .get(&(Space::default_space(), placement.clone()))?;
         let chosen = c
             .plans()
-            .get(&(Space::default_space(), placement))
+            .get(&(Space::default_space(), placement.clone()))
             .map(|p| p.plan.chosen.clone())
             .unwrap_or_default();
+        let spec = c
+            .placements()
+            .iter()
+            .find(|p| p.space == Space::default_space() && p.name == placement)?
+            .rollout
+            .clone()?;
         Some(RootRollout {
             object,
             phase: state.phase,
             wave: state.wave,
             released: state.released.clone(),
             chosen,
+            spec,
         })
     })
     .await
@@ -65,7 +91,9 @@ pub(crate) struct RolloutWatch {
     /// Object revisions whose rollout completed (every cluster may hold them).
     completed: BTreeSet<Revision>,
     /// The revision rolled back and not yet gone from every cluster, since when.
-    rolling_back: Option<(Revision, Duration)>,
+    rolling_back: Option<(Revision, Duration, Duration)>,
+    /// When the previous sample was taken.
+    prev_t: Duration,
     /// Revisions rolled back (each watched once).
     rolled_back: BTreeSet<Revision>,
     /// The last (revision, phase, wave) seen, to note changes.
@@ -116,6 +144,35 @@ impl RolloutWatch {
                 self.started.entry(rev).or_insert(t);
             }
         }
+        // The root releases no more than the waves opened so far hold, and (its state
+        // durable) never goes back to an earlier wave of the same rollout.
+        let bound = wave_bound(&root.spec, root.wave, root.chosen.len());
+        if root.released.len() > bound {
+            return Some(Violation {
+                invariant: "no cluster outside the released waves receives the new revision",
+                detail: format!(
+                    "the root released rev {} to {} clusters in wave {}, whose waves hold {bound}",
+                    rev.0,
+                    root.released.len(),
+                    root.wave + 1
+                ),
+            });
+        }
+        if let Some((r, phase, wave)) = self.last
+            && r == rev
+            && phase == root.phase
+            && root.wave < wave
+        {
+            return Some(Violation {
+                invariant: "a rollout resumes where it was",
+                detail: format!(
+                    "rev {}: wave {} after wave {}",
+                    rev.0,
+                    root.wave + 1,
+                    wave + 1
+                ),
+            });
+        }
         self.note(&root, t);
         // No cluster outside the waves released ever holds a revision rolled out in waves.
         for (cluster, held) in agents {
@@ -140,9 +197,11 @@ impl RolloutWatch {
         // A rolled-back revision leaves every cluster before the next rollout starts;
         // each goes back to the previous revision (its pin).
         if root.phase == Phase::RolledBack && self.rolled_back.insert(rev) {
-            self.rolling_back = Some((rev, t));
+            // The gate failed after the previous sample, by this one.
+            self.rolling_back = Some((rev, self.prev_t, t));
         }
-        if let Some((bad, since)) = self.rolling_back {
+        self.prev_t = t;
+        if let Some((bad, after, by)) = self.rolling_back {
             let still: Vec<&String> = agents
                 .iter()
                 .filter(|(_, h)| holds(h, &key) == Some(bad))
@@ -156,10 +215,14 @@ impl RolloutWatch {
                 .count();
             if still.is_empty() && back == root.chosen.len() {
                 self.lines.push(format!(
-                    "rev {}: every cluster back on the previous revision {} after the gate failed ({} clusters)",
+                    "{} rev {}: every cluster ({back}) back on the previous revision, \
+                     {} to {} after the gate failed (between samples at {} and {})",
+                    secs(t),
                     bad.0,
-                    secs(t.saturating_sub(since)),
-                    back
+                    secs(t.saturating_sub(by)),
+                    secs(t.saturating_sub(after)),
+                    secs(after),
+                    secs(by)
                 ));
                 self.rolling_back = None;
             } else if rev != bad {
