@@ -2,7 +2,10 @@
 //! fixture is `tree/`): a bad revision fails the canary's gate and every cluster goes
 //! back to the previous revision, no cluster outside the canary ever running the bad
 //! one; a good revision then reaches every cluster wave by wave; pause, resume and
-//! undo through the Placement's annotation.
+//! undo through the Placement's annotation; a region cut off mid-rollout counts as
+//! unreachable, keeps what it was released and gets no later wave while away (the
+//! others go on); a root restarted mid-rollout resumes at its wave; `maxUnavailable`
+//! batches.
 
 #![allow(clippy::unwrap_used)]
 
@@ -351,4 +354,76 @@ fn max_unavailable_releases_a_wave_a_batch_at_a_time() {
     }
     assert_eq!(phase(&t), Phase::Complete, "{:?}", state(&t));
     assert_eq!(sizes, BTreeSet::from([1, 2, 3, 4]), "one more at a time");
+}
+
+#[test]
+fn a_region_cut_off_keeps_its_release_and_gets_no_later_wave_while_away() {
+    let mut t = fleet();
+    // Half the released clusters available passes the gate: the rollout goes on
+    // without the region cut off.
+    let p = placement_with(
+        "[ { name: first, clusters: 2 }, { percent: 100 } ]",
+        "{ available: 50%, for: 1s, timeout: 60s }",
+        "",
+    );
+    t.apply(&format!("{}---{p}", app("web:1", false)));
+    t.advance(Duration::from_secs(2));
+    t.apply(&app("web:2", false));
+    for _ in 0..400 {
+        t.advance(Duration::from_millis(25));
+        if released(&t).len() == 2 && running(&t, "web:2") == released(&t) {
+            break;
+        }
+    }
+    let first = released(&t);
+    assert_eq!(running(&t, "web:2"), first, "{:?}", state(&t));
+    // The region holding one released and one unreleased cluster is cut off.
+    let region = ["eu", "us"]
+        .into_iter()
+        .find(|r| first.iter().filter(|c| c.starts_with(r)).count() == 1)
+        .unwrap_or_else(|| panic!("no region with one of {first:?}"));
+    let away: Vec<&str> = CLUSTERS
+        .iter()
+        .copied()
+        .filter(|c| c.starts_with(region))
+        .collect();
+    t.cut(region);
+    let mut moved_on = false;
+    for _ in 0..400 {
+        t.advance(Duration::from_millis(25));
+        // What the region holds while away: its release, nothing later.
+        for c in &away {
+            assert_eq!(
+                running(&t, "web:2").contains(*c),
+                first.contains(*c),
+                "{c} while {region} is away: {:?} {:?}",
+                images(&t),
+                state(&t)
+            );
+            assert!(
+                running(&t, "web:1").contains(*c) || first.contains(*c),
+                "{c} keeps the previous revision: {:?}",
+                images(&t)
+            );
+        }
+        let s = state(&t);
+        assert_ne!(s.phase, Phase::RolledBack, "{s:?}");
+        moved_on |= s.phase == Phase::Complete || s.wave == 1;
+    }
+    // Meanwhile the rollout went on through the last wave at the root, and the other
+    // region got it.
+    assert!(moved_on, "{:?}", state(&t));
+    for c in CLUSTERS.iter().filter(|c| !c.starts_with(region)) {
+        assert!(running(&t, "web:2").contains(*c), "{c}: {:?}", images(&t));
+    }
+    // Back, the region catches up.
+    t.restore(region);
+    for _ in 0..400 {
+        t.advance(Duration::from_millis(25));
+        if phase(&t) == Phase::Complete && running(&t, "web:2").len() == 4 {
+            break;
+        }
+    }
+    assert_eq!(phase(&t), Phase::Complete, "{:?}", state(&t));
+    assert_eq!(running(&t, "web:2").len(), 4, "{:?}", images(&t));
 }
