@@ -427,3 +427,67 @@ fn a_region_cut_off_keeps_its_release_and_gets_no_later_wave_while_away() {
     assert_eq!(phase(&t), Phase::Complete, "{:?}", state(&t));
     assert_eq!(running(&t, "web:2").len(), 4, "{:?}", images(&t));
 }
+
+/// The placement with a `customize` rule setting the image to `image`.
+fn customized(image: &str, annotation: &str) -> String {
+    format!(
+        "
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: {{ name: web{annotation} }}
+spec:
+  objects: [ {{ selector: {{ matchLabels: {{ app: web }} }} }} ]
+  clusters: {{ selector: {{ matchLabels: {{ role: pos }} }} }}
+  customize:
+    - jsonPatch: [ {{ op: replace, path: /spec/template/spec/containers/0/image, value: \"{image}\" }} ]
+  rollout:
+    waves: [ {{ name: canary, clusters: 1 }}, {{ percent: 100 }} ]
+    gate: {{ available: 100%, for: 1s, timeout: 20s }}
+"
+    )
+}
+
+#[test]
+fn a_change_of_customize_rules_alone_rolls_out_in_waves_and_is_undone() {
+    let mut t = fleet();
+    t.apply(&format!(
+        "{}---{}",
+        app("web:1", false),
+        customized("web:a", "")
+    ));
+    t.advance(Duration::from_secs(2));
+    assert_eq!(running(&t, "web:a").len(), 4, "{:?}", images(&t));
+    // Only the rule changes: a new revision of the template, in waves.
+    t.apply(&customized("web:b", ""));
+    let mut saw_canary_alone = false;
+    for _ in 0..400 {
+        t.advance(Duration::from_millis(25));
+        let new = running(&t, "web:b");
+        if phase(&t) == Phase::Progressing {
+            let released = released(&t);
+            assert!(new.is_subset(&released), "{new:?} beyond {released:?}");
+        }
+        // Every other cluster keeps the previous rule's rendering.
+        assert_eq!(
+            new.len() + running(&t, "web:a").len(),
+            4,
+            "{:?}",
+            images(&t)
+        );
+        saw_canary_alone |= new.len() == 1;
+        if phase(&t) == Phase::Complete && new.len() == 4 {
+            break;
+        }
+    }
+    assert!(saw_canary_alone, "the canary ran the new rule alone first");
+    assert_eq!(phase(&t), Phase::Complete, "{:?}", state(&t));
+    assert_eq!(running(&t, "web:b").len(), 4, "{:?}", images(&t));
+    // Undone: every cluster renders the pins with the previous rule again.
+    t.apply(&customized(
+        "web:b",
+        ", annotations: { strata.dev/rollout: undo }",
+    ));
+    t.advance(Duration::from_secs(2));
+    assert_eq!(phase(&t), Phase::RolledBack);
+    assert_eq!(running(&t, "web:a").len(), 4, "{:?}", images(&t));
+}

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 use strata_node::objects::{Manifest, to_object};
+use strata_protocol::customize::CustomizeRule;
 use strata_protocol::model::{Object, ObjectKey, ObjectMeta, Revision, Space};
 use strata_protocol::placement::Placement;
 use strata_protocol::rollout::{
@@ -26,8 +27,8 @@ use strata_protocol::route::{STRATA_GROUP, is_placement, is_strata_object};
 use strata_protocol::sync::ObjectLog;
 use strata_protocol::time::UnixMillis;
 use strata_protocol::waves::{
-    PIN_PLACEMENT_LABEL, WaveCandidate, assign_waves, is_pin, pin_key, pin_placement,
-    release_batch, released_through,
+    PIN_CUSTOMIZE_LABEL, PIN_PLACEMENT_LABEL, WaveCandidate, assign_waves, is_pin, pin_key,
+    pin_placement, release_batch, released_through,
 };
 use strata_protocol::wire::Change;
 
@@ -36,7 +37,7 @@ use super::{NodeCore, last_seen};
 /// A placement's rollout objects before a write: its template and, when a new
 /// rollout would pin them, its objects as they were.
 pub(super) struct Before {
-    objects: BTreeMap<(Space, String), Vec<Object>>,
+    objects: BTreeMap<(Space, String), (Vec<Object>, Vec<CustomizeRule>)>,
 }
 
 impl NodeCore {
@@ -107,7 +108,8 @@ impl NodeCore {
                 .get(&key)
                 .is_some_and(|s| s.phase == Phase::Complete)
             {
-                objects.insert(key, selected(&self.log, p).cloned().collect());
+                let selected = selected(&self.log, p).cloned().collect();
+                objects.insert(key, (selected, p.customize.clone()));
             }
         }
         Before { objects }
@@ -128,7 +130,7 @@ impl NodeCore {
         for p in placements.iter().filter(|p| p.rollout.is_some()) {
             let key = (p.space.clone(), p.name.clone());
             kept.insert(key.clone());
-            let template = template_hash(selected(&self.log, p));
+            let template = template_hash(selected(&self.log, p), &p.customize);
             let command = command_of(&self.log, p);
             let Some(old) = self.rollouts.get(&key) else {
                 let mut s = RolloutState::new(template, wall.0);
@@ -140,9 +142,9 @@ impl NodeCore {
             let mut s = old.clone();
             if s.template != template {
                 let previous = match before.objects.get(&key) {
-                    Some(objects) => {
-                        changes.extend(repin(&self.log, p, objects, revision));
-                        Some(template_hash(objects.iter()))
+                    Some((objects, rules)) => {
+                        changes.extend(repin(&self.log, p, objects, rules, revision));
+                        Some(template_hash(objects.iter(), rules))
                     }
                     None => s.previous,
                 };
@@ -274,9 +276,13 @@ fn selected<'a>(log: &'a ObjectLog, p: &'a Placement) -> impl Iterator<Item = &'
         .filter(move |o| !is_strata_object(&o.meta) && p.selects_object(&o.meta))
 }
 
-/// The template revision of a set of objects: FNV-1a over their keys and content
-/// hashes, in key order.
-pub fn template_hash<'a>(objects: impl Iterator<Item = &'a Object>) -> u64 {
+/// The template revision of a set of objects and the placement's `customize` rules:
+/// FNV-1a over the objects' keys and content hashes, in key order, then the rules (as
+/// JSON; none add nothing, so a placement without rules hashes its objects alone).
+pub fn template_hash<'a>(
+    objects: impl Iterator<Item = &'a Object>,
+    rules: &[CustomizeRule],
+) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |bytes: &[u8]| {
         for b in bytes {
@@ -289,11 +295,23 @@ pub fn template_hash<'a>(objects: impl Iterator<Item = &'a Object>) -> u64 {
         feed(&[0]);
         feed(&o.hash.0);
     }
+    if !rules.is_empty() {
+        feed(&[1]);
+        feed(serde_json::to_string(rules).unwrap_or_default().as_bytes());
+    }
     hash
 }
 
-/// The pins of `p` replaced by copies of `objects` (its previous revision).
-fn repin(log: &ObjectLog, p: &Placement, objects: &[Object], revision: Revision) -> Vec<Change> {
+/// The pins of `p` replaced by copies of `objects` (its previous revision), each
+/// carrying the `customize` rules of that revision.
+fn repin(
+    log: &ObjectLog,
+    p: &Placement,
+    objects: &[Object],
+    rules: &[CustomizeRule],
+    revision: Revision,
+) -> Vec<Change> {
+    let rules = serde_json::to_string(rules).unwrap_or_else(|_| "[]".to_owned());
     let keep: BTreeSet<ObjectKey> = objects.iter().map(|o| pin_key(o.key())).collect();
     let mut out: Vec<Change> = log
         .live()
@@ -309,7 +327,11 @@ fn repin(log: &ObjectLog, p: &Placement, objects: &[Object], revision: Revision)
         out.push(Change::Upsert(Object {
             meta: ObjectMeta {
                 key: pin_key(o.key()),
-                labels: [(PIN_PLACEMENT_LABEL.to_owned(), p.name.clone())].into(),
+                labels: [
+                    (PIN_PLACEMENT_LABEL.to_owned(), p.name.clone()),
+                    (PIN_CUSTOMIZE_LABEL.to_owned(), rules.clone()),
+                ]
+                .into(),
             },
             revision,
             hash: o.hash,
