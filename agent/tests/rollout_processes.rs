@@ -476,9 +476,10 @@ fn a_root_killed_mid_rollout_resumes_from_its_store_where_it_was() {
         },
         |l| l.contains("Complete"),
     );
+    // (The second wave's gate may pass before the first answer, never the third's.)
     assert!(
-        lines[0].contains("Progressing") && wave_index(&lines[0]) == 2,
-        "the restarted root starts at the second wave: {lines:#?}"
+        lines[0].contains("Progressing") && wave_index(&lines[0]) >= 2,
+        "the restarted root goes on from the second wave: {lines:#?}"
     );
     let (_, out) = nodes.relay(&["get", "deployment", "web", "-n", "shop", "-o", "summary"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
