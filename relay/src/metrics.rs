@@ -282,11 +282,21 @@ impl OpsSource for RelayOps {
 
     fn ready(&self) -> OpsFuture<'_, Result<String, String>> {
         Box::pin(async move {
-            let link = self
+            let (link, standby) = self
                 .node
-                .query(|c| c.upstream().map(|l| (l.is_open(), l.cursor().log.0 != 0)))
+                .query(|c| {
+                    let link = c.upstream().map(|l| (l.is_open(), l.cursor().log.0 != 0));
+                    (link, c.is_standby())
+                })
                 .await
                 .ok_or("the node has stopped")?;
+            if standby {
+                return Err(
+                    "standby: serving children and reads from etcd; another root \
+                            replica holds the writer lease and takes the writes"
+                        .to_owned(),
+                );
+            }
             ops::store_writable(self.store.clone()).await?;
             match (link, &self.api) {
                 (Some((true, _)), _) => Ok("parent connected".to_owned()),

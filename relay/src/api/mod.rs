@@ -163,6 +163,11 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
     reply(status, json!({ "error": message.into() }))
 }
 
+/// What a standby root replica answers a write (503, a `metav1.Status`).
+pub const STANDBY_REFUSAL: &str = "this root replica is a standby: it serves reads and children from \
+     etcd; writes go to the replica holding the etcd writer lease (the one whose /readyz \
+     answers 200); try again there";
+
 async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
     let grant = req
         .headers()
@@ -217,6 +222,11 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
         tracing::info!(user = %grant.user, %method, path = %path.join("/"), %why, "refused");
         let (_, status) = crate::kube::failure(403, "Forbidden", why, None);
         return reply(StatusCode::FORBIDDEN, status);
+    }
+    if write && state.node.query(|c| c.is_standby()).await == Some(true) {
+        let (_, status) =
+            crate::kube::failure(503, "ServiceUnavailable", STANDBY_REFUSAL.into(), None);
+        return reply(StatusCode::SERVICE_UNAVAILABLE, status);
     }
     let kube = crate::kube::Request {
         grant,

@@ -35,6 +35,7 @@ use strata_protocol::wire::{ChildToParent, ParentToChild};
 
 mod children;
 mod choose;
+mod follow;
 mod links;
 mod log;
 mod parent;
@@ -132,6 +133,8 @@ pub struct NodeCore {
     wall_origin: UnixMillis,
     /// See [`CoreSetup::watch_history`].
     watch_history: u64,
+    /// See [`CoreSetup::standby`].
+    standby: bool,
 }
 
 /// How a node starts.
@@ -168,6 +171,9 @@ pub struct CoreSetup {
     /// `resourceVersion` is served rather than answered 410 ([`WATCH_HISTORY`] in a
     /// node; 0 keeps only what children need).
     pub watch_history: u64,
+    /// A root replica that serves the writer's log without writing it (its records
+    /// come in through [`NodeCore::follow`]) until [`NodeCore::promote`].
+    pub standby: bool,
 }
 
 impl NodeCore {
@@ -215,6 +221,7 @@ impl NodeCore {
             links: BTreeMap::new(),
             wall_origin: setup.wall_origin,
             watch_history: setup.watch_history,
+            standby: setup.standby,
         };
         core.reload_placements();
         core
@@ -325,12 +332,15 @@ impl NodeCore {
             self.refresh_routes();
         }
         if now >= self.next_summary {
-            if self.parent.is_none() && (self.replan || self.replan_on_tick) {
+            // A standby's log is the writer's: it plans nothing and compacts nothing.
+            if self.parent.is_none() && !self.standby && (self.replan || self.replan_on_tick) {
                 self.replan(now);
             }
             self.refresh_links(now);
             self.push_summaries(now);
-            self.compact();
+            if !self.standby {
+                self.compact();
+            }
         }
         let mut batch = std::mem::take(&mut self.batch);
         batch.merge(Batch::log_changes(&mut self.log));
