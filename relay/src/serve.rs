@@ -116,10 +116,11 @@ pub fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StartError> {
     Ok(open_replica(config)?.0)
 }
 
+/// An open store, and the etcd store itself when it is one (to follow it).
+type Opened = (Arc<dyn Store>, Option<Arc<EtcdStore>>);
+
 /// [`open_store`], and the etcd store itself when it is one.
-fn open_replica(
-    config: &NodeConfig,
-) -> Result<(Arc<dyn Store>, Option<Arc<EtcdStore>>), StartError> {
+fn open_replica(config: &NodeConfig) -> Result<Opened, StartError> {
     Ok(match &config.store {
         StoreConfig::Sled => (Arc::new(SledStore::open(&config.data)?), None),
         StoreConfig::Etcd(etcd) => {
