@@ -46,11 +46,12 @@ pub async fn render(
                 c.upstream_open(),
                 c.stats().clone(),
                 (c.snapshots_received(), c.is_standby()),
+                c.propagation_lag().histogram().clone(),
             )
         })
         .await?;
     let links = node.link_stats().await.unwrap_or_default();
-    let (name, head, floor, live, lags, up, stats, (snapshots, standby)) = core;
+    let (name, head, floor, live, lags, up, stats, (snapshots, standby), propagation) = core;
     let mut out = Exposition::new();
     let node_label = || -> Labels { vec![("node", name.clone())] };
     let one = |v: f64| vec![(node_label(), v)];
@@ -213,6 +214,11 @@ pub async fn render(
         Kind::Gauge,
         "1 while this root replica serves the etcd writer's log without writing it.",
         &one(f64::from(u8::from(standby))),
+    );
+    out.histogram(
+        "strata_propagation_lag_seconds",
+        "Time from a position of this node's log being committed here to a child acknowledging a cursor at or past it (holding the change durably): the propagation lag of one hop, by child.",
+        &propagation,
     );
     out.family(
         "strata_summaries_sent_total",

@@ -115,7 +115,8 @@ impl NodeCore {
                 self.refresh_route(name);
             }
             SessionEvent::Acked(cursor) => {
-                self.acked.insert(name.to_owned(), cursor);
+                let before = self.acked.insert(name.to_owned(), cursor);
+                self.lag.acked(name, before, cursor, now);
                 self.batch.child_acks.push((name.to_owned(), cursor));
                 self.link_acked(now, name);
             }

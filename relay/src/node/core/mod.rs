@@ -36,6 +36,7 @@ use strata_protocol::wire::{ChildToParent, ParentToChild};
 mod children;
 mod choose;
 mod follow;
+mod lag;
 mod links;
 mod log;
 mod parent;
@@ -44,6 +45,7 @@ mod upward;
 use super::reports::SubtreeReports;
 use children::Child;
 pub use choose::{CAPACITY_PROPERTY, PlanStatus, decision_key, excluded_counts};
+pub use lag::{LAG_BUCKETS, PropagationLag};
 pub use links::{LINK_REFRESH, last_seen};
 pub use rollout::{is_rollout, rollout_key, rollouts_in, template_hash};
 use strata_node::follower::ParentFollower;
@@ -135,6 +137,8 @@ pub struct NodeCore {
     watch_history: u64,
     /// See [`CoreSetup::standby`].
     standby: bool,
+    /// Commit-to-acknowledgement time per child.
+    lag: PropagationLag,
 }
 
 /// How a node starts.
@@ -184,6 +188,7 @@ impl NodeCore {
         config.incarnation = setup.log.id().0;
         let mut reports = setup.reports;
         let all = all_labels(&setup.labels, &setup.upstream_state.inherited);
+        let lag = PropagationLag::new(&setup.name, setup.log.id(), setup.log.head());
         let parent = setup
             .upstream
             .map(|link| ParentFollower::new(link, setup.upstream_state));
@@ -222,6 +227,7 @@ impl NodeCore {
             wall_origin: setup.wall_origin,
             watch_history: setup.watch_history,
             standby: setup.standby,
+            lag,
         };
         core.reload_placements();
         core
@@ -256,6 +262,11 @@ impl NodeCore {
     /// Counters.
     pub fn stats(&self) -> &CoreStats {
         &self.stats
+    }
+
+    /// How long after their commit here the children acknowledged positions.
+    pub fn propagation_lag(&self) -> &PropagationLag {
+        &self.lag
     }
 
     /// Connected children and their last acked cursor.
@@ -342,6 +353,7 @@ impl NodeCore {
                 self.compact();
             }
         }
+        self.lag.note_head(self.log.id(), self.log.head(), now);
         let mut batch = std::mem::take(&mut self.batch);
         batch.merge(Batch::log_changes(&mut self.log));
         batch
