@@ -65,6 +65,9 @@ pub enum StartError {
     /// The node refused to start.
     #[error(transparent)]
     Node(#[from] NodeError),
+    /// `STRATA_PROTOCOL_VERSIONS` is not a range of versions.
+    #[error(transparent)]
+    Versions(#[from] strata_node::config::ProtocolVersionsError),
 }
 
 /// Why `relay serve` stopped with an error.
@@ -201,7 +204,10 @@ pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle
         listener,
         tcp_listener,
         connector,
-        sessions: SessionConfig::default(),
+        sessions: SessionConfig {
+            versions: strata_node::config::protocol_versions()?,
+            ..SessionConfig::default()
+        },
         summary_interval: config.summary_interval,
         clock: Clock::start(),
         run: random_u64(),

@@ -171,6 +171,8 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
     let upstream = parts.parent.as_ref().map(|_| {
         let mut config = LinkConfig::new(parts.name.clone(), Role::Relay);
         config.run = parts.run;
+        // One process speaks one range of versions, to its parent and its children.
+        config.versions = parts.sessions.versions;
         ParentLink::new(now, config, upstream_state.cursor, upstream_state.route)
     });
     let reports = SubtreeReports::restore(stored.reports);

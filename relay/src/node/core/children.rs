@@ -99,7 +99,8 @@ impl NodeCore {
 
     fn on_child_event(&mut self, now: Instant, name: &str, event: SessionEvent) {
         match event {
-            SessionEvent::Opened { hello, .. } => {
+            SessionEvent::Opened { hello, version } => {
+                tracing::info!(child = name, version, "child session opened");
                 let relay = hello.role == Role::Relay;
                 if let Some(c) = self.children.get_mut(name) {
                     c.relay = relay;
