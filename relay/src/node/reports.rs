@@ -220,6 +220,19 @@ impl SubtreeReports {
     /// expected (selected by the placement) that have not reported. During a rollout,
     /// an object counts the clusters released and its pinned revision the others.
     pub fn summarize(&self, placement: &Placement, object: &ObjectKey, root: &RootView) -> Summary {
+        self.summarize_without(placement, object, root, &BTreeSet::new())
+    }
+
+    /// [`SubtreeReports::summarize`] leaving out the summaries of the children in `cut_off`
+    /// (their links are down: what they summarized last is stale); their clusters count
+    /// as expected and silent.
+    pub fn summarize_without(
+        &self,
+        placement: &Placement,
+        object: &ObjectKey,
+        root: &RootView,
+        cut_off: &BTreeSet<String>,
+    ) -> Summary {
         let mut s = Summary::default();
         let current = strata_protocol::waves::pinned_key(object).is_none();
         // One pass over the cluster records; statuses and summaries are then looked up
@@ -264,6 +277,9 @@ impl SubtreeReports {
             },
         );
         for &from in &selecting_children {
+            if cut_off.contains(from) {
+                continue;
+            }
             from.clone_into(&mut slot.0);
             if let Some(ReportValue::Summary(sum)) = self.stored.get(&slot) {
                 s.merge(sum);
