@@ -276,7 +276,10 @@ impl SubtreeReports {
                 object: object.clone(),
             },
         );
-        for &from in selecting_children.iter().filter(|f| !cut_off.contains(**f)) {
+        for &from in &selecting_children {
+            if cut_off.contains(from) {
+                continue;
+            }
             from.clone_into(&mut slot.0);
             if let Some(ReportValue::Summary(sum)) = self.stored.get(&slot) {
                 s.merge(sum);
