@@ -49,6 +49,7 @@ async fn an_agent_joins_with_a_token_once_and_stays_admitted_across_a_relay_rest
         tokens: d.join("site-1.tokens"),
         ca_cert: d.join("site-1.ca.crt"),
         ca_key: d.join("site-1.ca.key"),
+        node_days: 365,
     };
     std::fs::write(&files.tokens, "tok-one\ntok-two\n").unwrap();
     std::fs::write(&files.ca_cert, join_ca.cert_pem()).unwrap();

@@ -71,6 +71,8 @@ pub struct JoinFiles {
     pub ca_cert: PathBuf,
     /// Its key.
     pub ca_key: PathBuf,
+    /// How many days the certificates it signs for joining agents are valid.
+    pub node_days: u32,
 }
 
 /// The root's user API.
@@ -196,6 +198,8 @@ struct RawJoin {
     tokens: PathBuf,
     ca_cert: PathBuf,
     ca_key: PathBuf,
+    #[serde(default)]
+    node_days: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -307,10 +311,16 @@ impl NodeConfig {
             }
             None => StoreConfig::Sled,
         };
+        if raw.join.as_ref().is_some_and(|j| j.node_days == Some(0)) {
+            faults.push("join.node_days: must be at least 1 (day)".to_owned());
+        }
         let join = raw.join.map(|j| JoinFiles {
             tokens: base.join(j.tokens),
             ca_cert: base.join(j.ca_cert),
             ca_key: base.join(j.ca_key),
+            node_days: j
+                .node_days
+                .unwrap_or(strata_topology::certs::DEFAULT_NODE_DAYS),
         });
         if !faults.is_empty() {
             return Err(Refusal::Invalid(faults));

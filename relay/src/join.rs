@@ -92,7 +92,11 @@ impl Joining {
             }
         }
         let ca = Ca::load_join_ca(&files.ca_cert, &files.ca_key)
-            .map_err(|e| err("ca_cert", &files.ca_cert, e.to_string()))?;
+            .map_err(|e| err("ca_cert", &files.ca_cert, e.to_string()))?
+            .with_lifetimes(strata_topology::certs::Lifetimes {
+                node_days: files.node_days,
+                ..Default::default()
+            });
         let ca_der = CertificateDer::from_pem_slice(ca.cert_pem().as_bytes())
             .map_err(|e| {
                 err(
@@ -207,6 +211,7 @@ mod tests {
             tokens: d.join("eu.tokens"),
             ca_cert: d.join("eu.ca.crt"),
             ca_key: d.join("eu.ca.key"),
+            node_days: 365,
         };
         let err = Joining::load("eu", &files).unwrap_err().to_string();
         assert!(
