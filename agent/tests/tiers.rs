@@ -209,6 +209,18 @@ fn three_tiers_deliver_by_placement_report_the_tree_and_resync_a_region_with_the
             && out.contains("│  ├─ eu-site-1")
             && out.contains("   └─ us-site-2")
     });
+    // Each link shows the earliest expiry of the certificates on and below it (a year
+    // from now: the test's CA issues with the default lifetime).
+    let (_, tree, _) = t.relay(&["status", "--agents"]);
+    let next_year =
+        strata_topology::certs::utc_date(strata_topology::certs::unix_now() + 365 * 86_400);
+    assert_eq!(
+        tree.lines()
+            .filter(|l| l.contains(" up ") && l.contains("   cert 20"))
+            .count(),
+        10,
+        "every link shows its certificate's expiry ({next_year}):\n{tree}"
+    );
     // Cluster counts and lags of the deeper tiers follow without waiting for a refresh.
     t.eventually("relay status knows every lag and cluster count", |t| {
         let (_, out, _) = t.relay(&["status"]);
@@ -228,6 +240,23 @@ fn three_tiers_deliver_by_placement_report_the_tree_and_resync_a_region_with_the
 
     // A placement selecting role=pos reaches one cluster in each region.
     t.apply("app.yaml", &format!("{}{POS_APP}", payload()));
+    // The root's audit trail says who applied what, as one JSON line.
+    let log = std::fs::read_to_string(t.dir.join("center.log")).unwrap();
+    let audit: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["target"] == "audit")
+        .collect();
+    assert!(
+        audit.iter().any(|v| v["fields"]["who"] == "admin"
+            && v["fields"]["path"] == "/spaces/default/apply"
+            && v["fields"]["status"] == 200
+            && v["fields"]["objects"]
+                .as_str()
+                .is_some_and(|o| o.contains("Deployment pos/pos"))
+            && v["timestamp"].is_string()),
+        "no audit line for the apply: {audit:?}"
+    );
     t.eventually("the app is available on both pos clusters", |t| {
         t.summary("deployment", "pos")
             .is_some_and(|(s, _)| s["expected"] == 2 && s["health"]["available"] == 2)

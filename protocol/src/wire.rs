@@ -293,6 +293,9 @@ pub struct LinkRecord {
     pub lag: Option<u64>,
     /// Clusters below the child (1 for an agent).
     pub clusters: u64,
+    /// When the child's certificate expires (`None`: not known, e.g. a link reported
+    /// by a relay of an older version).
+    pub cert_expires: Option<UnixMillis>,
 }
 
 /// One report: the latest value of one key.

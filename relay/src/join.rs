@@ -163,9 +163,20 @@ impl Admissions {
     /// and returns the answer. Blocks on the store commit.
     pub fn admit(&mut self, core: &mut NodeCore, request: &JoinRequest) -> JoinReply {
         let relay = self.joining.relay.clone();
-        let refuse = |reason: String| JoinReply::Refused {
-            relay: relay.clone(),
-            reason,
+        let refuse = |reason: String| {
+            tracing::info!(
+                target: "audit",
+                who = %request.cluster,
+                action = "join-refused",
+                relay = %relay,
+                reason = %reason,
+                "{relay} refused to admit {:?}: {reason}",
+                request.cluster
+            );
+            JoinReply::Refused {
+                relay: relay.clone(),
+                reason,
+            }
         };
         let id = token_id(&request.token);
         if !self.joining.tokens.contains(&id) {
@@ -192,9 +203,17 @@ impl Admissions {
         if let Err(e) = tokio::task::block_in_place(|| self.store.commit(&batch)) {
             return refuse(format!("cannot record the join ({e}); try again later"));
         }
-        self.used.insert(id, name.to_owned());
+        self.used.insert(id.clone(), name.to_owned());
         core.admit_child(name);
         tracing::info!(child = %name, "admitted an agent by join token");
+        tracing::info!(
+            target: "audit",
+            who = %name,
+            action = "admitted",
+            relay = %relay,
+            token = %id.get(..12).unwrap_or_default(),
+            "{relay} admitted {name:?} by join token"
+        );
         JoinReply::Granted { chain_pem: chain }
     }
 }

@@ -15,7 +15,7 @@ use strata_node::link::Link;
 use strata_node::store::{Store, StoreError};
 use strata_node::transport::{self, Sender, close_code};
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
-use strata_protocol::time::Instant;
+use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{ErrorCode, JoinReply, ParentToChild, Role};
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
@@ -273,6 +273,11 @@ impl Node for Relay {
                 sender,
             } => match core.child_connected(now, &name, conn_id) {
                 Ok(()) => {
+                    let expires = conn
+                        .peer_chain()
+                        .and_then(|chain| strata_topology::certs::not_after(chain.first()?))
+                        .map(|s| UnixMillis(u64::try_from(s).unwrap_or(0).saturating_mul(1000)));
+                    core.child_certificate(&name, expires);
                     tracing::info!(child = %name, remote = %conn.remote_address(), transport = %conn.kind(), "child connected");
                     self.children.insert((name, conn_id), (conn, sender));
                 }

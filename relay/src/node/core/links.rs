@@ -56,6 +56,15 @@ impl NodeCore {
         self.push_link(now, child);
     }
 
+    /// When the certificate a child's connection presented expires; its link record
+    /// carries it upward.
+    pub fn child_certificate(&mut self, child: &str, expires: Option<UnixMillis>) {
+        match expires {
+            Some(t) => self.cert_expires.insert(child.to_owned(), t),
+            None => self.cert_expires.remove(child),
+        };
+    }
+
     /// Heard from a child.
     pub(super) fn link_heard(&mut self, now: Instant, child: &str) {
         if let Some(l) = self.links.get_mut(child) {
@@ -153,6 +162,7 @@ impl NodeCore {
             last_heard: self.wall(l.last_heard),
             lag: acked.map(|c| head.saturating_sub(c.position.0)),
             clusters,
+            cert_expires: self.cert_expires.get(child).copied(),
         })
     }
 
@@ -249,6 +259,7 @@ mod tests {
             last_heard: UnixMillis(since),
             lag: Some(0),
             clusters: 1,
+            cert_expires: None,
         }
     }
 

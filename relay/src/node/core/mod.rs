@@ -128,6 +128,8 @@ pub struct NodeCore {
     stats: CoreStats,
     /// Children's links as this node sees them.
     links: BTreeMap<String, links::LinkState>,
+    /// When each connected child's certificate expires (from its TLS handshake).
+    cert_expires: BTreeMap<String, UnixMillis>,
     /// The wall-clock time at the clock's origin.
     wall_origin: UnixMillis,
     /// See [`CoreSetup::watch_history`].
@@ -213,6 +215,7 @@ impl NodeCore {
             outgoing: Outgoing::default(),
             stats: CoreStats::default(),
             links: BTreeMap::new(),
+            cert_expires: BTreeMap::new(),
             wall_origin: setup.wall_origin,
             watch_history: setup.watch_history,
         };
