@@ -132,6 +132,8 @@ pub enum ErrorCode {
     Overloaded,
     /// The peer was silent for longer than the idle timeout.
     IdleTimeout,
+    /// The child's name was revoked at the root (`relay revoke`): it is refused for good.
+    Revoked,
 }
 
 /// One change in a downsync batch.

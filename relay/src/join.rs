@@ -189,6 +189,9 @@ impl Admissions {
         if let Err(why) = check_node_name(name) {
             return refuse(why);
         }
+        if core.is_revoked(name) {
+            return refuse(format!("the name {name:?} was revoked at the root"));
+        }
         if name == relay || self.parent.as_deref() == Some(name) || core.is_allowed_child(name) {
             return refuse(format!("the name {name:?} is already taken here"));
         }

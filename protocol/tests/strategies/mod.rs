@@ -157,6 +157,7 @@ fn error_code() -> impl Strategy<Value = ErrorCode> {
         ErrorCode::ShuttingDown,
         ErrorCode::Overloaded,
         ErrorCode::IdleTimeout,
+        ErrorCode::Revoked,
     ])
 }
 

@@ -10,6 +10,8 @@
 //! | GET | `/clusters` | the inventory, with each cluster's link state and last-seen |
 //! | GET | `/status` | the tier tree: every link's state, lag and last heartbeat |
 //! | GET | `/upsynced[?cluster=C]` | objects born on clusters that placements upsync, by cluster |
+//! | POST | `/revocations/{name}` | revoke a node (admin only; body `{"reason": "..."}`): every tier refuses it |
+//! | GET | `/revocations` | the revoked names |
 //!
 //! Every request needs `Authorization: Bearer <token>` with a token from the tokens
 //! file; nothing is served anonymously. What each token may do is [`auth`]'s.
@@ -39,6 +41,7 @@ use strata_node::objects::parse_manifests;
 mod audit;
 pub mod auth;
 pub mod paths;
+mod revoke;
 mod tree;
 
 use crate::kube::selector::LabelQuery;
@@ -308,6 +311,8 @@ async fn route(
             };
             get_objects(state, space, filter, labels, false).await
         }
+        (&Method::POST, ["revocations", name]) => revoke::revoke(state, grant, name, body).await,
+        (&Method::GET, ["revocations"]) => revoke::list(state).await,
         (&Method::GET, ["clusters"]) => tree::clusters(state).await,
         (&Method::GET, ["status"]) => tree::status(state).await,
         (&Method::GET, ["upsynced"]) => tree::upsynced(state, param(query, "cluster")).await,

@@ -283,7 +283,12 @@ impl Node for Relay {
                 }
                 Err(e) => {
                     tracing::warn!(child = %name, reason = %e.reason, "refusing a connection");
-                    conn.close(close_code::UNKNOWN_CHILD, e.reason.as_bytes());
+                    let code = if e.code == ErrorCode::Revoked {
+                        close_code::REVOKED
+                    } else {
+                        close_code::UNKNOWN_CHILD
+                    };
+                    conn.close(code, e.reason.as_bytes());
                 }
             },
             RelayInput::ChildMsg { name, conn_id, msg } => {
@@ -386,6 +391,7 @@ impl Relay {
                 let code = match error.code {
                     ErrorCode::Replaced => close_code::REPLACED,
                     ErrorCode::UnknownChild => close_code::UNKNOWN_CHILD,
+                    ErrorCode::Revoked => close_code::REVOKED,
                     _ => close_code::PROTOCOL,
                 };
                 // Let queued messages (a goodbye) go out first; QUIC close is immediate.

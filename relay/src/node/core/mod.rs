@@ -20,7 +20,8 @@
 //! * `log.rs`: the root's writes (`apply`, `apply_manifests`), changed keys, placements
 //!   and compaction;
 //! * `upward.rs`: children's reports taken in, and the reports and summaries sent up;
-//! * `links.rs`: the children's links as this node sees them (the tier tree's records).
+//! * `links.rs`: the children's links as this node sees them (the tier tree's records);
+//! * `revoke.rs`: names revoked at the root, refused and closed at every tier.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -38,12 +39,14 @@ mod choose;
 mod links;
 mod log;
 mod parent;
+mod revoke;
 mod rollout;
 mod upward;
 use super::reports::SubtreeReports;
 use children::Child;
 pub use choose::{CAPACITY_PROPERTY, PlanStatus, decision_key, excluded_counts};
 pub use links::{LINK_REFRESH, last_seen};
+pub use revoke::revocation_key;
 pub use rollout::{is_rollout, rollout_key, rollouts_in, template_hash};
 use strata_node::follower::ParentFollower;
 use strata_node::store::{Batch, ReportSlot, UpstreamState};
@@ -130,6 +133,8 @@ pub struct NodeCore {
     links: BTreeMap<String, links::LinkState>,
     /// When each connected child's certificate expires (from its TLS handshake).
     cert_expires: BTreeMap<String, UnixMillis>,
+    /// Names revoked at the root (the log's `Revocation` objects): refused as children.
+    revoked: BTreeSet<String>,
     /// The wall-clock time at the clock's origin.
     wall_origin: UnixMillis,
     /// See [`CoreSetup::watch_history`].
@@ -216,6 +221,7 @@ impl NodeCore {
             stats: CoreStats::default(),
             links: BTreeMap::new(),
             cert_expires: BTreeMap::new(),
+            revoked: BTreeSet::new(),
             wall_origin: setup.wall_origin,
             watch_history: setup.watch_history,
         };
@@ -325,6 +331,7 @@ impl NodeCore {
         if self.routes_stale {
             self.routes_stale = false;
             self.reload_placements();
+            self.close_revoked();
             self.refresh_routes();
         }
         if now >= self.next_summary {
