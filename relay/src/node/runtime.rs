@@ -303,7 +303,10 @@ impl Node for Relay {
             RelayInput::Query(q) => q(core),
             RelayInput::Join { request, reply } => {
                 let answer = match &mut self.admissions {
-                    Some(a) => a.admit(core, &request),
+                    Some(a) => {
+                        let wall = i64::try_from(core.wall(now).0 / 1000).unwrap_or(i64::MAX);
+                        a.admit(core, &request, wall)
+                    }
                     None => JoinReply::Refused {
                         relay: core.name().to_owned(),
                         reason: "this relay admits no agents by token".into(),

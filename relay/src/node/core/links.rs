@@ -33,7 +33,7 @@ pub(super) struct LinkState {
 
 impl NodeCore {
     /// The wall-clock time of `now`, for stamps that cross nodes.
-    pub(super) fn wall(&self, now: Instant) -> UnixMillis {
+    pub fn wall(&self, now: Instant) -> UnixMillis {
         let ms = u64::try_from(now.since_origin().as_millis()).unwrap_or(u64::MAX);
         UnixMillis(self.wall_origin.0.saturating_add(ms))
     }
