@@ -49,6 +49,9 @@ async fn an_agent_joins_with_a_token_once_and_stays_admitted_across_a_relay_rest
         tokens: d.join("site-1.tokens"),
         ca_cert: d.join("site-1.ca.crt"),
         ca_key: d.join("site-1.ca.key"),
+        node_days: 365,
+        rate_per_source: 5,
+        rate_global: 50,
     };
     std::fs::write(&files.tokens, "tok-one\ntok-two\n").unwrap();
     std::fs::write(&files.ca_cert, join_ca.cert_pem()).unwrap();
@@ -208,5 +211,76 @@ async fn a_certificate_from_another_relays_join_ca_is_refused() {
         "a certificate of another relay's join CA was admitted"
     );
     agent.shutdown().await;
+    site.shutdown().await.unwrap();
+}
+
+/// A token may carry a use count and an expiry; join attempts over the per-source rate
+/// are refused with a refusal saying so, and the relay keeps serving its child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_expire_and_count_uses_and_a_join_flood_is_refused() {
+    let h = Hierarchy::new();
+    let (d, ca_path) = (h.dir(), h.ca_path());
+    let join_ca = h.ca().issue_join_ca("site-1").unwrap();
+    let files = JoinFiles {
+        tokens: d.join("site-1.tokens"),
+        ca_cert: d.join("site-1.ca.crt"),
+        ca_key: d.join("site-1.ca.key"),
+        node_days: 365,
+        rate_per_source: 2,
+        rate_global: 50,
+    };
+    std::fs::write(
+        &files.tokens,
+        "# two agents may join with the first, none with the second\ntok-twice uses=2\ntok-old expires=2020-01-01\n",
+    )
+    .unwrap();
+    std::fs::write(&files.ca_cert, join_ca.cert_pem()).unwrap();
+    std::fs::write(&files.ca_key, join_ca.key_pem()).unwrap();
+    let joining = Arc::new(Joining::load("site-1", &files).unwrap());
+    let site = h
+        .relay("site-1")
+        .children(&["pos-1"])
+        .joining(joining)
+        .start()
+        .await;
+    let addr = h.addr("site-1");
+    let pos = h.agent("pos-1").role("pos").under("site-1").start();
+    eventually("pos-1 is connected", || connected(&site, "pos-1")).await;
+
+    for name in ["joined-1", "joined-2"] {
+        join::join("site-1", addr, &ca_path, name, "tok-twice")
+            .await
+            .unwrap();
+    }
+    let (_, reason) = refusal(join::join("site-1", addr, &ca_path, "joined-3", "tok-twice").await);
+    assert_eq!(
+        reason,
+        "the join token was already used 2 times (by \"joined-1\", \"joined-2\")"
+    );
+    let (_, reason) = refusal(join::join("site-1", addr, &ca_path, "joined-3", "tok-old").await);
+    assert_eq!(reason, "the join token expired on 2020-01-01");
+
+    // A burst of bogus joins from one address: beyond twice the rate, refused as such.
+    let mut flood = tokio::task::JoinSet::new();
+    for i in 0..12 {
+        let ca_path = ca_path.clone();
+        flood.spawn(async move {
+            join::join("site-1", addr, &ca_path, &format!("bogus-{i}"), "nope").await
+        });
+    }
+    let reasons: Vec<String> = flood
+        .join_all()
+        .await
+        .into_iter()
+        .map(|r| refusal(r).1)
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.starts_with("too many join attempts from 127.0.0.1 (at most 2/s): retry in")),
+        "{reasons:?}"
+    );
+    assert!(connected(&site, "pos-1").await, "the child was dropped");
+    pos.shutdown().await;
     site.shutdown().await.unwrap();
 }

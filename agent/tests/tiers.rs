@@ -5,8 +5,9 @@
 //! comes back summarized; `relay status` shows the whole tier tree and `relay clusters`
 //! when each cluster was last seen; a regional relay killed with SIGKILL while objects
 //! change and go is sent only the delta when it returns (from the root's per-stream
-//! metrics), and its subtree converges; the Kubernetes-shaped API paths; a clean
-//! SIGTERM of every process.
+//! metrics), and its subtree converges; a cluster revoked while its region is down is
+//! closed and refused by its site relay once the region returns; the root's audit
+//! trail; the Kubernetes-shaped API paths; a clean SIGTERM of every process.
 
 #![allow(clippy::unwrap_used)]
 // A synchronous test driving processes: there is no runtime for a sleep to block.
@@ -209,6 +210,18 @@ fn three_tiers_deliver_by_placement_report_the_tree_and_resync_a_region_with_the
             && out.contains("│  ├─ eu-site-1")
             && out.contains("   └─ us-site-2")
     });
+    // Each link shows the earliest expiry of the certificates on and below it (a year
+    // from now: the test's CA issues with the default lifetime).
+    let (_, tree, _) = t.relay(&["status", "--agents"]);
+    let next_year =
+        strata_topology::certs::utc_date(strata_topology::certs::unix_now() + 365 * 86_400);
+    assert_eq!(
+        tree.lines()
+            .filter(|l| l.contains(" up ") && l.contains("   cert 20"))
+            .count(),
+        10,
+        "every link shows its certificate's expiry ({next_year}):\n{tree}"
+    );
     // Cluster counts and lags of the deeper tiers follow without waiting for a refresh.
     t.eventually("relay status knows every lag and cluster count", |t| {
         let (_, out, _) = t.relay(&["status"]);
@@ -228,6 +241,23 @@ fn three_tiers_deliver_by_placement_report_the_tree_and_resync_a_region_with_the
 
     // A placement selecting role=pos reaches one cluster in each region.
     t.apply("app.yaml", &format!("{}{POS_APP}", payload()));
+    // The root's audit trail says who applied what, as one JSON line.
+    let log = std::fs::read_to_string(t.dir.join("center.log")).unwrap();
+    let audit: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["target"] == "audit")
+        .collect();
+    assert!(
+        audit.iter().any(|v| v["fields"]["who"] == "admin"
+            && v["fields"]["path"] == "/spaces/default/apply"
+            && v["fields"]["status"] == 200
+            && v["fields"]["objects"]
+                .as_str()
+                .is_some_and(|o| o.contains("Deployment pos/pos"))
+            && v["timestamp"].is_string()),
+        "no audit line for the apply: {audit:?}"
+    );
     t.eventually("the app is available on both pos clusters", |t| {
         t.summary("deployment", "pos")
             .is_some_and(|(s, _)| s["expected"] == 2 && s["health"]["available"] == 2)
@@ -300,7 +330,23 @@ fn three_tiers_deliver_by_placement_report_the_tree_and_resync_a_region_with_the
     );
     let (ok, _, err) = t.relay(&["delete", "configmap", "pos-settings", "-n", "pos"]);
     assert!(ok, "{err}");
+    // A cluster below the dead region is revoked: its site relay, cut off from the
+    // root, learns it when the region returns, closes its session and refuses it since.
+    let (ok, out, err) = t.relay(&["revoke", "eu-kiosk", "--reason", "stolen"]);
+    assert!(
+        ok && out.starts_with("revoked eu-kiosk at revision"),
+        "{out}{err}"
+    );
     procs[eu] = start(&dir, "eu", "relay");
+    t.eventually("eu-site-2 closed and refuses the revoked eu-kiosk", |t| {
+        let site = std::fs::read_to_string(t.dir.join("eu-site-2.log")).unwrap_or_default();
+        let agent = std::fs::read_to_string(t.dir.join("eu-kiosk.log")).unwrap_or_default();
+        site.contains("closing the session of a revoked child")
+            && site.lines().any(|l| {
+                l.contains("refusing a connection") && l.contains("was revoked at the root")
+            })
+            && agent.contains("was revoked at the root")
+    });
     t.eventually(
         "eu's subtree converged to the change and the deletion",
         |t| {
@@ -321,6 +367,35 @@ fn three_tiers_deliver_by_placement_report_the_tree_and_resync_a_region_with_the
         let (_, tree, _) = t.relay(&["status"]);
         tree.contains("children 2/2") && tree.contains("│  ├─ eu-site-1")
     });
+
+    // A connected cluster two tiers below the root is revoked: the time until its site
+    // relay closes its session (a figure, not asserted), and the root's audit trail.
+    // A figure for the report only: nothing is asserted on it.
+    #[allow(clippy::disallowed_types)]
+    let started = std::time::Instant::now();
+    let (ok, out, err) = t.relay(&["revoke", "us-pos"]);
+    assert!(ok, "{out}{err}");
+    t.eventually("us-site-1 closed the revoked us-pos", |t| {
+        std::fs::read_to_string(t.dir.join("us-site-1.log"))
+            .unwrap_or_default()
+            .contains("closing the session of a revoked child")
+    });
+    eprintln!(
+        "relay revoke to the session closed two tiers down: {:?}",
+        started.elapsed()
+    );
+    let (ok, out, _) = t.relay(&["revoke", "us-pos"]);
+    assert!(ok && out.contains("us-pos was already revoked"), "{out}");
+    let log = std::fs::read_to_string(t.dir.join("center.log")).unwrap();
+    assert!(
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|v| v["target"] == "audit"
+                && v["fields"]["action"] == "revoked"
+                && v["fields"]["node"] == "eu-kiosk"
+                && v["fields"]["reason"] == "stolen"),
+        "no audit line for the revocation"
+    );
 
     // Everyone stops cleanly on SIGTERM, leaves first.
     for p in procs.into_iter().rev() {

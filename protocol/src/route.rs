@@ -5,7 +5,8 @@
 //! child (relays route with them); agents receive only what is placed on their cluster,
 //! and the placements selecting their cluster that ask for upsync, customize objects or
 //! summarize them. The root's cluster
-//! objects ([`crate::overrides`]) travel with the placements, to relays only.
+//! objects ([`crate::overrides`]) and revocations travel with the placements, to relays
+//! only.
 
 use std::sync::Arc;
 
@@ -29,10 +30,20 @@ pub fn is_placement(meta: &ObjectMeta) -> bool {
     meta.key.group == STRATA_GROUP && meta.key.kind == PLACEMENT_KIND
 }
 
+/// The kind of revocation objects: the node named by the object's name (in the space
+/// `default`) is refused by every tier (`relay revoke NAME`).
+pub const REVOCATION_KIND: &str = "Revocation";
+
+/// Whether an object is a revocation (routed to every relay, never to an agent).
+pub fn is_revocation(meta: &ObjectMeta) -> bool {
+    meta.key.group == STRATA_GROUP && meta.key.kind == REVOCATION_KIND
+}
+
 /// Whether an object is one of Strata's own (a placement, a cluster's labels, a
-/// decision): the root and relays route with them; they are never placed on clusters.
+/// decision, a revocation): the root and relays route with them; they are never placed
+/// on clusters.
 pub fn is_strata_object(meta: &ObjectMeta) -> bool {
-    is_placement(meta) || is_cluster_object(meta) || is_decision(meta)
+    is_placement(meta) || is_cluster_object(meta) || is_decision(meta) || is_revocation(meta)
 }
 
 /// The route of one child: the placements that select some cluster of its subtree.
@@ -104,9 +115,9 @@ impl Route for PlacementRoute {
                     p.space == meta.key.space && p.name == meta.key.name && agent_needs(p)
                 });
         }
-        if is_cluster_object(meta) || is_decision(meta) {
-            // Relays route with the root's cluster labels and decisions; agents never
-            // need them.
+        if is_cluster_object(meta) || is_decision(meta) || is_revocation(meta) {
+            // Relays route with the root's cluster labels and decisions, and refuse
+            // revoked children; agents never need them.
             return self.relay;
         }
         if let Some(owner) = pin_placement(meta) {

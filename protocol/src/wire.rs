@@ -132,6 +132,8 @@ pub enum ErrorCode {
     Overloaded,
     /// The peer was silent for longer than the idle timeout.
     IdleTimeout,
+    /// The child's name was revoked at the root (`relay revoke`): it is refused for good.
+    Revoked,
 }
 
 /// One change in a downsync batch.
@@ -293,6 +295,9 @@ pub struct LinkRecord {
     pub lag: Option<u64>,
     /// Clusters below the child (1 for an agent).
     pub clusters: u64,
+    /// When the child's certificate expires (`None`: not known, e.g. a link reported
+    /// by a relay of an older version).
+    pub cert_expires: Option<UnixMillis>,
 }
 
 /// One report: the latest value of one key.

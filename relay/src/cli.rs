@@ -217,6 +217,19 @@ pub enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Revoke a node (a cluster's agent, an agent that joined, or a relay and so its
+    /// subtree's link): recorded at the root, sent to every tier, refused at its next
+    /// handshake and its open session closed. An admin's act; it cannot be undone.
+    Revoke {
+        /// The node's name (as its certificate names it).
+        name: String,
+        /// Why (kept with the revocation and in the audit trail).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ApiArgs,
+    },
 }
 
 /// Output formats of `get`.
@@ -514,6 +527,21 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Status { api, agents } => {
             let v = call(&api, Method::GET, "/status", None).await?;
             print!("{}", crate::views::status_tree(&v, agents));
+            Ok(())
+        }
+        Command::Revoke { name, reason, api } => {
+            let body = serde_json::to_vec(&serde_json::json!({ "reason": reason }))?;
+            let v = call(
+                &api,
+                Method::POST,
+                &format!("/revocations/{name}"),
+                Some(body),
+            )
+            .await?;
+            match v["revision"].as_u64() {
+                Some(rev) => println!("revoked {name} at revision {rev}"),
+                None => println!("{name} was already revoked"),
+            }
             Ok(())
         }
     }

@@ -71,7 +71,20 @@ pub struct JoinFiles {
     pub ca_cert: PathBuf,
     /// Its key.
     pub ca_key: PathBuf,
+    /// How many days the certificates it signs for joining agents are valid.
+    pub node_days: u32,
+    /// Join attempts (connections without a certificate) accepted per second from one
+    /// source address, with bursts of twice as many; more are refused.
+    pub rate_per_source: u32,
+    /// Join attempts accepted per second from all sources together, with bursts of
+    /// twice as many; more are refused.
+    pub rate_global: u32,
 }
+
+/// Default of [`JoinFiles::rate_per_source`].
+pub const DEFAULT_JOIN_RATE_PER_SOURCE: u32 = 5;
+/// Default of [`JoinFiles::rate_global`].
+pub const DEFAULT_JOIN_RATE_GLOBAL: u32 = 50;
 
 /// The root's user API.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,6 +209,12 @@ struct RawJoin {
     tokens: PathBuf,
     ca_cert: PathBuf,
     ca_key: PathBuf,
+    #[serde(default)]
+    node_days: Option<u32>,
+    #[serde(default)]
+    rate_per_source: Option<u32>,
+    #[serde(default)]
+    rate_global: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -307,10 +326,28 @@ impl NodeConfig {
             }
             None => StoreConfig::Sled,
         };
+        if raw.join.as_ref().is_some_and(|j| j.node_days == Some(0)) {
+            faults.push("join.node_days: must be at least 1 (day)".to_owned());
+        }
+        for (field, value) in raw.join.iter().flat_map(|j| {
+            [
+                ("rate_per_source", j.rate_per_source),
+                ("rate_global", j.rate_global),
+            ]
+        }) {
+            if value == Some(0) {
+                faults.push(format!("join.{field}: must be at least 1 (per second)"));
+            }
+        }
         let join = raw.join.map(|j| JoinFiles {
             tokens: base.join(j.tokens),
             ca_cert: base.join(j.ca_cert),
             ca_key: base.join(j.ca_key),
+            node_days: j
+                .node_days
+                .unwrap_or(strata_topology::certs::DEFAULT_NODE_DAYS),
+            rate_per_source: j.rate_per_source.unwrap_or(DEFAULT_JOIN_RATE_PER_SOURCE),
+            rate_global: j.rate_global.unwrap_or(DEFAULT_JOIN_RATE_GLOBAL),
         });
         if !faults.is_empty() {
             return Err(Refusal::Invalid(faults));

@@ -1,4 +1,5 @@
-//! Agents that are not in the topology join a relay with a single-use token.
+//! Agents that are not in the topology join a relay with a token (single-use unless its
+//! line in the tokens file says `uses=N`; valid until its `expires=DATE`, if any).
 //!
 //! A relay configured with `join:` accepts QUIC connections without a client
 //! certificate (and only such a relay does). Such a connection names no node and may do
@@ -7,8 +8,11 @@
 //! stream; the relay answers with a [`JoinReply`] on another and the connection ends.
 //! Anything else closes it with `close_code::PROTOCOL`.
 //!
-//! The relay grants a request when the token is one of its tokens and unused, and the
-//! name is free (not the relay, its parent, a configured child or an agent that joined
+//! Join attempts are rate-limited per source address and overall before anything else
+//! ([`Joining::check_rate`], `join.rate_per_source` / `join.rate_global`): over the rate
+//! the answer is a refusal saying so. The relay grants a request when the token is one
+//! of its tokens, not expired and not used up, the name is not revoked, and the name is
+//! free (not the relay, its parent, a configured child or an agent that joined
 //! before). It then records the used token and the new child in its store in one
 //! durable commit *before* answering, so a token works once even across restarts and
 //! the agent is admitted after a restart. Tokens are kept by their SHA-256 only.
@@ -18,7 +22,7 @@
 //! accepted on a node link only when that intermediate is this relay's own join CA
 //! ([`chain_allowed`]): an agent that joined one relay cannot pose as a node elsewhere.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -28,6 +32,7 @@ use strata_protocol::wire::{JoinReply, JoinRequest};
 
 use crate::certs::Ca;
 use crate::config::{JoinFiles, check_node_name};
+use crate::join_limits::{JoinLimiter, TokenRule, parse_token_line};
 use crate::node::core::NodeCore;
 pub use strata_node::join::{read_request, send_reply};
 use strata_node::store::{Batch, Store};
@@ -43,13 +48,15 @@ pub struct JoinSetupError {
     pub reason: String,
 }
 
-/// What a relay admits joining agents with: its tokens and its join CA.
+/// What a relay admits joining agents with: its tokens and its join CA, and the rate
+/// of join attempts it takes.
 pub struct Joining {
     relay: String,
-    /// SHA-256 (hex) of every token.
-    tokens: BTreeSet<String>,
+    /// SHA-256 (hex) of every token, and its rule.
+    tokens: BTreeMap<String, TokenRule>,
     ca: Ca,
     ca_der: Vec<u8>,
+    limiter: tokio::sync::Mutex<JoinLimiter>,
 }
 
 impl std::fmt::Debug for Joining {
@@ -77,12 +84,16 @@ impl Joining {
         };
         let text = std::fs::read_to_string(&files.tokens)
             .map_err(|e| err("tokens", &files.tokens, format!("cannot read: {e}")))?;
-        let tokens: BTreeSet<String> = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(token_id)
-            .collect();
+        let mut tokens = BTreeMap::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (token, rule) = parse_token_line(line)
+                .map_err(|why| err("tokens", &files.tokens, format!("line {}: {why}", i + 1)))?;
+            tokens.insert(token_id(&token), rule);
+        }
         if tokens.is_empty() {
             return Err(err("tokens", &files.tokens, "holds no token".into()));
         }
@@ -92,7 +103,11 @@ impl Joining {
             }
         }
         let ca = Ca::load_join_ca(&files.ca_cert, &files.ca_key)
-            .map_err(|e| err("ca_cert", &files.ca_cert, e.to_string()))?;
+            .map_err(|e| err("ca_cert", &files.ca_cert, e.to_string()))?
+            .with_lifetimes(strata_topology::certs::Lifetimes {
+                node_days: files.node_days,
+                ..Default::default()
+            });
         let ca_der = CertificateDer::from_pem_slice(ca.cert_pem().as_bytes())
             .map_err(|e| {
                 err(
@@ -107,7 +122,29 @@ impl Joining {
             tokens,
             ca,
             ca_der,
+            limiter: tokio::sync::Mutex::new(JoinLimiter::new(
+                files.rate_per_source,
+                files.rate_global,
+            )),
         })
+    }
+
+    /// The relay's name.
+    pub fn relay(&self) -> &str {
+        &self.relay
+    }
+
+    /// Takes one join attempt from `source`, or says why it is refused (too many).
+    pub async fn check_rate(&self, source: std::net::IpAddr) -> Result<(), String> {
+        let result = self
+            .limiter
+            .lock()
+            .await
+            .check(source, tokio::time::Instant::now());
+        if let Err(why) = &result {
+            tracing::debug!(%source, %why, "refusing a join attempt");
+        }
+        result
     }
 }
 
@@ -157,22 +194,77 @@ impl Admissions {
 
     /// Decides a request, records a grant durably, admits the new child into `core`,
     /// and returns the answer. Blocks on the store commit.
-    pub fn admit(&mut self, core: &mut NodeCore, request: &JoinRequest) -> JoinReply {
+    /// `wall_secs`: the wall-clock time (Unix seconds) a token's expiry is checked against.
+    pub fn admit(
+        &mut self,
+        core: &mut NodeCore,
+        request: &JoinRequest,
+        wall_secs: i64,
+    ) -> JoinReply {
         let relay = self.joining.relay.clone();
-        let refuse = |reason: String| JoinReply::Refused {
-            relay: relay.clone(),
-            reason,
+        let refuse = |reason: String| {
+            tracing::info!(
+                target: "audit",
+                who = %request.cluster,
+                action = "join-refused",
+                relay = %relay,
+                reason = %reason,
+                "{relay} refused to admit {:?}: {reason}",
+                request.cluster
+            );
+            JoinReply::Refused {
+                relay: relay.clone(),
+                reason,
+            }
         };
         let id = token_id(&request.token);
-        if !self.joining.tokens.contains(&id) {
+        let Some(rule) = self.joining.tokens.get(&id).copied() else {
             return refuse("unknown join token".into());
+        };
+        if let Some(expires) = rule.expires
+            && wall_secs >= expires
+        {
+            return refuse(format!(
+                "the join token expired on {}",
+                strata_topology::certs::utc_date(expires)
+            ));
         }
-        if let Some(who) = self.used.get(&id) {
-            return refuse(format!("the join token was already used (by {who:?})"));
+        // The first use is kept under the token's id, the n-th (n > 1) under `id/n`.
+        let uses: Vec<&String> = self
+            .used
+            .range(id.clone()..)
+            .take_while(|(k, _)| {
+                k.strip_prefix(id.as_str())
+                    .is_some_and(|r| r.is_empty() || r.starts_with('/'))
+            })
+            .map(|(_, who)| who)
+            .collect();
+        if uses.len() >= rule.uses as usize {
+            let who = uses
+                .iter()
+                .map(|w| format!("{w:?}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return refuse(if rule.uses == 1 {
+                format!("the join token was already used (by {who})")
+            } else {
+                format!(
+                    "the join token was already used {} times (by {who})",
+                    uses.len()
+                )
+            });
         }
+        let slot = if uses.is_empty() {
+            id.clone()
+        } else {
+            format!("{id}/{}", uses.len() + 1)
+        };
         let name = request.cluster.as_str();
         if let Err(why) = check_node_name(name) {
             return refuse(why);
+        }
+        if core.is_revoked(name) {
+            return refuse(format!("the name {name:?} was revoked at the root"));
         }
         if name == relay || self.parent.as_deref() == Some(name) || core.is_allowed_child(name) {
             return refuse(format!("the name {name:?} is already taken here"));
@@ -182,15 +274,23 @@ impl Admissions {
             Err(e) => return refuse(format!("unusable certificate signing request: {e}")),
         };
         let batch = Batch {
-            joined: vec![(id.clone(), name.to_owned())],
+            joined: vec![(slot.clone(), name.to_owned())],
             ..Batch::default()
         };
         if let Err(e) = tokio::task::block_in_place(|| self.store.commit(&batch)) {
             return refuse(format!("cannot record the join ({e}); try again later"));
         }
-        self.used.insert(id, name.to_owned());
+        self.used.insert(slot, name.to_owned());
         core.admit_child(name);
         tracing::info!(child = %name, "admitted an agent by join token");
+        tracing::info!(
+            target: "audit",
+            who = %name,
+            action = "admitted",
+            relay = %relay,
+            token = %id.get(..12).unwrap_or_default(),
+            "{relay} admitted {name:?} by join token"
+        );
         JoinReply::Granted { chain_pem: chain }
     }
 }
@@ -207,6 +307,9 @@ mod tests {
             tokens: d.join("eu.tokens"),
             ca_cert: d.join("eu.ca.crt"),
             ca_key: d.join("eu.ca.key"),
+            node_days: 365,
+            rate_per_source: 5,
+            rate_global: 50,
         };
         let err = Joining::load("eu", &files).unwrap_err().to_string();
         assert!(
@@ -235,6 +338,6 @@ mod tests {
         );
         std::fs::write(&files.ca_key, ca.key_pem()).unwrap();
         let joining = Joining::load("eu", &files).unwrap();
-        assert!(joining.tokens.contains(&token_id("t1")));
+        assert!(joining.tokens.contains_key(&token_id("t1")));
     }
 }

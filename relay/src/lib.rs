@@ -40,6 +40,7 @@ pub mod config;
 pub mod demo;
 mod http;
 pub mod join;
+pub mod join_limits;
 pub mod kinds;
 pub mod kube;
 pub mod kubeconfig_cli;

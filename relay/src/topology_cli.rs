@@ -141,6 +141,7 @@ pub fn run(command: TopologyCommand) -> Result<(), TopologyCliError> {
                 },
             )?;
             summarize(&done);
+            warn_expiring(&done);
             Ok(())
         }
         TopologyCommand::Render { file, out } => {
@@ -157,6 +158,40 @@ pub fn run(command: TopologyCommand) -> Result<(), TopologyCliError> {
             );
             Ok(())
         }
+    }
+}
+
+/// Warns about every certificate written or kept that expires within
+/// [`certs::WARN_DAYS`], saying how to renew it.
+fn warn_expiring(done: &[(PathBuf, Action)]) {
+    let now = certs::unix_now();
+    let files: Vec<PathBuf> = done.iter().map(|(p, _)| p.clone()).collect();
+    let soon = certs::expiring(&files, now, certs::WARN_DAYS);
+    // Thousands of stores expire together: name the soonest few.
+    const SHOWN: usize = 5;
+    for e in soon.iter().take(SHOWN) {
+        let when = if e.days_left < 0 {
+            format!("expired on {}", certs::utc_date(e.not_after))
+        } else {
+            format!(
+                "expires in {} day(s), on {}",
+                e.days_left,
+                certs::utc_date(e.not_after)
+            )
+        };
+        eprintln!("warning: {} {when}", e.path.display());
+    }
+    if let Some(last) = soon.get(SHOWN..).and_then(|rest| rest.last()) {
+        eprintln!(
+            "warning: ... and {} more certificate(s) expiring by {}",
+            soon.len() - SHOWN,
+            certs::utc_date(last.not_after)
+        );
+    }
+    if !soon.is_empty() {
+        eprintln!(
+            "warning: to renew a certificate, remove its .crt and run relay topology certs again: it is issued again for the same key"
+        );
     }
 }
 

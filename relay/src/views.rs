@@ -23,15 +23,54 @@ fn text<'a>(v: &'a Value, field: &str) -> &'a str {
     v[field].as_str().unwrap_or_default()
 }
 
+/// The earliest certificate expiry (wall-clock milliseconds) of `node` and every node
+/// below it, from the link records (`all` holds every link, agents included, by parent).
+fn earliest_expiry(all: &BTreeMap<&str, Vec<&Value>>, node: &str, own: Option<u64>) -> Option<u64> {
+    let mut earliest = own;
+    let mut todo = vec![(node, 0usize)];
+    while let Some((n, depth)) = todo.pop() {
+        // The tree is built from reports: a malformed one must not loop forever.
+        if depth > 32 {
+            continue;
+        }
+        for l in all.get(n).into_iter().flatten() {
+            if let Some(t) = l["certExpires"].as_u64() {
+                earliest = Some(earliest.map_or(t, |e: u64| e.min(t)));
+            }
+            todo.push((text(l, "node"), depth + 1));
+        }
+    }
+    earliest
+}
+
+/// `cert 2027-11-24`, flagged when it is within 30 days of `now` (or past).
+fn expiry_note(expires: Option<u64>, now: u64) -> String {
+    let Some(t) = expires else {
+        return String::new();
+    };
+    let date = strata_topology::certs::utc_date(i64::try_from(t / 1000).unwrap_or(i64::MAX));
+    let warn_ms = u64::from(strata_topology::certs::WARN_DAYS) * 86_400_000;
+    if t <= now {
+        format!("   cert EXPIRED {date}")
+    } else if t - now <= warn_ms {
+        format!("   cert {date} (in {})", ago(t - now))
+    } else {
+        format!("   cert {date}")
+    }
+}
+
 /// The tier tree: the root, then every relay below it (agents only with `agents`), each
-/// with its link state, lag and last heartbeat as its parent last saw them. A link whose
-/// parent is down is shown as that parent last reported it.
+/// with its link state, lag and last heartbeat as its parent last saw them, and the
+/// earliest expiry of the certificates on and below that link. A link whose parent is
+/// down is shown as that parent last reported it.
 pub fn status_tree(v: &Value, agents: bool) -> String {
     let now = v["now"].as_u64().unwrap_or(0);
     let root = text(v, "node");
     let links: Vec<&Value> = v["links"].as_array().into_iter().flatten().collect();
     let mut below: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+    let mut all: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
     for l in &links {
+        all.entry(text(l, "parent")).or_default().push(l);
         if agents || text(l, "role") == "relay" {
             below.entry(text(l, "parent")).or_default().push(l);
         }
@@ -45,7 +84,7 @@ pub fn status_tree(v: &Value, agents: bool) -> String {
         direct.len(),
         v["head"]
     );
-    branch(&mut out, &below, root, "", now, 0);
+    branch(&mut out, (&below, &all), root, "", now, 0);
     let agents_total = links.iter().filter(|l| text(l, "role") == "agent").count();
     let agents_up = links
         .iter()
@@ -60,9 +99,15 @@ pub fn status_tree(v: &Value, agents: bool) -> String {
     out
 }
 
+/// Links by parent: those shown, and all of them (for expiries below).
+type Tree<'a, 'v> = (
+    &'a BTreeMap<&'v str, Vec<&'v Value>>,
+    &'a BTreeMap<&'v str, Vec<&'v Value>>,
+);
+
 fn branch(
     out: &mut String,
-    below: &BTreeMap<&str, Vec<&Value>>,
+    trees: Tree<'_, '_>,
     parent: &str,
     prefix: &str,
     now: u64,
@@ -72,6 +117,7 @@ fn branch(
     if depth > 32 {
         return;
     }
+    let (below, all) = trees;
     let Some(children) = below.get(parent) else {
         return;
     };
@@ -98,9 +144,10 @@ fn branch(
                 ago(heard)
             )
         };
-        let _ = writeln!(out, "{}", line.trim_end());
+        let cert = expiry_note(earliest_expiry(all, name, l["certExpires"].as_u64()), now);
+        let _ = writeln!(out, "{}{cert}", line.trim_end());
         let next = format!("{prefix}{}", if last { "   " } else { "│  " });
-        branch(out, below, name, &next, now, depth + 1);
+        branch(out, trees, name, &next, now, depth + 1);
     }
 }
 
@@ -313,6 +360,44 @@ agents: 1/1 connected (relay status --agents lists them)
 ";
         assert_eq!(text, expected);
         assert!(status_tree(&v, true).contains("│     └─ c1"));
+    }
+
+    #[test]
+    fn each_link_shows_the_earliest_certificate_expiry_on_and_below_it() {
+        const DAY: u64 = 86_400_000;
+        // 2026-11-24T00:00:00Z
+        let now = 1_795_478_400_000;
+        let with = |mut l: Value, expires: u64| {
+            l["certExpires"] = json!(expires);
+            l
+        };
+        let v = json!({
+            "node": "center", "head": 1, "now": now,
+            "links": [
+                with(link("eu", "center", "relay", true, now), now + 300 * DAY),
+                with(link("eu-site-1", "eu", "relay", true, now), now + 200 * DAY),
+                // An agent two tiers down expires first: its relays show it.
+                with(link("c1", "eu-site-1", "agent", true, now), now + 12 * DAY),
+                with(link("us", "center", "relay", true, now), now - DAY),
+                link("us-site-1", "us", "relay", true, now),
+            ],
+        });
+        let text = status_tree(&v, false);
+        let line = |name: &str| {
+            text.lines()
+                .find(|l| l.contains(&format!(" {name} ")))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert!(line("eu").ends_with("cert 2026-12-06 (in 12d)"), "{text}");
+        assert!(
+            line("eu-site-1").ends_with("cert 2026-12-06 (in 12d)"),
+            "{text}"
+        );
+        assert!(line("us").ends_with("cert EXPIRED 2026-11-23"), "{text}");
+        assert!(!line("us-site-1").contains("cert"), "{text}");
+        let agents = status_tree(&v, true);
+        assert!(agents.contains("c1") && agents.contains("(in 12d)"));
     }
 
     #[test]

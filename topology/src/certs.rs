@@ -2,6 +2,11 @@
 //! (common name and DNS subject alternative name), the root API's bearer token and the
 //! single-use join tokens of `joining:` entries.
 //!
+//! Lifetimes: node certificates (and what a join CA signs) are valid for
+//! [`Lifetimes::node_days`] (a year by default), the CA and join CAs for
+//! [`Lifetimes::ca_days`] (ten years); the topology's `spec.certificates` changes both.
+//! [`expiring`] lists what expires soon, for `relay topology certs` to warn about.
+//!
 //! [`issue_all`] is idempotent: what exists is kept, a missing certificate is issued for
 //! an existing key, and no key is ever replaced unless `force` is set. It writes where
 //! [`crate::files`] says (each node's files in its own directory) and refuses to give a
@@ -66,10 +71,45 @@ pub enum CertError {
     },
 }
 
+/// Node certificates are valid this many days unless the topology says otherwise.
+pub const DEFAULT_NODE_DAYS: u32 = 365;
+/// CA certificates are valid this many days unless the topology says otherwise.
+pub const DEFAULT_CA_DAYS: u32 = 3650;
+/// `relay topology certs` warns about certificates that expire within this many days.
+pub const WARN_DAYS: u32 = 30;
+
+/// How long issued certificates are valid (the topology's `spec.certificates`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetimes {
+    /// Node certificates, and the certificates join CAs sign for agents.
+    pub node_days: u32,
+    /// The CA and the join CAs.
+    pub ca_days: u32,
+}
+
+impl Default for Lifetimes {
+    fn default() -> Self {
+        Lifetimes {
+            node_days: DEFAULT_NODE_DAYS,
+            ca_days: DEFAULT_CA_DAYS,
+        }
+    }
+}
+
+/// Sets a certificate's validity: from an hour ago (clocks disagree a little) for
+/// `days` days.
+fn valid_for(params: &mut CertificateParams, days: u32) {
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(i64::from(days));
+}
+
 /// A certificate authority able to issue node certificates.
 pub struct Ca {
     cert: rcgen::Certificate,
     key: KeyPair,
+    /// How long what it issues is valid.
+    lifetimes: Lifetimes,
     /// The certificate as users hold it (kept byte for byte when loaded).
     pem: String,
     /// Certificates between this CA and the root (PEM), appended to what it issues.
@@ -94,8 +134,13 @@ pub struct NodeCert {
 }
 
 impl Ca {
-    /// A new self-signed CA for the hierarchy `name`.
+    /// A new self-signed CA for the hierarchy `name`, with the default lifetimes.
     pub fn generate(name: &str) -> Result<Ca, CertError> {
+        Ca::generate_with(name, Lifetimes::default())
+    }
+
+    /// A new self-signed CA valid `lifetimes.ca_days`, issuing for `lifetimes`.
+    pub fn generate_with(name: &str, lifetimes: Lifetimes) -> Result<Ca, CertError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, format!("{name} strata CA"));
@@ -106,12 +151,14 @@ impl Ca {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
+        valid_for(&mut params, lifetimes.ca_days);
         let key = KeyPair::generate()?;
         let cert = params.self_signed(&key)?;
         let pem = cert.pem();
         Ok(Ca {
             cert,
             key,
+            lifetimes,
             pem,
             chain: String::new(),
         })
@@ -133,9 +180,16 @@ impl Ca {
         Ok(Ca {
             cert,
             key,
+            lifetimes: Lifetimes::default(),
             pem,
             chain: String::new(),
         })
+    }
+
+    /// The same CA, issuing for these lifetimes.
+    pub fn with_lifetimes(mut self, lifetimes: Lifetimes) -> Ca {
+        self.lifetimes = lifetimes;
+        self
     }
 
     /// A relay's join CA (issued by [`Ca::issue_join_ca`]) from its files: what it
@@ -157,6 +211,7 @@ impl Ca {
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
+        valid_for(&mut params, self.lifetimes.node_days);
         csr.params = params;
         let cert = csr.signed_by(&self.cert, &self.key)?;
         Ok(format!("{}{}", cert.pem(), self.chain))
@@ -185,6 +240,7 @@ impl Ca {
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
+        valid_for(&mut params, self.lifetimes.node_days);
         let cert = params.signed_by(&key, &self.cert, &self.key)?;
         Ok(NodeCert {
             name: node.to_owned(),
@@ -207,11 +263,13 @@ impl Ca {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
+        valid_for(&mut params, self.lifetimes.ca_days);
         let cert = params.signed_by(&key, &self.cert, &self.key)?;
         let pem = cert.pem();
         Ok(Ca {
             cert,
             key,
+            lifetimes: self.lifetimes,
             chain: format!("{pem}{}", self.chain),
             pem,
         })
@@ -336,10 +394,11 @@ pub fn issue_all(
     mkdir(dir)?;
     let mut done = Vec::new();
     let force = options.force;
+    let lifetimes = topology.certificates;
     let (ca_cert, ca_key) = (files::ca_cert(dir), files::ca_key(dir));
     let ca = match &options.ca {
         Some((cert, key)) => {
-            let ca = Ca::load(cert, key)?;
+            let ca = Ca::load(cert, key)?.with_lifetimes(lifetimes);
             match std::fs::read_to_string(&ca_cert) {
                 Ok(existing) if existing == ca.cert_pem() => done.push((ca_cert, Action::Kept)),
                 Ok(_) if !force => {
@@ -366,7 +425,7 @@ pub fn issue_all(
         None => match (ca_cert.exists(), ca_key.exists()) {
             (true, true) if !force => {
                 done.push((ca_cert.clone(), Action::Kept));
-                Ca::load(&ca_cert, &ca_key)?
+                Ca::load(&ca_cert, &ca_key)?.with_lifetimes(lifetimes)
             }
             (true, false) if !force => {
                 return Err(CertError::WouldReplace {
@@ -381,7 +440,7 @@ pub fn issue_all(
                         reason: "a CA key without its certificate".to_owned(),
                     });
                 }
-                let ca = Ca::generate(&topology.name)?;
+                let ca = Ca::generate_with(&topology.name, lifetimes)?;
                 write(&ca_cert, &ca.cert_pem())?;
                 write_secret(&ca_key, &ca.key_pem())?;
                 let action = if existed {
@@ -538,4 +597,64 @@ pub fn random_token() -> Result<String, CertError> {
             reason: "the system random source failed".to_owned(),
         })?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// When a certificate (DER) stops being valid: its `notAfter`, in seconds since the Unix
+/// epoch; `None` when it does not parse.
+pub fn not_after(der: &[u8]) -> Option<i64> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(cert.validity().not_after.timestamp())
+}
+
+/// The `notAfter` of the first certificate of a PEM file (a chain's leaf), in seconds
+/// since the Unix epoch; `None` when it holds none that parses.
+pub fn pem_not_after(pem: &str) -> Option<i64> {
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
+    not_after(&block.contents)
+}
+
+/// The wall clock, in seconds since the Unix epoch: certificates are dated by it (this
+/// crate issues certificates; it never runs inside the simulation).
+pub fn unix_now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+/// A date (UTC, `2027-11-24`) from seconds since the Unix epoch.
+pub fn utc_date(secs: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(secs)
+        .map(|t| t.date().to_string())
+        .unwrap_or_else(|_| format!("@{secs}"))
+}
+
+/// A certificate that expires soon (or has).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expiring {
+    /// The certificate file.
+    pub path: PathBuf,
+    /// Its `notAfter`, seconds since the Unix epoch.
+    pub not_after: i64,
+    /// Whole days left at `now` (negative: expired that many days ago).
+    pub days_left: i64,
+}
+
+/// The certificates among `files` (`.crt` files issued by [`issue_all`]; others are
+/// ignored) that expire within `within_days` of `now` (seconds since the Unix epoch),
+/// soonest first.
+pub fn expiring(files: &[PathBuf], now: i64, within_days: u32) -> Vec<Expiring> {
+    let horizon = now + i64::from(within_days) * 86_400;
+    let mut out: Vec<Expiring> = files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "crt"))
+        .filter_map(|p| {
+            let pem = std::fs::read_to_string(p).ok()?;
+            let not_after = pem_not_after(&pem)?;
+            (not_after <= horizon).then(|| Expiring {
+                path: p.clone(),
+                not_after,
+                days_left: (not_after - now).div_euclid(86_400),
+            })
+        })
+        .collect();
+    out.sort_by_key(|e| e.not_after);
+    out
 }

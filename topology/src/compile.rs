@@ -6,8 +6,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use strata_protocol::selector::{validate_key, validate_value};
 
+use crate::certs::Lifetimes;
 use crate::names::check_node_name;
-use crate::raw::{RawApi, RawCluster, RawRelay, RawRoot, RawTopology};
+use crate::raw::{RawApi, RawCertificates, RawCluster, RawRelay, RawRoot, RawTopology};
 
 /// The `apiVersion` a topology document carries.
 pub const API_VERSION: &str = "strata.dev/v1alpha1";
@@ -22,6 +23,8 @@ pub struct Topology {
     pub relays: Vec<Relay>,
     /// The leaf clusters, in file order.
     pub clusters: Vec<Cluster>,
+    /// How long issued certificates are valid (`spec.certificates`).
+    pub certificates: crate::certs::Lifetimes,
 }
 
 /// An address as the topology gives it: a fixed one, or a port to be assigned on the
@@ -156,6 +159,8 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
         errors.push("metadata.name: must not be empty".to_owned());
     }
     let spec = raw.spec;
+    let certificates = lifetimes(spec.certificates.as_ref(), &mut d);
+    let errors = &mut d.errors;
 
     // Names: valid, and each used once.
     let mut kinds: BTreeMap<&str, Vec<Kind>> = BTreeMap::new();
@@ -448,9 +453,38 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
             name: raw.metadata.name,
             relays: ordered,
             clusters,
+            certificates,
         }),
         d,
     )
+}
+
+/// `spec.certificates`, checked: at least a day each; a node certificate outliving the
+/// CA is a warning (it stops verifying when the CA expires).
+fn lifetimes(raw: Option<&RawCertificates>, d: &mut Diagnostics) -> Lifetimes {
+    let mut out = Lifetimes::default();
+    let Some(raw) = raw else {
+        return out;
+    };
+    for (field, given, slot) in [
+        ("nodeDays", raw.node_days, &mut out.node_days),
+        ("caDays", raw.ca_days, &mut out.ca_days),
+    ] {
+        match given {
+            Some(0) => d
+                .errors
+                .push(format!("certificates.{field}: must be at least 1 (day)")),
+            Some(days) => *slot = days,
+            None => {}
+        }
+    }
+    if out.node_days > out.ca_days {
+        d.warnings.push(format!(
+            "certificates: nodeDays ({}) is longer than caDays ({}): node certificates stop verifying when the CA expires",
+            out.node_days, out.ca_days
+        ));
+    }
+    out
 }
 
 #[allow(clippy::too_many_arguments)] // one call per relay kind; a struct would only rename them

@@ -43,6 +43,21 @@ pub struct RawSpec {
     /// Where agents not listed may join with a token.
     #[serde(default)]
     pub joining: Vec<RawJoining>,
+    /// How long issued certificates are valid.
+    #[serde(default)]
+    pub certificates: Option<RawCertificates>,
+}
+
+/// `spec.certificates`: lifetimes in days.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawCertificates {
+    /// Node certificates (and what join CAs sign); a year when absent.
+    #[serde(default)]
+    pub node_days: Option<u32>,
+    /// The CA and join CAs; ten years when absent.
+    #[serde(default)]
+    pub ca_days: Option<u32>,
 }
 
 /// `spec.root`.

@@ -203,11 +203,15 @@ pub fn render(
         if r.join_tokens > 0 {
             let _ = writeln!(
                 y,
-                "# admits agents not listed that join with one of {} single-use tokens\njoin: {{ tokens: {}, ca_cert: {}, ca_key: {} }}",
+                "# admits agents not listed that join with one of {} single-use tokens\njoin: {{ tokens: {}, ca_cert: {}, ca_key: {}{} }}",
                 r.join_tokens,
                 reference(dir, &r.name, &files::join_tokens(dir, &r.name)),
                 reference(dir, &r.name, &files::join_ca_cert(dir, &r.name)),
                 reference(dir, &r.name, &files::join_ca_key(dir, &r.name)),
+                match topology.certificates.node_days {
+                    crate::certs::DEFAULT_NODE_DAYS => String::new(),
+                    days => format!(", node_days: {days}"),
+                },
             );
         }
         let path = write_config(dir, &r.name, &y, &mut written)?;

@@ -290,3 +290,77 @@ fn the_api_certificate_carries_the_topologys_names_and_keeps_its_key() {
     let t = parse(&plain, Path::new("t.yaml")).unwrap().topology;
     assert_eq!(strata_topology::certs::api_sans(t.root()), ["center"]);
 }
+
+fn days_left(path: &Path, now: i64) -> i64 {
+    let pem = std::fs::read_to_string(path).unwrap();
+    // Rounded to the nearest day: issued moments ago, with seconds truncated.
+    (strata_topology::certs::pem_not_after(&pem).unwrap() - now + 43_200) / 86_400
+}
+
+use strata_topology::certs::unix_now;
+
+#[test]
+fn node_certificates_last_a_year_and_the_ca_ten_by_default() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    issue_all(&topology(), dir, &CertOptions::default()).unwrap();
+    let now = unix_now();
+    // Issued a moment ago: the whole lifetime minus less than a day.
+    assert_eq!(days_left(&files::ca_cert(dir), now), 3650);
+    for node in ["center", "eu", "shop-1"] {
+        assert_eq!(days_left(&files::node_cert(dir, node), now), 365, "{node}");
+    }
+    assert_eq!(days_left(&files::join_ca_cert(dir, "eu"), now), 3650);
+    let all: Vec<_> = ["center", "eu", "shop-1"]
+        .iter()
+        .map(|n| files::node_cert(dir, n))
+        .collect();
+    assert!(strata_topology::certs::expiring(&all, now, 30).is_empty());
+}
+
+#[test]
+fn the_topology_sets_lifetimes_and_what_expires_soon_is_listed() {
+    let text = TOPOLOGY.replace(
+        "spec:\n",
+        "spec:\n  certificates: { nodeDays: 10, caDays: 40 }\n",
+    );
+    let t = parse(&text, Path::new("t.yaml")).unwrap().topology;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let done = issue_all(&t, dir, &CertOptions::default()).unwrap();
+    let now = unix_now();
+    assert_eq!(days_left(&files::ca_cert(dir), now), 40);
+    assert_eq!(days_left(&files::node_cert(dir, "shop-1"), now), 10);
+    verify(dir, "shop-1").unwrap();
+    // A join CA loaded by the relay signs agents' certificates for nodeDays.
+    let join_ca = Ca::load_join_ca(
+        &files::join_ca_cert(dir, "eu"),
+        &files::join_ca_key(dir, "eu"),
+    )
+    .unwrap()
+    .with_lifetimes(t.certificates);
+    let (_, csr) = strata_topology::certs::join_request("pos-9").unwrap();
+    let chain = join_ca.issue_for_csr("pos-9", &csr).unwrap();
+    let left = strata_topology::certs::pem_not_after(&chain).unwrap() - now;
+    assert_eq!((left + 43_200) / 86_400, 10);
+    // Within 30 days: every node certificate and the API's, not the CA (40 days).
+    let paths: Vec<_> = done.iter().map(|(p, _)| p.clone()).collect();
+    let soon = strata_topology::certs::expiring(&paths, now, 30);
+    let names: Vec<String> = soon
+        .iter()
+        .map(|e| e.path.strip_prefix(dir).unwrap().display().to_string())
+        .collect();
+    assert!(
+        names.contains(&"nodes/shop-1/node.crt".to_owned()),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n == "ca.crt"), "{names:?}");
+    assert!(
+        soon.iter().all(|e| (9..=10).contains(&e.days_left)),
+        "{soon:?}"
+    );
+    // In 45 days everything has expired, the CA included.
+    let later = strata_topology::certs::expiring(&paths, now + 45 * 86_400, 30);
+    assert!(later.iter().any(|e| e.path == files::ca_cert(dir)));
+    assert!(later.iter().all(|e| e.days_left < 0), "{later:?}");
+}

@@ -239,3 +239,30 @@ fn api_names_must_be_dns_names_or_ip_addresses() {
     let t = parse(&ok, Path::new("t.yaml")).unwrap().topology;
     assert_eq!(t.root().api_names, ["*.example.com"]);
 }
+
+#[test]
+fn certificate_lifetimes_are_checked() {
+    let base = "spec:\n  root: { name: center }\n  clusters:\n    - { name: c1, parent: center }\n";
+    let zero = format!("{HEAD}{base}  certificates: {{ nodeDays: 0, caDays: 0 }}\n");
+    assert_eq!(
+        errors(&zero),
+        [
+            "certificates.nodeDays: must be at least 1 (day)",
+            "certificates.caDays: must be at least 1 (day)"
+        ]
+    );
+    let long = format!("{HEAD}{base}  certificates: {{ nodeDays: 400, caDays: 300 }}\n");
+    let c = parse(&long, Path::new("t.yaml")).unwrap();
+    assert_eq!(c.topology.certificates.node_days, 400);
+    assert_eq!(
+        c.warnings,
+        [
+            "certificates: nodeDays (400) is longer than caDays (300): node certificates stop verifying when the CA expires"
+        ]
+    );
+    let none = parse(&format!("{HEAD}{base}"), Path::new("t.yaml")).unwrap();
+    assert_eq!(
+        none.topology.certificates,
+        strata_topology::certs::Lifetimes::default()
+    );
+}

@@ -120,9 +120,10 @@ fn link() -> impl Strategy<Value = LinkRecord> {
         any::<u64>(),
         proptest::option::of(any::<u64>()),
         any::<u64>(),
+        proptest::option::of(any::<u64>()),
     )
         .prop_map(
-            |(path, relay, connected, since, last_heard, lag, clusters)| LinkRecord {
+            |(path, relay, connected, since, last_heard, lag, clusters, expires)| LinkRecord {
                 path,
                 role: if relay { Role::Relay } else { Role::Agent },
                 connected,
@@ -130,6 +131,7 @@ fn link() -> impl Strategy<Value = LinkRecord> {
                 last_heard: UnixMillis(last_heard),
                 lag,
                 clusters,
+                cert_expires: expires.map(UnixMillis),
             },
         )
 }
@@ -155,6 +157,7 @@ fn error_code() -> impl Strategy<Value = ErrorCode> {
         ErrorCode::ShuttingDown,
         ErrorCode::Overloaded,
         ErrorCode::IdleTimeout,
+        ErrorCode::Revoked,
     ])
 }
 

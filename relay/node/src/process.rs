@@ -25,11 +25,19 @@ pub struct LogArgs {
     pub log: Option<String>,
 }
 
+/// The target of audit events: who changed what through the root's API, and every
+/// admission and revocation (`tracing::info!(target: AUDIT_TARGET, ...)`).
+pub const AUDIT_TARGET: &str = "audit";
+
 /// Logs to standard error: filtered by `--log`, else `RUST_LOG`, else `info`; in the
 /// chosen format; with colour codes only when standard error is a terminal and
-/// `NO_COLOR` is unset. What the `relay` and `agent` binaries use.
+/// `NO_COLOR` is unset; audit events ([`AUDIT_TARGET`]) always, as JSON lines. What the `relay` and `agent` binaries use.
 pub fn init_logging(args: &LogArgs) {
     use std::io::IsTerminal;
+    use tracing_subscriber::filter::{self, FilterExt};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{Layer, fmt};
     let filter = match &args.log {
         Some(directives) => {
             tracing_subscriber::EnvFilter::try_new(directives).map_err(|e| e.to_string())
@@ -39,13 +47,40 @@ pub fn init_logging(args: &LogArgs) {
     let bad_filter = filter.as_ref().err().cloned();
     let filter = filter.unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match args.log_format {
-        LogFormat::Text => builder.with_ansi(colour).init(),
-        LogFormat::Json => builder.json().with_ansi(false).init(),
-    }
+    // Audit events (target `audit`) are always JSON lines and never filtered out: an
+    // operator's collector can pick them from the stream by `"target":"audit"`.
+    let not_audit = filter::filter_fn(|m| m.target() != AUDIT_TARGET);
+    let (text, json) = match args.log_format {
+        LogFormat::Text => (
+            Some(
+                fmt::layer()
+                    .with_ansi(colour)
+                    .with_writer(std::io::stderr)
+                    .with_filter(filter.and(not_audit)),
+            ),
+            None,
+        ),
+        LogFormat::Json => (
+            None,
+            Some(
+                fmt::layer()
+                    .json()
+                    .with_ansi(false)
+                    .with_writer(std::io::stderr)
+                    .with_filter(filter.and(not_audit)),
+            ),
+        ),
+    };
+    let audit = fmt::layer()
+        .json()
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .with_filter(filter::filter_fn(|m| m.target() == AUDIT_TARGET));
+    tracing_subscriber::registry()
+        .with(text)
+        .with(json)
+        .with(audit)
+        .init();
     if let Some(why) =
         bad_filter.filter(|_| args.log.is_some() || std::env::var_os("RUST_LOG").is_some())
     {

@@ -43,6 +43,8 @@ pub mod close_code {
     pub const PROTOCOL: u32 = 6;
     /// The peer did not keep up.
     pub const TOO_SLOW: u32 = 7;
+    /// The child's name was revoked at the root: it is refused for good.
+    pub const REVOKED: u32 = 8;
 }
 
 /// How many messages of one class may wait to be written or handled.

@@ -10,6 +10,8 @@
 //! | GET | `/clusters` | the inventory, with each cluster's link state and last-seen |
 //! | GET | `/status` | the tier tree: every link's state, lag and last heartbeat |
 //! | GET | `/upsynced[?cluster=C]` | objects born on clusters that placements upsync, by cluster |
+//! | POST | `/revocations/{name}` | revoke a node (admin only; body `{"reason": "..."}`): every tier refuses it |
+//! | GET | `/revocations` | the revoked names |
 //!
 //! Every request needs `Authorization: Bearer <token>` with a token from the tokens
 //! file; nothing is served anonymously. What each token may do is [`auth`]'s.
@@ -36,8 +38,10 @@ use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
 use strata_node::objects::parse_manifests;
 
+mod audit;
 pub mod auth;
 pub mod paths;
+mod revoke;
 mod tree;
 
 use crate::kube::selector::LabelQuery;
@@ -253,22 +257,49 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
     let write = method != Method::GET && method != Method::HEAD && !review;
     if let Err(why) = grant.allows(auth::space_of(&p), write) {
         tracing::info!(user = %grant.user, %method, path = %path.join("/"), %why, "refused");
+        if write {
+            audit::api_write(&grant.user, &method, &p, &body, StatusCode::FORBIDDEN);
+        }
         let (_, status) = crate::kube::failure(403, "Forbidden", why, None);
         return reply(StatusCode::FORBIDDEN, status);
     }
     if write && state.node.query(|c| c.is_standby()).await == Some(true) {
+        audit::api_write(
+            &grant.user,
+            &method,
+            &p,
+            &body,
+            StatusCode::SERVICE_UNAVAILABLE,
+        );
         let (_, status) =
             crate::kube::failure(503, "ServiceUnavailable", STANDBY_REFUSAL.into(), None);
         return reply(StatusCode::SERVICE_UNAVAILABLE, status);
     }
+    let resp = route(state, grant, &method, &p, &query, &headers, &body).await;
+    if write {
+        audit::api_write(&grant.user, &method, &p, &body, resp.status());
+    }
+    resp
+}
+
+/// Serves an authorized request.
+async fn route(
+    state: &ApiState,
+    grant: &auth::Grant,
+    method: &Method,
+    p: &[&str],
+    query: &[(String, String)],
+    headers: &hyper::HeaderMap,
+    body: &Bytes,
+) -> Response<Body> {
     let kube = crate::kube::Request {
         grant,
         method: method.as_str(),
-        path: &p,
-        query: &query,
-        accept: header(&headers, hyper::header::ACCEPT),
-        content_type: header(&headers, hyper::header::CONTENT_TYPE),
-        body: &body,
+        path: p,
+        query,
+        accept: header(headers, hyper::header::ACCEPT),
+        content_type: header(headers, hyper::header::CONTENT_TYPE),
+        body,
     };
     match crate::kube::handle(&state.node, kube).await {
         Some(crate::kube::Reply::Json((code, value))) => {
@@ -301,27 +332,27 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
         }
         None => {}
     }
-    match (&method, p.as_slice()) {
-        (&Method::POST, ["spaces", space, "apply"]) => apply(state, space, &body).await,
-        (&Method::POST, ["spaces", space, "delete"]) => delete_manifests(state, space, &body).await,
+    match (method, p) {
+        (&Method::POST, ["spaces", space, "apply"]) => apply(state, space, body).await,
+        (&Method::POST, ["spaces", space, "delete"]) => delete_manifests(state, space, body).await,
         (&Method::DELETE, ["spaces", space, "objects", kind, name]) => {
             let filter = ObjectFilter {
                 resource: Some((*kind).to_owned()),
                 name: Some((*name).to_owned()),
-                namespace: param(&query, "namespace").map(Some),
+                namespace: param(query, "namespace").map(Some),
                 ..ObjectFilter::default()
             };
             delete_one(state, space, filter).await
         }
         (&Method::GET, ["spaces", space, "objects"]) => {
             let filter = ObjectFilter {
-                group: param(&query, "group").map(|g| crate::kube::decode(&g)),
-                resource: param(&query, "kind"),
-                name: param(&query, "name"),
-                namespace: param(&query, "namespace").map(Some),
+                group: param(query, "group").map(|g| crate::kube::decode(&g)),
+                resource: param(query, "kind"),
+                name: param(query, "name"),
+                namespace: param(query, "namespace").map(Some),
                 ..ObjectFilter::default()
             };
-            let labels = match param(&query, "labelSelector")
+            let labels = match param(query, "labelSelector")
                 .map(|s| LabelQuery::parse(&crate::kube::decode(&s)))
                 .transpose()
             {
@@ -330,14 +361,16 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
             };
             get_objects(state, space, filter, labels, false).await
         }
+        (&Method::POST, ["revocations", name]) => revoke::revoke(state, grant, name, body).await,
+        (&Method::GET, ["revocations"]) => revoke::list(state).await,
         (&Method::GET, ["clusters"]) => tree::clusters(state).await,
         (&Method::GET, ["status"]) => tree::status(state).await,
-        (&Method::GET, ["upsynced"]) => tree::upsynced(state, param(&query, "cluster")).await,
-        _ => not_found(&method, &path),
+        (&Method::GET, ["upsynced"]) => tree::upsynced(state, param(query, "cluster")).await,
+        _ => not_found(method, p),
     }
 }
 
-fn not_found(method: &Method, path: &[String]) -> Response<Body> {
+fn not_found(method: &Method, path: &[&str]) -> Response<Body> {
     error(
         StatusCode::NOT_FOUND,
         format!("no such endpoint: {method} /{}", path.join("/")),

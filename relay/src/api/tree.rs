@@ -23,6 +23,7 @@ fn link_json(node: &str, l: &LinkRecord) -> Value {
         "lastHeard": l.last_heard.0,
         "lag": l.lag,
         "clusters": l.clusters,
+        "certExpires": l.cert_expires.map(|t| t.0),
     })
 }
 

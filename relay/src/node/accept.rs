@@ -12,7 +12,7 @@ use strata_node::tls::peer_node_name_in;
 use strata_node::transport::{self, Receiver, close_code};
 use strata_node::{tcp, tls};
 use strata_protocol::codec::DEFAULT_MAX_FRAME;
-use strata_protocol::wire::{ChildToParent, ParentToChild};
+use strata_protocol::wire::{ChildToParent, JoinReply, ParentToChild};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -48,8 +48,8 @@ pub(super) async fn accept_loop(
                 // No client certificate: only a relay admitting joins lets that through
                 // TLS, and such a connection may do one join exchange and nothing else.
                 if tls::peer_chain(&conn).is_none() {
-                    if joining.is_some() {
-                        serve_join(conn, &tx).await;
+                    if let Some(joining) = &joining {
+                        serve_join(conn, joining, &tx).await;
                     } else {
                         conn.close(
                             VarInt::from_u32(close_code::UNKNOWN_CHILD),
@@ -169,8 +169,21 @@ async fn serve_connection(
     .await;
 }
 
-/// One join exchange on a connection without a client certificate.
-async fn serve_join(conn: quinn::Connection, tx: &mpsc::Sender<Input<RelayInput>>) {
+/// One join exchange on a connection without a client certificate; over the rate of
+/// join attempts, a refusal saying so before the request is even read.
+async fn serve_join(
+    conn: quinn::Connection,
+    joining: &Joining,
+    tx: &mpsc::Sender<Input<RelayInput>>,
+) {
+    if let Err(reason) = joining.check_rate(conn.remote_address().ip()).await {
+        let refusal = JoinReply::Refused {
+            relay: joining.relay().to_owned(),
+            reason,
+        };
+        join::send_reply(conn, &refusal).await;
+        return;
+    }
     let Some(request) = join::read_request(&conn).await else {
         return;
     };

@@ -371,6 +371,7 @@ mod tests {
                 last_heard: strata_protocol::time::UnixMillis(2),
                 lag: Some(0),
                 clusters: 3,
+                cert_expires: None,
             }),
         }
     }

@@ -15,7 +15,7 @@ use strata_node::link::Link;
 use strata_node::store::{FollowEvent, Store, StoreError};
 use strata_node::transport::{self, Sender, close_code};
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
-use strata_protocol::time::Instant;
+use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{ErrorCode, JoinReply, ParentToChild, Role};
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
@@ -285,12 +285,22 @@ impl Node for Relay {
                 sender,
             } => match core.child_connected(now, &name, conn_id) {
                 Ok(()) => {
+                    let expires = conn
+                        .peer_chain()
+                        .and_then(|chain| strata_topology::certs::not_after(chain.first()?))
+                        .map(|s| UnixMillis(u64::try_from(s).unwrap_or(0).saturating_mul(1000)));
+                    core.child_certificate(&name, expires);
                     tracing::info!(child = %name, remote = %conn.remote_address(), transport = %conn.kind(), "child connected");
                     self.children.insert((name, conn_id), (conn, sender));
                 }
                 Err(e) => {
                     tracing::warn!(child = %name, reason = %e.reason, "refusing a connection");
-                    conn.close(close_code::UNKNOWN_CHILD, e.reason.as_bytes());
+                    let code = if e.code == ErrorCode::Revoked {
+                        close_code::REVOKED
+                    } else {
+                        close_code::UNKNOWN_CHILD
+                    };
+                    conn.close(code, e.reason.as_bytes());
                 }
             },
             RelayInput::ChildMsg { name, conn_id, msg } => {
@@ -305,7 +315,10 @@ impl Node for Relay {
             RelayInput::Query(q) => q(core),
             RelayInput::Join { request, reply } => {
                 let answer = match &mut self.admissions {
-                    Some(a) => a.admit(core, &request),
+                    Some(a) => {
+                        let wall = i64::try_from(core.wall(now).0 / 1000).unwrap_or(i64::MAX);
+                        a.admit(core, &request, wall)
+                    }
                     None => JoinReply::Refused {
                         relay: core.name().to_owned(),
                         reason: "this relay admits no agents by token".into(),
@@ -402,6 +415,7 @@ impl Relay {
                 let code = match error.code {
                     ErrorCode::Replaced => close_code::REPLACED,
                     ErrorCode::UnknownChild => close_code::UNKNOWN_CHILD,
+                    ErrorCode::Revoked => close_code::REVOKED,
                     _ => close_code::PROTOCOL,
                 };
                 // Let queued messages (a goodbye) go out first; QUIC close is immediate.

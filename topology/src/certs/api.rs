@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use rcgen::{ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose};
 
-use super::{Action, Ca, CertError, named, read, refuse_ca_key, write, write_secret};
+use super::{Action, Ca, CertError, named, read, refuse_ca_key, valid_for, write, write_secret};
 use crate::files::{self, Holder};
 use crate::{Addr, Relay, Topology};
 
@@ -23,6 +23,7 @@ impl Ca {
         let mut params = named(root, format!("{root} API"), sans.to_vec())?;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        valid_for(&mut params, self.lifetimes.node_days);
         let cert = params.signed_by(key, &self.cert, &self.key)?;
         Ok(format!("{}{}", cert.pem(), self.chain))
     }

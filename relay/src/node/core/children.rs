@@ -40,6 +40,9 @@ impl NodeCore {
         name: &str,
         conn: u64,
     ) -> Result<(), SessionError> {
+        if self.revoked.contains(name) {
+            return Err(super::revoke::refusal(name));
+        }
         if !self.allowed.contains(name) {
             return Err(SessionError {
                 code: ErrorCode::UnknownChild,

@@ -33,7 +33,7 @@ pub(super) struct LinkState {
 
 impl NodeCore {
     /// The wall-clock time of `now`, for stamps that cross nodes.
-    pub(super) fn wall(&self, now: Instant) -> UnixMillis {
+    pub fn wall(&self, now: Instant) -> UnixMillis {
         let ms = u64::try_from(now.since_origin().as_millis()).unwrap_or(u64::MAX);
         UnixMillis(self.wall_origin.0.saturating_add(ms))
     }
@@ -54,6 +54,15 @@ impl NodeCore {
             },
         );
         self.push_link(now, child);
+    }
+
+    /// When the certificate a child's connection presented expires; its link record
+    /// carries it upward.
+    pub fn child_certificate(&mut self, child: &str, expires: Option<UnixMillis>) {
+        match expires {
+            Some(t) => self.cert_expires.insert(child.to_owned(), t),
+            None => self.cert_expires.remove(child),
+        };
     }
 
     /// Heard from a child.
@@ -153,6 +162,7 @@ impl NodeCore {
             last_heard: self.wall(l.last_heard),
             lag: acked.map(|c| head.saturating_sub(c.position.0)),
             clusters,
+            cert_expires: self.cert_expires.get(child).copied(),
         })
     }
 
@@ -249,6 +259,7 @@ mod tests {
             last_heard: UnixMillis(since),
             lag: Some(0),
             clusters: 1,
+            cert_expires: None,
         }
     }
 

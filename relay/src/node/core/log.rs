@@ -5,7 +5,7 @@
 use strata_protocol::choice::DECISION_KIND;
 use strata_protocol::model::{ObjectKey, Position, Revision};
 use strata_protocol::overrides::CLUSTER_KIND;
-use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
+use strata_protocol::route::{PLACEMENT_KIND, REVOCATION_KIND, STRATA_GROUP, is_revocation};
 use strata_protocol::time::Instant;
 use strata_protocol::wire::Change;
 
@@ -132,7 +132,8 @@ impl NodeCore {
             self.routes_stale = true;
             self.dirty.extend(self.log.live().map(|o| o.key().clone()));
         }
-        if key.group == STRATA_GROUP && key.kind == PLACEMENT_KIND {
+        if key.group == STRATA_GROUP && (key.kind == PLACEMENT_KIND || key.kind == REVOCATION_KIND)
+        {
             self.routes_stale = true;
         }
         self.dirty.insert(key);
@@ -145,6 +146,12 @@ impl NodeCore {
             overrides: strata_node::objects::overrides_in(&self.log),
             decisions: strata_node::objects::decisions_in(&self.log),
         };
+        self.revoked = self
+            .log
+            .live()
+            .filter(|o| is_revocation(&o.meta))
+            .map(|o| o.key().name.clone())
+            .collect();
     }
 
     /// Drops tombstones no child needs any more: below every live session's retention

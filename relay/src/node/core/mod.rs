@@ -20,7 +20,8 @@
 //! * `log.rs`: the root's writes (`apply`, `apply_manifests`), changed keys, placements
 //!   and compaction;
 //! * `upward.rs`: children's reports taken in, and the reports and summaries sent up;
-//! * `links.rs`: the children's links as this node sees them (the tier tree's records).
+//! * `links.rs`: the children's links as this node sees them (the tier tree's records);
+//! * `revoke.rs`: names revoked at the root, refused and closed at every tier.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -40,6 +41,7 @@ mod lag;
 mod links;
 mod log;
 mod parent;
+mod revoke;
 mod rollout;
 mod upward;
 use super::reports::SubtreeReports;
@@ -47,6 +49,7 @@ use children::Child;
 pub use choose::{CAPACITY_PROPERTY, PlanStatus, decision_key, excluded_counts};
 pub use lag::{LAG_BUCKETS, PropagationLag};
 pub use links::{LINK_REFRESH, last_seen};
+pub use revoke::revocation_key;
 pub use rollout::{is_rollout, rollout_key, rollouts_in, template_hash};
 use strata_node::follower::ParentFollower;
 use strata_node::store::{Batch, ReportSlot, UpstreamState};
@@ -131,6 +134,10 @@ pub struct NodeCore {
     stats: CoreStats,
     /// Children's links as this node sees them.
     links: BTreeMap<String, links::LinkState>,
+    /// When each connected child's certificate expires (from its TLS handshake).
+    cert_expires: BTreeMap<String, UnixMillis>,
+    /// Names revoked at the root (the log's `Revocation` objects): refused as children.
+    revoked: BTreeSet<String>,
     /// The wall-clock time at the clock's origin.
     wall_origin: UnixMillis,
     /// See [`CoreSetup::watch_history`].
@@ -224,6 +231,8 @@ impl NodeCore {
             outgoing: Outgoing::default(),
             stats: CoreStats::default(),
             links: BTreeMap::new(),
+            cert_expires: BTreeMap::new(),
+            revoked: BTreeSet::new(),
             wall_origin: setup.wall_origin,
             watch_history: setup.watch_history,
             standby: setup.standby,
@@ -340,6 +349,7 @@ impl NodeCore {
         if self.routes_stale {
             self.routes_stale = false;
             self.reload_placements();
+            self.close_revoked();
             self.refresh_routes();
         }
         if now >= self.next_summary {
