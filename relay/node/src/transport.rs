@@ -93,7 +93,9 @@ pub fn transport_config() -> Arc<quinn::TransportConfig> {
     t.keep_alive_interval(Some(Duration::from_secs(5)));
     t.max_idle_timeout(Some(VarInt::from_u32(20_000).into()));
     t.max_concurrent_uni_streams(VarInt::from_u32(16));
-    t.max_concurrent_bidi_streams(VarInt::from_u32(0));
+    // Debug tunnels: one bidirectional stream per request, opened by the parent
+    // (see `crate::tunnel`).
+    t.max_concurrent_bidi_streams(VarInt::from_u32(crate::tunnel::MAX_TUNNEL_STREAMS));
     Arc::new(t)
 }
 

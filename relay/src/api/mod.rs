@@ -8,6 +8,7 @@
 //! | GET | `/spaces/{space}/objects?kind=K[&name=N][&namespace=NS]` | objects with per-placement summaries |
 //! | any | `/spaces/{space}/{api,apis,version,openapi}/...`, and `/{api,apis,version,openapi}/...` for the space `default` | the Kubernetes API (see [`crate::kube`]) |
 //! | GET | `/clusters` | the inventory, with each cluster's link state and last-seen |
+//! | any | `/clusters/{name}/[proxy/]...` | that cluster's own Kubernetes API, through the tiers (see `tunnel`; needs `debug`) |
 //! | GET | `/status` | the tier tree: every link's state, lag and last heartbeat |
 //! | GET | `/upsynced[?cluster=C]` | objects born on clusters that placements upsync, by cluster |
 //!
@@ -39,6 +40,7 @@ use strata_node::objects::parse_manifests;
 pub mod auth;
 pub mod paths;
 mod tree;
+mod tunnel;
 
 use crate::kube::selector::LabelQuery;
 use paths::ObjectFilter;
@@ -185,6 +187,9 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
         );
         return reply(StatusCode::UNAUTHORIZED, status);
     };
+    if let Some((cluster, path)) = tunnel::target(req.uri().path()) {
+        return tunnel::serve(req, grant, state, cluster, path).await;
+    }
     let method = req.method().clone();
     let path: Vec<String> = req
         .uri()
