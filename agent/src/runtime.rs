@@ -6,13 +6,13 @@ use std::sync::Arc;
 use strata_node::clock::Clock;
 use strata_node::dial::{Connector, ParentAddress};
 use strata_node::driver::{self, Driver, Node, ParentAddr, ParentConn, ToParent};
+use strata_node::link::Link;
 use strata_node::store::{Batch, Store, StoreError};
+use strata_node::tunnel;
 use strata_protocol::model::Cluster;
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink};
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{ParentToChild, Role};
-use strata_node::link::Link;
-use strata_node::tunnel;
 use tokio::sync::{Notify, oneshot, watch};
 use tracing::Instrument;
 

@@ -105,7 +105,10 @@ impl SimulatedCluster {
             .flat_map(|(k, h)| {
                 (0..h.replicas.max(0)).map(move |i| SimPod {
                     namespace: k.namespace.clone().unwrap_or_else(|| "default".into()),
-                    name: format!("{}-{:02x}{:02x}{:02x}{:02x}-{i}", k.name, h.hash.0[0], h.hash.0[1], h.hash.0[2], h.hash.0[3]),
+                    name: format!(
+                        "{}-{:02x}{:02x}{:02x}{:02x}-{i}",
+                        k.name, h.hash.0[0], h.hash.0[1], h.hash.0[2], h.hash.0[3]
+                    ),
                     owner: format!("{}/{}", k.kind, k.name),
                     created: h.applied_at,
                     image: image_of(&h.body),
@@ -133,12 +136,7 @@ impl SimulatedCluster {
 }
 
 impl ClusterBackend for SimulatedCluster {
-    fn apply(
-        &mut self,
-        now: Instant,
-        at: UnixMillis,
-        object: &Object,
-    ) -> Result<(), BackendError> {
+    fn apply(&mut self, now: Instant, at: UnixMillis, object: &Object) -> Result<(), BackendError> {
         let body: serde_json::Value =
             serde_json::from_slice(&object.body).map_err(|e| BackendError {
                 key: Box::new(object.key().clone()),

@@ -196,7 +196,9 @@ impl SimulatedApi {
             })),
             ["api"] => json_response(&json!({ "kind": "APIVersions", "versions": ["v1"],
                 "serverAddressByClientCIDRs": [] })),
-            ["apis"] => json_response(&json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": [] })),
+            ["apis"] => {
+                json_response(&json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": [] }))
+            }
             ["api", "v1"] => json_response(&json!({
                 "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1",
                 "resources": [
@@ -209,7 +211,9 @@ impl SimulatedApi {
             })),
             ["api", "v1", "pods"] => self.pod_list(&in_ns(None), table),
             ["api", "v1", "namespaces", ns, "pods"] => self.pod_list(&in_ns(Some(ns)), table),
-            ["api", "v1", "events"] => Self::event_list(&in_ns(None), table, param("fieldSelector")),
+            ["api", "v1", "events"] => {
+                Self::event_list(&in_ns(None), table, param("fieldSelector"))
+            }
             ["api", "v1", "namespaces", ns, "events"] => {
                 Self::event_list(&in_ns(Some(ns)), table, param("fieldSelector"))
             }
@@ -268,7 +272,9 @@ impl SimulatedApi {
             }));
         }
         let items: Vec<Value> = pods.iter().map(|p| Self::pod_json(p)).collect();
-        json_response(&json!({ "kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items }))
+        json_response(
+            &json!({ "kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items }),
+        )
     }
 
     fn event_list(pods: &[&SimPod], table: bool, field: Option<String>) -> Response<TunnelBody> {
@@ -305,7 +311,9 @@ impl SimulatedApi {
                 "rows": rows,
             }));
         }
-        json_response(&json!({ "kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": items }))
+        json_response(
+            &json!({ "kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": items }),
+        )
     }
 
     fn log(pod: SimPod, follow: bool, tail: Option<u64>) -> Response<TunnelBody> {

@@ -135,8 +135,8 @@ async fn to_cluster(client: &kube::Client, mut req: Request<Incoming>) -> Respon
         let cluster_side = hyper::upgrade::on(&mut resp);
         tokio::spawn(async move {
             if let (Ok(u), Ok(c)) = (user_side.await, cluster_side.await) {
-                let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(u), &mut TokioIo::new(c))
-                    .await;
+                let _ =
+                    tokio::io::copy_bidirectional(&mut TokioIo::new(u), &mut TokioIo::new(c)).await;
             }
         });
         let (parts, _) = resp.into_parts();

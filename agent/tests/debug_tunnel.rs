@@ -108,7 +108,8 @@ fn configs(dir: &Path, fake_kubeconfig: &Path) -> (u16, u16) {
         "s3cret user=ops\nv1ew user=viewer role=view\nd3bug user=eu-debugger role=view debug=region=eu\n",
     );
     let (root, api, eu, site) = (free_port(), free_port(), free_port(), free_port());
-    let tls = |n: &str| format!("tls: {{ cert: {n}.crt, key: {n}.key, ca: ca.crt }}\ndata: data/{n}\n");
+    let tls =
+        |n: &str| format!("tls: {{ cert: {n}.crt, key: {n}.key, ca: ca.crt }}\ndata: data/{n}\n");
     write(
         &dir.join("center.yaml"),
         &format!(
@@ -207,7 +208,10 @@ fn kubectl_reaches_a_leaf_cluster_through_three_tiers() {
     let kc = f.kubeconfig("pos-1", "ops");
     let started = Instant::now();
     let pods = f.ok(&kc, &["get", "pods"]);
-    println!("kubectl get pods through three tiers: {:?}", started.elapsed());
+    println!(
+        "kubectl get pods through three tiers: {:?}",
+        started.elapsed()
+    );
     assert!(pods.contains("web-0"), "{pods}");
     let logs = f.ok(&kc, &["logs", "web-0"]);
     assert_eq!(logs.lines().count(), 10, "{logs}");
@@ -239,7 +243,10 @@ fn kubectl_reaches_a_leaf_cluster_through_three_tiers() {
     );
 
     // exec: a WebSocket upgrade spliced at every tier.
-    let said = f.ok(&kc, &["exec", "web-0", "--", "echo", "through", "the", "tiers"]);
+    let said = f.ok(
+        &kc,
+        &["exec", "web-0", "--", "echo", "through", "the", "tiers"],
+    );
     assert_eq!(said.trim(), "echo through the tiers");
 
     // The cluster saw the agent's credentials only.
@@ -248,7 +255,10 @@ fn kubectl_reaches_a_leaf_cluster_through_three_tiers() {
 
     // A token without debug, and one whose selector excludes the cluster.
     let err = f.fails(&f.kubeconfig("pos-1", "viewer"), &["get", "pods"]);
-    assert!(err.contains("Forbidden") && err.contains("no debug= permission"), "{err}");
+    assert!(
+        err.contains("Forbidden") && err.contains("no debug= permission"),
+        "{err}"
+    );
     // eu-debugger may debug clusters labelled region=eu: pos-1 inherits it from eu.
     let pods = f.ok(&f.kubeconfig("pos-1", "eu-debugger"), &["get", "pods"]);
     assert!(pods.contains("web-0"), "{pods}");
@@ -276,7 +286,12 @@ fn kubectl_reaches_a_leaf_cluster_through_three_tiers() {
             .any(|w| w == b"cafe")
     });
     let pods = f.ok(&sim, &["get", "pods", "-n", "shop", "-o", "name"]);
-    let pod = pods.lines().next().unwrap().trim_start_matches("pod/").to_owned();
+    let pod = pods
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("pod/")
+        .to_owned();
     let logs = f.ok(&sim, &["logs", "-n", "shop", &pod]);
     assert!(logs.contains("serving request 0 (simulated)"), "{logs}");
 
@@ -291,7 +306,9 @@ fn kubectl_reaches_a_leaf_cluster_through_three_tiers() {
     let err = f.fails(&f.kubeconfig("gone-1", "ops"), &["get", "pods"]);
     println!("unreachable cluster answered in {:?}", started.elapsed());
     assert!(
-        err.contains("ServiceUnavailable") && err.contains("unreachable") && err.contains("last seen 20"),
+        err.contains("ServiceUnavailable")
+            && err.contains("unreachable")
+            && err.contains("last seen 20"),
         "{err}"
     );
 }

@@ -49,9 +49,7 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 #[allow(missing_docs)] // each variant names the peer or the cause
 pub enum TunnelError {
     /// The link runs over TLS/TCP, which carries no tunnels.
-    #[error(
-        "the link to {peer} runs over TLS/TCP, which does not carry debug tunnels (QUIC only)"
-    )]
+    #[error("the link to {peer} runs over TLS/TCP, which does not carry debug tunnels (QUIC only)")]
     NotQuic { peer: String },
     /// The stream could not be opened or written.
     #[error("cannot open a tunnel stream to {peer}: {detail}")]
@@ -95,9 +93,7 @@ pub async fn read_header(recv: &mut quinn::RecvStream) -> Result<TunnelOpen, Tun
         .map_err(|e| bad(e.to_string()))?;
     let body_len = usize::try_from(u32::from_be_bytes(len)).unwrap_or(usize::MAX);
     if body_len > MAX_TUNNEL_HEADER {
-        return Err(bad(format!(
-            "{body_len} bytes, over {MAX_TUNNEL_HEADER}"
-        )));
+        return Err(bad(format!("{body_len} bytes, over {MAX_TUNNEL_HEADER}")));
     }
     let mut frame = vec![0u8; FRAME_HEADER_LEN + body_len];
     frame[..FRAME_HEADER_LEN].copy_from_slice(&len);
@@ -250,11 +246,18 @@ mod tests {
 
     #[test]
     fn a_refusal_is_a_whole_http_response() {
-        let r = String::from_utf8(refusal(503, "ServiceUnavailable", "cluster x is unreachable"))
-            .unwrap();
+        let r = String::from_utf8(refusal(
+            503,
+            "ServiceUnavailable",
+            "cluster x is unreachable",
+        ))
+        .unwrap();
         assert!(r.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{r}");
         let (head, body) = r.split_once("\r\n\r\n").unwrap();
-        assert!(head.contains(&format!("content-length: {}", body.len())), "{r}");
+        assert!(
+            head.contains(&format!("content-length: {}", body.len())),
+            "{r}"
+        );
         let v: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(v["code"], 503);
     }

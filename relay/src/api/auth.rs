@@ -218,6 +218,9 @@ mod tests {
         assert!(e.contains("no debug= permission"), "{e}");
         assert!(g[3].may_debug("c", &eu).is_err());
         let e = parse_tokens("t4 debug=a=b=c\n").unwrap_err();
-        assert!(e.starts_with("line 1: debug=a=b=c: not a label selector"), "{e}");
+        assert!(
+            e.starts_with("line 1: debug=a=b=c: not a label selector"),
+            "{e}"
+        );
     }
 }

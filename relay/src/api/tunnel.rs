@@ -129,7 +129,11 @@ pub(super) async fn serve(
         .headers()
         .contains_key(hyper::header::UPGRADE)
         .then(|| hyper::upgrade::on(&mut req));
-    let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+    let query = req
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
     let (parts, body) = req.into_parts();
     let mut down = Request::builder()
         .method(parts.method.clone())
@@ -169,8 +173,8 @@ pub(super) async fn serve(
         tokio::spawn(async move {
             let _permit = permit;
             if let (Ok(u), Ok(c)) = (user_side.await, cluster_side.await) {
-                let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(u), &mut TokioIo::new(c))
-                    .await;
+                let _ =
+                    tokio::io::copy_bidirectional(&mut TokioIo::new(u), &mut TokioIo::new(c)).await;
             }
             drop(driver);
         });
@@ -247,7 +251,10 @@ mod tests {
             Some(("c1".into(), "/api/v1/pods".into()))
         );
         assert_eq!(t("/clusters/c1/proxy"), Some(("c1".into(), "/".into())));
-        assert_eq!(t("/clusters/c1/version"), Some(("c1".into(), "/version".into())));
+        assert_eq!(
+            t("/clusters/c1/version"),
+            Some(("c1".into(), "/version".into()))
+        );
         assert_eq!(t("/clusters"), None);
         assert_eq!(t("/clusters/c1"), None);
         assert_eq!(t("/spaces/x/api"), None);

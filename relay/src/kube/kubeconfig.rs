@@ -151,6 +151,9 @@ mod tests {
             kc.contains("    server: https://127.0.0.1:8443/clusters/store-1\n"),
             "{kc}"
         );
-        assert!(kc.contains("current-context: strata-cluster-store-1\n"), "{kc}");
+        assert!(
+            kc.contains("current-context: strata-cluster-store-1\n"),
+            "{kc}"
+        );
     }
 }

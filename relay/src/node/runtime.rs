@@ -334,12 +334,8 @@ impl Node for Relay {
                 let _ = reply.send(link_stats(&self.children, parent));
             }
             RelayInput::TunnelRoute { cluster, reply } => {
-                let route = super::tunnel::route(
-                    core,
-                    &self.children,
-                    &mut self.tunnel_slots,
-                    &cluster,
-                );
+                let route =
+                    super::tunnel::route(core, &self.children, &mut self.tunnel_slots, &cluster);
                 let _ = reply.send(route);
             }
         }

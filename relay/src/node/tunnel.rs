@@ -66,12 +66,15 @@ pub(crate) fn route(
     slots: &mut TunnelSlots,
     cluster: &str,
 ) -> Result<TunnelRoute, TunnelRefusal> {
-    let found = core.reports().iter().find_map(|((child, key), value)| match (key, value) {
-        (ReportKey::Cluster { name }, ReportValue::Cluster(c)) if name == cluster => {
-            Some((child.clone(), c.clone()))
-        }
-        _ => None,
-    });
+    let found = core
+        .reports()
+        .iter()
+        .find_map(|((child, key), value)| match (key, value) {
+            (ReportKey::Cluster { name }, ReportValue::Cluster(c)) if name == cluster => {
+                Some((child.clone(), c.clone()))
+            }
+            _ => None,
+        });
     let Some((child, record)) = found else {
         return Err(refusal(
             404,
