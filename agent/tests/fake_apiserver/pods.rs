@@ -121,7 +121,8 @@ pub fn exec(mut req: Request<Incoming>, query: &str) -> Response<BoxBody> {
         let _ = io
             .write_all(&frame(3, br#"{"metadata":{},"status":"Success"}"#))
             .await;
-        let _ = io.write_all(&[0x88, 0x00]).await;
+        // Close, 1000 (normal): kubectl reports any other code as an error.
+        let _ = io.write_all(&[0x88, 0x02, 0x03, 0xe8]).await;
         let _ = io.flush().await;
         // Read until the client closes, so that nothing is cut short.
         let mut sink = [0u8; 1024];

@@ -25,6 +25,9 @@ pub struct LogArgs {
     pub log: Option<String>,
 }
 
+/// The tracing target of audit lines, logged at `info` whatever the filter's level.
+pub const AUDIT_TARGET: &str = "strata::audit";
+
 /// Logs to standard error: filtered by `--log`, else `RUST_LOG`, else `info`; in the
 /// chosen format; with colour codes only when standard error is a terminal and
 /// `NO_COLOR` is unset. What the `relay` and `agent` binaries use.
@@ -38,6 +41,17 @@ pub fn init_logging(args: &LogArgs) {
     };
     let bad_filter = filter.as_ref().err().cloned();
     let filter = filter.unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // The audit trail (target `strata::audit`: one line per debug-tunnel request at the
+    // root) is kept whatever the level, unless the filter names that target itself.
+    let names_audit = args
+        .log
+        .as_deref()
+        .is_some_and(|d| d.contains(AUDIT_TARGET))
+        || std::env::var("RUST_LOG").is_ok_and(|d| d.contains(AUDIT_TARGET));
+    let filter = match format!("{AUDIT_TARGET}=info").parse() {
+        Ok(audit) if !names_audit => filter.add_directive(audit),
+        _ => filter,
+    };
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -148,6 +148,9 @@ pub fn spawn(
                 });
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tls), service)
+                    // exec, attach and port-forward through the debug tunnel upgrade
+                    // the connection (`tunnel`).
+                    .with_upgrades()
                     .await
                 {
                     tracing::debug!(%peer, error = %e, "API connection ended");

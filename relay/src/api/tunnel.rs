@@ -59,7 +59,7 @@ fn status(code: u16, reason: &str, message: String) -> Response<Body> {
 
 fn audit(open: &TunnelOpen, method: &hyper::Method, path: &str, code: u16) {
     tracing::info!(
-        target: "strata::audit",
+        target: strata_node::process::AUDIT_TARGET,
         user = %open.user, cluster = %open.cluster, request = open.request,
         %method, %path, status = code, "debug tunnel"
     );
