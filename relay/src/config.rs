@@ -302,6 +302,13 @@ impl NodeConfig {
                 faults.push("tunnels_per_link: must be at least 1".to_owned());
                 crate::node::tunnel::DEFAULT_TUNNELS_PER_LINK
             }
+            Some(n) if n > strata_node::tunnel::MAX_TUNNEL_STREAMS as usize => {
+                faults.push(format!(
+                    "tunnels_per_link: {n} is over {}, the tunnel streams a child accepts at once",
+                    strata_node::tunnel::MAX_TUNNEL_STREAMS
+                ));
+                crate::node::tunnel::DEFAULT_TUNNELS_PER_LINK
+            }
             Some(n) => n,
             None => crate::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
         };

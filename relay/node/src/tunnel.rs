@@ -36,10 +36,27 @@ pub type TunnelStream = tokio::io::Join<quinn::RecvStream, quinn::SendStream>;
 /// that quinn sends heartbeats, downsync and reports first when both have data.
 pub const TUNNEL_PRIORITY: i32 = -1;
 
-/// How many tunnel streams a child accepts at once on one link (QUIC's own limit on
-/// streams the parent may open; the per-link cap a relay applies is lower, see
-/// [`TunnelSlots`]).
-pub const MAX_TUNNEL_STREAMS: u32 = 256;
+/// How many tunnel streams a child accepts at once on one link: QUIC's own limit on
+/// the bidirectional streams the parent may open, whatever the parent's configured cap
+/// ([`TunnelSlots`], at most this). With [`STREAM_WINDOW`] it bounds the tunnel bytes
+/// in flight on a link (see [`crate::transport::transport_config`]).
+pub const MAX_TUNNEL_STREAMS: u32 = 32;
+
+/// Each QUIC stream's receive window (quinn's default, set here so the bound below is
+/// explicit): the most one tunnel stream can have sent and not yet read by its peer.
+pub const STREAM_WINDOW: u32 = 1_250_000;
+
+/// The send window the protocol's own streams (control, bulk, reports) always keep:
+/// quinn's default send window. Tunnel streams can fill at most
+/// `MAX_TUNNEL_STREAMS * STREAM_WINDOW` of a connection's send window, which is this
+/// much larger, so a stalled `logs -f` never blocks a heartbeat, a delta or a report
+/// from being written.
+pub const PROTOCOL_SEND_WINDOW: u64 = 8 * STREAM_WINDOW as u64;
+
+/// The connection's send window (bytes written and not yet acknowledged, all streams
+/// together): the protocol's share plus every tunnel's whole stream window.
+pub const SEND_WINDOW: u64 =
+    PROTOCOL_SEND_WINDOW + MAX_TUNNEL_STREAMS as u64 * STREAM_WINDOW as u64;
 
 /// How long a node waits for a tunnel stream's header.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
