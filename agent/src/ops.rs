@@ -127,6 +127,17 @@ impl AgentOps {
             for (name, help, value) in kube {
                 out.family(name, Kind::Counter, help, &one(value as f64));
             }
+            // The cluster's name first, as on every other family.
+            let latency = k
+                .latency
+                .lock()
+                .await
+                .labelled_first(&["cluster"], std::slice::from_ref(&s.cluster));
+            out.histogram(
+                "strata_agent_kube_request_duration_seconds",
+                "Time the cluster's API server took to answer a server-side apply or a delete, by verb.",
+                &latency,
+            );
         }
         out.family(
             "strata_store_bytes",

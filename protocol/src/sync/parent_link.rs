@@ -32,6 +32,10 @@ pub struct LinkConfig {
     pub resubscribe_after: Duration,
     /// The report stream.
     pub reports: ReportsConfig,
+    /// The protocol versions this child speaks, lowest and highest:
+    /// [`MIN_PROTOCOL_VERSION`] and [`MAX_PROTOCOL_VERSION`] unless narrowed (tests of
+    /// a hierarchy of mixed versions).
+    pub versions: (crate::wire::ProtocolVersion, crate::wire::ProtocolVersion),
 }
 
 impl LinkConfig {
@@ -45,6 +49,7 @@ impl LinkConfig {
             idle_timeout: Duration::from_secs(20),
             resubscribe_after: Duration::from_secs(2),
             reports: ReportsConfig::default(),
+            versions: (MIN_PROTOCOL_VERSION, MAX_PROTOCOL_VERSION),
         }
     }
 }
@@ -211,8 +216,8 @@ impl ParentLink {
         self.phase = Phase::AwaitWelcome;
         self.liveness = Liveness::new(now, self.config.heartbeat, self.config.idle_timeout);
         self.control.push_back(ChildToParent::Hello(Hello {
-            min_version: MIN_PROTOCOL_VERSION,
-            max_version: MAX_PROTOCOL_VERSION,
+            min_version: self.config.versions.0,
+            max_version: self.config.versions.1,
             node: self.config.node.clone(),
             role: self.config.role,
             run: self.config.run,
@@ -255,7 +260,7 @@ impl ParentLink {
     fn dispatch(&mut self, now: Instant, msg: ParentToChild) -> Result<(), SessionError> {
         match (self.phase, msg) {
             (Phase::AwaitWelcome, ParentToChild::Welcome(w)) => {
-                if !(MIN_PROTOCOL_VERSION..=MAX_PROTOCOL_VERSION).contains(&w.version) {
+                if !(self.config.versions.0..=self.config.versions.1).contains(&w.version) {
                     return Err(SessionError::new(
                         ErrorCode::UnsupportedVersion,
                         format!("parent chose version {}, which we do not speak", w.version),

@@ -42,6 +42,8 @@ pub enum RelayInput {
     Query(Query),
     /// Bytes on the node's connections.
     LinkStats(oneshot::Sender<LinkStats>),
+    /// What other root replicas committed, or this replica's takeover.
+    Follow(strata_node::store::FollowEvent),
     /// An agent asks to join with a token.
     Join {
         request: JoinRequest,
@@ -65,6 +67,7 @@ impl std::fmt::Debug for RelayInput {
             RelayInput::LinkStats(_) => "LinkStats",
             RelayInput::Join { .. } => "Join",
             RelayInput::TunnelRoute { .. } => "TunnelRoute",
+            RelayInput::Follow(_) => "Follow",
         })
     }
 }

@@ -99,7 +99,8 @@ impl NodeCore {
 
     fn on_child_event(&mut self, now: Instant, name: &str, event: SessionEvent) {
         match event {
-            SessionEvent::Opened { hello, .. } => {
+            SessionEvent::Opened { hello, version } => {
+                tracing::info!(child = name, version, "child session opened");
                 let relay = hello.role == Role::Relay;
                 if let Some(c) = self.children.get_mut(name) {
                     c.relay = relay;
@@ -115,7 +116,8 @@ impl NodeCore {
                 self.refresh_route(name);
             }
             SessionEvent::Acked(cursor) => {
-                self.acked.insert(name.to_owned(), cursor);
+                let before = self.acked.insert(name.to_owned(), cursor);
+                self.lag.acked(name, before, cursor, now);
                 self.batch.child_acks.push((name.to_owned(), cursor));
                 self.link_acked(now, name);
             }
