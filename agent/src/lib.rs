@@ -5,7 +5,10 @@
 //! # Layout
 //!
 //! * [`backend`]: the [`backend::ClusterBackend`] trait every cluster kind implements.
-//! * [`simulated`]: a simulated cluster (a fake, for demos, tests and benchmarks).
+//! * [`simulated`]: a simulated cluster (a fake, for demos, tests and benchmarks);
+//!   [`simulated_api`]: its small Kubernetes API (Pods, logs, events).
+//! * [`tunnel`]: the debug tunnel's end: the parent's tunnel streams served as the
+//!   cluster's Kubernetes API, with the agent's own credentials.
 //! * [`kubernetes`]: the Kubernetes API backend (discovery, server-side apply, prune,
 //!   drift repair, health, associated objects).
 //! * [`config`]: the agent's configuration file.
@@ -22,3 +25,5 @@ pub mod kubernetes;
 pub mod ops;
 pub mod runtime;
 pub mod simulated;
+pub mod simulated_api;
+pub mod tunnel;

@@ -11,6 +11,7 @@ use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
 use strata_agent::ops::AgentOps;
 use strata_agent::runtime::{self, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
+use strata_agent::tunnel::TunnelTarget;
 use strata_node::clock::Clock;
 use strata_node::store::{SledStore, Store};
 use strata_node::tls::Identity;
@@ -71,16 +72,19 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
     }
     let clock = Clock::start();
     let mut kube_counters = None;
+    let tunnel;
     let (backend, what): (Box<dyn ClusterBackend + Send>, &str) = match &config.backend {
-        Backend::Simulated(s) => (
-            Box::new(SimulatedCluster::new(SimulatedConfig {
+        Backend::Simulated(s) => {
+            let cluster = SimulatedCluster::new(SimulatedConfig {
                 ready_delay: s.ready_delay,
                 fail_all: s.fail.clone(),
-            })),
-            "simulated cluster",
-        ),
+            });
+            tunnel = Some(TunnelTarget::Simulated(cluster.api()));
+            (Box::new(cluster), "simulated cluster")
+        }
         Backend::Kubernetes(k) => {
             let client = kubernetes::connect(&k.connect).await?;
+            tunnel = Some(TunnelTarget::Kube(client.clone()));
             let options = KubeOptions {
                 force_conflicts: k.force_conflicts,
                 ..KubeOptions::default()
@@ -109,6 +113,7 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
             backend,
             clock,
             run: strata_node::process::random_u64(),
+            tunnel,
         },
         versions,
     )?;

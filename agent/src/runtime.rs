@@ -6,17 +6,21 @@ use std::sync::Arc;
 use strata_node::clock::Clock;
 use strata_node::dial::{Connector, ParentAddress};
 use strata_node::driver::{self, Driver, Node, ParentAddr, ParentConn, ToParent};
+use strata_node::link::Link;
 use strata_node::store::{Batch, Store, StoreError};
+use strata_node::tunnel;
 use strata_protocol::model::Cluster;
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink};
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{
     MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, ParentToChild, ProtocolVersion, Role,
 };
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, oneshot, watch};
+use tracing::Instrument;
 
 use crate::backend::ClusterBackend;
 use crate::core::{AgentCore, AgentSetup};
+use crate::tunnel::TunnelTarget;
 
 /// What an agent needs to run.
 #[allow(missing_docs)] // backend, clock and run are what they say
@@ -32,6 +36,9 @@ pub struct AgentParts {
     pub backend: Box<dyn ClusterBackend + Send>,
     pub clock: Clock,
     pub run: u64,
+    /// What answers the debug tunnel's requests for this cluster (`None`: the agent
+    /// refuses them with 503).
+    pub tunnel: Option<TunnelTarget>,
 }
 
 /// A question about the agent's core (the simulation, tests).
@@ -107,6 +114,8 @@ impl AgentHandle {
 struct Agent {
     core: AgentCore,
     clock: Clock,
+    /// The current link to the parent, for the task serving its tunnel streams.
+    parent_links: watch::Sender<Option<Link>>,
 }
 
 impl Node for Agent {
@@ -126,6 +135,10 @@ impl Node for Agent {
 
     fn parent_connected(&mut self, now: Instant) {
         self.core.upstream_connected(now);
+    }
+
+    fn parent_link(&mut self, link: &Link) {
+        self.parent_links.send_replace(Some(link.clone()));
     }
 
     fn parent_message(&mut self, now: Instant, msg: ParentToChild) {
@@ -175,6 +188,7 @@ pub fn start_speaking(
     config.versions = versions;
     let link = ParentLink::new(now, config, upstream.cursor, upstream.route);
     let span = tracing::info_span!("agent", cluster = %parts.cluster.name);
+    let (cluster, target) = (parts.cluster.name.clone(), parts.tunnel);
     let core = AgentCore::new(
         now,
         parts.clock.wall(),
@@ -188,10 +202,12 @@ pub fn start_speaking(
         },
     );
     let (name, addr) = parts.parent;
+    let (parent_links, links) = watch::channel(None);
     let inner = Driver::start(
         Agent {
             core,
             clock: parts.clock,
+            parent_links,
         },
         parts.clock,
         parts.store,
@@ -203,7 +219,23 @@ pub fn start_speaking(
         }),
         1024,
         span,
-        |_, _| {},
+        move |tasks, _| {
+            tasks.spawn(
+                tunnel::serve_from_parent(links, move |open, stream| {
+                    let (cluster, target) = (cluster.clone(), target.clone());
+                    async move {
+                        match target {
+                            Some(t) => crate::tunnel::serve(cluster, t, open, stream).await,
+                            None => {
+                                let why = "this agent serves no debug tunnels";
+                                tunnel::refuse(stream, 503, "ServiceUnavailable", why).await;
+                            }
+                        }
+                    }
+                })
+                .in_current_span(),
+            );
+        },
     );
     Ok(AgentHandle { inner })
 }

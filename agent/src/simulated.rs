@@ -16,6 +16,19 @@ use strata_protocol::model::{ContentHash, Health, Object, ObjectKey, Revision, S
 use strata_protocol::time::{Instant, UnixMillis};
 
 use crate::backend::{BackendError, ClusterBackend};
+use crate::simulated_api::{PodBoard, SimPod, SimulatedApi};
+
+/// The first container's image of a workload's manifest, if it names one.
+fn image_of(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/spec/template/spec/containers/0/image")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "simulated".into())
+}
 
 /// The label that makes a simulated object fail.
 pub const FAILURE_LABEL: &str = "strata.dev/simulate-failure";
@@ -45,6 +58,8 @@ struct Held {
     body: Vec<u8>,
     hash: ContentHash,
     applied: Instant,
+    /// When it was applied, on the wall clock (its Pods' creation time).
+    applied_at: UnixMillis,
     workload: bool,
     replicas: i64,
     failure: Option<String>,
@@ -60,6 +75,8 @@ pub struct SimulatedCluster {
     /// is needed only once a workload's readiness is due: the agent asks after every
     /// event, and scanning every held object each time dominated a reconnect storm.
     changed: bool,
+    /// The Pods its workloads run, for its small Kubernetes API (the debug tunnel).
+    pods: PodBoard,
 }
 
 impl SimulatedCluster {
@@ -69,7 +86,37 @@ impl SimulatedCluster {
             config,
             objects: BTreeMap::new(),
             changed: false,
+            pods: PodBoard::default(),
         }
+    }
+
+    /// The cluster's small Kubernetes API (Pods, their logs, events), which answers the
+    /// debug tunnel; it sees the Pods of what is applied from then on.
+    pub fn api(&self) -> SimulatedApi {
+        SimulatedApi::new(self.pods.subscribe())
+    }
+
+    /// Publishes the Pods the held workloads run.
+    fn publish_pods(&self) {
+        let pods = self
+            .objects
+            .iter()
+            .filter(|(_, h)| h.workload)
+            .flat_map(|(k, h)| {
+                (0..h.replicas.max(0)).map(move |i| SimPod {
+                    namespace: k.namespace.clone().unwrap_or_else(|| "default".into()),
+                    name: format!(
+                        "{}-{:02x}{:02x}{:02x}{:02x}-{i}",
+                        k.name, h.hash.0[0], h.hash.0[1], h.hash.0[2], h.hash.0[3]
+                    ),
+                    owner: format!("{}/{}", k.kind, k.name),
+                    created: h.applied_at,
+                    image: image_of(&h.body),
+                    failure: h.failure.clone(),
+                })
+            })
+            .collect();
+        self.pods.publish(pods);
     }
 
     /// Objects the cluster holds, with the revision applied.
@@ -89,12 +136,7 @@ impl SimulatedCluster {
 }
 
 impl ClusterBackend for SimulatedCluster {
-    fn apply(
-        &mut self,
-        now: Instant,
-        _at: UnixMillis,
-        object: &Object,
-    ) -> Result<(), BackendError> {
+    fn apply(&mut self, now: Instant, at: UnixMillis, object: &Object) -> Result<(), BackendError> {
         let body: serde_json::Value =
             serde_json::from_slice(&object.body).map_err(|e| BackendError {
                 key: Box::new(object.key().clone()),
@@ -128,6 +170,7 @@ impl ClusterBackend for SimulatedCluster {
                 body: object.body.clone(),
                 hash: object.hash,
                 applied: now,
+                applied_at: at,
                 workload,
                 replicas,
                 failure,
@@ -135,11 +178,16 @@ impl ClusterBackend for SimulatedCluster {
             },
         );
         self.changed = true;
+        if workload {
+            self.publish_pods();
+        }
         Ok(())
     }
 
     fn delete(&mut self, _now: Instant, key: &ObjectKey) -> Result<(), BackendError> {
-        self.objects.remove(key);
+        if self.objects.remove(key).is_some_and(|h| h.workload) {
+            self.publish_pods();
+        }
         self.changed = true;
         Ok(())
     }

@@ -21,6 +21,7 @@
 //! * [`summary`]: the mergeable status summary (associative, commutative, with identity).
 //! * [`wire`]: messages by direction ([`wire::ChildToParent`], [`wire::ParentToChild`]).
 //! * [`codec`]: length-prefixed frames; the only place that knows the byte encoding.
+//! * [`tunnel`]: the header of a debug tunnel stream (a user's request to a cluster's API).
 //! * [`sync`]: the sans-I/O state machines of one parent/child connection.
 
 pub mod choice;
@@ -35,6 +36,7 @@ pub mod selector;
 pub mod summary;
 pub mod sync;
 pub mod time;
+pub mod tunnel;
 pub mod user_summary;
 pub mod waves;
 pub mod wire;

@@ -45,6 +45,9 @@ pub struct NodeConfig {
     pub join: Option<JoinFiles>,
     /// Where the node keeps its state: sled in `data` unless the root names etcd.
     pub store: StoreConfig,
+    /// How many debug tunnels (`/clusters/{name}/...`) may be open at once on each link
+    /// to a child; one more is answered 429.
+    pub tunnels_per_link: usize,
 }
 
 /// Where a node keeps its state.
@@ -124,6 +127,8 @@ struct RawConfig {
     join: Option<RawJoin>,
     #[serde(default)]
     store: Option<RawStore>,
+    #[serde(default)]
+    tunnels_per_link: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -311,6 +316,21 @@ impl NodeConfig {
             Some(ms) => Duration::from_millis(ms),
             None => DEFAULT_SUMMARY_INTERVAL,
         };
+        let tunnels_per_link = match raw.tunnels_per_link {
+            Some(0) => {
+                faults.push("tunnels_per_link: must be at least 1".to_owned());
+                crate::node::tunnel::DEFAULT_TUNNELS_PER_LINK
+            }
+            Some(n) if n > strata_node::tunnel::MAX_TUNNEL_STREAMS as usize => {
+                faults.push(format!(
+                    "tunnels_per_link: {n} is over {}, the tunnel streams a child accepts at once",
+                    strata_node::tunnel::MAX_TUNNEL_STREAMS
+                ));
+                crate::node::tunnel::DEFAULT_TUNNELS_PER_LINK
+            }
+            Some(n) => n,
+            None => crate::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
+        };
         if raw.join.is_some() && raw.listen.is_none() {
             faults.push("join: admitting agents needs a listen address".to_owned());
         }
@@ -366,6 +386,7 @@ impl NodeConfig {
             summary_interval,
             join,
             store,
+            tunnels_per_link,
         })
     }
 

@@ -1,4 +1,5 @@
-//! `relay kubeconfig`: a kubeconfig for a space and a user, whose `server:` the root's
+//! `relay kubeconfig`: a kubeconfig for a space (or, with `--cluster`, a cluster's own
+//! API through the tiers) and a user, whose `server:` the root's
 //! API certificate covers when it can (then without `tls-server-name`).
 
 use std::net::SocketAddr;
@@ -34,6 +35,10 @@ pub struct KubeconfigArgs {
     /// The space.
     #[arg(long, env = "STRATA_SPACE", default_value = "default")]
     pub space: String,
+    /// A cluster's own Kubernetes API through the tiers instead of a space (the debug
+    /// tunnel, `https://ROOT/clusters/NAME`; the token needs `debug`).
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
     /// Use this user's token: the line `TOKEN user=U ...` of the tokens file.
     #[arg(long, value_name = "U", requires = "tokens")]
     pub user: Option<String>,
@@ -138,5 +143,6 @@ pub async fn run(args: &KubeconfigArgs) -> Result<String, KubeconfigError> {
         token: &token,
         space: &args.space,
         user: user.as_deref(),
+        cluster: args.cluster.as_deref(),
     }))
 }

@@ -212,6 +212,7 @@ pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle
         clock: Clock::start(),
         run: random_u64(),
         joining,
+        tunnels_per_link: config.tunnels_per_link,
     })?;
     Ok(handle)
 }

@@ -175,6 +175,7 @@ impl Hierarchy {
             token: &self.token,
             space: "default",
             user: user.as_deref(),
+            cluster: None,
         });
         let path = std::path::absolute(self.dir.join("kubeconfig"))
             .with_context(|| format!("{}: no absolute path", self.dir.display()))?;

@@ -337,6 +337,7 @@ impl SimHierarchy {
             clock: Clock::start_at(wall_now()),
             run: rng.next_u64(),
             joining: None,
+            tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
         })?;
         self.relays.borrow_mut().insert(name, handle.client());
         handle.wait().await?;
@@ -386,6 +387,7 @@ impl SimHierarchy {
                 })),
                 clock: Clock::start_at(wall_now()),
                 run: rng.next_u64(),
+                tunnel: None,
             })?;
             self.agents
                 .borrow_mut()

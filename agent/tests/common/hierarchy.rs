@@ -296,6 +296,7 @@ impl RelaySpec<'_> {
             clock: Clock::start(),
             run,
             joining: self.joining,
+            tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
         })
         .unwrap()
     }
@@ -377,6 +378,7 @@ impl AgentSpec<'_> {
             backend,
             clock: Clock::start(),
             run,
+            tunnel: None,
         })
         .unwrap()
     }

@@ -5,11 +5,12 @@
 //! bodies, `fieldManager`, `force`, conflicts), merge PATCH, DELETE, with
 //! resourceVersion and generation semantics, 403 for requests the test denies, and
 //! CustomResourceDefinitions that become Established (at once, or when the test says)
-//! and then add their kind to discovery. It is a fake: see `store.rs` for what it
-//! simplifies. No TLS (the kubeconfig points at `http://127.0.0.1:port`).
+//! and then add their kind to discovery; Pod logs (streamed with `follow`) and exec
+//! over WebSocket (`pods.rs`). It is a fake: see `store.rs` for what it simplifies. No TLS (the kubeconfig points at `http://127.0.0.1:port`).
 
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
+pub mod pods;
 pub mod routes;
 pub mod store;
 
@@ -64,6 +65,10 @@ pub struct State {
     /// (verb, plural) pairs answered with 403; `("*", "*")` denies everything.
     denied: BTreeSet<(String, String)>,
     establish_crds: bool,
+    /// Bytes a second a followed Pod log streams (`pods::log`).
+    log_rate: u64,
+    /// Every `Authorization` header received.
+    authorizations: BTreeSet<String>,
 }
 
 #[derive(Debug)]
@@ -100,6 +105,7 @@ fn builtin() -> Vec<Resource> {
         r("", "Secret", "secrets", true),
         r("", "Service", "services", true),
         r("", "Pod", "pods", true),
+        r("", "Event", "events", true),
         r("", "PersistentVolumeClaim", "persistentvolumeclaims", true),
         r("apps", "Deployment", "deployments", true),
         r("apps", "StatefulSet", "statefulsets", true),
@@ -196,6 +202,8 @@ impl FakeApiServer {
                 log: Vec::new(),
                 denied: BTreeSet::new(),
                 establish_crds: true,
+                log_rate: 2_000,
+                authorizations: BTreeSet::new(),
             }),
             rv: watch::channel(0).0,
         });
@@ -213,6 +221,7 @@ impl FakeApiServer {
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(tcp), service)
+                        .with_upgrades()
                         .await;
                 });
             }
@@ -253,6 +262,16 @@ impl FakeApiServer {
             .await
             .denied
             .insert((verb.into(), plural.into()));
+    }
+
+    /// Sets how fast a followed Pod log streams, in bytes a second.
+    pub async fn set_log_rate(&self, bytes_per_second: u64) {
+        self.inner.state.lock().await.log_rate = bytes_per_second;
+    }
+
+    /// Every `Authorization` header the fake received.
+    pub async fn authorizations(&self) -> BTreeSet<String> {
+        self.inner.state.lock().await.authorizations.clone()
     }
 
     /// Every request received so far.
@@ -353,6 +372,17 @@ fn slot(group: &str, plural: &str, ns: Option<&str>, name: &str) -> Slot {
 }
 
 async fn handle(inner: &Arc<Inner>, req: Request<Incoming>) -> Response<BoxBody> {
+    if let Some(a) = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        inner.state.lock().await.authorizations.insert(a.to_owned());
+    }
+    if req.uri().path().ends_with("/exec") && pods::is_websocket(&req) {
+        let query = req.uri().query().unwrap_or_default().to_owned();
+        return pods::exec(req, &query);
+    }
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_owned();
     let query = parts.uri.query().unwrap_or_default().to_owned();
@@ -400,6 +430,13 @@ async fn handle(inner: &Arc<Inner>, req: Request<Incoming>) -> Response<BoxBody>
         Some(Err(e)) => return status(StatusCode::NOT_FOUND, "NotFound", e),
         Some(Ok(t)) => t,
     };
+    if target.resource.plural == "pods"
+        && target.subresource.as_deref() == Some("log")
+        && let Some(name) = &target.name
+    {
+        let follow = query_param(&query, "follow") == Some("true");
+        return pods::log(name, follow, state.log_rate);
+    }
     let watching = matches!(query_param(&query, "watch"), Some("true" | "1"));
     let verb = verb_of(&parts.method, &target, watching);
     let r = target.resource.clone();

@@ -55,6 +55,9 @@ pub trait Node: Send + 'static {
     fn handle_input(&mut self, now: Instant, input: Self::Input, parent: &ParentConn);
     /// The connection to the parent is up.
     fn parent_connected(&mut self, now: Instant);
+    /// The link to the parent is up (called before [`Node::parent_connected`]): a node
+    /// that serves debug tunnels starts accepting their streams on it.
+    fn parent_link(&mut self, _link: &Link) {}
     /// A message from the parent.
     fn parent_message(&mut self, now: Instant, msg: ParentToChild);
     /// The connection to the parent is gone.
@@ -345,6 +348,7 @@ impl<N: Node> Driver<N> {
         match input {
             Input::Parent(ParentEvent::Up { conn, sender }) => {
                 tracing::info!(parent = %conn.remote_address(), transport = %conn.kind(), "connected to parent");
+                self.node.parent_link(&conn);
                 self.parent.live = Some((conn, sender));
                 self.node.parent_connected(now);
             }

@@ -12,6 +12,8 @@
 //! * [`transport`]: QUIC endpoints and framed messages, one stream per class.
 //! * [`link`]: a connection whichever transport carries it ([`link::Link`]).
 //! * [`tcp`]: the TLS/TCP transport, the classes multiplexed with per-class credit.
+//! * [`tunnel`]: debug tunnel streams (a user's Kubernetes request carried down to a
+//!   cluster): opening, the header, serving the parent's, per-link caps.
 //! * [`dial`]: reaching the parent: names resolved at every connect, happy eyeballs,
 //!   `auto | quic | tcp`, the proxy.
 //! * [`proxy`]: HTTP CONNECT proxies (`proxy:`, `HTTPS_PROXY`, `NO_PROXY`).
@@ -73,3 +75,4 @@ pub mod store;
 pub mod tcp;
 pub mod tls;
 pub mod transport;
+pub mod tunnel;

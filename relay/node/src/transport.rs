@@ -89,14 +89,32 @@ pub enum TransportError {
 }
 
 /// Transport tuning shared by both ends: keep-alives shorter than typical load-balancer
-/// idle timeouts, and an idle timeout that notices dead peers in seconds.
+/// idle timeouts, and an idle timeout that notices dead peers in seconds. This is the
+/// child's (the dialling side's), which accepts the debug tunnels its parent opens.
 pub fn transport_config() -> Arc<quinn::TransportConfig> {
+    Arc::new(tuned(crate::tunnel::MAX_TUNNEL_STREAMS))
+}
+
+/// The parent's (listening side's) tuning: as [`transport_config`], but a child may open
+/// no bidirectional stream (tunnels only go down the tree).
+pub fn parent_transport_config() -> Arc<quinn::TransportConfig> {
+    Arc::new(tuned(0))
+}
+
+fn tuned(tunnels: u32) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
     t.keep_alive_interval(Some(Duration::from_secs(5)));
     t.max_idle_timeout(Some(VarInt::from_u32(20_000).into()));
     t.max_concurrent_uni_streams(VarInt::from_u32(16));
-    t.max_concurrent_bidi_streams(VarInt::from_u32(0));
-    Arc::new(t)
+    // Debug tunnels: one bidirectional stream per request, opened by the parent
+    // (see `crate::tunnel`). quinn admits a write only while the connection's unacked
+    // bytes stay under the send window, all streams together: sized so that tunnels,
+    // each bounded by its stream window, can never take the protocol streams' share
+    // (a `logs -f` on a slow link would otherwise hold back heartbeats and reports).
+    t.max_concurrent_bidi_streams(VarInt::from_u32(tunnels));
+    t.stream_receive_window(VarInt::from_u32(crate::tunnel::STREAM_WINDOW));
+    t.send_window(crate::tunnel::SEND_WINDOW);
+    t
 }
 
 /// A listening endpoint. `secret` must persist across restarts: it keys the stateless
@@ -128,7 +146,7 @@ pub fn server_configs(
 ) -> Result<(EndpointConfig, quinn::ServerConfig), TransportError> {
     let crypto = QuicServerConfig::try_from(tls).map_err(|e| TransportError::Tls(e.to_string()))?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    server.transport_config(transport_config());
+    server.transport_config(parent_transport_config());
     let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret);
     let mut endpoint = EndpointConfig::new(Arc::new(reset_key));
     let cid_key = u64::from_be_bytes([

@@ -11,6 +11,13 @@
 //! reads (get, list, watch); `edit` also writes; both only in their spaces. The
 //! inventory, tier tree and upsynced objects (`/clusters`, `/status`, `/upsynced`) are
 //! readable by every token.
+//!
+//! Debugging a cluster through the tiers (`/clusters/{name}/...`, the Kubernetes API of
+//! that cluster) needs `debug`: `debug=*` for every cluster, or `debug=SELECTOR` for the
+//! clusters a label selector matches (`debug=region=eu,tier!=gold`: Kubernetes'
+//! syntax, without spaces); `admin` has `debug=*` unless the line says otherwise
+//! (`debug=none`). What the request may do in the cluster is then bounded by the
+//! agent's own credentials there.
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -34,6 +41,19 @@ pub struct Grant {
     pub role: Role,
     /// The spaces it may use; `None`: every space.
     pub spaces: Option<Vec<String>>,
+    /// Which clusters it may debug through the tiers.
+    pub debug: DebugGrant,
+}
+
+/// Which clusters a token may reach through the debug tunnel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DebugGrant {
+    /// None.
+    None,
+    /// Every cluster.
+    All,
+    /// The clusters this label selector matches (checked when the tokens are read).
+    Selector(String),
 }
 
 /// Parses the tokens file; an error names the line and what is wrong with it.
@@ -51,9 +71,16 @@ pub fn parse_tokens(text: &str) -> Result<Vec<Grant>, String> {
             user: "admin".to_owned(),
             role: Role::Admin,
             spaces: None,
+            debug: DebugGrant::All,
         };
+        let mut debug = None;
         for word in words {
-            let bad = || format!("line {}: {word:?} is not user=, role= or spaces=", i + 1);
+            let bad = || {
+                format!(
+                    "line {}: {word:?} is not user=, role=, spaces= or debug=",
+                    i + 1
+                )
+            };
             match word.split_once('=').ok_or_else(bad)? {
                 ("user", u) => grant.user = u.to_owned(),
                 ("role", "view") => grant.role = Role::View,
@@ -65,11 +92,24 @@ pub fn parse_tokens(text: &str) -> Result<Vec<Grant>, String> {
                         i + 1
                     ));
                 }
+                ("debug", "*") => debug = Some(DebugGrant::All),
+                ("debug", "none") => debug = Some(DebugGrant::None),
+                ("debug", sel) => {
+                    crate::kube::selector::LabelQuery::parse(sel).map_err(|e| {
+                        format!("line {}: debug={sel}: not a label selector: {e}", i + 1)
+                    })?;
+                    debug = Some(DebugGrant::Selector(sel.to_owned()));
+                }
                 ("spaces", "*") => grant.spaces = None,
                 ("spaces", s) => grant.spaces = Some(s.split(',').map(str::to_owned).collect()),
                 _ => return Err(bad()),
             }
         }
+        grant.debug = debug.unwrap_or(if grant.role == Role::Admin {
+            DebugGrant::All
+        } else {
+            DebugGrant::None
+        });
         out.push(grant);
     }
     Ok(out)
@@ -96,6 +136,34 @@ impl Grant {
             ));
         }
         Ok(())
+    }
+}
+
+impl Grant {
+    /// Whether this grant may debug the cluster `name` with these (effective) labels;
+    /// the refusal says why.
+    pub fn may_debug(
+        &self,
+        name: &str,
+        labels: &strata_protocol::model::Labels,
+    ) -> Result<(), String> {
+        match &self.debug {
+            DebugGrant::All => Ok(()),
+            DebugGrant::Selector(sel)
+                if crate::kube::selector::LabelQuery::parse(sel)
+                    .is_ok_and(|q| q.matches(labels)) =>
+            {
+                Ok(())
+            }
+            DebugGrant::Selector(sel) => Err(format!(
+                "user {:?} may debug the clusters matching {sel:?}, and cluster {name:?} does not",
+                self.user
+            )),
+            DebugGrant::None => Err(format!(
+                "user {:?} may not debug clusters (its token has no debug= permission)",
+                self.user
+            )),
+        }
     }
 }
 
@@ -132,5 +200,27 @@ mod tests {
         assert_eq!(space_of(&["spaces", "x", "objects"]), Some("x"));
         assert_eq!(space_of(&["apis", "apps", "v1"]), Some("default"));
         assert_eq!(space_of(&["clusters"]), None);
+    }
+
+    #[test]
+    fn debug_is_admins_by_default_and_others_by_selector() {
+        let g = parse_tokens(
+            "t0\nt1 user=alice role=view debug=region=eu\nt2 user=bob role=edit\nt3 role=admin debug=none\n",
+        )
+        .unwrap();
+        let eu: strata_protocol::model::Labels = [("region".to_owned(), "eu".to_owned())].into();
+        let us: strata_protocol::model::Labels = [("region".to_owned(), "us".to_owned())].into();
+        assert!(g[0].may_debug("c", &us).is_ok());
+        assert!(g[1].may_debug("c", &eu).is_ok());
+        let e = g[1].may_debug("c", &us).unwrap_err();
+        assert!(e.contains("\"region=eu\""), "{e}");
+        let e = g[2].may_debug("c", &eu).unwrap_err();
+        assert!(e.contains("no debug= permission"), "{e}");
+        assert!(g[3].may_debug("c", &eu).is_err());
+        let e = parse_tokens("t4 debug=a%b\n").unwrap_err();
+        assert!(
+            e.starts_with("line 1: debug=a%b: not a label selector"),
+            "{e}"
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! | GET | `/spaces/{space}/objects?kind=K[&name=N][&namespace=NS]` | objects with per-placement summaries |
 //! | any | `/spaces/{space}/{api,apis,version,openapi}/...`, and `/{api,apis,version,openapi}/...` for the space `default` | the Kubernetes API (see [`crate::kube`]) |
 //! | GET | `/clusters` | the inventory, with each cluster's link state and last-seen |
+//! | any | `/clusters/{name}/[proxy/]...` | that cluster's own Kubernetes API, through the tiers (see `tunnel`; needs `debug`) |
 //! | GET | `/status` | the tier tree: every link's state, lag and last heartbeat |
 //! | GET | `/upsynced[?cluster=C]` | objects born on clusters that placements upsync, by cluster |
 //! | POST | `/revocations/{name}` | revoke a node (admin only; body `{"reason": "..."}`): every tier refuses it |
@@ -43,6 +44,7 @@ pub mod auth;
 pub mod paths;
 mod revoke;
 mod tree;
+mod tunnel;
 
 use crate::kube::selector::LabelQuery;
 use paths::ObjectFilter;
@@ -150,6 +152,9 @@ pub fn spawn(
                 });
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tls), service)
+                    // exec, attach and port-forward through the debug tunnel upgrade
+                    // the connection (`tunnel`).
+                    .with_upgrades()
                     .await
                 {
                     tracing::debug!(%peer, error = %e, "API connection ended");
@@ -227,6 +232,9 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
         );
         return reply(StatusCode::UNAUTHORIZED, status);
     };
+    if let Some((cluster, path)) = tunnel::target(req.uri().path()) {
+        return tunnel::serve(req, grant, state, cluster, path).await;
+    }
     let method = req.method().clone();
     let path: Vec<String> = req
         .uri()

@@ -302,7 +302,7 @@ pub fn table(items: &[Value], head: u64) -> Value {
 }
 
 /// Milliseconds since the epoch as RFC 3339 (UTC, seconds).
-fn rfc3339(ms: u64) -> String {
+pub(crate) fn rfc3339(ms: u64) -> String {
     let secs = ms / 1000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);

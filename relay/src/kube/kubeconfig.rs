@@ -50,13 +50,26 @@ pub struct KubeconfigSpec<'a> {
     pub space: &'a str,
     /// Whose token it is, when known: it names the user and the context.
     pub user: Option<&'a str>,
+    /// A cluster's own API through the tiers (`https://ROOT/clusters/NAME`, the debug
+    /// tunnel) instead of the space.
+    pub cluster: Option<&'a str>,
 }
 
 /// A kubeconfig (YAML) whose one context reaches the space on the root: cluster
 /// `strata-SPACE`, user and context `strata-SPACE-USER` (`strata-SPACE` when the user
-/// is not known).
+/// is not known); with `cluster`, that cluster's own API through the tiers (cluster
+/// `strata-cluster-NAME`).
 pub fn kubeconfig(spec: &KubeconfigSpec<'_>) -> String {
-    let cluster = format!("strata-{}", spec.space);
+    let (cluster, url) = match spec.cluster {
+        Some(c) => (
+            format!("strata-cluster-{c}"),
+            format!("https://{}/clusters/{c}", spec.server),
+        ),
+        None => (
+            format!("strata-{}", spec.space),
+            server_url(spec.server, spec.space),
+        ),
+    };
     let name = match spec.user {
         Some(u) => format!("{cluster}-{u}"),
         None => cluster.clone(),
@@ -84,7 +97,6 @@ contexts:
     user: {name}
 current-context: {name}
 ",
-        url = server_url(spec.server, spec.space),
         ca = base64(spec.ca_pem),
         token = spec.token,
     )
@@ -118,6 +130,7 @@ mod tests {
             token: "t0k",
             space: "team-a",
             user: Some("alice"),
+            cluster: None,
         };
         let kc = kubeconfig(&spec);
         assert!(kc.contains("    tls-server-name: center\n"), "{kc}");
@@ -132,5 +145,15 @@ mod tests {
         let kc = kubeconfig(&spec);
         assert!(!kc.contains("tls-server-name"), "{kc}");
         assert!(kc.contains("current-context: strata-team-a\n"), "{kc}");
+        spec.cluster = Some("store-1");
+        let kc = kubeconfig(&spec);
+        assert!(
+            kc.contains("    server: https://127.0.0.1:8443/clusters/store-1\n"),
+            "{kc}"
+        );
+        assert!(
+            kc.contains("current-context: strata-cluster-store-1\n"),
+            "{kc}"
+        );
     }
 }

@@ -49,6 +49,12 @@ pub enum RelayInput {
         request: JoinRequest,
         reply: oneshot::Sender<JoinReply>,
     },
+    /// Where a debug tunnel to `cluster` goes from here (the API, or a tunnel stream
+    /// from the parent).
+    TunnelRoute {
+        cluster: String,
+        reply: oneshot::Sender<Result<super::tunnel::TunnelRoute, super::tunnel::TunnelRefusal>>,
+    },
 }
 
 impl std::fmt::Debug for RelayInput {
@@ -60,6 +66,7 @@ impl std::fmt::Debug for RelayInput {
             RelayInput::Query(_) => "Query",
             RelayInput::LinkStats(_) => "LinkStats",
             RelayInput::Join { .. } => "Join",
+            RelayInput::TunnelRoute { .. } => "TunnelRoute",
             RelayInput::Follow(_) => "Follow",
         })
     }

@@ -4,6 +4,8 @@
 //! * [`reports`]: what the node knows of its subtree from its children's reports.
 //! * [`runtime`]: the core driven by the node layer's driver, with the children's
 //!   connections; [`runtime::start`] starts a node.
+//! * [`tunnel`]: debug tunnels: which child a cluster's tunnel goes to, and forwarding
+//!   the parent's tunnel streams one tier down.
 //! * `accept`: the listener's accept loop, one task per incoming connection.
 //! * `input`: the relay's own inputs to the driver ([`runtime::RelayInput`]), and the
 //!   answers some of them wait for.
@@ -13,3 +15,4 @@ pub mod core;
 mod input;
 pub mod reports;
 pub mod runtime;
+pub mod tunnel;

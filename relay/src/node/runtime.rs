@@ -14,6 +14,7 @@ use strata_node::driver::{self, Driver, Input, Node, ParentAddr, ParentConn, ToP
 use strata_node::link::Link;
 use strata_node::store::{FollowEvent, Store, StoreError};
 use strata_node::transport::{self, Sender, close_code};
+use strata_node::tunnel::{self, TunnelSlots};
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{ErrorCode, JoinReply, ParentToChild, Role};
@@ -52,6 +53,8 @@ pub struct NodeParts {
     /// Admitting agents that join with a token, if this node does (its listener must
     /// then accept connections without a client certificate).
     pub joining: Option<Arc<Joining>>,
+    /// Debug tunnels open at once on each link to a child, at most.
+    pub tunnels_per_link: usize,
 }
 
 impl std::fmt::Debug for NodeParts {
@@ -119,6 +122,15 @@ impl NodeClient {
     /// Bytes on the node's live connections.
     pub async fn link_stats(&self) -> Option<LinkStats> {
         driver::ask(&self.inputs, RelayInput::LinkStats).await
+    }
+
+    /// Where a debug tunnel to `cluster` goes from this node, with its permit under
+    /// the link's cap, or why it cannot go.
+    pub async fn tunnel_route(
+        &self,
+        cluster: &str,
+    ) -> Result<super::tunnel::TunnelRoute, super::tunnel::TunnelRefusal> {
+        super::tunnel::ask_route(&self.inputs, cluster).await
     }
 }
 
@@ -209,12 +221,15 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
     );
     let span = tracing::info_span!("node", node = %parts.name);
     let (head_tx, head) = watch::channel(core.log().head().0);
+    let (parent_links, parent_links_rx) = watch::channel(None);
     let relay = Relay {
         core,
         children: BTreeMap::new(),
         admissions,
         listener: parts.listener.clone(),
         head: head_tx,
+        tunnel_slots: TunnelSlots::new(parts.tunnels_per_link),
+        parent_links,
     };
     let parent = match (parts.connector, parts.parent) {
         (Some(connector), Some((name, addr))) => Some(ParentAddr {
@@ -240,7 +255,17 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
                 tasks.spawn(tcp_accept_loop(listener, joining, inputs, ids).in_current_span());
             }
             if let Some(listener) = listener {
+                let inputs = inputs.clone();
                 tasks.spawn(accept_loop(listener, joining, inputs, ids).in_current_span());
+            }
+            if !root {
+                // Tunnels the parent opens go one tier down (see `super::tunnel`).
+                tasks.spawn(
+                    tunnel::serve_from_parent(parent_links_rx, move |open, stream| {
+                        super::tunnel::forward(inputs.clone(), open, stream)
+                    })
+                    .in_current_span(),
+                );
             }
         },
     );
@@ -262,6 +287,10 @@ struct Relay {
     listener: Option<Endpoint>,
     /// The log's head after each commit, for the Kubernetes API's watches.
     head: watch::Sender<u64>,
+    /// Debug tunnels open per child link, under the configured cap.
+    tunnel_slots: TunnelSlots,
+    /// The current link to the parent, for the task serving the tunnels it opens.
+    parent_links: watch::Sender<Option<Link>>,
 }
 
 impl Node for Relay {
@@ -329,6 +358,11 @@ impl Node for Relay {
             RelayInput::LinkStats(reply) => {
                 let _ = reply.send(link_stats(&self.children, parent));
             }
+            RelayInput::TunnelRoute { cluster, reply } => {
+                let route =
+                    super::tunnel::route(core, &self.children, &mut self.tunnel_slots, &cluster);
+                let _ = reply.send(route);
+            }
             RelayInput::Follow(FollowEvent::Records { records, full }) => {
                 core.follow(records, full);
             }
@@ -339,6 +373,10 @@ impl Node for Relay {
                 tracing::info!("this root replica writes now");
             }
         }
+    }
+
+    fn parent_link(&mut self, link: &Link) {
+        self.parent_links.send_replace(Some(link.clone()));
     }
 
     fn parent_connected(&mut self, now: Instant) {

@@ -297,6 +297,7 @@ impl Tree {
                 }),
                 clock: Clock::start(),
                 run: self.runs,
+                tunnel: None,
             })
             .map_err(|e| BenchError::setup(&slot.name, e))?;
             self.agents[i].handle = Some(handle);
@@ -340,6 +341,7 @@ impl Tree {
                     }),
                     clock: Clock::start(),
                     run: self.runs,
+                    tunnel: None,
                 })
                 .map_err(|e| BenchError::setup(&name, e))?,
             );
@@ -483,6 +485,7 @@ fn start_node(
         clock: Clock::start(),
         run,
         joining: None,
+        tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
     })
     .map_err(|e| BenchError::setup(&slot.name, e))?;
     slot.handle = Some(handle);

@@ -1,0 +1,281 @@
+//! The debug tunnel's streams: a user's Kubernetes request carried from the root down
+//! the relay chain to a cluster's agent, one QUIC bidirectional stream per request and
+//! per link, always opened by the parent toward the child (the direction every node
+//! can reach: children dial out, but once connected either side may open streams).
+//!
+//! Why a stream per request, not frames on the existing classes: each QUIC stream has
+//! its own flow-control window, so a `kubectl logs -f` whose reader is slow stops only
+//! its own stream (at most [`quinn::TransportConfig`]'s stream window in flight), and
+//! its send side runs at a lower priority ([`TUNNEL_PRIORITY`]) than the control, bulk
+//! and report streams, which therefore never wait behind tunnelled bytes. The stream
+//! carries a [`TunnelOpen`] header, then raw HTTP/1.1 both ways; a node that cannot
+//! forward answers in HTTP itself ([`refusal`]), so the root's HTTP client reads a
+//! `metav1.Status` whichever tier refused.
+//!
+//! The TLS/TCP transport carries no tunnels: its three-class multiplexer would need a
+//! fourth class with per-stream credit, which is not built. A tunnel toward a child
+//! on TCP is refused with 503 saying so ([`TunnelError::NotQuic`]).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_protocol::codec::{self, FRAME_HEADER_LEN};
+use strata_protocol::tunnel::{MAX_TUNNEL_HEADER, TunnelOpen};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::link::Link;
+
+/// One tunnel stream: read the child's (or parent's) bytes, write ours.
+pub type TunnelStream = tokio::io::Join<quinn::RecvStream, quinn::SendStream>;
+
+/// The send priority of tunnel streams: below the protocol's streams (priority 0), so
+/// that quinn sends heartbeats, downsync and reports first when both have data.
+pub const TUNNEL_PRIORITY: i32 = -1;
+
+/// How many tunnel streams a child accepts at once on one link: QUIC's own limit on
+/// the bidirectional streams the parent may open, whatever the parent's configured cap
+/// ([`TunnelSlots`], at most this). With [`STREAM_WINDOW`] it bounds the tunnel bytes
+/// in flight on a link (see [`crate::transport::transport_config`]).
+pub const MAX_TUNNEL_STREAMS: u32 = 32;
+
+/// Each QUIC stream's receive window (quinn's default, set here so the bound below is
+/// explicit): the most one tunnel stream can have sent and not yet read by its peer.
+pub const STREAM_WINDOW: u32 = 1_250_000;
+
+/// The send window the protocol's own streams (control, bulk, reports) always keep:
+/// quinn's default send window. Tunnel streams can fill at most
+/// `MAX_TUNNEL_STREAMS * STREAM_WINDOW` of a connection's send window, which is this
+/// much larger, so a stalled `logs -f` never blocks a heartbeat, a delta or a report
+/// from being written.
+pub const PROTOCOL_SEND_WINDOW: u64 = 8 * STREAM_WINDOW as u64;
+
+/// The connection's send window (bytes written and not yet acknowledged, all streams
+/// together): the protocol's share plus every tunnel's whole stream window.
+pub const SEND_WINDOW: u64 =
+    PROTOCOL_SEND_WINDOW + MAX_TUNNEL_STREAMS as u64 * STREAM_WINDOW as u64;
+
+/// How long a node waits for a tunnel stream's header.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a tunnel stream could not be opened or read.
+#[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant names the peer or the cause
+pub enum TunnelError {
+    /// The link runs over TLS/TCP, which carries no tunnels.
+    #[error("the link to {peer} runs over TLS/TCP, which does not carry debug tunnels (QUIC only)")]
+    NotQuic { peer: String },
+    /// The stream could not be opened or written.
+    #[error("cannot open a tunnel stream to {peer}: {detail}")]
+    Open { peer: String, detail: String },
+    /// The header did not arrive, was too large or did not decode.
+    #[error("bad tunnel header: {0}")]
+    Header(String),
+}
+
+/// Opens a tunnel stream toward the child `peer` on `link` and writes `open` on it.
+pub async fn open(link: &Link, peer: &str, open: &TunnelOpen) -> Result<TunnelStream, TunnelError> {
+    let conn = match link {
+        Link::Quic(c) => c,
+        Link::Tcp(_) => {
+            return Err(TunnelError::NotQuic {
+                peer: peer.to_owned(),
+            });
+        }
+    };
+    let err = |detail: String| TunnelError::Open {
+        peer: peer.to_owned(),
+        detail,
+    };
+    let (mut send, recv) = conn.open_bi().await.map_err(|e| err(e.to_string()))?;
+    // A closed stream cannot be prioritised; the write below then fails and says so.
+    let _ = send.set_priority(TUNNEL_PRIORITY);
+    let mut header = Vec::new();
+    codec::encode(open, MAX_TUNNEL_HEADER, &mut header).map_err(|e| err(e.to_string()))?;
+    send.write_all(&header)
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    Ok(tokio::io::join(recv, send))
+}
+
+/// Reads the header the parent wrote first on `recv`.
+pub async fn read_header(recv: &mut quinn::RecvStream) -> Result<TunnelOpen, TunnelError> {
+    let bad = |d: String| TunnelError::Header(d);
+    let mut len = [0u8; FRAME_HEADER_LEN];
+    recv.read_exact(&mut len)
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    let body_len = usize::try_from(u32::from_be_bytes(len)).unwrap_or(usize::MAX);
+    if body_len > MAX_TUNNEL_HEADER {
+        return Err(bad(format!("{body_len} bytes, over {MAX_TUNNEL_HEADER}")));
+    }
+    let mut frame = vec![0u8; FRAME_HEADER_LEN + body_len];
+    frame[..FRAME_HEADER_LEN].copy_from_slice(&len);
+    recv.read_exact(&mut frame[FRAME_HEADER_LEN..])
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    match codec::decode::<TunnelOpen>(&frame, MAX_TUNNEL_HEADER) {
+        Ok(Some((open, _))) => Ok(open),
+        Ok(None) => Err(bad("truncated".into())),
+        Err(e) => Err(bad(e.to_string())),
+    }
+}
+
+/// Serves the tunnel streams the parent opens, on whichever link to the parent is
+/// current (`links`, replaced at every reconnection): each stream's header is read,
+/// then `serve` gets it, in a task owned by this future (dropping it ends them all).
+pub async fn serve_from_parent<F, Fut>(mut links: watch::Receiver<Option<Link>>, serve: F)
+where
+    F: Fn(TunnelOpen, TunnelStream) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let serve = Arc::new(serve);
+    let mut streams = JoinSet::new();
+    loop {
+        let current = links.borrow_and_update().clone();
+        let conn = match current {
+            Some(Link::Quic(c)) => Some(c),
+            _ => None,
+        };
+        let accepted = async {
+            match &conn {
+                Some(c) => c.accept_bi().await.ok(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            changed = links.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            bi = accepted => {
+                let Some((send, mut recv)) = bi else {
+                    // The connection ended: wait for the next one.
+                    if links.changed().await.is_err() {
+                        return;
+                    }
+                    continue;
+                };
+                let serve = serve.clone();
+                streams.spawn(async move {
+                    let _ = send.set_priority(TUNNEL_PRIORITY);
+                    match tokio::time::timeout(HEADER_TIMEOUT, read_header(&mut recv)).await {
+                        Ok(Ok(open)) => serve(open, tokio::io::join(recv, send)).await,
+                        Ok(Err(e)) => tracing::warn!(error = %e, "dropping a tunnel stream"),
+                        Err(_) => tracing::warn!("dropping a tunnel stream: no header in time"),
+                    }
+                });
+            }
+        }
+        while streams.try_join_next().is_some() {}
+    }
+}
+
+/// Copies bytes both ways between two tunnel streams (a relay in the middle) until
+/// both directions end, and then finishes both.
+pub async fn splice(mut up: TunnelStream, mut down: TunnelStream) {
+    let _ = tokio::io::copy_bidirectional(&mut up, &mut down).await;
+    let _ = up.shutdown().await;
+    let _ = down.shutdown().await;
+}
+
+/// An HTTP/1.1 response with a `metav1.Status` body and `Connection: close`: what a
+/// node that cannot forward a tunnel writes on it.
+pub fn refusal(code: u16, reason: &str, message: &str) -> Vec<u8> {
+    let body = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code,
+    })
+    .to_string();
+    let phrase = match code {
+        404 => "Not Found",
+        429 => "Too Many Requests",
+        502 => "Bad Gateway",
+        _ => "Service Unavailable",
+    };
+    format!(
+        "HTTP/1.1 {code} {phrase}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Writes [`refusal`] on `stream` and finishes it.
+pub async fn refuse(mut stream: TunnelStream, code: u16, reason: &str, message: &str) {
+    let _ = stream.write_all(&refusal(code, reason, message)).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Per-link caps on concurrent tunnels: a permit per open tunnel, per child. The cap
+/// bounds bytes in flight on a link too, at `cap` times QUIC's stream window.
+#[derive(Debug)]
+pub struct TunnelSlots {
+    cap: usize,
+    links: BTreeMap<String, Arc<Semaphore>>,
+}
+
+impl TunnelSlots {
+    /// At most `cap` tunnels at once on each link.
+    pub fn new(cap: usize) -> Self {
+        TunnelSlots {
+            cap,
+            links: BTreeMap::new(),
+        }
+    }
+
+    /// The cap per link.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// A permit for one more tunnel toward `child`, held as long as the tunnel lasts;
+    /// `None` when `cap` are open already.
+    pub fn take(&mut self, child: &str) -> Option<OwnedSemaphorePermit> {
+        let cap = self.cap;
+        self.links
+            .entry(child.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(cap)))
+            .clone()
+            .try_acquire_owned()
+            .ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_cap_each_link_apart_and_come_back_when_dropped() {
+        let mut slots = TunnelSlots::new(2);
+        let a1 = slots.take("a").unwrap();
+        let _a2 = slots.take("a").unwrap();
+        assert!(slots.take("a").is_none());
+        assert!(slots.take("b").is_some());
+        drop(a1);
+        assert!(slots.take("a").is_some());
+    }
+
+    #[test]
+    fn a_refusal_is_a_whole_http_response() {
+        let r = String::from_utf8(refusal(
+            503,
+            "ServiceUnavailable",
+            "cluster x is unreachable",
+        ))
+        .unwrap();
+        assert!(r.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{r}");
+        let (head, body) = r.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.contains(&format!("content-length: {}", body.len())),
+            "{r}"
+        );
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["code"], 503);
+    }
+}
