@@ -24,7 +24,16 @@ pub type ProtocolVersion = u16;
 /// - 2: adds [`ParentToChild::Labels`], so that a parent's inherited labels that change
 ///   while a child is connected reach it (a version-1 child is closed instead, and
 ///   learns them from the welcome when it reconnects).
-pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 2;
+/// - 3: adds [`ChildToParent::ReplicaHello`], the hello of one replica of a replicated
+///   tier (several processes with one node name behind one address). A child sends it
+///   only when it is configured as a replica, so an unreplicated child still opens with
+///   [`ChildToParent::Hello`] and works with a version-1 or -2 parent; a replica needs a
+///   parent of version 3 (an older one cannot decode the message and closes the
+///   connection as malformed).
+pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 3;
+
+/// The first protocol version with [`ChildToParent::ReplicaHello`].
+pub const REPLICA_VERSION: ProtocolVersion = 3;
 
 /// The first protocol version with [`ParentToChild::Labels`].
 pub const LABELS_VERSION: ProtocolVersion = 2;
@@ -367,6 +376,31 @@ pub enum ChildToParent {
         /// Human-readable detail.
         reason: String,
     },
+    /// Opens the session of one replica of a replicated child (protocol version 3):
+    /// several processes with one node name and identity, each with its own store,
+    /// behind one address. The parent keeps a session, acks, runs and reports per
+    /// (node, replica), so replicas do not take each other's session over.
+    ReplicaHello {
+        /// The hello; its `min_version` is at least [`REPLICA_VERSION`].
+        hello: Hello,
+        /// Which replica this is: stable across the replica's restarts, distinct
+        /// among the replicas of one node, at most [`MAX_REPLICA_LEN`] bytes of
+        /// `[a-z0-9-]`.
+        replica: String,
+    },
+}
+
+/// The longest replica id a parent accepts.
+pub const MAX_REPLICA_LEN: usize = 63;
+
+/// Whether `replica` is an acceptable replica id: 1 to [`MAX_REPLICA_LEN`] bytes of
+/// lowercase letters, digits and `-`.
+pub fn valid_replica(replica: &str) -> bool {
+    !replica.is_empty()
+        && replica.len() <= MAX_REPLICA_LEN
+        && replica
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 /// Messages a parent sends to a child.

@@ -181,6 +181,7 @@ pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle
         clock: Clock::start(),
         run: random_u64(),
         joining,
+        replica: config.replica.clone(),
     })?;
     Ok(handle)
 }

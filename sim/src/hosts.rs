@@ -337,6 +337,7 @@ impl SimHierarchy {
             clock: Clock::start_at(wall_now()),
             run: rng.next_u64(),
             joining: None,
+            replica: None,
         })?;
         self.relays.borrow_mut().insert(name, handle.client());
         handle.wait().await?;

@@ -296,6 +296,7 @@ impl RelaySpec<'_> {
             clock: Clock::start(),
             run,
             joining: self.joining,
+            replica: None,
         })
         .unwrap()
     }

@@ -57,6 +57,9 @@ pub enum SessionEvent {
         version: ProtocolVersion,
         /// The child's hello.
         hello: Hello,
+        /// Which replica of a replicated child this is (from a
+        /// [`ChildToParent::ReplicaHello`]); `None` for an unreplicated child.
+        replica: Option<String>,
     },
     /// The child durably applied everything up to this cursor. Persist it: it bounds
     /// how far the log may be compacted without forcing the child into a snapshot.
@@ -255,15 +258,39 @@ impl ChildSession {
 
     fn dispatch(&mut self, msg: ChildToParent) -> Result<(), SessionError> {
         match (&self.phase, msg) {
-            (Phase::AwaitHello, ChildToParent::Hello(hello)) => self.on_hello(hello),
+            (Phase::AwaitHello, ChildToParent::Hello(hello)) => self.on_hello(hello, None),
+            (Phase::AwaitHello, ChildToParent::ReplicaHello { hello, replica }) => {
+                if !crate::wire::valid_replica(&replica) {
+                    return Err(SessionError::new(
+                        ErrorCode::ProtocolViolation,
+                        format!(
+                            "replica id {replica:?} is not 1 to {} bytes of [a-z0-9-]",
+                            crate::wire::MAX_REPLICA_LEN
+                        ),
+                    ));
+                }
+                if hello.max_version < crate::wire::REPLICA_VERSION {
+                    return Err(SessionError::new(
+                        ErrorCode::UnsupportedVersion,
+                        format!(
+                            "a replica hello needs protocol version {} but the child speaks at most {}",
+                            crate::wire::REPLICA_VERSION,
+                            hello.max_version
+                        ),
+                    ));
+                }
+                self.on_hello(hello, Some(replica))
+            }
             (Phase::AwaitHello, other) => Err(SessionError::new(
                 ErrorCode::ProtocolViolation,
                 format!("expected hello, got {}", child_msg_name(&other)),
             )),
-            (_, ChildToParent::Hello(_)) => Err(SessionError::new(
-                ErrorCode::ProtocolViolation,
-                "second hello on an open session",
-            )),
+            (_, ChildToParent::Hello(_) | ChildToParent::ReplicaHello { .. }) => {
+                Err(SessionError::new(
+                    ErrorCode::ProtocolViolation,
+                    "second hello on an open session",
+                ))
+            }
             (
                 _,
                 ChildToParent::Subscribe {
@@ -298,7 +325,7 @@ impl ChildSession {
         }
     }
 
-    fn on_hello(&mut self, hello: Hello) -> Result<(), SessionError> {
+    fn on_hello(&mut self, hello: Hello, replica: Option<String>) -> Result<(), SessionError> {
         if hello.node != self.node {
             return Err(SessionError::new(
                 ErrorCode::UnknownChild,
@@ -331,8 +358,11 @@ impl ChildSession {
             incarnation: self.config.incarnation,
             labels: self.config.labels.clone(),
         }));
-        self.events
-            .push_back(SessionEvent::Opened { version, hello });
+        self.events.push_back(SessionEvent::Opened {
+            version,
+            hello,
+            replica,
+        });
         Ok(())
     }
 
@@ -599,5 +629,6 @@ fn child_msg_name(msg: &ChildToParent) -> &'static str {
         ChildToParent::Ping { .. } => "ping",
         ChildToParent::Pong { .. } => "pong",
         ChildToParent::Goodbye { .. } => "goodbye",
+        ChildToParent::ReplicaHello { .. } => "replica hello",
     }
 }

@@ -10,7 +10,7 @@ use crate::model::{Cursor, ObjectKey, Position};
 use crate::time::Instant;
 use crate::wire::{
     Change, ChildToParent, Delta, ErrorCode, Hello, MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION,
-    ParentToChild, ProtocolVersion, Report, Role, RouteId, Snapshot, StreamMark,
+    ParentToChild, ProtocolVersion, REPLICA_VERSION, Report, Role, RouteId, Snapshot, StreamMark,
 };
 
 /// Tuning of a child's link.
@@ -32,6 +32,9 @@ pub struct LinkConfig {
     pub resubscribe_after: Duration,
     /// The report stream.
     pub reports: ReportsConfig,
+    /// This node's replica id when it is one replica of a replicated tier: the link then
+    /// opens with a [`ChildToParent::ReplicaHello`] (protocol version 3 and up).
+    pub replica: Option<String>,
 }
 
 impl LinkConfig {
@@ -45,6 +48,7 @@ impl LinkConfig {
             idle_timeout: Duration::from_secs(20),
             resubscribe_after: Duration::from_secs(2),
             reports: ReportsConfig::default(),
+            replica: None,
         }
     }
 }
@@ -210,13 +214,23 @@ impl ParentLink {
         self.reset_connection();
         self.phase = Phase::AwaitWelcome;
         self.liveness = Liveness::new(now, self.config.heartbeat, self.config.idle_timeout);
-        self.control.push_back(ChildToParent::Hello(Hello {
+        let hello = Hello {
             min_version: MIN_PROTOCOL_VERSION,
             max_version: MAX_PROTOCOL_VERSION,
             node: self.config.node.clone(),
             role: self.config.role,
             run: self.config.run,
-        }));
+        };
+        self.control.push_back(match &self.config.replica {
+            None => ChildToParent::Hello(hello),
+            Some(replica) => ChildToParent::ReplicaHello {
+                hello: Hello {
+                    min_version: REPLICA_VERSION,
+                    ..hello
+                },
+                replica: replica.clone(),
+            },
+        });
     }
 
     /// The transport connection is gone. Unfinished deltas and snapshots are abandoned

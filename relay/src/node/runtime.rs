@@ -52,6 +52,9 @@ pub struct NodeParts {
     /// Admitting agents that join with a token, if this node does (its listener must
     /// then accept connections without a client certificate).
     pub joining: Option<Arc<Joining>>,
+    /// This process's replica id when it is one replica of a replicated relay tier
+    /// (given the store's node id, so that `replica: auto` is stable per store).
+    pub replica: Option<crate::config::Replica>,
 }
 
 impl std::fmt::Debug for NodeParts {
@@ -162,6 +165,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
     let upstream = parts.parent.as_ref().map(|_| {
         let mut config = LinkConfig::new(parts.name.clone(), Role::Relay);
         config.run = parts.run;
+        config.replica = parts.replica.as_ref().map(|r| r.id(stored.node_id));
         ParentLink::new(now, config, upstream_state.cursor, upstream_state.route)
     });
     let reports = SubtreeReports::restore(stored.reports);

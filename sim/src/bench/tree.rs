@@ -483,6 +483,7 @@ fn start_node(
         clock: Clock::start(),
         run,
         joining: None,
+        replica: None,
     })
     .map_err(|e| BenchError::setup(&slot.name, e))?;
     slot.handle = Some(handle);
