@@ -45,11 +45,12 @@ pub async fn render(
                 lags,
                 c.upstream_open(),
                 c.stats().clone(),
+                c.snapshots_received(),
             )
         })
         .await?;
     let links = node.link_stats().await.unwrap_or_default();
-    let (name, head, floor, live, lags, up, stats) = core;
+    let (name, head, floor, live, lags, up, stats, snapshots) = core;
     let mut out = Exposition::new();
     let node_label = || -> Labels { vec![("node", name.clone())] };
     let one = |v: f64| vec![(node_label(), v)];
@@ -200,6 +201,12 @@ pub async fn render(
         Kind::Gauge,
         "Whether the link to the parent is open.",
         &one(f64::from(u8::from(up))),
+    );
+    out.family(
+        "strata_snapshots_received_total",
+        Kind::Counter,
+        "Snapshots the parent started sending during this run (a resync that was a delta leaves it unchanged).",
+        &one(snapshots as f64),
     );
     out.family(
         "strata_summaries_sent_total",
