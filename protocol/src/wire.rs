@@ -25,7 +25,9 @@ pub type ProtocolVersion = u16;
 ///   while a child is connected reach it (a version-1 child is closed instead, and
 ///   learns them from the welcome when it reconnects).
 /// - 3: adds [`ChildToParent::ReplicaHello`], the hello of one replica of a replicated
-///   tier (several processes with one node name behind one address). A child sends it
+///   tier (several processes with one node name behind one address), and
+///   [`ParentToChild::Upstream`] / [`ChildToParent::Resume`], with which a child moves
+///   between replicas with a delta. A child sends it
 ///   only when it is configured as a replica, so an unreplicated child still opens with
 ///   [`ChildToParent::Hello`] and works with a version-1 or -2 parent; a replica needs a
 ///   parent of version 3 (an older one cannot decode the message and closes the
@@ -388,6 +390,15 @@ pub enum ChildToParent {
         /// `[a-z0-9-]`.
         replica: String,
     },
+    /// Sent just before a [`ChildToParent::Subscribe`] (protocol version 3): the child's
+    /// view is its grandparent's log at `upstream`, as a replica of this tier told it
+    /// ([`ParentToChild::Upstream`]). A replica whose own log followed that far
+    /// answers the subscription with a delta although the cursor names another
+    /// replica's log.
+    Resume {
+        /// The cursor into the parent's own parent's log.
+        upstream: Cursor,
+    },
 }
 
 /// The longest replica id a parent accepts.
@@ -457,6 +468,18 @@ pub enum ParentToChild {
     Labels {
         /// The new labels, whole.
         labels: BTreeMap<String, String>,
+    },
+    /// Position `position` of this parent's log `log` stands for its own parent's log at
+    /// `upstream` (protocol version 3, sent by a replica of a replicated tier after a
+    /// delta or snapshot): kept by the child to name in a [`ChildToParent::Resume`]
+    /// should it move to another replica.
+    Upstream {
+        /// This parent's log.
+        log: crate::model::LogId,
+        /// A position of it the child reached.
+        position: Position,
+        /// What that position stands for in the parent's own parent's log.
+        upstream: Cursor,
     },
 }
 

@@ -160,7 +160,18 @@ pub struct ParentLink {
     control: VecDeque<ChildToParent>,
     events: VecDeque<LinkEvent>,
     ping_nonce: u64,
+    /// The version the parent chose (0 before its first welcome).
+    version: ProtocolVersion,
+    /// What positions of a replicated parent's log stand for upstream
+    /// ([`ParentToChild::Upstream`]), newest last: `(parent cursor, upstream cursor)`.
+    hints: VecDeque<(Cursor, Cursor)>,
+    /// The epoch whose subscription named an upstream cursor ([`ChildToParent::Resume`]):
+    /// its first delta may start from another replica's log.
+    resumed_epoch: Option<u32>,
 }
+
+/// How many [`ParentToChild::Upstream`] hints a link keeps.
+const HINTS: usize = 16;
 
 impl ParentLink {
     /// A disconnected link that will resume from `cursor` with a view cut by `route`
@@ -186,6 +197,9 @@ impl ParentLink {
             control: VecDeque::new(),
             events: VecDeque::new(),
             ping_nonce: 0,
+            version: 0,
+            hints: VecDeque::new(),
+            resumed_epoch: None,
         }
     }
 
@@ -276,6 +290,7 @@ impl ParentLink {
                     ));
                 }
                 self.phase = Phase::Open;
+                self.version = w.version;
                 self.liveness.set_intervals(
                     Duration::from_millis(w.heartbeat_ms),
                     Duration::from_millis(w.idle_timeout_ms),
@@ -331,6 +346,21 @@ impl ParentLink {
                 self.events.push_back(LinkEvent::Labels(labels));
                 Ok(())
             }
+            (
+                Phase::Open,
+                ParentToChild::Upstream {
+                    log,
+                    position,
+                    upstream,
+                },
+            ) => {
+                self.hints.retain(|(c, _)| c.log == log);
+                self.hints.push_back((Cursor { log, position }, upstream));
+                while self.hints.len() > HINTS {
+                    self.hints.pop_front();
+                }
+                Ok(())
+            }
             (_, ParentToChild::Pong { .. }) => Ok(()),
             (phase, other) => Err(SessionError::new(
                 ErrorCode::ProtocolViolation,
@@ -349,6 +379,15 @@ impl ParentLink {
         self.snapshot = None;
         self.behind = None;
         self.subscribed_at = now;
+        // Moving between replicas of a replicated parent: name what the view stands for
+        // upstream, so that another replica can answer with a delta.
+        self.resumed_epoch = None;
+        if self.version >= REPLICA_VERSION
+            && let Some(&(_, upstream)) = self.hints.iter().rev().find(|(c, _)| *c == self.cursor)
+        {
+            self.control.push_back(ChildToParent::Resume { upstream });
+            self.resumed_epoch = Some(self.epoch);
+        }
         self.control.push_back(ChildToParent::Subscribe {
             epoch: self.epoch,
             after: self.cursor,
@@ -383,7 +422,12 @@ impl ParentLink {
             return;
         }
         let in_order = if d.part == 0 {
-            d.log == self.cursor.log && d.from == self.cursor.position
+            (d.log == self.cursor.log && d.from == self.cursor.position)
+                // The first answer to a subscription that named an upstream cursor: a
+                // replica that translated it resumes us on its own log.
+                || (d.log != self.cursor.log
+                    && self.resumed_epoch == Some(d.epoch)
+                    && d.seq == 0)
         } else {
             self.delta
                 .as_ref()
@@ -403,7 +447,10 @@ impl ParentLink {
             .extend(d.changes.into_iter().map(LinkEvent::Apply));
         if d.last {
             self.delta = None;
-            self.cursor.position = d.to;
+            self.cursor = Cursor {
+                log: d.log,
+                position: d.to,
+            };
             self.events.push_back(LinkEvent::Advanced(self.cursor));
         }
     }
@@ -589,5 +636,6 @@ fn parent_msg_name(msg: &ParentToChild) -> &'static str {
         ParentToChild::Pong { .. } => "pong",
         ParentToChild::Goodbye { .. } => "goodbye",
         ParentToChild::Labels { .. } => "labels",
+        ParentToChild::Upstream { .. } => "upstream",
     }
 }

@@ -151,7 +151,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
     let stored = parts.store.load()?;
     let now = parts.clock.now();
     let root = parts.parent.is_none();
-    let log = match stored.log_meta {
+    let mut log = match stored.log_meta {
         Some(meta) => {
             let mut log = ObjectLog::restore(meta, stored.entries);
             if root {
@@ -161,6 +161,11 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
         }
         None => new_log(stored.node_id, root),
     };
+    // A replica of a replicated tier remembers what its positions stand for upstream,
+    // so that children can move to it from another replica with a delta.
+    if parts.replica.is_some() {
+        log.upstream_mut().enable();
+    }
     let upstream_state = stored.upstream.unwrap_or_default();
     let upstream = parts.parent.as_ref().map(|_| {
         let mut config = LinkConfig::new(parts.name.clone(), Role::Relay);

@@ -22,6 +22,10 @@ pub(super) struct Child {
     pub(super) relay: bool,
 }
 
+/// How long a child's downsync waits for its first reports when nothing is known here
+/// of the clusters below it (see [`ChildSession::hold_downsync`]).
+const ROUTE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The separator between a node name and a replica id in a session key. Node names are
 /// DNS labels and replica ids `[a-z0-9-]`, so neither contains it.
 const REPLICA_SEPARATOR: char = '#';
@@ -169,6 +173,15 @@ impl NodeCore {
                     self.stale.extend(self.reports.slots_of(name));
                 }
                 self.refresh_route(name);
+                // Nothing known here of the clusters below it (it moved here from
+                // another replica of this tier, or is new): its route is about to
+                // change with the reports it sends first, so wait for them (bounded)
+                // before choosing between a delta and a snapshot.
+                if self.reports.clusters_below_node(&node).is_empty()
+                    && let Some(c) = self.children.get_mut(name)
+                {
+                    c.session.hold_downsync(now + ROUTE_WAIT);
+                }
             }
             SessionEvent::Acked(cursor) => {
                 self.acked.insert(name.to_owned(), cursor);
@@ -181,6 +194,9 @@ impl NodeCore {
                     if let ReportKey::Complete { run } = report.key {
                         if self.child_runs.get(name) == Some(&run) {
                             self.sweep(now, name);
+                        }
+                        if let Some(c) = self.children.get_mut(name) {
+                            c.session.release_downsync();
                         }
                         continue;
                     }
