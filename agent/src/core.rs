@@ -15,7 +15,7 @@ use strata_protocol::placement::Placement;
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::{ObjectLog, ParentLink, SessionError};
 use strata_protocol::time::{Instant, UnixMillis};
-use strata_protocol::waves::{pin_key, pinned_key};
+use strata_protocol::waves::{pin_key, pinned_key, placements_for_pin};
 use strata_protocol::wire::{Change, ParentToChild, Report, ReportKey, ReportValue};
 
 use crate::backend::{ClusterBackend, UpsyncRule};
@@ -345,7 +345,10 @@ impl AgentCore {
     fn apply_object(&mut self, now: Instant, at: UnixMillis, object: &Object) {
         self.stats.applies += 1;
         let vars = cluster_vars(&self.cluster, &self.inherited);
-        let result = match render_object(object, &self.placements, &vars) {
+        // A pinned previous revision renders with the rules its placement had then.
+        let pinned = pinned_rules(&self.log, object.key(), &self.placements);
+        let placements = pinned.as_deref().unwrap_or(&self.placements);
+        let result = match render_object(object, placements, &vars) {
             Ok(rendered) => {
                 let hash = rendered.hash;
                 self.backend
@@ -519,6 +522,19 @@ fn held_as(log: &ObjectLog, key: &ObjectKey) -> Option<Object> {
         hash: pin.hash,
         body: pin.body.clone(),
     })
+}
+
+/// The placements as they render `key` when the cluster holds its pin and the pin
+/// carries its placement's previous `customize` rules; `None`: the current ones.
+fn pinned_rules(
+    log: &ObjectLog,
+    key: &ObjectKey,
+    placements: &[Placement],
+) -> Option<Vec<Placement>> {
+    if log.get(key).is_some() {
+        return None;
+    }
+    placements_for_pin(&log.get(&pin_key(key))?.meta, placements)
 }
 
 /// The key the agent reports the status of `key` under: the object's own, or its pin's

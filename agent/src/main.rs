@@ -94,20 +94,24 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
     let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.data)?);
     let connector = config.parent.connector(&identity)?;
     tracing::info!(parent = %config.parent.name, address = %config.parent.address, transport = %connector.mode(), proxy = ?connector.proxy(), "parent link");
-    let handle = runtime::start(AgentParts {
-        cluster: Cluster {
-            name: config.cluster.clone(),
-            labels: config.labels.clone(),
-            properties: config.properties.clone(),
-            path: Vec::new(),
+    let versions = strata_node::config::protocol_versions()?;
+    let handle = runtime::start_speaking(
+        AgentParts {
+            cluster: Cluster {
+                name: config.cluster.clone(),
+                labels: config.labels.clone(),
+                properties: config.properties.clone(),
+                path: Vec::new(),
+            },
+            parent: (config.parent.name.clone(), config.parent.address.clone()),
+            store: store.clone(),
+            connector,
+            backend,
+            clock,
+            run: strata_node::process::random_u64(),
         },
-        parent: (config.parent.name.clone(), config.parent.address.clone()),
-        store: store.clone(),
-        connector,
-        backend,
-        clock,
-        run: strata_node::process::random_u64(),
-    })?;
+        versions,
+    )?;
     tracing::info!(cluster = %config.cluster, parent = %config.parent.name, backend = what, "agent started");
     let ops = match config.metrics {
         Some(addr) => {

@@ -79,7 +79,7 @@ impl AgentOps {
         );
         let counters = [
             (
-                "strata_snapshots_received_total",
+                "strata_parent_snapshots_total",
                 "Snapshots the parent started sending during this run (a resync that was a delta leaves it unchanged).",
                 s.snapshots,
             ),
@@ -134,6 +134,17 @@ impl AgentOps {
             for (name, help, value) in kube {
                 out.family(name, Kind::Counter, help, &one(value as f64));
             }
+            // The cluster's name first, as on every other family.
+            let latency = k
+                .latency
+                .lock()
+                .await
+                .labelled_first(&["cluster"], std::slice::from_ref(&s.cluster));
+            out.histogram(
+                "strata_agent_kube_request_duration_seconds",
+                "Time the cluster's API server took to answer a server-side apply or a delete, by verb.",
+                &latency,
+            );
         }
         out.family(
             "strata_store_bytes",

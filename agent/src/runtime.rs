@@ -10,7 +10,9 @@ use strata_node::store::{Batch, Store, StoreError};
 use strata_protocol::model::Cluster;
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink};
 use strata_protocol::time::Instant;
-use strata_protocol::wire::{ParentToChild, Role};
+use strata_protocol::wire::{
+    MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, ParentToChild, ProtocolVersion, Role,
+};
 use tokio::sync::{Notify, oneshot};
 
 use crate::backend::ClusterBackend;
@@ -152,6 +154,15 @@ impl Node for Agent {
 
 /// Starts an agent from its store.
 pub fn start(parts: AgentParts) -> Result<AgentHandle, StoreError> {
+    start_speaking(parts, (MIN_PROTOCOL_VERSION, MAX_PROTOCOL_VERSION))
+}
+
+/// [`start`], speaking only the protocol versions `versions` (lowest, highest) to its
+/// parent (see `strata_node::config::PROTOCOL_VERSIONS_ENV`).
+pub fn start_speaking(
+    parts: AgentParts,
+    versions: (ProtocolVersion, ProtocolVersion),
+) -> Result<AgentHandle, StoreError> {
     let stored = parts.store.load()?;
     let now = parts.clock.now();
     let log = match stored.log_meta {
@@ -161,6 +172,7 @@ pub fn start(parts: AgentParts) -> Result<AgentHandle, StoreError> {
     let upstream = stored.upstream.unwrap_or_default();
     let mut config = LinkConfig::new(parts.cluster.name.clone(), Role::Agent);
     config.run = parts.run;
+    config.versions = versions;
     let link = ParentLink::new(now, config, upstream.cursor, upstream.route);
     let span = tracing::info_span!("agent", cluster = %parts.cluster.name);
     let core = AgentCore::new(

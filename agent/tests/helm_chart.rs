@@ -82,6 +82,22 @@ fn accepts_config(kind: &str, what: &str, text: &str) {
     }
 }
 
+/// The documents `helm ARGS` (a `template` command) renders.
+fn template(args: &[&str]) -> Vec<Value> {
+    let rendered = run(args);
+    rendered
+        .split("\n---\n")
+        .map(|doc| {
+            doc.lines()
+                .filter(|l| !l.starts_with("# Source:"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .filter(|body| !body.trim().is_empty() && body.trim() != "---")
+        .map(|body| serde_saphyr::from_str(&body).unwrap_or_else(|e| panic!("{e}\n{body}")))
+        .collect()
+}
+
 /// Every document `helm template` renders with these values, checked; returns the
 /// kinds and names seen.
 fn render_and_check(values: Option<&str>) -> Vec<String> {
@@ -101,18 +117,8 @@ fn render_and_check(values: Option<&str>) -> Vec<String> {
             .filter(|a| !a.contains("strata-system") && *a != "--namespace"),
     );
     run(&lint);
-    let rendered = run(&args);
     let mut seen = Vec::new();
-    for doc in rendered.split("\n---\n") {
-        let body: String = doc
-            .lines()
-            .filter(|l| !l.starts_with("# Source:"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        if body.trim().is_empty() || body.trim() == "---" {
-            continue;
-        }
-        let v: Value = serde_saphyr::from_str(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+    for v in template(&args) {
         let kind = v["kind"].as_str().unwrap().to_owned();
         let name = v["metadata"]["name"].as_str().unwrap().to_owned();
         let what = format!("{values:?} {kind}/{name}");
@@ -212,4 +218,72 @@ fn every_rendered_manifest_is_a_strict_kubernetes_object_and_every_config_loads(
             && both.contains(&"StatefulSet/rel-center".to_owned()),
         "{both:?}"
     );
+}
+
+#[test]
+fn a_root_on_etcd_gives_children_every_replica_and_its_service_ready_pods_only() {
+    let kinds = render_and_check(Some("etcd-root-values.yaml"));
+    for expected in [
+        "Service/rel-center",
+        "Service/rel-center-replicas",
+        "StatefulSet/rel-center",
+        "StatefulSet/rel-eu-west",
+        "Deployment/rel-agent",
+    ] {
+        assert!(
+            kinds.contains(&expected.to_owned()),
+            "{expected} in {kinds:?}"
+        );
+    }
+    let chart = chart();
+    let values = format!("{}/ci/etcd-root-values.yaml", chart.display());
+    let docs = template(&[
+        "template",
+        "rel",
+        chart.to_str().unwrap(),
+        "--namespace",
+        "strata-system",
+        "-f",
+        &values,
+    ]);
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind}/{name}"))
+            .clone()
+    };
+    // Clients of the API and anything else behind the Service reach ready pods: the
+    // writer. The headless Service names every replica, ready or not.
+    let front: Service = strictly(&find("Service", "rel-center"), "front");
+    assert_ne!(front.spec.unwrap().publish_not_ready_addresses, Some(true));
+    let replicas: Service = strictly(&find("Service", "rel-center-replicas"), "replicas");
+    let spec = replicas.spec.unwrap();
+    assert_eq!(
+        (spec.cluster_ip.as_deref(), spec.publish_not_ready_addresses),
+        (Some("None"), Some(true))
+    );
+    let root: StatefulSet = strictly(&find("StatefulSet", "rel-center"), "root");
+    let root = root.spec;
+    assert_eq!(root.replicas, Some(3));
+    assert_eq!(root.service_name.as_deref(), Some("rel-center-replicas"));
+    // The region and the agent below the root get each replica's name, which the
+    // binaries' own loaders read as three addresses.
+    let every = "rel-center-0.rel-center-replicas.strata-system.svc:7443,\
+                 rel-center-1.rel-center-replicas.strata-system.svc:7443,\
+                 rel-center-2.rel-center-replicas.strata-system.svc:7443";
+    let dir = tempfile::tempdir().unwrap();
+    let region: ConfigMap = strictly(&find("ConfigMap", "rel-eu-west"), "region");
+    let path = dir.path().join("eu-west.yaml");
+    std::fs::write(&path, &region.data.unwrap()["config.yaml"]).unwrap();
+    let parent = strata_relay::config::NodeConfig::load(&path)
+        .unwrap()
+        .parent
+        .unwrap();
+    assert_eq!(parent.address.to_string(), every);
+    assert_eq!(parent.address.each().len(), 3);
+    let agent: Secret = strictly(&find("Secret", "rel-agent-config"), "agent");
+    let path = dir.path().join("agent.yaml");
+    std::fs::write(&path, &agent.string_data.unwrap()["config.yaml"]).unwrap();
+    let agent = strata_agent::config::AgentConfig::load(&path).unwrap();
+    assert_eq!(agent.parent.address.to_string(), every);
 }

@@ -280,6 +280,12 @@ async fn an_unchanged_object_costs_no_write() {
         fake.get("", "configmaps", Some("pos"), "cm").await.unwrap()["data"]["k"] == "2"
     })
     .await;
+    // Its request's time is in the apply histogram; skipped applies are not.
+    until("the apply's time observed", || async {
+        counters.latency.lock().await.count(&["apply".into()]) == 1
+    })
+    .await;
+    assert_eq!(KubeCounters::get(&counters.applies), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -217,7 +217,7 @@ fn replicas_behind_haproxy_and_nginx_take_over_each_others_children() {
             .map(|(_, m)| {
                 sample(
                     &http_get(*m, "/metrics"),
-                    "strata_snapshots_received_total",
+                    "strata_parent_snapshots_total",
                     &[],
                 )
                 .unwrap()

@@ -178,16 +178,23 @@ pub fn decode<M: DeserializeOwned>(
 /// refused as soon as its header arrives.
 #[derive(Debug)]
 pub struct FrameDecoder {
+    /// Bytes received; those before `start` were yielded already.
     buf: Vec<u8>,
+    start: usize,
     max_frame: usize,
     failed: Option<DecodeError>,
 }
+
+/// Capacity a decoder keeps once it has yielded everything it held. A bulk snapshot
+/// can grow the buffer to megabytes; an idle link should not keep them.
+const RETAINED_CAPACITY: usize = 16 * 1024;
 
 impl FrameDecoder {
     /// A decoder refusing bodies over `max_frame` bytes.
     pub fn new(max_frame: usize) -> Self {
         FrameDecoder {
             buf: Vec::new(),
+            start: 0,
             max_frame,
             failed: None,
         }
@@ -195,15 +202,22 @@ impl FrameDecoder {
 
     /// Bytes received but not yet yielded as messages.
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.buf.len() - self.start
     }
 
     /// Adds bytes read from the stream. Call [`FrameDecoder::next_message`] until it returns
     /// `Ok(None)` before reading more, so the buffer stays within one frame.
     pub fn extend(&mut self, bytes: &[u8]) {
-        if self.failed.is_none() {
-            self.buf.extend_from_slice(bytes);
+        if self.failed.is_some() {
+            return;
         }
+        if self.start > 0 {
+            // What was yielded goes before more arrives: one move per read, not one per
+            // message.
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
     }
 
     /// The next whole message, `Ok(None)` if more bytes are needed. Once it has
@@ -212,14 +226,22 @@ impl FrameDecoder {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        match decode(&self.buf, self.max_frame) {
+        match decode(&self.buf[self.start..], self.max_frame) {
             Ok(Some((msg, used))) => {
-                self.buf.drain(..used);
+                self.start += used;
+                if self.start == self.buf.len() {
+                    self.buf.clear();
+                    self.start = 0;
+                    if self.buf.capacity() > RETAINED_CAPACITY {
+                        self.buf = Vec::new();
+                    }
+                }
                 Ok(Some(msg))
             }
             Ok(None) => Ok(None),
             Err(e) => {
-                self.buf.clear();
+                self.buf = Vec::new();
+                self.start = 0;
                 self.failed = Some(e.clone());
                 Err(e)
             }

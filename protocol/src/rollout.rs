@@ -43,8 +43,9 @@ pub struct RolloutSpec {
     /// The gate between waves.
     #[serde(default)]
     pub gate: Gate,
-    /// At most this many clusters of a wave unavailable at once (parsed; not enforced
-    /// yet: a wave is released whole).
+    /// At most this many (or this share, rounded up) of a wave's clusters updating or
+    /// unavailable at once: the root releases a wave in batches, the next when enough
+    /// of the last became available (at least one cluster at a time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unavailable: Option<Amount>,
     /// What a failed gate does.
@@ -312,6 +313,11 @@ pub struct GateHealth {
     pub available: u64,
     /// Of those, failed with some object.
     pub failed: u64,
+    /// Of those, the root cannot reach now (counted as not available).
+    pub unreachable: u64,
+    /// Clusters of the last wave not released yet (`maxUnavailable` batches): the gate
+    /// cannot pass before they are.
+    pub pending: u64,
 }
 
 /// What the gate did.
@@ -356,6 +362,13 @@ pub struct RolloutState {
     /// Clusters released so far (kept: a release is never taken back by a replan).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub released: BTreeSet<String>,
+    /// Clusters of the last wave not released yet (`maxUnavailable` batches).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pending: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl RolloutState {
@@ -372,6 +385,7 @@ impl RolloutState {
             message: None,
             command: None,
             released: BTreeSet::new(),
+            pending: 0,
         }
     }
 
@@ -390,6 +404,7 @@ impl RolloutState {
         self.healthy_since = None;
         self.message = None;
         self.released.clear();
+        self.pending = 0;
         self.phase = if previous == Some(template) {
             Phase::Complete
         } else {
@@ -427,6 +442,7 @@ impl RolloutState {
                 self.healthy_since = None;
                 self.message = None;
                 self.released.clear();
+                self.pending = 0;
             }
             Command::Abort if matches!(self.phase, Phase::Progressing | Phase::Paused) => {
                 self.roll_back("aborted by the user");
@@ -444,6 +460,18 @@ impl RolloutState {
         self.message = Some(why.to_owned());
         self.healthy_since = None;
         self.released.clear();
+        self.pending = 0;
+    }
+
+    /// The amount of a wave's `size` clusters `maxUnavailable` lets update at once (at
+    /// least one; every one without `maxUnavailable`).
+    pub fn batch_size(spec: &RolloutSpec, size: usize) -> usize {
+        let n = match spec.max_unavailable {
+            None => size,
+            Some(Amount::Count(n)) => n as usize,
+            Some(Amount::Percent(p)) => (size * p as usize).div_ceil(100),
+        };
+        n.max(1)
     }
 
     /// The gate of the last released wave, given the health of every cluster released
@@ -465,19 +493,27 @@ impl RolloutState {
             None
         };
         let healthy = failed.is_none()
+            && health.pending == 0
             && health.available.saturating_mul(100)
                 >= u64::from(gate.available.0).saturating_mul(health.released);
         let timed_out = now >= self.wave_since.saturating_add(gate.timeout.millis());
         if let Some(why) = failed.or_else(|| {
             (timed_out && !healthy).then(|| {
-                format!(
+                let mut why = format!(
                     "wave {}: {} of {} clusters available after {} (at least {}% needed)",
                     self.wave_label(spec),
                     health.available,
                     health.released,
                     gate.timeout,
                     gate.available.0
-                )
+                );
+                if health.unreachable > 0 {
+                    why.push_str(&format!(", {} unreachable", health.unreachable));
+                }
+                if health.pending > 0 {
+                    why.push_str(&format!(", {} not released yet", health.pending));
+                }
+                why
             })
         }) {
             match spec.on_failure {

@@ -29,6 +29,7 @@ fn healthy(n: u64) -> GateHealth {
         released: n,
         available: n,
         failed: 0,
+        ..Default::default()
     }
 }
 
@@ -50,6 +51,7 @@ fn a_healthy_gate_held_long_enough_opens_the_next_wave_then_completes() {
             released: 5,
             available: 4,
             failed: 0,
+            ..Default::default()
         },
         8000,
     );
@@ -69,6 +71,7 @@ fn a_failure_rolls_back_or_pauses_as_asked() {
         released: 1,
         available: 0,
         failed: 1,
+        ..Default::default()
     };
     let mut r = RolloutState::new(1, 0);
     r.handle_template(2, Some(1), 0);
@@ -98,6 +101,7 @@ fn a_gate_that_never_passes_times_out() {
         released: 1,
         available: 0,
         failed: 0,
+        ..Default::default()
     };
     assert_eq!(r.handle_gate(&s, slow, 59_999), GateOutcome::Holding);
     assert!(matches!(
@@ -171,4 +175,42 @@ fn specs_are_checked_field_by_field() {
             .to_string()
             .contains("150% is more than 100%")
     );
+}
+
+#[test]
+fn a_wave_not_wholly_released_or_with_unreachable_clusters_holds_and_says_so() {
+    let s = spec(OnFailure::Rollback);
+    let mut r = RolloutState::new(1, 0);
+    r.handle_template(2, Some(1), 0);
+    let batching = GateHealth {
+        pending: 3,
+        ..healthy(2)
+    };
+    // Healthy so far, but the wave is not wholly released: no hold starts.
+    assert_eq!(r.handle_gate(&s, batching, 10_000), GateOutcome::Holding);
+    assert_eq!(r.healthy_since, None);
+    let cut = GateHealth {
+        released: 4,
+        available: 2,
+        unreachable: 2,
+        ..Default::default()
+    };
+    match r.handle_gate(&s, cut, 60_000) {
+        GateOutcome::Failed(why) => assert!(why.ends_with(", 2 unreachable"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn max_unavailable_sizes_a_batch_of_a_wave() {
+    let mut s = spec(OnFailure::Rollback);
+    assert_eq!(
+        RolloutState::batch_size(&s, 40),
+        40,
+        "no maxUnavailable: all"
+    );
+    s.max_unavailable = Some(Amount::Percent(10));
+    assert_eq!(RolloutState::batch_size(&s, 41), 5, "10% of 41, rounded up");
+    s.max_unavailable = Some(Amount::Count(0));
+    assert_eq!(RolloutState::batch_size(&s, 41), 1, "at least one");
 }

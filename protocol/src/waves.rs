@@ -25,7 +25,9 @@
 
 use std::collections::BTreeSet;
 
+use crate::customize::CustomizeRule;
 use crate::model::{Labels, ObjectKey, ObjectMeta};
+use crate::placement::{ClusterSelector, MovePolicy, ObjectSelector, Placement};
 use crate::rollout::{RolloutSpec, WaveSize};
 use crate::route::STRATA_GROUP;
 
@@ -34,6 +36,53 @@ pub const PIN_KIND: &str = "PinnedRevision";
 
 /// The label naming the placement a pin belongs to.
 pub const PIN_PLACEMENT_LABEL: &str = "strata.dev/placement";
+
+/// The label holding, as JSON, the `customize` rules its placement had when a pin was
+/// written: the agent renders the pin with those, so a cluster outside the released
+/// waves keeps the previous rules too (they are part of the template).
+pub const PIN_CUSTOMIZE_LABEL: &str = "strata.dev/customize";
+
+/// The `customize` rules a pin was written with (`None`: a pin that carries none, from
+/// before rules were part of the template: render it with the current rules).
+pub fn pin_customize(meta: &ObjectMeta) -> Option<Vec<CustomizeRule>> {
+    if !is_pin(meta) {
+        return None;
+    }
+    serde_json::from_str(meta.labels.get(PIN_CUSTOMIZE_LABEL)?).ok()
+}
+
+/// `placements` as they render the pin `pin`: its placement with the rules the pin
+/// carries instead of its current ones (a placement the agent no longer holds comes
+/// back with those rules only). `None` when the pin carries no rules.
+pub fn placements_for_pin(pin: &ObjectMeta, placements: &[Placement]) -> Option<Vec<Placement>> {
+    let name = pin_placement(pin)?;
+    let rules = pin_customize(pin)?;
+    let space = &pin.key.space;
+    let mut out: Vec<Placement> = placements
+        .iter()
+        .filter(|p| !(p.space == *space && p.name == name))
+        .cloned()
+        .collect();
+    let mut own = placements
+        .iter()
+        .find(|p| p.space == *space && p.name == name)
+        .cloned()
+        .unwrap_or_else(|| Placement {
+            space: space.clone(),
+            name: name.to_owned(),
+            // The pin's placement selected the object when it pinned it.
+            objects: vec![ObjectSelector::default()],
+            clusters: ClusterSelector::default(),
+            upsync: vec![],
+            moves: MovePolicy::default(),
+            customize: vec![],
+            status_summary: vec![],
+            rollout: None,
+        });
+    own.customize = rules;
+    out.push(own);
+    Some(out)
+}
 
 /// Whether an object is a pinned copy of a previous revision.
 pub fn is_pin(meta: &ObjectMeta) -> bool {
@@ -164,6 +213,25 @@ pub fn released_through(
         out.extend(w.iter().cloned());
     }
     out
+}
+
+/// `target` (what [`released_through`] allows) cut to at most `room` clusters more than
+/// `before` (`maxUnavailable`: the others wait for a later batch), the clusters kept in
+/// `before` first and new ones taken in name order. Returns the released set and how
+/// many of `target` wait.
+pub fn release_batch(
+    target: BTreeSet<String>,
+    before: &BTreeSet<String>,
+    room: usize,
+) -> (BTreeSet<String>, u64) {
+    let (mut out, new): (BTreeSet<String>, Vec<String>) = {
+        let (kept, new): (Vec<String>, Vec<String>) =
+            target.into_iter().partition(|c| before.contains(c));
+        (kept.into_iter().collect(), new)
+    };
+    let waiting = new.len().saturating_sub(room) as u64;
+    out.extend(new.into_iter().take(room));
+    (out, waiting)
 }
 
 #[cfg(test)]

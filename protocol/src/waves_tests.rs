@@ -88,6 +88,20 @@ fn the_last_wave_takes_every_cluster_left() {
 }
 
 #[test]
+fn a_batch_keeps_what_was_released_and_adds_at_most_room_more() {
+    let set =
+        |names: &[&str]| -> BTreeSet<String> { names.iter().map(|n| (*n).to_owned()).collect() };
+    let target = set(&["a", "b", "c", "d", "e"]);
+    let (out, waiting) = release_batch(target.clone(), &set(&["c"]), 2);
+    assert_eq!(out, set(&["a", "b", "c"]));
+    assert_eq!(waiting, 2);
+    let (out, waiting) = release_batch(target.clone(), &out, 0);
+    assert_eq!((out.len(), waiting), (3, 2), "no room: nothing more");
+    let (out, waiting) = release_batch(target.clone(), &out, 9);
+    assert_eq!((out, waiting), (target, 0));
+}
+
+#[test]
 fn pin_keys_name_the_object_they_copy() {
     let key = ObjectKey {
         space: Space::default_space(),

@@ -27,8 +27,8 @@ pub type ProtocolVersion = u16;
 /// - 3: adds [`ChildToParent::ReplicaHello`], the hello of one replica of a replicated
 ///   tier (several processes with one node name behind one address), and
 ///   [`ParentToChild::Upstream`] / [`ChildToParent::Resume`], with which a child moves
-///   between replicas with a delta. A child sends it
-///   only when it is configured as a replica, so an unreplicated child still opens with
+///   between replicas with a delta. A child sends a replica hello only when it is
+///   configured as a replica, so an unreplicated child still opens with
 ///   [`ChildToParent::Hello`] and works with a version-1 or -2 parent; a replica needs a
 ///   parent of version 3 (an older one cannot decode the message and closes the
 ///   connection as malformed).

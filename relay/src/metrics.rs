@@ -45,12 +45,13 @@ pub async fn render(
                 lags,
                 c.upstream_open(),
                 c.stats().clone(),
-                c.snapshots_received(),
+                (c.snapshots_received(), c.is_standby()),
+                c.propagation_lag().histogram().clone(),
             )
         })
         .await?;
     let links = node.link_stats().await.unwrap_or_default();
-    let (name, head, floor, live, lags, up, stats, snapshots) = core;
+    let (name, head, floor, live, lags, up, stats, (snapshots, standby), propagation) = core;
     let mut out = Exposition::new();
     let node_label = || -> Labels { vec![("node", name.clone())] };
     let one = |v: f64| vec![(node_label(), v)];
@@ -203,10 +204,21 @@ pub async fn render(
         &one(f64::from(u8::from(up))),
     );
     out.family(
-        "strata_snapshots_received_total",
+        "strata_parent_snapshots_total",
         Kind::Counter,
-        "Snapshots the parent started sending during this run (a resync that was a delta leaves it unchanged).",
+        "Snapshots the parent started sending during this run; a resync that was a delta adds none.",
         &one(snapshots as f64),
+    );
+    out.family(
+        "strata_root_standby",
+        Kind::Gauge,
+        "1 while this root replica serves the etcd writer's log without writing it.",
+        &one(f64::from(u8::from(standby))),
+    );
+    out.histogram(
+        "strata_propagation_lag_seconds",
+        "Time from a position of this node's log being committed here to a child acknowledging a cursor at or past it (holding the change durably): the propagation lag of one hop, by child.",
+        &propagation,
     );
     out.family(
         "strata_summaries_sent_total",
@@ -289,11 +301,21 @@ impl OpsSource for RelayOps {
 
     fn ready(&self) -> OpsFuture<'_, Result<String, String>> {
         Box::pin(async move {
-            let link = self
+            let (link, standby) = self
                 .node
-                .query(|c| c.upstream().map(|l| (l.is_open(), l.cursor().log.0 != 0)))
+                .query(|c| {
+                    let link = c.upstream().map(|l| (l.is_open(), l.cursor().log.0 != 0));
+                    (link, c.is_standby())
+                })
                 .await
                 .ok_or("the node has stopped")?;
+            if standby {
+                return Err(
+                    "standby: serving children and reads from etcd; another root \
+                            replica holds the writer lease and takes the writes"
+                        .to_owned(),
+                );
+            }
             ops::store_writable(self.store.clone()).await?;
             match (link, &self.api) {
                 (Some((true, _)), _) => Ok("parent connected".to_owned()),

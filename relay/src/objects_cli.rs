@@ -164,6 +164,24 @@ async fn table(
             strata_node::clock::Clock::start().wall().0,
         )
     );
+    // A placement that rolls out: a line under it saying where its rollout stands.
+    if kind.group == "strata.dev" && kind.kind == "Placement" {
+        for item in &items {
+            let name = item["key"]["name"].as_str().unwrap_or_default();
+            let v = ask(
+                client,
+                Method::GET,
+                &kind.path(&api.space, None, Some(name)),
+            )
+            .await?;
+            if v["status"]["rollout"].is_object() {
+                println!(
+                    "  rollout: {}",
+                    crate::rollout_cli::status_line(name, &v["status"], false)
+                );
+            }
+        }
+    }
     Ok(())
 }
 

@@ -141,6 +141,11 @@ pub fn status_line(placement: &str, status: &Value, tty: bool) -> String {
         r["released"],
         r["failed"],
     );
+    for field in ["unreachable", "pending"] {
+        if let Some(n) = r[field].as_u64().filter(|n| *n > 0) {
+            line.push_str(&format!(" {field} {n}"));
+        }
+    }
     if let Some(m) = r["message"].as_str() {
         line.push_str(&format!(": {m}"));
     }

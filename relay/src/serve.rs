@@ -10,7 +10,7 @@ use crate::api::ApiStartError;
 use crate::config::{ConfigError, NodeConfig, StoreConfig};
 use crate::join::{JoinSetupError, Joining};
 use crate::metrics::MetricsBindError;
-use crate::node::runtime::{self, NodeError, NodeHandle, NodeParts};
+use crate::node::runtime::{self, NodeClient, NodeError, NodeHandle, NodeParts};
 use strata_node::clock::Clock;
 use strata_node::process::{RandomSourceFailed, random_bytes, random_u64, wait_for_signal};
 use strata_node::store::{EtcdStore, SledStore, Store, StoreError};
@@ -65,6 +65,9 @@ pub enum StartError {
     /// The node refused to start.
     #[error(transparent)]
     Node(#[from] NodeError),
+    /// `STRATA_PROTOCOL_VERSIONS` is not a range of versions.
+    #[error(transparent)]
+    Versions(#[from] strata_node::config::ProtocolVersionsError),
 }
 
 /// Why `relay serve` stopped with an error.
@@ -108,17 +111,42 @@ pub fn start_with_store(config: &NodeConfig) -> Result<(NodeHandle, Arc<dyn Stor
     Ok((start_on(config, store.clone())?, store))
 }
 
-/// Opens the store the configuration names. A root replica on etcd waits here, a
-/// standby, until it holds the writer lease: call it off the async workers.
+/// Opens the store the configuration names. A root replica on etcd becomes the writer
+/// if no replica is, else a standby that serves what the writer commits (once the
+/// writer has created the store: call it off the async workers); start following it
+/// with [`follow`].
 pub fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StartError> {
+    Ok(open_replica(config)?.0)
+}
+
+/// An open store, and the etcd store itself when it is one (to follow it).
+type Opened = (Arc<dyn Store>, Option<Arc<EtcdStore>>);
+
+/// [`open_store`], and the etcd store itself when it is one.
+fn open_replica(config: &NodeConfig) -> Result<Opened, StartError> {
     Ok(match &config.store {
-        StoreConfig::Sled => Arc::new(SledStore::open(&config.data)?),
+        StoreConfig::Sled => (Arc::new(SledStore::open(&config.data)?), None),
         StoreConfig::Etcd(etcd) => {
             std::fs::create_dir_all(&config.data).map_err(|source| StartError::DataDir {
                 path: config.data.clone(),
                 source,
             })?;
-            Arc::new(EtcdStore::open(etcd)?)
+            let store = Arc::new(EtcdStore::open_replica(etcd)?);
+            (store.clone(), Some(store))
+        }
+    })
+}
+
+/// Feeds `node` what other root replicas commit to `store` (and its takeover, at a
+/// standby), until the node stops; the task is the caller's to abort.
+pub fn follow(store: &EtcdStore, node: NodeClient) -> tokio::task::JoinHandle<()> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    store.follow(tx);
+    tokio::spawn(async move {
+        while let Some(event) = rx.recv().await {
+            if !node.follow(event).await {
+                return;
+            }
         }
     })
 }
@@ -176,7 +204,10 @@ pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle
         listener,
         tcp_listener,
         connector,
-        sessions: SessionConfig::default(),
+        sessions: SessionConfig {
+            versions: strata_node::config::protocol_versions()?,
+            ..SessionConfig::default()
+        },
         summary_interval: config.summary_interval,
         clock: Clock::start(),
         run: random_u64(),
@@ -189,22 +220,24 @@ pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle
 /// Runs a node until SIGTERM or SIGINT, then shuts it down within the deadline.
 pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let config = NodeConfig::load(config_path)?;
-    let store = match (&config.store, config.metrics) {
-        // A standby root replica answers its probes while it waits for the lease:
-        // alive, not ready.
+    let (store, etcd) = match (&config.store, config.metrics) {
+        // A standby root replica answers its probes while it waits for the writer to
+        // create the store: alive, not ready.
         (StoreConfig::Etcd(_), Some(addr)) => {
             let standby = strata_node::ops::spawn(addr, Arc::new(crate::metrics::StandbyOps))?;
             let opening = config.clone();
-            let store = tokio::task::spawn_blocking(move || open_store(&opening)).await;
+            let store = tokio::task::spawn_blocking(move || open_replica(&opening)).await;
             standby.abort();
             let _ = standby.await;
             store.map_err(|e| ServeError::Standby {
                 detail: e.to_string(),
             })??
         }
-        _ => open_store(&config)?,
+        _ => open_replica(&config)?,
     };
     let handle = start_on(&config, store.clone())?;
+    // Other replicas' commits: the writer's log at a standby, children's reports at all.
+    let following = etcd.as_deref().map(|s| follow(s, handle.client()));
     tracing::info!(
         node = %config.node,
         listen = ?config.listen,
@@ -236,7 +269,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     };
     wait_for_signal().await;
     tracing::info!("shutting down");
-    for task in [api, metrics].into_iter().flatten() {
+    for task in [api, metrics, following].into_iter().flatten() {
         task.abort();
     }
     match tokio::time::timeout(SHUTDOWN_DEADLINE, handle.shutdown()).await {

@@ -182,3 +182,51 @@ fn summarize(done: &[(PathBuf, Action)]) {
         count(Action::Kept)
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use strata_node::config::{field_names, reference_example, undocumented_fields};
+    use strata_topology::raw::{
+        RawApiFull, RawCluster, RawJoining, RawMetadata, RawRelay, RawRoot, RawSpec, RawTopology,
+    };
+
+    const REFERENCE: &str =
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/CONFIG.md"));
+
+    #[test]
+    fn the_configuration_reference_names_every_topology_field_and_its_example_validates() {
+        let sections: &[(&str, &[&str])] = &[
+            ("", field_names::<RawTopology>()),
+            ("metadata.", field_names::<RawMetadata>()),
+            ("spec.", field_names::<RawSpec>()),
+            ("spec.root.", field_names::<RawRoot>()),
+            ("spec.root.api.", field_names::<RawApiFull>()),
+            ("spec.relays[].", field_names::<RawRelay>()),
+            ("spec.clusters[].", field_names::<RawCluster>()),
+            ("spec.joining[].", field_names::<RawJoining>()),
+        ];
+        // The catcher sees serde's names (renamed ones included), not Rust's.
+        assert!(sections[0].1.contains(&"apiVersion"), "{sections:?}");
+        assert!(sections[5].1.contains(&"parentAddress"), "{sections:?}");
+        assert_eq!(
+            undocumented_fields(REFERENCE, sections),
+            Vec::<String>::new()
+        );
+        let example = reference_example(REFERENCE, "## A topology").unwrap();
+        let checked = strata_topology::parse(example, Path::new("CONFIG.md")).unwrap();
+        assert_eq!(checked.warnings, Vec::<String>::new());
+        let fr = checked
+            .topology
+            .relays
+            .iter()
+            .find(|r| r.name == "fr")
+            .unwrap();
+        assert_eq!(
+            fr.link.proxy.as_deref(),
+            Some("http://proxy.fr.example.com:3128")
+        );
+        assert_eq!(checked.topology.clusters.len(), 1);
+    }
+}

@@ -246,6 +246,22 @@ spec:
     assert_eq!(p.address.to_string(), "center.relays.example.com:7443");
     assert_eq!(p.transport, strata_node::dial::TransportMode::Auto);
     assert_eq!(p.proxy, None);
+    // The replicas of a root on etcd: a comma-separated list, every one dialed.
+    let replicas = text.replace(
+        "center.relays.example.com:7443",
+        "\"center-0.example.com:7443, 10.0.0.2:7443\"",
+    );
+    let t = strata_topology::parse(&replicas, Path::new("t.yaml"))
+        .unwrap()
+        .topology;
+    let again = render(&t, tmp.path(), &RenderOptions::default()).unwrap();
+    let eu = again.nodes.iter().find(|n| n.name == "eu").unwrap();
+    let p2 = NodeConfig::load(&eu.config).unwrap().parent.unwrap();
+    assert_eq!(
+        p2.address.to_string(),
+        "center-0.example.com:7443,10.0.0.2:7443"
+    );
+    assert_eq!(p2.address.each().len(), 2);
     let shop = rendered.nodes.iter().find(|n| n.name == "shop-1").unwrap();
     let conf = std::fs::read_to_string(&shop.config).unwrap();
     assert!(
@@ -256,7 +272,10 @@ spec:
     let bad = text
         .replace("transport: auto", "transport: udp")
         .replace("transport: tcp, ", "")
-        .replace("center.relays.example.com:7443", "no port");
+        .replace(
+            "center.relays.example.com:7443",
+            "\"10.0.0.1:7443,no port\"",
+        );
     let errors = strata_topology::parse(&bad, Path::new("t.yaml"))
         .err()
         .unwrap()

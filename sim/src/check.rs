@@ -1,12 +1,13 @@
 //! Invariant checkers: what the hierarchy must look like, computed from the root's log
 //! and the topology, compared with what the agents hold and what the root summarizes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use strata_protocol::model::{Cluster, ObjectKey, ObjectMeta, Revision};
 use strata_protocol::placement::Placement;
 use strata_protocol::summary::Summary;
+use strata_protocol::waves::pin_key;
 
 use crate::topology::{Topology, effective_labels};
 
@@ -22,6 +23,9 @@ pub struct RootView {
     /// The root's summaries: (placement, object, summary) for every object a placement
     /// selects.
     pub summaries: Vec<(String, ObjectKey, Summary)>,
+    /// Placements whose rollout is under way or rolled back: the clusters released (the
+    /// others hold the pinned previous revision).
+    pub gated: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// What each agent holds: object → revision.
@@ -55,18 +59,27 @@ pub fn effective_clusters(
         .collect()
 }
 
-/// The objects placed on each cluster at the root's latest revision.
+/// The objects placed on each cluster at the root's latest revision; where a rollout
+/// has not released a cluster (or rolled back), the pinned previous revision instead.
 pub fn expected(clusters: &[Cluster], root: &RootView) -> BTreeMap<String, Held> {
     let mut out = BTreeMap::new();
     for c in clusters {
         let mut held = Held::new();
         for (meta, rev) in &root.objects {
-            if root
+            for p in root
                 .placements
                 .iter()
-                .any(|p| p.selects_object(meta) && p.selects_cluster(c))
+                .filter(|p| p.selects_object(meta) && p.selects_cluster(c))
             {
-                held.insert(meta.key.clone(), *rev);
+                let pin = pin_key(&meta.key);
+                match (root.gated.get(&p.name), root.all.get(&pin)) {
+                    (Some(released), Some(pinned)) if !released.contains(&c.name) => {
+                        held.insert(pin, *pinned);
+                    }
+                    _ => {
+                        held.insert(meta.key.clone(), *rev);
+                    }
+                }
             }
         }
         out.insert(c.name.clone(), held);
@@ -107,7 +120,8 @@ pub fn divergence(
 
 /// Root summaries that differ from those computed from the agents' clusters: every
 /// selected cluster holds the object at the root's revision and its simulated cluster
-/// reports it available (no scenario object is labelled to fail).
+/// reports it available (no scenario object is labelled to fail). Placements whose
+/// rollout is under way or rolled back are left out (the rollout check watches them).
 pub fn summary_mismatches(
     clusters: &[Cluster],
     root: &RootView,
@@ -118,6 +132,9 @@ pub fn summary_mismatches(
         let Some(p) = root.placements.iter().find(|p| &p.name == placement) else {
             continue;
         };
+        if root.gated.contains_key(placement) {
+            continue;
+        }
         let Some(rev) = root
             .objects
             .iter()

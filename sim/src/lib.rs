@@ -15,6 +15,7 @@
 //! * `record`: what a run writes down as it goes, shared by the fault loop and the
 //!   observer.
 //! * `observe`: the observer task: workload at the root, samples, checks.
+//! * `rollout_check`: the rollout check: released waves, rollback, a relay cut off.
 //! * [`run`]: one simulation of one seed: faults, workload, checks, summary, trace hash.
 //! * [`bench`]: the benchmark harness (the `bench` binary): real QUIC on loopback, with
 //!   flat-hub and NATS baselines.
@@ -28,6 +29,7 @@ pub mod net;
 mod observe;
 mod record;
 pub mod rng;
+mod rollout_check;
 pub mod run;
 pub mod scenario;
 pub mod topology;

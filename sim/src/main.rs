@@ -146,6 +146,9 @@ fn print_summary(path: &std::path::Path, o: &Outcome, wall: Duration) {
             secs(armed)
         );
     }
+    for line in &o.rollout {
+        println!("  rollout: {line}");
+    }
     println!("  trace hash: {:016x}", o.trace_hash);
     if let Some((v, at, trace)) = &o.violation {
         println!(

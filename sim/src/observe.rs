@@ -19,10 +19,14 @@ use crate::check::{self, Held, Monotonic, RootView, Violation, secs};
 use crate::hosts::SimHierarchy;
 use crate::record::RunRecord;
 use crate::rng::hash;
+use crate::rollout_check::RolloutWatch;
 use crate::scenario::{AvailableCheck, ConfigMaps, Scenario, Workload};
 
 /// How often the observer samples the hierarchy.
 const SAMPLE: Duration = Duration::from_millis(500);
+
+/// How often it samples when it watches a rollout (its figures are read from samples).
+const ROLLOUT_SAMPLE: Duration = Duration::from_millis(250);
 
 fn now() -> Duration {
     turmoil::sim_elapsed().unwrap_or_default()
@@ -138,11 +142,24 @@ async fn root_view(hierarchy: &SimHierarchy) -> Option<RootView> {
             .live()
             .map(|o| (o.key().clone(), o.revision))
             .collect();
+        let gated = c
+            .rollouts()
+            .iter()
+            .filter(|((space, _), _)| *space == Space::default_space())
+            .filter_map(|((_, name), s)| {
+                let released = match s.gated()? {
+                    true => s.released.clone(),
+                    false => Default::default(),
+                };
+                Some((name.clone(), released))
+            })
+            .collect();
         RootView {
             objects,
             placements,
             all,
             summaries,
+            gated,
         }
     })
     .await
@@ -302,6 +319,16 @@ pub(crate) async fn observe(
     // Writes the root acknowledged: key → (revision, live).
     let mut acked: BTreeMap<ObjectKey, (u64, bool)> = BTreeMap::new();
     let mut heads: BTreeMap<String, u64> = BTreeMap::new();
+    let mut rollout = RolloutWatch::default();
+    // SIM_SAMPLE_MS samples more often (finer figures; another trace hash).
+    let sample = match std::env::var("SIM_SAMPLE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(ms) => Duration::from_millis(ms),
+        None if scenario.checks.rollout.is_some() => ROLLOUT_SAMPLE,
+        None => SAMPLE,
+    };
     loop {
         let t = now();
         for node in std::mem::take(&mut record.borrow_mut().lost_disks) {
@@ -352,6 +379,17 @@ pub(crate) async fn observe(
         {
             fail(v);
             return Ok(());
+        }
+        if let Some(check) = &scenario.checks.rollout {
+            let v = rollout.sample(&hierarchy, check, &agents, t).await;
+            record
+                .borrow_mut()
+                .rollout
+                .extend(std::mem::take(&mut rollout.lines));
+            if let Some(v) = v {
+                fail(v);
+                return Ok(());
+            }
         }
         // Nothing acknowledged is lost across crashes that keep the disk.
         for (name, head) in &relay_heads {
@@ -409,8 +447,14 @@ pub(crate) async fn observe(
                 agents.len()
             ));
         }
+        let rollout_done = scenario
+            .checks
+            .rollout
+            .as_ref()
+            .is_none_or(|c| rollout.done(c.outcome));
         let converged = root.as_ref().is_some_and(|r| {
             workload.is_empty()
+                && rollout_done
                 && check::divergence(&expected, &agents).is_empty()
                 && check::summary_mismatches(&clusters, r, &agents).is_empty()
         });
@@ -451,6 +495,9 @@ pub(crate) async fn observe(
             if !workload.is_empty() {
                 why.push(format!("{} workload steps not applied", workload.len()));
             }
+            if !rollout_done {
+                why.push(format!("the rollout is {:?}", rollout.phase));
+            }
             why.truncate(6);
             fail(Violation {
                 invariant: "the hierarchy converges within `settle` once the network healed",
@@ -463,7 +510,7 @@ pub(crate) async fn observe(
             });
             return Ok(());
         }
-        tokio::time::sleep(SAMPLE).await;
+        tokio::time::sleep(sample).await;
     }
 }
 

@@ -27,4 +27,6 @@ pub(crate) struct RunRecord {
     /// The available check: the fewest clusters the object was available on once the
     /// check was armed, and when the bound was first reached.
     pub(crate) available: Option<(usize, Duration)>,
+    /// The rollout check's events and figures, one line each.
+    pub(crate) rollout: Vec<String>,
 }

@@ -39,6 +39,8 @@ pub struct Outcome {
     /// The available check's figures: the fewest clusters the object was available on
     /// once armed, and when it was armed.
     pub available: Option<(usize, Duration)>,
+    /// The rollout check's events and figures (wave times, time to roll back).
+    pub rollout: Vec<String>,
     /// The first broken invariant, with a short trace.
     pub violation: Option<(Violation, Duration, Vec<String>)>,
 }
@@ -204,6 +206,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
         trace_hash: h,
         resync: rec.resync,
         available: rec.available,
+        rollout: rec.rollout.clone(),
         violation: rec.violation.clone().map(|(v, at)| (v, at, tail)),
     })
 }

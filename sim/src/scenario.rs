@@ -226,6 +226,42 @@ pub struct Checks {
     pub delta: Option<DeltaCheck>,
     /// An object stays available on enough clusters (a move made before it breaks).
     pub available: Option<AvailableCheck>,
+    /// A placement's rollouts keep their promises (see [`RolloutCheck`]).
+    pub rollout: Option<RolloutCheck>,
+}
+
+/// A placement's rollouts, watched at every sample: no cluster outside the waves the
+/// root released ever holds a revision being rolled out; a rolled-back revision leaves
+/// every cluster (each back on the previous revision) before the next rollout starts;
+/// a relay cut off keeps what its clusters were released before the cut and receives
+/// nothing released after it while away; the last rollout ends in `outcome`. The
+/// figures (wave times, time to roll back) are printed.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutCheck {
+    /// The placement (in the space `default`).
+    pub placement: String,
+    /// The object it rolls out.
+    pub object: ObjectRef,
+    /// How the last rollout ends: `Complete` or `RolledBack`.
+    pub outcome: strata_protocol::rollout::Phase,
+    /// A relay cut off from its parent during a rollout.
+    #[serde(default)]
+    pub cut_off: Option<CutOff>,
+}
+
+/// A relay away from `from` to `to` (the partition is a fault of the scenario).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CutOff {
+    /// The relay.
+    pub relay: String,
+    /// When it is cut off.
+    #[serde(with = "duration")]
+    pub from: Duration,
+    /// When it is back.
+    #[serde(with = "duration")]
+    pub to: Duration,
 }
 
 /// The clusters where `object` is available (held and reported `Available` by the
@@ -375,6 +411,22 @@ impl Scenario {
                         )));
                     }
                 }
+            }
+        }
+        if let Some(r) = &s.checks.rollout {
+            use strata_protocol::rollout::Phase;
+            if !matches!(r.outcome, Phase::Complete | Phase::RolledBack) {
+                return Err(parse(
+                    "checks.rollout.outcome: Complete or RolledBack".to_owned(),
+                ));
+            }
+            if let Some(c) = &r.cut_off
+                && s.topology.relay(&c.relay).is_none()
+            {
+                return Err(parse(format!(
+                    "checks.rollout.cut_off.relay: {:?} is not a relay",
+                    c.relay
+                )));
             }
         }
         for (i, f) in s.faults.iter().enumerate() {

@@ -518,7 +518,8 @@ fn relay_addrs(
     }
 }
 
-/// Checks how a node reaches its parent: `parentAddress` is `IP:PORT` or `host:port`,
+/// Checks how a node reaches its parent: `parentAddress` is `IP:PORT` or `host:port`, or
+/// a comma-separated list of them (the replicas of a root on etcd),
 /// `transport` one of `auto`, `quic`, `tcp`, `proxy` an `http://` URL and only with a
 /// transport that can use it.
 pub(crate) fn parent_link(
@@ -528,19 +529,23 @@ pub(crate) fn parent_link(
     proxy: &Option<String>,
     errors: &mut Vec<String>,
 ) -> ParentLink {
-    if let Some(a) = address {
-        let ok = a.parse::<SocketAddr>().is_ok()
-            || a.rsplit_once(':').is_some_and(|(h, p)| {
-                p.parse::<u16>().is_ok_and(|p| p != 0)
-                    && !h.is_empty()
-                    && h.split('.').all(|l| {
-                        !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                    })
-            });
-        if !ok {
-            errors.push(format!(
-                "{who}: parentAddress: {a:?} is not an address of the form IP:PORT or HOST:PORT"
-            ));
+    if let Some(list) = address {
+        // A comma-separated list names the parent's replicas (a root on etcd).
+        for a in list.split(',').map(str::trim) {
+            let ok = a.parse::<SocketAddr>().is_ok()
+                || a.rsplit_once(':').is_some_and(|(h, p)| {
+                    p.parse::<u16>().is_ok_and(|p| p != 0)
+                        && !h.is_empty()
+                        && h.split('.').all(|l| {
+                            !l.is_empty()
+                                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                        })
+                });
+            if !ok {
+                errors.push(format!(
+                    "{who}: parentAddress: {a:?} is not an address of the form IP:PORT or HOST:PORT"
+                ));
+            }
         }
     }
     if let Some(t) = transport

@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use strata_node::clock::Clock;
+use strata_node::exposition::{HistogramVec, LATENCY_BUCKETS};
 use strata_protocol::model::{Object, ObjectKey, Status};
 use strata_protocol::time::{Instant, UnixMillis};
 use tokio::sync::{Notify, mpsc};
@@ -167,7 +168,7 @@ impl Default for KubeOptions {
 }
 
 /// Counters of the requests the backend made (for tests and figures).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct KubeCounters {
     /// Server-side apply requests.
     pub applies: AtomicU64,
@@ -177,12 +178,34 @@ pub struct KubeCounters {
     pub unchanged: AtomicU64,
     /// Re-applies after someone changed or deleted a managed object.
     pub drift_repairs: AtomicU64,
+    /// Seconds each apply (server-side apply) or delete request took, by verb.
+    pub latency: tokio::sync::Mutex<HistogramVec>,
+}
+
+impl Default for KubeCounters {
+    fn default() -> Self {
+        KubeCounters {
+            applies: AtomicU64::new(0),
+            deletes: AtomicU64::new(0),
+            unchanged: AtomicU64::new(0),
+            drift_repairs: AtomicU64::new(0),
+            latency: tokio::sync::Mutex::new(HistogramVec::new(&["verb"], LATENCY_BUCKETS)),
+        }
+    }
 }
 
 impl KubeCounters {
     /// A counter's value.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// Records one request to the API server: `verb` (`apply`, `delete`) took `took`.
+    pub async fn observe(&self, verb: &str, took: std::time::Duration) {
+        self.latency
+            .lock()
+            .await
+            .observe(vec![verb.to_owned()], took.as_secs_f64());
     }
 }
 

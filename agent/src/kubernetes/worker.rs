@@ -321,7 +321,10 @@ impl Worker {
             return;
         }
         self.counters.deletes.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = api.delete(&key.name, &DeleteParams::default()).await {
+        let started = TokioInstant::now();
+        let deleted = api.delete(&key.name, &DeleteParams::default()).await;
+        self.counters.observe("delete", started.elapsed()).await;
+        if let Err(e) = deleted {
             tracing::warn!(object = %key, error = %e, "delete failed");
         }
     }
@@ -484,7 +487,10 @@ impl Worker {
         let mut params = PatchParams::apply(FIELD_MANAGER);
         params.force = self.options.force_conflicts;
         self.counters.applies.fetch_add(1, Ordering::Relaxed);
-        match api.patch(&key.name, &params, &Patch::Apply(&body)).await {
+        let started = TokioInstant::now();
+        let applied = api.patch(&key.name, &params, &Patch::Apply(&body)).await;
+        self.counters.observe("apply", started.elapsed()).await;
+        match applied {
             Ok(o) => {
                 self.live.insert(key.clone(), watch::to_value(&ar, &o));
                 self.report_sync(key, None);

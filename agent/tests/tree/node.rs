@@ -206,6 +206,7 @@ pub fn boot(now: Instant, spec: &Spec, store: &MemStore, runs: u64) -> Core {
                     run,
                     wall_origin: UnixMillis(0),
                     watch_history: spec.watch_history,
+                    standby: false,
                 },
             )))
         }

@@ -33,6 +33,10 @@ pub struct SessionConfig {
     pub window_bytes: usize,
     /// Soft limit of one downsync frame; a part closes once it reaches this size.
     pub part_bytes: usize,
+    /// The protocol versions this parent speaks, lowest and highest:
+    /// [`MIN_PROTOCOL_VERSION`] and [`MAX_PROTOCOL_VERSION`] unless narrowed (tests of
+    /// a hierarchy of mixed versions).
+    pub versions: (ProtocolVersion, ProtocolVersion),
 }
 
 impl Default for SessionConfig {
@@ -45,6 +49,7 @@ impl Default for SessionConfig {
             idle_timeout: Duration::from_secs(20),
             window_bytes: 4 << 20,
             part_bytes: 256 << 10,
+            versions: (MIN_PROTOCOL_VERSION, MAX_PROTOCOL_VERSION),
         }
     }
 }
@@ -366,16 +371,14 @@ impl ChildSession {
                 ),
             ));
         }
-        let version = hello.max_version.min(MAX_PROTOCOL_VERSION);
-        if version < hello.min_version || version < MIN_PROTOCOL_VERSION {
+        let (min, max) = self.config.versions;
+        let version = hello.max_version.min(max);
+        if version < hello.min_version || version < min {
             return Err(SessionError::new(
                 ErrorCode::UnsupportedVersion,
                 format!(
-                    "child speaks versions {}..={}, this parent {}..={}",
-                    hello.min_version,
-                    hello.max_version,
-                    MIN_PROTOCOL_VERSION,
-                    MAX_PROTOCOL_VERSION
+                    "child speaks versions {}..={}, this parent {min}..={max}",
+                    hello.min_version, hello.max_version,
                 ),
             ));
         }

@@ -341,6 +341,32 @@ impl ObjectLog {
         true
     }
 
+    /// Takes another replica's records of this same log as they are (a root replica
+    /// following the writer's commits in a shared store): `meta` replaces the scalar
+    /// state, each entry replaces or (`None`) removes its key. Nothing is marked dirty:
+    /// the records are already durable where they came from.
+    pub fn install(
+        &mut self,
+        meta: Option<LogMeta>,
+        entries: impl IntoIterator<Item = (ObjectKey, Option<KeyEntry>)>,
+    ) {
+        for (key, entry) in entries {
+            if let Some(old) = self.keys.remove(&key) {
+                self.index.remove(&(old.position, key.clone()));
+            }
+            if let Some(entry) = entry {
+                self.index.insert((entry.position, key.clone()));
+                self.keys.insert(key, entry);
+            }
+        }
+        if let Some(meta) = meta {
+            self.id = meta.id;
+            self.serving = meta.serving;
+            self.head = meta.head;
+            self.floor = meta.floor;
+        }
+    }
+
     /// Makes everything staged at or below `position` visible.
     pub fn commit(&mut self, position: Position) {
         self.serving = true;

@@ -35,6 +35,10 @@ pub struct LinkConfig {
     /// This node's replica id when it is one replica of a replicated tier: the link then
     /// opens with a [`ChildToParent::ReplicaHello`] (protocol version 3 and up).
     pub replica: Option<String>,
+    /// The protocol versions this child speaks, lowest and highest:
+    /// [`MIN_PROTOCOL_VERSION`] and [`MAX_PROTOCOL_VERSION`] unless narrowed (tests of
+    /// a hierarchy of mixed versions).
+    pub versions: (crate::wire::ProtocolVersion, crate::wire::ProtocolVersion),
 }
 
 impl LinkConfig {
@@ -49,6 +53,7 @@ impl LinkConfig {
             resubscribe_after: Duration::from_secs(2),
             reports: ReportsConfig::default(),
             replica: None,
+            versions: (MIN_PROTOCOL_VERSION, MAX_PROTOCOL_VERSION),
         }
     }
 }
@@ -229,8 +234,8 @@ impl ParentLink {
         self.phase = Phase::AwaitWelcome;
         self.liveness = Liveness::new(now, self.config.heartbeat, self.config.idle_timeout);
         let hello = Hello {
-            min_version: MIN_PROTOCOL_VERSION,
-            max_version: MAX_PROTOCOL_VERSION,
+            min_version: self.config.versions.0,
+            max_version: self.config.versions.1,
             node: self.config.node.clone(),
             role: self.config.role,
             run: self.config.run,
@@ -283,7 +288,7 @@ impl ParentLink {
     fn dispatch(&mut self, now: Instant, msg: ParentToChild) -> Result<(), SessionError> {
         match (self.phase, msg) {
             (Phase::AwaitWelcome, ParentToChild::Welcome(w)) => {
-                if !(MIN_PROTOCOL_VERSION..=MAX_PROTOCOL_VERSION).contains(&w.version) {
+                if !(self.config.versions.0..=self.config.versions.1).contains(&w.version) {
                     return Err(SessionError::new(
                         ErrorCode::UnsupportedVersion,
                         format!("parent chose version {}, which we do not speak", w.version),

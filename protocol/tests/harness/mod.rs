@@ -169,6 +169,7 @@ fn session_config(name: &str, incarnation: u64) -> SessionConfig {
         // window fills up.
         window_bytes: 1200,
         part_bytes: 400,
+        ..SessionConfig::default()
     }
 }
 

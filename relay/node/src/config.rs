@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use strata_protocol::wire::{MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, ProtocolVersion};
 
 use crate::dial::{Connector, ParentAddress, QUIC_PROBE_EVERY, TransportMode};
 use crate::proxy::{Proxy, ProxyError};
@@ -253,6 +254,35 @@ impl RawTls {
     }
 }
 
+/// The environment variable that narrows the protocol versions a node speaks (`relay
+/// serve`, `agent run`): `MIN..=MAX`, or one version `V`. For tests of hierarchies of
+/// mixed versions only (a binary given a range beyond its own claims versions it does
+/// not implement); unset, a node speaks every version its build knows.
+pub const PROTOCOL_VERSIONS_ENV: &str = "STRATA_PROTOCOL_VERSIONS";
+
+/// The value of [`PROTOCOL_VERSIONS_ENV`] is not a range of versions.
+#[derive(Debug, thiserror::Error)]
+#[error("{PROTOCOL_VERSIONS_ENV}={value:?}: expected MIN..=MAX or one version, MIN <= MAX")]
+pub struct ProtocolVersionsError {
+    /// What the variable holds.
+    pub value: String,
+}
+
+/// The protocol versions this process speaks, lowest and highest: the build's
+/// whole range, or as [`PROTOCOL_VERSIONS_ENV`] narrows it.
+pub fn protocol_versions() -> Result<(ProtocolVersion, ProtocolVersion), ProtocolVersionsError> {
+    match std::env::var(PROTOCOL_VERSIONS_ENV) {
+        Err(_) => Ok((MIN_PROTOCOL_VERSION, MAX_PROTOCOL_VERSION)),
+        Ok(value) => parse_versions(&value).ok_or(ProtocolVersionsError { value }),
+    }
+}
+
+fn parse_versions(value: &str) -> Option<(ProtocolVersion, ProtocolVersion)> {
+    let (min, max) = value.split_once("..=").unwrap_or((value, value));
+    let (min, max) = (min.trim().parse().ok()?, max.trim().parse().ok()?);
+    (min <= max).then_some((min, max))
+}
+
 /// Parses `value` as `IP:PORT`, or adds a fault naming `field`.
 pub fn addr(field: &str, value: &str, faults: &mut Vec<String>) -> Option<SocketAddr> {
     match value.parse() {
@@ -335,5 +365,19 @@ impl<'de> serde::Deserializer<'de> for FieldCatcher {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
         byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
         identifier ignored_any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_versions;
+
+    #[test]
+    fn a_range_or_one_version_narrows_the_protocol_versions() {
+        assert_eq!(parse_versions("1..=2"), Some((1, 2)));
+        assert_eq!(parse_versions("3"), Some((3, 3)));
+        assert_eq!(parse_versions("2..=1"), None);
+        assert_eq!(parse_versions("1-2"), None);
+        assert_eq!(parse_versions(""), None);
     }
 }

@@ -41,6 +41,10 @@ pub enum ParentAddress {
         /// The port (UDP for QUIC, TCP for the fallback).
         port: u16,
     },
+    /// Several replicas of the parent (`a:1,b:2`, each an address or a name): every
+    /// address of every one is tried at each connect, in the order given, the first to
+    /// answer wins; so a child whose replica died moves to another.
+    Any(Vec<ParentAddress>),
 }
 
 impl From<SocketAddr> for ParentAddress {
@@ -54,6 +58,10 @@ impl fmt::Display for ParentAddress {
         match self {
             ParentAddress::Socket(a) => write!(f, "{a}"),
             ParentAddress::Host { host, port } => write!(f, "{host}:{port}"),
+            ParentAddress::Any(all) => {
+                let all: Vec<String> = all.iter().map(ToString::to_string).collect();
+                f.write_str(&all.join(","))
+            }
         }
     }
 }
@@ -61,8 +69,16 @@ impl fmt::Display for ParentAddress {
 impl FromStr for ParentAddress {
     type Err = String;
 
-    /// `IP:PORT`, `[IPv6]:PORT` or `host:port` (a DNS name).
+    /// `IP:PORT`, `[IPv6]:PORT` or `host:port` (a DNS name); several, comma-separated,
+    /// for a parent of several replicas.
     fn from_str(s: &str) -> Result<Self, String> {
+        if s.contains(',') {
+            let all = s
+                .split(',')
+                .map(|one| one.trim().parse::<ParentAddress>())
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(ParentAddress::Any(all));
+        }
         if let Ok(a) = s.parse::<SocketAddr>() {
             return Ok(ParentAddress::Socket(a));
         }
@@ -93,6 +109,15 @@ impl ParentAddress {
         match self {
             ParentAddress::Socket(a) => a.ip().to_string(),
             ParentAddress::Host { host, .. } => host.clone(),
+            ParentAddress::Any(all) => all.first().map(Self::host).unwrap_or_default(),
+        }
+    }
+
+    /// Each replica's address (one for a single address or name).
+    pub fn each(&self) -> Vec<&ParentAddress> {
+        match self {
+            ParentAddress::Any(all) => all.iter().flat_map(Self::each).collect(),
+            one => vec![one],
         }
     }
 
@@ -106,6 +131,28 @@ impl ParentAddress {
     pub async fn resolve(&self) -> Result<Vec<SocketAddr>, String> {
         match self {
             ParentAddress::Socket(a) => Ok(vec![*a]),
+            ParentAddress::Any(all) => {
+                // Every replica's addresses in the order given; a name that does not
+                // resolve now leaves the others.
+                let mut found = Vec::new();
+                let mut errors = Vec::new();
+                for one in all {
+                    match Box::pin(one.resolve()).await {
+                        Ok(addrs) => {
+                            for a in addrs {
+                                if !found.contains(&a) {
+                                    found.push(a);
+                                }
+                            }
+                        }
+                        Err(e) => errors.push(e),
+                    }
+                }
+                if found.is_empty() {
+                    return Err(errors.join("; "));
+                }
+                Ok(found)
+            }
             ParentAddress::Host { host, port } => {
                 let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), *port))
                     .await
@@ -340,14 +387,29 @@ impl Connector {
         let attempt = async {
             let stream = match &self.proxy {
                 Some(proxy) => {
-                    proxy
-                        .tunnel(&addr.target())
-                        .await
-                        .map_err(|source| DialError::Proxy {
-                            name: name.to_owned(),
-                            target: addr.to_string(),
-                            source: Box::new(source),
-                        })?
+                    // Through a proxy, one replica after the other.
+                    let mut last = None;
+                    let mut tunnel = None;
+                    for one in addr.each() {
+                        match proxy.tunnel(&one.target()).await {
+                            Ok(s) => {
+                                tunnel = Some(s);
+                                break;
+                            }
+                            Err(e) => last = Some((one, e)),
+                        }
+                    }
+                    match (tunnel, last) {
+                        (Some(s), _) => s,
+                        (None, Some((one, source))) => {
+                            return Err(DialError::Proxy {
+                                name: name.to_owned(),
+                                target: one.to_string(),
+                                source: Box::new(source),
+                            });
+                        }
+                        (None, None) => return Err(err("no address to try".into())),
+                    }
                 }
                 None => {
                     let addrs = addr.resolve().await.map_err(|detail| DialError::Resolve {
@@ -434,6 +496,41 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replica_lists_parse() {
+        let a = "127.0.0.1:1, root-1.example.net:2"
+            .parse::<ParentAddress>()
+            .unwrap();
+        assert_eq!(
+            a,
+            ParentAddress::Any(vec![
+                ParentAddress::Socket("127.0.0.1:1".parse().unwrap()),
+                ParentAddress::Host {
+                    host: "root-1.example.net".into(),
+                    port: 2
+                },
+            ])
+        );
+        assert_eq!(a.to_string(), "127.0.0.1:1,root-1.example.net:2");
+        assert_eq!(a.each().len(), 2);
+        assert!("127.0.0.1:1,nope".parse::<ParentAddress>().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_replica_list_resolves_to_every_address_in_order() {
+        let a = "127.0.0.1:2,127.0.0.1:1,127.0.0.1:2"
+            .parse::<ParentAddress>()
+            .unwrap();
+        let got = a.resolve().await.unwrap();
+        assert_eq!(
+            got,
+            vec![
+                "127.0.0.1:2".parse().unwrap(),
+                "127.0.0.1:1".parse().unwrap()
+            ]
+        );
+    }
 
     #[test]
     fn addresses_and_names_parse() {

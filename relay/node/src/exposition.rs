@@ -1,8 +1,8 @@
 //! The Prometheus text exposition format (0.0.4), written by hand: most of a node's
 //! metrics are read from its core's state at scrape time (log head, children, link
 //! bytes), which a registry of pre-registered metric objects would only copy. What is
-//! counted as it happens (API requests and their latency) is kept in a
-//! [`HistogramVec`] here.
+//! observed as it happens (API request latency, propagation lag per hop, the agent's
+//! requests to its API server) is kept in a [`HistogramVec`] here.
 //!
 //! Conventions followed (<https://prometheus.io/docs/practices/naming/>): every family
 //! has one `# HELP` and one `# TYPE` line before its samples; counters end in `_total`;
@@ -170,6 +170,20 @@ impl HistogramVec {
         self.series.iter().map(|(k, s)| (k.as_slice(), s.count))
     }
 
+    /// A copy whose every series carries `values` of the labels `names` before its
+    /// own (a node's name added where the histogram is rendered).
+    pub fn labelled_first(&self, names: &[&'static str], values: &[String]) -> HistogramVec {
+        HistogramVec {
+            label_names: names.iter().chain(&self.label_names).copied().collect(),
+            bounds: self.bounds.clone(),
+            series: self
+                .series
+                .iter()
+                .map(|(k, s)| (values.iter().chain(k).cloned().collect(), s.clone()))
+                .collect(),
+        }
+    }
+
     /// Observations so far in the series of these label values.
     pub fn count(&self, label_values: &[String]) -> u64 {
         self.series.get(label_values).map_or(0, |s| s.count)
@@ -335,6 +349,19 @@ mod tests {
             "{text}"
         );
         assert_eq!(h.count(&["GET".into(), "200".into()]), 2);
+        let named = h.labelled_first(&["node"], &["center".into()]);
+        assert_eq!(
+            named.count(&["center".into(), "GET".into(), "200".into()]),
+            2
+        );
+        let mut e = Exposition::new();
+        e.histogram("h_seconds", "H.", &named);
+        let text = e.finish();
+        check(&text).unwrap();
+        assert!(
+            text.contains("h_seconds_count{node=\"center\",verb=\"GET\",code=\"200\"} 2\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -432,12 +432,14 @@ async fn read_stream<M: WireMessage>(
     bytes: Arc<ClassBytes>,
 ) {
     let mut decoder = FrameDecoder::new(max_frame);
-    let mut chunk = vec![0u8; 64 * 1024];
+    // Chunks come straight from quinn's receive buffers: no read buffer of our own per
+    // stream (a 64 KiB one per stream was most of an idle connection's heap).
     loop {
-        match stream.read(&mut chunk).await {
-            Ok(Some(n)) => {
+        match stream.read_chunk(usize::MAX, true).await {
+            Ok(Some(chunk)) => {
+                let n = chunk.bytes.len();
                 bytes.received[slot(class)].fetch_add(n as u64, Ordering::Relaxed);
-                decoder.extend(&chunk[..n]);
+                decoder.extend(&chunk.bytes);
             }
             Ok(None) | Err(_) => return,
         }

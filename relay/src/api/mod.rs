@@ -163,7 +163,45 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
     reply(status, json!({ "error": message.into() }))
 }
 
+/// What a standby root replica answers a write (503, a `metav1.Status`).
+pub const STANDBY_REFUSAL: &str = "this root replica is a standby: it serves reads and children from \
+     etcd; writes go to the replica holding the etcd writer lease (the one whose /readyz \
+     answers 200); try again there";
+
+/// How long a write waits for the store to make it durable before it is answered 503.
+const DURABLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Answers a request; a write is answered only once the store holds it (the node
+/// answers the API from memory, and commits right after: a replica killed in between
+/// must not have acknowledged it).
 async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
+    let write = req.method() != Method::GET && req.method() != Method::HEAD;
+    let response = handle_request(req, state).await;
+    if !write || !response.status().is_success() {
+        return response;
+    }
+    let mut committed = state.node.head_changes();
+    let Some(head) = state.node.query(|c| c.log().head().0).await else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping");
+    };
+    match tokio::time::timeout(DURABLE_WITHIN, committed.wait_for(|h| *h >= head)).await {
+        Ok(Ok(_)) => response,
+        _ => {
+            let (_, status) = crate::kube::failure(
+                503,
+                "ServiceUnavailable",
+                format!(
+                    "the write is not known to be durable after {DURABLE_WITHIN:?} (the store \
+                     does not take writes); it may or may not have been applied"
+                ),
+                None,
+            );
+            reply(StatusCode::SERVICE_UNAVAILABLE, status)
+        }
+    }
+}
+
+async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
     let grant = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
@@ -217,6 +255,11 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
         tracing::info!(user = %grant.user, %method, path = %path.join("/"), %why, "refused");
         let (_, status) = crate::kube::failure(403, "Forbidden", why, None);
         return reply(StatusCode::FORBIDDEN, status);
+    }
+    if write && state.node.query(|c| c.is_standby()).await == Some(true) {
+        let (_, status) =
+            crate::kube::failure(503, "ServiceUnavailable", STANDBY_REFUSAL.into(), None);
+        return reply(StatusCode::SERVICE_UNAVAILABLE, status);
     }
     let kube = crate::kube::Request {
         grant,

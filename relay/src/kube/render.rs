@@ -124,6 +124,8 @@ pub fn rollout_status(core: &NodeCore, space: &Space, name: &str) -> Option<(Val
         "released": state.released.len(),
         "available": format!("{}/{}", health.available, health.released),
         "failed": health.failed,
+        "unreachable": health.unreachable,
+        "pending": health.pending,
         "message": state.message,
     });
     let reason = state.message.clone().unwrap_or_default();
@@ -200,6 +202,17 @@ pub fn status_digest(core: &NodeCore, object: &Object) -> u64 {
     let mut user = json!({});
     user_summary(core, object, &mut user);
     text.push_str(&user.to_string());
+    // A placement's decisions and rollout are status too: a watch (`kubectl wait
+    // --for=condition=Complete`) must see them change.
+    if is_placement(&object.meta) {
+        let (space, name) = (&object.key().space, &object.key().name);
+        let decisions = decisions(core, space, name).unwrap_or_default();
+        text.push_str(&decisions.to_string());
+        if let Some((rollout, conditions)) = rollout_status(core, space, name) {
+            text.push_str(&rollout.to_string());
+            text.push_str(&conditions.to_string());
+        }
+    }
     let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
     let mut b = [0u8; 8];
     b.copy_from_slice(&d.as_ref()[..8]);

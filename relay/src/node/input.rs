@@ -42,6 +42,8 @@ pub enum RelayInput {
     Query(Query),
     /// Bytes on the node's connections.
     LinkStats(oneshot::Sender<LinkStats>),
+    /// What other root replicas committed, or this replica's takeover.
+    Follow(strata_node::store::FollowEvent),
     /// An agent asks to join with a token.
     Join {
         request: JoinRequest,
@@ -58,6 +60,7 @@ impl std::fmt::Debug for RelayInput {
             RelayInput::Query(_) => "Query",
             RelayInput::LinkStats(_) => "LinkStats",
             RelayInput::Join { .. } => "Join",
+            RelayInput::Follow(_) => "Follow",
         })
     }
 }

@@ -239,65 +239,101 @@ impl SubtreeReports {
     /// expected (selected by the placement) that have not reported. During a rollout,
     /// an object counts the clusters released and its pinned revision the others.
     pub fn summarize(&self, placement: &Placement, object: &ObjectKey, root: &RootView) -> Summary {
+        self.summarize_without(placement, object, root, &BTreeSet::new())
+    }
+
+    /// [`SubtreeReports::summarize`] leaving out the summaries of the children in `cut_off`
+    /// (their links are down: what they summarized last is stale); their clusters count
+    /// as expected and silent.
+    pub fn summarize_without(
+        &self,
+        placement: &Placement,
+        object: &ObjectKey,
+        root: &RootView,
+        cut_off: &BTreeSet<String>,
+    ) -> Summary {
         let mut s = Summary::default();
         let current = strata_protocol::waves::pinned_key(object).is_none();
-        let selected: BTreeSet<&str> = self
-            .clusters()
-            .filter(|c| root.revision_for(placement, &self.effective(c)) == Some(current))
-            .map(|c| c.name.as_str())
+        // One pass over the cluster records; statuses and summaries are then looked up
+        // by key, not found by scanning every report of the subtree (that scan, once per
+        // object and placement, was the hottest part of a relay's CPU at 1,000 leaves).
+        let records: Vec<(&str, &Cluster)> = self
+            .stored
+            .iter()
+            .filter_map(|((from, _), v)| match v {
+                ReportValue::Cluster(c) => Some((from.as_str(), c)),
+                _ => None,
+            })
+            .collect();
+        let selected: BTreeSet<&str> = records
+            .iter()
+            .filter(|(_, c)| {
+                let revision = if self.labels.is_empty() {
+                    root.revision_for(placement, c)
+                } else {
+                    root.revision_for(placement, &self.effective(c))
+                };
+                revision == Some(current)
+            })
+            .map(|(_, c)| c.name.as_str())
             .collect();
         // A child's summary counts only while some cluster it reported is selected here:
         // what a child cut off before a placement (or a cluster's labels) moved away
         // summarized is stale, not the fleet.
-        let selecting_children: BTreeSet<&str> = self
-            .stored
+        let selecting_children: BTreeSet<&str> = records
             .iter()
-            .filter_map(|((from, _), v)| match v {
-                ReportValue::Cluster(c) if selected.contains(c.name.as_str()) => {
-                    Some(from.as_str())
-                }
-                _ => None,
-            })
+            .filter(|(_, c)| selected.contains(c.name.as_str()))
+            .map(|(from, _)| *from)
             .collect();
         // Children that summarized this object cover their whole subtree; count the
         // clusters of other children one by one.
         let mut via_summary: BTreeSet<&str> = BTreeSet::new();
-        let mut reported: BTreeSet<&str> = BTreeSet::new();
-        for ((from, key), value) in &self.stored {
-            match (key, value) {
-                (
-                    ReportKey::Summary {
-                        placement: p,
-                        object: o,
-                    },
-                    ReportValue::Summary(sum),
-                ) if p == &placement.name
-                    && o == object
-                    && selecting_children.contains(from.as_str()) =>
-                {
-                    s.merge(sum);
-                    via_summary.insert(from.as_str());
-                }
-                (ReportKey::Status { cluster, object: o }, ReportValue::Status(status))
-                    if o == object && selected.contains(cluster.as_str()) =>
-                {
-                    s.merge(&Summary::of_status(cluster, status));
-                    reported.insert(cluster.as_str());
-                }
-                _ => {}
+        let mut slot: ReportSlot = (
+            String::new(),
+            ReportKey::Summary {
+                placement: placement.name.clone(),
+                object: object.clone(),
+            },
+        );
+        for &from in &selecting_children {
+            if cut_off.contains(from) {
+                continue;
+            }
+            from.clone_into(&mut slot.0);
+            if let Some(ReportValue::Summary(sum)) = self.stored.get(&slot) {
+                s.merge(sum);
+                via_summary.insert(from);
             }
         }
-        let silent = self
-            .stored
-            .iter()
-            .filter(|((from, _), _)| !via_summary.contains(from.as_str()))
-            .filter_map(|(_, v)| match v {
-                ReportValue::Cluster(c) => Some(c.name.as_str()),
-                _ => None,
-            })
-            .filter(|name| selected.contains(name) && !reported.contains(name))
-            .count();
-        s.merge(&Summary::expected(silent as u64));
+        // A cluster's status is kept under the child that reported the cluster.
+        let mut reported: BTreeSet<&str> = BTreeSet::new();
+        let mut silent = 0u64;
+        slot.1 = ReportKey::Status {
+            cluster: String::new(),
+            object: object.clone(),
+        };
+        for &(from, c) in &records {
+            if !selected.contains(c.name.as_str()) {
+                continue;
+            }
+            from.clone_into(&mut slot.0);
+            if let ReportKey::Status { cluster, .. } = &mut slot.1 {
+                c.name.clone_into(cluster);
+            }
+            if let Some(ReportValue::Status(status)) = self.stored.get(&slot) {
+                s.merge(&Summary::of_status(&c.name, status));
+                reported.insert(c.name.as_str());
+            }
+        }
+        for (from, c) in &records {
+            if !via_summary.contains(from)
+                && selected.contains(c.name.as_str())
+                && !reported.contains(c.name.as_str())
+            {
+                silent += 1;
+            }
+        }
+        s.merge(&Summary::expected(silent));
         s
     }
 }

@@ -12,7 +12,7 @@ use strata_node::clock::Clock;
 use strata_node::dial::{Connector, ParentAddress};
 use strata_node::driver::{self, Driver, Input, Node, ParentAddr, ParentConn, ToParent};
 use strata_node::link::Link;
-use strata_node::store::{Store, StoreError};
+use strata_node::store::{FollowEvent, Store, StoreError};
 use strata_node::transport::{self, Sender, close_code};
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
 use strata_protocol::time::Instant;
@@ -110,6 +110,15 @@ impl NodeClient {
         head
     }
 
+    /// Hands the core what other root replicas committed (see
+    /// [`strata_node::store::EtcdStore::follow`]); `false` once the node has stopped.
+    pub async fn follow(&self, event: FollowEvent) -> bool {
+        self.inputs
+            .send(Input::Node(RelayInput::Follow(event)))
+            .await
+            .is_ok()
+    }
+
     /// Bytes on the node's live connections.
     pub async fn link_stats(&self) -> Option<LinkStats> {
         driver::ask(&self.inputs, RelayInput::LinkStats).await
@@ -171,6 +180,8 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
         let mut config = LinkConfig::new(parts.name.clone(), Role::Relay);
         config.run = parts.run;
         config.replica = parts.replica.as_ref().map(|r| r.id(stored.node_id));
+        // One process speaks one range of versions, to its parent and its children.
+        config.versions = parts.sessions.versions;
         ParentLink::new(now, config, upstream_state.cursor, upstream_state.route)
     });
     let reports = SubtreeReports::restore(stored.reports);
@@ -202,6 +213,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
             run: parts.run,
             wall_origin: parts.clock.wall_origin(),
             watch_history: crate::node::core::WATCH_HISTORY,
+            standby: root && !parts.store.writes_log(),
         },
     );
     let span = tracing::info_span!("node", node = %parts.name);
@@ -312,6 +324,15 @@ impl Node for Relay {
             }
             RelayInput::LinkStats(reply) => {
                 let _ = reply.send(link_stats(&self.children, parent));
+            }
+            RelayInput::Follow(FollowEvent::Records { records, full }) => {
+                core.follow(records, full);
+            }
+            RelayInput::Follow(FollowEvent::Promoted(writer)) => {
+                core.promote();
+                // The store fences the log's writes from the next commit on.
+                writer.store(true, std::sync::atomic::Ordering::SeqCst);
+                tracing::info!("this root replica writes now");
             }
         }
     }

@@ -270,6 +270,9 @@ pub struct TopologyReport {
 /// The NATS baseline's figures.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NatsReport {
+    /// Every client and leafnode link ran mutual TLS.
+    #[serde(default)]
+    pub tls: bool,
     /// `nats-server` processes.
     pub servers: usize,
     /// Subscribers.
@@ -295,8 +298,10 @@ pub struct Report {
     pub tree: TopologyReport,
     /// The flat hub baseline.
     pub flat: Option<TopologyReport>,
-    /// The NATS baseline, or why it was skipped.
+    /// The NATS baseline over plaintext TCP, or why it was skipped.
     pub nats: Result<NatsReport, String>,
+    /// The NATS baseline with mutual TLS on every link (what P5 compares with).
+    pub nats_tls: Result<NatsReport, String>,
     /// CPU seconds of the harness process that assembled the report (with the NATS
     /// subscribers; each hierarchy reports its own).
     pub process_cpu_secs: f64,
@@ -328,11 +333,12 @@ pub async fn topology(opts: &Options, phase: Phase) -> Result<TopologyReport, Be
     }
 }
 
-/// The NATS baseline for `opts`, carrying `payload` bytes per message; `Err` says why
-/// it was skipped.
+/// The NATS baseline for `opts`, carrying `payload` bytes per message, in plaintext or
+/// with mutual TLS on every link; `Err` says why it was skipped.
 pub async fn nats_baseline(
     opts: &Options,
     payload: usize,
+    tls: bool,
 ) -> Result<Result<NatsReport, String>, BenchError> {
     let Some(choice) = &opts.nats else {
         return Ok(Err("skipped (--no-nats)".to_owned()));
@@ -342,7 +348,7 @@ pub async fn nats_baseline(
         NatsChoice::IfFound => None,
     };
     match (nats::find(explicit), choice) {
-        (Some(bin), _) => Ok(Ok(nats::run(&bin, &opts.fanout, payload, opts).await?)),
+        (Some(bin), _) => Ok(Ok(nats::run(&bin, &opts.fanout, payload, opts, tls).await?)),
         (None, NatsChoice::Required(_)) => Err(BenchError::Nats {
             detail: "nats-server not found (sim/install-nats.sh installs it)".into(),
         }),
@@ -357,12 +363,14 @@ pub fn report(
     tree: TopologyReport,
     flat: Option<TopologyReport>,
     nats: Result<NatsReport, String>,
+    nats_tls: Result<NatsReport, String>,
 ) -> Report {
     Report {
         machine: procstat::machine(),
         tree,
         flat,
         nats,
+        nats_tls,
         process_cpu_secs: procstat::process_cpu(),
         peak_rss: procstat::peak_rss_bytes(),
     }

@@ -2,8 +2,12 @@
 //! mirroring our tiers, and one subscriber per leaf connected to the lowest servers,
 //! delivering the same payload.
 //!
+//! The baseline runs twice: over plaintext TCP, and with mutual TLS on every client and
+//! leafnode link (as every link of ours runs), which is the honest comparison.
+//!
 //! The client is a minimal NATS text-protocol client (INFO, CONNECT, SUB, PUB, MSG,
-//! PING/PONG) over tokio TCP: the harness needs one subject over plain TCP. `async-nats`
+//! PING/PONG) over tokio TCP, upgraded to TLS after INFO as nats-server 2.9 expects:
+//! the harness needs one subject. `async-nats`
 //! could stay on ring (its default; aws-lc-rs is optional), but it always brings
 //! tokio-rustls, rustls-native-certs, rustls-pemfile, a second rustls-webpki (0.102),
 //! nkeys, nuid, regex, time, url, rand 0.8 and more: a heavy tree for ~150 lines.
@@ -12,11 +16,12 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -63,19 +68,43 @@ fn spawn_all(
     binary: &Path,
     dir: &Path,
     plan: &[(String, Option<usize>)],
+    tls: Option<&Tls>,
     servers: &mut Vec<Server>,
 ) -> Result<(), BenchError> {
     let mut held = Vec::new();
     let mut addrs: Vec<(SocketAddr, SocketAddr)> = Vec::new();
+    // Every server presents the one certificate and requires its peers' (mutual TLS);
+    // the handshake timeout is generous, as thousands of subscribers connect at once.
+    let files = tls.map(|t| {
+        format!(
+            "cert_file: \"{}\", key_file: \"{}\", ca_file: \"{}\"",
+            t.cert.display(),
+            t.key.display(),
+            t.ca.display()
+        )
+    });
+    let (server_tls, scheme, remote_tls) = match &files {
+        Some(f) => (
+            format!("tls {{ {f}, verify: true, timeout: 30 }}"),
+            "tls",
+            format!(", tls {{ {f} }}"),
+        ),
+        None => (String::new(), "nats-leaf", String::new()),
+    };
     for (name, parent) in plan {
         let client = free_port(&mut held)?;
         let leaf = free_port(&mut held)?;
         let remotes = parent
-            .map(|p| format!("remotes: [ {{ url: \"nats-leaf://{}\" }} ]", addrs[p].1))
+            .map(|p| {
+                format!(
+                    "remotes: [ {{ url: \"{scheme}://{}\"{remote_tls} }} ]",
+                    addrs[p].1
+                )
+            })
             .unwrap_or_default();
         let conf = format!(
-            "server_name: {name}\nlisten: {client}\nmax_payload: 8MB\n\
-             leafnodes {{\n  listen: {leaf}\n  {remotes}\n}}\n"
+            "server_name: {name}\nlisten: {client}\nmax_payload: 8MB\n{server_tls}\n\
+             leafnodes {{\n  listen: {leaf}\n  {server_tls}\n  {remotes}\n}}\n"
         );
         std::fs::write(dir.join(format!("{name}.conf")), conf).map_err(err)?;
         addrs.push((client, leaf));
@@ -95,28 +124,114 @@ fn spawn_all(
     Ok(())
 }
 
-/// A connection after the handshake.
-struct Conn {
-    reader: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    writer: OwnedWriteHalf,
+/// The TLS baseline's material: one CA, and one certificate (for 127.0.0.1) that every
+/// server and client presents and checks its peer's against.
+pub(crate) struct Tls {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    client: Arc<rustls::ClientConfig>,
 }
 
-async fn connect(addr: SocketAddr) -> Result<Conn, BenchError> {
+impl Tls {
+    /// Issues the material into `dir`.
+    fn issue(dir: &Path) -> Result<Tls, BenchError> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair, SanType,
+        };
+        let ca_key = KeyPair::generate().map_err(err)?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).map_err(err)?;
+        let key = KeyPair::generate().map_err(err)?;
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).map_err(err)?;
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.signed_by(&key, &ca, &ca_key).map_err(err)?;
+        let tls = Tls {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("node.pem"),
+            key: dir.join("node.key"),
+            client: {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.add(ca.der().clone()).map_err(err)?;
+                let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+                let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .map_err(err)?
+                .with_root_certificates(roots)
+                .with_client_auth_cert(vec![cert.der().clone()], key_der)
+                .map_err(err)?;
+                Arc::new(config)
+            },
+        };
+        std::fs::write(&tls.ca, ca.pem()).map_err(err)?;
+        std::fs::write(&tls.cert, cert.pem()).map_err(err)?;
+        std::fs::write(&tls.key, key.serialize_pem()).map_err(err)?;
+        Ok(tls)
+    }
+}
+
+/// A connection after the handshake.
+struct Conn {
+    reader: BufReader<Box<dyn AsyncRead + Send + Unpin>>,
+    writer: Box<dyn AsyncWrite + Send + Unpin>,
+}
+
+/// Reads the server's INFO line byte by byte, so nothing after it is consumed before a
+/// TLS upgrade.
+async fn read_info(s: &mut TcpStream, addr: SocketAddr) -> Result<(), BenchError> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while line.last() != Some(&b'\n') {
+        if line.len() > 64 * 1024 || s.read(&mut byte).await.map_err(err)? == 0 {
+            return Err(err(format!("{addr} sent no INFO line")));
+        }
+        line.push(byte[0]);
+    }
+    if !line.starts_with(b"INFO") {
+        let line = String::from_utf8_lossy(&line);
+        return Err(err(format!("{addr} greeted with {line:?}")));
+    }
+    Ok(())
+}
+
+async fn connect(addr: SocketAddr, tls: Option<&Tls>) -> Result<Conn, BenchError> {
     let mut last = String::new();
     for _ in 0..200 {
         match TcpStream::connect(addr).await {
-            Ok(s) => {
+            Ok(mut s) => {
                 s.set_nodelay(true).map_err(err)?;
-                let (r, w) = s.into_split();
+                read_info(&mut s, addr).await?;
+                let (r, w): (
+                    Box<dyn AsyncRead + Send + Unpin>,
+                    Box<dyn AsyncWrite + Send + Unpin>,
+                ) = match tls {
+                    None => {
+                        let (r, w) = s.into_split();
+                        (Box::new(r), Box::new(w))
+                    }
+                    Some(tls) => {
+                        let name = ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+                        let stream = tokio_rustls::TlsConnector::from(tls.client.clone())
+                            .connect(name, s)
+                            .await
+                            .map_err(|e| err(format!("TLS to {addr}: {e}")))?;
+                        let (r, w) = tokio::io::split(stream);
+                        (Box::new(r), Box::new(w))
+                    }
+                };
                 let mut conn = Conn {
                     reader: BufReader::new(r),
                     writer: w,
                 };
-                let mut line = String::new();
-                conn.reader.read_line(&mut line).await.map_err(err)?;
-                if !line.starts_with("INFO") {
-                    return Err(err(format!("{addr} greeted with {line:?}")));
-                }
                 conn.writer
                     .write_all(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"lang\":\"strata-bench\",\"version\":\"0\",\"protocol\":1}\r\n")
                     .await
@@ -155,10 +270,11 @@ impl Conn {
 /// (its first 8 bytes) with its arrival time.
 async fn subscribe(
     addr: SocketAddr,
+    tls: Option<&Tls>,
     leaf: u32,
     tx: mpsc::UnboundedSender<Applied>,
 ) -> Result<tokio::task::JoinHandle<()>, BenchError> {
-    let mut conn = connect(addr).await?;
+    let mut conn = connect(addr, tls).await?;
     conn.writer
         .write_all(format!("SUB {SUBJECT} 1\r\n").as_bytes())
         .await
@@ -235,18 +351,25 @@ fn proc_rss_cpu(pid: u32) -> (u64, f64) {
 }
 
 /// Runs the NATS tree of shape `fanout` and measures fan-out latency of `payload`
-/// bytes (the size of our encoded object).
+/// bytes (the size of our encoded object), with mutual TLS on every link when `tls`.
 pub(crate) async fn run(
     binary: &Path,
     fanout: &[usize],
     payload: usize,
     opts: &Options,
+    tls: bool,
 ) -> Result<NatsReport, BenchError> {
     let leaves: usize = fanout.iter().product();
-    let dir = std::env::temp_dir().join(format!("strata-bench-nats-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "strata-bench-nats{}-{}",
+        if tls { "-tls" } else { "" },
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).map_err(err)?;
     let mut servers: Vec<Server> = Vec::new();
     let result = async {
+        let tls = if tls { Some(Tls::issue(&dir)?) } else { None };
+        let tls = tls.as_ref();
         let mut plan: Vec<(String, Option<usize>)> = vec![("hub".into(), None)];
         let mut level: Vec<usize> = vec![0];
         for (depth, n) in fanout.iter().enumerate().take(fanout.len() - 1) {
@@ -259,17 +382,19 @@ pub(crate) async fn run(
             }
             level = next;
         }
-        spawn_all(binary, &dir, &plan, &mut servers)?;
+        spawn_all(binary, &dir, &plan, tls, &mut servers)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let mut arrivals = Arrivals::new(rx);
         let mut subs = Vec::new();
         let per = fanout[fanout.len() - 1];
         for (i, &s) in level.iter().enumerate() {
             for j in 0..per {
-                subs.push(subscribe(servers[s].client, (i * per + j) as u32, tx.clone()).await?);
+                subs.push(
+                    subscribe(servers[s].client, tls, (i * per + j) as u32, tx.clone()).await?,
+                );
             }
         }
-        let mut publisher = connect(servers[0].client).await?;
+        let mut publisher = connect(servers[0].client, tls).await?;
         publisher.flush().await?;
         // Interest travels up the leafnode links: probe until every subscriber hears.
         let start = Instant::now();
@@ -319,6 +444,7 @@ pub(crate) async fn run(
             s.abort();
         }
         Ok(NatsReport {
+            tls: tls.is_some(),
             servers: servers.len(),
             leaves,
             payload_bytes: payload,

@@ -137,8 +137,9 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
-    let nats = bench::nats_baseline(&opts, tree.encoded_object_bytes).await?;
-    let report = bench::report(tree, flat, nats);
+    let nats = bench::nats_baseline(&opts, tree.encoded_object_bytes, false).await?;
+    let nats_tls = bench::nats_baseline(&opts, tree.encoded_object_bytes, true).await?;
+    let report = bench::report(tree, flat, nats, nats_tls);
     println!("{}", bench::render(&report));
     if let Some(path) = args.json {
         let json = serde_json::to_string_pretty(&report)?;

@@ -75,7 +75,7 @@ data:
     node: {{ $node.name }}
     listen: 0.0.0.0:{{ $top.Values.ports.quic }}
     {{- if not .root }}
-    parent: { name: {{ required (printf "relays[%s].parent" $node.name) $node.parent }}, address: {{ required (printf "relays[%s].parentAddress" $node.name) $node.parentAddress | quote }} }
+    parent: { name: {{ required (printf "relays[%s].parent" $node.name) $node.parent }}, address: {{ include "strata.parentAddress" (dict "top" $top "parent" $node.parent "address" $node.parentAddress "what" (printf "relays[%s].parentAddress" $node.name)) | quote }} }
     {{- end }}
     tls: { cert: /etc/strata/tls/tls.crt, key: /etc/strata/tls/tls.key, ca: /etc/strata/tls/ca.crt }
     data: /var/lib/strata/data
@@ -106,6 +106,10 @@ spec:
   {{- with $node.clusterIP }}
   clusterIP: {{ . }}
   {{- end }}
+  {{- if $etcd }}
+  # Ready pods only: the writer (standbys answer /readyz 503), so API writes reach it.
+  publishNotReadyAddresses: false
+  {{- end }}
   selector:
     app.kubernetes.io/instance: {{ $top.Release.Name }}
     strata.dev/node: {{ $node.name }}
@@ -115,6 +119,27 @@ spec:
     - { name: api, port: {{ $top.Values.ports.api }}, targetPort: api, protocol: TCP }
     {{- end }}
     - { name: metrics, port: {{ $top.Values.ports.metrics }}, targetPort: metrics, protocol: TCP }
+{{- if $etcd }}
+---
+# Every replica by name, ready or not (standbys serve children from the etcd watch):
+# children get <pod>.<this Service> of each replica.
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "strata.replicasService" $name }}
+  labels:
+    {{- include "strata.labels" $top | nindent 4 }}
+    app.kubernetes.io/name: strata-relay
+    strata.dev/node: {{ $node.name }}
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  selector:
+    app.kubernetes.io/instance: {{ $top.Release.Name }}
+    strata.dev/node: {{ $node.name }}
+  ports:
+    - { name: quic, port: {{ $top.Values.ports.quic }}, targetPort: quic, protocol: UDP }
+{{- end }}
 ---
 apiVersion: apps/v1
 kind: StatefulSet
@@ -128,7 +153,7 @@ spec:
   # One process holds a node's sled store: never two replicas of one node. A root on
   # etcd runs several: one writes (and is ready), the others wait on its etcd lease.
   replicas: {{ if $etcd }}{{ $node.etcd.replicas | default 2 }}{{ else }}1{{ end }}
-  serviceName: {{ $name }}
+  serviceName: {{ if $etcd }}{{ include "strata.replicasService" $name }}{{ else }}{{ $name }}{{ end }}
   podManagementPolicy: Parallel
   selector:
     matchLabels:
@@ -218,4 +243,40 @@ spec:
         resources:
           requests:
             storage: {{ $storage.size }}
+{{- end }}
+
+{{/* Whether this release's root runs several replicas on etcd. */}}
+{{- define "strata.rootOnEtcd" -}}
+{{- if and .Values.root.enabled (.Values.root.etcd | default dict).endpoints }}true{{ end }}
+{{- end }}
+
+{{/* The headless Service naming each replica of a root on etcd. Called with the relay's resource name. */}}
+{{- define "strata.replicasService" -}}
+{{ printf "%s-replicas" (. | trunc 54 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Every replica's QUIC address of this release's root on etcd, comma-separated (a
+child tries each at every connect: the standbys serve children too, so the list names
+ready and unready pods alike, through the headless Service). */}}
+{{- define "strata.rootReplicaAddresses" -}}
+{{- $root := .Values.root -}}
+{{- $name := printf "%s-%s" .Release.Name $root.name | trunc 63 | trimSuffix "-" -}}
+{{- $headless := include "strata.replicasService" $name -}}
+{{- $out := list -}}
+{{- range $i := until (int ($root.etcd.replicas | default 2)) -}}
+{{- $out = append $out (printf "%s-%d.%s.%s.svc:%v" $name $i $headless $.Release.Namespace $.Values.ports.quic) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end }}
+
+{{/* The address a node dials to reach `parent`: the one given, or, when the parent is
+this release's root on etcd, every replica's. Called with (dict "top" $ "parent" NAME "address" GIVEN "what" FIELD). */}}
+{{- define "strata.parentAddress" -}}
+{{- if .address -}}
+{{ .address }}
+{{- else if and (include "strata.rootOnEtcd" .top) (eq (toString .parent) .top.Values.root.name) -}}
+{{ include "strata.rootReplicaAddresses" .top }}
+{{- else -}}
+{{ required .what .address }}
+{{- end -}}
 {{- end }}

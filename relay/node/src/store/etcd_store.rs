@@ -13,17 +13,29 @@
 //! same log: children of a replica that died resume from their cursors on the next
 //! one, with deltas only, and revisions keep growing across failovers.
 //!
+//! Every replica serves: [`EtcdStore::open_replica`] returns at once as a standby when
+//! another replica writes, and [`EtcdStore::follow`] then feeds the node what the writer
+//! commits (an etcd watch), and campaigns for the lease in the background; a standby
+//! that wins catches up with everything committed before it and becomes the writer in
+//! place. A standby writes only its own children's records (reports, acks, runs),
+//! unfenced: the writer follows those from the same watch.
+//!
 //! The store's calls block (the [`Store`] trait is synchronous); they run on a small
 //! runtime of the store's own, so they may be called from any thread.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, TlsOptions, Txn, TxnOp,
 };
 
-use super::records::{FORMAT, NODE_ID, PROBE, STORE_FORMAT, batch_writes, fixed, stored_from};
+use super::etcd_follow::{FollowEvent, Follower};
+use super::records::{
+    FORMAT, NODE_ID, PROBE, STORE_FORMAT, batch_writes, fixed, stored_from, without_log,
+};
 use super::{Batch, Store, StoreError, Stored};
 use crate::process::random_u64;
 
@@ -64,6 +76,15 @@ pub struct EtcdStore {
     runtime: Option<tokio::runtime::Runtime>,
     /// Names the store in errors (endpoints and prefix).
     at: String,
+    /// Whether this replica holds the writer key (false: a standby). Set by the node
+    /// when it takes over ([`FollowEvent::Promoted`]), never cleared: a writer that
+    /// loses its lease exits.
+    writer: Arc<AtomicBool>,
+    /// The writer lease's TTL in seconds.
+    ttl_s: i64,
+    /// The etcd revision the last [`Store::load`] read at: a follower watches from the
+    /// next one.
+    loaded_at: AtomicI64,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -90,6 +111,45 @@ impl EtcdStore {
     /// holding the lease keeps this call waiting until that lease ends), then records
     /// the format and a node id if the store is new and checks the format otherwise.
     pub fn open(config: &EtcdConfig) -> Result<EtcdStore, StoreError> {
+        Self::open_as(config, true)
+    }
+
+    /// Connects to etcd and becomes the writer if no replica is, else returns at once
+    /// as a standby (once the writer has stamped the store) that serves what it reads;
+    /// see [`EtcdStore::follow`].
+    pub fn open_replica(config: &EtcdConfig) -> Result<EtcdStore, StoreError> {
+        Self::open_as(config, false)
+    }
+
+    /// Whether this replica writes the log (false: a standby).
+    pub fn is_writer(&self) -> bool {
+        self.writer.load(Ordering::SeqCst)
+    }
+
+    /// Starts following the store from the last [`Store::load`]: what other replicas
+    /// commit reaches `events` (the log's records at a standby, children's reports at
+    /// every replica), and a standby campaigns for the writer lease, announcing with
+    /// [`FollowEvent::Promoted`] that it won (after a full catch-up). The task runs on
+    /// the store's runtime and ends with the store or when `events` closes.
+    pub fn follow(&self, events: tokio::sync::mpsc::UnboundedSender<FollowEvent>) {
+        let follower = Follower {
+            client: self.client.clone(),
+            prefix: self.prefix.clone(),
+            writer_key: self.writer_key.clone(),
+            id: self.id.clone(),
+            ttl_s: self.ttl_s,
+            at: self.at.clone(),
+            writer: self.writer.clone(),
+            from: self.loaded_at.load(Ordering::SeqCst),
+        };
+        if let Some(rt) = &self.runtime {
+            use tracing::Instrument;
+            let span = tracing::info_span!("etcd-follow", at = %self.at);
+            rt.spawn(follower.run(events).instrument(span));
+        }
+    }
+
+    fn open_as(config: &EtcdConfig, wait: bool) -> Result<EtcdStore, StoreError> {
         let at = format!(
             "etcd {} under {:?}",
             config.endpoints.join(","),
@@ -120,12 +180,21 @@ impl EtcdStore {
             client,
             runtime: Some(runtime),
             at: at.clone(),
+            writer: Arc::new(AtomicBool::new(false)),
+            ttl_s: i64::try_from(config.lease_ttl.as_secs().max(2)).unwrap_or(i64::MAX),
+            loaded_at: AtomicI64::new(0),
         };
-        store.become_writer(config.lease_ttl).map_err(open_err)?;
-        store.stamp().map_err(|e| match e {
+        let format_err = |e| match e {
             e @ StoreError::Format { .. } => e,
             other => open_err(other.to_string()),
-        })?;
+        };
+        if store.become_writer(wait).map_err(open_err)? {
+            store.writer.store(true, Ordering::SeqCst);
+            store.stamp().map_err(format_err)?;
+        } else {
+            tracing::info!(%at, "another replica writes: serving as a standby");
+            store.await_stamp().map_err(format_err)?;
+        }
         Ok(store)
     }
 
@@ -146,25 +215,65 @@ impl EtcdStore {
         }
     }
 
-    /// Waits until no one holds the writer key, then grants a lease and puts the key
-    /// under it (one transaction: if another replica was quicker, waits again), and
-    /// keeps the lease alive for as long as the process lives.
-    fn become_writer(&mut self, ttl: Duration) -> Result<(), String> {
+    /// Claims the writer key under a new lease it keeps alive for as long as the
+    /// process lives. With `wait`, waits until no one holds it (if another replica was
+    /// quicker, waits again); without, returns `false` at once when another holds it.
+    fn become_writer(&mut self, wait: bool) -> Result<bool, String> {
         let client = self.client.clone();
         let (key, id) = (self.writer_key.clone(), self.id.clone());
-        let ttl_s = i64::try_from(ttl.as_secs().max(2)).unwrap_or(i64::MAX);
+        let ttl_s = self.ttl_s;
         let at = self.at.clone();
         let outcome = self.run(async move {
-            let lease = campaign(client.clone(), key, id, ttl_s, &at).await?;
+            let Some(lease) = campaign(client.clone(), key, id, ttl_s, &at, wait).await? else {
+                return Ok(false);
+            };
             tracing::info!(%at, lease, "this replica is the writer");
             tokio::spawn(keep_alive(client, lease, ttl_s, at));
-            Ok::<(), etcd_client::Error>(())
+            Ok::<bool, etcd_client::Error>(true)
         });
         match outcome {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(r) => r.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    /// A standby's start: waits until the writer has recorded the node id (a store
+    /// being created by another replica), then checks the format.
+    fn await_stamp(&self) -> Result<(), StoreError> {
+        let (f, i) = (self.key(FORMAT), self.key(NODE_ID));
+        let client = self.client.clone();
+        let format = self
+            .run(async move {
+                loop {
+                    let got = retrying(|| {
+                        let (mut c, f, i) = (client.clone(), f.clone(), i.clone());
+                        async move {
+                            let format = c.get(f, None).await?.take_kvs().pop();
+                            let id = c.get(i, None).await?.take_kvs().pop();
+                            Ok::<_, etcd_client::Error>((format, id))
+                        }
+                    })
+                    .await;
+                    match got {
+                        Ok((format, Some(_))) => return Ok(format),
+                        Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                        Err(e) => return Err(e),
+                    }
+                }
+            })?
+            .map_err(etcd_err)?;
+        let found = match &format {
+            Some(kv) => u32::from_be_bytes(fixed("store format", kv.value())?),
+            None => STORE_FORMAT,
+        };
+        if found != STORE_FORMAT {
+            return Err(StoreError::Format {
+                path: PathBuf::from(&self.at),
+                found,
+                supported: STORE_FORMAT,
+            });
+        }
+        Ok(())
     }
 
     /// Records the format and a node id in a new store; checks the format of an
@@ -206,6 +315,28 @@ impl EtcdStore {
         Ok(())
     }
 
+    /// Writes in one transaction, whoever writes the log (a standby's own records).
+    fn unfenced(&self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let ops: Vec<TxnOp> = writes
+            .into_iter()
+            .map(|(k, v)| match v {
+                Some(v) => TxnOp::put(k, v, None),
+                None => TxnOp::delete(k, None),
+            })
+            .collect();
+        let txn = Txn::new().and_then(ops);
+        let client = self.client.clone();
+        self.run(retrying(move || {
+            let (mut client, txn) = (client.clone(), txn.clone());
+            async move { client.txn(txn).await }
+        }))?
+        .map(|_| ())
+        .map_err(etcd_err)
+    }
+
     /// Writes in one transaction, if this replica is still the writer.
     fn fenced(&self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StoreError> {
         let ops: Vec<TxnOp> = writes
@@ -243,7 +374,7 @@ impl EtcdStore {
 impl Store for EtcdStore {
     fn load(&self) -> Result<Stored, StoreError> {
         let (client, prefix) = (self.client.clone(), self.prefix.clone());
-        let kvs = self
+        let mut kvs = self
             .run(retrying(move || {
                 let (mut client, prefix) = (client.clone(), prefix.clone());
                 async move {
@@ -251,8 +382,11 @@ impl Store for EtcdStore {
                     client.get(prefix, Some(options)).await
                 }
             }))?
-            .map_err(etcd_err)?
-            .take_kvs();
+            .map_err(etcd_err)?;
+        if let Some(h) = kvs.header() {
+            self.loaded_at.store(h.revision(), Ordering::SeqCst);
+        }
+        let kvs = kvs.take_kvs();
         let n = self.prefix.len();
         stored_from(kvs.iter().map(|kv| Ok((&kv.key()[n..], kv.value()))))
     }
@@ -260,6 +394,15 @@ impl Store for EtcdStore {
     fn commit(&self, batch: &Batch) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());
+        }
+        if !self.is_writer() {
+            // A standby's log is the writer's, read back: only its own children's
+            // records are its to write, and no fence applies to them.
+            let writes = batch_writes(&without_log(batch))?
+                .into_iter()
+                .map(|(k, v)| (self.key(&k), v))
+                .collect();
+            return self.unfenced(writes);
         }
         let writes = batch_writes(batch)?
             .into_iter()
@@ -276,20 +419,26 @@ impl Store for EtcdStore {
         }
     }
 
+    fn writes_log(&self) -> bool {
+        self.is_writer()
+    }
+
     /// A fenced write: ready means etcd takes writes and this replica is the writer.
     fn probe_write(&self) -> Result<(), StoreError> {
         self.fenced(vec![(self.key(PROBE), Some(self.id.clone()))])
     }
 }
 
-/// Waits for the writer key to be free, then claims it under a new lease.
-async fn campaign(
+/// Waits for the writer key to be free, then claims it under a new lease. Without
+/// `wait`, gives up (`None`) as soon as another replica holds it.
+pub(super) async fn campaign(
     mut client: Client,
     key: Vec<u8>,
     id: Vec<u8>,
     ttl_s: i64,
     at: &str,
-) -> Result<i64, etcd_client::Error> {
+    wait: bool,
+) -> Result<Option<i64>, etcd_client::Error> {
     let mut waiting = false;
     loop {
         let held = retrying(|| {
@@ -298,6 +447,9 @@ async fn campaign(
         })
         .await?;
         if !held.kvs().is_empty() {
+            if !wait {
+                return Ok(None);
+            }
             if !waiting {
                 tracing::info!(%at, "another replica writes; standing by until its lease ends");
                 waiting = true;
@@ -319,7 +471,7 @@ async fn campaign(
                 Some(PutOptions::new().with_lease(lease)),
             )]);
         match client.txn(claim).await {
-            Ok(r) if r.succeeded() => return Ok(lease),
+            Ok(r) if r.succeeded() => return Ok(Some(lease)),
             Ok(_) => {}
             Err(e) if transient(&e) => tracing::debug!(%at, error = %e, "etcd busy"),
             Err(e) => return Err(e),
@@ -332,7 +484,7 @@ async fn campaign(
                 .first()
                 .is_some_and(|kv| kv.value() == id.as_slice())
         {
-            return Ok(lease);
+            return Ok(Some(lease));
         }
     }
 }
@@ -342,7 +494,7 @@ async fn campaign(
 /// ends the process: while etcd cannot be reached nothing can be written anyway (every
 /// write is fenced), and when it can again, a lease it kept alive across a leader
 /// change is still ours.
-async fn keep_alive(mut client: Client, lease: i64, ttl_s: i64, at: String) {
+pub(super) async fn keep_alive(mut client: Client, lease: i64, ttl_s: i64, at: String) {
     let period = Duration::from_millis(u64::try_from(ttl_s).unwrap_or(2) * 1000 / 3);
     let mut stream = None;
     loop {
@@ -395,7 +547,7 @@ fn transient(e: &etcd_client::Error) -> bool {
 /// Calls `call` until it succeeds, fails for good, or [`RETRY_FOR`] passes. Retrying
 /// a write is safe: a commit puts and deletes whole records, so applying it twice is
 /// applying it once.
-async fn retrying<T, F, Fut>(mut call: F) -> Result<T, etcd_client::Error>
+pub(super) async fn retrying<T, F, Fut>(mut call: F) -> Result<T, etcd_client::Error>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,

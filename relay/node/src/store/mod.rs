@@ -6,6 +6,7 @@
 //! default (sled 0.34 calls itself beta; the kill -9 tests in `tests/store_crash.rs`
 //! are how we hold it to its word); [`MemStore`] serves tests and the simulator.
 
+mod etcd_follow;
 mod etcd_store;
 mod memory;
 mod records;
@@ -17,8 +18,10 @@ use strata_protocol::model::{Cursor, ObjectKey};
 use strata_protocol::sync::{KeyEntry, LogMeta, ObjectLog};
 use strata_protocol::wire::{ReportKey, ReportValue, RouteId};
 
+pub use etcd_follow::FollowEvent;
 pub use etcd_store::{EtcdConfig, EtcdStore, EtcdTls, LOST_LEASE_EXIT};
 pub use memory::MemStore;
+pub use records::Followed;
 pub use records::STORE_FORMAT;
 pub use sled_store::SledStore;
 
@@ -189,6 +192,11 @@ pub trait Store: Send + Sync + 'static {
     /// it off the async workers.
     fn probe_write(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+    /// Whether this node writes its own log; `false` for a standby root replica whose
+    /// log is another replica's, read back (see [`EtcdStore::follow`]).
+    fn writes_log(&self) -> bool {
+        true
     }
 }
 

@@ -138,3 +138,59 @@ pub(super) fn batch_writes(
     }
     Ok(out)
 }
+
+/// One record another replica wrote (or removed) in a shared store, as a follower of
+/// that store takes it.
+#[derive(Debug, Clone)]
+pub enum Followed {
+    /// The log's scalar state.
+    LogMeta(strata_protocol::sync::LogMeta),
+    /// A log entry (`None`: removed).
+    Entry(
+        strata_protocol::model::ObjectKey,
+        Option<strata_protocol::sync::KeyEntry>,
+    ),
+    /// A child's report (`None`: removed).
+    Report(ReportSlot, Option<strata_protocol::wire::ReportValue>),
+}
+
+/// What a record's key and value (`None`: the key was removed) mean to a follower;
+/// `None` for records a follower has no use for (acks, runs, the writer key).
+pub(super) fn followed(k: &[u8], v: Option<&[u8]>) -> Result<Option<Followed>, StoreError> {
+    Ok(if k == LOG_META {
+        match v {
+            Some(v) => Some(Followed::LogMeta(dec(|| "log meta".into(), v)?)),
+            None => None,
+        }
+    } else if let Some(rest) = k.strip_prefix(ENTRY) {
+        let key: strata_protocol::model::ObjectKey = dec(|| format!("object key {k:?}"), rest)?;
+        let entry = match v {
+            Some(v) => Some(dec(|| format!("object entry {key:?}"), v)?),
+            None => None,
+        };
+        Some(Followed::Entry(key, entry))
+    } else if let Some(rest) = k.strip_prefix(REPORT) {
+        let slot: ReportSlot = dec(|| format!("report key {k:?}"), rest)?;
+        let value = match v {
+            Some(v) => Some(dec(|| format!("report {slot:?}"), v)?),
+            None => None,
+        };
+        Some(Followed::Report(slot, value))
+    } else {
+        None
+    })
+}
+
+/// `batch` without the log's records: what a replica that does not write the log
+/// (a standby root replica) still writes.
+pub(super) fn without_log(batch: &Batch) -> Batch {
+    Batch {
+        log_meta: None,
+        entries: Vec::new(),
+        upstream: batch.upstream.clone(),
+        child_acks: batch.child_acks.clone(),
+        child_runs: batch.child_runs.clone(),
+        reports: batch.reports.clone(),
+        joined: batch.joined.clone(),
+    }
+}

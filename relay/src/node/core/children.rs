@@ -159,7 +159,8 @@ impl NodeCore {
         // `name` is the session key; reports are checked against the node name.
         let node = node_of(name).to_owned();
         match event {
-            SessionEvent::Opened { hello, .. } => {
+            SessionEvent::Opened { hello, version, .. } => {
+                tracing::info!(child = name, version, "child session opened");
                 let relay = hello.role == Role::Relay;
                 if let Some(c) = self.children.get_mut(name) {
                     c.relay = relay;
@@ -184,7 +185,8 @@ impl NodeCore {
                 }
             }
             SessionEvent::Acked(cursor) => {
-                self.acked.insert(name.to_owned(), cursor);
+                let before = self.acked.insert(name.to_owned(), cursor);
+                self.lag.acked(name, before, cursor, now);
                 self.batch.child_acks.push((name.to_owned(), cursor));
                 self.link_acked(now, name);
             }

@@ -35,6 +35,8 @@ use strata_protocol::wire::{ChildToParent, ParentToChild};
 
 mod children;
 mod choose;
+mod follow;
+mod lag;
 mod links;
 mod log;
 mod parent;
@@ -45,6 +47,7 @@ use super::reports::SubtreeReports;
 use children::Child;
 pub use children::{node_of, session_key};
 pub use choose::{CAPACITY_PROPERTY, PlanStatus, decision_key, excluded_counts};
+pub use lag::{LAG_BUCKETS, PropagationLag};
 pub use links::{LINK_REFRESH, last_seen};
 pub use rollout::{is_rollout, rollout_key, rollouts_in, template_hash};
 use strata_node::follower::ParentFollower;
@@ -139,6 +142,10 @@ pub struct NodeCore {
     wall_origin: UnixMillis,
     /// See [`CoreSetup::watch_history`].
     watch_history: u64,
+    /// See [`CoreSetup::standby`].
+    standby: bool,
+    /// Commit-to-acknowledgement time per child.
+    lag: PropagationLag,
 }
 
 /// How a node starts.
@@ -175,6 +182,9 @@ pub struct CoreSetup {
     /// `resourceVersion` is served rather than answered 410 ([`WATCH_HISTORY`] in a
     /// node; 0 keeps only what children need).
     pub watch_history: u64,
+    /// A root replica that serves the writer's log without writing it (its records
+    /// come in through [`NodeCore::follow`]) until [`NodeCore::promote`].
+    pub standby: bool,
 }
 
 impl NodeCore {
@@ -185,6 +195,7 @@ impl NodeCore {
         config.incarnation = setup.log.id().0;
         let mut reports = setup.reports;
         let all = all_labels(&setup.labels, &setup.upstream_state.inherited);
+        let lag = PropagationLag::new(&setup.name, setup.log.id(), setup.log.head());
         let parent = setup
             .upstream
             .map(|link| ParentFollower::new(link, setup.upstream_state));
@@ -224,6 +235,8 @@ impl NodeCore {
             links: BTreeMap::new(),
             wall_origin: setup.wall_origin,
             watch_history: setup.watch_history,
+            standby: setup.standby,
+            lag,
         };
         core.reload_placements();
         core
@@ -258,6 +271,11 @@ impl NodeCore {
     /// Counters.
     pub fn stats(&self) -> &CoreStats {
         &self.stats
+    }
+
+    /// How long after their commit here the children acknowledged positions.
+    pub fn propagation_lag(&self) -> &PropagationLag {
+        &self.lag
     }
 
     /// Connected children and their last acked cursor.
@@ -335,13 +353,17 @@ impl NodeCore {
             self.refresh_routes();
         }
         if now >= self.next_summary {
-            if self.parent.is_none() && (self.replan || self.replan_on_tick) {
+            // A standby's log is the writer's: it plans nothing and compacts nothing.
+            if self.parent.is_none() && !self.standby && (self.replan || self.replan_on_tick) {
                 self.replan(now);
             }
             self.refresh_links(now);
             self.push_summaries(now);
-            self.compact();
+            if !self.standby {
+                self.compact();
+            }
         }
+        self.lag.note_head(self.log.id(), self.log.head(), now);
         let mut batch = std::mem::take(&mut self.batch);
         batch.merge(Batch::log_changes(&mut self.log));
         batch

@@ -172,6 +172,7 @@ mod tests {
                 run: 1,
                 wall_origin: UnixMillis(0),
                 watch_history: 0,
+                standby: false,
             },
         )
     }

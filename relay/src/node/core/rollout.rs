@@ -17,26 +17,27 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 use strata_node::objects::{Manifest, to_object};
+use strata_protocol::customize::CustomizeRule;
 use strata_protocol::model::{Object, ObjectKey, ObjectMeta, Revision, Space};
 use strata_protocol::placement::Placement;
 use strata_protocol::rollout::{
-    COMMAND_ANNOTATION, GateHealth, GateOutcome, ROLLOUT_KIND, RolloutState,
+    COMMAND_ANNOTATION, GateHealth, GateOutcome, Phase, ROLLOUT_KIND, RolloutState,
 };
 use strata_protocol::route::{STRATA_GROUP, is_placement, is_strata_object};
 use strata_protocol::sync::ObjectLog;
 use strata_protocol::time::UnixMillis;
 use strata_protocol::waves::{
-    PIN_PLACEMENT_LABEL, WaveCandidate, assign_waves, is_pin, pin_key, pin_placement,
-    released_through,
+    PIN_CUSTOMIZE_LABEL, PIN_PLACEMENT_LABEL, WaveCandidate, assign_waves, is_pin, pin_key,
+    pin_placement, release_batch, released_through,
 };
 use strata_protocol::wire::Change;
 
-use super::NodeCore;
+use super::{NodeCore, last_seen};
 
 /// A placement's rollout objects before a write: its template and, when a new
 /// rollout would pin them, its objects as they were.
 pub(super) struct Before {
-    objects: BTreeMap<(Space, String), Vec<Object>>,
+    objects: BTreeMap<(Space, String), (Vec<Object>, Vec<CustomizeRule>)>,
 }
 
 impl NodeCore {
@@ -46,19 +47,41 @@ impl NodeCore {
     }
 
     /// The health of what `placement`'s rollout released so far, as its gate sees it.
+    /// A released cluster the root cannot reach now (a link on its path is down, or
+    /// nobody reported one) counts as not available, whatever it reported last, and
+    /// the summaries of direct children cut off are left out (stale).
     pub fn gate_health(&self, p: &Placement, state: &RolloutState) -> GateHealth {
         let released = state.released.len() as u64;
+        let links = self.all_links();
+        let wall = UnixMillis(state.wave_since);
+        let reachable: BTreeSet<&str> = self
+            .reports
+            .clusters()
+            .filter(|c| state.released.contains(&c.name) && last_seen(c, &links, wall).0)
+            .map(|c| c.name.as_str())
+            .collect();
+        let unreachable = released.saturating_sub(reachable.len() as u64);
+        let cut_off: BTreeSet<String> = self
+            .links()
+            .into_iter()
+            .filter(|(_, l)| !l.connected)
+            .map(|(name, _)| name)
+            .collect();
         let mut health = GateHealth {
             released,
-            available: released,
+            available: released - unreachable,
             failed: 0,
+            unreachable,
+            pending: state.pending,
         };
         for o in self
             .log
             .live()
             .filter(|o| !is_strata_object(&o.meta) && p.selects_object(&o.meta))
         {
-            let s = self.reports.summarize(p, o.key(), &self.root_view);
+            let s = self
+                .reports
+                .summarize_without(p, o.key(), &self.root_view, &cut_off);
             // A cluster that still reports an earlier revision has not taken this one
             // yet: what it says (a failure of the revision rolled back, say) is not
             // this revision's health. The gate waits for it (or times out).
@@ -83,9 +106,10 @@ impl NodeCore {
             if self
                 .rollouts
                 .get(&key)
-                .is_some_and(|s| s.phase == strata_protocol::rollout::Phase::Complete)
+                .is_some_and(|s| s.phase == Phase::Complete)
             {
-                objects.insert(key, selected(&self.log, p).cloned().collect());
+                let selected = selected(&self.log, p).cloned().collect();
+                objects.insert(key, (selected, p.customize.clone()));
             }
         }
         Before { objects }
@@ -106,7 +130,7 @@ impl NodeCore {
         for p in placements.iter().filter(|p| p.rollout.is_some()) {
             let key = (p.space.clone(), p.name.clone());
             kept.insert(key.clone());
-            let template = template_hash(selected(&self.log, p));
+            let template = template_hash(selected(&self.log, p), &p.customize);
             let command = command_of(&self.log, p);
             let Some(old) = self.rollouts.get(&key) else {
                 let mut s = RolloutState::new(template, wall.0);
@@ -118,9 +142,9 @@ impl NodeCore {
             let mut s = old.clone();
             if s.template != template {
                 let previous = match before.objects.get(&key) {
-                    Some(objects) => {
-                        changes.extend(repin(&self.log, p, objects, revision));
-                        Some(template_hash(objects.iter()))
+                    Some((objects, rules)) => {
+                        changes.extend(repin(&self.log, p, objects, rules, revision));
+                        Some(template_hash(objects.iter(), rules))
                     }
                     None => s.previous,
                 };
@@ -209,10 +233,27 @@ impl NodeCore {
                     .collect();
                 let id = format!("{}/{}", p.space.0, p.name);
                 let waves = assign_waves(spec, &id, &candidates, &state.released);
-                let released = released_through(&waves, state.wave, &state.released, &candidates);
-                if released != state.released {
+                let target = released_through(&waves, state.wave, &state.released, &candidates);
+                // maxUnavailable: a batch of the wave at a time, the next once the
+                // clusters released so far are available again (paused: no new batch).
+                let batch =
+                    RolloutState::batch_size(spec, waves.get(state.wave).map_or(0, BTreeSet::len));
+                let updating = if spec.max_unavailable.is_some() {
+                    let health = self.gate_health(p, state);
+                    health.released.saturating_sub(health.available) as usize
+                } else {
+                    0
+                };
+                let room = match (spec.max_unavailable, state.phase) {
+                    (None, _) => usize::MAX,
+                    (Some(_), Phase::Progressing) => batch.saturating_sub(updating),
+                    (Some(_), _) => 0,
+                };
+                let (released, pending) = release_batch(target, &state.released, room);
+                if released != state.released || pending != state.pending {
                     let mut s = state.clone();
                     s.released = released.clone();
+                    s.pending = pending;
                     changes.push(Change::Upsert(state_object(p, &s, revision)));
                     self.rollouts.insert(key, s);
                 }
@@ -225,7 +266,7 @@ impl NodeCore {
     pub(super) fn rollouts_progressing(&self) -> bool {
         self.rollouts
             .values()
-            .any(|s| s.phase == strata_protocol::rollout::Phase::Progressing)
+            .any(|s| s.phase == Phase::Progressing)
     }
 }
 
@@ -235,9 +276,13 @@ fn selected<'a>(log: &'a ObjectLog, p: &'a Placement) -> impl Iterator<Item = &'
         .filter(move |o| !is_strata_object(&o.meta) && p.selects_object(&o.meta))
 }
 
-/// The template revision of a set of objects: FNV-1a over their keys and content
-/// hashes, in key order.
-pub fn template_hash<'a>(objects: impl Iterator<Item = &'a Object>) -> u64 {
+/// The template revision of a set of objects and the placement's `customize` rules:
+/// FNV-1a over the objects' keys and content hashes, in key order, then the rules (as
+/// JSON; none add nothing, so a placement without rules hashes its objects alone).
+pub fn template_hash<'a>(
+    objects: impl Iterator<Item = &'a Object>,
+    rules: &[CustomizeRule],
+) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |bytes: &[u8]| {
         for b in bytes {
@@ -250,11 +295,23 @@ pub fn template_hash<'a>(objects: impl Iterator<Item = &'a Object>) -> u64 {
         feed(&[0]);
         feed(&o.hash.0);
     }
+    if !rules.is_empty() {
+        feed(&[1]);
+        feed(serde_json::to_string(rules).unwrap_or_default().as_bytes());
+    }
     hash
 }
 
-/// The pins of `p` replaced by copies of `objects` (its previous revision).
-fn repin(log: &ObjectLog, p: &Placement, objects: &[Object], revision: Revision) -> Vec<Change> {
+/// The pins of `p` replaced by copies of `objects` (its previous revision), each
+/// carrying the `customize` rules of that revision.
+fn repin(
+    log: &ObjectLog,
+    p: &Placement,
+    objects: &[Object],
+    rules: &[CustomizeRule],
+    revision: Revision,
+) -> Vec<Change> {
+    let rules = serde_json::to_string(rules).unwrap_or_else(|_| "[]".to_owned());
     let keep: BTreeSet<ObjectKey> = objects.iter().map(|o| pin_key(o.key())).collect();
     let mut out: Vec<Change> = log
         .live()
@@ -270,7 +327,11 @@ fn repin(log: &ObjectLog, p: &Placement, objects: &[Object], revision: Revision)
         out.push(Change::Upsert(Object {
             meta: ObjectMeta {
                 key: pin_key(o.key()),
-                labels: [(PIN_PLACEMENT_LABEL.to_owned(), p.name.clone())].into(),
+                labels: [
+                    (PIN_PLACEMENT_LABEL.to_owned(), p.name.clone()),
+                    (PIN_CUSTOMIZE_LABEL.to_owned(), rules.clone()),
+                ]
+                .into(),
             },
             revision,
             hash: o.hash,
