@@ -31,6 +31,7 @@ struct Snapshot {
     synced_before: bool,
     objects: usize,
     stats: AgentStats,
+    snapshots: u64,
 }
 
 impl AgentOps {
@@ -42,6 +43,7 @@ impl AgentOps {
                 synced_before: c.link().cursor().log.0 != 0,
                 objects: c.log().live_len(),
                 stats: c.stats().clone(),
+                snapshots: c.snapshots_received(),
             })
             .await
     }
@@ -76,6 +78,11 @@ impl AgentOps {
             &one(s.objects as f64),
         );
         let counters = [
+            (
+                "strata_parent_snapshots_total",
+                "Snapshots the parent started sending during this run (a resync that was a delta leaves it unchanged).",
+                s.snapshots,
+            ),
             (
                 "strata_agent_applies_total",
                 "Objects the agent handed its cluster to apply.",

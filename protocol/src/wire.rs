@@ -24,7 +24,18 @@ pub type ProtocolVersion = u16;
 /// - 2: adds [`ParentToChild::Labels`], so that a parent's inherited labels that change
 ///   while a child is connected reach it (a version-1 child is closed instead, and
 ///   learns them from the welcome when it reconnects).
-pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 2;
+/// - 3: adds [`ChildToParent::ReplicaHello`], the hello of one replica of a replicated
+///   tier (several processes with one node name behind one address), and
+///   [`ParentToChild::Upstream`] / [`ChildToParent::Resume`], with which a child moves
+///   between replicas with a delta. A child sends a replica hello only when it is
+///   configured as a replica, so an unreplicated child still opens with
+///   [`ChildToParent::Hello`] and works with a version-1 or -2 parent; a replica needs a
+///   parent of version 3 (an older one cannot decode the message and closes the
+///   connection as malformed).
+pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 3;
+
+/// The first protocol version with [`ChildToParent::ReplicaHello`].
+pub const REPLICA_VERSION: ProtocolVersion = 3;
 
 /// The first protocol version with [`ParentToChild::Labels`].
 pub const LABELS_VERSION: ProtocolVersion = 2;
@@ -372,6 +383,40 @@ pub enum ChildToParent {
         /// Human-readable detail.
         reason: String,
     },
+    /// Opens the session of one replica of a replicated child (protocol version 3):
+    /// several processes with one node name and identity, each with its own store,
+    /// behind one address. The parent keeps a session, acks, runs and reports per
+    /// (node, replica), so replicas do not take each other's session over.
+    ReplicaHello {
+        /// The hello; its `min_version` is at least [`REPLICA_VERSION`].
+        hello: Hello,
+        /// Which replica this is: stable across the replica's restarts, distinct
+        /// among the replicas of one node, at most [`MAX_REPLICA_LEN`] bytes of
+        /// `[a-z0-9-]`.
+        replica: String,
+    },
+    /// Sent just before a [`ChildToParent::Subscribe`] (protocol version 3): the child's
+    /// view is its grandparent's log at `upstream`, as a replica of this tier told it
+    /// ([`ParentToChild::Upstream`]). A replica whose own log followed that far
+    /// answers the subscription with a delta although the cursor names another
+    /// replica's log.
+    Resume {
+        /// The cursor into the parent's own parent's log.
+        upstream: Cursor,
+    },
+}
+
+/// The longest replica id a parent accepts.
+pub const MAX_REPLICA_LEN: usize = 63;
+
+/// Whether `replica` is an acceptable replica id: 1 to [`MAX_REPLICA_LEN`] bytes of
+/// lowercase letters, digits and `-`.
+pub fn valid_replica(replica: &str) -> bool {
+    !replica.is_empty()
+        && replica.len() <= MAX_REPLICA_LEN
+        && replica
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 /// Messages a parent sends to a child.
@@ -428,6 +473,18 @@ pub enum ParentToChild {
     Labels {
         /// The new labels, whole.
         labels: BTreeMap<String, String>,
+    },
+    /// Position `position` of this parent's log `log` stands for its own parent's log at
+    /// `upstream` (protocol version 3, sent by a replica of a replicated tier after a
+    /// delta or snapshot): kept by the child to name in a [`ChildToParent::Resume`]
+    /// should it move to another replica.
+    Upstream {
+        /// This parent's log.
+        log: crate::model::LogId,
+        /// A position of it the child reached.
+        position: Position,
+        /// What that position stands for in the parent's own parent's log.
+        upstream: Cursor,
     },
 }
 

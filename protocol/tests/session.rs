@@ -14,8 +14,8 @@ use strata_protocol::sync::{
 };
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{
-    Change, ChildToParent, Delta, ErrorCode, Hello, ParentToChild, Report, ReportKey, ReportValue,
-    Reports, Role, RouteId, Welcome,
+    Change, ChildToParent, Delta, ErrorCode, Hello, MAX_PROTOCOL_VERSION, ParentToChild, Report,
+    ReportKey, ReportValue, Reports, Role, RouteId, Welcome,
 };
 
 fn at(ms: u64) -> Instant {
@@ -107,7 +107,10 @@ fn a_hello_naming_another_node_is_refused() {
 fn no_common_version_is_refused() {
     let log = root_log(0, 0);
     let mut s = session(SessionConfig::default());
-    s.handle_message(at(1), hello("site-1", 3, 4));
+    s.handle_message(
+        at(1),
+        hello("site-1", MAX_PROTOCOL_VERSION + 1, MAX_PROTOCOL_VERSION + 2),
+    );
     assert_eq!(
         closed_with(&events(&mut s)),
         Some(ErrorCode::UnsupportedVersion)
@@ -588,4 +591,53 @@ fn a_parent_goodbye_carries_its_retry_hint_to_the_driver() {
         Some((ErrorCode::ShuttingDown, Some(Duration::from_millis(1500))))
     );
     assert!(!link.is_open());
+}
+
+#[test]
+fn an_old_childs_hello_is_welcomed_and_a_replica_hello_needs_version_three() {
+    let log = root_log(0, 0);
+    // A version-2 child (no replica id) still opens a session.
+    let mut s = session(SessionConfig::default());
+    s.handle_message(at(1), hello("site-1", 1, 2));
+    assert_eq!(closed_with(&events(&mut s)), None);
+    assert!(matches!(
+        drain(&mut s, at(1), &log).as_slice(),
+        [ParentToChild::Welcome(Welcome { version: 2, .. }), ..]
+    ));
+    // A replica hello from a child that claims no version 3 is refused by name.
+    let mut s = session(SessionConfig::default());
+    s.handle_message(
+        at(1),
+        ChildToParent::ReplicaHello {
+            hello: Hello {
+                min_version: 1,
+                max_version: 2,
+                node: "site-1".into(),
+                role: Role::Relay,
+                run: 1,
+            },
+            replica: "a".into(),
+        },
+    );
+    assert_eq!(
+        closed_with(&events(&mut s)),
+        Some(ErrorCode::UnsupportedVersion)
+    );
+    // The new variant comes last: a hello encodes as before (variant 0), so a
+    // version-1 or -2 parent still decodes an unreplicated child's hello.
+    let hello = Hello {
+        min_version: 1,
+        max_version: MAX_PROTOCOL_VERSION,
+        node: "site-1".into(),
+        role: Role::Relay,
+        run: 1,
+    };
+    let plain = strata_protocol::codec::encode_value(&ChildToParent::Hello(hello.clone())).unwrap();
+    assert_eq!(plain[0], 0);
+    let replica = strata_protocol::codec::encode_value(&ChildToParent::ReplicaHello {
+        hello,
+        replica: "a".into(),
+    })
+    .unwrap();
+    assert_eq!(replica[0], 7);
 }

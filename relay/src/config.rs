@@ -48,6 +48,30 @@ pub struct NodeConfig {
     /// How many debug tunnels (`/clusters/{name}/...`) may be open at once on each link
     /// to a child; one more is answered 429.
     pub tunnels_per_link: usize,
+    /// Which replica of a replicated relay tier this process is (`replica:`), if it is
+    /// one: several processes with this node name behind one address.
+    pub replica: Option<Replica>,
+}
+
+/// How one replica of a replicated relay tier names itself to its parent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replica {
+    /// `replica: NAME`: this id (1 to 63 bytes of `[a-z0-9-]`).
+    Named(String),
+    /// `replica: auto`: an id derived from the store's identity, chosen once when the
+    /// store was created and kept with it, so it survives restarts and differs between
+    /// replicas with their own stores.
+    PerStore,
+}
+
+impl Replica {
+    /// The replica id, given the store's node id.
+    pub fn id(&self, store_node_id: u64) -> String {
+        match self {
+            Replica::Named(n) => n.clone(),
+            Replica::PerStore => format!("{store_node_id:016x}"),
+        }
+    }
 }
 
 /// Where a node keeps its state.
@@ -129,6 +153,7 @@ struct RawConfig {
     store: Option<RawStore>,
     #[serde(default)]
     tunnels_per_link: Option<usize>,
+    replica: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -359,6 +384,25 @@ impl NodeConfig {
                 faults.push(format!("join.{field}: must be at least 1 (per second)"));
             }
         }
+        let replica = match raw.replica.as_deref() {
+            None => None,
+            Some(_) if parent.is_none() => {
+                faults.push(
+                    "replica: only a relay with a parent can be one replica of a tier".to_owned(),
+                );
+                None
+            }
+            Some("auto") => Some(Replica::PerStore),
+            Some(r) if strata_protocol::wire::valid_replica(r) => {
+                Some(Replica::Named(r.to_owned()))
+            }
+            Some(r) => {
+                faults.push(format!(
+                    "replica: {r:?} is not `auto` nor 1 to 63 bytes of [a-z0-9-]"
+                ));
+                None
+            }
+        };
         let join = raw.join.map(|j| JoinFiles {
             tokens: base.join(j.tokens),
             ca_cert: base.join(j.ca_cert),
@@ -387,6 +431,7 @@ impl NodeConfig {
             join,
             store,
             tunnels_per_link,
+            replica,
         })
     }
 

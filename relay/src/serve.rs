@@ -213,6 +213,7 @@ pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle
         run: random_u64(),
         joining,
         tunnels_per_link: config.tunnels_per_link,
+        replica: config.replica.clone(),
     })?;
     Ok(handle)
 }

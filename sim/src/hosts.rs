@@ -338,6 +338,7 @@ impl SimHierarchy {
             run: rng.next_u64(),
             joining: None,
             tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
+            replica: None,
         })?;
         self.relays.borrow_mut().insert(name, handle.client());
         handle.wait().await?;

@@ -6,13 +6,14 @@ use std::time::Duration;
 use super::liveness::{Liveness, LivenessAction};
 use super::log::ObjectLog;
 use super::reports::ReportInbox;
+use super::upstream::Translation;
 use super::{SessionError, SharedRoute, wire_estimate};
 use crate::model::{Cursor, ObjectKey, Position};
 use crate::time::Instant;
 use crate::wire::{
     Change, ChildToParent, Delta, ErrorCode, Hello, LABELS_VERSION, MAX_PROTOCOL_VERSION,
-    MIN_PROTOCOL_VERSION, ParentToChild, ProtocolVersion, Report, RouteId, Snapshot, StreamMark,
-    Welcome,
+    MIN_PROTOCOL_VERSION, ParentToChild, ProtocolVersion, REPLICA_VERSION, Report, RouteId,
+    Snapshot, StreamMark, Welcome,
 };
 
 /// Tuning of a parent's sessions.
@@ -62,6 +63,9 @@ pub enum SessionEvent {
         version: ProtocolVersion,
         /// The child's hello.
         hello: Hello,
+        /// Which replica of a replicated child this is (from a
+        /// [`ChildToParent::ReplicaHello`]); `None` for an unreplicated child.
+        replica: Option<String>,
     },
     /// The child durably applied everything up to this cursor. Persist it: it bounds
     /// how far the log may be compacted without forcing the child into a snapshot.
@@ -88,6 +92,8 @@ enum Stream {
     Undecided {
         after: Cursor,
         route: Option<RouteId>,
+        /// The grandparent cursor the child's view stands for, when it named one.
+        upstream: Option<Cursor>,
     },
     /// Sent through `sent`; waits for the log to move.
     CaughtUp,
@@ -141,6 +147,12 @@ pub struct ChildSession {
     phase: Phase,
     route: SharedRoute,
     sub: Option<Subscription>,
+    /// The grandparent cursor the child named for its next subscription
+    /// ([`ChildToParent::Resume`]).
+    resume: Option<Cursor>,
+    /// Until when to hold the decision between delta and snapshot (see
+    /// [`ChildSession::hold_downsync`]).
+    hold: Option<Instant>,
     acked: Option<Cursor>,
     reports: ReportInbox,
     liveness: Liveness,
@@ -162,6 +174,8 @@ impl ChildSession {
             phase: Phase::AwaitHello,
             route,
             sub: None,
+            resume: None,
+            hold: None,
             acked: None,
             reports: ReportInbox::new(),
             liveness,
@@ -200,6 +214,20 @@ impl ChildSession {
             _ => Some(sub.sent),
         };
         [durable, stream].into_iter().flatten().min()
+    }
+
+    /// Holds the start of the downsync until [`ChildSession::release_downsync`] or
+    /// `until`, whichever comes first: the driver does not know the child's route yet
+    /// (a child that moved here from another replica of this tier is about to report
+    /// its clusters), and deciding now would send it a snapshot cut with a route that
+    /// is about to change.
+    pub fn hold_downsync(&mut self, until: Instant) {
+        self.hold = Some(until);
+    }
+
+    /// Ends a [`ChildSession::hold_downsync`].
+    pub fn release_downsync(&mut self) {
+        self.hold = None;
     }
 
     /// Changes the child's route. A different route id restarts the downsync with a
@@ -260,15 +288,39 @@ impl ChildSession {
 
     fn dispatch(&mut self, msg: ChildToParent) -> Result<(), SessionError> {
         match (&self.phase, msg) {
-            (Phase::AwaitHello, ChildToParent::Hello(hello)) => self.on_hello(hello),
+            (Phase::AwaitHello, ChildToParent::Hello(hello)) => self.on_hello(hello, None),
+            (Phase::AwaitHello, ChildToParent::ReplicaHello { hello, replica }) => {
+                if !crate::wire::valid_replica(&replica) {
+                    return Err(SessionError::new(
+                        ErrorCode::ProtocolViolation,
+                        format!(
+                            "replica id {replica:?} is not 1 to {} bytes of [a-z0-9-]",
+                            crate::wire::MAX_REPLICA_LEN
+                        ),
+                    ));
+                }
+                if hello.max_version < crate::wire::REPLICA_VERSION {
+                    return Err(SessionError::new(
+                        ErrorCode::UnsupportedVersion,
+                        format!(
+                            "a replica hello needs protocol version {} but the child speaks at most {}",
+                            crate::wire::REPLICA_VERSION,
+                            hello.max_version
+                        ),
+                    ));
+                }
+                self.on_hello(hello, Some(replica))
+            }
             (Phase::AwaitHello, other) => Err(SessionError::new(
                 ErrorCode::ProtocolViolation,
                 format!("expected hello, got {}", child_msg_name(&other)),
             )),
-            (_, ChildToParent::Hello(_)) => Err(SessionError::new(
-                ErrorCode::ProtocolViolation,
-                "second hello on an open session",
-            )),
+            (_, ChildToParent::Hello(_) | ChildToParent::ReplicaHello { .. }) => {
+                Err(SessionError::new(
+                    ErrorCode::ProtocolViolation,
+                    "second hello on an open session",
+                ))
+            }
             (
                 _,
                 ChildToParent::Subscribe {
@@ -278,6 +330,12 @@ impl ChildSession {
                 },
             ) => {
                 self.on_subscribe(epoch, after, route);
+                Ok(())
+            }
+            (_, ChildToParent::Resume { upstream }) => {
+                if self.version >= REPLICA_VERSION {
+                    self.resume = Some(upstream);
+                }
                 Ok(())
             }
             (_, ChildToParent::Ack { epoch, seq, cursor }) => self.on_ack(epoch, seq, cursor),
@@ -303,7 +361,7 @@ impl ChildSession {
         }
     }
 
-    fn on_hello(&mut self, hello: Hello) -> Result<(), SessionError> {
+    fn on_hello(&mut self, hello: Hello, replica: Option<String>) -> Result<(), SessionError> {
         if hello.node != self.node {
             return Err(SessionError::new(
                 ErrorCode::UnknownChild,
@@ -334,8 +392,11 @@ impl ChildSession {
             incarnation: self.config.incarnation,
             labels: self.config.labels.clone(),
         }));
-        self.events
-            .push_back(SessionEvent::Opened { version, hello });
+        self.events.push_back(SessionEvent::Opened {
+            version,
+            hello,
+            replica,
+        });
         Ok(())
     }
 
@@ -349,7 +410,11 @@ impl ChildSession {
             next_seq: 0,
             sent: after.position,
             durable: after,
-            stream: Stream::Undecided { after, route },
+            stream: Stream::Undecided {
+                after,
+                route,
+                upstream: self.resume.take(),
+            },
             inflight: VecDeque::new(),
             inflight_bytes: 0,
         });
@@ -421,7 +486,10 @@ impl ChildSession {
         match self.phase {
             Phase::Closed => None,
             Phase::AwaitHello => Some(self.liveness.idle_deadline()),
-            Phase::Open => Some(self.liveness.next_deadline()),
+            Phase::Open => Some(match self.hold {
+                Some(h) => h.min(self.liveness.next_deadline()),
+                None => self.liveness.next_deadline(),
+            }),
         }
     }
 
@@ -439,7 +507,12 @@ impl ChildSession {
         }
         let msg = match self.control.pop_front() {
             Some(m) => Some(m),
-            None if matches!(self.phase, Phase::Open) => self.next_bulk(log),
+            None if matches!(self.phase, Phase::Open) => {
+                if self.hold.is_some_and(|h| now >= h) {
+                    self.hold = None;
+                }
+                self.next_bulk(log)
+            }
             None => None,
         };
         if msg.is_some() {
@@ -471,22 +544,47 @@ impl ChildSession {
         if let Stream::Undecided {
             after,
             route: child_route,
+            upstream,
         } = sub.stream
         {
+            if self.hold.is_some() {
+                return None;
+            }
             // Deltas are sound only from a position of this very log that is still
-            // covered by its history, for a view cut with the same route.
+            // covered by its history, for a view cut with the same route; or from a
+            // position that stands for the grandparent cursor a child coming from
+            // another replica of this tier named (see `upstream.rs`).
+            let same_route = child_route == Some(route.id());
             let deltas_ok = after.log == log.id()
                 && after.position <= log.head()
                 && after.position >= log.floor()
-                && child_route == Some(route.id());
-            sub.stream = if deltas_ok {
-                Stream::CaughtUp
-            } else {
-                Stream::Snapshot {
+                && same_route;
+            let moved_from = upstream
+                .filter(|_| same_route && after.log != log.id())
+                .map(|u| log.upstream().translate(u));
+            sub.stream = match moved_from {
+                _ if deltas_ok => Stream::CaughtUp,
+                // This replica has not followed its parent that far yet: wait for it
+                // rather than move the child back with a snapshot.
+                Some(Translation::Behind) => return None,
+                Some(Translation::At(from)) if from >= log.floor() && from <= log.head() => {
+                    // A delta even when empty: it moves the child's cursor onto this log.
+                    sub.sent = from;
+                    sub.durable = Cursor {
+                        log: log.id(),
+                        position: from,
+                    };
+                    Stream::Delta {
+                        to: log.head(),
+                        keys: log.keys_changed(from, log.head()).into(),
+                        part: 0,
+                    }
+                }
+                _ => Stream::Snapshot {
                     at: log.head(),
                     resume: None,
                     part: 0,
-                }
+                },
             };
         }
         if matches!(sub.stream, Stream::CaughtUp) {
@@ -499,6 +597,7 @@ impl ChildSession {
                 part: 0,
             };
         }
+        let mut reached = None;
         let (msg, bytes) = match &mut sub.stream {
             Stream::CaughtUp | Stream::Undecided { .. } => return None,
             Stream::Snapshot { at, resume, part } => {
@@ -534,6 +633,7 @@ impl ChildSession {
                 *part += 1;
                 if last {
                     sub.sent = *at;
+                    reached = Some(*at);
                     sub.stream = Stream::CaughtUp;
                 }
                 (msg, bytes)
@@ -562,6 +662,7 @@ impl ChildSession {
                 *part += 1;
                 if last {
                     sub.sent = *to;
+                    reached = Some(*to);
                     sub.stream = Stream::CaughtUp;
                 }
                 (msg, bytes)
@@ -570,6 +671,18 @@ impl ChildSession {
         sub.inflight.push_back((sub.next_seq, bytes));
         sub.inflight_bytes += bytes;
         sub.next_seq += 1;
+        // A replica tells the child what the position it reached stands for upstream,
+        // so that the child can move to another replica with a delta.
+        if let Some(position) = reached
+            && self.version >= REPLICA_VERSION
+            && let Some(upstream) = log.upstream().parent_at(position)
+        {
+            self.control.push_back(ParentToChild::Upstream {
+                log: log.id(),
+                position,
+                upstream,
+            });
+        }
         Some(msg)
     }
 }
@@ -602,5 +715,7 @@ fn child_msg_name(msg: &ChildToParent) -> &'static str {
         ChildToParent::Ping { .. } => "ping",
         ChildToParent::Pong { .. } => "pong",
         ChildToParent::Goodbye { .. } => "goodbye",
+        ChildToParent::ReplicaHello { .. } => "replica hello",
+        ChildToParent::Resume { .. } => "resume",
     }
 }

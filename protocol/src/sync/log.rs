@@ -24,6 +24,8 @@ use serde::{Deserialize, Serialize};
 use crate::model::{LogId, Object, ObjectKey, ObjectMeta, Position};
 use crate::wire::Change;
 
+use super::upstream::UpstreamIndex;
+
 /// Why the log refused a change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LogError {
@@ -116,6 +118,8 @@ pub struct ObjectLog {
     index: BTreeSet<(Position, ObjectKey)>,
     /// Keys changed since the last [`ObjectLog::take_dirty`].
     dirty: BTreeSet<ObjectKey>,
+    /// Which positions stand for which cursors of the parent's log (a replica's only).
+    upstream: UpstreamIndex,
 }
 
 impl ObjectLog {
@@ -130,6 +134,7 @@ impl ObjectLog {
             keys: BTreeMap::new(),
             index: BTreeSet::new(),
             dirty: BTreeSet::new(),
+            upstream: UpstreamIndex::default(),
         }
     }
 
@@ -149,6 +154,7 @@ impl ObjectLog {
             keys,
             index,
             dirty: BTreeSet::new(),
+            upstream: UpstreamIndex::default(),
         }
     }
 
@@ -177,6 +183,16 @@ impl ObjectLog {
     /// Lets sessions serve from this log (the root, or a relay restored from disk).
     pub fn mark_serving(&mut self) {
         self.serving = true;
+    }
+
+    /// Which positions of this log stand for which cursors of the parent's log.
+    pub fn upstream(&self) -> &UpstreamIndex {
+        &self.upstream
+    }
+
+    /// The index of parent cursors, to enable or record into.
+    pub fn upstream_mut(&mut self) -> &mut UpstreamIndex {
+        &mut self.upstream
     }
 
     /// This log's identity.
@@ -389,6 +405,7 @@ impl ObjectLog {
             return;
         }
         self.floor = floor;
+        self.upstream.forget_below(floor);
         let dead: Vec<ObjectKey> = self
             .index
             .range(..(floor.next(), min_key()))

@@ -12,6 +12,8 @@
 //! * [`ReportOutbox`] / [`ReportInbox`]: the inward report stream, coalesced to the
 //!   latest value per key while unsent.
 //! * [`Liveness`]: heartbeats and the idle timeout.
+//! * [`UpstreamIndex`]: which positions of a replica's log stand for which cursors of
+//!   its parent's, so that a child moves between replicas with a delta.
 //!
 //! # Guarantees
 //!
@@ -25,6 +27,7 @@ mod liveness;
 mod log;
 mod parent_link;
 mod reports;
+mod upstream;
 
 use std::fmt;
 use std::sync::Arc;
@@ -34,6 +37,7 @@ pub use liveness::{Liveness, LivenessAction};
 pub use log::{KeyEntry, LogError, LogMeta, ObjectLog};
 pub use parent_link::{LinkConfig, LinkEvent, ParentLink};
 pub use reports::{ReportInbox, ReportOutbox, ReportsConfig};
+pub use upstream::{Translation, UPSTREAM_MARKS, UpstreamIndex};
 
 use crate::model::ObjectMeta;
 use crate::wire::{ErrorCode, RouteId};

@@ -10,7 +10,7 @@ use crate::model::{Cursor, ObjectKey, Position};
 use crate::time::Instant;
 use crate::wire::{
     Change, ChildToParent, Delta, ErrorCode, Hello, MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION,
-    ParentToChild, ProtocolVersion, Report, Role, RouteId, Snapshot, StreamMark,
+    ParentToChild, ProtocolVersion, REPLICA_VERSION, Report, Role, RouteId, Snapshot, StreamMark,
 };
 
 /// Tuning of a child's link.
@@ -32,6 +32,9 @@ pub struct LinkConfig {
     pub resubscribe_after: Duration,
     /// The report stream.
     pub reports: ReportsConfig,
+    /// This node's replica id when it is one replica of a replicated tier: the link then
+    /// opens with a [`ChildToParent::ReplicaHello`] (protocol version 3 and up).
+    pub replica: Option<String>,
     /// The protocol versions this child speaks, lowest and highest:
     /// [`MIN_PROTOCOL_VERSION`] and [`MAX_PROTOCOL_VERSION`] unless narrowed (tests of
     /// a hierarchy of mixed versions).
@@ -49,6 +52,7 @@ impl LinkConfig {
             idle_timeout: Duration::from_secs(20),
             resubscribe_after: Duration::from_secs(2),
             reports: ReportsConfig::default(),
+            replica: None,
             versions: (MIN_PROTOCOL_VERSION, MAX_PROTOCOL_VERSION),
         }
     }
@@ -161,7 +165,18 @@ pub struct ParentLink {
     control: VecDeque<ChildToParent>,
     events: VecDeque<LinkEvent>,
     ping_nonce: u64,
+    /// The version the parent chose (0 before its first welcome).
+    version: ProtocolVersion,
+    /// What positions of a replicated parent's log stand for upstream
+    /// ([`ParentToChild::Upstream`]), newest last: `(parent cursor, upstream cursor)`.
+    hints: VecDeque<(Cursor, Cursor)>,
+    /// The epoch whose subscription named an upstream cursor ([`ChildToParent::Resume`]):
+    /// its first delta may start from another replica's log.
+    resumed_epoch: Option<u32>,
 }
+
+/// How many [`ParentToChild::Upstream`] hints a link keeps.
+const HINTS: usize = 16;
 
 impl ParentLink {
     /// A disconnected link that will resume from `cursor` with a view cut by `route`
@@ -187,6 +202,9 @@ impl ParentLink {
             control: VecDeque::new(),
             events: VecDeque::new(),
             ping_nonce: 0,
+            version: 0,
+            hints: VecDeque::new(),
+            resumed_epoch: None,
         }
     }
 
@@ -215,13 +233,23 @@ impl ParentLink {
         self.reset_connection();
         self.phase = Phase::AwaitWelcome;
         self.liveness = Liveness::new(now, self.config.heartbeat, self.config.idle_timeout);
-        self.control.push_back(ChildToParent::Hello(Hello {
+        let hello = Hello {
             min_version: self.config.versions.0,
             max_version: self.config.versions.1,
             node: self.config.node.clone(),
             role: self.config.role,
             run: self.config.run,
-        }));
+        };
+        self.control.push_back(match &self.config.replica {
+            None => ChildToParent::Hello(hello),
+            Some(replica) => ChildToParent::ReplicaHello {
+                hello: Hello {
+                    min_version: REPLICA_VERSION,
+                    ..hello
+                },
+                replica: replica.clone(),
+            },
+        });
     }
 
     /// The transport connection is gone. Unfinished deltas and snapshots are abandoned
@@ -267,6 +295,7 @@ impl ParentLink {
                     ));
                 }
                 self.phase = Phase::Open;
+                self.version = w.version;
                 self.liveness.set_intervals(
                     Duration::from_millis(w.heartbeat_ms),
                     Duration::from_millis(w.idle_timeout_ms),
@@ -322,6 +351,21 @@ impl ParentLink {
                 self.events.push_back(LinkEvent::Labels(labels));
                 Ok(())
             }
+            (
+                Phase::Open,
+                ParentToChild::Upstream {
+                    log,
+                    position,
+                    upstream,
+                },
+            ) => {
+                self.hints.retain(|(c, _)| c.log == log);
+                self.hints.push_back((Cursor { log, position }, upstream));
+                while self.hints.len() > HINTS {
+                    self.hints.pop_front();
+                }
+                Ok(())
+            }
             (_, ParentToChild::Pong { .. }) => Ok(()),
             (phase, other) => Err(SessionError::new(
                 ErrorCode::ProtocolViolation,
@@ -340,6 +384,15 @@ impl ParentLink {
         self.snapshot = None;
         self.behind = None;
         self.subscribed_at = now;
+        // Moving between replicas of a replicated parent: name what the view stands for
+        // upstream, so that another replica can answer with a delta.
+        self.resumed_epoch = None;
+        if self.version >= REPLICA_VERSION
+            && let Some(&(_, upstream)) = self.hints.iter().rev().find(|(c, _)| *c == self.cursor)
+        {
+            self.control.push_back(ChildToParent::Resume { upstream });
+            self.resumed_epoch = Some(self.epoch);
+        }
         self.control.push_back(ChildToParent::Subscribe {
             epoch: self.epoch,
             after: self.cursor,
@@ -374,7 +427,12 @@ impl ParentLink {
             return;
         }
         let in_order = if d.part == 0 {
-            d.log == self.cursor.log && d.from == self.cursor.position
+            (d.log == self.cursor.log && d.from == self.cursor.position)
+                // The first answer to a subscription that named an upstream cursor: a
+                // replica that translated it resumes us on its own log.
+                || (d.log != self.cursor.log
+                    && self.resumed_epoch == Some(d.epoch)
+                    && d.seq == 0)
         } else {
             self.delta
                 .as_ref()
@@ -394,7 +452,10 @@ impl ParentLink {
             .extend(d.changes.into_iter().map(LinkEvent::Apply));
         if d.last {
             self.delta = None;
-            self.cursor.position = d.to;
+            self.cursor = Cursor {
+                log: d.log,
+                position: d.to,
+            };
             self.events.push_back(LinkEvent::Advanced(self.cursor));
         }
     }
@@ -580,5 +641,6 @@ fn parent_msg_name(msg: &ParentToChild) -> &'static str {
         ParentToChild::Pong { .. } => "pong",
         ParentToChild::Goodbye { .. } => "goodbye",
         ParentToChild::Labels { .. } => "labels",
+        ParentToChild::Upstream { .. } => "upstream",
     }
 }

@@ -164,6 +164,7 @@ impl ParentFollower {
             }
             LinkEvent::Advanced(cursor) => {
                 log.commit(next);
+                log.upstream_mut().record(next, cursor, true);
                 self.state.cursor = cursor;
                 batch.upstream = Some(self.state.clone());
             }
@@ -187,6 +188,7 @@ impl ParentFollower {
                         .map(|k| Followed::Changed(Change::Delete(k))),
                 );
                 let _ = log.finish_snapshot(next, &keep);
+                log.upstream_mut().record(next, cursor, false);
                 self.state.cursor = cursor;
                 self.state.route = Some(route);
                 batch.upstream = Some(self.state.clone());

@@ -207,6 +207,25 @@ impl SubtreeReports {
             .collect()
     }
 
+    /// The clusters below every session of node `node` (all its replicas), with their
+    /// inherited labels; a cluster two replicas both report counts once.
+    pub fn clusters_below_node(&self, node: &str) -> Vec<Cluster> {
+        let mut seen = BTreeSet::new();
+        self.stored
+            .iter()
+            .filter(|((from, _), _)| crate::node::core::node_of(from) == node)
+            .filter_map(|(_, v)| match v {
+                ReportValue::Cluster(c) if seen.insert(c.name.clone()) => Some(self.effective(c)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// One stored report.
+    pub fn get(&self, slot: &ReportSlot) -> Option<&ReportValue> {
+        self.stored.get(slot)
+    }
+
     /// Every cluster in the subtree, as reported (without inherited labels).
     pub fn clusters(&self) -> impl Iterator<Item = &Cluster> {
         self.stored.values().filter_map(|v| match v {

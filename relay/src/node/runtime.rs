@@ -55,6 +55,9 @@ pub struct NodeParts {
     pub joining: Option<Arc<Joining>>,
     /// Debug tunnels open at once on each link to a child, at most.
     pub tunnels_per_link: usize,
+    /// This process's replica id when it is one replica of a replicated relay tier
+    /// (given the store's node id, so that `replica: auto` is stable per store).
+    pub replica: Option<crate::config::Replica>,
 }
 
 impl std::fmt::Debug for NodeParts {
@@ -169,7 +172,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
     let stored = parts.store.load()?;
     let now = parts.clock.now();
     let root = parts.parent.is_none();
-    let log = match stored.log_meta {
+    let mut log = match stored.log_meta {
         Some(meta) => {
             let mut log = ObjectLog::restore(meta, stored.entries);
             if root {
@@ -179,10 +182,16 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
         }
         None => new_log(stored.node_id, root),
     };
+    // A replica of a replicated tier remembers what its positions stand for upstream,
+    // so that children can move to it from another replica with a delta.
+    if parts.replica.is_some() {
+        log.upstream_mut().enable();
+    }
     let upstream_state = stored.upstream.unwrap_or_default();
     let upstream = parts.parent.as_ref().map(|_| {
         let mut config = LinkConfig::new(parts.name.clone(), Role::Relay);
         config.run = parts.run;
+        config.replica = parts.replica.as_ref().map(|r| r.id(stored.node_id));
         // One process speaks one range of versions, to its parent and its children.
         config.versions = parts.sessions.versions;
         ParentLink::new(now, config, upstream_state.cursor, upstream_state.route)

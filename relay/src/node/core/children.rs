@@ -14,10 +14,42 @@ use super::NodeCore;
 /// One connected child.
 #[derive(Debug)]
 pub(super) struct Child {
+    /// The node name its certificate states (a replicated child's replicas share it).
+    pub(super) name: String,
     pub(super) conn: u64,
     pub(super) session: ChildSession,
     /// A relay (from its hello): its route names the clusters below it.
     pub(super) relay: bool,
+}
+
+/// How long a child's downsync waits for its first reports when nothing is known here
+/// of the clusters below it (see [`ChildSession::hold_downsync`]).
+const ROUTE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The separator between a node name and a replica id in a session key. Node names are
+/// DNS labels and replica ids `[a-z0-9-]`, so neither contains it.
+const REPLICA_SEPARATOR: char = '#';
+
+/// The key a child's session, acks, run and reports are kept under: its node name, or
+/// `name#replica` for one replica of a replicated child, so that the replicas of one
+/// node never take each other's session over.
+pub fn session_key(name: &str, replica: Option<&str>) -> String {
+    match replica {
+        Some(r) => format!("{name}{REPLICA_SEPARATOR}{r}"),
+        None => name.to_owned(),
+    }
+}
+
+/// The node name of a session key.
+pub fn node_of(key: &str) -> &str {
+    key.split_once(REPLICA_SEPARATOR).map_or(key, |(n, _)| n)
+}
+
+/// Whether two distinct session keys are replicas of one node.
+pub(super) fn sibling_replicas(a: &str, b: &str) -> bool {
+    a != b
+        && node_of(a) == node_of(b)
+        && (a.contains(REPLICA_SEPARATOR) || b.contains(REPLICA_SEPARATOR))
 }
 
 impl NodeCore {
@@ -32,8 +64,9 @@ impl NodeCore {
         self.allowed.insert(name.to_owned());
     }
 
-    /// A child's connection is up and its certificate names `name`. The newest
-    /// connection of a child replaces its older session.
+    /// A child's connection is up and its certificate names `name`. Its session is keyed
+    /// once its hello says which replica it is (see [`session_key`]); then the newest
+    /// connection of that key replaces its older session.
     pub fn child_connected(
         &mut self,
         now: Instant,
@@ -51,39 +84,64 @@ impl NodeCore {
         }
         let route = self.route_for(name, false);
         let session = ChildSession::new(now, name.to_owned(), route, self.config.clone());
-        if let Some(old) = self.children.insert(
-            name.to_owned(),
+        self.pending.insert(
+            conn,
             Child {
+                name: name.to_owned(),
                 conn,
                 session,
                 relay: false,
             },
-        ) {
-            self.outgoing.close_children.push((
-                name.to_owned(),
-                old.conn,
-                SessionError {
-                    code: ErrorCode::Replaced,
-                    reason: "a newer connection of this child took over".into(),
-                },
-            ));
-        }
+        );
         Ok(())
     }
 
     /// A message from a child's connection.
     pub fn child_message(&mut self, now: Instant, name: &str, conn: u64, msg: ChildToParent) {
-        if let Some(child) = self.children.get_mut(name).filter(|c| c.conn == conn) {
+        if let Some(child) = self.pending.remove(&conn) {
+            // The first message keys the session: a replica's hello names its replica.
+            let replica = match &msg {
+                ChildToParent::ReplicaHello { replica, .. }
+                    if strata_protocol::wire::valid_replica(replica) =>
+                {
+                    Some(replica.as_str())
+                }
+                _ => None,
+            };
+            let key = session_key(name, replica);
+            self.conns.insert(conn, key.clone());
+            if let Some(old) = self.children.insert(key.clone(), child) {
+                self.conns.remove(&old.conn);
+                self.outgoing.close_children.push((
+                    old.name,
+                    old.conn,
+                    SessionError {
+                        code: ErrorCode::Replaced,
+                        reason: "a newer connection of this child took over".into(),
+                    },
+                ));
+            }
+        }
+        let Some(key) = self.conns.get(&conn).cloned() else {
+            return;
+        };
+        if let Some(child) = self.children.get_mut(&key).filter(|c| c.conn == conn) {
             child.session.handle_message(now, msg);
-            self.link_heard(now, name);
+            self.link_heard(now, &key);
         }
     }
 
     /// A child's connection is gone.
-    pub fn child_gone(&mut self, now: Instant, name: &str, conn: u64) {
-        if self.children.get(name).is_some_and(|c| c.conn == conn) {
-            self.children.remove(name);
-            self.link_down(now, name);
+    pub fn child_gone(&mut self, now: Instant, _name: &str, conn: u64) {
+        if self.pending.remove(&conn).is_some() {
+            return;
+        }
+        let Some(key) = self.conns.remove(&conn) else {
+            return;
+        };
+        if self.children.get(&key).is_some_and(|c| c.conn == conn) {
+            self.children.remove(&key);
+            self.link_down(now, &key);
         }
     }
 
@@ -101,8 +159,10 @@ impl NodeCore {
     }
 
     fn on_child_event(&mut self, now: Instant, name: &str, event: SessionEvent) {
+        // `name` is the session key; reports are checked against the node name.
+        let node = node_of(name).to_owned();
         match event {
-            SessionEvent::Opened { hello, version } => {
+            SessionEvent::Opened { hello, version, .. } => {
                 tracing::info!(child = name, version, "child session opened");
                 let relay = hello.role == Role::Relay;
                 if let Some(c) = self.children.get_mut(name) {
@@ -117,6 +177,15 @@ impl NodeCore {
                     self.stale.extend(self.reports.slots_of(name));
                 }
                 self.refresh_route(name);
+                // Nothing known here of the clusters below it (it moved here from
+                // another replica of this tier, or is new): its route is about to
+                // change with the reports it sends first, so wait for them (bounded)
+                // before choosing between a delta and a snapshot.
+                if self.reports.clusters_below_node(&node).is_empty()
+                    && let Some(c) = self.children.get_mut(name)
+                {
+                    c.session.hold_downsync(now + ROUTE_WAIT);
+                }
             }
             SessionEvent::Acked(cursor) => {
                 let before = self.acked.insert(name.to_owned(), cursor);
@@ -131,14 +200,17 @@ impl NodeCore {
                         if self.child_runs.get(name) == Some(&run) {
                             self.sweep(now, name);
                         }
+                        if let Some(c) = self.children.get_mut(name) {
+                            c.session.release_downsync();
+                        }
                         continue;
                     }
-                    if let Err(refusal) = self.reports.check(name, relay, &report) {
+                    if let Err(refusal) = self.reports.check(&node, relay, &report) {
                         self.stats.reports_refused += 1;
                         tracing::warn!(child = name, %refusal, "closing the session: report outside its subtree");
                         if let Some(c) = self.children.get_mut(name) {
                             self.outgoing.close_children.push((
-                                name.to_owned(),
+                                c.name.clone(),
                                 c.conn,
                                 SessionError {
                                     code: ErrorCode::OutsideSubtree,
@@ -156,14 +228,17 @@ impl NodeCore {
                 if let Some(c) = self.children.get(name) {
                     self.outgoing
                         .close_children
-                        .push((name.to_owned(), c.conn, error));
+                        .push((c.name.clone(), c.conn, error));
                 }
             }
         }
     }
 
+    /// The route of a child's session: the clusters below it, or for one replica of a
+    /// replicated child the clusters below all its replicas, so that every replica
+    /// holds what any child of the tier may ask it for.
     pub(super) fn route_for(&self, child: &str, relay: bool) -> SharedRoute {
-        let clusters = self.reports.clusters_below(child);
+        let clusters = self.reports.clusters_below_node(node_of(child));
         Arc::new(PlacementRoute::new(
             relay,
             &self.placements,

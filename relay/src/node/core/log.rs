@@ -158,7 +158,8 @@ impl NodeCore {
     /// floor and, for a child without one, its last acknowledged position, except that a
     /// child more than [`MAX_RETAINED`] positions behind is left to a snapshot rather
     /// than holding the log's history forever. The root also keeps its last
-    /// `watch_history` positions for the Kubernetes API's watches.
+    /// `watch_history` positions for the Kubernetes API's watches, and a replica of a
+    /// replicated tier as many for children moving to it from its sibling replicas.
     pub(super) fn compact(&mut self) {
         let head = self.log.head();
         let oldest_allowed = Position(head.0.saturating_sub(MAX_RETAINED));
@@ -181,7 +182,10 @@ impl NodeCore {
             })
             .min()
             .unwrap_or(head);
-        let floor = if self.parent.is_none() {
+        // The root keeps history for watches; a replica of a replicated tier for the
+        // children of its sibling replicas, which may move here with a cursor that only
+        // a delta from some way back can serve (see `UpstreamIndex`).
+        let floor = if self.parent.is_none() || self.log.upstream().is_enabled() {
             floor.min(Position(head.0.saturating_sub(self.watch_history)))
         } else {
             floor

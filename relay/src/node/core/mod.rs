@@ -41,11 +41,13 @@ mod lag;
 mod links;
 mod log;
 mod parent;
+mod replicas;
 mod revoke;
 mod rollout;
 mod upward;
 use super::reports::SubtreeReports;
 use children::Child;
+pub use children::{node_of, session_key};
 pub use choose::{CAPACITY_PROPERTY, PlanStatus, decision_key, excluded_counts};
 pub use lag::{LAG_BUCKETS, PropagationLag};
 pub use links::{LINK_REFRESH, last_seen};
@@ -109,7 +111,12 @@ pub struct NodeCore {
     replan: bool,
     /// At the root: some choice may change with time alone; plan again at every tick.
     replan_on_tick: bool,
+    /// Sessions by key (see [`session_key`]).
     children: BTreeMap<String, Child>,
+    /// Connections whose first message (the hello that keys them) has not arrived.
+    pending: BTreeMap<u64, Child>,
+    /// The session key of each keyed connection.
+    conns: BTreeMap<u64, String>,
     child_runs: BTreeMap<String, u64>,
     acked: BTreeMap<String, Cursor>,
     reports: SubtreeReports,
@@ -215,6 +222,8 @@ impl NodeCore {
             last_now: now,
             replan_on_tick: false,
             children: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            conns: BTreeMap::new(),
             child_runs: setup.child_runs,
             acked: setup.acked,
             reports,
@@ -308,7 +317,7 @@ impl NodeCore {
     /// Handles timers that are due.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = self.last_now.max(now);
-        for child in self.children.values_mut() {
+        for child in self.children.values_mut().chain(self.pending.values_mut()) {
             if child.session.poll_timeout().is_some_and(|t| t <= now) {
                 child.session.handle_timeout(now);
             }
@@ -323,6 +332,7 @@ impl NodeCore {
         let sessions = self
             .children
             .values()
+            .chain(self.pending.values())
             .filter_map(|c| c.session.poll_timeout());
         let link = self.parent.as_ref().and_then(ParentFollower::poll_timeout);
         // Summaries of changed objects, and the refresh of relay children's links.
@@ -373,9 +383,28 @@ impl NodeCore {
     /// what that batch holds.
     pub fn transmit(&mut self, now: Instant) -> Outgoing {
         let mut out = std::mem::take(&mut self.outgoing);
-        for (name, child) in &mut self.children {
+        for child in self.children.values_mut().chain(self.pending.values_mut()) {
             while let Some(msg) = child.session.poll_transmit(now, &self.log) {
-                out.to_children.push((name.clone(), child.conn, msg));
+                out.to_children.push((child.name.clone(), child.conn, msg));
+            }
+        }
+        // A connection that never said hello and went silent closes like any session.
+        let silent: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, c)| c.session.is_closed())
+            .map(|(conn, _)| *conn)
+            .collect();
+        for conn in silent {
+            if let Some(c) = self.pending.remove(&conn) {
+                out.close_children.push((
+                    c.name,
+                    conn,
+                    SessionError {
+                        code: strata_protocol::wire::ErrorCode::IdleTimeout,
+                        reason: "no hello before the idle timeout".into(),
+                    },
+                ));
             }
         }
         if let Some(parent) = &mut self.parent {
@@ -390,7 +419,9 @@ impl NodeCore {
             .map(|(n, _)| n.clone())
             .collect();
         for name in closed {
-            self.children.remove(&name);
+            if let Some(c) = self.children.remove(&name) {
+                self.conns.remove(&c.conn);
+            }
             self.link_down(now, &name);
         }
         out

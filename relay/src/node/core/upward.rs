@@ -16,6 +16,9 @@ impl NodeCore {
         relay: bool,
         mut report: Report,
     ) {
+        if !self.replica_report(now, child, &report) {
+            return;
+        }
         let mut cluster_changed = false;
         if let ReportValue::Cluster(c) = &mut report.value {
             if !relay {

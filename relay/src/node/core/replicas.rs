@@ -1,0 +1,378 @@
+//! Replicated children: several sessions of one node, its replicas (keyed
+//! `name#replica`, see [`super::session_key`]), each with its own store, report the same
+//! subtree. A child of the replicated tier is connected to one replica at a time; when
+//! it moves, what the replica it left reported about it is dropped here, so that it is
+//! counted once whichever replica it went through.
+//!
+//! The *hop* of a report is the replicated node's child it is about: the cluster or
+//! link record's first node below the replicated node. The replica whose link to a hop
+//! is up owns what is reported about that hop; a replica whose link is down (it
+//! restarted and reports what it kept) cannot take a hop back from one whose link is up.
+
+use strata_protocol::time::Instant;
+use strata_protocol::wire::{Report, ReportKey, ReportValue};
+
+use super::NodeCore;
+use super::children::sibling_replicas;
+use strata_node::store::ReportSlot;
+
+/// The hop of a path as stored here: `[this node, replicated node, hop, …]`, or
+/// `[this node, replicated node]` when the record is about the hop itself.
+fn hop_of_stored_path(path: &[String], own: &str) -> String {
+    path.get(2).cloned().unwrap_or_else(|| own.to_owned())
+}
+
+impl NodeCore {
+    /// The hop of a report as it arrived from session `key` (paths not yet prefixed
+    /// with this node): `[replicated node, hop, …]`, or `[replicated node]` for the hop
+    /// itself. Statuses and upsynced objects take their cluster's hop.
+    fn arriving_hop(&self, key: &str, report: &Report) -> Option<String> {
+        match (&report.key, &report.value) {
+            (ReportKey::Cluster { name }, ReportValue::Cluster(c)) => {
+                Some(c.path.get(1).cloned().unwrap_or_else(|| name.clone()))
+            }
+            (ReportKey::Link { node }, ReportValue::Link(l)) => {
+                Some(l.path.get(1).cloned().unwrap_or_else(|| node.clone()))
+            }
+            (ReportKey::Status { cluster, .. } | ReportKey::Upsynced { cluster, .. }, _) => self
+                .stored_hop(&(
+                    key.to_owned(),
+                    ReportKey::Cluster {
+                        name: cluster.clone(),
+                    },
+                )),
+            _ => None,
+        }
+    }
+
+    /// The hop of a stored report.
+    fn stored_hop(&self, slot: &ReportSlot) -> Option<String> {
+        let (from, key) = slot;
+        match (key, self.reports.get(slot)?) {
+            (ReportKey::Cluster { name }, ReportValue::Cluster(c)) => {
+                Some(hop_of_stored_path(&c.path, name))
+            }
+            (ReportKey::Link { node }, ReportValue::Link(l)) => {
+                Some(hop_of_stored_path(&l.path, node))
+            }
+            (ReportKey::Status { cluster, .. } | ReportKey::Upsynced { cluster, .. }, _) => self
+                .stored_hop(&(
+                    from.clone(),
+                    ReportKey::Cluster {
+                        name: cluster.clone(),
+                    },
+                )),
+            _ => None,
+        }
+    }
+
+    /// Whether session `key`'s link to `hop` is up, as it last reported.
+    fn link_up_via(&self, key: &str, hop: &str) -> bool {
+        matches!(
+            self.reports.get(&(key.to_owned(), ReportKey::Link { node: hop.to_owned() })),
+            Some(ReportValue::Link(l)) if l.connected
+        )
+    }
+
+    /// Takes a report of one replica of a replicated child: `false` when it must be
+    /// ignored (another replica's link to its hop is up and this one's is not);
+    /// otherwise drops what the other replicas reported about the same hop when this
+    /// report says the hop is now here (its link came up, or its cluster reported).
+    pub(super) fn replica_report(&mut self, now: Instant, key: &str, report: &Report) -> bool {
+        if super::node_of(key) == key {
+            return true;
+        }
+        let siblings: Vec<String> = self
+            .children
+            .keys()
+            .chain(self.child_runs.keys())
+            .filter(|k| sibling_replicas(k, key))
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if siblings.is_empty() {
+            return true;
+        }
+        let Some(hop) = self.arriving_hop(key, report) else {
+            return true;
+        };
+        let arriving_up = matches!(&report.value, ReportValue::Link(l) if l.connected)
+            && matches!(&report.key, ReportKey::Link { node } if *node == hop);
+        let here = arriving_up || self.link_up_via(key, &hop);
+        if !here && siblings.iter().any(|s| self.link_up_via(s, &hop)) {
+            return false;
+        }
+        if !here && !matches!(report.value, ReportValue::Cluster(_)) {
+            return true;
+        }
+        let moved: Vec<ReportSlot> = self
+            .reports
+            .iter()
+            .map(|(slot, _)| slot)
+            .filter(|(from, _)| siblings.contains(from))
+            .filter(|slot| self.stored_hop(slot).as_deref() == Some(hop.as_str()))
+            .cloned()
+            .collect();
+        let mut clusters_of = std::collections::BTreeSet::new();
+        for slot in moved {
+            self.stale.remove(&slot);
+            if self.reports.remove(&slot) {
+                if matches!(slot.1, ReportKey::Cluster { .. }) {
+                    clusters_of.insert(slot.0.clone());
+                }
+                self.forget_report(now, slot);
+            }
+        }
+        for sibling in clusters_of {
+            tracing::info!(child = %sibling, %hop, to = key, "a child of a replicated tier moved to another replica");
+            self.replan = true;
+            self.refresh_route(&sibling);
+            self.link_clusters_changed(&sibling);
+            self.dirty.extend(self.log.live().map(|o| o.key().clone()));
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use strata_node::store::UpstreamState;
+    use strata_protocol::model::Cluster;
+    use strata_protocol::sync::SessionConfig;
+    use strata_protocol::time::UnixMillis;
+    use strata_protocol::wire::{
+        ChildToParent, ErrorCode, Hello, LinkRecord, MAX_PROTOCOL_VERSION, ParentToChild,
+        REPLICA_VERSION, Reports, Role,
+    };
+
+    use super::*;
+    use crate::node::core::{CoreSetup, new_log};
+    use crate::node::reports::SubtreeReports;
+
+    /// A root whose only allowed child is the relay `eu`.
+    fn root() -> NodeCore {
+        NodeCore::new(
+            Instant::ZERO,
+            CoreSetup {
+                name: "center".into(),
+                labels: BTreeMap::new(),
+                children: vec!["eu".into()],
+                sessions: SessionConfig::default(),
+                log: new_log(1, true),
+                reports: SubtreeReports::new(),
+                acked: BTreeMap::new(),
+                child_runs: BTreeMap::new(),
+                upstream: None,
+                upstream_state: UpstreamState::default(),
+                summary_interval: Duration::from_millis(200),
+                run: 1,
+                wall_origin: UnixMillis(0),
+                watch_history: 0,
+                standby: false,
+            },
+        )
+    }
+
+    fn hello(run: u64, replica: Option<&str>) -> ChildToParent {
+        let hello = Hello {
+            min_version: 1,
+            max_version: MAX_PROTOCOL_VERSION,
+            node: "eu".into(),
+            role: Role::Relay,
+            run,
+        };
+        match replica {
+            None => ChildToParent::Hello(hello),
+            Some(r) => ChildToParent::ReplicaHello {
+                hello: Hello {
+                    min_version: REPLICA_VERSION,
+                    ..hello
+                },
+                replica: r.into(),
+            },
+        }
+    }
+
+    fn link(node: &str, connected: bool, since: u64) -> Report {
+        Report {
+            key: ReportKey::Link { node: node.into() },
+            value: ReportValue::Link(LinkRecord {
+                path: vec!["eu".into()],
+                role: Role::Agent,
+                connected,
+                since: UnixMillis(since),
+                last_heard: UnixMillis(since),
+                lag: Some(0),
+                clusters: 1,
+                cert_expires: None,
+            }),
+        }
+    }
+
+    fn cluster(name: &str) -> Report {
+        Report {
+            key: ReportKey::Cluster { name: name.into() },
+            value: ReportValue::Cluster(Cluster {
+                name: name.into(),
+                labels: BTreeMap::new(),
+                properties: BTreeMap::new(),
+                path: vec!["eu".into()],
+            }),
+        }
+    }
+
+    /// Drives the root once: process, transmit; returns what it closed.
+    fn turn(core: &mut NodeCore, now: Instant) -> Vec<(String, u64, ErrorCode)> {
+        let _ = core.process(now);
+        let out = core.transmit(now);
+        out.close_children
+            .into_iter()
+            .map(|(n, c, e)| (n, c, e.code))
+            .collect()
+    }
+
+    /// Sends one batch of reports on a connection (the report stream starts at 0 per
+    /// session).
+    fn report(core: &mut NodeCore, now: Instant, conn: u64, seq: u64, items: Vec<Report>) {
+        core.child_message(
+            now,
+            "eu",
+            conn,
+            ChildToParent::Reports(Reports {
+                epoch: 0,
+                epoch_start: 0,
+                seq,
+                items,
+            }),
+        );
+    }
+
+    /// The sessions that reported cluster `name`.
+    fn holders(core: &NodeCore, name: &str) -> Vec<String> {
+        core.reports()
+            .iter()
+            .filter(|((_, k), _)| *k == ReportKey::Cluster { name: name.into() })
+            .map(|((from, _), _)| from.clone())
+            .collect()
+    }
+
+    #[test]
+    fn two_replicas_of_one_node_keep_their_own_sessions() {
+        let mut core = root();
+        let now = Instant::ZERO;
+        core.child_connected(now, "eu", 1).unwrap();
+        core.child_message(now, "eu", 1, hello(10, Some("a")));
+        core.child_connected(now, "eu", 2).unwrap();
+        core.child_message(now, "eu", 2, hello(20, Some("b")));
+        assert!(
+            turn(&mut core, now).is_empty(),
+            "no replica replaced the other"
+        );
+        let keys: Vec<&str> = core.children().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["eu#a", "eu#b"]);
+        // Both were welcomed, on their own connections.
+        // A new connection of replica a replaces only replica a's session.
+        core.child_connected(now, "eu", 3).unwrap();
+        core.child_message(now, "eu", 3, hello(11, Some("a")));
+        let closed = turn(&mut core, now);
+        assert_eq!(closed, [("eu".to_owned(), 1, ErrorCode::Replaced)]);
+        let keys: Vec<&str> = core.children().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["eu#a", "eu#b"]);
+    }
+
+    #[test]
+    fn an_unreplicated_child_is_still_replaced_by_its_newer_connection() {
+        let mut core = root();
+        let now = Instant::ZERO;
+        core.child_connected(now, "eu", 1).unwrap();
+        core.child_message(now, "eu", 1, hello(10, None));
+        let _ = turn(&mut core, now);
+        core.child_connected(now, "eu", 2).unwrap();
+        core.child_message(now, "eu", 2, hello(11, None));
+        let closed = turn(&mut core, now);
+        assert_eq!(closed, [("eu".to_owned(), 1, ErrorCode::Replaced)]);
+        let keys: Vec<&str> = core.children().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["eu"]);
+    }
+
+    #[test]
+    fn a_replica_hello_is_welcomed_at_version_three() {
+        let mut core = root();
+        let now = Instant::ZERO;
+        core.child_connected(now, "eu", 1).unwrap();
+        core.child_message(now, "eu", 1, hello(10, Some("a")));
+        let _ = core.process(now);
+        let out = core.transmit(now);
+        let welcome = out.to_children.iter().find_map(|(n, c, m)| match m {
+            ParentToChild::Welcome(w) if n == "eu" && *c == 1 => Some(w.version),
+            _ => None,
+        });
+        assert_eq!(welcome, Some(REPLICA_VERSION));
+    }
+
+    #[test]
+    fn a_child_that_moves_to_another_replica_is_counted_once() {
+        let mut core = root();
+        let now = Instant::ZERO;
+        core.child_connected(now, "eu", 1).unwrap();
+        core.child_message(now, "eu", 1, hello(10, Some("a")));
+        core.child_connected(now, "eu", 2).unwrap();
+        core.child_message(now, "eu", 2, hello(20, Some("b")));
+        let _ = turn(&mut core, now);
+        // Agent c1 is with replica a; c2 with b.
+        report(
+            &mut core,
+            now,
+            1,
+            0,
+            vec![link("c1", true, 1), cluster("c1")],
+        );
+        report(
+            &mut core,
+            now,
+            2,
+            0,
+            vec![link("c2", true, 1), cluster("c2")],
+        );
+        let _ = turn(&mut core, now);
+        assert_eq!(holders(&core, "c1"), ["eu#a"]);
+        assert_eq!(holders(&core, "c2"), ["eu#b"]);
+        // c1 moves to b (a's link to it is down): a's reports of it go.
+        report(
+            &mut core,
+            now,
+            2,
+            1,
+            vec![link("c1", true, 5), cluster("c1")],
+        );
+        let _ = turn(&mut core, now);
+        assert_eq!(holders(&core, "c1"), ["eu#b"]);
+        assert_eq!(core.reports().clusters().count(), 2, "each cluster once");
+        // Replica a, restarted, reports what it kept: c1 with its link down. b's link
+        // to c1 is up, so a cannot take it back.
+        report(
+            &mut core,
+            now,
+            1,
+            1,
+            vec![link("c1", false, 6), cluster("c1")],
+        );
+        let _ = turn(&mut core, now);
+        assert_eq!(holders(&core, "c1"), ["eu#b"]);
+        assert_eq!(core.reports().clusters().count(), 2);
+    }
+
+    #[test]
+    fn replica_ids_are_checked() {
+        let mut core = root();
+        let now = Instant::ZERO;
+        core.child_connected(now, "eu", 1).unwrap();
+        core.child_message(now, "eu", 1, hello(10, Some("Not#Valid")));
+        let closed = turn(&mut core, now);
+        assert_eq!(closed, [("eu".to_owned(), 1, ErrorCode::ProtocolViolation)]);
+    }
+}
