@@ -14,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{POS_APP, bin, free_port, http_get, write};
+use strata_protocol::wire::MAX_PROTOCOL_VERSION as MAX;
 use strata_relay::certs::Ca;
 
 /// A node process, killed when dropped.
@@ -149,13 +150,13 @@ fn mixed_versions_agree_or_are_refused_by_name() {
         (free_port(), free_port(), free_port(), free_port());
     let (tomorrow_port, later_ops) = (free_port(), free_port());
     let (yesterday_ops, future_ops, t1_ops) = (free_port(), free_port(), free_port());
-    // Today's root (the build's 1..=2) below which: yesterday's agent (1) and one from
-    // a future that dropped both (3).
+    // Today's root (the build's 1..=MAX) below which: yesterday's agent (1) and one from
+    // a future that dropped every version this build speaks (MAX + 1).
     root("new-root", new_port, new_api, "yesterday, future");
     agent("yesterday", "new-root", new_port, yesterday_ops);
     agent("future", "new-root", new_port, future_ops);
-    // Yesterday's root (1) below which: today's relay (1..=2) with an agent, and a
-    // relay from a future that speaks 2..=3.
+    // Yesterday's root (1) below which: today's relay (1..=MAX) with an agent, and a
+    // relay from a future that speaks 2..=MAX + 1.
     root("old-root", old_port, old_api, "tomorrow, later");
     write(
         &dir.join("tomorrow.yaml"),
@@ -172,14 +173,16 @@ fn mixed_versions_agree_or_are_refused_by_name() {
             tls("later")
         ),
     );
+    let future = (MAX + 1).to_string();
+    let later = format!("2..={}", MAX + 1);
     let _nodes = [
         spawn(dir, "new-root", "relay", None),
         spawn(dir, "yesterday", "agent", Some("1")),
-        spawn(dir, "future", "agent", Some("3")),
+        spawn(dir, "future", "agent", Some(&future)),
         spawn(dir, "old-root", "relay", Some("1..=1")),
         spawn(dir, "tomorrow", "relay", None),
         spawn(dir, "t1", "agent", None),
-        spawn(dir, "later", "relay", Some("2..=3")),
+        spawn(dir, "later", "relay", Some(&later)),
     ];
 
     // Parent ahead, and child ahead: both agree on version 1 and the app arrives.
@@ -196,7 +199,7 @@ fn mixed_versions_agree_or_are_refused_by_name() {
     assert_eq!(opened_with(dir, "new-root", "yesterday"), Some(1));
     assert_eq!(opened_with(dir, "old-root", "tomorrow"), Some(1));
     // Today's relay and its agent speak today's version between them.
-    assert_eq!(opened_with(dir, "tomorrow", "t1"), Some(2));
+    assert_eq!(opened_with(dir, "tomorrow", "t1"), Some(u64::from(MAX)));
 
     // No version in common: refused by name, at the parent and at the child.
     let refused = |parent: &str, child: &str, reason: &str| {
@@ -222,12 +225,12 @@ fn mixed_versions_agree_or_are_refused_by_name() {
     refused(
         "new-root",
         "future",
-        "child speaks versions 3..=3, this parent 1..=2",
+        &format!("child speaks versions {future}..={future}, this parent 1..={MAX}"),
     );
     refused(
         "old-root",
         "later",
-        "child speaks versions 2..=3, this parent 1..=1",
+        &format!("child speaks versions {later}, this parent 1..=1"),
     );
     // Never having reached its parent, neither is ready, and the agent holds nothing.
     for ops in [future_ops, later_ops] {
