@@ -641,3 +641,90 @@ fn an_old_childs_hello_is_welcomed_and_a_replica_hello_needs_version_three() {
     .unwrap();
     assert_eq!(replica[0], 7);
 }
+
+#[test]
+fn a_new_child_is_sent_a_snapshot_by_a_replica_even_when_it_names_an_upstream_cursor() {
+    // A replica of a replicated tier that followed its parent (log 9) with deltas, so
+    // its index translates parent cursors into positions of its own log (42).
+    let mut log = root_log(3, 8);
+    log.upstream_mut().enable();
+    log.upstream_mut().record(
+        Position(1),
+        Cursor {
+            log: LogId(9),
+            position: Position(10),
+        },
+        false,
+    );
+    log.upstream_mut().record(
+        Position(3),
+        Cursor {
+            log: LogId(9),
+            position: Position(12),
+        },
+        true,
+    );
+    // A child with no view (no route: it never completed a snapshot) is sent every
+    // object in a snapshot, whatever cursor it names: an empty cursor, a position of
+    // this very log, or an upstream cursor that would translate here. Only a view cut
+    // with this route can be brought up to date by a delta.
+    for (after, upstream) in [
+        (Cursor::default(), None),
+        (
+            Cursor {
+                log: LogId(42),
+                position: Position(0),
+            },
+            None,
+        ),
+        (
+            Cursor {
+                log: LogId(7),
+                position: Position(5),
+            },
+            Some(Cursor {
+                log: LogId(9),
+                position: Position(12),
+            }),
+        ),
+    ] {
+        let mut s = session(SessionConfig::default());
+        s.handle_message(
+            at(1),
+            ChildToParent::ReplicaHello {
+                hello: Hello {
+                    min_version: 1,
+                    max_version: MAX_PROTOCOL_VERSION,
+                    node: "site-1".into(),
+                    role: Role::Relay,
+                    run: 1,
+                },
+                replica: "a".into(),
+            },
+        );
+        if let Some(upstream) = upstream {
+            s.handle_message(at(1), ChildToParent::Resume { upstream });
+        }
+        s.handle_message(
+            at(1),
+            ChildToParent::Subscribe {
+                epoch: 1,
+                after,
+                route: None,
+            },
+        );
+        let sent = drain(&mut s, at(1), &log);
+        assert!(
+            !sent.iter().any(|m| matches!(m, ParentToChild::Delta(_))),
+            "{after:?} {upstream:?}: {sent:?}"
+        );
+        let objects: usize = sent
+            .iter()
+            .filter_map(|m| match m {
+                ParentToChild::Snapshot(snap) => Some(snap.objects.len()),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(objects, 3, "{after:?} {upstream:?}: {sent:?}");
+    }
+}

@@ -64,7 +64,9 @@ impl ParentFollower {
     }
 
     /// How many snapshots the parent started sending during this run (a delta resync
-    /// leaves it unchanged).
+    /// leaves it unchanged). A snapshot into a view that matches no route yet (a new
+    /// node's first, or one after an interrupted snapshot) is not counted: it replaces
+    /// nothing ([`strata_protocol::sync::LinkEvent::SnapshotStarted`] is not raised).
     pub fn snapshots_received(&self) -> u64 {
         self.snapshots
     }
