@@ -80,7 +80,7 @@ impl AgentOps {
         let counters = [
             (
                 "strata_parent_snapshots_total",
-                "Snapshots the parent started sending during this run (a resync that was a delta leaves it unchanged).",
+                "Snapshots the parent started sending during this run that replace a view this agent held (not its first; a resync that was a delta leaves it unchanged).",
                 s.snapshots,
             ),
             (

@@ -206,7 +206,7 @@ pub async fn render(
     out.family(
         "strata_parent_snapshots_total",
         Kind::Counter,
-        "Snapshots the parent started sending during this run; a resync that was a delta adds none.",
+        "Snapshots the parent started sending during this run that replace a view this node held (not a new node's first); a resync that was a delta adds none.",
         &one(snapshots as f64),
     );
     out.family(
