@@ -402,6 +402,21 @@ impl Nodes {
         );
     }
 
+    /// Waits until all 4 clusters report the Deployment available at the revision the
+    /// root numbers it now (`what` names it in the failure).
+    fn available_everywhere(&self, what: &str) {
+        let (_, out) = self.relay(&["get", "deployment", "web", "-n", "shop", "-o", "summary"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let rev = v[0]["revision"].as_u64().unwrap();
+        for _ in 0..600 {
+            if self.available_at(rev) == 4 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(self.available_at(rev), 4, "{what} on every cluster");
+    }
+
     /// How many clusters report the Deployment available at revision `rev` (from the
     /// summary at the root).
     fn available_at(&self, rev: u64) -> u64 {
@@ -438,17 +453,7 @@ fn a_root_killed_mid_rollout_resumes_from_its_store_where_it_was() {
         |_| {},
         |l| l.contains("Complete"),
     );
-    // The app's revision as the root numbers it.
-    let (_, out) = nodes.relay(&["get", "deployment", "web", "-n", "shop", "-o", "summary"]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let first = v[0]["revision"].as_u64().unwrap();
-    for _ in 0..600 {
-        if nodes.available_at(first) == 4 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(nodes.available_at(first), 4, "web:1 on every cluster");
+    nodes.available_everywhere("web:1");
 
     // web:2 rolls out; once the second wave is released the root dies hard.
     nodes.apply("app.yaml", &app("web:2"));
@@ -481,16 +486,7 @@ fn a_root_killed_mid_rollout_resumes_from_its_store_where_it_was() {
         lines[0].contains("Progressing") && wave_index(&lines[0]) >= 2,
         "the restarted root goes on from the second wave: {lines:#?}"
     );
-    let (_, out) = nodes.relay(&["get", "deployment", "web", "-n", "shop", "-o", "summary"]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let second = v[0]["revision"].as_u64().unwrap();
-    for _ in 0..600 {
-        if nodes.available_at(second) == 4 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(nodes.available_at(second), 4, "web:2 on every cluster");
+    nodes.available_everywhere("web:2");
     for p in nodes.procs.drain(..).rev() {
         let name = p.name.clone();
         let status = p.terminate();
