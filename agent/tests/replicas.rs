@@ -53,11 +53,15 @@ impl Fleet {
         Some((v, s))
     }
 
-    /// Every cluster holds the object's latest revision, each counted once.
+    /// Every cluster holds the object's latest revision, each counted once. The
+    /// lowest revision reported must be the latest too: the highest alone is met as
+    /// soon as the survivor's own children have it, while the dead replica's last
+    /// report still counts the moved ones at an older revision.
     fn converged(&self, kind: &str, name: &str) -> bool {
         self.summary(kind, name).is_some_and(|(v, s)| {
             s["expected"] == 4
                 && s["health"]["available"] == 4
+                && s["min_revision"] == v["revision"]
                 && s["max_revision"] == v["revision"]
         })
     }
