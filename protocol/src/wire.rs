@@ -502,7 +502,12 @@ impl ParentToChild {
     /// The stream class this message travels on.
     pub fn class(&self) -> StreamClass {
         match self {
-            ParentToChild::Delta(_) | ParentToChild::Snapshot(_) => StreamClass::Bulk,
+            // A replica's upstream hint travels just before the frame that reaches the
+            // position it names, on the same ordered stream: a child that applied the
+            // frame holds the hint, even when the replica died right after sending it.
+            ParentToChild::Delta(_)
+            | ParentToChild::Snapshot(_)
+            | ParentToChild::Upstream { .. } => StreamClass::Bulk,
             _ => StreamClass::Control,
         }
     }

@@ -153,6 +153,9 @@ pub struct ChildSession {
     /// Until when to hold the decision between delta and snapshot (see
     /// [`ChildSession::hold_downsync`]).
     hold: Option<Instant>,
+    /// A downsync frame built but sent after the [`ParentToChild::Upstream`] hint
+    /// naming the position it reaches (see `next_bulk`).
+    after_hint: Option<ParentToChild>,
     acked: Option<Cursor>,
     reports: ReportInbox,
     liveness: Liveness,
@@ -176,6 +179,7 @@ impl ChildSession {
             sub: None,
             resume: None,
             hold: None,
+            after_hint: None,
             acked: None,
             reports: ReportInbox::new(),
             liveness,
@@ -401,6 +405,10 @@ impl ChildSession {
     }
 
     fn on_subscribe(&mut self, epoch: u32, after: Cursor, route: Option<RouteId>) {
+        // A frame of the previous subscription's stream would be dropped as stale.
+        if self.sub.as_ref().is_none_or(|s| epoch > s.epoch) {
+            self.after_hint = None;
+        }
         // A delayed or duplicated subscribe must not restart a newer subscription.
         if self.sub.as_ref().is_some_and(|s| epoch <= s.epoch) {
             return;
@@ -535,6 +543,9 @@ impl ChildSession {
     }
 
     fn next_bulk(&mut self, log: &ObjectLog) -> Option<ParentToChild> {
+        if let Some(frame) = self.after_hint.take() {
+            return Some(frame);
+        }
         let part_bytes = self.config.part_bytes;
         let route = self.route.clone();
         let sub = self.sub.as_mut()?;
@@ -672,12 +683,14 @@ impl ChildSession {
         sub.inflight_bytes += bytes;
         sub.next_seq += 1;
         // A replica tells the child what the position it reached stands for upstream,
-        // so that the child can move to another replica with a delta.
+        // so that the child can move to another replica with a delta. The hint goes
+        // first, on the same stream: whoever applies the frame has the hint.
         if let Some(position) = reached
             && self.version >= REPLICA_VERSION
             && let Some(upstream) = log.upstream().parent_at(position)
         {
-            self.control.push_back(ParentToChild::Upstream {
+            self.after_hint = Some(msg);
+            return Some(ParentToChild::Upstream {
                 log: log.id(),
                 position,
                 upstream,
