@@ -61,6 +61,8 @@ struct ApiState {
     tokens: Vec<auth::Grant>,
     node: NodeClient,
     metrics: Arc<crate::api_metrics::ApiMetrics>,
+    /// Status changes, for watches (see [`crate::kube::status_journal`]).
+    journal: crate::kube::status_journal::SharedJournal,
 }
 
 /// Why the API could not be started.
@@ -125,6 +127,7 @@ pub fn spawn(
         tokens,
         node,
         metrics,
+        journal: crate::kube::status_journal::StatusJournal::shared(),
     });
     Ok(tokio::spawn(http::accept_loop(
         listener,
@@ -309,7 +312,7 @@ async fn route(
         content_type: header(headers, hyper::header::CONTENT_TYPE),
         body,
     };
-    match crate::kube::handle(&state.node, kube).await {
+    match crate::kube::handle(&state.node, &state.journal, kube).await {
         Some(crate::kube::Reply::Json((code, value))) => {
             return reply(
                 StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),

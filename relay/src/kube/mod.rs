@@ -32,6 +32,7 @@ pub mod render;
 pub mod schema_check;
 pub mod selector;
 pub mod ssa;
+pub mod status_journal;
 pub mod watch;
 mod writes;
 
@@ -42,6 +43,7 @@ use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
 use catalog::{Catalog, ResourceType};
 use selector::{FieldQuery, LabelQuery};
+use status_journal::{SharedJournal, StatusJournal};
 
 /// A request as the API's front door parsed it.
 #[derive(Debug)]
@@ -120,7 +122,8 @@ pub fn too_large_resource_version(rv: u64, head: u64) -> Answer {
 }
 
 /// Answers `req` if its path belongs to the Kubernetes API; `None` otherwise.
-pub async fn handle(node: &NodeClient, req: Request<'_>) -> Option<Reply> {
+/// `journal` is the status journal that the API's reads and watches share.
+pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>) -> Option<Reply> {
     let (space, prefix, rest): (&str, String, &[&str]) = match req.path {
         ["spaces", space, rest @ ..] if rest.first().is_some_and(|r| ROOTS.contains(r)) => {
             (space, format!("/spaces/{space}"), rest)
@@ -172,25 +175,42 @@ pub async fn handle(node: &NodeClient, req: Request<'_>) -> Option<Reply> {
     };
     let reply = match (op, watch) {
         (Op::Resource(r), Some(params)) => {
+            // Taken before the watch starts: a commit in between wakes it at once.
+            let head = node.head_changes();
+            let mut j = journal.clone().lock_owned().await;
             let started = node
-                .query(move |core: &mut NodeCore| r.start_watch(core, &space, params))
+                .query(move |core: &mut NodeCore| r.start_watch(core, &mut j, &space, params))
                 .await
                 .unwrap_or_else(|| Err(stopping()));
             match started {
-                Ok((spec, first, since)) => Reply::Watch(Box::new(watch::Watch::new(
+                Ok((spec, first, since, epoch)) => Reply::Watch(Box::new(watch::Watch::new(
                     spec,
                     node.clone(),
+                    head,
+                    journal.clone(),
                     first,
-                    since,
+                    (since, epoch),
                 ))),
                 Err(answer) => Reply::Json(answer),
             }
         }
-        (op, _) => Reply::Json(
-            node.query(move |core: &mut NodeCore| op.run(core, &space))
+        (op, _) => {
+            let mut j = journal.clone().lock_owned().await;
+            Reply::Json(
+                node.query(move |core: &mut NodeCore| {
+                    // A read starts its type's status journal (a watch may follow it).
+                    if let Op::Resource(r) = &op
+                        && r.method == "GET"
+                        && let Ok(t) = r.resource_type(core, &space)
+                    {
+                        j.observe(core, &space, &t);
+                    }
+                    op.run(core, &space)
+                })
                 .await
                 .unwrap_or_else(stopping),
-        ),
+            )
+        }
     };
     Some(reply)
 }
@@ -493,9 +513,10 @@ impl ResourceOp {
     fn start_watch(
         self,
         core: &mut NodeCore,
+        journal: &mut StatusJournal,
         space: &Space,
         params: WatchParams,
-    ) -> Result<(watch::WatchSpec, Vec<Value>, u64), Answer> {
+    ) -> Result<(watch::WatchSpec, Vec<Value>, u64, u64), Answer> {
         let spec = watch::WatchSpec {
             space: space.clone(),
             resource: self.resource_type(core, space)?,
@@ -506,8 +527,8 @@ impl ResourceOp {
             bookmarks: params.bookmarks,
             timeout: params.timeout,
         };
-        let (first, since) = spec.start(core, params.from)?;
-        Ok((spec, first, since))
+        let (first, since, epoch) = spec.start(core, journal, params.from)?;
+        Ok((spec, first, since, epoch))
     }
 
     fn run(self, core: &mut NodeCore, space: &Space) -> Answer {
