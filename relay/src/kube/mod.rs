@@ -18,6 +18,7 @@
 //! [`ssa`].
 
 pub mod aggregated;
+pub mod batch_check;
 pub mod catalog;
 pub mod clusters;
 pub mod discovery;
@@ -31,6 +32,7 @@ pub mod protobuf;
 pub mod render;
 pub mod schema_check;
 pub mod selector;
+pub mod spaces;
 pub mod ssa;
 pub mod status_journal;
 pub mod watch;
@@ -42,6 +44,7 @@ use strata_protocol::model::{Object, ObjectKey, Space};
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
 use catalog::{Catalog, ResourceType};
+use schema_check::FieldValidation;
 use selector::{FieldQuery, LabelQuery};
 use status_journal::{SharedJournal, StatusJournal};
 
@@ -62,6 +65,8 @@ pub struct Request<'a> {
     pub content_type: &'a str,
     /// The body.
     pub body: &'a [u8],
+    /// The spaces the tokens name (they exist even while empty: [`spaces`]).
+    pub named_spaces: &'a std::collections::BTreeSet<String>,
 }
 
 /// An answer: HTTP status and a JSON body.
@@ -72,6 +77,14 @@ pub type Answer = (u16, Value);
 pub enum Reply {
     /// One JSON document.
     Json(Answer),
+    /// One JSON document, with warnings for the client (`Warning` headers, which
+    /// kubectl prints), as kube-apiserver sends under `fieldValidation=Warn`.
+    Warned {
+        /// The document.
+        answer: Answer,
+        /// Each warning's text.
+        warnings: Vec<String>,
+    },
     /// A stream of watch events.
     Watch(Box<watch::Watch>),
     /// A document in its own media type (aggregated discovery, OpenAPI v2 protobuf).
@@ -173,13 +186,19 @@ pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>
         Op::Resource(r) => r.watch,
         _ => None,
     };
+    let named = req.named_spaces.clone();
     let reply = match (op, watch) {
         (Op::Resource(r), Some(params)) => {
             // Taken before the watch starts: a commit in between wakes it at once.
             let head = node.head_changes();
             let mut j = journal.clone().lock_owned().await;
             let started = node
-                .query(move |core: &mut NodeCore| r.start_watch(core, &mut j, &space, params))
+                .query(move |core: &mut NodeCore| {
+                    if !spaces::exists(core, &space, &named) {
+                        return Err(spaces::missing(&space));
+                    }
+                    r.start_watch(core, &mut j, &space, params)
+                })
                 .await
                 .unwrap_or_else(|| Err(stopping()));
             match started {
@@ -196,20 +215,28 @@ pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>
         }
         (op, _) => {
             let mut j = journal.clone().lock_owned().await;
-            Reply::Json(
-                node.query(move |core: &mut NodeCore| {
-                    // A read starts its type's status journal (a watch may follow it).
+            let (answer, warnings) = node
+                .query(move |core: &mut NodeCore| {
                     if let Op::Resource(r) = &op
                         && r.method == "GET"
-                        && let Ok(t) = r.resource_type(core, &space)
                     {
-                        j.observe(core, &space, &t);
+                        if !spaces::exists(core, &space, &named) {
+                            return (spaces::missing(&space), Vec::new());
+                        }
+                        // A read starts its type's status journal (a watch may follow).
+                        if let Ok(t) = r.resource_type(core, &space) {
+                            j.observe(core, &space, &t);
+                        }
                     }
                     op.run(core, &space)
                 })
                 .await
-                .unwrap_or_else(stopping),
-            )
+                .unwrap_or_else(|| (stopping(), Vec::new()));
+            if warnings.is_empty() {
+                Reply::Json(answer)
+            } else {
+                Reply::Warned { answer, warnings }
+            }
         }
     };
     Some(reply)
@@ -325,7 +352,9 @@ struct ResourceOp {
     cont: Option<usize>,
     table: bool,
     dry_run: bool,
-    strict: bool,
+    validation: FieldValidation,
+    /// What the request is warned about (`Warning` headers), collected as it runs.
+    warnings: std::cell::RefCell<Vec<String>>,
     content_type: String,
     body: Vec<u8>,
     watch: Option<WatchParams>,
@@ -423,7 +452,8 @@ impl Op {
             cont: number("continue")?,
             table: req.accept.contains("as=Table"),
             dry_run: param(q, "dryRun").is_some_and(|d| d == "All"),
-            strict: param(q, "fieldValidation").is_some_and(|v| v == "Strict"),
+            validation: FieldValidation::parse(param(q, "fieldValidation")),
+            warnings: std::cell::RefCell::default(),
             content_type: req.content_type.to_owned(),
             body: req.body.to_vec(),
             field_manager: param(q, "fieldManager").map(decode),
@@ -448,9 +478,10 @@ impl Op {
         })))
     }
 
-    fn run(self, core: &mut NodeCore, space: &Space) -> Answer {
+    /// The answer, and the warnings that go with it.
+    fn run(self, core: &mut NodeCore, space: &Space) -> (Answer, Vec<String>) {
         let not_found = |what: String| failure(404, "NotFound", what, None);
-        match self {
+        let answer = match self {
             Op::Version => (200, discovery::version()),
             Op::CoreVersions => (200, discovery::core_versions()),
             Op::Groups => (
@@ -465,8 +496,12 @@ impl Op {
                     .map(|doc| (200, doc))
                     .unwrap_or_else(|| not_found(format!("no API group version {g}/{v}")))
             }
-            Op::Resource(r) => r.run(core, space),
-        }
+            Op::Resource(r) => {
+                let answer = r.run(core, space);
+                return (answer, r.warnings.take());
+            }
+        };
+        (answer, Vec::new())
     }
 }
 
@@ -531,7 +566,7 @@ impl ResourceOp {
         Ok((spec, first, since, epoch))
     }
 
-    fn run(self, core: &mut NodeCore, space: &Space) -> Answer {
+    fn run(&self, core: &mut NodeCore, space: &Space) -> Answer {
         let t = match self.resource_type(core, space) {
             Ok(t) => t,
             Err(a) => return a,
