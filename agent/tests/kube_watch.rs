@@ -157,3 +157,29 @@ fn a_watch_follows_status_changes_and_sends_each_change_once() {
     assert_eq!(next.len(), 1, "one event for one object: {next:?}");
     assert_eq!(next[0]["object"]["status"]["readyReplicas"], 3, "{next:?}");
 }
+
+/// A watch from a version with no read of its type since the root started (say the
+/// root restarted between a client's list and its watch) cannot know what the client
+/// saw: it sends every selected object's status once.
+#[test]
+fn a_watch_with_no_read_before_it_sends_every_status_once() {
+    let mut t = Tree::builder()
+        .root("center")
+        .agent("pos", "center", labels! { role: pos })
+        .watch_history(10_000)
+        .build();
+    t.apply(APP);
+    let rv = t.relay("center").log().head().0;
+    t.connect_all();
+    t.advance(Duration::from_secs(2));
+    let root = t.relay("center");
+    let space = Space("default".into());
+    let mut journal = StatusJournal::default();
+    let spec = watch(root, &space);
+    let (first, since, epoch) = spec.start(root, &mut journal, Some(rv)).unwrap();
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0]["type"], "MODIFIED");
+    assert_eq!(first[0]["object"]["status"]["readyReplicas"], 2);
+    let (next, _, _) = spec.follow(root, &mut journal, since, epoch).unwrap();
+    assert!(next.is_empty(), "{next:?}");
+}

@@ -14,8 +14,9 @@
 //! object stamped after [`StatusJournal::epoch_at`]`(R)` (some of them the client
 //! may already have: a repeated `MODIFIED` with the current object is harmless), and
 //! then follows the journal's epochs. A journal starts when its type is first read
-//! (a get, a list or a watch), in the same turn of the node as that read, so what it
-//! starts from is what that client saw.
+//! (a get or a list), in the same turn of the node as that read, so what it starts
+//! from is what that client saw; one that a watch starts (no read of the type since
+//! the node started) counts every status as changed, so that watch is sent them all.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -71,13 +72,18 @@ impl StatusJournal {
     pub fn observe(&mut self, core: &NodeCore, space: &Space, t: &ResourceType) {
         let id = type_id(space, t);
         if !self.types.contains_key(&id) {
-            self.refresh(core, space, t);
+            self.read(core, space, t, true);
         }
     }
 
     /// Reads every status of `t` in `space` now, stamping what changed; the latest
-    /// epoch.
+    /// epoch. A journal that starts here (a watch, with no read before it since the
+    /// node started) stamps every object: no one is known to have seen them.
     pub fn refresh(&mut self, core: &NodeCore, space: &Space, t: &ResourceType) -> u64 {
+        self.read(core, space, t, false)
+    }
+
+    fn read(&mut self, core: &NodeCore, space: &Space, t: &ResourceType, seen: bool) -> u64 {
         let head = core.log().head().0;
         let id = type_id(space, t);
         let fresh = !self.types.contains_key(&id);
@@ -106,8 +112,8 @@ impl StatusJournal {
             let digest = render::status_digest(core, o);
             let at = match journal.objects.get(k) {
                 Some((old, at)) if *old == digest => *at,
-                // At its start a journal stamps nothing: the reader saw all of it.
-                None if fresh => 0,
+                // A journal started by a read stamps nothing: the reader saw all of it.
+                None if fresh && seen => 0,
                 _ => {
                     stamped = true;
                     next
