@@ -136,7 +136,7 @@ pub fn spawn(
         named_spaces,
         node,
         metrics,
-        journal: crate::kube::status_journal::StatusJournal::shared(),
+        journal: crate::kube::status_journal::SharedJournal::default(),
     });
     Ok(tokio::spawn(http::accept_loop(
         listener,

@@ -191,13 +191,21 @@ pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>
         (Op::Resource(r), Some(params)) => {
             // Taken before the watch starts: a commit in between wakes it at once.
             let head = node.head_changes();
-            let mut j = journal.clone().lock_owned().await;
+            let j = journal.clone();
             let started = node
                 .query(move |core: &mut NodeCore| {
                     if !spaces::exists(core, &space, &named) {
                         return Err(spaces::missing(&space));
                     }
-                    r.start_watch(core, &mut j, &space, params)
+                    j.with(|j| r.start_watch(core, j, &space, params))
+                        .unwrap_or_else(|| {
+                            Err(failure(
+                                503,
+                                "ServiceUnavailable",
+                                "the status journal is busy: watch again".into(),
+                                None,
+                            ))
+                        })
                 })
                 .await
                 .unwrap_or_else(|| Err(stopping()));
@@ -214,7 +222,7 @@ pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>
             }
         }
         (op, _) => {
-            let mut j = journal.clone().lock_owned().await;
+            let j = journal.clone();
             let (answer, warnings) = node
                 .query(move |core: &mut NodeCore| {
                     if let Op::Resource(r) = &op
@@ -225,7 +233,7 @@ pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>
                         }
                         // A read starts its type's status journal (a watch may follow).
                         if let Ok(t) = r.resource_type(core, &space) {
-                            j.observe(core, &space, &t);
+                            j.with(|j| j.observe(core, &space, &t));
                         }
                     }
                     op.run(core, &space)

@@ -28,8 +28,20 @@ use super::catalog::ResourceType;
 use super::render;
 use crate::node::core::NodeCore;
 
-/// The journal as the API's requests and watches share it.
-pub type SharedJournal = Arc<tokio::sync::Mutex<StatusJournal>>;
+/// The journal as the API's requests and watches share it. It is used only inside the
+/// node's turns (the closures given to `NodeClient::query`), which run one at a time,
+/// so taking it never waits and nothing holds it across an await: watches and requests
+/// queue on the node as they did before, not on the journal.
+#[derive(Debug, Clone, Default)]
+pub struct SharedJournal(Arc<tokio::sync::Mutex<StatusJournal>>);
+
+impl SharedJournal {
+    /// Runs `f` on the journal; `None` if something holds it, which cannot happen
+    /// within the node's turns (callers then do what is safe: retry, or skip a look).
+    pub fn with<T>(&self, f: impl FnOnce(&mut StatusJournal) -> T) -> Option<T> {
+        self.0.try_lock().ok().map(|mut j| f(&mut j))
+    }
+}
 
 /// How many heads a type's journal remembers (as many as the root keeps revisions for
 /// watches): a watch from an older version is told what changed since the journal's
@@ -62,11 +74,6 @@ fn type_id(space: &Space, t: &ResourceType) -> TypeId {
 }
 
 impl StatusJournal {
-    /// A new, shared journal.
-    pub fn shared() -> SharedJournal {
-        Arc::new(tokio::sync::Mutex::new(StatusJournal::default()))
-    }
-
     /// Starts the journal of `t` in `space` if it has none: a client is reading the
     /// type, and the journal's start is what it saw.
     pub fn observe(&mut self, core: &NodeCore, space: &Space, t: &ResourceType) {

@@ -286,10 +286,16 @@ impl Watch {
                 }
                 let spec = w.spec.clone();
                 let (since, epoch) = (w.since, w.epoch);
-                let mut journal = w.journal.clone().lock_owned().await;
+                let journal = w.journal.clone();
                 let polled = w
                     .node
-                    .query(move |core: &mut NodeCore| spec.follow(core, &mut journal, since, epoch))
+                    .query(move |core: &mut NodeCore| {
+                        // Not had (it cannot be, in the node's turn): nothing now, the
+                        // next wake looks again from the same place.
+                        journal
+                            .with(|j| spec.follow(core, j, since, epoch))
+                            .unwrap_or(Ok((Vec::new(), since, epoch)))
+                    })
                     .await?;
                 match polled {
                     Ok((events, head, epoch)) => {
