@@ -8,11 +8,15 @@
 //! `fieldSelector` on `metadata.name`/`metadata.namespace`, `limit`/`continue`, tables
 //! for `kubectl get`), create, update (409 on a stale `resourceVersion`), patch (JSON
 //! merge, JSON patch, strategic merge), delete and deletecollection, `dryRun=All`, and
-//! strict field validation for built-in types (`fieldValidation=Strict`, what kubectl
-//! sends), and custom resources checked against their CRD's schema ([`schema_check`]).
-//! Errors are `metav1.Status` objects. `resourceVersion` is the root's revision.
+//! field validation for built-in types (`fieldValidation=Strict`, what kubectl sends,
+//! refuses unknown fields; `Warn`, the default, names them in `Warning` headers), and
+//! custom resources checked against their CRD's schema ([`schema_check`]; the same
+//! check serves `relay apply`, [`batch_check`]). Errors are `metav1.Status` objects.
+//! `resourceVersion` is the root's revision. Reads of a space that does not exist
+//! answer 404 ([`spaces`]).
 //!
-//! Watches (`watch=true`) stream events from a `resourceVersion` on ([`watch`]).
+//! Watches (`watch=true`) stream events from a `resourceVersion` on ([`watch`]),
+//! status changes included ([`status_journal`]).
 //!
 //! Server-side apply (`application/apply-patch+yaml`, field managers, conflicts) is
 //! [`ssa`].
