@@ -51,6 +51,19 @@ pub struct NodeConfig {
     /// Which replica of a replicated relay tier this process is (`replica:`), if it is
     /// one: several processes with this node name behind one address.
     pub replica: Option<Replica>,
+    /// Signing its children's certificate renewals, if this node does (`renew:`).
+    pub renew: Option<RenewSigning>,
+}
+
+/// How a relay signs its children's certificate renewals (`renew:`): with the CA
+/// named here (the hierarchy's CA: certificates it signs chain straight to what every
+/// node trusts), else with its join CA; for `lifetime`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenewSigning {
+    /// The CA certificate and key, if not the join CA.
+    pub ca: Option<(PathBuf, PathBuf)>,
+    /// How long a renewed certificate is valid.
+    pub lifetime: Duration,
 }
 
 /// How one replica of a replicated relay tier names itself to its parent.
@@ -154,6 +167,19 @@ struct RawConfig {
     #[serde(default)]
     tunnels_per_link: Option<usize>,
     replica: Option<String>,
+    #[serde(default)]
+    renew: Option<RawRenew>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRenew {
+    #[serde(default)]
+    ca_cert: Option<PathBuf>,
+    #[serde(default)]
+    ca_key: Option<PathBuf>,
+    #[serde(default)]
+    lifetime_s: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -413,6 +439,39 @@ impl NodeConfig {
             rate_per_source: j.rate_per_source.unwrap_or(DEFAULT_JOIN_RATE_PER_SOURCE),
             rate_global: j.rate_global.unwrap_or(DEFAULT_JOIN_RATE_GLOBAL),
         });
+        let renew = raw.renew.map(|r| {
+            let ca = match (r.ca_cert, r.ca_key) {
+                (Some(c), Some(k)) => Some((base.join(c), base.join(k))),
+                (None, None) => {
+                    if join.is_none() {
+                        faults.push(
+                            "renew: name ca_cert and ca_key (this relay has no join CA to sign with)"
+                                .to_owned(),
+                        );
+                    }
+                    None
+                }
+                _ => {
+                    faults.push("renew: ca_cert and ca_key go together".to_owned());
+                    None
+                }
+            };
+            if r.lifetime_s == Some(0) {
+                faults.push("renew.lifetime_s: must be at least 1".to_owned());
+            }
+            let default_days = join
+                .as_ref()
+                .filter(|_| ca.is_none())
+                .map(|j| j.node_days)
+                .unwrap_or(strata_topology::certs::DEFAULT_NODE_DAYS);
+            RenewSigning {
+                ca,
+                lifetime: Duration::from_secs(
+                    r.lifetime_s.unwrap_or(u64::from(default_days) * 86_400),
+                ),
+            }
+        });
+        let tls = raw.tls.resolve(base, &mut faults);
         if !faults.is_empty() {
             return Err(Refusal::Invalid(faults));
         }
@@ -421,7 +480,7 @@ impl NodeConfig {
             listen,
             listen_tcp,
             parent,
-            tls: raw.tls.resolve(base),
+            tls,
             data: base.join(raw.data),
             children: raw.children,
             labels: raw.labels,
@@ -432,6 +491,7 @@ impl NodeConfig {
             store,
             tunnels_per_link,
             replica,
+            renew,
         })
     }
 
@@ -463,6 +523,7 @@ mod tests {
             ("tls.", field_names::<RawTls>()),
             ("api.", field_names::<RawApi>()),
             ("join.", field_names::<RawJoin>()),
+            ("renew.", field_names::<RawRenew>()),
             ("store.", field_names::<RawStore>()),
             ("store.etcd.", field_names::<RawEtcd>()),
             ("store.etcd.tls.", field_names::<RawEtcdTls>()),

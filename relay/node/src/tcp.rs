@@ -611,8 +611,12 @@ async fn decode_class<M: WireMessage>(
 #[derive(Debug)]
 pub struct Listener {
     socket: tokio::net::TcpListener,
-    tls: Arc<rustls::ServerConfig>,
+    tls: ServerTls,
 }
+
+/// The TLS configuration a [`Listener`] accepts with, replaceable while it runs (a
+/// renewed certificate is presented from the next handshake on).
+pub type ServerTls = Arc<std::sync::RwLock<Arc<rustls::ServerConfig>>>;
 
 impl Listener {
     /// Binds `addr` (from a runtime: the socket is registered with it).
@@ -624,7 +628,15 @@ impl Listener {
         let socket = std::net::TcpListener::bind(addr).map_err(bind_err)?;
         socket.set_nonblocking(true).map_err(bind_err)?;
         let socket = tokio::net::TcpListener::from_std(socket).map_err(bind_err)?;
-        Ok(Listener { socket, tls })
+        Ok(Listener {
+            socket,
+            tls: Arc::new(std::sync::RwLock::new(tls)),
+        })
+    }
+
+    /// Where to put a new TLS configuration for the connections accepted from now on.
+    pub fn tls(&self) -> ServerTls {
+        self.tls.clone()
     }
 
     /// Where it listens.
@@ -636,6 +648,8 @@ impl Listener {
     /// connection's own task), with the TLS configuration to accept it with.
     pub async fn next(&self) -> std::io::Result<(TcpStream, Arc<rustls::ServerConfig>)> {
         let (stream, _) = self.socket.accept().await?;
-        Ok((stream, self.tls.clone()))
+        // A poisoned lock only means a panic elsewhere; the value is a plain Arc.
+        let tls = self.tls.read().unwrap_or_else(|p| p.into_inner()).clone();
+        Ok((stream, tls))
     }
 }
