@@ -297,3 +297,130 @@ fn a_relay_renews_through_its_open_session_and_works_past_its_first_certificate(
     });
     drop((pos, eu, center));
 }
+
+/// Whether `name`'s log has a handshake failure whose error contains `why`.
+fn handshake_refused(dir: &Path, name: &str, why: &str) -> bool {
+    lines(dir, name).iter().any(|v| {
+        v["fields"]["message"] == "handshake failed (a certificate refused?)"
+            && v["fields"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains(why))
+    })
+}
+
+/// A certificate from a foreign CA and an expired certificate are refused at the
+/// handshake, each with its reason in the parent's log, while a good child is served;
+/// the expired child recovers with a one-time recovery token (which no other name may
+/// use, and which works once).
+#[test]
+fn a_foreign_or_expired_certificate_is_refused_and_a_recovery_token_reenrolls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    bin("relay");
+    let ca = Ca::generate("test").unwrap();
+    let foreign = Ca::generate("elsewhere").unwrap();
+    write(&dir.join("ca.crt"), &ca.cert_pem());
+    write(&dir.join("tokens"), "s3cret\n");
+    ca.issue("center").unwrap().write_to(dir).unwrap();
+    ca.issue("pos-1").unwrap().write_to(dir).unwrap();
+    foreign.issue("alien").unwrap().write_to(dir).unwrap();
+    // pos-9's certificate lasts a second; it is expired before pos-9 starts.
+    let (key, csr) = join_request("pos-9").unwrap();
+    let short = ca
+        .renew_for_csr("pos-9", &csr, Duration::from_secs(1))
+        .unwrap();
+    write(&dir.join("pos-9.crt"), &short);
+    write(&dir.join("pos-9.key"), &key);
+    let join_ca = ca.issue_join_ca("center").unwrap();
+    write(&dir.join("center.ca.crt"), &join_ca.cert_pem());
+    write(&dir.join("center.ca.key"), &join_ca.key_pem());
+    write(&dir.join("center.tokens"), "rtok recover=pos-9\n");
+
+    let (port, api_port) = (free_port(), free_port());
+    let (pos1_ops, pos9_ops) = (free_port(), free_port());
+    write(
+        &dir.join("center.yaml"),
+        &format!(
+            "node: center\nlisten: 127.0.0.1:{port}\nchildren: [pos-1, pos-9, alien]\ntls: {{ cert: center.crt, key: center.key, ca: ca.crt }}\ndata: data/center\napi: {{ listen: 127.0.0.1:{api_port}, tokens: tokens }}\njoin: {{ tokens: center.tokens, ca_cert: center.ca.crt, ca_key: center.ca.key }}\n"
+        ),
+    );
+    let agent = |name: &str, ops: u16, identity: &str| {
+        write(
+            &dir.join(format!("{name}.yaml")),
+            &format!(
+                "cluster: {name}\nlabels: {{ role: pos }}\nparent: {{ name: center, address: 127.0.0.1:{port} }}\n{identity}\ndata: data/{name}\nsimulated: {{ ready_delay_ms: 50 }}\nmetrics: 127.0.0.1:{ops}\n"
+            ),
+        );
+    };
+    let tls = |n: &str| format!("tls: {{ cert: {n}.crt, key: {n}.key, ca: ca.crt }}");
+    agent("pos-1", pos1_ops, &tls("pos-1"));
+    agent("alien", free_port(), &tls("alien"));
+    let expiry = pem_not_after(&short).unwrap();
+    eventually("pos-9's certificate has expired", dir, || {
+        unix_now() > expiry
+    });
+    agent("pos-9", pos9_ops, &tls("pos-9"));
+    let center = spawn(dir, "center", "relay");
+    let pos1 = spawn(dir, "pos-1", "agent");
+    let alien = spawn(dir, "alien", "agent");
+    let mut pos9 = spawn(dir, "pos-9", "agent");
+    write(&dir.join("app.yaml"), POS_APP);
+    let app = dir.join("app.yaml").display().to_string();
+    eventually("the root takes the app", dir, || apply(dir, api_port, &app));
+    eventually("pos-1 holds the app", dir, || {
+        objects(pos1_ops, "pos-1") >= 2.0
+    });
+    eventually(
+        "the root logged the foreign certificate's refusal",
+        dir,
+        || handshake_refused(dir, "center", "UnknownIssuer"),
+    );
+    eventually(
+        "the root logged the expired certificate's refusal",
+        dir,
+        || handshake_refused(dir, "center", "certificate expired"),
+    );
+    assert_eq!(connections(dir, "center", "alien"), 0);
+    assert_eq!(connections(dir, "center", "pos-9"), 0);
+
+    // The recovery token is pos-9's only: another name is refused (and it stays unused).
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let addr = ([127, 0, 0, 1], port).into();
+    let ca_path = dir.join("ca.crt");
+    let refused = |r: Result<strata_node::join::Joined, strata_node::join::JoinError>| match r {
+        Err(strata_node::join::JoinError::Refused { reason, .. }) => reason,
+        Err(e) => panic!("expected a refusal, got {e}"),
+        Ok(_) => panic!("expected a refusal, the join was granted"),
+    };
+    let reason = refused(runtime.block_on(strata_node::join::join(
+        "center", addr, &ca_path, "pos-1", "rtok",
+    )));
+    assert_eq!(
+        reason,
+        "the token is a recovery token for \"pos-9\", not for \"pos-1\""
+    );
+
+    // pos-9 recovers: its expired certificate and key are where a joined agent keeps
+    // them, and it starts with the recovery token.
+    pos9.0.kill().unwrap();
+    pos9.0.wait().unwrap();
+    std::fs::create_dir_all(dir.join("data/pos-9")).unwrap();
+    std::fs::copy(dir.join("pos-9.crt"), dir.join("data/pos-9/pos-9.crt")).unwrap();
+    std::fs::copy(dir.join("pos-9.key"), dir.join("data/pos-9/pos-9.key")).unwrap();
+    agent("pos-9", pos9_ops, "join: { token: rtok, ca: ca.crt }");
+    pos9 = spawn(dir, "pos-9", "agent");
+    eventually("pos-9 recovered and holds the app", dir, || {
+        objects(pos9_ops, "pos-9") >= 2.0
+    });
+    let recovered = audits(dir, "center", "recovered");
+    assert!(
+        recovered.iter().any(|v| v["fields"]["who"] == "pos-9"),
+        "{recovered:?}"
+    );
+    // The token worked once.
+    let reason = refused(runtime.block_on(strata_node::join::join(
+        "center", addr, &ca_path, "pos-9", "rtok",
+    )));
+    assert_eq!(reason, "the join token was already used (by \"pos-9\")");
+    drop((pos9, alien, pos1, center));
+}
