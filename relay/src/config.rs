@@ -57,7 +57,8 @@ pub struct NodeConfig {
 
 /// How a relay signs its children's certificate renewals (`renew:`): with the CA
 /// named here (the hierarchy's CA: certificates it signs chain straight to what every
-/// node trusts), else with its join CA; for `lifetime`.
+/// node trusts), else with its join CA; for `lifetime`. A relay with `join:` and no
+/// `renew:` signs with its join CA for `join.node_days`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenewSigning {
     /// The CA certificate and key, if not the join CA.
@@ -685,6 +686,45 @@ data: d
             panic!("accepted");
         };
         assert_eq!(faults, ["join: admitting agents needs a listen address"]);
+    }
+
+    #[test]
+    fn a_renew_section_names_its_ca_or_falls_back_to_the_join_ca() {
+        let text = format!("{ROOT}renew: {{ ca_cert: ca.crt, ca_key: ca.key, lifetime_s: 60 }}\n");
+        let c = NodeConfig::parse(&text, Path::new("/etc/strata")).unwrap();
+        let renew = c.renew.unwrap();
+        assert_eq!(
+            renew.ca,
+            Some(("/etc/strata/ca.crt".into(), "/etc/strata/ca.key".into()))
+        );
+        assert_eq!(renew.lifetime, Duration::from_secs(60));
+        let text = format!("{ROOT}renew: {{ ca_cert: ca.crt, lifetime_s: 0 }}\n");
+        let Err(Refusal::Invalid(faults)) = NodeConfig::parse(&text, Path::new(".")) else {
+            panic!("accepted");
+        };
+        assert_eq!(
+            faults,
+            [
+                "renew: ca_cert and ca_key go together",
+                "renew.lifetime_s: must be at least 1"
+            ]
+        );
+        let text = format!("{ROOT}renew: {{}}\n");
+        let Err(Refusal::Invalid(faults)) = NodeConfig::parse(&text, Path::new(".")) else {
+            panic!("accepted");
+        };
+        assert_eq!(
+            faults,
+            ["renew: name ca_cert and ca_key (this relay has no join CA to sign with)"]
+        );
+        let text = ROOT.replace("ca: ca.crt }", "ca: ca.crt, renew_at_percent: 100 }");
+        let Err(Refusal::Invalid(faults)) = NodeConfig::parse(&text, Path::new(".")) else {
+            panic!("accepted");
+        };
+        assert_eq!(
+            faults,
+            ["tls.renew_at_percent: 100 is not between 1 and 99"]
+        );
     }
 
     #[test]

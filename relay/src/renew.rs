@@ -1,12 +1,13 @@
 //! A relay signing its children's certificate renewals (see [`strata_node::renew`]
 //! for the child's side).
 //!
-//! Who signs is per topology: a relay with a `renew:` section signs with the CA named
-//! there (the hierarchy's CA, given to the relays trusted with it, typically the root;
-//! what it signs chains straight to what every node trusts), or else with its join CA
-//! (what it signs chains through that intermediate, which only this relay accepts: the
-//! same as for agents that joined it). A relay that holds neither answers with a
-//! refusal saying so; its children keep their certificates and retry later.
+//! Who signs is per topology: a relay with `renew: { ca_cert, ca_key }` signs with that
+//! CA (the hierarchy's CA, given to the relays trusted with it, typically the root;
+//! what it signs chains straight to what every node trusts); a relay with a join CA
+//! (`join:`) signs with it otherwise (what it signs chains through that intermediate,
+//! which only this relay accepts: the same as for agents that joined it, so those renew
+//! out of the box). A relay that holds neither answers with a refusal saying so; its
+//! children keep their certificates and retry later.
 //!
 //! The name signed is the name the child is authenticated as on the connection the
 //! request came on; a request naming anything else is refused. Every answer is an
@@ -50,14 +51,16 @@ impl std::fmt::Debug for Signer {
 
 impl Signer {
     /// The signer a relay's configuration describes: `renew:`'s CA, else its join CA
-    /// (`join`), else none.
+    /// (`join`, for `renew.lifetime_s` or else `join.node_days`), else none.
     pub fn load(
         relay: &str,
         renew: Option<&RenewSigning>,
         join: Option<&JoinFiles>,
     ) -> Result<Option<Signer>, SignerError> {
-        let Some(renew) = renew else {
-            return Ok(None);
+        let lifetime = match (renew, join) {
+            (Some(r), _) => r.lifetime,
+            (None, Some(j)) => Duration::from_secs(u64::from(j.node_days) * 86_400),
+            (None, None) => return Ok(None),
         };
         let load = |cert: &std::path::Path, key: &std::path::Path, joining: bool| {
             let ca = if joining {
@@ -70,20 +73,20 @@ impl Signer {
                 reason: e.to_string(),
             })
         };
-        let (ca, which) = match (&renew.ca, join) {
+        let (ca, which) = match (renew.and_then(|r| r.ca.as_ref()), join) {
             (Some((cert, key)), _) => (load(cert, key, false)?, "renew CA"),
             (None, Some(j)) => (load(&j.ca_cert, &j.ca_key, true)?, "join CA"),
             (None, None) => return Ok(None),
         };
         tracing::info!(
             signer = which,
-            lifetime_s = renew.lifetime.as_secs(),
+            lifetime_s = lifetime.as_secs(),
             "signing children's certificate renewals"
         );
         Ok(Some(Signer {
             relay: relay.to_owned(),
             ca,
-            lifetime: renew.lifetime,
+            lifetime,
             which,
         }))
     }
