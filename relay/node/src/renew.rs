@@ -186,6 +186,14 @@ impl Renewer {
 
     /// The due time came: a request to send now, if the session can carry one.
     pub(crate) fn due(&mut self) -> Option<ChildToParent> {
+        if self.validity.is_none() {
+            // Nothing to renew from yet: read the certificate again, plan from it.
+            self.validity = std::fs::read_to_string(&self.config.files.cert)
+                .ok()
+                .and_then(|pem| strata_topology::certs::pem_validity(&pem));
+            self.schedule();
+            return None;
+        }
         self.retry_later();
         if self.version < RENEW_VERSION {
             if self.version != 0 {
@@ -275,6 +283,72 @@ pub(crate) type RenewedTls = Arc<std::sync::RwLock<Option<Arc<rustls::ClientConf
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dial::TransportMode;
+    use strata_topology::certs::{Ca, join_request};
+
+    #[tokio::test]
+    async fn a_renewal_is_asked_only_at_version_4_and_a_wrong_chain_is_never_installed() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Ca::generate("test").unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("eu.crt"),
+            key: dir.path().join("eu.key"),
+            ca: dir.path().join("ca.crt"),
+            renew_at_percent: 50,
+        };
+        let first = ca.issue("eu").unwrap();
+        std::fs::write(&files.cert, &first.cert_pem).unwrap();
+        std::fs::write(&files.key, &first.key_pem).unwrap();
+        std::fs::write(&files.ca, ca.cert_pem()).unwrap();
+        let connector = Connector::new(TransportMode::Tcp, None, None, None);
+        let mut r = Renewer::new(files.renewal("eu"), connector);
+        // A parent of version 3 is not asked; one of version 4 is.
+        r.session(3);
+        assert_eq!(r.due(), None);
+        r.session(RENEW_VERSION);
+        let Some(ChildToParent::Renew { csr_pem }) = r.due() else {
+            panic!("no request at version 4");
+        };
+        // A chain for another key is refused, and the files stay.
+        let (_, other_csr) = join_request("eu").unwrap();
+        let wrong = ca
+            .renew_for_csr("eu", &other_csr, Duration::from_secs(60))
+            .unwrap();
+        assert!(r.answer(RenewReply::Granted { chain_pem: wrong }).is_none());
+        assert_eq!(
+            std::fs::read_to_string(&files.cert).unwrap(),
+            first.cert_pem
+        );
+        // The right one is installed, durably.
+        let Some(ChildToParent::Renew { csr_pem: again }) = r.due() else {
+            panic!("no second request");
+        };
+        assert_ne!(again, csr_pem);
+        let chain = ca
+            .renew_for_csr("eu", &again, Duration::from_secs(60))
+            .unwrap();
+        assert!(
+            r.answer(RenewReply::Granted {
+                chain_pem: chain.clone()
+            })
+            .is_some()
+        );
+        assert_eq!(std::fs::read_to_string(&files.cert).unwrap(), chain);
+        assert!(strata_topology::certs::chain_matches_key(
+            &chain,
+            &std::fs::read_to_string(&files.key).unwrap()
+        ));
+        // A chain from a foreign CA is refused too.
+        let foreign = Ca::generate("elsewhere").unwrap();
+        let Some(ChildToParent::Renew { csr_pem: third }) = r.due() else {
+            panic!("no third request");
+        };
+        let alien = foreign
+            .renew_for_csr("eu", &third, Duration::from_secs(60))
+            .unwrap();
+        assert!(r.answer(RenewReply::Granted { chain_pem: alien }).is_none());
+        assert_eq!(std::fs::read_to_string(&files.cert).unwrap(), chain);
+    }
 
     #[test]
     fn an_interrupted_renewal_is_finished_or_undone() {
