@@ -344,7 +344,7 @@ impl ChildSession {
             }
             (_, ChildToParent::Ack { epoch, seq, cursor }) => self.on_ack(epoch, seq, cursor),
             (_, ChildToParent::Reports(batch)) => {
-                if let Some(items) = self.reports.handle(batch) {
+                if let Some(items) = self.reports.handle(batch.received()) {
                     self.events.push_back(SessionEvent::Reports(items));
                 }
                 Ok(())
@@ -354,6 +354,9 @@ impl ChildSession {
                 Ok(())
             }
             (_, ChildToParent::Pong { .. }) => Ok(()),
+            // Renewal requests are answered by the driver, which holds the signing CA;
+            // one that reaches the session is ignored.
+            (_, ChildToParent::Renew { .. }) => Ok(()),
             (_, ChildToParent::Goodbye { code, reason }) => {
                 self.phase = Phase::Closed;
                 self.events.push_back(SessionEvent::Closed(SessionError {
@@ -533,7 +536,8 @@ impl ChildSession {
         self.control.clear();
         if !matches!(error.code, ErrorCode::IdleTimeout) {
             self.control.push_back(ParentToChild::Goodbye {
-                code: error.code,
+                // A code the child's version can decode (`Revoked` is version 4's).
+                code: error.code.for_version(self.version),
                 reason: error.reason.clone(),
                 retry_after_ms: None,
             });
@@ -730,5 +734,6 @@ fn child_msg_name(msg: &ChildToParent) -> &'static str {
         ChildToParent::Goodbye { .. } => "goodbye",
         ChildToParent::ReplicaHello { .. } => "replica hello",
         ChildToParent::Resume { .. } => "resume",
+        ChildToParent::Renew { .. } => "renew",
     }
 }

@@ -324,7 +324,9 @@ mod tests {
             ParentToChild::Welcome(w) if n == "eu" && *c == 1 => Some(w.version),
             _ => None,
         });
-        assert_eq!(welcome, Some(REPLICA_VERSION));
+        // The newest version, which has replica hellos.
+        assert_eq!(welcome, Some(strata_protocol::wire::MAX_PROTOCOL_VERSION));
+        const { assert!(strata_protocol::wire::MAX_PROTOCOL_VERSION >= REPLICA_VERSION) };
     }
 
     #[test]
