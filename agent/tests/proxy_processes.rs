@@ -84,7 +84,22 @@ spec:
         out = cli(&via);
     }
     let refused = cli("http://127.0.0.1:1");
+    // relay status names what each link runs on (the agent's with --agents).
+    let status = Command::new(common::bin("relay"))
+        .args(["status", "--agents"])
+        .envs(env.clone())
+        .output()
+        .unwrap();
     common::stop_relay_up(&mut child);
+    let tree = String::from_utf8_lossy(&status.stdout);
+    for node in ["site-1", "shop-1"] {
+        assert!(
+            tree.lines()
+                .any(|l| l.contains(node) && l.contains(" over tcp")),
+            "{node}'s link over tcp in relay status:\n{tree}{}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+    }
 
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

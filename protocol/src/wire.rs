@@ -331,6 +331,19 @@ pub struct LinkRecord {
     /// When the child's certificate expires (`None`: not known, e.g. a link reported
     /// by a relay of an older version).
     pub cert_expires: Option<UnixMillis>,
+    /// What the link runs on while up (`None`: not known, e.g. a link reported by a
+    /// relay of an older version, or one that is down). Travels from protocol version
+    /// 4 on, with [`LinkRecord::cert_expires`].
+    pub transport: Option<LinkTransport>,
+}
+
+/// What a link runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LinkTransport {
+    /// QUIC over UDP.
+    Quic,
+    /// TLS 1.3 over TCP (directly, or through an HTTP CONNECT proxy).
+    Tcp,
 }
 
 /// One report: the latest value of one key.

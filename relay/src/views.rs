@@ -129,8 +129,12 @@ fn branch(
         let lag = l["lag"].as_u64().map_or("?".to_owned(), |x| x.to_string());
         let label = format!("{prefix}{}{name}", if last { "└─ " } else { "├─ " });
         let line = if l["connected"] == true {
+            // What the link runs on, when its parent's version reports it.
+            let over = l["transport"]
+                .as_str()
+                .map_or(String::new(), |t| format!(" over {t}"));
             format!(
-                "{label:<24} up {:<5} lag {lag:<12} clusters {:<6} last heartbeat {}",
+                "{label:<24} up {:<5} lag {lag:<12} clusters {:<6} last heartbeat {}{over}",
                 ago(since),
                 l["clusters"].as_u64().unwrap_or(0),
                 ago(heard)
@@ -337,13 +341,18 @@ mod tests {
                 "since": since, "lastHeard": 99_600, "lag": 3, "clusters": 4 })
     }
 
+    fn over_tcp(mut l: Value) -> Value {
+        l["transport"] = json!("tcp");
+        l
+    }
+
     #[test]
     fn status_shows_every_tier_and_down_links_as_cached() {
         let v = json!({
             "node": "center", "head": 118, "now": 100_000,
             "links": [
                 link("eu", "center", "relay", true, 10_000),
-                link("eu-site-1", "eu", "relay", true, 40_000),
+                over_tcp(link("eu-site-1", "eu", "relay", true, 40_000)),
                 link("us", "center", "relay", false, 88_000),
                 link("us-site-1", "us", "relay", true, 20_000),
                 link("c1", "eu-site-1", "agent", true, 50_000),
@@ -353,7 +362,7 @@ mod tests {
         let expected = "\
 center                   root     children 1/2   rev 118
 ├─ eu                    up 90s   lag 3            clusters 4      last heartbeat 400ms
-│  └─ eu-site-1          up 60s   lag 3            clusters 4      last heartbeat 400ms
+│  └─ eu-site-1          up 60s   lag 3            clusters 4      last heartbeat 400ms over tcp
 └─ us                    DOWN 12s lag 3 (cached)   clusters 4      last heard 400ms ago
    └─ us-site-1          up 80s   lag 3            clusters 4      last heartbeat 400ms
 agents: 1/1 connected (relay status --agents lists them)

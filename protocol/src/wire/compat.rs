@@ -96,6 +96,7 @@ impl From<LinkRecordV3> for LinkRecord {
             lag: r.lag,
             clusters: r.clusters,
             cert_expires: None,
+            transport: None,
         }
     }
 }
@@ -126,6 +127,7 @@ impl Reports {
 mod tests {
     use super::*;
     use crate::codec::{decode_value, encode_value};
+    use crate::wire::LinkTransport;
 
     fn record() -> LinkRecord {
         LinkRecord {
@@ -137,6 +139,7 @@ mod tests {
             lag: Some(1),
             clusters: 3,
             cert_expires: Some(UnixMillis(7)),
+            transport: Some(LinkTransport::Tcp),
         }
     }
 

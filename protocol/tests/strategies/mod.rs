@@ -11,8 +11,8 @@ use strata_protocol::summary::{ErrorSample, Summary};
 use strata_protocol::time::UnixMillis;
 use strata_protocol::wire::{
     Change, ChildToParent, Delta, ErrorCode, Hello, JoinReply, JoinRequest, LinkRecord,
-    ParentToChild, RenewReply, Report, ReportKey, ReportValue, Reports, Role, RouteId, Snapshot,
-    StreamMark, Welcome,
+    LinkTransport, ParentToChild, RenewReply, Report, ReportKey, ReportValue, Reports, Role,
+    RouteId, Snapshot, StreamMark, Welcome,
 };
 
 fn name() -> impl Strategy<Value = String> {
@@ -132,6 +132,11 @@ fn link() -> impl Strategy<Value = LinkRecord> {
                 lag,
                 clusters,
                 cert_expires: expires.map(UnixMillis),
+                transport: match expires.map(|e| e % 3) {
+                    Some(0) => Some(LinkTransport::Quic),
+                    Some(1) => Some(LinkTransport::Tcp),
+                    _ => None,
+                },
             },
         )
 }
@@ -184,6 +189,7 @@ fn report() -> impl Strategy<Value = Report> {
         // `Link` travels in version 3's shape (no expiry); `LinkExpiring` with it.
         link().prop_map(|mut l| {
             l.cert_expires = None;
+            l.transport = None;
             ReportValue::Link(l)
         }),
         link().prop_map(ReportValue::LinkExpiring),

@@ -5,7 +5,7 @@
 
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
-use strata_protocol::wire::{LinkRecord, ReportKey, ReportValue, Role};
+use strata_protocol::wire::{LinkRecord, LinkTransport, ReportKey, ReportValue, Role};
 
 use super::{ApiState, error, reply};
 use crate::node::core::NodeCore;
@@ -24,6 +24,10 @@ fn link_json(node: &str, l: &LinkRecord) -> Value {
         "lag": l.lag,
         "clusters": l.clusters,
         "certExpires": l.cert_expires.map(|t| t.0),
+        "transport": l.transport.map(|t| match t {
+            LinkTransport::Quic => "quic",
+            LinkTransport::Tcp => "tcp",
+        }),
     })
 }
 

@@ -391,6 +391,7 @@ mod tests {
                 lag: Some(0),
                 clusters: 3,
                 cert_expires: None,
+                transport: None,
             }),
         }
     }

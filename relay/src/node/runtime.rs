@@ -17,7 +17,9 @@ use strata_node::transport::{self, Sender, close_code};
 use strata_node::tunnel::{self, TunnelSlots};
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
 use strata_protocol::time::{Instant, UnixMillis};
-use strata_protocol::wire::{ChildToParent, ErrorCode, JoinReply, ParentToChild, Role};
+use strata_protocol::wire::{
+    ChildToParent, ErrorCode, JoinReply, LinkTransport, ParentToChild, Role,
+};
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
@@ -340,6 +342,13 @@ impl Node for Relay {
                         .and_then(|chain| strata_topology::certs::not_after(chain.first()?))
                         .map(|s| UnixMillis(u64::try_from(s).unwrap_or(0).saturating_mul(1000)));
                     core.child_certificate(&name, expires);
+                    core.child_transport(
+                        &name,
+                        match conn.kind() {
+                            strata_node::link::TransportKind::Quic => LinkTransport::Quic,
+                            strata_node::link::TransportKind::Tcp => LinkTransport::Tcp,
+                        },
+                    );
                     tracing::info!(child = %name, remote = %conn.remote_address(), transport = %conn.kind(), "child connected");
                     self.children.insert((name, conn_id), (conn, sender));
                 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use strata_protocol::model::Cluster;
 use strata_protocol::time::{Instant, UnixMillis};
-use strata_protocol::wire::{LinkRecord, Report, ReportKey, ReportValue, Role};
+use strata_protocol::wire::{LinkRecord, LinkTransport, Report, ReportKey, ReportValue, Role};
 
 use super::NodeCore;
 
@@ -58,6 +58,12 @@ impl NodeCore {
 
     /// When the certificate a child's connection presented expires; its link record
     /// carries it upward.
+    /// What a child's connection runs on, as its link record will say.
+    pub fn child_transport(&mut self, child: &str, transport: LinkTransport) {
+        self.transports.insert(child.to_owned(), transport);
+    }
+
+    /// When a child's certificate expires (`None`: not known).
     pub fn child_certificate(&mut self, child: &str, expires: Option<UnixMillis>) {
         match expires {
             Some(t) => self.cert_expires.insert(child.to_owned(), t),
@@ -163,6 +169,10 @@ impl NodeCore {
             lag: acked.map(|c| head.saturating_sub(c.position.0)),
             clusters,
             cert_expires: self.cert_expires.get(child).copied(),
+            transport: l
+                .connected
+                .then(|| self.transports.get(child).copied())
+                .flatten(),
         })
     }
 
@@ -260,6 +270,7 @@ mod tests {
             lag: Some(0),
             clusters: 1,
             cert_expires: None,
+            transport: None,
         }
     }
 

@@ -150,6 +150,8 @@ pub struct NodeCore {
     links: BTreeMap<String, links::LinkState>,
     /// When each connected child's certificate expires (from its TLS handshake).
     cert_expires: BTreeMap<String, UnixMillis>,
+    /// What each child's current connection runs on.
+    transports: BTreeMap<String, strata_protocol::wire::LinkTransport>,
     /// Names revoked at the root (the log's `Revocation` objects): refused as children.
     revoked: BTreeSet<String>,
     /// The wall-clock time at the clock's origin.
@@ -250,6 +252,7 @@ impl NodeCore {
             stats: CoreStats::default(),
             links: BTreeMap::new(),
             cert_expires: BTreeMap::new(),
+            transports: BTreeMap::new(),
             revoked: BTreeSet::new(),
             wall_origin: setup.wall_origin,
             watch_history: setup.watch_history,

@@ -222,6 +222,7 @@ mod tests {
                 lag: Some(0),
                 clusters: 1,
                 cert_expires: None,
+                transport: None,
             }),
         }
     }
