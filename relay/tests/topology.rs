@@ -232,7 +232,7 @@ metadata: { name: t }
 spec:
   root: { name: center, listen: 127.0.0.1:7443, api: 127.0.0.1:8443 }
   relays:
-    - { name: eu, parent: center, parentAddress: center.relays.example.com:7443, transport: auto }
+    - { name: eu, parent: center, parentAddress: center.relays.example.com:7443, transport: auto, keepaliveMs: 20000 }
   clusters:
     - { name: shop-1, parent: eu, transport: tcp, proxy: \"http://u:p@proxy.lan:3128\" }
 ";
@@ -246,6 +246,11 @@ spec:
     assert_eq!(p.address.to_string(), "center.relays.example.com:7443");
     assert_eq!(p.transport, strata_node::dial::TransportMode::Auto);
     assert_eq!(p.proxy, None);
+    assert_eq!(
+        p.keep_alive,
+        std::time::Duration::from_secs(20),
+        "keepaliveMs reaches the node config"
+    );
     // The replicas of a root on etcd: a comma-separated list, every one dialed.
     let replicas = text.replace(
         "center.relays.example.com:7443",
@@ -272,6 +277,7 @@ spec:
     let bad = text
         .replace("transport: auto", "transport: udp")
         .replace("transport: tcp, ", "")
+        .replace("keepaliveMs: 20000", "keepaliveMs: 5")
         .replace(
             "center.relays.example.com:7443",
             "\"10.0.0.1:7443,no port\"",
@@ -284,6 +290,7 @@ spec:
         "relay \"eu\": transport: \"udp\" is not a transport: expected auto, quic or tcp",
         "relay \"eu\": parentAddress: \"no port\" is not an address of the form IP:PORT or HOST:PORT",
         "cluster \"shop-1\": proxy: a proxy carries TLS over TCP only: set `transport: tcp` or `auto`",
+        "relay \"eu\": keepaliveMs: 5 is out of range: expected 100 to 3600000 (milliseconds)",
     ] {
         assert!(errors.contains(fault), "missing {fault:?} in:\n{errors}");
     }

@@ -22,6 +22,7 @@ use rcgen::{
 use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_node::clock::Clock;
+use strata_node::dial::{Connector, TransportMode};
 use strata_node::store::{MemStore, Store};
 use strata_node::tls::{self, Identity};
 use strata_node::transport;
@@ -79,6 +80,8 @@ pub struct SimHierarchy {
     starts: RefCell<BTreeMap<String, u64>>,
     tls: BTreeMap<String, Tls>,
     disk_generation: Cell<u64>,
+    /// How every child reaches its parent (QUIC unless the scenario says otherwise).
+    transport: Cell<TransportMode>,
 }
 
 impl std::fmt::Debug for SimHierarchy {
@@ -162,7 +165,14 @@ impl SimHierarchy {
             starts: RefCell::new(BTreeMap::new()),
             tls: tls_by_name,
             disk_generation: Cell::new(0),
+            transport: Cell::new(TransportMode::Quic),
         }))
+    }
+
+    /// How every child reaches its parent from the next start on: `auto` and `tcp` give
+    /// relays a TLS/TCP listener on the simulated TCP as well.
+    pub fn set_transport(&self, mode: TransportMode) {
+        self.transport.set(mode);
     }
 
     /// Replaces a node's disk with an empty one (and a new node id).
@@ -273,12 +283,14 @@ impl SimHierarchy {
         Arc::new(disk)
     }
 
-    fn client_endpoint(
+    /// How node `name` reaches its parent: a QUIC endpoint on `socket`, and, unless the
+    /// transport is QUIC only, TLS/TCP on the simulated TCP.
+    fn connector(
         &self,
         name: &str,
         socket: SimUdpSocket,
         rng: &mut SimRng,
-    ) -> std::io::Result<quinn::Endpoint> {
+    ) -> std::io::Result<Connector> {
         let mut config = EndpointConfig::default();
         let cid_key = rng.next_u64();
         config.cid_generator(move || {
@@ -289,7 +301,11 @@ impl SimHierarchy {
         endpoint.set_default_client_config(
             transport::client_configs(tls.client.clone()).map_err(std::io::Error::other)?,
         );
-        Ok(endpoint)
+        Ok(match self.transport.get() {
+            TransportMode::Quic => endpoint.into(),
+            mode => Connector::new(mode, Some(endpoint), Some(tls.client.clone()), None)
+                .with_tcp_dial(net::tcp_dial()),
+        })
     }
 
     /// Runs relay `name` on the current host until the host crashes.
@@ -305,6 +321,13 @@ impl SimHierarchy {
         let (config, server) = transport::server_configs(tls.server.clone(), secret)?;
         let socket = SimUdpSocket::bind(ip, RELAY_PORT, self.network.clone()).await?;
         let listener = net::endpoint(socket, config, Some(server), rng.bytes32())?;
+        let tcp_listener = match self.transport.get() {
+            TransportMode::Quic => None,
+            _ => Some(strata_node::tcp::Listener::from_source(
+                Box::new(net::SimTcpListener::bind(ip, RELAY_PORT).await?),
+                tls.server.clone(),
+            )),
+        };
         let topo = &self.topology;
         let parent = topo.relay(&name).and_then(|r| r.parent.clone()).map(|p| {
             let addr = SocketAddr::new(turmoil::lookup(p.as_str()), RELAY_PORT);
@@ -313,7 +336,7 @@ impl SimHierarchy {
         let connector = match parent {
             Some(_) => {
                 let socket = SimUdpSocket::bind(ip, 0, self.network.clone()).await?;
-                Some(self.client_endpoint(&name, socket, &mut rng)?)
+                Some(self.connector(&name, socket, &mut rng)?)
             }
             None => None,
         };
@@ -330,8 +353,8 @@ impl SimHierarchy {
             parent,
             store: self.store(&name),
             listener: Some(listener),
-            tcp_listener: None,
-            connector: connector.map(Into::into),
+            tcp_listener,
+            connector,
             sessions: SessionConfig::default(),
             summary_interval: SUMMARY_INTERVAL,
             clock: Clock::start_at(wall_now()),
@@ -371,7 +394,7 @@ impl SimHierarchy {
             tokio::time::sleep_until(host_started + at).await;
             let mut rng = self.next_start(&spec.name);
             let socket = SimUdpSocket::bind(ip, 0, self.network.clone()).await?;
-            let connector = self.client_endpoint(&spec.name, socket, &mut rng)?;
+            let connector = self.connector(&spec.name, socket, &mut rng)?;
             let handle = agent::start(AgentParts {
                 cluster: Cluster {
                     name: spec.name.clone(),
@@ -381,7 +404,7 @@ impl SimHierarchy {
                 },
                 parent: (relay.clone(), parent_addr.into()),
                 store: self.store(&spec.name),
-                connector: connector.into(),
+                connector,
                 backend: Box::new(SimulatedCluster::new(SimulatedConfig {
                     ready_delay: READY_DELAY,
                     fail_all: None,

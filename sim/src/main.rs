@@ -146,6 +146,9 @@ fn print_summary(path: &std::path::Path, o: &Outcome, wall: Duration) {
             secs(armed)
         );
     }
+    if let Some(at) = o.converged_early {
+        println!("  converged at {} with the faults still in place", secs(at));
+    }
     for line in &o.rollout {
         println!("  rollout: {line}");
     }

@@ -1,13 +1,14 @@
-//! quinn over turmoil: an [`AsyncUdpSocket`] on turmoil's simulated UDP, and the
-//! simulated network's own knobs that turmoil does not have (per-message loss) and
-//! counters (bytes and datagrams per pair of hosts).
+//! quinn over turmoil: an [`AsyncUdpSocket`] on turmoil's simulated UDP, TLS/TCP links
+//! on turmoil's simulated TCP, and the simulated network's own knobs that turmoil does
+//! not have (per-message loss, UDP blocked between two hosts while TCP passes, as a
+//! firewall or proxy does) and counters (bytes and datagrams per pair of hosts).
 //!
 //! turmoil's `UdpSocket` has `try_send_to`, `try_recv_from` and an async `readable()`
 //! but no `poll_recv_from`: the adapter keeps one stored `readable()` future and polls
 //! it. While that future is pending it holds the socket's receive lock, so
 //! `try_recv_from` reports `WouldBlock`; once it resolves the lock is free again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 use std::io::{self, IoSliceMut};
@@ -19,6 +20,8 @@ use std::task::{Context, Poll};
 
 use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, Endpoint, EndpointConfig, TokioRuntime, UdpPoller};
+use strata_node::dial::TcpDial;
+use strata_node::tcp;
 
 use crate::rng::mix;
 
@@ -39,6 +42,8 @@ pub struct Network {
     loss_ppm: AtomicU64,
     /// Loss per ordered host pair, in parts per million (overrides the global rate).
     link_loss: RwLock<BTreeMap<(IpAddr, IpAddr), u64>>,
+    /// Ordered host pairs between which every datagram is dropped.
+    udp_blocked: RwLock<BTreeSet<(IpAddr, IpAddr)>>,
     traffic: RwLock<BTreeMap<(IpAddr, IpAddr), Traffic>>,
 }
 
@@ -49,6 +54,7 @@ impl Network {
             rng: AtomicU64::new(seed),
             loss_ppm: AtomicU64::new(0),
             link_loss: RwLock::new(BTreeMap::new()),
+            udp_blocked: RwLock::new(BTreeSet::new()),
             traffic: RwLock::new(BTreeMap::new()),
         })
     }
@@ -71,6 +77,19 @@ impl Network {
         }
     }
 
+    /// Blocks (or unblocks) UDP between two hosts, both ways; TCP still passes.
+    pub fn set_udp_blocked(&self, a: IpAddr, b: IpAddr, blocked: bool) {
+        if let Ok(mut m) = self.udp_blocked.write() {
+            for pair in [(a, b), (b, a)] {
+                if blocked {
+                    m.insert(pair);
+                } else {
+                    m.remove(&pair);
+                }
+            }
+        }
+    }
+
     /// Everything sent so far, per (source host, destination host).
     pub fn traffic(&self) -> BTreeMap<(IpAddr, IpAddr), Traffic> {
         self.traffic.read().map(|m| m.clone()).unwrap_or_default()
@@ -82,6 +101,13 @@ impl Network {
             let t = m.entry((from, to)).or_default();
             t.bytes += len as u64;
             t.datagrams += 1;
+        }
+        if self
+            .udp_blocked
+            .read()
+            .is_ok_and(|m| m.contains(&(from, to)))
+        {
+            return false;
         }
         let rate = self
             .link_loss
@@ -229,4 +255,54 @@ pub fn endpoint(
 ) -> io::Result<Endpoint> {
     config.rng_seed(Some(seed));
     Endpoint::new_with_abstract_socket(config, server, Arc::new(socket), Arc::new(TokioRuntime))
+}
+
+/// A relay's TLS/TCP listener on turmoil's TCP.
+pub struct SimTcpListener {
+    listener: turmoil::net::TcpListener,
+    host: IpAddr,
+}
+
+impl fmt::Debug for SimTcpListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimTcpListener")
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimTcpListener {
+    /// Binds `port` on the current simulated host, whose address is `host`.
+    pub async fn bind(host: IpAddr, port: u16) -> io::Result<Self> {
+        let listener = turmoil::net::TcpListener::bind(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port,
+        ))
+        .await?;
+        Ok(SimTcpListener { listener, host })
+    }
+}
+
+impl tcp::Accept for SimTcpListener {
+    fn accept(&self) -> tcp::BoxFuture<'_, io::Result<(tcp::BoxIo, SocketAddr)>> {
+        Box::pin(async move {
+            let (stream, from) = self.listener.accept().await?;
+            Ok((Box::new(stream) as tcp::BoxIo, from))
+        })
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        let addr = self.listener.local_addr()?;
+        Ok(SocketAddr::new(self.host, addr.port()))
+    }
+}
+
+/// Opens TLS/TCP links' connections on turmoil's TCP.
+pub fn tcp_dial() -> TcpDial {
+    Arc::new(|addr| {
+        Box::pin(async move {
+            let stream = turmoil::net::TcpStream::connect(addr).await?;
+            Ok(Box::new(stream) as tcp::BoxIo)
+        })
+    })
 }

@@ -452,12 +452,32 @@ pub(crate) async fn observe(
             .rollout
             .as_ref()
             .is_none_or(|c| rollout.done(c.outcome));
-        let converged = root.as_ref().is_some_and(|r| {
-            workload.is_empty()
-                && rollout_done
+        // Every cluster holds what the root holds now, and the root's summaries say so.
+        let caught_up = root.as_ref().is_some_and(|r| {
+            rollout_done
                 && check::divergence(&expected, &agents).is_empty()
                 && check::summary_mismatches(&clusters, r, &agents).is_empty()
         });
+        let converged = workload.is_empty() && caught_up;
+        if let Some(by) = scenario.checks.converge_by {
+            // Caught up with every workload step due by then (none is left before it).
+            let due_done = workload.front().is_none_or(|w| w.at > by);
+            let early = record.borrow().converged_early;
+            if caught_up && due_done && early.is_none() {
+                record.borrow_mut().converged_early = Some(t);
+                record
+                    .borrow_mut()
+                    .trace
+                    .push(format!("{} converged with the faults in place", secs(t)));
+            } else if early.is_none() && t >= by {
+                fail(Violation {
+                    invariant: "the hierarchy catches up with the workload due by `checks.converge_by` \
+                                although a fault is in place",
+                    detail: format!("not converged at {}", secs(t)),
+                });
+                return Ok(());
+            }
+        }
         if converged && t >= healed {
             record.borrow_mut().converged = Some((t, t - healed));
             let delta_start = record.borrow().delta_start;

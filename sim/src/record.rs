@@ -29,4 +29,6 @@ pub(crate) struct RunRecord {
     pub(crate) available: Option<(usize, Duration)>,
     /// The rollout check's events and figures, one line each.
     pub(crate) rollout: Vec<String>,
+    /// The `converge_by` check: when the hierarchy first converged, faults or not.
+    pub(crate) converged_early: Option<Duration>,
 }

@@ -41,6 +41,9 @@ pub struct Outcome {
     pub available: Option<(usize, Duration)>,
     /// The rollout check's events and figures (wave times, time to roll back).
     pub rollout: Vec<String>,
+    /// The `converge_by` check's figure: when the hierarchy first converged while a
+    /// fault was still in place.
+    pub converged_early: Option<Duration>,
     /// The first broken invariant, with a short trace.
     pub violation: Option<(Violation, Duration, Vec<String>)>,
 }
@@ -110,6 +113,7 @@ fn actions(faults: &[Fault]) -> Vec<(Duration, Action)> {
 /// Simulates `scenario` with `seed`.
 pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
     let hierarchy = SimHierarchy::new(scenario.topology.clone(), seed, scenario.start.within)?;
+    hierarchy.set_transport(scenario.transport);
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .simulation_duration(scenario.duration + Duration::from_secs(60))
@@ -207,6 +211,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
         resync: rec.resync,
         available: rec.available,
         rollout: rec.rollout.clone(),
+        converged_early: rec.converged_early,
         violation: rec.violation.clone().map(|(v, at)| (v, at, tail)),
     })
 }
@@ -309,6 +314,15 @@ fn apply_fault(
                             );
                         }
                     }
+                }
+            }
+            if f.block_udp == Some(true) {
+                for (x, y) in &links {
+                    hierarchy.network.set_udp_blocked(
+                        sim.lookup(x.as_str()),
+                        sim.lookup(y.as_str()),
+                        start,
+                    );
                 }
             }
             if let Some(latency) = f.latency {

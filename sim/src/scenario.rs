@@ -62,6 +62,10 @@ pub struct Scenario<T = Topology> {
     /// Extra checks.
     #[serde(default)]
     pub checks: Checks,
+    /// How every child reaches its parent: `quic` (the default), `auto` (QUIC, TLS/TCP
+    /// when QUIC cannot complete a handshake, back to QUIC when it can) or `tcp`.
+    #[serde(default)]
+    pub transport: strata_node::dial::TransportMode,
 }
 
 /// One workload step (exactly one action).
@@ -214,6 +218,8 @@ pub struct Fault {
     /// Jitter on top of the latency during `from..to`.
     #[serde(default, with = "opt_duration")]
     pub jitter: Option<Duration>,
+    /// UDP dropped during `from..to` while TCP passes (a firewall that blocks UDP).
+    pub block_udp: Option<bool>,
     /// The link a condition applies to (everywhere if absent).
     pub link: Option<[String; 2]>,
 }
@@ -228,6 +234,11 @@ pub struct Checks {
     pub available: Option<AvailableCheck>,
     /// A placement's rollouts keep their promises (see [`RolloutCheck`]).
     pub rollout: Option<RolloutCheck>,
+    /// By this time every cluster holds what the root holds, every workload step due by
+    /// then applied, although a fault is still in place (e.g. UDP blocked: TLS/TCP must
+    /// carry everything).
+    #[serde(default, with = "opt_duration")]
+    pub converge_by: Option<Duration>,
 }
 
 /// A placement's rollouts, watched at every sample: no cluster outside the waves the
@@ -376,6 +387,7 @@ impl Scenario {
             faults: raw.faults,
             start: raw.start,
             checks: raw.checks,
+            transport: raw.transport,
         };
         for (i, w) in s.workload.iter().enumerate() {
             let n = [
@@ -441,14 +453,15 @@ impl Scenario {
             .iter()
             .filter(|b| **b)
             .count();
-            let condition = f.loss.is_some() || f.latency.is_some();
+            let condition = f.loss.is_some() || f.latency.is_some() || f.block_udp.is_some();
             match (instant, condition) {
                 (1, false) if f.at.is_some() => {}
                 (0, true) if f.from.is_some() && f.to.is_some() => {}
                 _ => {
                     return Err(parse(format!(
                         "faults[{i}]: either `at` with one of partition, partition_oneway, \
-                         repair, hold, release, crash; or `from`/`to` with loss and/or latency"
+                         repair, hold, release, crash; or `from`/`to` with loss, latency \
+                         and/or block_udp"
                     )));
                 }
             }

@@ -78,6 +78,8 @@ pub struct ParentLink {
     pub transport: Option<String>,
     /// `proxy`: an `http://` CONNECT proxy for TLS/TCP.
     pub proxy: Option<String>,
+    /// `keepaliveMs`: how often a TLS/TCP link pings.
+    pub keepalive_ms: Option<u64>,
 }
 
 /// A leaf cluster and its agent.
@@ -231,7 +233,14 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
     for c in &spec.clusters {
         let who = format!("cluster {:?}", c.name);
         parent_ok(who.clone(), &c.parent, errors);
-        parent_link(&who, &c.parent_address, &c.transport, &c.proxy, errors);
+        parent_link(
+            &who,
+            &c.parent_address,
+            &c.transport,
+            &c.proxy,
+            c.keepalive_ms,
+            errors,
+        );
     }
     let mut join_tokens: BTreeMap<&str, u32> = BTreeMap::new();
     let mut join_seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -334,11 +343,19 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
             parent_address,
             transport,
             proxy,
+            keepalive_ms,
         } = r;
         let mut relay = relay_addrs(
             &who, name, listen, address, metrics, &mut udp, &mut tcp, errors,
         );
-        relay.link = parent_link(&who, parent_address, transport, proxy, errors);
+        relay.link = parent_link(
+            &who,
+            parent_address,
+            transport,
+            proxy,
+            *keepalive_ms,
+            errors,
+        );
         relay.parent = parent.clone();
         relay.labels = labels.clone();
         relays.entry(name.clone()).or_insert(relay);
@@ -435,6 +452,7 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
                  parent_address,
                  transport,
                  proxy,
+                 keepalive_ms,
              }| Cluster {
                 name,
                 parent,
@@ -444,6 +462,7 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
                     address: parent_address,
                     transport,
                     proxy,
+                    keepalive_ms,
                 },
             },
         )
@@ -561,8 +580,21 @@ pub(crate) fn parent_link(
     address: &Option<String>,
     transport: &Option<String>,
     proxy: &Option<String>,
+    keepalive_ms: Option<u64>,
     errors: &mut Vec<String>,
 ) -> ParentLink {
+    if let Some(ms) = keepalive_ms
+        && !(100..=3_600_000).contains(&ms)
+    {
+        errors.push(format!(
+            "{who}: keepaliveMs: {ms} is out of range: expected 100 to 3600000 (milliseconds)"
+        ));
+    }
+    if keepalive_ms.is_some() && transport.as_deref() == Some("quic") {
+        errors.push(format!(
+            "{who}: keepaliveMs: only TLS/TCP links ping on their own: set `transport: tcp` or `auto`"
+        ));
+    }
     if let Some(list) = address {
         // A comma-separated list names the parent's replicas (a root on etcd).
         for a in list.split(',').map(str::trim) {
@@ -605,6 +637,7 @@ pub(crate) fn parent_link(
         address: address.clone(),
         transport: transport.clone(),
         proxy: proxy.clone(),
+        keepalive_ms,
     }
 }
 

@@ -117,6 +117,10 @@ pub struct RawRelay {
     /// An HTTP CONNECT proxy for TLS/TCP, `http://user:pass@host:port`.
     #[serde(default)]
     pub proxy: Option<String>,
+    /// How often a TLS/TCP link to the parent pings, in milliseconds (under the idle
+    /// timeout of every proxy and balancer on the way).
+    #[serde(default, rename = "keepaliveMs")]
+    pub keepalive_ms: Option<u64>,
 }
 
 /// One entry of `spec.clusters`.
@@ -143,6 +147,10 @@ pub struct RawCluster {
     /// An HTTP CONNECT proxy for TLS/TCP, `http://user:pass@host:port`.
     #[serde(default)]
     pub proxy: Option<String>,
+    /// How often a TLS/TCP link to the parent pings, in milliseconds (under the idle
+    /// timeout of every proxy and balancer on the way).
+    #[serde(default, rename = "keepaliveMs")]
+    pub keepalive_ms: Option<u64>,
 }
 
 /// One entry of `spec.joining`.

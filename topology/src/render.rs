@@ -155,6 +155,9 @@ pub fn render(
         if let Some(p) = &link.proxy {
             let _ = write!(y, ", proxy: \"{p}\"");
         }
+        if let Some(ms) = link.keepalive_ms {
+            let _ = write!(y, ", keepalive_ms: {ms}");
+        }
         y.push_str(" }\n");
         y
     };

@@ -267,14 +267,20 @@ pub enum DialError {
     },
 }
 
+/// Opens a TCP connection to an address, in place of tokio's (the simulator's TCP).
+pub type TcpDial =
+    Arc<dyn Fn(SocketAddr) -> tcp::BoxFuture<'static, std::io::Result<tcp::BoxIo>> + Send + Sync>;
+
 /// How a child reaches its parent: the transport mode, a QUIC endpoint and a TLS
 /// configuration for TCP (both carrying the node's identity), and a proxy for TCP.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Connector {
     mode: TransportMode,
     quic: Option<Endpoint>,
     tls: Option<Arc<rustls::ClientConfig>>,
     proxy: Option<Proxy>,
+    /// Direct TCP connections through this instead of tokio's socket.
+    tcp_dial: Option<TcpDial>,
     /// `auto`: how long QUIC may take before TCP is tried.
     pub quic_timeout: Duration,
     /// `auto`: how often QUIC is tried again while on TCP.
@@ -282,6 +288,21 @@ pub struct Connector {
     /// TLS/TCP: how often this side pings, so that a proxy or balancer never sees the
     /// tunnel idle for longer.
     pub keep_alive: Duration,
+}
+
+impl fmt::Debug for Connector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connector")
+            .field("mode", &self.mode)
+            .field("quic", &self.quic.is_some())
+            .field("tls", &self.tls.is_some())
+            .field("proxy", &self.proxy)
+            .field("tcp_dial", &self.tcp_dial.is_some())
+            .field("quic_timeout", &self.quic_timeout)
+            .field("probe_every", &self.probe_every)
+            .field("keep_alive", &self.keep_alive)
+            .finish()
+    }
 }
 
 impl From<Endpoint> for Connector {
@@ -305,10 +326,18 @@ impl Connector {
             quic,
             tls,
             proxy,
+            tcp_dial: None,
             quic_timeout: QUIC_FALLBACK_AFTER,
             probe_every: QUIC_PROBE_EVERY,
             keep_alive: tcp::KEEP_ALIVE,
         }
+    }
+
+    /// Opens direct TCP connections with `dial` instead of tokio's socket (the
+    /// simulator's network).
+    pub fn with_tcp_dial(mut self, dial: TcpDial) -> Self {
+        self.tcp_dial = Some(dial);
+        self
     }
 
     /// The transport mode.
@@ -400,7 +429,7 @@ impl Connector {
                         }
                     }
                     match (tunnel, last) {
-                        (Some(s), _) => s,
+                        (Some(s), _) => tcp::from_tokio(s).map_err(|e| err(e.to_string()))?,
                         (None, Some((one, source))) => {
                             return Err(DialError::Proxy {
                                 name: name.to_owned(),
@@ -417,8 +446,19 @@ impl Connector {
                         target: addr.to_string(),
                         detail,
                     })?;
-                    race(addrs, |a| async move {
-                        TcpStream::connect(a).await.map_err(|e| format!("{a}: {e}"))
+                    let dial = self.tcp_dial.clone();
+                    race(addrs, move |a| {
+                        let dial = dial.clone();
+                        async move {
+                            let stream = match dial {
+                                Some(dial) => dial(a).await.map(|s| (s, a)),
+                                None => match TcpStream::connect(a).await {
+                                    Ok(s) => tcp::from_tokio(s),
+                                    Err(e) => Err(e),
+                                },
+                            };
+                            stream.map_err(|e| format!("{a}: {e}"))
+                        }
                     })
                     .await
                     .map_err(err)?

@@ -26,14 +26,16 @@
 //! its own with `parent.keepalive_ms`), shorter than the idle timeouts of common proxies
 //! and load balancers.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rustls_pki_types::{CertificateDer, ServerName};
 use strata_protocol::codec::{self, FrameDecoder};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
@@ -58,7 +60,32 @@ const CLOSE: u8 = 3;
 const HEADER: usize = 8;
 const MAX_REASON: usize = 1024;
 
-type Stream = TlsStream<TcpStream>;
+/// A byte stream a TLS link runs on: a TCP socket, a proxy's tunnel, or the
+/// simulator's TCP.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
+
+impl std::fmt::Debug for dyn Io {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Io")
+    }
+}
+
+/// A boxed [`Io`].
+pub type BoxIo = Box<dyn Io>;
+
+/// A future of a boxed value, as the hooks below return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+type Stream = TlsStream<BoxIo>;
+
+/// A tokio TCP stream ready for [`connect`] or [`accept`]: Nagle off, the peer's
+/// address read.
+pub fn from_tokio(stream: TcpStream) -> std::io::Result<(BoxIo, SocketAddr)> {
+    let _ = stream.set_nodelay(true);
+    let remote = stream.peer_addr()?;
+    Ok((Box::new(stream), remote))
+}
 
 /// What the writer is asked besides the classes' messages.
 #[derive(Debug)]
@@ -115,13 +142,11 @@ impl Drop for Inner {
 /// Connects TLS over an established TCP stream (direct, or a proxy's tunnel) to the
 /// node `name`, whose certificate must name it; this side pings every `keep_alive`.
 pub async fn connect(
-    stream: TcpStream,
+    (stream, remote): (BoxIo, SocketAddr),
     tls: Arc<rustls::ClientConfig>,
     name: &str,
     keep_alive: Duration,
 ) -> Result<TcpLink, std::io::Error> {
-    let _ = stream.set_nodelay(true);
-    let remote = stream.peer_addr()?;
     let server = ServerName::try_from(name.to_owned())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let tls = tokio_rustls::TlsConnector::from(tls)
@@ -138,11 +163,9 @@ pub async fn connect(
 
 /// Accepts TLS on a TCP stream a listener took.
 pub async fn accept(
-    stream: TcpStream,
+    (stream, remote): (BoxIo, SocketAddr),
     tls: Arc<rustls::ServerConfig>,
 ) -> Result<TcpLink, std::io::Error> {
-    let _ = stream.set_nodelay(true);
-    let remote = stream.peer_addr()?;
     let tls = tokio_rustls::TlsAcceptor::from(tls).accept(stream).await?;
     let peer = tls.get_ref().1.peer_certificates().map(|c| c.to_vec());
     Ok(TcpLink::new(
@@ -606,11 +629,26 @@ async fn decode_class<M: WireMessage>(
     }
 }
 
+/// Where a [`Listener`] takes connections from, other than a bound tokio socket: the
+/// simulator's TCP.
+pub trait Accept: Send + Sync + std::fmt::Debug {
+    /// The next connection and its peer's address.
+    fn accept(&self) -> BoxFuture<'_, std::io::Result<(BoxIo, SocketAddr)>>;
+    /// Where it listens.
+    fn local_addr(&self) -> std::io::Result<SocketAddr>;
+}
+
+#[derive(Debug)]
+enum Source {
+    Tokio(tokio::net::TcpListener),
+    Other(Box<dyn Accept>),
+}
+
 /// A relay's TLS/TCP listener: the bound socket and the same TLS configuration as its
 /// QUIC endpoint's.
 #[derive(Debug)]
 pub struct Listener {
-    socket: tokio::net::TcpListener,
+    source: Source,
     tls: Arc<rustls::ServerConfig>,
 }
 
@@ -624,18 +662,35 @@ impl Listener {
         let socket = std::net::TcpListener::bind(addr).map_err(bind_err)?;
         socket.set_nonblocking(true).map_err(bind_err)?;
         let socket = tokio::net::TcpListener::from_std(socket).map_err(bind_err)?;
-        Ok(Listener { socket, tls })
+        Ok(Listener {
+            source: Source::Tokio(socket),
+            tls,
+        })
+    }
+
+    /// A listener taking its connections from `source`.
+    pub fn from_source(source: Box<dyn Accept>, tls: Arc<rustls::ServerConfig>) -> Listener {
+        Listener {
+            source: Source::Other(source),
+            tls,
+        }
     }
 
     /// Where it listens.
     pub fn local_addr(&self) -> Result<SocketAddr, std::io::Error> {
-        self.socket.local_addr()
+        match &self.source {
+            Source::Tokio(s) => s.local_addr(),
+            Source::Other(s) => s.local_addr(),
+        }
     }
 
     /// The next TCP connection (its TLS handshake is [`accept`]'s, in the
     /// connection's own task), with the TLS configuration to accept it with.
-    pub async fn next(&self) -> std::io::Result<(TcpStream, Arc<rustls::ServerConfig>)> {
-        let (stream, _) = self.socket.accept().await?;
+    pub async fn next(&self) -> std::io::Result<((BoxIo, SocketAddr), Arc<rustls::ServerConfig>)> {
+        let stream = match &self.source {
+            Source::Tokio(s) => from_tokio(s.accept().await?.0)?,
+            Source::Other(s) => s.accept().await?,
+        };
         Ok((stream, self.tls.clone()))
     }
 }
