@@ -146,7 +146,7 @@ impl AgentConfig {
             .and_then(|a| strata_node::config::addr("metrics", a, &mut faults));
         let data = base.join(&raw.data);
         let (tls, join) = match (raw.tls, raw.join) {
-            (Some(tls), None) => (Some(tls.resolve(base)), None),
+            (Some(tls), None) => (Some(tls.resolve(base, &mut faults)), None),
             (None, Some(j)) => {
                 if j.token.trim().is_empty() {
                     faults.push("join.token: empty".to_owned());
@@ -155,6 +155,7 @@ impl AgentConfig {
                     cert: data.join(format!("{}.crt", raw.cluster)),
                     key: data.join(format!("{}.key", raw.cluster)),
                     ca: base.join(j.ca),
+                    renew_at_percent: strata_node::renew::DEFAULT_RENEW_AT_PERCENT,
                 };
                 (Some(tls), Some(JoinConfig { token: j.token }))
             }

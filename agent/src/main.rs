@@ -96,7 +96,10 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
     };
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
     let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.data)?);
-    let connector = config.parent.connector(&identity)?;
+    let connector = config
+        .parent
+        .connector(&identity)?
+        .with_renewal(config.tls.renewal(&config.cluster));
     tracing::info!(parent = %config.parent.name, address = %config.parent.address, transport = %connector.mode(), proxy = ?connector.proxy(), "parent link");
     let versions = strata_node::config::protocol_versions()?;
     let handle = runtime::start_speaking(
@@ -140,10 +143,16 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
 }
 
 /// Joins the parent with the token unless an earlier run did (its certificate is in the
-/// data directory): the key and chain are written there, the certificate last.
+/// data directory) and that certificate has not expired: the key and chain are written
+/// there durably. A certificate that expired while the agent was offline is the
+/// recovery path: the token is then a recovery token (`recover=NAME` in the relay's
+/// tokens file) and the agent enrolls again.
 async fn join_once(config: &AgentConfig, token: &str) -> anyhow::Result<()> {
     if config.tls.cert.exists() {
-        return Ok(());
+        if !strata_node::renew::expired(&config.tls.cert) {
+            return Ok(());
+        }
+        tracing::warn!(cert = %config.tls.cert.display(), "the certificate expired while the agent was offline; enrolling again with the configured (recovery) token");
     }
     let parent = &config.parent;
     tracing::info!(relay = %parent.name, cluster = %config.cluster, "joining with a token");

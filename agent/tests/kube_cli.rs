@@ -218,6 +218,7 @@ fn kubeconfig_namespaces_and_the_cli_follow_kubectl() {
     );
     let err = f.fails("relay", &["kubeconfig", "--user", "bob"]);
     assert!(err.contains("no token of user \"bob\""), "{err}");
+    spaces_warnings_and_custom_resources(&f, &alice);
 
     // A namespaced object needs its namespace, with kubectl and with relay apply.
     let lone = f.write(
@@ -310,6 +311,117 @@ fn kubeconfig_namespaces_and_the_cli_follow_kubectl() {
     f.eventually("web left every cluster", |f| {
         f.placed("deploy", "shop", "web").is_none()
     });
+}
+
+/// A space nothing made is refused by name; one a token names is there while empty;
+/// the first write makes a space. `--validate=warn` applies and prints what is
+/// unknown. `relay apply` checks custom resources against their CRD.
+fn spaces_warnings_and_custom_resources(f: &Up, alice: &str) {
+    let nope = f.write(
+        "nope.kubeconfig",
+        &f.ok("relay", &["kubeconfig", "--space", "nope"]),
+    );
+    let err = f.fails("kubectl", &["--kubeconfig", &nope, "get", "cm"]);
+    assert!(err.contains("space \"nope\" does not exist"), "{err}");
+    let err = f.fails("kubectl", &["--kubeconfig", &nope, "get", "cm", "first"]);
+    assert!(err.contains("space \"nope\" does not exist"), "{err}");
+    let team_a = f.write("alice.kubeconfig", alice);
+    let out = f.run("kubectl", &["--kubeconfig", &team_a, "get", "cm"]);
+    assert!(out.status.success(), "{out:?}");
+    let first = f.write(
+        "first.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: first }\ndata: { a: b }\n",
+    );
+    f.ok("kubectl", &["--kubeconfig", &nope, "apply", "-f", &first]);
+    assert_eq!(
+        f.ok(
+            "kubectl",
+            &["--kubeconfig", &nope, "get", "cm", "-o", "name"]
+        ),
+        "configmap/first\n"
+    );
+
+    // Field validation: kubectl's default refuses an unknown field; Warn applies and
+    // prints it, from the API's Warning header.
+    let odd = f.write(
+        "odd.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: odd }\ndata: { a: b }\nextra: 1\n",
+    );
+    let err = f.fails("kubectl", &["--kubeconfig", &nope, "apply", "-f", &odd]);
+    assert!(err.contains("unknown field \"extra\""), "{err}");
+    let out = f.run(
+        "kubectl",
+        &[
+            "--kubeconfig",
+            &nope,
+            "apply",
+            "--validate=warn",
+            "-f",
+            &odd,
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Warning: unknown field \"extra\""),
+        "{stderr}"
+    );
+    f.ok("kubectl", &["--kubeconfig", &nope, "get", "cm", "odd"]);
+
+    // relay apply: a refused value refuses the batch (the CRD in the same batch); an
+    // unknown field is dropped and named.
+    let menu = |spec: &str| {
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{ name: menus.example.com }}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {{ plural: menus, singular: menu, kind: Menu }}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec: {{ type: object, properties: {{ dishes: {{ type: integer }} }} }}
+---
+apiVersion: example.com/v1
+kind: Menu
+metadata: {{ name: lunch, namespace: default }}
+spec: {spec}
+"
+        )
+    };
+    let bad = f.write("menu-bad.yaml", &menu("{ dishes: many }"));
+    let err = f.fails("relay", &["apply", "--space", "nope", "-f", &bad]);
+    assert!(
+        err.contains("spec.dishes in body must be of type integer"),
+        "{err}"
+    );
+    let err = f.fails("kubectl", &["--kubeconfig", &nope, "get", "menus"]);
+    assert!(err.contains("menus"), "nothing was applied: {err}");
+    let extra = f.write("menu-extra.yaml", &menu("{ dishes: 2, foo: 1 }"));
+    let out = f.run("relay", &["apply", "--space", "nope", "-f", &extra]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("unknown field \"spec.foo\""), "{stderr}");
+    let spec = f.ok(
+        "kubectl",
+        &[
+            "--kubeconfig",
+            &nope,
+            "get",
+            "menu",
+            "lunch",
+            "-o",
+            "jsonpath={.spec}",
+        ],
+    );
+    assert_eq!(spec, r#"{"dishes":2}"#);
 }
 
 /// What a refused request answered: (code, reason, message).
@@ -406,6 +518,22 @@ async fn bad_input_gets_a_status_and_changes_nothing() {
     .await;
     assert_eq!(code, 400, "{message}");
     assert!(message.contains("No_Such"), "{message}");
+    // A watch of a space nothing made is refused by name too.
+    let (code, _, message) = refused(
+        &admin,
+        request(
+            "GET",
+            "/spaces/nothing-here/api/v1/configmaps?watch=true",
+            "application/json",
+            Vec::new(),
+        ),
+    )
+    .await;
+    assert_eq!(code, 404, "{message}");
+    assert!(
+        message.contains("space \"nothing-here\" does not exist"),
+        "{message}"
+    );
     let alice = f.client(Some("alice-token-0123456789")).await;
     let (code, _, message) = refused(
         &alice,

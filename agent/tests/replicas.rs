@@ -79,7 +79,10 @@ impl Fleet {
         let mut names: Vec<String> = ["center", "eu-a", "eu-b"].map(String::from).to_vec();
         names.extend(AGENTS.iter().map(|(n, _)| (*n).to_owned()));
         panic!(
-            "timed out waiting until {what}\n{}",
+            "timed out waiting until {what}\nconfigmap: {:?}\ndeployment: {:?}\nstatus: {:?}\n{}",
+            self.summary("configmap", "stream").map(|(_, s)| s),
+            self.summary("deployment", "pos").map(|(_, s)| s),
+            relay_cli(&self.dir, self.api_port, &["status"]),
             log_tails(&self.dir, &names, 12)
         );
     }
@@ -255,8 +258,10 @@ fn replicas_behind_haproxy_and_nginx_take_over_each_others_children() {
     // followed the root as far, and translated their cursors into its own log.
     let snapshots_after = snapshots();
     assert_eq!(
-        snapshots_after, snapshots_before,
-        "snapshots per agent before and after the failover"
+        snapshots_after,
+        snapshots_before,
+        "snapshots per agent before and after the failover\n{}",
+        log_tails(&dir, &["eu-a".into(), "eu-b".into()], 20)
     );
 
     let bulk: Vec<(String, f64)> = children

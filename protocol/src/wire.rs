@@ -15,6 +15,9 @@ use crate::model::{Cluster, Cursor, Object, ObjectKey, Position, Status};
 use crate::summary::Summary;
 use crate::time::UnixMillis;
 
+mod compat;
+pub use compat::LinkRecordV3;
+
 /// A protocol version number. Peers negotiate the highest version both support.
 pub type ProtocolVersion = u16;
 
@@ -32,7 +35,17 @@ pub type ProtocolVersion = u16;
 ///   [`ChildToParent::Hello`] and works with a version-1 or -2 parent; a replica needs a
 ///   parent of version 3 (an older one cannot decode the message and closes the
 ///   connection as malformed).
-pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 3;
+/// - 4: adds [`ChildToParent::Renew`] / [`ParentToChild::Renewal`] (a child renews its
+///   certificate over its authenticated link), [`ErrorCode::Revoked`] and
+///   [`LinkRecord::cert_expires`]. A peer of version 3 or older is refused with
+///   [`ErrorCode::UnknownChild`] where this one would say `Revoked`, and is sent link
+///   records without the expiry ([`ReportValue::Link`] keeps the version-3 shape; the
+///   expiry travels in [`ReportValue::LinkExpiring`] from version 4 on).
+pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 4;
+
+/// The first protocol version with certificate renewal ([`ChildToParent::Renew`]),
+/// [`ErrorCode::Revoked`] and [`ReportValue::LinkExpiring`].
+pub const RENEW_VERSION: ProtocolVersion = 4;
 
 /// The first protocol version with [`ChildToParent::ReplicaHello`].
 pub const REPLICA_VERSION: ProtocolVersion = 3;
@@ -144,6 +157,8 @@ pub enum ErrorCode {
     /// The peer was silent for longer than the idle timeout.
     IdleTimeout,
     /// The child's name was revoked at the root (`relay revoke`): it is refused for good.
+    /// Since protocol version 4 ([`RENEW_VERSION`]); older peers are told
+    /// [`ErrorCode::UnknownChild`] (see [`ErrorCode::for_version`]).
     Revoked,
 }
 
@@ -273,14 +288,21 @@ pub enum ReportValue {
     Summary(Summary),
     /// For [`ReportKey::Cluster`].
     Cluster(Cluster),
-    /// For [`ReportKey::Link`].
-    Link(LinkRecord),
+    /// For [`ReportKey::Link`]. Encoded in the shape of protocol version 3 and older,
+    /// without [`LinkRecord::cert_expires`]: a link's own parent sends
+    /// [`ReportValue::LinkExpiring`] instead from version 4 on
+    /// ([`ReportValue::for_version`]), and a receiver turns that back into this
+    /// ([`ReportValue::received`]), so the rest of the code sees one variant.
+    Link(#[serde(with = "compat::link_v3")] LinkRecord),
     /// For [`ReportKey::Upsynced`]: the object's manifest as JSON.
     Upsynced(Vec<u8>),
     /// The keyed thing no longer exists (object removed, cluster left).
     Removed,
     /// For [`ReportKey::Complete`].
     Complete,
+    /// For [`ReportKey::Link`], with the child's certificate expiry (protocol version
+    /// 4, [`RENEW_VERSION`]).
+    LinkExpiring(LinkRecord),
 }
 
 /// A parent-to-child link as the parent sees it.
@@ -404,6 +426,14 @@ pub enum ChildToParent {
         /// The cursor into the parent's own parent's log.
         upstream: Cursor,
     },
+    /// Asks the parent for a new certificate for a new key (protocol version 4,
+    /// [`RENEW_VERSION`]), well before the current one expires. The parent answers
+    /// with [`ParentToChild::Renewal`]; the request's name must be the name the child
+    /// is authenticated as on this connection.
+    Renew {
+        /// A PKCS#10 certificate signing request (PEM) naming the child.
+        csr_pem: String,
+    },
 }
 
 /// The longest replica id a parent accepts.
@@ -486,6 +516,26 @@ pub enum ParentToChild {
         /// What that position stands for in the parent's own parent's log.
         upstream: Cursor,
     },
+    /// The answer to a [`ChildToParent::Renew`] (protocol version 4).
+    Renewal(RenewReply),
+}
+
+/// A parent's answer to a certificate renewal request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RenewReply {
+    /// The new certificate chain (PEM: leaf first) for the request's key.
+    Granted {
+        /// The chain.
+        chain_pem: String,
+    },
+    /// Refused (no signing CA at this parent, a request naming another node, a bad
+    /// request).
+    Refused {
+        /// The parent that refused.
+        parent: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl ChildToParent {
@@ -502,7 +552,12 @@ impl ParentToChild {
     /// The stream class this message travels on.
     pub fn class(&self) -> StreamClass {
         match self {
-            ParentToChild::Delta(_) | ParentToChild::Snapshot(_) => StreamClass::Bulk,
+            // A replica's upstream hint travels just before the frame that reaches the
+            // position it names, on the same ordered stream: a child that applied the
+            // frame holds the hint, even when the replica died right after sending it.
+            ParentToChild::Delta(_)
+            | ParentToChild::Snapshot(_)
+            | ParentToChild::Upstream { .. } => StreamClass::Bulk,
             _ => StreamClass::Control,
         }
     }

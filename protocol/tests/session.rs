@@ -15,7 +15,7 @@ use strata_protocol::sync::{
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{
     Change, ChildToParent, Delta, ErrorCode, Hello, MAX_PROTOCOL_VERSION, ParentToChild, Report,
-    ReportKey, ReportValue, Reports, Role, RouteId, Welcome,
+    ReportKey, ReportValue, Reports, Role, RouteId, StreamClass, Welcome,
 };
 
 fn at(ms: u64) -> Instant {
@@ -727,4 +727,60 @@ fn a_new_child_is_sent_a_snapshot_by_a_replica_even_when_it_names_an_upstream_cu
             .sum();
         assert_eq!(objects, 3, "{after:?} {upstream:?}: {sent:?}");
     }
+}
+
+#[test]
+fn a_replicas_upstream_hint_precedes_the_frame_reaching_its_position_on_the_same_stream() {
+    // A replica that followed its parent (log 9): position 3 of its log stands for the
+    // parent's position 12.
+    let mut log = root_log(3, 8);
+    log.upstream_mut().enable();
+    log.upstream_mut().record(
+        Position(3),
+        Cursor {
+            log: LogId(9),
+            position: Position(12),
+        },
+        false,
+    );
+    let mut s = session(SessionConfig::default());
+    s.handle_message(
+        at(1),
+        ChildToParent::ReplicaHello {
+            hello: Hello {
+                min_version: 1,
+                max_version: MAX_PROTOCOL_VERSION,
+                node: "site-1".into(),
+                role: Role::Relay,
+                run: 1,
+            },
+            replica: "a".into(),
+        },
+    );
+    s.handle_message(
+        at(1),
+        ChildToParent::Subscribe {
+            epoch: 1,
+            after: Cursor::default(),
+            route: None,
+        },
+    );
+    let bulk: Vec<ParentToChild> = drain(&mut s, at(1), &log)
+        .into_iter()
+        .filter(|m| m.class() == StreamClass::Bulk)
+        .collect();
+    // A child that applied the frame reaching position 3 holds the hint for it even if
+    // the replica dies right after sending it: the hint went first, on the same
+    // ordered stream.
+    let hint = bulk
+        .iter()
+        .position(
+            |m| matches!(m, ParentToChild::Upstream { position, .. } if *position == Position(3)),
+        )
+        .unwrap_or_else(|| panic!("no hint on the bulk stream: {bulk:?}"));
+    let frame = bulk
+        .iter()
+        .position(|m| matches!(m, ParentToChild::Snapshot(snap) if snap.last))
+        .unwrap_or_else(|| panic!("no last snapshot part: {bulk:?}"));
+    assert_eq!(hint + 1, frame, "{bulk:?}");
 }

@@ -423,6 +423,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             if let Some(rev) = v["revision"].as_u64() {
                 println!("revision {rev}");
             }
+            // As kubectl prints the API's `Warning` headers.
+            for w in v["warnings"].as_array().into_iter().flatten() {
+                eprintln!("Warning: {}", w.as_str().unwrap_or_default());
+            }
             Ok(())
         }
         Command::Delete {

@@ -51,6 +51,20 @@ pub struct NodeConfig {
     /// Which replica of a replicated relay tier this process is (`replica:`), if it is
     /// one: several processes with this node name behind one address.
     pub replica: Option<Replica>,
+    /// Signing its children's certificate renewals, if this node does (`renew:`).
+    pub renew: Option<RenewSigning>,
+}
+
+/// How a relay signs its children's certificate renewals (`renew:`): with the CA
+/// named here (the hierarchy's CA: certificates it signs chain straight to what every
+/// node trusts), else with its join CA; for `lifetime`. A relay with `join:` and no
+/// `renew:` signs with its join CA for `join.node_days`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenewSigning {
+    /// The CA certificate and key, if not the join CA.
+    pub ca: Option<(PathBuf, PathBuf)>,
+    /// How long a renewed certificate is valid.
+    pub lifetime: Duration,
 }
 
 /// How one replica of a replicated relay tier names itself to its parent.
@@ -154,6 +168,19 @@ struct RawConfig {
     #[serde(default)]
     tunnels_per_link: Option<usize>,
     replica: Option<String>,
+    #[serde(default)]
+    renew: Option<RawRenew>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRenew {
+    #[serde(default)]
+    ca_cert: Option<PathBuf>,
+    #[serde(default)]
+    ca_key: Option<PathBuf>,
+    #[serde(default)]
+    lifetime_s: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -413,6 +440,39 @@ impl NodeConfig {
             rate_per_source: j.rate_per_source.unwrap_or(DEFAULT_JOIN_RATE_PER_SOURCE),
             rate_global: j.rate_global.unwrap_or(DEFAULT_JOIN_RATE_GLOBAL),
         });
+        let renew = raw.renew.map(|r| {
+            let ca = match (r.ca_cert, r.ca_key) {
+                (Some(c), Some(k)) => Some((base.join(c), base.join(k))),
+                (None, None) => {
+                    if join.is_none() {
+                        faults.push(
+                            "renew: name ca_cert and ca_key (this relay has no join CA to sign with)"
+                                .to_owned(),
+                        );
+                    }
+                    None
+                }
+                _ => {
+                    faults.push("renew: ca_cert and ca_key go together".to_owned());
+                    None
+                }
+            };
+            if r.lifetime_s == Some(0) {
+                faults.push("renew.lifetime_s: must be at least 1".to_owned());
+            }
+            let default_days = join
+                .as_ref()
+                .filter(|_| ca.is_none())
+                .map(|j| j.node_days)
+                .unwrap_or(strata_topology::certs::DEFAULT_NODE_DAYS);
+            RenewSigning {
+                ca,
+                lifetime: Duration::from_secs(
+                    r.lifetime_s.unwrap_or(u64::from(default_days) * 86_400),
+                ),
+            }
+        });
+        let tls = raw.tls.resolve(base, &mut faults);
         if !faults.is_empty() {
             return Err(Refusal::Invalid(faults));
         }
@@ -421,7 +481,7 @@ impl NodeConfig {
             listen,
             listen_tcp,
             parent,
-            tls: raw.tls.resolve(base),
+            tls,
             data: base.join(raw.data),
             children: raw.children,
             labels: raw.labels,
@@ -432,6 +492,7 @@ impl NodeConfig {
             store,
             tunnels_per_link,
             replica,
+            renew,
         })
     }
 
@@ -463,6 +524,7 @@ mod tests {
             ("tls.", field_names::<RawTls>()),
             ("api.", field_names::<RawApi>()),
             ("join.", field_names::<RawJoin>()),
+            ("renew.", field_names::<RawRenew>()),
             ("store.", field_names::<RawStore>()),
             ("store.etcd.", field_names::<RawEtcd>()),
             ("store.etcd.tls.", field_names::<RawEtcdTls>()),
@@ -624,6 +686,45 @@ data: d
             panic!("accepted");
         };
         assert_eq!(faults, ["join: admitting agents needs a listen address"]);
+    }
+
+    #[test]
+    fn a_renew_section_names_its_ca_or_falls_back_to_the_join_ca() {
+        let text = format!("{ROOT}renew: {{ ca_cert: ca.crt, ca_key: ca.key, lifetime_s: 60 }}\n");
+        let c = NodeConfig::parse(&text, Path::new("/etc/strata")).unwrap();
+        let renew = c.renew.unwrap();
+        assert_eq!(
+            renew.ca,
+            Some(("/etc/strata/ca.crt".into(), "/etc/strata/ca.key".into()))
+        );
+        assert_eq!(renew.lifetime, Duration::from_secs(60));
+        let text = format!("{ROOT}renew: {{ ca_cert: ca.crt, lifetime_s: 0 }}\n");
+        let Err(Refusal::Invalid(faults)) = NodeConfig::parse(&text, Path::new(".")) else {
+            panic!("accepted");
+        };
+        assert_eq!(
+            faults,
+            [
+                "renew: ca_cert and ca_key go together",
+                "renew.lifetime_s: must be at least 1"
+            ]
+        );
+        let text = format!("{ROOT}renew: {{}}\n");
+        let Err(Refusal::Invalid(faults)) = NodeConfig::parse(&text, Path::new(".")) else {
+            panic!("accepted");
+        };
+        assert_eq!(
+            faults,
+            ["renew: name ca_cert and ca_key (this relay has no join CA to sign with)"]
+        );
+        let text = ROOT.replace("ca: ca.crt }", "ca: ca.crt, renew_at_percent: 100 }");
+        let Err(Refusal::Invalid(faults)) = NodeConfig::parse(&text, Path::new(".")) else {
+            panic!("accepted");
+        };
+        assert_eq!(
+            faults,
+            ["tls.renew_at_percent: 100 is not between 1 and 99"]
+        );
     }
 
     #[test]

@@ -218,7 +218,7 @@ impl Admissions {
             }
         };
         let id = token_id(&request.token);
-        let Some(rule) = self.joining.tokens.get(&id).copied() else {
+        let Some(rule) = self.joining.tokens.get(&id).cloned() else {
             return refuse("unknown join token".into());
         };
         if let Some(expires) = rule.expires
@@ -266,7 +266,21 @@ impl Admissions {
         if core.is_revoked(name) {
             return refuse(format!("the name {name:?} was revoked at the root"));
         }
-        if name == relay || self.parent.as_deref() == Some(name) || core.is_allowed_child(name) {
+        // A recovery token re-enrolls the one child it names, whose name is taken by
+        // definition; it is good for nothing else.
+        let recovering = match rule.recover.as_deref() {
+            Some(r) if r == name => true,
+            Some(r) => {
+                return refuse(format!(
+                    "the token is a recovery token for {r:?}, not for {name:?}"
+                ));
+            }
+            None => false,
+        };
+        if name == relay
+            || self.parent.as_deref() == Some(name)
+            || (core.is_allowed_child(name) && !recovering)
+        {
             return refuse(format!("the name {name:?} is already taken here"));
         }
         let chain = match self.joining.ca.issue_for_csr(name, &request.csr_pem) {
@@ -281,12 +295,14 @@ impl Admissions {
             return refuse(format!("cannot record the join ({e}); try again later"));
         }
         self.used.insert(slot, name.to_owned());
-        core.admit_child(name);
-        tracing::info!(child = %name, "admitted an agent by join token");
+        if !core.is_allowed_child(name) {
+            core.admit_child(name);
+        }
+        tracing::info!(child = %name, recovering, "admitted an agent by join token");
         tracing::info!(
             target: "audit",
             who = %name,
-            action = "admitted",
+            action = if recovering { "recovered" } else { "admitted" },
             relay = %relay,
             token = %id.get(..12).unwrap_or_default(),
             "{relay} admitted {name:?} by join token"

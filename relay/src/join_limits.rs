@@ -9,13 +9,17 @@ use std::net::IpAddr;
 use tokio::time::Instant;
 
 /// One token's rule, from its line in the tokens file:
-/// `TOKEN [uses=N] [expires=YYYY-MM-DD|expires=UNIX_SECONDS]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `TOKEN [uses=N] [expires=YYYY-MM-DD|expires=UNIX_SECONDS] [recover=NAME]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenRule {
     /// How many agents may join with it.
     pub uses: u32,
     /// Unix seconds after which it is refused.
     pub expires: Option<i64>,
+    /// `recover=NAME`: a recovery token, with which child `NAME` (configured, or
+    /// joined before) enrolls again after its certificate expired while it was
+    /// offline; no other name may use it.
+    pub recover: Option<String>,
 }
 
 /// Parses one line of a tokens file: the token and its rule; the error names the
@@ -26,6 +30,7 @@ pub fn parse_token_line(line: &str) -> Result<(String, TokenRule), String> {
     let mut rule = TokenRule {
         uses: 1,
         expires: None,
+        recover: None,
     };
     for word in words {
         match word.split_once('=') {
@@ -42,7 +47,16 @@ pub fn parse_token_line(line: &str) -> Result<(String, TokenRule), String> {
                         .ok_or(format!("expires={t}: neither YYYY-MM-DD nor Unix seconds"))?,
                 );
             }
-            _ => return Err(format!("{word:?} is neither uses=N nor expires=DATE")),
+            Some(("recover", name)) => {
+                crate::config::check_node_name(name)
+                    .map_err(|why| format!("recover={name}: {why}"))?;
+                rule.recover = Some(name.to_owned());
+            }
+            _ => {
+                return Err(format!(
+                    "{word:?} is none of uses=N, expires=DATE, recover=NAME"
+                ));
+            }
         }
     }
     Ok((token, rule))
@@ -174,7 +188,8 @@ mod tests {
                 "t1".into(),
                 TokenRule {
                     uses: 1,
-                    expires: None
+                    expires: None,
+                    recover: None,
                 }
             )
         );
@@ -189,6 +204,9 @@ mod tests {
         );
         assert!(parse_token_line("t4 expires=soon").is_err());
         assert!(parse_token_line("t5 max=2").is_err());
+        let (_, rule) = parse_token_line("t6 recover=site-1").unwrap();
+        assert_eq!(rule.recover.as_deref(), Some("site-1"));
+        assert!(parse_token_line("t7 recover=Not_A_Name").is_err());
     }
 
     #[test]

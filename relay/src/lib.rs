@@ -26,6 +26,7 @@
 //!   as a [`strata_node::driver::Node`]; `node::accept`, the accept loop.
 //! * [`objects_cli`]: `relay get` and `relay delete KIND NAME`, with kubectl's flags.
 //! * [`placement_summary`]: a placement's `statusSummary` values at the root.
+//! * [`renew`]: signing children's certificate renewals.
 //! * [`serve`]: `relay serve`: a node from its configuration file until a signal.
 //! * [`topology_cli`]: `relay topology validate|certs|render` over [`strata_topology`].
 //! * [`up`]: `relay up`: a whole topology as processes on this machine.
@@ -49,6 +50,7 @@ pub mod metrics;
 pub mod node;
 pub mod objects_cli;
 pub mod placement_summary;
+pub mod renew;
 pub mod rollout_cli;
 pub mod serve;
 pub mod topology_cli;

@@ -56,6 +56,9 @@ pub enum StartError {
     /// A `join:` file is unusable.
     #[error(transparent)]
     Joining(#[from] JoinSetupError),
+    /// The `renew:` CA is unusable.
+    #[error(transparent)]
+    Signer(#[from] crate::renew::SignerError),
     /// The QUIC or TCP listener or the client endpoint could not be set up.
     #[error(transparent)]
     Transport(#[from] TransportError),
@@ -186,7 +189,9 @@ pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle
     };
     let connector = match &config.parent {
         Some(p) => {
-            let c = p.connector(&identity)?;
+            let c = p
+                .connector(&identity)?
+                .with_renewal(config.tls.renewal(&config.node));
             tracing::info!(parent = %p.name, address = %p.address, transport = %c.mode(), proxy = ?c.proxy(), "parent link");
             Some(c)
         }
@@ -214,6 +219,11 @@ pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle
         joining,
         tunnels_per_link: config.tunnels_per_link,
         replica: config.replica.clone(),
+        signer: crate::renew::Signer::load(
+            &config.node,
+            config.renew.as_ref(),
+            config.join.as_ref(),
+        )?,
     })?;
     Ok(handle)
 }

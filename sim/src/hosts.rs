@@ -362,6 +362,7 @@ impl SimHierarchy {
             joining: None,
             tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
             replica: None,
+            signer: None,
         })?;
         self.relays.borrow_mut().insert(name, handle.client());
         handle.wait().await?;

@@ -24,8 +24,10 @@ use crate::files::{self, ConfinementError, Holder};
 use crate::names::check_node_name;
 
 mod api;
+mod renew;
 use crate::Topology;
 pub use api::api_sans;
+pub use renew::{RenewRefusal, chain_matches_key, pem_validity};
 
 /// Why a certificate could not be issued or written.
 #[derive(Debug, thiserror::Error)]

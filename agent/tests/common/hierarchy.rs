@@ -298,6 +298,7 @@ impl RelaySpec<'_> {
             joining: self.joining,
             tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
             replica: None,
+            signer: None,
         })
         .unwrap()
     }

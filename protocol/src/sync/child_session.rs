@@ -153,6 +153,9 @@ pub struct ChildSession {
     /// Until when to hold the decision between delta and snapshot (see
     /// [`ChildSession::hold_downsync`]).
     hold: Option<Instant>,
+    /// A downsync frame built but sent after the [`ParentToChild::Upstream`] hint
+    /// naming the position it reaches (see `next_bulk`).
+    after_hint: Option<ParentToChild>,
     acked: Option<Cursor>,
     reports: ReportInbox,
     liveness: Liveness,
@@ -176,6 +179,7 @@ impl ChildSession {
             sub: None,
             resume: None,
             hold: None,
+            after_hint: None,
             acked: None,
             reports: ReportInbox::new(),
             liveness,
@@ -340,7 +344,7 @@ impl ChildSession {
             }
             (_, ChildToParent::Ack { epoch, seq, cursor }) => self.on_ack(epoch, seq, cursor),
             (_, ChildToParent::Reports(batch)) => {
-                if let Some(items) = self.reports.handle(batch) {
+                if let Some(items) = self.reports.handle(batch.received()) {
                     self.events.push_back(SessionEvent::Reports(items));
                 }
                 Ok(())
@@ -350,6 +354,9 @@ impl ChildSession {
                 Ok(())
             }
             (_, ChildToParent::Pong { .. }) => Ok(()),
+            // Renewal requests are answered by the driver, which holds the signing CA;
+            // one that reaches the session is ignored.
+            (_, ChildToParent::Renew { .. }) => Ok(()),
             (_, ChildToParent::Goodbye { code, reason }) => {
                 self.phase = Phase::Closed;
                 self.events.push_back(SessionEvent::Closed(SessionError {
@@ -401,6 +408,10 @@ impl ChildSession {
     }
 
     fn on_subscribe(&mut self, epoch: u32, after: Cursor, route: Option<RouteId>) {
+        // A frame of the previous subscription's stream would be dropped as stale.
+        if self.sub.as_ref().is_none_or(|s| epoch > s.epoch) {
+            self.after_hint = None;
+        }
         // A delayed or duplicated subscribe must not restart a newer subscription.
         if self.sub.as_ref().is_some_and(|s| epoch <= s.epoch) {
             return;
@@ -525,7 +536,8 @@ impl ChildSession {
         self.control.clear();
         if !matches!(error.code, ErrorCode::IdleTimeout) {
             self.control.push_back(ParentToChild::Goodbye {
-                code: error.code,
+                // A code the child's version can decode (`Revoked` is version 4's).
+                code: error.code.for_version(self.version),
                 reason: error.reason.clone(),
                 retry_after_ms: None,
             });
@@ -535,6 +547,9 @@ impl ChildSession {
     }
 
     fn next_bulk(&mut self, log: &ObjectLog) -> Option<ParentToChild> {
+        if let Some(frame) = self.after_hint.take() {
+            return Some(frame);
+        }
         let part_bytes = self.config.part_bytes;
         let route = self.route.clone();
         let sub = self.sub.as_mut()?;
@@ -672,12 +687,14 @@ impl ChildSession {
         sub.inflight_bytes += bytes;
         sub.next_seq += 1;
         // A replica tells the child what the position it reached stands for upstream,
-        // so that the child can move to another replica with a delta.
+        // so that the child can move to another replica with a delta. The hint goes
+        // first, on the same stream: whoever applies the frame has the hint.
         if let Some(position) = reached
             && self.version >= REPLICA_VERSION
             && let Some(upstream) = log.upstream().parent_at(position)
         {
-            self.control.push_back(ParentToChild::Upstream {
+            self.after_hint = Some(msg);
+            return Some(ParentToChild::Upstream {
                 log: log.id(),
                 position,
                 upstream,
@@ -717,5 +734,6 @@ fn child_msg_name(msg: &ChildToParent) -> &'static str {
         ChildToParent::Goodbye { .. } => "goodbye",
         ChildToParent::ReplicaHello { .. } => "replica hello",
         ChildToParent::Resume { .. } => "resume",
+        ChildToParent::Renew { .. } => "renew",
     }
 }

@@ -367,6 +367,8 @@ impl ParentLink {
                 Ok(())
             }
             (_, ParentToChild::Pong { .. }) => Ok(()),
+            // Renewal answers are the driver's (it holds the key the request was for).
+            (_, ParentToChild::Renewal(_)) => Ok(()),
             (phase, other) => Err(SessionError::new(
                 ErrorCode::ProtocolViolation,
                 format!("unexpected {} while {phase:?}", parent_msg_name(&other)),
@@ -608,7 +610,10 @@ impl ParentLink {
                     cursor: self.cursor,
                 });
             }
-            self.outbox.poll_transmit(now).map(ChildToParent::Reports)
+            let version = self.version;
+            self.outbox
+                .poll_transmit(now)
+                .map(|r| ChildToParent::Reports(r.for_version(version)))
         });
         if msg.is_some() {
             self.liveness.on_send(now);
@@ -642,5 +647,6 @@ fn parent_msg_name(msg: &ParentToChild) -> &'static str {
         ParentToChild::Goodbye { .. } => "goodbye",
         ParentToChild::Labels { .. } => "labels",
         ParentToChild::Upstream { .. } => "upstream",
+        ParentToChild::Renewal(_) => "renewal",
     }
 }

@@ -11,8 +11,8 @@ use strata_protocol::summary::{ErrorSample, Summary};
 use strata_protocol::time::UnixMillis;
 use strata_protocol::wire::{
     Change, ChildToParent, Delta, ErrorCode, Hello, JoinReply, JoinRequest, LinkRecord,
-    ParentToChild, Report, ReportKey, ReportValue, Reports, Role, RouteId, Snapshot, StreamMark,
-    Welcome,
+    ParentToChild, RenewReply, Report, ReportKey, ReportValue, Reports, Role, RouteId, Snapshot,
+    StreamMark, Welcome,
 };
 
 fn name() -> impl Strategy<Value = String> {
@@ -181,7 +181,12 @@ fn report() -> impl Strategy<Value = Report> {
         status().prop_map(ReportValue::Status),
         summary().prop_map(ReportValue::Summary),
         cluster().prop_map(ReportValue::Cluster),
-        link().prop_map(ReportValue::Link),
+        // `Link` travels in version 3's shape (no expiry); `LinkExpiring` with it.
+        link().prop_map(|mut l| {
+            l.cert_expires = None;
+            ReportValue::Link(l)
+        }),
+        link().prop_map(ReportValue::LinkExpiring),
         prop::collection::vec(any::<u8>(), 0..64).prop_map(ReportValue::Upsynced),
         Just(ReportValue::Removed),
         Just(ReportValue::Complete),
@@ -233,6 +238,7 @@ pub fn child_to_parent() -> impl Strategy<Value = ChildToParent> {
         any::<u64>().prop_map(|nonce| ChildToParent::Ping { nonce }),
         any::<u64>().prop_map(|nonce| ChildToParent::Pong { nonce }),
         (error_code(), text()).prop_map(|(code, reason)| ChildToParent::Goodbye { code, reason }),
+        text().prop_map(|csr_pem| ChildToParent::Renew { csr_pem }),
     ]
 }
 
@@ -325,6 +331,10 @@ pub fn parent_to_child() -> impl Strategy<Value = ParentToChild> {
         }),
         prop::collection::btree_map(name(), text(), 0..4)
             .prop_map(|labels| ParentToChild::Labels { labels }),
+        text().prop_map(|chain_pem| ParentToChild::Renewal(RenewReply::Granted { chain_pem })),
+        (name(), text()).prop_map(
+            |(parent, reason)| ParentToChild::Renewal(RenewReply::Refused { parent, reason })
+        ),
     ]
 }
 

@@ -144,8 +144,24 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// This node's private key.
     pub key: PathBuf,
-    /// The hierarchy's CA certificate.
+    /// The hierarchy's CA certificate, or several (a trust bundle, while the CA is
+    /// rotated).
     pub ca: PathBuf,
+    /// When in its certificate's lifetime the node renews it through its parent, in
+    /// percent (`tls.renew_at_percent`, default
+    /// [`crate::renew::DEFAULT_RENEW_AT_PERCENT`]).
+    pub renew_at_percent: u8,
+}
+
+impl TlsFiles {
+    /// What the driver renews (see [`crate::renew`]) for node `node`.
+    pub fn renewal(&self, node: &str) -> crate::renew::RenewConfig {
+        crate::renew::RenewConfig {
+            node: node.to_owned(),
+            files: self.clone(),
+            at_percent: self.renew_at_percent,
+        }
+    }
 }
 
 /// The `parent` section as written: the parent's node name, its `IP:PORT` or
@@ -241,15 +257,27 @@ pub struct RawTls {
     pub cert: PathBuf,
     pub key: PathBuf,
     pub ca: PathBuf,
+    #[serde(default)]
+    pub renew_at_percent: Option<u8>,
 }
 
 impl RawTls {
-    /// The files, relative to `base` (the configuration file's directory).
-    pub fn resolve(self, base: &Path) -> TlsFiles {
+    /// The files, relative to `base` (the configuration file's directory); faults
+    /// added to `faults`.
+    pub fn resolve(self, base: &Path, faults: &mut Vec<String>) -> TlsFiles {
+        let renew_at_percent = match self.renew_at_percent {
+            Some(p @ 1..=99) => p,
+            Some(p) => {
+                faults.push(format!("tls.renew_at_percent: {p} is not between 1 and 99"));
+                crate::renew::DEFAULT_RENEW_AT_PERCENT
+            }
+            None => crate::renew::DEFAULT_RENEW_AT_PERCENT,
+        };
         TlsFiles {
             cert: base.join(self.cert),
             key: base.join(self.key),
             ca: base.join(self.ca),
+            renew_at_percent,
         }
     }
 }

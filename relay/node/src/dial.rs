@@ -288,6 +288,11 @@ pub struct Connector {
     /// TLS/TCP: how often this side pings, so that a proxy or balancer never sees the
     /// tunnel idle for longer.
     pub keep_alive: Duration,
+    /// The client TLS a certificate renewal put in place (shared by every clone), used
+    /// by the next handshake on either transport.
+    renewed: crate::renew::RenewedTls,
+    /// Renewing the node's certificate through the parent, if the node does.
+    renew: Option<crate::renew::RenewConfig>,
 }
 
 impl fmt::Debug for Connector {
@@ -301,6 +306,7 @@ impl fmt::Debug for Connector {
             .field("quic_timeout", &self.quic_timeout)
             .field("probe_every", &self.probe_every)
             .field("keep_alive", &self.keep_alive)
+            .field("renew", &self.renew)
             .finish()
     }
 }
@@ -330,7 +336,36 @@ impl Connector {
             quic_timeout: QUIC_FALLBACK_AFTER,
             probe_every: QUIC_PROBE_EVERY,
             keep_alive: tcp::KEEP_ALIVE,
+            renewed: Default::default(),
+            renew: None,
         }
+    }
+
+    /// The same connector, renewing the node's certificate through the parent (the
+    /// driver does it; see [`crate::renew`]).
+    pub fn with_renewal(mut self, config: crate::renew::RenewConfig) -> Self {
+        self.renew = Some(config);
+        self
+    }
+
+    /// How the node renews its certificate, if it does.
+    pub fn renewal(&self) -> Option<&crate::renew::RenewConfig> {
+        self.renew.as_ref()
+    }
+
+    /// From the next handshake on (every clone of this connector), present the
+    /// identity of `tls` (a renewed certificate).
+    pub fn use_tls(&self, tls: Arc<rustls::ClientConfig>) {
+        // A poisoned lock only means a panic elsewhere; the value is a plain Option.
+        let mut slot = self.renewed.write().unwrap_or_else(|p| p.into_inner());
+        *slot = Some(tls);
+    }
+
+    fn renewed_tls(&self) -> Option<Arc<rustls::ClientConfig>> {
+        self.renewed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Opens direct TCP connections with `dial` instead of tokio's socket (the
@@ -375,13 +410,21 @@ impl Connector {
                 target: addr.to_string(),
                 detail,
             })?;
+            let renewed = match self.renewed_tls() {
+                Some(tls) => {
+                    Some(crate::transport::client_configs(tls).map_err(|e| err(e.to_string()))?)
+                }
+                None => None,
+            };
             let (endpoint, owned) = (endpoint.clone(), name.to_owned());
             race(addrs, move |a| {
-                let (endpoint, name) = (endpoint.clone(), owned.clone());
+                let (endpoint, name, renewed) = (endpoint.clone(), owned.clone(), renewed.clone());
                 async move {
-                    let connecting = endpoint
-                        .connect(a, &name)
-                        .map_err(|e| format!("{a}: {e}"))?;
+                    let connecting = match renewed {
+                        Some(config) => endpoint.connect_with(config, a, &name),
+                        None => endpoint.connect(a, &name),
+                    }
+                    .map_err(|e| format!("{a}: {e}"))?;
                     connecting.await.map_err(|e| format!("{a}: {e}"))
                 }
             })
@@ -408,6 +451,7 @@ impl Connector {
                 transport: "TLS/TCP",
             });
         };
+        let tls = &self.renewed_tls().unwrap_or_else(|| tls.clone());
         let err = |detail: String| DialError::Tcp {
             name: name.to_owned(),
             target: addr.to_string(),

@@ -72,6 +72,9 @@ pub trait Node: Send + 'static {
     fn wake(&self) -> Option<Arc<Notify>> {
         None
     }
+    /// The node's certificate was renewed (see [`crate::renew`]): a node that serves
+    /// children presents the new one from the next handshake on.
+    fn identity_renewed(&mut self, _identity: &crate::tls::Identity) {}
     /// The driver is stopping: say goodbye on the node's own connections.
     fn shutdown(&mut self) -> impl Future<Output = ()> + Send {
         async {}
@@ -219,6 +222,8 @@ pub struct Driver<N: Node> {
     shutdown: watch::Receiver<bool>,
     parent: ParentConn,
     tasks: JoinSet<()>,
+    /// Renewing the node's certificate through the parent, if it does.
+    renewer: Option<crate::renew::Renewer>,
 }
 
 impl<N: Node> std::fmt::Debug for Driver<N> {
@@ -248,6 +253,10 @@ impl<N: Node> Driver<N> {
         let retry_after = Arc::new(AtomicU64::new(0));
         let mut tasks = JoinSet::new();
         let _entered = span.enter();
+        let renewer = parent.as_ref().and_then(|p| {
+            let config = p.connector.renewal()?.clone();
+            Some(crate::renew::Renewer::new(config, p.connector.clone()))
+        });
         if let Some(p) = parent {
             tasks.spawn(
                 keep_connected(
@@ -274,6 +283,7 @@ impl<N: Node> Driver<N> {
                 retry_after,
             },
             tasks,
+            renewer,
         };
         drop(_entered);
         let task = tokio::spawn(driver.run().instrument(span));
@@ -320,6 +330,13 @@ impl<N: Node> Driver<N> {
                 _ = tokio::time::sleep_until(deadline) => {
                     self.node.handle_timeout(self.clock.now());
                 }
+                // Then certificate renewal, rare and never urgent to the millisecond.
+                _ = renewal_due(&self.renewer) => {
+                    let request = self.renewer.as_mut().and_then(|r| r.due());
+                    if let (Some(msg), Some(sender)) = (request, self.parent.sender()) {
+                        let _ = sender.send(msg);
+                    }
+                }
                 // Last, the node's own wake-up (its `process` polls what woke it).
                 _ = woken(&wake) => {}
             }
@@ -352,8 +369,22 @@ impl<N: Node> Driver<N> {
                 self.parent.live = Some((conn, sender));
                 self.node.parent_connected(now);
             }
-            Input::Parent(ParentEvent::Message(msg)) => self.node.parent_message(now, msg),
+            Input::Parent(ParentEvent::Message(ParentToChild::Renewal(reply))) => {
+                // The renewer's own answer: the core never sees it.
+                if let Some(identity) = self.renewer.as_mut().and_then(|r| r.answer(reply)) {
+                    self.node.identity_renewed(&identity);
+                }
+            }
+            Input::Parent(ParentEvent::Message(msg)) => {
+                if let (ParentToChild::Welcome(w), Some(r)) = (&msg, self.renewer.as_mut()) {
+                    r.session(w.version);
+                }
+                self.node.parent_message(now, msg);
+            }
             Input::Parent(ParentEvent::Down(why)) => {
+                if let Some(r) = self.renewer.as_mut() {
+                    r.session(0);
+                }
                 if self.parent.live.take().is_some() {
                     tracing::warn!(%why, "lost the parent");
                 }
@@ -361,6 +392,13 @@ impl<N: Node> Driver<N> {
             }
             Input::Node(input) => self.node.handle_input(now, input, &self.parent),
         }
+    }
+}
+
+async fn renewal_due(renewer: &Option<crate::renew::Renewer>) {
+    match renewer {
+        Some(r) => tokio::time::sleep_until(r.next()).await,
+        None => std::future::pending().await,
     }
 }
 

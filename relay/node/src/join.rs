@@ -165,15 +165,15 @@ pub async fn join(
 }
 
 impl Joined {
-    /// Writes the key (readable by its owner only) and then the certificate chain,
-    /// through a temporary file, so that a certificate on disk always has its key.
+    /// Writes the key (readable by its owner only) and the certificate chain durably,
+    /// as a renewal does ([`crate::renew::write_files`]), so that a certificate on disk
+    /// always has its key.
     pub fn write(&self, key: &Path, cert: &Path) -> Result<(), strata_topology::certs::CertError> {
-        strata_topology::certs::write_secret(key, &self.key_pem)?;
-        let tmp = cert.with_extension("crt.tmp");
-        strata_topology::certs::write(&tmp, &self.chain_pem)?;
-        std::fs::rename(&tmp, cert).map_err(|source| strata_topology::certs::CertError::Io {
-            path: cert.to_owned(),
-            source,
+        crate::renew::write_files(cert, key, &self.chain_pem, &self.key_pem).map_err(|source| {
+            strata_topology::certs::CertError::Io {
+                path: cert.to_owned(),
+                source,
+            }
         })
     }
 }

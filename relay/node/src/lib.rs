@@ -17,6 +17,7 @@
 //! * [`dial`]: reaching the parent: names resolved at every connect, happy eyeballs,
 //!   `auto | quic | tcp`, the proxy.
 //! * [`proxy`]: HTTP CONNECT proxies (`proxy:`, `HTTPS_PROXY`, `NO_PROXY`).
+//! * [`renew`]: renewing this node's certificate through its parent.
 //! * [`tls`]: mutual TLS (rustls, ring) and the peer's node name.
 //! * [`store`]: the durable [`store::Store`] (sled, or in memory for tests and the
 //!   simulation).
@@ -71,6 +72,7 @@ pub mod ops;
 pub mod process;
 pub mod proxy;
 pub mod reconnect;
+pub mod renew;
 pub mod store;
 pub mod tcp;
 pub mod tls;

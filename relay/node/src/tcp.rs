@@ -649,8 +649,12 @@ enum Source {
 #[derive(Debug)]
 pub struct Listener {
     source: Source,
-    tls: Arc<rustls::ServerConfig>,
+    tls: ServerTls,
 }
+
+/// The TLS configuration a [`Listener`] accepts with, replaceable while it runs (a
+/// renewed certificate is presented from the next handshake on).
+pub type ServerTls = Arc<std::sync::RwLock<Arc<rustls::ServerConfig>>>;
 
 impl Listener {
     /// Binds `addr` (from a runtime: the socket is registered with it).
@@ -664,7 +668,7 @@ impl Listener {
         let socket = tokio::net::TcpListener::from_std(socket).map_err(bind_err)?;
         Ok(Listener {
             source: Source::Tokio(socket),
-            tls,
+            tls: Arc::new(std::sync::RwLock::new(tls)),
         })
     }
 
@@ -672,8 +676,13 @@ impl Listener {
     pub fn from_source(source: Box<dyn Accept>, tls: Arc<rustls::ServerConfig>) -> Listener {
         Listener {
             source: Source::Other(source),
-            tls,
+            tls: Arc::new(std::sync::RwLock::new(tls)),
         }
+    }
+
+    /// Where to put a new TLS configuration for the connections accepted from now on.
+    pub fn tls(&self) -> ServerTls {
+        self.tls.clone()
     }
 
     /// Where it listens.
@@ -691,6 +700,8 @@ impl Listener {
             Source::Tokio(s) => from_tokio(s.accept().await?.0)?,
             Source::Other(s) => s.accept().await?,
         };
-        Ok((stream, self.tls.clone()))
+        // A poisoned lock only means a panic elsewhere; the value is a plain Arc.
+        let tls = self.tls.read().unwrap_or_else(|p| p.into_inner()).clone();
+        Ok((stream, tls))
     }
 }

@@ -61,8 +61,12 @@ fn file_err(path: &Path, reason: impl Into<String>) -> TlsError {
 }
 
 impl Identity {
-    /// Loads PEM files: the node's certificate (chain), its private key, the CA.
+    /// Loads PEM files: the node's certificate (chain), its private key, the CA (one
+    /// or several CA certificates: a trust bundle). A renewal interrupted while it
+    /// replaced the files is finished or undone first ([`crate::renew::settle_files`]).
     pub fn load(cert: &Path, key: &Path, ca: &Path) -> Result<Identity, TlsError> {
+        crate::renew::settle_files(cert, key)
+            .map_err(|e| file_err(cert, format!("cannot finish an interrupted renewal: {e}")))?;
         let read =
             |p: &Path| std::fs::read(p).map_err(|e| file_err(p, format!("cannot read: {e}")));
         let (c, k, a) = (read(cert)?, read(key)?, read(ca)?);
@@ -113,6 +117,32 @@ impl Identity {
             ca.cert_pem().as_bytes(),
         )
         .map_err(|(_, reason)| issue_err(reason))
+    }
+}
+
+impl Identity {
+    /// Checks a chain this node was given (a renewal) before it is used: it verifies
+    /// against the CAs this identity trusts, for client authentication, now, and its
+    /// leaf names `node`.
+    pub fn check_chain(&self, node: &str) -> Result<(), TlsError> {
+        let (leaf, intermediates) = self
+            .certs
+            .split_first()
+            .ok_or_else(|| TlsError::Peer("empty certificate chain".into()))?;
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(self.roots.clone()), provider())
+                .build()
+                .map_err(|e| TlsError::Config(e.to_string()))?;
+        verifier
+            .verify_client_cert(leaf, intermediates, rustls_pki_types::UnixTime::now())
+            .map_err(|e| TlsError::Peer(format!("the chain does not verify: {e}")))?;
+        let named = peer_node_name_in(&self.certs)?;
+        if named != node {
+            return Err(TlsError::Peer(format!(
+                "the certificate names {named:?}, not {node:?}"
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -1,8 +1,12 @@
-//! kill -9 while committing: everything whose commit returned is there after a restart.
+//! kill -9 while committing, 300 times: after every kill the store is exactly at some
+//! batch at or after the last acknowledged one. Everything whose commit returned is
+//! there, and no batch is there in part.
 //!
 //! The test runs itself again as a writer process (the ignored test below, selected by
 //! an environment variable), reads the writer's "acked N" lines, kills it with SIGKILL
-//! at varying points, reopens the store and checks every acknowledged batch.
+//! at varying points, reopens the store and checks it. Each batch N moves the upstream
+//! cursor to N and writes [`KEYS_PER_BATCH`] reports, so a partial batch shows as a
+//! cursor without all its reports, or reports beyond the cursor.
 
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
@@ -14,6 +18,21 @@ use strata_protocol::model::{Cursor, LogId, Position};
 use strata_protocol::wire::{ReportKey, ReportValue};
 
 const DIR_VAR: &str = "STRATA_CRASH_STORE_DIR";
+
+/// Reports each batch writes beside its cursor.
+const KEYS_PER_BATCH: u64 = 4;
+
+/// Kill rounds (`STRATA_CRASH_ROUNDS` overrides, for a longer run).
+const ROUNDS: u64 = 300;
+
+fn report_key(n: u64, i: u64) -> (String, ReportKey) {
+    (
+        "x".to_owned(),
+        ReportKey::Cluster {
+            name: format!("c{n}-{i}"),
+        },
+    )
+}
 
 #[test]
 #[ignore = "the writer half of acknowledged_commits_survive_kill_9; run by that test"]
@@ -40,26 +59,32 @@ fn crash_writer() {
             }),
             ..Batch::default()
         };
-        batch.reports.push((
-            (
-                "x".to_owned(),
-                ReportKey::Cluster {
-                    name: format!("c{n}"),
-                },
-            ),
-            Some(ReportValue::Removed),
-        ));
+        for i in 0..KEYS_PER_BATCH {
+            batch
+                .reports
+                .push((report_key(n, i), Some(ReportValue::Removed)));
+        }
         store.commit(&batch).unwrap();
         println!("acked {n}");
     }
 }
 
 #[test]
-fn acknowledged_commits_survive_kill_9() {
+fn acknowledged_commits_survive_kill_9_and_no_batch_is_partial() {
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
+    let rounds = std::env::var("STRATA_CRASH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(ROUNDS);
     let mut last_acked = 0u64;
-    for (round, kill_after) in [20u64, 150, 400, 60, 250].into_iter().enumerate() {
+    // Kill points vary (a fixed sequence, so a failure repeats): after 1 to 40 acks.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for round in 0..rounds {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let kill_after = 1 + seed % 40;
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
@@ -85,7 +110,7 @@ fn acknowledged_commits_survive_kill_9() {
                 }
             }
         }
-        child.kill().unwrap(); // SIGKILL
+        child.kill().unwrap(); // SIGKILL, while the next commit is under way
         child.wait().unwrap();
         let stored = SledStore::open(dir.path()).unwrap().load().unwrap();
         let durable = stored.upstream.map_or(0, |u| u.cursor.position.0);
@@ -93,16 +118,35 @@ fn acknowledged_commits_survive_kill_9() {
             durable >= last_acked,
             "round {round}: acked {last_acked} but only {durable} survived kill -9"
         );
-        for n in 1..=last_acked {
+        // Exactly batches 1..=durable: every report of each, none of any later one.
+        let expected = durable * KEYS_PER_BATCH;
+        let present = stored
+            .reports
+            .keys()
+            .filter(|(owner, _)| owner == "x")
+            .count();
+        for n in [durable, durable.saturating_sub(1)]
+            .into_iter()
+            .filter(|n| *n > 0)
+        {
+            for i in 0..KEYS_PER_BATCH {
+                assert!(
+                    stored.reports.contains_key(&report_key(n, i)),
+                    "round {round}: batch {n} (at or before the cursor {durable}) is partial"
+                );
+            }
+        }
+        for i in 0..KEYS_PER_BATCH {
             assert!(
-                stored.reports.contains_key(&(
-                    "x".to_owned(),
-                    ReportKey::Cluster {
-                        name: format!("c{n}")
-                    }
-                )),
-                "round {round}: acknowledged batch {n} lost"
+                !stored.reports.contains_key(&report_key(durable + 1, i)),
+                "round {round}: batch {} is partly there beyond the cursor {durable}",
+                durable + 1
             );
         }
+        assert_eq!(
+            u64::try_from(present).unwrap(),
+            expected,
+            "round {round}: the store holds {present} reports, not the {expected} of batches 1..={durable}"
+        );
     }
 }

@@ -61,6 +61,10 @@ struct ApiState {
     tokens: Vec<auth::Grant>,
     node: NodeClient,
     metrics: Arc<crate::api_metrics::ApiMetrics>,
+    /// The spaces the tokens name (see [`crate::kube::spaces`]).
+    named_spaces: std::collections::BTreeSet<String>,
+    /// Status changes, for watches (see [`crate::kube::status_journal`]).
+    journal: crate::kube::status_journal::SharedJournal,
 }
 
 /// Why the API could not be started.
@@ -121,10 +125,18 @@ pub fn spawn(
         source,
     })?;
     tracing::info!(listen = %api.listen, "user API serving");
+    let named_spaces = tokens
+        .iter()
+        .filter_map(|g| g.spaces.as_ref())
+        .flatten()
+        .cloned()
+        .collect();
     let state = Arc::new(ApiState {
         tokens,
+        named_spaces,
         node,
         metrics,
+        journal: crate::kube::status_journal::SharedJournal::default(),
     });
     Ok(tokio::spawn(http::accept_loop(
         listener,
@@ -308,13 +320,32 @@ async fn route(
         accept: header(headers, hyper::header::ACCEPT),
         content_type: header(headers, hyper::header::CONTENT_TYPE),
         body,
+        named_spaces: &state.named_spaces,
     };
-    match crate::kube::handle(&state.node, kube).await {
+    match crate::kube::handle(&state.node, &state.journal, kube).await {
         Some(crate::kube::Reply::Json((code, value))) => {
             return reply(
                 StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 value,
             );
+        }
+        Some(crate::kube::Reply::Warned {
+            answer: (code, value),
+            warnings,
+        }) => {
+            let mut resp = reply(
+                StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                value,
+            );
+            for w in warnings {
+                // RFC 7234's warn-code 299 with no agent, as kube-apiserver sends it:
+                // `299 - "unknown field \"spec.foo\""` (the text quoted and escaped).
+                let text = serde_json::Value::String(w).to_string();
+                if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("299 - {text}")) {
+                    resp.headers_mut().append(hyper::header::WARNING, v);
+                }
+            }
+            return resp;
         }
         Some(crate::kube::Reply::Raw {
             code,
@@ -440,6 +471,15 @@ async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
     let result = state
         .node
         .query(move |core: &mut NodeCore| {
+            // Custom resources are checked against their CRDs, as the Kubernetes API
+            // checks them.
+            let warnings = crate::kube::batch_check::check(core, &space, &mut manifests)
+                .map_err(|e| {
+                    (
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        format!("nothing was applied: {e}"),
+                    )
+                })?;
             let missing = crate::kube::namespaces::missing(
                 core,
                 manifests.iter().map(|m| &m.meta.key),
@@ -456,13 +496,14 @@ async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
             match crate::kube::clusters::prepare_manifests(core, manifests) {
                 Ok(manifests) => core
                     .apply_manifests(&manifests)
+                    .map(|a| (a, warnings))
                     .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
                 Err(e) => Err((StatusCode::UNPROCESSABLE_ENTITY, e)),
             }
         })
         .await;
     match result {
-        Some(Ok(a)) => {
+        Some(Ok((a, warnings))) => {
             let names =
                 |keys: &[ObjectKey]| keys.iter().map(ToString::to_string).collect::<Vec<_>>();
             reply(
@@ -471,6 +512,7 @@ async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
                     "revision": a.revision.map(|p| p.0),
                     "applied": names(&a.applied),
                     "unchanged": names(&a.unchanged),
+                    "warnings": warnings,
                 }),
             )
         }

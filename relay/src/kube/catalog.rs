@@ -239,6 +239,15 @@ fn custom_types(log: &ObjectLog, space: &Space) -> Vec<ResourceType> {
         let Ok(crd) = serde_json::from_slice::<Value>(&o.body) else {
             continue;
         };
+        out.extend(crd_types(&crd));
+    }
+    out
+}
+
+/// The types one CustomResourceDefinition defines (every served version).
+pub fn crd_types(crd: &Value) -> Vec<ResourceType> {
+    let mut out = Vec::new();
+    {
         let spec = &crd["spec"];
         let names = &spec["names"];
         let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
@@ -255,7 +264,7 @@ fn custom_types(log: &ObjectLog, space: &Space) -> Vec<ResourceType> {
             text(&names["plural"]),
         );
         if group.is_empty() || kind.is_empty() || plural.is_empty() {
-            continue;
+            return out;
         }
         let singular = match text(&names["singular"]) {
             s if s.is_empty() => kind.to_ascii_lowercase(),

@@ -8,16 +8,21 @@
 //! `fieldSelector` on `metadata.name`/`metadata.namespace`, `limit`/`continue`, tables
 //! for `kubectl get`), create, update (409 on a stale `resourceVersion`), patch (JSON
 //! merge, JSON patch, strategic merge), delete and deletecollection, `dryRun=All`, and
-//! strict field validation for built-in types (`fieldValidation=Strict`, what kubectl
-//! sends), and custom resources checked against their CRD's schema ([`schema_check`]).
-//! Errors are `metav1.Status` objects. `resourceVersion` is the root's revision.
+//! field validation for built-in types (`fieldValidation=Strict`, what kubectl sends,
+//! refuses unknown fields; `Warn`, the default, names them in `Warning` headers), and
+//! custom resources checked against their CRD's schema ([`schema_check`]; the same
+//! check serves `relay apply`, [`batch_check`]). Errors are `metav1.Status` objects.
+//! `resourceVersion` is the root's revision. Reads of a space that does not exist
+//! answer 404 ([`spaces`]).
 //!
-//! Watches (`watch=true`) stream events from a `resourceVersion` on ([`watch`]).
+//! Watches (`watch=true`) stream events from a `resourceVersion` on ([`watch`]),
+//! status changes included ([`status_journal`]).
 //!
 //! Server-side apply (`application/apply-patch+yaml`, field managers, conflicts) is
 //! [`ssa`].
 
 pub mod aggregated;
+pub mod batch_check;
 pub mod catalog;
 pub mod clusters;
 pub mod discovery;
@@ -29,9 +34,12 @@ pub mod openapi_v2;
 pub mod patch;
 pub mod protobuf;
 pub mod render;
+mod request;
 pub mod schema_check;
 pub mod selector;
+pub mod spaces;
 pub mod ssa;
+pub mod status_journal;
 pub mod watch;
 mod writes;
 
@@ -41,7 +49,9 @@ use strata_protocol::model::{Object, ObjectKey, Space};
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
 use catalog::{Catalog, ResourceType};
+use schema_check::FieldValidation;
 use selector::{FieldQuery, LabelQuery};
+use status_journal::{SharedJournal, StatusJournal};
 
 /// A request as the API's front door parsed it.
 #[derive(Debug)]
@@ -60,6 +70,8 @@ pub struct Request<'a> {
     pub content_type: &'a str,
     /// The body.
     pub body: &'a [u8],
+    /// The spaces the tokens name (they exist even while empty: [`spaces`]).
+    pub named_spaces: &'a std::collections::BTreeSet<String>,
 }
 
 /// An answer: HTTP status and a JSON body.
@@ -70,6 +82,14 @@ pub type Answer = (u16, Value);
 pub enum Reply {
     /// One JSON document.
     Json(Answer),
+    /// One JSON document, with warnings for the client (`Warning` headers, which
+    /// kubectl prints), as kube-apiserver sends under `fieldValidation=Warn`.
+    Warned {
+        /// The document.
+        answer: Answer,
+        /// Each warning's text.
+        warnings: Vec<String>,
+    },
     /// A stream of watch events.
     Watch(Box<watch::Watch>),
     /// A document in its own media type (aggregated discovery, OpenAPI v2 protobuf).
@@ -120,7 +140,8 @@ pub fn too_large_resource_version(rv: u64, head: u64) -> Answer {
 }
 
 /// Answers `req` if its path belongs to the Kubernetes API; `None` otherwise.
-pub async fn handle(node: &NodeClient, req: Request<'_>) -> Option<Reply> {
+/// `journal` is the status journal that the API's reads and watches share.
+pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>) -> Option<Reply> {
     let (space, prefix, rest): (&str, String, &[&str]) = match req.path {
         ["spaces", space, rest @ ..] if rest.first().is_some_and(|r| ROOTS.contains(r)) => {
             (space, format!("/spaces/{space}"), rest)
@@ -170,27 +191,66 @@ pub async fn handle(node: &NodeClient, req: Request<'_>) -> Option<Reply> {
         Op::Resource(r) => r.watch,
         _ => None,
     };
+    let named = req.named_spaces.clone();
     let reply = match (op, watch) {
         (Op::Resource(r), Some(params)) => {
+            // Taken before the watch starts: a commit in between wakes it at once.
+            let head = node.head_changes();
+            let j = journal.clone();
             let started = node
-                .query(move |core: &mut NodeCore| r.start_watch(core, &space, params))
+                .query(move |core: &mut NodeCore| {
+                    if !spaces::exists(core, &space, &named) {
+                        return Err(spaces::missing(&space));
+                    }
+                    j.with(|j| r.start_watch(core, j, &space, params))
+                        .unwrap_or_else(|| {
+                            Err(failure(
+                                503,
+                                "ServiceUnavailable",
+                                "the status journal is busy: watch again".into(),
+                                None,
+                            ))
+                        })
+                })
                 .await
                 .unwrap_or_else(|| Err(stopping()));
             match started {
-                Ok((spec, first, since)) => Reply::Watch(Box::new(watch::Watch::new(
+                Ok((spec, first, since, epoch)) => Reply::Watch(Box::new(watch::Watch::new(
                     spec,
                     node.clone(),
+                    head,
+                    journal.clone(),
                     first,
-                    since,
+                    (since, epoch),
                 ))),
                 Err(answer) => Reply::Json(answer),
             }
         }
-        (op, _) => Reply::Json(
-            node.query(move |core: &mut NodeCore| op.run(core, &space))
+        (op, _) => {
+            let j = journal.clone();
+            let (answer, warnings) = node
+                .query(move |core: &mut NodeCore| {
+                    if let Op::Resource(r) = &op
+                        && r.method == "GET"
+                    {
+                        if !spaces::exists(core, &space, &named) {
+                            return (spaces::missing(&space), Vec::new());
+                        }
+                        // A read starts its type's status journal (a watch may follow).
+                        if let Ok(t) = r.resource_type(core, &space) {
+                            j.with(|j| j.observe(core, &space, &t));
+                        }
+                    }
+                    op.run(core, &space)
+                })
                 .await
-                .unwrap_or_else(stopping),
-        ),
+                .unwrap_or_else(|| (stopping(), Vec::new()));
+            if warnings.is_empty() {
+                Reply::Json(answer)
+            } else {
+                Reply::Warned { answer, warnings }
+            }
+        }
     };
     Some(reply)
 }
@@ -305,7 +365,9 @@ struct ResourceOp {
     cont: Option<usize>,
     table: bool,
     dry_run: bool,
-    strict: bool,
+    validation: FieldValidation,
+    /// What the request is warned about (`Warning` headers), collected as it runs.
+    warnings: std::cell::RefCell<Vec<String>>,
     content_type: String,
     body: Vec<u8>,
     watch: Option<WatchParams>,
@@ -316,121 +378,10 @@ struct ResourceOp {
 }
 
 impl Op {
-    fn parse(req: &Request<'_>, rest: &[&str]) -> Result<Op, Answer> {
-        let get = req.method == "GET";
-        let (group, version, tail): (&str, &str, &[&str]) = match rest {
-            ["version"] if get => return Ok(Op::Version),
-            ["api"] if get => return Ok(Op::CoreVersions),
-            ["apis"] if get => return Ok(Op::Groups),
-            ["apis", g] if get => return Ok(Op::Group((*g).to_owned())),
-            ["api", v] if get => return Ok(Op::Resources(String::new(), (*v).to_owned())),
-            ["apis", g, v] if get => return Ok(Op::Resources((*g).to_owned(), (*v).to_owned())),
-            ["openapi", ..] => {
-                return Err(failure(
-                    404,
-                    "NotFound",
-                    format!("no OpenAPI document at /{}", rest.join("/")),
-                    None,
-                ));
-            }
-            ["api", v, tail @ ..] => ("", *v, tail),
-            ["apis", g, v, tail @ ..] => (*g, *v, tail),
-            _ => {
-                return Err(failure(
-                    404,
-                    "NotFound",
-                    format!(
-                        "the server could not find the requested resource: {}",
-                        rest.join("/")
-                    ),
-                    None,
-                ));
-            }
-        };
-        let (namespace, plural, name, subresource) = match tail {
-            ["namespaces", ns, plural, name, sub] => (Some(*ns), *plural, Some(*name), Some(*sub)),
-            ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name), None),
-            ["namespaces", ns, plural] => (Some(*ns), *plural, None, None),
-            // The Namespace object itself.
-            ["namespaces", name] => (None, "namespaces", Some(*name), None),
-            [plural, name, sub] => (None, *plural, Some(*name), Some(*sub)),
-            [plural, name] => (None, *plural, Some(*name), None),
-            [plural] => (None, *plural, None, None),
-            _ => {
-                return Err(failure(
-                    404,
-                    "NotFound",
-                    "no such resource path".into(),
-                    None,
-                ));
-            }
-        };
-        let q = req.query;
-        let labels = match param(q, "labelSelector") {
-            Some(s) => LabelQuery::parse(&decode(s))
-                .map_err(|e| failure(400, "BadRequest", format!("labelSelector: {e}"), None))?,
-            None => LabelQuery::default(),
-        };
-        let fields = match param(q, "fieldSelector") {
-            Some(s) => FieldQuery::parse(&decode(s))
-                .map_err(|e| failure(400, "BadRequest", format!("fieldSelector: {e}"), None))?,
-            None => FieldQuery::default(),
-        };
-        let number = |name: &str| -> Result<Option<usize>, Answer> {
-            match param(q, name).filter(|v| !v.is_empty()) {
-                None => Ok(None),
-                Some(v) => v.parse().map(Some).map_err(|_| {
-                    failure(
-                        400,
-                        "BadRequest",
-                        format!("{name}: {v:?} is not a number"),
-                        None,
-                    )
-                }),
-            }
-        };
-        Ok(Op::Resource(Box::new(ResourceOp {
-            method: req.method.to_owned(),
-            group: group.to_owned(),
-            version: version.to_owned(),
-            plural: plural.to_owned(),
-            namespace: namespace.map(str::to_owned),
-            name: name.map(str::to_owned),
-            subresource: subresource.map(str::to_owned),
-            labels,
-            fields,
-            limit: number("limit")?.filter(|l| *l > 0),
-            cont: number("continue")?,
-            table: req.accept.contains("as=Table"),
-            dry_run: param(q, "dryRun").is_some_and(|d| d == "All"),
-            strict: param(q, "fieldValidation").is_some_and(|v| v == "Strict"),
-            content_type: req.content_type.to_owned(),
-            body: req.body.to_vec(),
-            field_manager: param(q, "fieldManager").map(decode),
-            force: param(q, "force") == Some("true"),
-            list_version: (
-                number("resourceVersion")?,
-                param(q, "resourceVersionMatch").map(str::to_owned),
-            ),
-            watch: if get
-                && name.is_none()
-                && param(q, "watch").is_some_and(|w| w == "true" || w == "1")
-            {
-                Some(WatchParams {
-                    from: number("resourceVersion")?.map(|v| v as u64),
-                    bookmarks: param(q, "allowWatchBookmarks") == Some("true"),
-                    timeout: number("timeoutSeconds")?
-                        .map(|s| std::time::Duration::from_secs(s as u64)),
-                })
-            } else {
-                None
-            },
-        })))
-    }
-
-    fn run(self, core: &mut NodeCore, space: &Space) -> Answer {
+    /// The answer, and the warnings that go with it.
+    fn run(self, core: &mut NodeCore, space: &Space) -> (Answer, Vec<String>) {
         let not_found = |what: String| failure(404, "NotFound", what, None);
-        match self {
+        let answer = match self {
             Op::Version => (200, discovery::version()),
             Op::CoreVersions => (200, discovery::core_versions()),
             Op::Groups => (
@@ -445,8 +396,12 @@ impl Op {
                     .map(|doc| (200, doc))
                     .unwrap_or_else(|| not_found(format!("no API group version {g}/{v}")))
             }
-            Op::Resource(r) => r.run(core, space),
-        }
+            Op::Resource(r) => {
+                let answer = r.run(core, space);
+                return (answer, r.warnings.take());
+            }
+        };
+        (answer, Vec::new())
     }
 }
 
@@ -493,9 +448,10 @@ impl ResourceOp {
     fn start_watch(
         self,
         core: &mut NodeCore,
+        journal: &mut StatusJournal,
         space: &Space,
         params: WatchParams,
-    ) -> Result<(watch::WatchSpec, Vec<Value>, u64), Answer> {
+    ) -> Result<(watch::WatchSpec, Vec<Value>, u64, u64), Answer> {
         let spec = watch::WatchSpec {
             space: space.clone(),
             resource: self.resource_type(core, space)?,
@@ -506,11 +462,11 @@ impl ResourceOp {
             bookmarks: params.bookmarks,
             timeout: params.timeout,
         };
-        let (first, since) = spec.start(core, params.from)?;
-        Ok((spec, first, since))
+        let (first, since, epoch) = spec.start(core, journal, params.from)?;
+        Ok((spec, first, since, epoch))
     }
 
-    fn run(self, core: &mut NodeCore, space: &Space) -> Answer {
+    fn run(&self, core: &mut NodeCore, space: &Space) -> Answer {
         let t = match self.resource_type(core, space) {
             Ok(t) => t,
             Err(a) => return a,

@@ -70,36 +70,62 @@ pub fn check(schema: &Value, object: &mut Value) -> Findings {
     out
 }
 
+/// What a write does with fields its type does not know (`fieldValidation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldValidation {
+    /// Drop them (custom resources) or keep them (built-in types), silently.
+    Ignore,
+    /// The same, with a `Warning` header per field (kube-apiserver's default).
+    Warn,
+    /// Refuse the write (400), what kubectl asks by default.
+    Strict,
+}
+
+impl FieldValidation {
+    /// The query parameter's value; absent or unknown is `Warn`, as in kube-apiserver.
+    pub fn parse(value: Option<&str>) -> FieldValidation {
+        match value {
+            Some("Strict") => FieldValidation::Strict,
+            Some("Ignore") => FieldValidation::Ignore,
+            _ => FieldValidation::Warn,
+        }
+    }
+}
+
+/// The 400 refusing a strict write with `unknown` fields.
+pub fn strict_refusal(unknown: &[String]) -> Answer {
+    let causes: Vec<Value> = unknown
+        .iter()
+        .map(|f| json!({ "reason": "FieldValueInvalid", "message": format!("unknown field {f:?}"), "field": f }))
+        .collect();
+    let list: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field {f:?}"))
+        .collect();
+    failure(
+        400,
+        "BadRequest",
+        format!("strict decoding error: {}", list.join(", ")),
+        Some(json!({ "causes": causes })),
+    )
+}
+
 /// Checks a custom resource about to be stored against its schema: a strict request
 /// with unknown fields is refused (400, `strict decoding error`); otherwise unknown fields
-/// are pruned from `object`; refused values answer 422 `Invalid` with a cause per field.
+/// are pruned from `object`, and named in the answer; refused values answer 422
+/// `Invalid` with a cause per field.
 pub fn enforce(
     t: &ResourceType,
     schema: &Value,
     object: &mut Value,
-    strict: bool,
-) -> Result<(), Answer> {
+    validation: FieldValidation,
+) -> Result<Vec<String>, Answer> {
     let found = check(schema, object);
-    if strict && !found.unknown.is_empty() {
-        let causes: Vec<Value> = found
-            .unknown
-            .iter()
-            .map(|f| json!({ "reason": "FieldValueInvalid", "message": format!("unknown field {f:?}"), "field": f }))
-            .collect();
-        let list: Vec<String> = found
-            .unknown
-            .iter()
-            .map(|f| format!("unknown field {f:?}"))
-            .collect();
-        return Err(failure(
-            400,
-            "BadRequest",
-            format!("strict decoding error: {}", list.join(", ")),
-            Some(json!({ "causes": causes })),
-        ));
+    if validation == FieldValidation::Strict && !found.unknown.is_empty() {
+        return Err(strict_refusal(&found.unknown));
     }
     if found.causes.is_empty() {
-        return Ok(());
+        return Ok(found.unknown);
     }
     let name = object["metadata"]["name"].as_str().unwrap_or_default();
     let list: Vec<String> = found.causes.iter().map(ToString::to_string).collect();
@@ -537,7 +563,7 @@ mod tests {
             &t,
             &menu_schema(),
             &mut object(json!({ "dishes": "x", "size": "L" })),
-            true,
+            FieldValidation::Strict,
         )
         .unwrap_err();
         assert_eq!(code, 422);
@@ -555,7 +581,7 @@ mod tests {
             &t,
             &menu_schema(),
             &mut object(json!({ "dishes": 1, "foo": 1 })),
-            true,
+            FieldValidation::Strict,
         )
         .unwrap_err();
         assert_eq!(code, 400);
@@ -564,7 +590,8 @@ mod tests {
             r#"strict decoding error: unknown field "spec.foo""#
         );
         let mut lenient = object(json!({ "dishes": 1, "foo": 1 }));
-        assert!(enforce(&t, &menu_schema(), &mut lenient, false).is_ok());
+        let pruned = enforce(&t, &menu_schema(), &mut lenient, FieldValidation::Warn).unwrap();
+        assert_eq!(pruned, ["spec.foo"]);
         assert_eq!(lenient["spec"], json!({ "dishes": 1 }));
     }
 

@@ -6,10 +6,14 @@
 //! The stream is the response body itself: it asks the node for the keys changed since
 //! the last position it delivered whenever the node commits a new head (at once, so an
 //! event reaches every watcher a few milliseconds after the write), and at least every
-//! [`POLL`]; it looks for status changes every [`STATUS_EVERY`]. It ends when the client
-//! goes (the body is dropped), at `timeoutSeconds`, or when the node stops.
+//! [`POLL`]; status changes (which move no revision) come from the shared
+//! [`StatusJournal`], read again every [`STATUS_EVERY`]. A watch from a
+//! `resourceVersion` starts with every change after it, status changes included, in
+//! the same turn of the node that fixes where it goes on from: nothing falls between.
+//! It ends when the client goes (the body is dropped), at `timeoutSeconds`, or when the
+//! node stops.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use hyper::body::{Bytes, Frame};
@@ -18,6 +22,7 @@ use strata_protocol::model::{ObjectKey, Position, Space};
 
 use super::catalog::ResourceType;
 use super::selector::{FieldQuery, LabelQuery};
+use super::status_journal::{SharedJournal, StatusJournal};
 use super::{Answer, failure, render};
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
@@ -64,10 +69,9 @@ pub struct Watch {
     pending: VecDeque<Value>,
     /// Nothing follows what is pending (the history the watch needed is gone).
     ended: bool,
-    /// The last status seen per object, to send status changes too.
-    statuses: BTreeMap<ObjectKey, u64>,
-    /// When statuses were last looked at (`None`: never yet).
-    status_looked: Option<tokio::time::Instant>,
+    /// The status journal, and the epoch delivered so far.
+    journal: SharedJournal,
+    epoch: u64,
     /// The node's committed head: a change wakes the watch.
     head: tokio::sync::watch::Receiver<u64>,
 }
@@ -101,10 +105,22 @@ impl WatchSpec {
         json!({ "type": kind, "object": object })
     }
 
-    /// Starts the watch inside the node: the first events, and the position they reach;
-    /// or the Status refusing it.
-    pub fn start(&self, core: &NodeCore, from: Option<u64>) -> Result<(Vec<Value>, u64), Answer> {
+    /// Starts the watch inside the node: the first events, the revision they reach and
+    /// the status journal's epoch they reach; or the Status refusing it. From a
+    /// `resourceVersion`, the first events are every change after it: the log's, and
+    /// every status change the journal stamped after it (see [`StatusJournal`]), so
+    /// nothing that happened between the client's list and this watch is lost.
+    pub fn start(
+        &self,
+        core: &NodeCore,
+        journal: &mut StatusJournal,
+        from: Option<u64>,
+    ) -> Result<(Vec<Value>, u64, u64), Answer> {
         let head = core.log().head().0;
+        if let Some(rv) = from.filter(|rv| *rv > head) {
+            return Err(super::too_large_resource_version(rv, head));
+        }
+        let epoch = journal.refresh(core, &self.space, &self.resource);
         match from {
             None | Some(0) => {
                 let events = core
@@ -113,36 +129,59 @@ impl WatchSpec {
                     .filter(|o| self.selects(o.key()) && self.labels.matches(&o.meta.labels))
                     .map(|o| self.event(core, "ADDED", o.key(), head))
                     .collect();
-                Ok((events, head))
+                Ok((events, head, epoch))
             }
-            Some(rv) if rv > head => Err(super::too_large_resource_version(rv, head)),
-            Some(rv) => self.changes(core, rv).map(|events| (events, head)),
+            Some(rv) => {
+                let mut events = self.changes(core, rv)?;
+                let after = journal.epoch_at(&self.space, &self.resource, rv);
+                events.extend(self.status_changes(core, journal, after, &events));
+                Ok((events, head, epoch))
+            }
         }
     }
 
-    /// `MODIFIED` events for the objects whose status changed since `seen` (updated);
-    /// the first look only records.
+    /// What changed after revision `since` and status epoch `epoch`, looking at the
+    /// statuses again if no one did for [`STATUS_EVERY`]; the events, the
+    /// head and the epoch they reach.
+    pub fn follow(
+        &self,
+        core: &NodeCore,
+        journal: &mut StatusJournal,
+        since: u64,
+        epoch: u64,
+    ) -> Result<(Vec<Value>, u64, u64), Answer> {
+        let head = core.log().head().0;
+        let mut events = if head == since {
+            Vec::new()
+        } else {
+            self.changes(core, since)?
+        };
+        let now = journal.refresh_if_due(core, &self.space, &self.resource, STATUS_EVERY);
+        events.extend(self.status_changes(core, journal, epoch, &events));
+        Ok((events, head, now))
+    }
+
+    /// `MODIFIED` events for the selected objects whose status the journal stamped
+    /// after `epoch`, but for those `sent` already names (an object both changed and
+    /// restatused is sent once).
     fn status_changes(
         &self,
         core: &NodeCore,
-        seen: &mut BTreeMap<ObjectKey, u64>,
-        first: bool,
+        journal: &StatusJournal,
+        epoch: u64,
+        sent: &[Value],
     ) -> Vec<Value> {
         let head = core.log().head().0;
-        let mut out = Vec::new();
-        let mut now = BTreeMap::new();
-        for o in core.log().live() {
-            if !self.selects(o.key()) || !self.labels.matches(&o.meta.labels) {
-                continue;
-            }
-            let digest = render::status_digest(core, o);
-            if !first && seen.get(o.key()).is_some_and(|d| *d != digest) {
-                out.push(self.event(core, "MODIFIED", o.key(), head));
-            }
-            now.insert(o.key().clone(), digest);
-        }
-        *seen = now;
-        out
+        let sent = events_name(sent);
+        journal
+            .changed_since(&self.space, &self.resource, epoch)
+            .into_iter()
+            .filter(|k| self.selects(k))
+            .filter_map(|k| core.log().get(&k).map(|o| (k, o)))
+            .filter(|(_, o)| self.labels.matches(&o.meta.labels))
+            .map(|(k, _)| self.event(core, "MODIFIED", &k, head))
+            .filter(|e| !sent.contains(&event_id(e)))
+            .collect()
     }
 
     /// Events for what changed after `since`, as kube-apiserver sends them: `ADDED`
@@ -195,17 +234,26 @@ fn event_id(e: &Value) -> Value {
 }
 
 impl Watch {
-    /// A watch that sends `first`, then follows from `since`.
-    pub fn new(spec: WatchSpec, node: NodeClient, first: Vec<Value>, since: u64) -> Watch {
+    /// A watch that sends `first`, then follows from revision `since` and status
+    /// epoch `epoch`; `head` is the node's head as it was before the watch started
+    /// (a commit in between wakes it at once).
+    pub fn new(
+        spec: WatchSpec,
+        node: NodeClient,
+        head: tokio::sync::watch::Receiver<u64>,
+        journal: SharedJournal,
+        first: Vec<Value>,
+        (since, epoch): (u64, u64),
+    ) -> Watch {
         Watch {
             spec,
-            head: node.head_changes(),
+            head,
             node,
             since,
             pending: first.into(),
             ended: false,
-            statuses: BTreeMap::new(),
-            status_looked: None,
+            journal,
+            epoch,
         }
     }
 
@@ -237,43 +285,22 @@ impl Watch {
                     () = tokio::time::sleep(POLL) => {}
                 }
                 let spec = w.spec.clone();
-                let since = w.since;
-                let first = w.status_looked.is_none();
-                let look = w
-                    .status_looked
-                    .is_none_or(|at| at.elapsed() >= STATUS_EVERY);
-                if look {
-                    w.status_looked = Some(tokio::time::Instant::now());
-                }
-                let mut seen = std::mem::take(&mut w.statuses);
+                let (since, epoch) = (w.since, w.epoch);
+                let journal = w.journal.clone();
                 let polled = w
                     .node
                     .query(move |core: &mut NodeCore| {
-                        let head = core.log().head().0;
-                        let mut events = if head == since {
-                            Vec::new()
-                        } else {
-                            match spec.changes(core, since) {
-                                Ok(e) => e,
-                                Err(gone) => return (Err(gone), seen),
-                            }
-                        };
-                        if look {
-                            let changed = spec.status_changes(core, &mut seen, first);
-                            // An object both changed and restatused is sent once.
-                            let sent = events_name(&events);
-                            events.extend(
-                                changed.into_iter().filter(|c| !sent.contains(&event_id(c))),
-                            );
-                        }
-                        (Ok((events, head)), seen)
+                        // Not had (it cannot be, in the node's turn): nothing now, the
+                        // next wake looks again from the same place.
+                        journal
+                            .with(|j| spec.follow(core, j, since, epoch))
+                            .unwrap_or(Ok((Vec::new(), since, epoch)))
                     })
-                    .await;
-                let (polled, seen) = polled?;
-                w.statuses = seen;
+                    .await?;
                 match polled {
-                    Ok((events, head)) => {
+                    Ok((events, head, epoch)) => {
                         w.since = head;
+                        w.epoch = epoch;
                         if events.is_empty() {
                             if w.spec.bookmarks && quiet_since.elapsed() >= BOOKMARK_EVERY {
                                 quiet_since = tokio::time::Instant::now();

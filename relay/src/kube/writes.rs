@@ -10,6 +10,7 @@ use strata_protocol::wire::Change;
 
 use super::catalog::ResourceType;
 use super::openapi::TypeSchema;
+use super::schema_check::FieldValidation;
 use super::{
     Answer, ResourceOp, clusters, failure, namespaces, patch, protobuf, render, schema_check, ssa,
 };
@@ -156,37 +157,27 @@ impl ResourceOp {
         {
             return namespaces::not_found(ns);
         }
-        if self.strict
+        if self.validation != FieldValidation::Ignore
             && let Some(check) = t.check
         {
             let mut probe = value.clone();
             render::strip_assigned(&mut probe);
             match check(&probe) {
-                Ok(unknown) if !unknown.is_empty() => {
-                    let causes: Vec<Value> = unknown
-                        .iter()
-                        .map(|f| json!({ "reason": "FieldValueInvalid", "message": format!("unknown field {f:?}"), "field": f }))
-                        .collect();
-                    let list: Vec<String> = unknown
-                        .iter()
-                        .map(|f| format!("unknown field {f:?}"))
-                        .collect();
-                    return failure(
-                        400,
-                        "BadRequest",
-                        format!("strict decoding error: {}", list.join(", ")),
-                        Some(json!({ "causes": causes })),
-                    );
+                Ok(unknown)
+                    if self.validation == FieldValidation::Strict && !unknown.is_empty() =>
+                {
+                    return schema_check::strict_refusal(&unknown);
                 }
-                Ok(_) => {}
+                Ok(unknown) => self.warn_unknown(&unknown),
                 Err(e) => return invalid("", e),
             }
         }
         render::strip_assigned(&mut value);
-        if let TypeSchema::Custom(schema) = &t.schema
-            && let Err(refused) = schema_check::enforce(t, schema, &mut value, self.strict)
-        {
-            return refused;
+        if let TypeSchema::Custom(schema) = &t.schema {
+            match schema_check::enforce(t, schema, &mut value, self.validation) {
+                Ok(pruned) => self.warn_unknown(&pruned),
+                Err(refused) => return refused,
+            }
         }
         if managed.is_array() {
             value["metadata"]["managedFields"] = managed;
@@ -219,6 +210,15 @@ impl ResourceOp {
 
     /// The object `key` names as a client reads it (a Cluster from the inventory even
     /// when the space never changed it).
+    /// Under `fieldValidation=Warn`, each unknown field becomes a warning.
+    fn warn_unknown(&self, unknown: &[String]) {
+        if self.validation == FieldValidation::Warn {
+            self.warnings
+                .borrow_mut()
+                .extend(unknown.iter().map(|f| format!("unknown field {f:?}")));
+        }
+    }
+
     fn current(&self, core: &NodeCore, t: &ResourceType, key: &ObjectKey) -> Option<Value> {
         if t.is_cluster() {
             clusters::get(core, &key.space, &key.name)

@@ -17,7 +17,7 @@ use strata_node::transport::{self, Sender, close_code};
 use strata_node::tunnel::{self, TunnelSlots};
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
 use strata_protocol::time::{Instant, UnixMillis};
-use strata_protocol::wire::{ErrorCode, JoinReply, ParentToChild, Role};
+use strata_protocol::wire::{ChildToParent, ErrorCode, JoinReply, ParentToChild, Role};
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
@@ -58,6 +58,8 @@ pub struct NodeParts {
     /// This process's replica id when it is one replica of a replicated relay tier
     /// (given the store's node id, so that `replica: auto` is stable per store).
     pub replica: Option<crate::config::Replica>,
+    /// Signing children's certificate renewals, if this node does.
+    pub signer: Option<crate::renew::Signer>,
 }
 
 impl std::fmt::Debug for NodeParts {
@@ -236,6 +238,9 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
         children: BTreeMap::new(),
         admissions,
         listener: parts.listener.clone(),
+        tcp_tls: parts.tcp_listener.as_ref().map(|l| l.tls()),
+        admits_joins: parts.joining.is_some(),
+        signer: parts.signer,
         head: head_tx,
         tunnel_slots: TunnelSlots::new(parts.tunnels_per_link),
         parent_links,
@@ -294,6 +299,13 @@ struct Relay {
     children: Children,
     admissions: Option<Admissions>,
     listener: Option<Endpoint>,
+    /// The TLS/TCP listener's configuration, replaced when this node's certificate is
+    /// renewed.
+    tcp_tls: Option<strata_node::tcp::ServerTls>,
+    /// Whether the listener lets clients without a certificate in (to join).
+    admits_joins: bool,
+    /// Signing children's certificate renewals, if this node does.
+    signer: Option<crate::renew::Signer>,
     /// The log's head after each commit, for the Kubernetes API's watches.
     head: watch::Sender<u64>,
     /// Debug tunnels open per child link, under the configured cap.
@@ -341,6 +353,24 @@ impl Node for Relay {
                     conn.close(code, e.reason.as_bytes());
                 }
             },
+            RelayInput::ChildMsg {
+                name,
+                conn_id,
+                msg: ChildToParent::Renew { csr_pem },
+            } => {
+                // Answered here, with the name the connection is authenticated as.
+                let reply = if core.is_revoked(&name) {
+                    crate::renew::refuse(core.name(), &name, &"the name was revoked at the root")
+                } else {
+                    match &self.signer {
+                        Some(signer) => signer.answer(&name, &csr_pem),
+                        None => crate::renew::no_signer(core.name(), &name),
+                    }
+                };
+                if let Some((_, sender)) = self.children.get(&(name, conn_id)) {
+                    let _ = sender.send(ParentToChild::Renewal(reply));
+                }
+            }
             RelayInput::ChildMsg { name, conn_id, msg } => {
                 core.child_message(now, &name, conn_id, msg);
             }
@@ -382,6 +412,35 @@ impl Node for Relay {
                 tracing::info!("this root replica writes now");
             }
         }
+    }
+
+    fn identity_renewed(&mut self, identity: &strata_node::tls::Identity) {
+        let server = if self.admits_joins {
+            strata_node::tls::server_config_admitting_joins(identity)
+        } else {
+            strata_node::tls::server_config(identity)
+        };
+        let server = match server {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot serve children with the renewed certificate");
+                return;
+            }
+        };
+        if let Some(listener) = &self.listener {
+            match strata_node::transport::server_configs(server.clone(), [0; 32]) {
+                Ok((_, config)) => listener.set_server_config(Some(config)),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot serve QUIC with the renewed certificate")
+                }
+            }
+        }
+        if let Some(slot) = &self.tcp_tls {
+            *slot.write().unwrap_or_else(|p| p.into_inner()) = server;
+        }
+        tracing::info!(
+            "children are served with the renewed certificate from their next handshake"
+        );
     }
 
     fn parent_link(&mut self, link: &Link) {

@@ -487,6 +487,7 @@ fn start_node(
         joining: None,
         tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
         replica: None,
+        signer: None,
     })
     .map_err(|e| BenchError::setup(&slot.name, e))?;
     slot.handle = Some(handle);

@@ -141,6 +141,7 @@ impl NodeCore {
         };
         if self.children.get(&key).is_some_and(|c| c.conn == conn) {
             self.children.remove(&key);
+            self.deferred.retain(|(from, _), _| *from != key);
             self.link_down(now, &key);
         }
     }
@@ -221,6 +222,10 @@ impl NodeCore {
                         return;
                     }
                     self.accept_report(now, name, relay, report);
+                    // Reports a replica's link record released (see `replicas.rs`).
+                    while let Some(held) = self.replay.pop() {
+                        self.accept_report(now, name, relay, held);
+                    }
                 }
             }
             SessionEvent::Closed(error) => {

@@ -32,7 +32,7 @@ use strata_protocol::placement::Placement;
 use strata_protocol::summary::Summary;
 use strata_protocol::sync::{ObjectLog, ParentLink, SessionConfig, SessionError};
 use strata_protocol::time::{Instant, UnixMillis};
-use strata_protocol::wire::{ChildToParent, ParentToChild};
+use strata_protocol::wire::{ChildToParent, ParentToChild, Report};
 
 mod children;
 mod choose;
@@ -134,6 +134,13 @@ pub struct NodeCore {
     /// Reports of children's earlier runs, kept (routes stay stable) until the child's
     /// new run says it has reported everything; then what it did not report again goes.
     stale: BTreeSet<ReportSlot>,
+    /// Reports of one replica of a replicated child about a hop that another replica
+    /// still holds, which arrived before this replica's own link record for the hop
+    /// (reports go in key order: clusters before links). Keyed by (session, hop); taken
+    /// again once the link record says the hop is here (see `replicas.rs`).
+    deferred: BTreeMap<(String, String), Vec<Report>>,
+    /// Deferred reports due again, taken after the report that released them.
+    replay: Vec<Report>,
     summary_interval: Duration,
     next_summary: Instant,
     batch: Batch,
@@ -234,6 +241,8 @@ impl NodeCore {
             report_all: false,
             run: setup.run,
             stale: BTreeSet::new(),
+            deferred: BTreeMap::new(),
+            replay: Vec::new(),
             summary_interval: setup.summary_interval,
             next_summary: now,
             batch: Batch::default(),

@@ -101,7 +101,20 @@ impl NodeCore {
             && matches!(&report.key, ReportKey::Link { node } if *node == hop);
         let here = arriving_up || self.link_up_via(key, &hop);
         if !here && siblings.iter().any(|s| self.link_up_via(s, &hop)) {
+            // This replica has not said anything of its link to the hop yet: its link
+            // record may follow in the same batch (clusters sort before links) or the
+            // next. Keep the report until it does, rather than lose it: a replica
+            // re-sends a report only when it changes.
+            let own_link = (key.to_owned(), ReportKey::Link { node: hop.clone() });
+            if self.reports.get(&own_link).is_none() {
+                let held = self.deferred.entry((key.to_owned(), hop)).or_default();
+                held.retain(|r| r.key != report.key);
+                held.push(report.clone());
+            }
             return false;
+        }
+        if arriving_up && let Some(held) = self.deferred.remove(&(key.to_owned(), hop.clone())) {
+            self.replay.extend(held);
         }
         if !here && !matches!(report.value, ReportValue::Cluster(_)) {
             return true;
@@ -311,7 +324,9 @@ mod tests {
             ParentToChild::Welcome(w) if n == "eu" && *c == 1 => Some(w.version),
             _ => None,
         });
-        assert_eq!(welcome, Some(REPLICA_VERSION));
+        // The newest version, which has replica hellos.
+        assert_eq!(welcome, Some(strata_protocol::wire::MAX_PROTOCOL_VERSION));
+        const { assert!(strata_protocol::wire::MAX_PROTOCOL_VERSION >= REPLICA_VERSION) };
     }
 
     #[test]
@@ -364,6 +379,50 @@ mod tests {
         let _ = turn(&mut core, now);
         assert_eq!(holders(&core, "c1"), ["eu#b"]);
         assert_eq!(core.reports().clusters().count(), 2);
+    }
+
+    /// A replica sends in key order, a cluster's record before the link record that
+    /// says the cluster is now below it; the record must not be lost because the
+    /// other replica (dead, not yet noticed) last said its link was up.
+    #[test]
+    fn a_moved_childs_record_before_its_link_record_is_kept() {
+        for split in [false, true] {
+            let mut core = root();
+            let now = Instant::ZERO;
+            core.child_connected(now, "eu", 1).unwrap();
+            core.child_message(now, "eu", 1, hello(10, Some("a")));
+            core.child_connected(now, "eu", 2).unwrap();
+            core.child_message(now, "eu", 2, hello(20, Some("b")));
+            let _ = turn(&mut core, now);
+            report(
+                &mut core,
+                now,
+                1,
+                0,
+                vec![cluster("c1"), link("c1", true, 1)],
+            );
+            let _ = turn(&mut core, now);
+            assert_eq!(holders(&core, "c1"), ["eu#a"]);
+            // Replica a dies without a word; c1 moves to b, which reports it in key
+            // order: in one batch, or the cluster in one and the link in the next.
+            if split {
+                report(&mut core, now, 2, 0, vec![cluster("c1")]);
+                let _ = turn(&mut core, now);
+                assert_eq!(holders(&core, "c1"), ["eu#a"], "not taken before b's link");
+                report(&mut core, now, 2, 1, vec![link("c1", true, 5)]);
+            } else {
+                report(
+                    &mut core,
+                    now,
+                    2,
+                    0,
+                    vec![cluster("c1"), link("c1", true, 5)],
+                );
+            }
+            let _ = turn(&mut core, now);
+            assert_eq!(holders(&core, "c1"), ["eu#b"], "split batches: {split}");
+            assert_eq!(core.reports().clusters().count(), 1, "counted once");
+        }
     }
 
     #[test]

@@ -1,0 +1,377 @@
+//! Renewing this node's certificate through its parent, over the established and
+//! authenticated link, well before it expires.
+//!
+//! At [`RenewConfig::at_percent`] of the certificate's lifetime (two thirds by default)
+//! the driver makes a new key and a certificate signing request naming this node and
+//! sends it on the control stream ([`ChildToParent::Renew`], protocol version 4). The
+//! parent signs it with the CA it holds for that (its `renew:` CA or its join CA) and
+//! answers ([`ParentToChild::Renewal`]). The child checks the chain (it verifies
+//! against the CAs it trusts, names this node and certifies the new key), writes key
+//! and chain durably ([`write_files`]: each to a `.new` file, synced, then renamed key
+//! first), and uses them from the next handshake on; the open session goes on.
+//!
+//! A refusal or no answer is retried after a tenth of the time left (between a second
+//! and an hour). A certificate that expired while the node was offline cannot renew
+//! this way (the parent refuses the handshake): its recovery path is a one-time
+//! recovery token (see `relay/src/join.rs`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_protocol::wire::{ChildToParent, ProtocolVersion, RENEW_VERSION, RenewReply};
+
+use crate::config::TlsFiles;
+use crate::dial::Connector;
+use crate::tls::{Identity, client_config};
+
+/// By default a certificate is renewed once this share (percent) of its lifetime has
+/// passed.
+pub const DEFAULT_RENEW_AT_PERCENT: u8 = 67;
+
+/// What a node renews: its files, its name, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenewConfig {
+    /// The node's name (what the new certificate must name).
+    pub node: String,
+    /// Its certificate, key and trusted CA files.
+    pub files: TlsFiles,
+    /// When in the certificate's lifetime to renew, in percent (1 to 99).
+    pub at_percent: u8,
+}
+
+/// The `.new` file beside `path` a renewal writes before renaming.
+fn staged(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".new");
+    PathBuf::from(name)
+}
+
+fn write_synced(path: &Path, contents: &str, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)?;
+    f.write_all(contents.as_bytes())?;
+    f.sync_all()
+}
+
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Replaces the key and certificate durably: both written to `.new` files and synced,
+/// then the key renamed into place, then the certificate, then the directories synced.
+/// A crash at any point leaves either the old pair, or the new key with a staged
+/// certificate that [`settle_files`] moves into place at the next start.
+pub fn write_files(cert: &Path, key: &Path, chain_pem: &str, key_pem: &str) -> std::io::Result<()> {
+    let (cert_new, key_new) = (staged(cert), staged(key));
+    write_synced(&key_new, key_pem, 0o600)?;
+    write_synced(&cert_new, chain_pem, 0o644)?;
+    std::fs::rename(&key_new, key)?;
+    sync_dir(key)?;
+    std::fs::rename(&cert_new, cert)?;
+    sync_dir(cert)
+}
+
+/// Finishes or undoes a renewal that a crash interrupted in [`write_files`]: a staged
+/// certificate without a staged key means the key was already renamed, so the
+/// certificate follows; a staged key means nothing was renamed yet, so both staged
+/// files go and the old pair stays.
+pub fn settle_files(cert: &Path, key: &Path) -> std::io::Result<()> {
+    let (cert_new, key_new) = (staged(cert), staged(key));
+    if key_new.exists() {
+        std::fs::remove_file(&key_new)?;
+        if cert_new.exists() {
+            std::fs::remove_file(&cert_new)?;
+        }
+        return Ok(());
+    }
+    if cert_new.exists() {
+        std::fs::rename(&cert_new, cert)?;
+        sync_dir(cert)?;
+        tracing::warn!(cert = %cert.display(), "finished a certificate renewal interrupted by a crash");
+    }
+    Ok(())
+}
+
+/// Whether the certificate (chain) in `cert` has expired (its leaf's `notAfter` is
+/// past); `false` when it cannot be read.
+pub fn expired(cert: &Path) -> bool {
+    std::fs::read_to_string(cert)
+        .ok()
+        .and_then(|pem| strata_topology::certs::pem_not_after(&pem))
+        .is_some_and(|t| t <= strata_topology::certs::unix_now())
+}
+
+/// The driver's part of renewal: when to ask, the key waiting for its certificate.
+#[derive(Debug)]
+pub(crate) struct Renewer {
+    config: RenewConfig,
+    connector: Connector,
+    /// The current certificate's (notBefore, notAfter), Unix seconds.
+    validity: Option<(i64, i64)>,
+    /// The key of the request in flight.
+    pending: Option<String>,
+    /// When to ask (again).
+    next: tokio::time::Instant,
+    /// The protocol version of the open session (0: none).
+    version: ProtocolVersion,
+}
+
+impl Renewer {
+    pub(crate) fn new(config: RenewConfig, connector: Connector) -> Renewer {
+        let validity = std::fs::read_to_string(&config.files.cert)
+            .ok()
+            .and_then(|pem| strata_topology::certs::pem_validity(&pem));
+        let mut r = Renewer {
+            config,
+            connector,
+            validity,
+            pending: None,
+            next: tokio::time::Instant::now(),
+            version: 0,
+        };
+        r.schedule();
+        r
+    }
+
+    /// Plans the next request at the configured share of the lifetime.
+    fn schedule(&mut self) {
+        let now = strata_topology::certs::unix_now();
+        let wait = match self.validity {
+            Some((from, to)) => {
+                let due = from + (to - from) * i64::from(self.config.at_percent) / 100;
+                u64::try_from(due - now).unwrap_or(0)
+            }
+            // An unreadable certificate: nothing to plan from; look again in an hour.
+            None => 3600,
+        };
+        self.next = tokio::time::Instant::now() + Duration::from_secs(wait);
+        if let Some((_, to)) = self.validity {
+            tracing::debug!(in_s = wait, expires = %strata_topology::certs::utc_date(to), "certificate renewal planned");
+        }
+    }
+
+    /// After a refusal or no answer: a tenth of the time left, between 1 s and 1 h.
+    fn retry_later(&mut self) {
+        let left = self
+            .validity
+            .map(|(_, to)| to - strata_topology::certs::unix_now())
+            .unwrap_or(36_000);
+        let wait = u64::try_from(left / 10).unwrap_or(0).clamp(1, 3600);
+        self.next = tokio::time::Instant::now() + Duration::from_secs(wait);
+    }
+
+    /// When the next request is due.
+    pub(crate) fn next(&self) -> tokio::time::Instant {
+        self.next
+    }
+
+    /// A session opened with protocol `version` (0: the link is gone).
+    pub(crate) fn session(&mut self, version: ProtocolVersion) {
+        self.version = version;
+        if version == 0 {
+            self.pending = None;
+        }
+    }
+
+    /// The due time came: a request to send now, if the session can carry one.
+    pub(crate) fn due(&mut self) -> Option<ChildToParent> {
+        if self.validity.is_none() {
+            // Nothing to renew from yet: read the certificate again, plan from it.
+            self.validity = std::fs::read_to_string(&self.config.files.cert)
+                .ok()
+                .and_then(|pem| strata_topology::certs::pem_validity(&pem));
+            self.schedule();
+            return None;
+        }
+        self.retry_later();
+        if self.version < RENEW_VERSION {
+            if self.version != 0 {
+                tracing::warn!(
+                    version = self.version,
+                    "the certificate is due for renewal but the parent speaks protocol version {} (renewal needs {RENEW_VERSION})",
+                    self.version
+                );
+            }
+            return None;
+        }
+        match strata_topology::certs::join_request(&self.config.node) {
+            Ok((key, csr_pem)) => {
+                self.pending = Some(key);
+                tracing::info!("asking the parent to renew this node's certificate");
+                Some(ChildToParent::Renew { csr_pem })
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot make a certificate signing request");
+                None
+            }
+        }
+    }
+
+    /// The parent's answer: on a grant, the new identity (checked, written durably,
+    /// and given to the connector for the next handshake).
+    pub(crate) fn answer(&mut self, reply: RenewReply) -> Option<Identity> {
+        let Some(key) = self.pending.take() else {
+            tracing::warn!("a certificate renewal answer without a request in flight; ignored");
+            return None;
+        };
+        let chain = match reply {
+            RenewReply::Granted { chain_pem } => chain_pem,
+            RenewReply::Refused { parent, reason } => {
+                tracing::warn!(%parent, %reason, "the parent refused to renew this node's certificate");
+                return None;
+            }
+        };
+        match self.install(&chain, &key) {
+            Ok(identity) => {
+                self.validity = strata_topology::certs::pem_validity(&chain);
+                self.schedule();
+                let expires = self
+                    .validity
+                    .map(|(_, to)| strata_topology::certs::utc_date(to))
+                    .unwrap_or_default();
+                tracing::info!(
+                    target: "audit",
+                    who = %self.config.node,
+                    action = "renewed",
+                    %expires,
+                    "{} renewed its certificate; it is used from the next handshake",
+                    self.config.node
+                );
+                Some(identity)
+            }
+            Err(why) => {
+                tracing::error!(%why, "the renewed certificate is unusable; keeping the current one");
+                None
+            }
+        }
+    }
+
+    fn install(&self, chain: &str, key: &str) -> Result<Identity, String> {
+        let files = &self.config.files;
+        if !strata_topology::certs::chain_matches_key(chain, key) {
+            return Err("it does not certify the key this node asked for".into());
+        }
+        let ca = std::fs::read(&files.ca).map_err(|e| format!("{}: {e}", files.ca.display()))?;
+        let identity = Identity::from_pem(chain.as_bytes(), key.as_bytes(), &ca)
+            .map_err(|(_, reason)| reason)?;
+        identity
+            .check_chain(&self.config.node)
+            .map_err(|e| e.to_string())?;
+        let tls = client_config(&identity).map_err(|e| e.to_string())?;
+        write_files(&files.cert, &files.key, chain, key)
+            .map_err(|e| format!("cannot write {}: {e}", files.cert.display()))?;
+        self.connector.use_tls(tls);
+        Ok(identity)
+    }
+}
+
+/// Shared between a connector's clones: the client TLS configuration a renewal put in
+/// place of the one the connector was built with.
+pub(crate) type RenewedTls = Arc<std::sync::RwLock<Option<Arc<rustls::ClientConfig>>>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dial::TransportMode;
+    use strata_topology::certs::{Ca, join_request};
+
+    #[tokio::test]
+    async fn a_renewal_is_asked_only_at_version_4_and_a_wrong_chain_is_never_installed() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Ca::generate("test").unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("eu.crt"),
+            key: dir.path().join("eu.key"),
+            ca: dir.path().join("ca.crt"),
+            renew_at_percent: 50,
+        };
+        let first = ca.issue("eu").unwrap();
+        std::fs::write(&files.cert, &first.cert_pem).unwrap();
+        std::fs::write(&files.key, &first.key_pem).unwrap();
+        std::fs::write(&files.ca, ca.cert_pem()).unwrap();
+        let connector = Connector::new(TransportMode::Tcp, None, None, None);
+        let mut r = Renewer::new(files.renewal("eu"), connector);
+        // A parent of version 3 is not asked; one of version 4 is.
+        r.session(3);
+        assert_eq!(r.due(), None);
+        r.session(RENEW_VERSION);
+        let Some(ChildToParent::Renew { csr_pem }) = r.due() else {
+            panic!("no request at version 4");
+        };
+        // A chain for another key is refused, and the files stay.
+        let (_, other_csr) = join_request("eu").unwrap();
+        let wrong = ca
+            .renew_for_csr("eu", &other_csr, Duration::from_secs(60))
+            .unwrap();
+        assert!(r.answer(RenewReply::Granted { chain_pem: wrong }).is_none());
+        assert_eq!(
+            std::fs::read_to_string(&files.cert).unwrap(),
+            first.cert_pem
+        );
+        // The right one is installed, durably.
+        let Some(ChildToParent::Renew { csr_pem: again }) = r.due() else {
+            panic!("no second request");
+        };
+        assert_ne!(again, csr_pem);
+        let chain = ca
+            .renew_for_csr("eu", &again, Duration::from_secs(60))
+            .unwrap();
+        assert!(
+            r.answer(RenewReply::Granted {
+                chain_pem: chain.clone()
+            })
+            .is_some()
+        );
+        assert_eq!(std::fs::read_to_string(&files.cert).unwrap(), chain);
+        assert!(strata_topology::certs::chain_matches_key(
+            &chain,
+            &std::fs::read_to_string(&files.key).unwrap()
+        ));
+        // A chain from a foreign CA is refused too.
+        let foreign = Ca::generate("elsewhere").unwrap();
+        let Some(ChildToParent::Renew { csr_pem: third }) = r.due() else {
+            panic!("no third request");
+        };
+        let alien = foreign
+            .renew_for_csr("eu", &third, Duration::from_secs(60))
+            .unwrap();
+        assert!(r.answer(RenewReply::Granted { chain_pem: alien }).is_none());
+        assert_eq!(std::fs::read_to_string(&files.cert).unwrap(), chain);
+    }
+
+    #[test]
+    fn an_interrupted_renewal_is_finished_or_undone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("n.crt"), dir.path().join("n.key"));
+        std::fs::write(&cert, "old cert").unwrap();
+        std::fs::write(&key, "old key").unwrap();
+        // Crash before any rename: the old pair stays.
+        std::fs::write(staged(&key), "new key").unwrap();
+        std::fs::write(staged(&cert), "new cert").unwrap();
+        settle_files(&cert, &key).unwrap();
+        assert_eq!(std::fs::read_to_string(&cert).unwrap(), "old cert");
+        assert_eq!(std::fs::read_to_string(&key).unwrap(), "old key");
+        assert!(!staged(&cert).exists() && !staged(&key).exists());
+        // Crash between the renames: the certificate follows the key.
+        std::fs::write(&key, "new key").unwrap();
+        std::fs::write(staged(&cert), "new cert").unwrap();
+        settle_files(&cert, &key).unwrap();
+        assert_eq!(std::fs::read_to_string(&cert).unwrap(), "new cert");
+        // A whole write.
+        write_files(&cert, &key, "newer cert", "newer key").unwrap();
+        assert_eq!(std::fs::read_to_string(&cert).unwrap(), "newer cert");
+        assert_eq!(std::fs::read_to_string(&key).unwrap(), "newer key");
+        assert!(!staged(&cert).exists() && !staged(&key).exists());
+    }
+}

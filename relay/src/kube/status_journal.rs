@@ -1,0 +1,182 @@
+//! When each object's `.status` last changed, so that a watch from a `resourceVersion`
+//! misses no status change.
+//!
+//! A status (what the clusters report) changes without moving the root's revision, so
+//! the log cannot say which status changes came after a client's list. The journal
+//! numbers them instead: each refresh reads the status digest of every object of one
+//! type in one space, and an object whose digest differs from the last refresh's is
+//! stamped with a new *epoch*. It also records, for each head it saw, the epoch before
+//! that refresh's stamps.
+//!
+//! A client that listed at revision `R` read the node after `R` was committed, so it
+//! saw every status stamped by a refresh that ran before `R` was committed, which is
+//! every refresh that saw a head below `R`. A watch from `R` therefore sends every
+//! object stamped after [`StatusJournal::epoch_at`]`(R)` (some of them the client
+//! may already have: a repeated `MODIFIED` with the current object is harmless), and
+//! then follows the journal's epochs. A journal starts when its type is first read
+//! (a get or a list), in the same turn of the node as that read, so what it starts
+//! from is what that client saw; one that a watch starts (no read of the type since
+//! the node started) counts every status as changed, so that watch is sent them all.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_protocol::model::{ObjectKey, Space};
+
+use super::catalog::ResourceType;
+use super::render;
+use crate::node::core::NodeCore;
+
+/// The journal as the API's requests and watches share it. It is used only inside the
+/// node's turns (the closures given to `NodeClient::query`), which run one at a time,
+/// so taking it never waits and nothing holds it across an await: watches and requests
+/// queue on the node as they did before, not on the journal.
+#[derive(Debug, Clone, Default)]
+pub struct SharedJournal(Arc<tokio::sync::Mutex<StatusJournal>>);
+
+impl SharedJournal {
+    /// Runs `f` on the journal; `None` if something holds it, which cannot happen
+    /// within the node's turns (callers then do what is safe: retry, or skip a look).
+    pub fn with<T>(&self, f: impl FnOnce(&mut StatusJournal) -> T) -> Option<T> {
+        self.0.try_lock().ok().map(|mut j| f(&mut j))
+    }
+}
+
+/// How many heads a type's journal remembers (as many as the root keeps revisions for
+/// watches): a watch from an older version is told what changed since the journal's
+/// oldest head, which is more than it needs, never less.
+const HEADS: usize = crate::node::core::WATCH_HISTORY as usize;
+
+/// A type in a space: (space, group, kind).
+type TypeId = (Space, String, String);
+
+/// The journal of every type read so far (see the module's doc).
+#[derive(Debug, Default)]
+pub struct StatusJournal {
+    types: BTreeMap<TypeId, TypeJournal>,
+}
+
+#[derive(Debug)]
+struct TypeJournal {
+    /// The latest epoch stamped.
+    epoch: u64,
+    /// Per object: its status digest and the epoch that stamped it.
+    objects: BTreeMap<ObjectKey, (u64, u64)>,
+    /// (head seen by a refresh, the epoch before that refresh's stamps), oldest first.
+    heads: VecDeque<(u64, u64)>,
+    /// When the last refresh ran.
+    refreshed: tokio::time::Instant,
+}
+
+fn type_id(space: &Space, t: &ResourceType) -> TypeId {
+    (space.clone(), t.group.clone(), t.kind.clone())
+}
+
+impl StatusJournal {
+    /// Starts the journal of `t` in `space` if it has none: a client is reading the
+    /// type, and the journal's start is what it saw.
+    pub fn observe(&mut self, core: &NodeCore, space: &Space, t: &ResourceType) {
+        let id = type_id(space, t);
+        if !self.types.contains_key(&id) {
+            self.read(core, space, t, true);
+        }
+    }
+
+    /// Reads every status of `t` in `space` now, stamping what changed; the latest
+    /// epoch. A journal that starts here (a watch, with no read before it since the
+    /// node started) stamps every object: no one is known to have seen them.
+    pub fn refresh(&mut self, core: &NodeCore, space: &Space, t: &ResourceType) -> u64 {
+        self.read(core, space, t, false)
+    }
+
+    fn read(&mut self, core: &NodeCore, space: &Space, t: &ResourceType, seen: bool) -> u64 {
+        let head = core.log().head().0;
+        let id = type_id(space, t);
+        let fresh = !self.types.contains_key(&id);
+        let journal = self.types.entry(id).or_insert_with(|| TypeJournal {
+            epoch: 0,
+            objects: BTreeMap::new(),
+            heads: VecDeque::new(),
+            refreshed: tokio::time::Instant::now(),
+        });
+        journal.refreshed = tokio::time::Instant::now();
+        let before = journal.epoch;
+        if journal.heads.back().is_none_or(|(h, _)| *h != head) {
+            journal.heads.push_back((head, before));
+            if journal.heads.len() > HEADS {
+                journal.heads.pop_front();
+            }
+        }
+        let next = before + 1;
+        let mut stamped = false;
+        let mut objects = BTreeMap::new();
+        for o in core.log().live() {
+            let k = o.key();
+            if k.space != *space || k.group != t.group || k.kind != t.kind {
+                continue;
+            }
+            let digest = render::status_digest(core, o);
+            let at = match journal.objects.get(k) {
+                Some((old, at)) if *old == digest => *at,
+                // A journal started by a read stamps nothing: the reader saw all of it.
+                None if fresh && seen => 0,
+                _ => {
+                    stamped = true;
+                    next
+                }
+            };
+            objects.insert(k.clone(), (digest, at));
+        }
+        journal.objects = objects;
+        if stamped {
+            journal.epoch = next;
+        }
+        journal.epoch
+    }
+
+    /// Refreshes `t` in `space` if no one has for `every`; the latest epoch.
+    pub fn refresh_if_due(
+        &mut self,
+        core: &NodeCore,
+        space: &Space,
+        t: &ResourceType,
+        every: Duration,
+    ) -> u64 {
+        match self.types.get(&type_id(space, t)) {
+            Some(j) if j.refreshed.elapsed() < every => j.epoch,
+            _ => self.refresh(core, space, t),
+        }
+    }
+
+    /// The epoch after which a client that listed `t` at `revision` may have missed a
+    /// status change: the epoch before the first refresh that saw a head at or past
+    /// `revision` (0 when the journal's heads start later, so that a watch is told
+    /// everything the journal holds).
+    pub fn epoch_at(&self, space: &Space, t: &ResourceType, revision: u64) -> u64 {
+        let Some(j) = self.types.get(&type_id(space, t)) else {
+            return 0;
+        };
+        match j.heads.front() {
+            Some((oldest, _)) if *oldest > revision => 0,
+            _ => j
+                .heads
+                .iter()
+                .find(|(h, _)| *h >= revision)
+                .map_or(j.epoch, |(_, e)| *e),
+        }
+    }
+
+    /// The objects of `t` in `space` whose status was stamped after `epoch`.
+    pub fn changed_since(&self, space: &Space, t: &ResourceType, epoch: u64) -> Vec<ObjectKey> {
+        match self.types.get(&type_id(space, t)) {
+            Some(j) if j.epoch > epoch => j
+                .objects
+                .iter()
+                .filter(|(_, (_, at))| *at > epoch)
+                .map(|(k, _)| k.clone())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
