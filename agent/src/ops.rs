@@ -48,7 +48,7 @@ impl AgentOps {
             .await
     }
 
-    async fn render(&self) -> Option<String> {
+    async fn render(&self) -> Option<Exposition> {
         let s = self.snapshot().await?;
         let mut out = Exposition::new();
         let one =
@@ -152,12 +152,12 @@ impl AgentOps {
             "Bytes the store uses.",
             &one(self.store.size_bytes() as f64),
         );
-        Some(out.finish())
+        Some(out)
     }
 }
 
 impl OpsSource for AgentOps {
-    fn metrics(&self) -> OpsFuture<'_, Option<String>> {
+    fn metrics(&self) -> OpsFuture<'_, Option<Exposition>> {
         Box::pin(self.render())
     }
 

@@ -5,7 +5,7 @@
 //! --cluster` writes).
 //!
 //! Covers: `get pods`, `logs`, `logs -f` (lines keep arriving for two seconds), `get
-//! events`, `exec` over a WebSocket upgrade, three tiers down; the agent's own
+//! events`, `describe pod`, `exec` over a WebSocket upgrade, three tiers down; the agent's own
 //! credentials reach the cluster, never the user's token; a token without `debug` is
 //! refused (403, a `metav1.Status` naming why); a cluster whose agent is gone answers
 //! 503 with its last-seen time; the audit line at the root; a simulated cluster's Pods
@@ -303,6 +303,16 @@ fn kubectl_reaches_a_leaf_cluster_through_three_tiers() {
     assert!(logs.starts_with("web-0 line 00000000 "), "{logs}");
     let events = f.ok(&kc, &["get", "events", "-o", "jsonpath={.items[*].reason}"]);
     assert!(events.contains("BackOffTunnelled"), "{events}");
+    // describe: the Pod, then its events (a list with a field selector).
+    let described = f.ok(&kc, &["describe", "pod", "web-0"]);
+    assert!(
+        described
+            .lines()
+            .any(|l| l.starts_with("Name:") && l.ends_with(" web-0"))
+            && described.contains("nginx")
+            && described.contains("seen through the tiers"),
+        "{described}"
+    );
     let fake_kc = fake_kc.display().to_string();
     println!(
         "figure: kubectl get pods, median of 5: through three tiers {:?}, directly against the fake {:?}",

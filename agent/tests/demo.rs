@@ -2,7 +2,8 @@
 //! app available on every cluster of one region, then of the other; piped, its progress
 //! is plain appended lines (no terminal escapes). With kubectl on the PATH (the one
 //! `.ci/install-kube-clients` installs), its last step shows the fleet as kubectl sees
-//! it at the root, through the kubeconfig it wrote.
+//! it at the root, through the kubeconfig it wrote, then a simulated cluster's Pods and
+//! a Pod's log three tiers down, through the debug tunnel.
 
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
@@ -77,6 +78,26 @@ fn the_demo_rolls_out_moves_the_app_and_exits_cleanly() {
             .lines()
             .any(|l| l.starts_with("retail ") && l.contains(" shop ") && l.contains("12/12")),
         "{kubectl}"
+    );
+    // Then, through the debug tunnel, the Pods of a simulated cluster three tiers down
+    // and the last lines of one Pod's log, with kubectl.
+    let (_, debug) = stdout
+        .split_once("debugging us-site-1-c1 through the tiers (center -> us -> us-site-1 -> us-site-1-c1) with kubectl")
+        .unwrap_or_else(|| panic!("no debug step:\n{stdout}"));
+    let (pods, log) = debug
+        .split_once("$ kubectl logs -n retail shop-")
+        .unwrap_or_else(|| panic!("no kubectl logs:\n{debug}"));
+    assert_eq!(
+        pods.lines()
+            .filter(|l| l.starts_with("shop-") && l.contains(" Running "))
+            .count(),
+        3,
+        "{pods}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains(" shop-") && l.ends_with("(simulated)")),
+        "{log}"
     );
     assert!(stdout.contains("stopped every process"), "{stdout}");
 }

@@ -1,6 +1,8 @@
 //! What an operator sees of running nodes: `/healthz`, `/readyz` and `/metrics` of a
 //! root, a relay that never reached its parent and an agent (the binaries, on
-//! loopback), and their logs in each format.
+//! loopback), and their logs in each format. `/metrics` is written by
+//! `prometheus-client`: the Prometheus text format by default, OpenMetrics when the
+//! scraper asks as Prometheus does; `promtool check metrics` (when installed) lints it.
 
 #![allow(clippy::unwrap_used)]
 #![allow(clippy::disallowed_methods)] // polls processes from a synchronous test
@@ -57,6 +59,68 @@ fn get(port: u16, path: &str) -> (u16, String) {
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     (code, body)
+}
+
+/// `GET /metrics` as Prometheus 3 asks for it (its default `Accept`); returns the
+/// `Content-Type` and the body.
+fn scrape_like_prometheus(port: u16) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        tcp,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: {PROMETHEUS_ACCEPT}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    tcp.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (content_type(head), body.to_owned())
+}
+
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1";
+
+fn content_type(head: &str) -> String {
+    head.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_default()
+}
+
+/// `promtool check metrics` (Prometheus' own linter) on `text`, when promtool is
+/// installed (`.ci/install-prometheus`; required in CI): `None` when it is absent.
+fn promtool_lint(text: &str) -> Option<String> {
+    use std::io::Write;
+    let promtool = std::path::Path::new("/usr/bin/promtool");
+    if !promtool.exists() {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "promtool is not installed: CI must run .ci/install-prometheus first"
+        );
+        return None;
+    }
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    Some(format!(
+        "{}{}{}",
+        if out.status.success() { "" } else { "failed: " },
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
 }
 
 /// The value of the sample `series` (name and labels, exactly as written).
@@ -244,6 +308,36 @@ fn probes_metrics_and_logs_of_a_root_a_cut_off_relay_and_an_agent() {
         Some(0.0)
     );
     exposition::check(&get(lonely_ops, "/metrics").1).unwrap();
+    // Without an Accept header: the Prometheus text format, its content type.
+    let plain = http_get(root_ops, "/metrics");
+    assert_eq!(
+        content_type(plain.split_once("\r\n\r\n").unwrap().0),
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    // As Prometheus asks: OpenMetrics, with the same samples.
+    for (port, series) in [
+        (
+            root_ops,
+            "strata_api_requests_total{verb=\"create\",code=\"200\"}",
+        ),
+        (agent_ops, "strata_agent_applies_total{cluster=\"c1\"}"),
+    ] {
+        let (kind, text) = scrape_like_prometheus(port);
+        assert_eq!(
+            kind,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
+        exposition::check(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(sample(&text, series) >= Some(1.0), "{text}");
+    }
+    // Prometheus' own linter finds nothing to say (names, units, _total, HELP).
+    for (node, text) in [("root", &root_metrics), ("agent", &agent_metrics)] {
+        match promtool_lint(text) {
+            Some(said) => assert!(said.trim().is_empty(), "promtool on the {node}: {said}"),
+            None => println!("promtool is not installed: skipped promtool check metrics"),
+        }
+    }
 
     // The parent gone, the agent stays ready: it keeps enforcing what it holds.
     // (SIGTERM: the root says goodbye, so the agent knows at once.)

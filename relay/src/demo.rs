@@ -7,7 +7,10 @@
 //! gap it avoids).
 //!
 //! Every node is a real process talking QUIC with mutual TLS on loopback; the demo
-//! drives the root's HTTPS API like a user would. Progress is one line per region
+//! drives the root's HTTPS API like a user would. Its last steps show the fleet as
+//! kubectl sees it at the root, then a simulated cluster three tiers down through the
+//! debug tunnel (its Pods and a Pod's log; with kubectl when it is on the PATH,
+//! otherwise with the same requests through the root's API). Progress is one line per region
 //! (applied / available), redrawn in place on a terminal and appended as plain lines
 //! when standard output is not one.
 
@@ -209,15 +212,19 @@ async fn drive(h: &Hierarchy, tty: bool, strategy: &str, kubeconfig: &Path) -> a
     );
     println!("\nfinal summary:");
     print_summary(&client, &map, second).await;
-    kubectl_step(kubeconfig)
+    kubectl_step(kubeconfig)?;
+    debug_step(h, &client, &map, second).await
+}
+
+fn kubectl_on_path() -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("kubectl").is_file()))
+        .unwrap_or(false)
 }
 
 /// The fleet as kubectl sees it at the root, when kubectl is on the PATH.
 fn kubectl_step(kubeconfig: &Path) -> anyhow::Result<()> {
-    let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("kubectl").is_file()))
-        .unwrap_or(false);
-    if !on_path {
+    if !kubectl_on_path() {
         println!("\nkubectl is not on the PATH: skipped `kubectl get deploy -A` at the root");
         return Ok(());
     }
@@ -239,6 +246,95 @@ fn kubectl_step(kubeconfig: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Runs kubectl with `args`, printing the command line and what it printed.
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
+    println!("$ kubectl {}", args.join(" "));
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    print!("{text}");
+    if !out.status.success() {
+        anyhow::bail!(
+            "kubectl {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(text)
+}
+
+/// The debug tunnel: the app's Pods and the last lines of one Pod's log on the first
+/// cluster of `region`, three tiers below the root, with kubectl when it is on the
+/// PATH, otherwise with the same requests through the root's API.
+async fn debug_step(
+    h: &Hierarchy,
+    client: &ApiClient,
+    map: &Map,
+    region: &str,
+) -> anyhow::Result<()> {
+    let Some((site, cluster)) = map
+        .regions
+        .iter()
+        .filter(|(r, _)| r == region)
+        .flat_map(|(_, sites)| sites.iter())
+        .find_map(|(site, clusters)| clusters.first().map(|c| (site, c)))
+    else {
+        anyhow::bail!("region {region} has no cluster");
+    };
+    let route = format!("{} -> {region} -> {site} -> {cluster}", h.rendered.root);
+    if kubectl_on_path() {
+        let kubeconfig = h.write_cluster_kubeconfig(cluster).await?;
+        println!(
+            "
+debugging {cluster} through the tiers ({route}) with kubectl --kubeconfig {}:",
+            kubeconfig.display()
+        );
+        let pods = kubectl(&kubeconfig, &["get", "pods", "-n", "retail"])?;
+        let Some(pod) = pods
+            .lines()
+            .nth(1)
+            .and_then(|l| l.split_whitespace().next())
+        else {
+            anyhow::bail!("{cluster} shows no Pod of the app");
+        };
+        kubectl(&kubeconfig, &["logs", "-n", "retail", pod, "--tail=3"])?;
+        return Ok(());
+    }
+    let base = format!("/clusters/{cluster}/api/v1/namespaces/retail/pods");
+    println!(
+        "
+debugging {cluster} through the tiers ({route}); kubectl is not on the PATH, so with the \
+         requests kubectl would send, through the root's API (GET {base}...):"
+    );
+    let (status, pods) = client.request(Method::GET, &base, None).await?;
+    if !status.is_success() {
+        anyhow::bail!("GET {base}: {status}: {pods}");
+    }
+    let names: Vec<&str> = pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    println!("Pods in retail: {}", names.join(", "));
+    let Some(pod) = names.first() else {
+        anyhow::bail!("{cluster} shows no Pod of the app");
+    };
+    let path = format!("{base}/{pod}/log?tailLines=3");
+    let (status, log) = client.request(Method::GET, &path, None).await?;
+    match log.as_str() {
+        Some(text) if status.is_success() => {
+            println!("the last lines of {pod}'s log:");
+            print!("{text}");
+            Ok(())
+        }
+        _ => anyhow::bail!("GET {path}: {status}: {log}"),
+    }
 }
 
 /// One region's line of progress.

@@ -21,12 +21,13 @@ pub use strata_node::ops::OpsBindError as MetricsBindError;
 use crate::api_metrics::ApiMetrics;
 use crate::node::runtime::NodeClient;
 
-/// Renders the node's metrics in the Prometheus text format.
+/// The node's metric families, read from its core now (encoded by the caller with
+/// `prometheus-client`, in the format the scraper asks for).
 pub async fn render(
     node: &NodeClient,
     store: &dyn Store,
     api: Option<&ApiMetrics>,
-) -> Option<String> {
+) -> Option<Exposition> {
     let core = node
         .query(|c| {
             let head = c.log().head().0;
@@ -241,7 +242,7 @@ pub async fn render(
     if let Some(api) = api {
         api.render(&mut out).await;
     }
-    Some(out.finish())
+    Some(out)
 }
 
 /// What a relay's metrics and health listener reads.
@@ -260,13 +261,16 @@ pub struct RelayOps {
 pub struct StandbyOps;
 
 impl OpsSource for StandbyOps {
-    fn metrics(&self) -> OpsFuture<'_, Option<String>> {
+    fn metrics(&self) -> OpsFuture<'_, Option<Exposition>> {
         Box::pin(async {
-            Some(format!(
-                "# HELP strata_root_standby 1 while this root replica waits for the etcd writer lease.\n\
-                 # TYPE strata_root_standby gauge\nstrata_root_standby{{version=\"{}\"}} 1\n",
-                env!("CARGO_PKG_VERSION")
-            ))
+            let mut out = Exposition::new();
+            out.family(
+                "strata_root_standby",
+                Kind::Gauge,
+                "1 while this root replica waits for the etcd writer lease.",
+                &[(vec![("version", env!("CARGO_PKG_VERSION").to_owned())], 1.0)],
+            );
+            Some(out)
         })
     }
 
@@ -282,7 +286,7 @@ impl OpsSource for StandbyOps {
 }
 
 impl OpsSource for RelayOps {
-    fn metrics(&self) -> OpsFuture<'_, Option<String>> {
+    fn metrics(&self) -> OpsFuture<'_, Option<Exposition>> {
         Box::pin(render(
             &self.node,
             self.store.as_ref(),

@@ -159,6 +159,17 @@ impl Hierarchy {
     /// root's tokens file (its server the address the API certificate covers); returns
     /// its path. Call once the root serves.
     pub async fn write_kubeconfig(&self) -> anyhow::Result<PathBuf> {
+        self.write_kubeconfig_for(None).await
+    }
+
+    /// Writes `DIR/kubeconfig-CLUSTER`: `cluster`'s own Kubernetes API through the
+    /// tiers (the debug tunnel), with the same token as [`Hierarchy::write_kubeconfig`];
+    /// returns its path.
+    pub async fn write_cluster_kubeconfig(&self, cluster: &str) -> anyhow::Result<PathBuf> {
+        self.write_kubeconfig_for(Some(cluster)).await
+    }
+
+    async fn write_kubeconfig_for(&self, cluster: Option<&str>) -> anyhow::Result<PathBuf> {
         let ca_path = files::ca_cert(&self.dir);
         let ca = std::fs::read(&ca_path)
             .with_context(|| format!("cannot read {}", ca_path.display()))?;
@@ -175,9 +186,10 @@ impl Hierarchy {
             token: &self.token,
             space: "default",
             user: user.as_deref(),
-            cluster: None,
+            cluster,
         });
-        let path = std::path::absolute(self.dir.join("kubeconfig"))
+        let name = cluster.map_or_else(|| "kubeconfig".to_owned(), |c| format!("kubeconfig-{c}"));
+        let path = std::path::absolute(self.dir.join(name))
             .with_context(|| format!("{}: no absolute path", self.dir.display()))?;
         strata_topology::certs::write_secret(&path, &text)?;
         Ok(path)

@@ -1,15 +1,28 @@
-//! The Prometheus text exposition format (0.0.4), written by hand: most of a node's
-//! metrics are read from its core's state at scrape time (log head, children, link
-//! bytes), which a registry of pre-registered metric objects would only copy. What is
-//! observed as it happens (API request latency, propagation lag per hop, the agent's
-//! requests to its API server) is kept in a [`HistogramVec`] here.
+//! Metrics exposition through the `prometheus-client` crate, which writes the text:
+//! the Prometheus text format (0.0.4) or OpenMetrics 1.0, as the scraper asks
+//! ([`Format::from_accept`]).
+//!
+//! Most of a node's metrics are read from its core's state at scrape time (log head,
+//! children, link bytes): a node gathers them into an [`Exposition`], a custom
+//! `prometheus_client` [`Collector`] over those values, registered in a fresh
+//! `Registry` per scrape and encoded by the crate. What is observed as it happens (API
+//! request latency, propagation lag per hop, the agent's requests to its API server)
+//! is kept in a [`HistogramVec`] here: the pure cores count into it deterministically
+//! (ordered series, no clock, no lock), and the collector hands its buckets to the
+//! crate's histogram encoding.
 //!
 //! Conventions followed (<https://prometheus.io/docs/practices/naming/>): every family
-//! has one `# HELP` and one `# TYPE` line before its samples; counters end in `_total`;
-//! units are in the name (`_bytes`, `_seconds`); label values are escaped.
+//! has one `# HELP` and one `# TYPE` line before its samples; counters end in `_total`
+//! (the crate adds the suffix to a counter's samples; in OpenMetrics the family name
+//! goes without it); units are in the name (`_bytes`, `_seconds`); label values are
+//! escaped.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 /// A metric family's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,23 +35,67 @@ pub enum Kind {
     Histogram,
 }
 
-impl Kind {
-    fn as_str(self) -> &'static str {
+/// Label pairs of one sample, in order.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// The text format of a scrape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The Prometheus text format, version 0.0.4: what a scraper gets unless it asks
+    /// for OpenMetrics (curl, older Prometheus, most tools).
+    Prometheus,
+    /// OpenMetrics 1.0 text (`# EOF` at the end; a counter's family name without
+    /// `_total`).
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format an `Accept` header asks for: OpenMetrics when it names
+    /// `application/openmetrics-text` (Prometheus does, with a higher weight than
+    /// `text/plain`), the Prometheus text format otherwise.
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        let wants = accept.is_some_and(|a| {
+            a.split(',').any(|range| {
+                let mut parts = range.split(';').map(str::trim);
+                parts.next() == Some("application/openmetrics-text")
+                    && !parts.any(|p| p.replace(' ', "") == "q=0")
+            })
+        });
+        if wants {
+            Format::OpenMetrics
+        } else {
+            Format::Prometheus
+        }
+    }
+
+    /// The `Content-Type` of a body in this format.
+    pub fn content_type(self) -> &'static str {
         match self {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-            Kind::Histogram => "histogram",
+            Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
         }
     }
 }
 
-/// Label pairs of one sample, in order.
-pub type Labels = Vec<(&'static str, String)>;
+#[derive(Debug, Clone)]
+enum Samples {
+    Values(Vec<(Labels, f64)>),
+    Histogram(HistogramVec),
+}
 
-/// A text exposition being written.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone)]
+struct Family {
+    name: String,
+    help: String,
+    kind: Kind,
+    samples: Samples,
+}
+
+/// The families of one scrape, gathered from a node's state; encoded by
+/// `prometheus-client` (it is the [`Collector`] of a registry built per scrape).
+#[derive(Debug, Default, Clone)]
 pub struct Exposition {
-    out: String,
+    families: Vec<Family>,
 }
 
 impl Exposition {
@@ -47,75 +104,120 @@ impl Exposition {
         Exposition::default()
     }
 
-    /// Writes one family: its HELP and TYPE lines, then one sample per entry.
+    /// Adds one family of counters or gauges: one sample per entry. A counter's
+    /// `name` ends in `_total`.
     pub fn family(&mut self, name: &str, kind: Kind, help: &str, samples: &[(Labels, f64)]) {
-        self.header(name, kind, help);
-        for (labels, value) in samples {
-            self.sample(name, labels, *value);
-        }
+        self.families.push(Family {
+            name: name.to_owned(),
+            help: help.to_owned(),
+            kind,
+            samples: Samples::Values(samples.to_vec()),
+        });
     }
 
-    /// Writes a histogram family from its series.
+    /// Adds a histogram family from its series.
     pub fn histogram(&mut self, name: &str, help: &str, series: &HistogramVec) {
-        self.header(name, Kind::Histogram, help);
-        for (labels, h) in &series.series {
-            let labels: Labels = series
-                .label_names
-                .iter()
-                .copied()
-                .zip(labels.iter().cloned())
-                .collect();
-            let mut cumulative = 0;
-            for (bound, count) in series.bounds.iter().zip(&h.buckets) {
-                cumulative += count;
-                let mut l = labels.clone();
-                l.push(("le", format_value(*bound)));
-                self.sample(&format!("{name}_bucket"), &l, cumulative as f64);
-            }
-            let mut l = labels.clone();
-            l.push(("le", "+Inf".to_owned()));
-            self.sample(&format!("{name}_bucket"), &l, h.count as f64);
-            self.sample(&format!("{name}_sum"), &labels, h.sum);
-            self.sample(&format!("{name}_count"), &labels, h.count as f64);
-        }
+        self.families.push(Family {
+            name: name.to_owned(),
+            help: help.to_owned(),
+            kind: Kind::Histogram,
+            samples: Samples::Histogram(series.clone()),
+        });
     }
 
-    /// The text written so far.
+    /// Appends `other`'s families after these.
+    pub fn extend(&mut self, other: Exposition) {
+        self.families.extend(other.families);
+    }
+
+    /// The text in `format`, written by `prometheus-client`.
+    pub fn encode(self, format: Format) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut out = String::new();
+        // Writing into a String cannot fail; a collector error would leave the text
+        // cut short, which the scraper reports.
+        let _ = match format {
+            Format::Prometheus => {
+                prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+            }
+            Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
+        };
+        out
+    }
+
+    /// The text in the Prometheus text format (0.0.4).
     pub fn finish(self) -> String {
-        self.out
-    }
-
-    fn header(&mut self, name: &str, kind: Kind, help: &str) {
-        let help = help.replace('\\', "\\\\").replace('\n', "\\n");
-        let _ = writeln!(self.out, "# HELP {name} {help}");
-        let _ = writeln!(self.out, "# TYPE {name} {}", kind.as_str());
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&'static str, String)], value: f64) {
-        self.out.push_str(name);
-        if !labels.is_empty() {
-            self.out.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                let v = v
-                    .replace('\\', "\\\\")
-                    .replace('"', "\\\"")
-                    .replace('\n', "\\n");
-                let _ = write!(self.out, "{k}=\"{v}\"");
-            }
-            self.out.push('}');
-        }
-        let _ = writeln!(self.out, " {}", format_value(value));
+        self.encode(Format::Prometheus)
     }
 }
 
-fn format_value(v: f64) -> String {
-    if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
-    } else {
-        format!("{v}")
+/// Whether `v` is a whole number that an integer encodes exactly (written without a
+/// fraction, as counts and flags read best).
+fn whole(v: f64) -> bool {
+    v.is_finite() && v.fract() == 0.0 && v.abs() < 9.0e15
+}
+
+impl Collector for Exposition {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for f in &self.families {
+            let (name, metric_type) = match f.kind {
+                // The crate writes `_total` after a counter's name itself.
+                Kind::Counter => (
+                    f.name.strip_suffix("_total").unwrap_or(&f.name),
+                    MetricType::Counter,
+                ),
+                Kind::Gauge => (f.name.as_str(), MetricType::Gauge),
+                Kind::Histogram => (f.name.as_str(), MetricType::Histogram),
+            };
+            let mut metric = encoder.encode_descriptor(name, &f.help, None, metric_type)?;
+            match &f.samples {
+                Samples::Values(samples) => {
+                    for (labels, v) in samples {
+                        let mut sample = metric.encode_family(labels)?;
+                        match (f.kind, whole(*v)) {
+                            (Kind::Counter, true) if *v >= 0.0 => {
+                                sample.encode_counter::<NoLabelSet, _, u64>(&(*v as u64), None)?
+                            }
+                            (Kind::Counter, _) => {
+                                sample.encode_counter::<NoLabelSet, _, f64>(v, None)?
+                            }
+                            (_, true) => sample.encode_gauge(&(*v as i64))?,
+                            (_, false) => sample.encode_gauge(v)?,
+                        }
+                    }
+                }
+                Samples::Histogram(h) => {
+                    for (values, series) in &h.series {
+                        let labels: Labels = h
+                            .label_names
+                            .iter()
+                            .copied()
+                            .zip(values.iter().cloned())
+                            .collect();
+                        // Every bound's own count, then the +Inf bucket's (which
+                        // OpenMetrics requires written out).
+                        let mut buckets: Vec<(f64, u64)> = h
+                            .bounds
+                            .iter()
+                            .copied()
+                            .zip(series.buckets.iter().copied())
+                            .collect();
+                        let bounded: u64 = series.buckets.iter().sum();
+                        buckets.push((f64::INFINITY, series.count.saturating_sub(bounded)));
+                        metric
+                            .encode_family(&labels)?
+                            .encode_histogram::<NoLabelSet>(
+                                series.sum,
+                                series.count,
+                                &buckets,
+                                None,
+                            )?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -190,17 +292,25 @@ impl HistogramVec {
     }
 }
 
-/// Checks that `text` is well-formed Prometheus text exposition as this crate writes
-/// it: every sample belongs to a family announced by one `# HELP` and one `# TYPE`
-/// line, names and labels are well-formed, values parse, counters end in `_total`, and
-/// a histogram's buckets are cumulative and end at `+Inf` equal to `_count`. For tests
-/// of every node's `/metrics`.
+/// Checks that `text` is well-formed exposition as a node serves it, in the Prometheus
+/// text format or (when it ends with `# EOF`) OpenMetrics: every sample belongs to a
+/// family announced by one `# HELP` and one `# TYPE` line, names and labels are
+/// well-formed, values parse, counters' samples end in `_total`, and a histogram's
+/// buckets are cumulative and end at `+Inf` equal to `_count`. For tests of every
+/// node's `/metrics`.
 pub fn check(text: &str) -> Result<(), String> {
+    let open_metrics = text.ends_with("# EOF\n");
     let mut kinds: BTreeMap<String, String> = BTreeMap::new();
     let mut helps: BTreeMap<String, ()> = BTreeMap::new();
     let mut last_bucket: BTreeMap<String, f64> = BTreeMap::new();
+    // Per histogram series: its +Inf bucket and its `_count`.
+    let (mut inf, mut counts) = (BTreeMap::new(), BTreeMap::new());
+    let lines = text.lines().count();
     for (n, line) in text.lines().enumerate() {
         let at = |why: String| format!("line {}: {why}: {line:?}", n + 1);
+        if line == "# EOF" && open_metrics && n + 1 == lines {
+            continue;
+        }
         if let Some(rest) = line.strip_prefix("# HELP ") {
             let name = rest.split(' ').next().unwrap_or_default();
             check_name(name).map_err(at)?;
@@ -219,8 +329,14 @@ pub fn check(text: &str) -> Result<(), String> {
             if !helps.contains_key(name) {
                 return Err(at("TYPE before HELP".into()));
             }
-            if kind == "counter" && !name.ends_with("_total") {
-                return Err(at("a counter's name must end in _total".into()));
+            // OpenMetrics names a counter's family without the `_total` its samples
+            // carry; the Prometheus text format names it with.
+            if kind == "counter" && name.ends_with("_total") == open_metrics {
+                return Err(at(if open_metrics {
+                    "an OpenMetrics counter family is named without _total".into()
+                } else {
+                    "a counter's name must end in _total".into()
+                }));
             }
             if kinds.insert(name.to_owned(), kind.to_owned()).is_some() {
                 return Err(at("a second TYPE".into()));
@@ -244,17 +360,19 @@ pub fn check(text: &str) -> Result<(), String> {
                 None => (series, Vec::new()),
             };
             check_name(name).map_err(at)?;
+            let counter_suffix = if open_metrics { "_total" } else { "" };
             let family = [
-                ("_bucket", true),
-                ("_sum", true),
-                ("_count", true),
-                ("", false),
+                ("_bucket", "histogram"),
+                ("_sum", "histogram"),
+                ("_count", "histogram"),
+                (counter_suffix, "counter"),
+                ("", "gauge"),
             ]
             .iter()
-            .find_map(|(suffix, hist)| {
+            .find_map(|(suffix, want)| {
                 let base = name.strip_suffix(suffix)?;
                 let kind = kinds.get(base)?;
-                (*hist == (kind == "histogram")).then(|| base.to_owned())
+                (kind == want).then(|| base.to_owned())
             })
             .ok_or_else(|| at("a sample of no announced family".into()))?;
             let others: Vec<_> = labels.iter().filter(|(k, _)| k != "le").cloned().collect();
@@ -268,16 +386,23 @@ pub fn check(text: &str) -> Result<(), String> {
                 if value < prev {
                     return Err(at("buckets are not cumulative".into()));
                 }
-                if le.1 != "+Inf" && le.1.parse::<f64>().is_err() {
+                if le.1 == "+Inf" {
+                    inf.insert(key, value);
+                } else if le.1.parse::<f64>().is_err() {
                     return Err(at("le is not a number".into()));
                 }
             } else if name.ends_with("_count")
                 && kinds.get(&family).is_some_and(|k| k == "histogram")
-                && last_bucket.remove(&key) != Some(value)
             {
-                return Err(at("_count differs from the +Inf bucket".into()));
+                // OpenMetrics writes `_count` before the buckets: compared at the end.
+                counts.insert(key, value);
             }
         }
+    }
+    if inf != counts {
+        return Err(format!(
+            "a histogram's _count differs from its +Inf bucket: +Inf {inf:?}, _count {counts:?}"
+        ));
     }
     Ok(())
 }
@@ -361,6 +486,75 @@ mod tests {
         assert!(
             text.contains("h_seconds_count{node=\"center\",verb=\"GET\",code=\"200\"} 2\n"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn both_formats_name_counters_as_their_conventions_say() {
+        let mut e = Exposition::new();
+        e.family(
+            "strata_things_total",
+            Kind::Counter,
+            "Things done.",
+            &[(vec![("node", "a".into())], 3.0)],
+        );
+        e.family(
+            "strata_ratio",
+            Kind::Gauge,
+            "A ratio.",
+            &[(vec![("node", "a".into())], 0.5), (vec![], 2.0)],
+        );
+        let mut h = HistogramVec::new(&["verb"], LATENCY_BUCKETS);
+        h.observe(vec!["get".into()], 0.003);
+        e.histogram("strata_h_seconds", "H.", &h);
+        let prometheus = e.clone().encode(Format::Prometheus);
+        check(&prometheus).unwrap();
+        for line in [
+            "# HELP strata_things_total Things done.",
+            "# TYPE strata_things_total counter",
+            "strata_things_total{node=\"a\"} 3",
+            "strata_ratio{node=\"a\"} 0.5",
+            "strata_ratio 2",
+            "strata_h_seconds_bucket{verb=\"get\",le=\"0.0025\"} 0",
+            "strata_h_seconds_bucket{verb=\"get\",le=\"0.005\"} 1",
+            "strata_h_seconds_bucket{verb=\"get\",le=\"+Inf\"} 1",
+            "strata_h_seconds_count{verb=\"get\"} 1",
+        ] {
+            assert!(
+                prometheus.lines().any(|l| l == line),
+                "{line}\n{prometheus}"
+            );
+        }
+        let open = e.encode(Format::OpenMetrics);
+        check(&open).unwrap_or_else(|e| panic!("{e}\n{open}"));
+        assert!(open.ends_with("# EOF\n"), "{open}");
+        for line in [
+            "# TYPE strata_things counter",
+            "strata_things_total{node=\"a\"} 3",
+            "strata_h_seconds_count{verb=\"get\"} 1",
+        ] {
+            assert!(open.lines().any(|l| l == line), "{line}\n{open}");
+        }
+        // The same counter named the other format's way is refused.
+        assert!(
+            check(&prometheus.replace("TYPE strata_things_total", "TYPE strata_things")).is_err()
+        );
+        assert!(check(&open.replace("TYPE strata_things ", "TYPE strata_things_total ")).is_err());
+    }
+
+    #[test]
+    fn accept_headers_choose_the_format() {
+        let prometheus_3 = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1";
+        assert_eq!(Format::from_accept(Some(prometheus_3)), Format::OpenMetrics);
+        assert_eq!(Format::from_accept(None), Format::Prometheus);
+        assert_eq!(Format::from_accept(Some("*/*")), Format::Prometheus);
+        assert_eq!(
+            Format::from_accept(Some("text/plain;version=0.0.4")),
+            Format::Prometheus
+        );
+        assert_eq!(
+            Format::from_accept(Some("application/openmetrics-text; q=0")),
+            Format::Prometheus
         );
     }
 

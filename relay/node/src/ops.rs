@@ -1,7 +1,10 @@
 //! The operations listener of a relay or an agent: plain HTTP/1 on the configured
 //! `metrics:` address, for Prometheus and for orchestrators' probes.
 //!
-//! * `GET /metrics`: the Prometheus text format (version 0.0.4).
+//! * `GET /metrics`: the node's metrics, written by `prometheus-client`
+//!   ([`crate::exposition`]): OpenMetrics 1.0 text when the scraper's `Accept` asks for
+//!   it (Prometheus does), the Prometheus text format (version 0.0.4) otherwise, each
+//!   with its own `Content-Type`.
 //! * `GET /healthz`: liveness. 200 while the process runs and its node task answers
 //!   (which it only does once its store is open); 503 otherwise. A failing liveness
 //!   probe means "restart me".
@@ -25,6 +28,7 @@ use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use crate::exposition::{Exposition, Format};
 use crate::store::Store;
 
 /// A boxed future, as [`OpsSource`] returns them.
@@ -32,8 +36,8 @@ pub type OpsFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What the operations listener asks the node.
 pub trait OpsSource: Send + Sync + 'static {
-    /// The metrics in the Prometheus text format; `None` once the node has stopped.
-    fn metrics(&self) -> OpsFuture<'_, Option<String>>;
+    /// The metric families, read now; `None` once the node has stopped.
+    fn metrics(&self) -> OpsFuture<'_, Option<Exposition>>;
     /// `Ok` while the node is alive; `Err(why)` otherwise.
     fn live(&self) -> OpsFuture<'_, Result<(), String>>;
     /// `Ok(what)` when the node is ready (`what` says why, for the body); `Err(why)`
@@ -71,7 +75,14 @@ pub fn spawn(
             conns.spawn(async move {
                 let service = hyper::service::service_fn(move |req| {
                     let source = source.clone();
-                    async move { Ok::<_, Infallible>(answer(req.uri().path(), &*source).await) }
+                    async move {
+                        let accept = req
+                            .headers()
+                            .get(hyper::header::ACCEPT)
+                            .and_then(|v| v.to_str().ok());
+                        let format = Format::from_accept(accept);
+                        Ok::<_, Infallible>(answer(req.uri().path(), format, &*source).await)
+                    }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tcp), service)
@@ -82,10 +93,17 @@ pub fn spawn(
     }))
 }
 
-async fn answer(path: &str, source: &dyn OpsSource) -> Response<Full<Bytes>> {
+async fn answer(path: &str, format: Format, source: &dyn OpsSource) -> Response<Full<Bytes>> {
     match path {
         "/metrics" => match source.metrics().await {
-            Some(body) => text(StatusCode::OK, body),
+            Some(families) => {
+                let mut resp = text(StatusCode::OK, families.encode(format));
+                resp.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static(format.content_type()),
+                );
+                resp
+            }
             None => text(StatusCode::SERVICE_UNAVAILABLE, "node stopping\n".into()),
         },
         "/healthz" | "/livez" => match source.live().await {
@@ -111,7 +129,7 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     resp
 }
