@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use strata_protocol::codec::{self, FRAME_HEADER_LEN};
 use strata_protocol::tunnel::{MAX_TUNNEL_HEADER, TunnelOpen};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
@@ -205,11 +205,30 @@ pub fn refusal(code: u16, reason: &str, message: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Writes [`refusal`] on `stream` and finishes it.
+/// Writes [`refusal`] on `stream` and finishes it, then reads what the requester
+/// still sends (its request, at most [`LINGER_BYTES`] for at most [`LINGER`]) before
+/// letting go: dropping a stream unread tells the peer to stop sending, and a requester
+/// still writing its request would then see a broken tunnel instead of this answer.
 pub async fn refuse(mut stream: TunnelStream, code: u16, reason: &str, message: &str) {
     let _ = stream.write_all(&refusal(code, reason, message)).await;
     let _ = stream.shutdown().await;
+    let linger = async {
+        let mut sink = [0u8; 4096];
+        let mut read = 0;
+        while read < LINGER_BYTES {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, linger).await;
 }
+
+/// How long a refusing node reads a refused request before it lets the stream go.
+pub const LINGER: Duration = Duration::from_secs(2);
+/// How much of a refused request a refusing node reads at most.
+pub const LINGER_BYTES: usize = 64 * 1024;
 
 /// Per-link caps on concurrent tunnels: a permit per open tunnel, per child. The cap
 /// bounds bytes in flight on a link too, at `cap` times QUIC's stream window.
