@@ -642,6 +642,20 @@ fn an_old_childs_hello_is_welcomed_and_a_replica_hello_needs_version_three() {
     assert_eq!(replica[0], 7);
 }
 
+/// The hello of replica `a` of relay `site-1`, speaking every version this build does.
+fn replica_hello() -> ChildToParent {
+    ChildToParent::ReplicaHello {
+        hello: Hello {
+            min_version: 1,
+            max_version: MAX_PROTOCOL_VERSION,
+            node: "site-1".into(),
+            role: Role::Relay,
+            run: 1,
+        },
+        replica: "a".into(),
+    }
+}
+
 #[test]
 fn a_new_child_is_sent_a_snapshot_by_a_replica_even_when_it_names_an_upstream_cursor() {
     // A replica of a replicated tier that followed its parent (log 9) with deltas, so
@@ -689,19 +703,7 @@ fn a_new_child_is_sent_a_snapshot_by_a_replica_even_when_it_names_an_upstream_cu
         ),
     ] {
         let mut s = session(SessionConfig::default());
-        s.handle_message(
-            at(1),
-            ChildToParent::ReplicaHello {
-                hello: Hello {
-                    min_version: 1,
-                    max_version: MAX_PROTOCOL_VERSION,
-                    node: "site-1".into(),
-                    role: Role::Relay,
-                    run: 1,
-                },
-                replica: "a".into(),
-            },
-        );
+        s.handle_message(at(1), replica_hello());
         if let Some(upstream) = upstream {
             s.handle_message(at(1), ChildToParent::Resume { upstream });
         }
@@ -744,19 +746,7 @@ fn a_replicas_upstream_hint_precedes_the_frame_reaching_its_position_on_the_same
         false,
     );
     let mut s = session(SessionConfig::default());
-    s.handle_message(
-        at(1),
-        ChildToParent::ReplicaHello {
-            hello: Hello {
-                min_version: 1,
-                max_version: MAX_PROTOCOL_VERSION,
-                node: "site-1".into(),
-                role: Role::Relay,
-                run: 1,
-            },
-            replica: "a".into(),
-        },
-    );
+    s.handle_message(at(1), replica_hello());
     s.handle_message(
         at(1),
         ChildToParent::Subscribe {

@@ -265,6 +265,17 @@ mod tests {
         );
     }
 
+    /// A root with replicas `a` (connection 1) and `b` (connection 2) of `eu` connected.
+    fn two_replicas() -> (NodeCore, Instant) {
+        let mut core = root();
+        let now = Instant::ZERO;
+        core.child_connected(now, "eu", 1).unwrap();
+        core.child_message(now, "eu", 1, hello(10, Some("a")));
+        core.child_connected(now, "eu", 2).unwrap();
+        core.child_message(now, "eu", 2, hello(20, Some("b")));
+        (core, now)
+    }
+
     /// The sessions that reported cluster `name`.
     fn holders(core: &NodeCore, name: &str) -> Vec<String> {
         core.reports()
@@ -276,12 +287,7 @@ mod tests {
 
     #[test]
     fn two_replicas_of_one_node_keep_their_own_sessions() {
-        let mut core = root();
-        let now = Instant::ZERO;
-        core.child_connected(now, "eu", 1).unwrap();
-        core.child_message(now, "eu", 1, hello(10, Some("a")));
-        core.child_connected(now, "eu", 2).unwrap();
-        core.child_message(now, "eu", 2, hello(20, Some("b")));
+        let (mut core, now) = two_replicas();
         assert!(
             turn(&mut core, now).is_empty(),
             "no replica replaced the other"
@@ -332,12 +338,7 @@ mod tests {
 
     #[test]
     fn a_child_that_moves_to_another_replica_is_counted_once() {
-        let mut core = root();
-        let now = Instant::ZERO;
-        core.child_connected(now, "eu", 1).unwrap();
-        core.child_message(now, "eu", 1, hello(10, Some("a")));
-        core.child_connected(now, "eu", 2).unwrap();
-        core.child_message(now, "eu", 2, hello(20, Some("b")));
+        let (mut core, now) = two_replicas();
         let _ = turn(&mut core, now);
         // Agent c1 is with replica a; c2 with b.
         report(
@@ -388,12 +389,7 @@ mod tests {
     #[test]
     fn a_moved_childs_record_before_its_link_record_is_kept() {
         for split in [false, true] {
-            let mut core = root();
-            let now = Instant::ZERO;
-            core.child_connected(now, "eu", 1).unwrap();
-            core.child_message(now, "eu", 1, hello(10, Some("a")));
-            core.child_connected(now, "eu", 2).unwrap();
-            core.child_message(now, "eu", 2, hello(20, Some("b")));
+            let (mut core, now) = two_replicas();
             let _ = turn(&mut core, now);
             report(
                 &mut core,
