@@ -90,6 +90,16 @@ impl Link {
         }
     }
 
+    /// Whether debug-tunnel streams can be opened toward the peer on this link: always
+    /// on QUIC; on TLS/TCP when this side is the parent and the child's build carries
+    /// them.
+    pub fn carries_tunnels(&self) -> bool {
+        match self {
+            Link::Quic(_) => true,
+            Link::Tcp(t) => t.carries_tunnels(),
+        }
+    }
+
     /// Bytes on the wire so far, (sent, received): UDP payload for QUIC, TLS records
     /// for TCP.
     pub fn wire_bytes(&self) -> (u64, u64) {

@@ -25,6 +25,14 @@
 //! as QUIC's idle timeout does; pings go every [`KEEP_ALIVE`] by default (a child sets
 //! its own with `parent.keepalive_ms`), shorter than the idle timeouts of common proxies
 //! and load balancers.
+//!
+//! Debug tunnels run on the same connection as dynamic streams with their own credit
+//! (see [`streams`]): the first `PING` each side writes carries its feature bits in
+//! `code` (older builds ignore a ping's `class` and `code`), and tunnel frames go only
+//! to a peer that announced them.
+
+mod streams;
+pub use streams::{OpenStreamError, TUNNEL_WINDOW};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -35,7 +43,9 @@ use std::time::Duration;
 
 use rustls_pki_types::{CertificateDer, ServerName};
 use strata_protocol::codec::{self, FrameDecoder};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{
+    AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf,
+};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
@@ -96,6 +106,8 @@ enum Event {
     Credit(usize, u32),
     /// Write a CLOSE and end.
     Close(u32, Vec<u8>),
+    /// Grant the peer `n` more bytes of tunnel stream `id`.
+    TunnelGrant(u32, u32),
 }
 
 /// A TLS-over-TCP link (see the module doc). Cloning gives another handle; the writer
@@ -123,6 +135,8 @@ struct Inner {
     closing: std::sync::atomic::AtomicBool,
     /// How often the writer pings.
     keep_alive: Duration,
+    /// The debug-tunnel streams.
+    streams: streams::Streams,
 }
 
 /// How long a closing writer may take to write what is queued and the CLOSE.
@@ -136,6 +150,7 @@ impl Drop for Inner {
         {
             w.abort();
         }
+        self.streams.abort_all();
     }
 }
 
@@ -184,6 +199,9 @@ impl TcpLink {
         keep_alive: Duration,
     ) -> Self {
         let (events, events_rx) = mpsc::unbounded_channel();
+        // The side that accepted the connection is the parent: it opens tunnels.
+        let opener = matches!(stream, TlsStream::Server(_));
+        let streams = streams::Streams::new(opener, events.clone());
         TcpLink {
             inner: Arc::new(Inner {
                 remote,
@@ -196,6 +214,7 @@ impl TcpLink {
                 writer: OnceLock::new(),
                 closing: std::sync::atomic::AtomicBool::new(false),
                 keep_alive: keep_alive.max(Duration::from_millis(10)),
+                streams,
             }),
         }
     }
@@ -239,6 +258,23 @@ impl TcpLink {
         }
     }
 
+    /// Whether debug-tunnel streams can be opened on this link: this side is the
+    /// parent and the child's build carries them (it said so in its first ping).
+    pub fn carries_tunnels(&self) -> bool {
+        self.inner.streams.carries_tunnels()
+    }
+
+    /// Opens a debug-tunnel stream toward the child: bytes written on the returned
+    /// pipe reach the stream the child accepts ([`Self::accept_tunnel`]), and back.
+    pub async fn open_tunnel(&self) -> Result<DuplexStream, OpenStreamError> {
+        self.inner.streams.open().await
+    }
+
+    /// The next debug-tunnel stream the parent opened; `None` once the link closed.
+    pub async fn accept_tunnel(&self) -> Option<DuplexStream> {
+        self.inner.streams.accept().await
+    }
+
     /// Resolves when the link is closed, with why.
     pub async fn closed(&self) -> String {
         let mut rx = self.inner.closed.subscribe();
@@ -271,7 +307,14 @@ impl TcpLink {
             .try_lock()
             .ok()
             .and_then(|mut e| e.take());
-        let (Some((rd, wr)), Some(events_rx)) = (halves, events_rx) else {
+        let tunnels = self
+            .inner
+            .streams
+            .out_rx
+            .try_lock()
+            .ok()
+            .and_then(|mut t| t.take());
+        let (Some((rd, wr)), Some(events_rx), Some(tunnels)) = (halves, events_rx, tunnels) else {
             return tasks;
         };
         let writer = Writer {
@@ -285,6 +328,10 @@ impl TcpLink {
             link: Arc::downgrade(&self.inner),
             closed: self.inner.closed.subscribe(),
             keep_alive: self.inner.keep_alive,
+            tunnels,
+            tunnel_pending: None,
+            tunnels_open: true,
+            tunnel_turn: false,
         };
         let _ = self.inner.writer.set(tokio::spawn(writer.run()));
         let unacked = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
@@ -361,6 +408,12 @@ struct Writer<M> {
     link: std::sync::Weak<Inner>,
     closed: watch::Receiver<Option<String>>,
     keep_alive: Duration,
+    /// Tunnel streams' frames, in the order their pumps queued them.
+    tunnels: mpsc::Receiver<streams::TunnelFrame>,
+    tunnel_pending: Option<streams::TunnelFrame>,
+    tunnels_open: bool,
+    /// Whether a tunnel frame goes before the protocol's data next time both wait.
+    tunnel_turn: bool,
 }
 
 /// Classes in the order the writer serves them: heartbeats and acks first.
@@ -391,6 +444,11 @@ impl<M: WireMessage> Writer<M> {
                 self.count(w);
             }
             Event::Credit(c, n) => self.credit[c] += u64::from(n),
+            Event::TunnelGrant(id, n) => {
+                let f = streams::credit_frame(id, n);
+                let w = write_frame(&mut self.wr, f.kind, 0, 0, &f.payload).await?;
+                self.count(w);
+            }
             Event::Close(code, reason) => {
                 // What is already queued goes first, boundedly: a peer that reads
                 // nothing must not keep this task alive.
@@ -407,7 +465,9 @@ impl<M: WireMessage> Writer<M> {
         Ok(None)
     }
 
-    /// Writes what may go now; returns whether anything did.
+    /// Writes what may go now; returns whether anything did. Control goes first; then
+    /// the protocol's data (reports before bulk) and the tunnels take turns, a chunk
+    /// each, when both wait.
     async fn write_ready(&mut self) -> std::io::Result<bool> {
         for i in PRIORITY {
             if self.pending[i].buf.is_empty() && self.open[i] {
@@ -418,27 +478,53 @@ impl<M: WireMessage> Writer<M> {
                 }
             }
         }
-        for i in PRIORITY {
-            let p = &self.pending[i];
-            let left = p.buf.len() - p.sent;
-            if left == 0 || self.credit[i] == 0 {
-                continue;
+        if self.tunnel_pending.is_none() && self.tunnels_open {
+            match self.tunnels.try_recv() {
+                Ok(f) => self.tunnel_pending = Some(f),
+                Err(mpsc::error::TryRecvError::Disconnected) => self.tunnels_open = false,
+                Err(mpsc::error::TryRecvError::Empty) => {}
             }
-            let n = left
-                .min(CHUNK)
-                .min(usize::try_from(self.credit[i]).unwrap_or(CHUNK));
-            let (start, end) = (p.sent, p.sent + n);
-            let chunk = self.pending[i].buf[start..end].to_vec();
-            let w = write_frame(&mut self.wr, DATA, i as u8, 0, &chunk).await?;
+        }
+        let ready =
+            |w: &Self, i: usize| w.pending[i].buf.len() > w.pending[i].sent && w.credit[i] > 0;
+        let class = PRIORITY.into_iter().find(|&i| ready(self, i));
+        let tunnel = self.tunnel_pending.is_some();
+        let class = match class {
+            Some(0) => Some(0),
+            Some(i) if !(tunnel && self.tunnel_turn) => Some(i),
+            _ => None,
+        };
+        if let Some(i) = class {
+            self.write_class(i).await?;
+            self.tunnel_turn = true;
+            return Ok(true);
+        }
+        if let Some(f) = self.tunnel_pending.take() {
+            let w = write_frame(&mut self.wr, f.kind, 0, 0, &f.payload).await?;
             self.count(w);
-            self.credit[i] -= n as u64;
-            self.pending[i].sent = end;
-            if end == self.pending[i].buf.len() {
-                self.pending[i] = Pending::default();
-            }
+            self.tunnel_turn = false;
             return Ok(true);
         }
         Ok(false)
+    }
+
+    /// Writes the next chunk of class `i` (it has data and credit).
+    async fn write_class(&mut self, i: usize) -> std::io::Result<()> {
+        let p = &self.pending[i];
+        let left = p.buf.len() - p.sent;
+        let n = left
+            .min(CHUNK)
+            .min(usize::try_from(self.credit[i]).unwrap_or(CHUNK));
+        let (start, end) = (p.sent, p.sent + n);
+        let chunk = self.pending[i].buf[start..end].to_vec();
+        let w = write_frame(&mut self.wr, DATA, i as u8, 0, &chunk).await?;
+        self.count(w);
+        self.credit[i] -= n as u64;
+        self.pending[i].sent = end;
+        if end == self.pending[i].buf.len() {
+            self.pending[i] = Pending::default();
+        }
+        Ok(())
     }
 
     fn stage(&mut self, i: usize, msg: &M) {
@@ -460,6 +546,10 @@ impl<M: WireMessage> Writer<M> {
     async fn run_inner(&mut self) -> std::io::Result<String> {
         let mut ping = tokio::time::interval(self.keep_alive);
         ping.tick().await;
+        // First, what this side carries besides the classes (see the module doc).
+        let features = u32::from(streams::FEATURE_TUNNELS);
+        let w = write_frame(&mut self.wr, PING, streams::FEATURES, features, &[]).await?;
+        self.count(w);
         loop {
             while let Ok(ev) = self.events.try_recv() {
                 if let Some(why) = self.event(ev).await? {
@@ -472,6 +562,7 @@ impl<M: WireMessage> Writer<M> {
             self.wr.flush().await?;
             let wants = |w: &Self, i: usize| w.open[i] && w.pending[i].buf.is_empty();
             let (c, b, r) = (wants(self, 0), wants(self, 1), wants(self, 2));
+            let t = self.tunnels_open && self.tunnel_pending.is_none();
             let [q0, q1, q2] = &mut self.queues;
             tokio::select! {
                 biased;
@@ -485,6 +576,10 @@ impl<M: WireMessage> Writer<M> {
                 m = q0.recv(), if c => self.take(0, m),
                 m = q2.recv(), if r => self.take(2, m),
                 m = q1.recv(), if b => self.take(1, m),
+                f = self.tunnels.recv(), if t => match f {
+                    Some(f) => self.tunnel_pending = Some(f),
+                    None => self.tunnels_open = false,
+                },
                 _ = ping.tick() => {
                     let w = write_frame(&mut self.wr, PING, 0, 0, &[]).await?;
                     self.count(w);
@@ -508,6 +603,7 @@ async fn read_loop(
     link: TcpLink,
 ) {
     let why = read_frames(&mut rd, &chunks, &unacked, &link).await;
+    link.inner.streams.close_all().await;
     // Let the decoders hand over what they hold before the link says it is closed.
     drop(chunks);
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -569,7 +665,24 @@ async fn read_frames(
             CREDIT if class < 3 => {
                 let _ = link.inner.events.send(Event::Credit(class, len));
             }
-            PING => {}
+            PING => {
+                if class == usize::from(streams::FEATURES) {
+                    link.inner.streams.peer_features(code);
+                }
+            }
+            streams::T_OPEN..=streams::T_RESET => {
+                if len as usize > streams::MAX_PAYLOAD {
+                    return malformed(format!("oversized tunnel frame ({len} bytes)"));
+                }
+                let mut buf = vec![0u8; len as usize];
+                if let Err(e) = rd.read_exact(&mut buf).await {
+                    return format!("read failed: {e}");
+                }
+                link.inner.wire[1].fetch_add(u64::from(len), Ordering::Relaxed);
+                if let Err(why) = link.inner.streams.handle(kind, buf).await {
+                    return malformed(why);
+                }
+            }
             CLOSE => {
                 let mut reason = vec![0u8; (len as usize).min(MAX_REASON)];
                 let _ = rd.read_exact(&mut reason).await;

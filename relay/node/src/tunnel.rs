@@ -12,25 +12,77 @@
 //! forward answers in HTTP itself ([`refusal`]), so the root's HTTP client reads a
 //! `metav1.Status` whichever tier refused.
 //!
-//! The TLS/TCP transport carries no tunnels: its three-class multiplexer would need a
-//! fourth class with per-stream credit, which is not built. A tunnel toward a child
-//! on TCP is refused with 503 saying so ([`TunnelError::NotQuic`]).
+//! On the TLS/TCP transport the same streams are the multiplexer's tunnel streams
+//! (`crate::tcp`'s `streams`: per-stream credit, scheduled after control and taking
+//! turns with the protocol's data). Both are a [`TunnelStream`], so nothing above this
+//! module knows which transport a tunnel crosses. A child on TCP whose build does not
+//! carry them (it did not announce them) is refused with 503 saying so
+//! ([`TunnelError::NotCarried`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use strata_protocol::codec::{self, FRAME_HEADER_LEN};
 use strata_protocol::tunnel::{MAX_TUNNEL_HEADER, TunnelOpen};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::link::Link;
 
-/// One tunnel stream: read the child's (or parent's) bytes, write ours.
-pub type TunnelStream = tokio::io::Join<quinn::RecvStream, quinn::SendStream>;
+/// One tunnel stream: read the child's (or parent's) bytes, write ours; shutting the
+/// write side down ends our direction, dropping it abandons both.
+#[derive(Debug)]
+pub enum TunnelStream {
+    /// A QUIC bidirectional stream.
+    Quic(tokio::io::Join<quinn::RecvStream, quinn::SendStream>),
+    /// A tunnel stream of a TLS/TCP link (the user's end of its pipe).
+    Tcp(DuplexStream),
+}
+
+impl AsyncRead for TunnelStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            TunnelStream::Quic(s) => Pin::new(s).poll_read(cx, buf),
+            TunnelStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for TunnelStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            TunnelStream::Quic(s) => Pin::new(s).poll_write(cx, buf),
+            TunnelStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            TunnelStream::Quic(s) => Pin::new(s).poll_flush(cx),
+            TunnelStream::Tcp(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            TunnelStream::Quic(s) => Pin::new(s).poll_shutdown(cx),
+            TunnelStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
 
 /// The send priority of tunnel streams: below the protocol's streams (priority 0), so
 /// that quinn sends heartbeats, downsync and reports first when both have data.
@@ -65,9 +117,11 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error)]
 #[allow(missing_docs)] // each variant names the peer or the cause
 pub enum TunnelError {
-    /// The link runs over TLS/TCP, which carries no tunnels.
-    #[error("the link to {peer} runs over TLS/TCP, which does not carry debug tunnels (QUIC only)")]
-    NotQuic { peer: String },
+    /// The link runs over TLS/TCP and the peer's build does not carry tunnels on it.
+    #[error(
+        "the link to {peer} runs over TLS/TCP and {peer}'s build does not carry debug tunnels on it (an older version)"
+    )]
+    NotCarried { peer: String },
     /// The stream could not be opened or written.
     #[error("cannot open a tunnel stream to {peer}: {detail}")]
     Open { peer: String, detail: String },
@@ -78,31 +132,39 @@ pub enum TunnelError {
 
 /// Opens a tunnel stream toward the child `peer` on `link` and writes `open` on it.
 pub async fn open(link: &Link, peer: &str, open: &TunnelOpen) -> Result<TunnelStream, TunnelError> {
-    let conn = match link {
-        Link::Quic(c) => c,
-        Link::Tcp(_) => {
-            return Err(TunnelError::NotQuic {
-                peer: peer.to_owned(),
-            });
-        }
-    };
     let err = |detail: String| TunnelError::Open {
         peer: peer.to_owned(),
         detail,
     };
-    let (mut send, recv) = conn.open_bi().await.map_err(|e| err(e.to_string()))?;
-    // A closed stream cannot be prioritised; the write below then fails and says so.
-    let _ = send.set_priority(TUNNEL_PRIORITY);
+    let mut stream = match link {
+        Link::Quic(conn) => {
+            let (send, recv) = conn.open_bi().await.map_err(|e| err(e.to_string()))?;
+            // A closed stream cannot be prioritised; the write below then fails and
+            // says so.
+            let _ = send.set_priority(TUNNEL_PRIORITY);
+            TunnelStream::Quic(tokio::io::join(recv, send))
+        }
+        Link::Tcp(t) => match t.open_tunnel().await {
+            Ok(s) => TunnelStream::Tcp(s),
+            Err(crate::tcp::OpenStreamError::NotSupported) => {
+                return Err(TunnelError::NotCarried {
+                    peer: peer.to_owned(),
+                });
+            }
+            Err(e) => return Err(err(e.to_string())),
+        },
+    };
     let mut header = Vec::new();
     codec::encode(open, MAX_TUNNEL_HEADER, &mut header).map_err(|e| err(e.to_string()))?;
-    send.write_all(&header)
+    stream
+        .write_all(&header)
         .await
         .map_err(|e| err(e.to_string()))?;
-    Ok(tokio::io::join(recv, send))
+    Ok(stream)
 }
 
 /// Reads the header the parent wrote first on `recv`.
-pub async fn read_header(recv: &mut quinn::RecvStream) -> Result<TunnelOpen, TunnelError> {
+pub async fn read_header<R: AsyncRead + Unpin>(recv: &mut R) -> Result<TunnelOpen, TunnelError> {
     let bad = |d: String| TunnelError::Header(d);
     let mut len = [0u8; FRAME_HEADER_LEN];
     recv.read_exact(&mut len)
@@ -136,13 +198,13 @@ where
     let mut streams = JoinSet::new();
     loop {
         let current = links.borrow_and_update().clone();
-        let conn = match current {
-            Some(Link::Quic(c)) => Some(c),
-            _ => None,
-        };
         let accepted = async {
-            match &conn {
-                Some(c) => c.accept_bi().await.ok(),
+            match &current {
+                Some(Link::Quic(c)) => c.accept_bi().await.ok().map(|(send, recv)| {
+                    let _ = send.set_priority(TUNNEL_PRIORITY);
+                    TunnelStream::Quic(tokio::io::join(recv, send))
+                }),
+                Some(Link::Tcp(t)) => t.accept_tunnel().await.map(TunnelStream::Tcp),
                 None => std::future::pending().await,
             }
         };
@@ -154,7 +216,7 @@ where
                 }
             }
             bi = accepted => {
-                let Some((send, mut recv)) = bi else {
+                let Some(mut stream) = bi else {
                     // The connection ended: wait for the next one.
                     if links.changed().await.is_err() {
                         return;
@@ -163,9 +225,8 @@ where
                 };
                 let serve = serve.clone();
                 streams.spawn(async move {
-                    let _ = send.set_priority(TUNNEL_PRIORITY);
-                    match tokio::time::timeout(HEADER_TIMEOUT, read_header(&mut recv)).await {
-                        Ok(Ok(open)) => serve(open, tokio::io::join(recv, send)).await,
+                    match tokio::time::timeout(HEADER_TIMEOUT, read_header(&mut stream)).await {
+                        Ok(Ok(open)) => serve(open, stream).await,
                         Ok(Err(e)) => tracing::warn!(error = %e, "dropping a tunnel stream"),
                         Err(_) => tracing::warn!("dropping a tunnel stream: no header in time"),
                     }

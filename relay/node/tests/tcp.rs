@@ -198,3 +198,100 @@ async fn a_parent_whose_certificate_names_another_node_is_refused_over_tcp() {
         .to_string();
     assert!(err.contains("eu-west"), "{err}");
 }
+
+/// The parent's side of a TLS/TCP pair once the child's announcement arrived.
+async fn tunnels_carried(down: &Link) -> &tcp::TcpLink {
+    let Link::Tcp(t) = down else {
+        panic!("not a TCP link")
+    };
+    timeout(LIMIT, async {
+        while !t.carries_tunnels() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the child never announced tunnel streams");
+    t
+}
+
+/// Two tunnel streams on one link: one whose reader stalls with 4 MiB to deliver, and
+/// one that keeps answering; heartbeats and a bulk blob cross meanwhile; the stalled
+/// stream's bytes all arrive, in order, once read; dropping a stream resets it.
+#[tokio::test]
+async fn a_stalled_tunnel_stream_stops_only_itself() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ca = Ca::generate("test").unwrap();
+    let (up, down) = pair(&ca).await;
+    let (down_tx, mut down_rx) = transport::split::<Msg, Msg>(down.clone(), 1 << 20);
+    let (up_tx, mut up_rx) = transport::split::<Msg, Msg>(up.clone(), 1 << 20);
+    let parent = tunnels_carried(&down).await;
+    let Link::Tcp(child) = &up else { panic!() };
+    assert!(!child.carries_tunnels(), "a child opens no tunnels");
+    let mut a = parent.open_tunnel().await.unwrap();
+    let mut b = parent.open_tunnel().await.unwrap();
+    let mut a_child = timeout(LIMIT, child.accept_tunnel())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut b_child = timeout(LIMIT, child.accept_tunnel())
+        .await
+        .unwrap()
+        .unwrap();
+    const TOTAL: usize = 4 << 20;
+    let writer = tokio::spawn(async move {
+        let data: Vec<u8> = (0..TOTAL).map(|i| (i % 251) as u8).collect();
+        a_child.write_all(&data).await.unwrap();
+        a_child.shutdown().await.unwrap();
+        a_child
+    });
+    // a's writer is stalled (nobody reads a); b, control and bulk still cross.
+    for i in 0..3u8 {
+        b.write_all(&[i; 100]).await.unwrap();
+        let mut got = [0u8; 100];
+        timeout(LIMIT, b_child.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        b_child.write_all(&got).await.unwrap();
+        timeout(LIMIT, b.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, [i; 100]);
+        down_tx.send(Msg::Heartbeat(u32::from(i))).unwrap();
+        up_tx
+            .send(Msg::Blob(u32::from(i), vec![i; 300_000]))
+            .unwrap();
+        let hb = timeout(LIMIT, up_rx.recv()).await.unwrap().unwrap();
+        assert_eq!(hb, Msg::Heartbeat(u32::from(i)));
+        let blob = timeout(LIMIT, down_rx.recv()).await.unwrap().unwrap();
+        assert!(matches!(blob, Msg::Blob(n, _) if n == u32::from(i)));
+    }
+    assert!(!writer.is_finished(), "4 MiB went through an unread stream");
+    let mut all = Vec::new();
+    timeout(LIMIT, a.read_to_end(&mut all))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(all.len(), TOTAL);
+    assert!(all.iter().enumerate().all(|(i, &v)| v == (i % 251) as u8));
+    let _a_child = timeout(LIMIT, writer).await.unwrap().unwrap();
+
+    // The parent drops b: the child's writes soon fail (reset), and the link lives on.
+    drop(b);
+    let failed = timeout(LIMIT, async {
+        loop {
+            if b_child.write_all(&[1; 1024]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(failed.is_ok(), "writes on a dropped stream kept succeeding");
+    down_tx.send(Msg::Heartbeat(99)).unwrap();
+    assert_eq!(
+        timeout(LIMIT, up_rx.recv()).await.unwrap().unwrap(),
+        Msg::Heartbeat(99)
+    );
+}

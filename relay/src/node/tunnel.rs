@@ -106,12 +106,12 @@ pub(crate) fn route(
             format!("cluster {cluster:?} is unreachable: {child} is not connected"),
         ));
     };
-    if let Link::Tcp(_) = link {
+    if !link.carries_tunnels() {
         return Err(refusal(
             503,
             "ServiceUnavailable",
             format!(
-                "the link from {} to {child} runs over TLS/TCP, which does not carry debug tunnels (QUIC only)",
+                "the link from {} to {child} runs over TLS/TCP and {child}'s build does not carry debug tunnels on it (an older version)",
                 core.name()
             ),
         ));
