@@ -35,6 +35,20 @@ use crate::net::{self, Network, SimUdpSocket};
 use crate::rng::{SimRng, hash, mix};
 use crate::topology::{self, Topology};
 
+/// Admission control as relays run it, or none with `SIM_ADMISSION=off` (to see what
+/// it changes: `SIM_ADMISSION=off sim run sim/scenarios/large/storm-under-load.yaml`).
+fn admission() -> strata_relay::node::runtime::Admission {
+    if std::env::var("SIM_ADMISSION").is_ok_and(|v| v == "off") {
+        strata_relay::node::runtime::Admission {
+            handshakes: 0,
+            queue: 0,
+            setups: 0,
+        }
+    } else {
+        strata_relay::node::runtime::Admission::default()
+    }
+}
+
 /// The port every relay listens on.
 pub const RELAY_PORT: u16 = 7443;
 /// The wall clock's origin (2026-01-01), fixed so that stamps are reproducible.
@@ -361,7 +375,7 @@ impl SimHierarchy {
             run: rng.next_u64(),
             joining: None,
             tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
-            admission: strata_relay::node::runtime::Admission::default(),
+            admission: admission(),
             replica: None,
             signer: None,
         })?;
