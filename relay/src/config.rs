@@ -48,6 +48,9 @@ pub struct NodeConfig {
     /// How many debug tunnels (`/clusters/{name}/...`) may be open at once on each link
     /// to a child; one more is answered 429.
     pub tunnels_per_link: usize,
+    /// After a start or a reconnect to its parent, how long at most new children wait
+    /// to be admitted while this relay catches up with its parent (`admission_hold_ms`).
+    pub admission_hold: Duration,
     /// Which replica of a replicated relay tier this process is (`replica:`), if it is
     /// one: several processes with this node name behind one address.
     pub replica: Option<Replica>,
@@ -167,6 +170,8 @@ struct RawConfig {
     store: Option<RawStore>,
     #[serde(default)]
     tunnels_per_link: Option<usize>,
+    #[serde(default)]
+    admission_hold_ms: Option<u64>,
     replica: Option<String>,
     #[serde(default)]
     renew: Option<RawRenew>,
@@ -383,6 +388,10 @@ impl NodeConfig {
             Some(n) => n,
             None => crate::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
         };
+        let admission_hold = raw.admission_hold_ms.map_or(
+            crate::node::runtime::DEFAULT_ADMISSION_HOLD,
+            Duration::from_millis,
+        );
         if raw.join.is_some() && raw.listen.is_none() {
             faults.push("join: admitting agents needs a listen address".to_owned());
         }
@@ -491,6 +500,7 @@ impl NodeConfig {
             join,
             store,
             tunnels_per_link,
+            admission_hold,
             replica,
             renew,
         })

@@ -363,6 +363,7 @@ impl SimHierarchy {
             tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
             replica: None,
             signer: None,
+            admission_hold: strata_relay::node::runtime::DEFAULT_ADMISSION_HOLD,
         })?;
         self.relays.borrow_mut().insert(name, handle.client());
         handle.wait().await?;

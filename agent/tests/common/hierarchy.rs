@@ -299,6 +299,7 @@ impl RelaySpec<'_> {
             tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
             replica: None,
             signer: None,
+            admission_hold: strata_relay::node::runtime::DEFAULT_ADMISSION_HOLD,
         })
         .unwrap()
     }

@@ -488,6 +488,7 @@ fn start_node(
         tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
         replica: None,
         signer: None,
+        admission_hold: std::time::Duration::ZERO,
     })
     .map_err(|e| BenchError::setup(&slot.name, e))?;
     slot.handle = Some(handle);
