@@ -51,6 +51,8 @@ pub struct NodeConfig {
     /// After a start or a reconnect to its parent, how long at most new children wait
     /// to be admitted while this relay catches up with its parent (`admission_hold_ms`).
     pub admission_hold: Duration,
+    /// How many children connect and set up at once (`admission:`).
+    pub admission: crate::node::runtime::Admission,
     /// Which replica of a replicated relay tier this process is (`replica:`), if it is
     /// one: several processes with this node name behind one address.
     pub replica: Option<Replica>,
@@ -172,9 +174,21 @@ struct RawConfig {
     tunnels_per_link: Option<usize>,
     #[serde(default)]
     admission_hold_ms: Option<u64>,
+    admission: Option<RawAdmission>,
     replica: Option<String>,
     #[serde(default)]
     renew: Option<RawRenew>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmission {
+    #[serde(default)]
+    handshakes: Option<usize>,
+    #[serde(default)]
+    queue: Option<usize>,
+    #[serde(default)]
+    setups: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -392,6 +406,26 @@ impl NodeConfig {
             crate::node::runtime::DEFAULT_ADMISSION_HOLD,
             Duration::from_millis,
         );
+        let admission = {
+            let d = crate::node::runtime::Admission::default();
+            let a = raw.admission.unwrap_or(RawAdmission {
+                handshakes: None,
+                queue: None,
+                setups: None,
+            });
+            let admission = crate::node::runtime::Admission {
+                handshakes: a.handshakes.unwrap_or(d.handshakes),
+                queue: a.queue.unwrap_or(d.queue),
+                setups: a.setups.unwrap_or(d.setups),
+            };
+            if admission.handshakes > 0 && admission.queue == 0 {
+                faults.push(
+                    "admission.queue: must be at least 1 while admission.handshakes limits handshakes (0 refuses nothing but waits for nothing either)"
+                        .to_owned(),
+                );
+            }
+            admission
+        };
         if raw.join.is_some() && raw.listen.is_none() {
             faults.push("join: admitting agents needs a listen address".to_owned());
         }
@@ -501,6 +535,7 @@ impl NodeConfig {
             store,
             tunnels_per_link,
             admission_hold,
+            admission,
             replica,
             renew,
         })
@@ -535,6 +570,7 @@ mod tests {
             ("api.", field_names::<RawApi>()),
             ("join.", field_names::<RawJoin>()),
             ("renew.", field_names::<RawRenew>()),
+            ("admission.", field_names::<RawAdmission>()),
             ("store.", field_names::<RawStore>()),
             ("store.etcd.", field_names::<RawEtcd>()),
             ("store.etcd.tls.", field_names::<RawEtcdTls>()),

@@ -234,6 +234,24 @@ pub async fn render(
         &one(stats.reports_refused as f64),
     );
     out.family(
+        "strata_handshakes_refused_total",
+        Kind::Counter,
+        "Children's connections refused before their TLS handshake because the relay was running as many handshakes as it takes at once and its queue was full (admission.handshakes, admission.queue); the children back off and come back.",
+        &one(stats.handshakes_refused as f64),
+    );
+    out.family(
+        "strata_sessions_refused_total",
+        Kind::Counter,
+        "Children's hellos refused with a time to come back because as many sessions were catching up as the relay sets up at once (admission.setups).",
+        &one(stats.sessions_refused as f64),
+    );
+    out.family(
+        "strata_sessions_setting_up",
+        Kind::Gauge,
+        "Children's sessions catching up now (from their hello until they acknowledged the log's head or reported everything again).",
+        &one(stats.setting_up as f64),
+    );
+    out.family(
         "strata_store_bytes",
         Kind::Gauge,
         "Bytes the store uses.",

@@ -219,6 +219,7 @@ pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle
         joining,
         tunnels_per_link: config.tunnels_per_link,
         admission_hold: config.admission_hold,
+        admission: config.admission,
         replica: config.replica.clone(),
         signer: crate::renew::Signer::load(
             &config.node,

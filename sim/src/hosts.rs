@@ -361,6 +361,7 @@ impl SimHierarchy {
             run: rng.next_u64(),
             joining: None,
             tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
+            admission: strata_relay::node::runtime::Admission::default(),
             replica: None,
             signer: None,
             admission_hold: strata_relay::node::runtime::DEFAULT_ADMISSION_HOLD,

@@ -532,6 +532,24 @@ impl ChildSession {
         msg
     }
 
+    /// Refuses the session before its hello is answered, telling the child why and
+    /// when to come back (`retry_after`); the session is then closed. For a parent that
+    /// is setting up as many sessions as it will at once ([`ErrorCode::Overloaded`]).
+    /// Does nothing once the hello was answered.
+    pub fn refuse(&mut self, error: SessionError, retry_after: Duration) {
+        if !matches!(self.phase, Phase::AwaitHello) {
+            return;
+        }
+        self.control.clear();
+        self.control.push_back(ParentToChild::Refuse {
+            code: error.code,
+            reason: error.reason.clone(),
+            retry_after_ms: Some(u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX)),
+        });
+        self.phase = Phase::Closed;
+        self.events.push_back(SessionEvent::Closed(error));
+    }
+
     fn close(&mut self, error: SessionError) {
         self.control.clear();
         if !matches!(error.code, ErrorCode::IdleTimeout) {

@@ -259,6 +259,13 @@ pub enum DialError {
         target: String,
         source: Box<ProxyError>,
     },
+    /// The parent refused the connection before its handshake: it is taking in as
+    /// many children at once as it will (a reconnect storm). UDP reaches it, so `auto`
+    /// does not fall back to TCP; the reconnect loop backs off and comes back.
+    #[error(
+        "{name} at {target} is busy (it refused the connection before the handshake); backing off"
+    )]
+    Busy { name: String, target: String },
     /// The connector lacks what this transport needs (a QUIC endpoint or TLS config).
     #[error("cannot reach {name}: no {transport} connector is configured")]
     NotConfigured {
@@ -425,12 +432,27 @@ impl Connector {
                         None => endpoint.connect(a, &name),
                     }
                     .map_err(|e| format!("{a}: {e}"))?;
-                    connecting.await.map_err(|e| format!("{a}: {e}"))
+                    connecting.await.map_err(|e| {
+                        if is_refusal(&e) {
+                            REFUSED.to_owned()
+                        } else {
+                            format!("{a}: {e}")
+                        }
+                    })
                 }
             })
             .await
             .map(Link::Quic)
-            .map_err(err)
+            .map_err(|detail| {
+                if detail == REFUSED {
+                    DialError::Busy {
+                        name: name.to_owned(),
+                        target: addr.to_string(),
+                    }
+                } else {
+                    err(detail)
+                }
+            })
         };
         match timeout {
             None => attempt.await,
@@ -537,6 +559,16 @@ pub async fn tcp_happy_eyeballs(hostport: &str) -> Result<TcpStream, String> {
 /// Happy eyeballs: starts `attempt` on the first address, then on the next one every
 /// [`ATTEMPT_DELAY`] or as soon as one fails; the first success wins and the others
 /// are dropped. A single address is tried in place (no task).
+/// What a QUIC attempt refused before its handshake fails with (see [`DialError::Busy`]).
+const REFUSED: &str = "refused before the handshake";
+
+/// Whether the parent refused the connection before its handshake (QUIC's
+/// `CONNECTION_REFUSED`: a relay taking in as many children at once as it will).
+fn is_refusal(e: &quinn::ConnectionError) -> bool {
+    matches!(e, quinn::ConnectionError::ConnectionClosed(c)
+        if c.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED)
+}
+
 async fn race<T, F, Fut>(addrs: Vec<SocketAddr>, attempt: F) -> Result<T, String>
 where
     T: Send + 'static,

@@ -77,6 +77,8 @@ pub async fn dial(
                     .await
                 {
                     Ok(link) => return Ok(link),
+                    // UDP reaches the parent; it is only busy.
+                    Err(e @ DialError::Busy { .. }) => return Err(e),
                     Err(e) => {
                         tracing::info!(error = %e, "QUIC did not connect; falling back to TLS over TCP");
                         auto.quic_failed = true;

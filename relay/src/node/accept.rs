@@ -3,7 +3,8 @@
 //! a token) and pumps its messages to the driver as [`RelayInput`]s.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use quinn::{Endpoint, VarInt};
 use strata_node::driver::Input;
@@ -13,7 +14,7 @@ use strata_node::transport::{self, Receiver, close_code};
 use strata_node::{tcp, tls};
 use strata_protocol::codec::DEFAULT_MAX_FRAME;
 use strata_protocol::wire::{ChildToParent, JoinReply, ParentToChild};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
@@ -22,6 +23,95 @@ use crate::join::{self, Joining};
 
 /// How long a TLS handshake on an accepted TCP connection may take.
 const TCP_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a connection waits for a handshake slot before it is refused: well within
+/// a client's handshake timeout, so that it hears the refusal and backs off.
+const SLOT_WAIT: Duration = Duration::from_secs(3);
+
+/// Bounds the TLS handshakes a relay runs at once: a reconnect storm of thousands of
+/// children is taken a slot at a time, the connections beyond the slots wait (at most
+/// `queue` of them, for at most [`SLOT_WAIT`]), and the rest are refused at once,
+/// before any cryptography (QUIC's `CONNECTION_REFUSED`; a closed TCP connection). A
+/// refused child backs off with jitter and comes back; nothing it had is lost.
+#[derive(Debug)]
+pub(super) struct HandshakeGate {
+    slots: Option<Arc<Semaphore>>,
+    queue: usize,
+    waiting: AtomicUsize,
+    refused: AtomicU64,
+    /// Refusals not yet logged (one line per second at most says how many).
+    unlogged: AtomicU64,
+    /// When the last such line was written, in ms after `born` (`u64::MAX`: never).
+    last_log_ms: AtomicU64,
+    born: tokio::time::Instant,
+}
+
+impl HandshakeGate {
+    /// `handshakes` at once (0: no limit), `queue` waiting at most.
+    pub(super) fn new(handshakes: usize, queue: usize) -> Self {
+        HandshakeGate {
+            slots: (handshakes > 0).then(|| Arc::new(Semaphore::new(handshakes))),
+            queue,
+            waiting: AtomicUsize::new(0),
+            refused: AtomicU64::new(0),
+            unlogged: AtomicU64::new(0),
+            last_log_ms: AtomicU64::new(u64::MAX),
+            born: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Whether one more connection may wait for a slot (false: refuse it now).
+    fn has_room(&self) -> bool {
+        match &self.slots {
+            None => true,
+            Some(s) => {
+                s.available_permits() > 0 || self.waiting.load(Ordering::Relaxed) < self.queue
+            }
+        }
+    }
+
+    /// Waits for a handshake slot: `Ok(None)` when unlimited, `Err(())` when none came
+    /// within [`SLOT_WAIT`] (refuse the connection).
+    async fn slot(&self) -> Result<Option<OwnedSemaphorePermit>, ()> {
+        let Some(slots) = &self.slots else {
+            return Ok(None);
+        };
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let permit = tokio::time::timeout(SLOT_WAIT, slots.clone().acquire_owned()).await;
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        match permit {
+            Ok(Ok(p)) => Ok(Some(p)),
+            _ => Err(()),
+        }
+    }
+
+    /// Counts a refusal and says so in the log, at most once a second.
+    fn refused(&self, why: &str) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        self.unlogged.fetch_add(1, Ordering::Relaxed);
+        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        let last = self.last_log_ms.load(Ordering::Relaxed);
+        let due = last == u64::MAX || now.saturating_sub(last) >= 1000;
+        if due
+            && self
+                .last_log_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let n = self.unlogged.swap(0, Ordering::Relaxed);
+            tracing::info!(
+                refused = n,
+                total = self.refused.load(Ordering::Relaxed),
+                why,
+                "refusing connections: too many handshakes at once; the children will come back"
+            );
+        }
+    }
+
+    /// Connections refused so far.
+    pub(super) fn refused_total(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
 
 /// Accepts QUIC connections until the endpoint closes; every connection's task belongs
 /// to the loop and ends with it. `ids` numbers connections (shared with the TCP loop).
@@ -30,15 +120,29 @@ pub(super) async fn accept_loop(
     joining: Option<Arc<Joining>>,
     tx: mpsc::Sender<Input<RelayInput>>,
     ids: Arc<AtomicU64>,
+    gate: Arc<HandshakeGate>,
 ) {
     let mut conns = JoinSet::new();
     while let Some(incoming) = listener.accept().await {
+        if !gate.has_room() {
+            gate.refused("the handshake queue is full");
+            incoming.refuse();
+            continue;
+        }
         let conn_id = ids.fetch_add(1, Ordering::Relaxed) + 1;
         let tx = tx.clone();
         let joining = joining.clone();
+        let gate = gate.clone();
         conns.spawn(
             async move {
-                let conn = match incoming.await {
+                let Ok(slot) = gate.slot().await else {
+                    gate.refused("no handshake slot came free in time");
+                    incoming.refuse();
+                    return;
+                };
+                let handshake = incoming.await;
+                drop(slot);
+                let conn = match handshake {
                     Ok(c) => c,
                     Err(e) => {
                         tracing::info!(error = %e, "handshake failed (a certificate refused?)");
@@ -75,6 +179,7 @@ pub(super) async fn tcp_accept_loop(
     joining: Option<Arc<Joining>>,
     tx: mpsc::Sender<Input<RelayInput>>,
     ids: Arc<AtomicU64>,
+    gate: Arc<HandshakeGate>,
 ) {
     let mut conns = JoinSet::new();
     loop {
@@ -87,11 +192,22 @@ pub(super) async fn tcp_accept_loop(
                 continue;
             }
         };
+        if !gate.has_room() {
+            gate.refused("the handshake queue is full");
+            drop(stream);
+            continue;
+        }
         let conn_id = ids.fetch_add(1, Ordering::Relaxed) + 1;
-        let (tx, joining) = (tx.clone(), joining.clone());
+        let (tx, joining, gate) = (tx.clone(), joining.clone(), gate.clone());
         conns.spawn(
             async move {
-                let link = match tokio::time::timeout(TCP_HANDSHAKE_TIMEOUT, tcp::accept(stream, tls)).await {
+                let Ok(slot) = gate.slot().await else {
+                    gate.refused("no handshake slot came free in time");
+                    return;
+                };
+                let handshake = tokio::time::timeout(TCP_HANDSHAKE_TIMEOUT, tcp::accept(stream, tls)).await;
+                drop(slot);
+                let link = match handshake {
                     Ok(Ok(l)) => Link::Tcp(l),
                     Ok(Err(e)) => {
                         tracing::info!(error = %e, "TLS/TCP handshake failed (a certificate refused?)");

@@ -178,11 +178,39 @@ impl SubtreeReports {
 
     /// Every slot `child` reported.
     pub fn slots_of(&self, child: &str) -> Vec<ReportSlot> {
-        self.stored
-            .keys()
+        self.of_node(crate::node::core::node_of(child))
+            .map(|(slot, _)| slot)
             .filter(|(from, _)| from == child)
             .cloned()
             .collect()
+    }
+
+    /// The reports of every session of node `node` (its own, `node#replica`'s), and
+    /// none other, found by range rather than by scanning everything stored: a relay
+    /// child's route is looked up at every change of a cluster below it, and a scan of
+    /// the root's reports each time (10,000 clusters) was quadratic in a storm.
+    fn of_node(&self, node: &str) -> impl Iterator<Item = (&ReportSlot, &ReportValue)> {
+        // Node names are DNS labels, so after `node` in the key order come only its
+        // replicas (`node#...`) before `node$`; the first report key of all is a status
+        // with every field empty.
+        let first = |from: String| -> ReportSlot {
+            (
+                from,
+                ReportKey::Status {
+                    cluster: String::new(),
+                    object: ObjectKey {
+                        space: strata_protocol::model::Space(String::new()),
+                        group: String::new(),
+                        version: String::new(),
+                        kind: String::new(),
+                        namespace: None,
+                        name: String::new(),
+                    },
+                },
+            )
+        };
+        self.stored
+            .range(first(node.to_owned())..first(format!("{node}$")))
     }
 
     /// Drops one stored report. Returns whether it was there.
@@ -211,8 +239,7 @@ impl SubtreeReports {
     /// inherited labels; a cluster two replicas both report counts once.
     pub fn clusters_below_node(&self, node: &str) -> Vec<Cluster> {
         let mut seen = BTreeSet::new();
-        self.stored
-            .iter()
+        self.of_node(node)
             .filter(|((from, _), _)| crate::node::core::node_of(from) == node)
             .filter_map(|(_, v)| match v {
                 ReportValue::Cluster(c) if seen.insert(c.name.clone()) => Some(self.effective(c)),
@@ -252,8 +279,21 @@ impl SubtreeReports {
         root: &RootView,
         cut_off: &BTreeSet<String>,
     ) -> Summary {
-        let mut s = Summary::default();
         let current = strata_protocol::waves::pinned_key(object).is_none();
+        let selection = self.selection(placement, root, current);
+        self.summarize_in(&selection, placement, object, cut_off)
+    }
+
+    /// Which clusters of the subtree `placement` sends its objects to, at their current
+    /// revision (`current`) or at their pinned previous one: the part of a summary that
+    /// does not depend on the object, so that many objects' summaries share it.
+    pub fn selection<'a>(
+        &'a self,
+        placement: &Placement,
+        root: &RootView,
+        current: bool,
+    ) -> Selection<'a> {
+        let view = root.for_placement(placement);
         // One pass over the cluster records; statuses and summaries are then looked up
         // by key, not found by scanning every report of the subtree (that scan, once per
         // object and placement, was the hottest part of a relay's CPU at 1,000 leaves).
@@ -269,9 +309,9 @@ impl SubtreeReports {
             .iter()
             .filter(|(_, c)| {
                 let revision = if self.labels.is_empty() {
-                    root.revision_for(placement, c)
+                    view.revision_for(c)
                 } else {
-                    root.revision_for(placement, &self.effective(c))
+                    view.revision_for(&self.effective(c))
                 };
                 revision == Some(current)
             })
@@ -285,6 +325,28 @@ impl SubtreeReports {
             .filter(|(_, c)| selected.contains(c.name.as_str()))
             .map(|(from, _)| *from)
             .collect();
+        Selection {
+            records,
+            selected,
+            selecting_children,
+        }
+    }
+
+    /// The summary of `object` over a [`SubtreeReports::selection`] made for its
+    /// placement (and for whether `object` is a pinned revision's key).
+    pub fn summarize_in(
+        &self,
+        selection: &Selection<'_>,
+        placement: &Placement,
+        object: &ObjectKey,
+        cut_off: &BTreeSet<String>,
+    ) -> Summary {
+        let Selection {
+            records,
+            selected,
+            selecting_children,
+        } = selection;
+        let mut s = Summary::default();
         // Children that summarized this object cover their whole subtree; count the
         // clusters of other children one by one.
         let mut via_summary: BTreeSet<&str> = BTreeSet::new();
@@ -295,7 +357,7 @@ impl SubtreeReports {
                 object: object.clone(),
             },
         );
-        for &from in &selecting_children {
+        for &from in selecting_children {
             if cut_off.contains(from) {
                 continue;
             }
@@ -312,7 +374,7 @@ impl SubtreeReports {
             cluster: String::new(),
             object: object.clone(),
         };
-        for &(from, c) in &records {
+        for &(from, c) in records {
             if !selected.contains(c.name.as_str()) {
                 continue;
             }
@@ -325,7 +387,7 @@ impl SubtreeReports {
                 reported.insert(c.name.as_str());
             }
         }
-        for (from, c) in &records {
+        for (from, c) in records {
             if !via_summary.contains(from)
                 && selected.contains(c.name.as_str())
                 && !reported.contains(c.name.as_str())
@@ -336,6 +398,18 @@ impl SubtreeReports {
         s.merge(&Summary::expected(silent));
         s
     }
+}
+
+/// The clusters a placement sends its objects to in a subtree (see
+/// [`SubtreeReports::selection`]).
+#[derive(Debug)]
+pub struct Selection<'a> {
+    /// Every cluster record: (the child that reported it, the cluster).
+    records: Vec<(&'a str, &'a Cluster)>,
+    /// The names of those selected.
+    selected: BTreeSet<&'a str>,
+    /// The children that reported a selected cluster.
+    selecting_children: BTreeSet<&'a str>,
 }
 
 #[cfg(test)]
@@ -354,6 +428,25 @@ mod tests {
                 path: path.iter().map(|p| (*p).to_owned()).collect(),
             }),
         }
+    }
+
+    #[test]
+    fn a_nodes_reports_are_found_by_range_with_its_replicas_and_no_neighbour() {
+        let mut r = SubtreeReports::new();
+        for from in ["eu", "eu#a", "eu#b", "eu-2", "e", "eu0", "ev"] {
+            r.stored.insert(
+                (from.to_owned(), cluster(&format!("{from}-c"), &[]).key),
+                cluster(&format!("{from}-c"), &[]).value,
+            );
+        }
+        let names = |v: Vec<Cluster>| v.into_iter().map(|c| c.name).collect::<Vec<_>>();
+        assert_eq!(
+            names(r.clusters_below_node("eu")),
+            ["eu-c", "eu#a-c", "eu#b-c"]
+        );
+        assert_eq!(names(r.clusters_below_node("eu-2")), ["eu-2-c"]);
+        assert_eq!(r.slots_of("eu#a").len(), 1);
+        assert_eq!(r.slots_of("eu").len(), 1);
     }
 
     #[test]

@@ -66,7 +66,38 @@ pub struct NodeParts {
     /// to the parent, while this node catches up with it (see
     /// [`CoreSetup::admission_hold`](super::core::CoreSetup::admission_hold)).
     pub admission_hold: Duration,
+    /// How many children connect and set up at once (the rest are told when to come
+    /// back): see [`crate::node::core::AdmissionConfig`] and `accept.rs`.
+    pub admission: Admission,
 }
+
+/// How many children a relay takes in at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    /// TLS handshakes in progress at once, at most (0: no limit).
+    pub handshakes: usize,
+    /// Connections waiting for a handshake slot, at most; beyond that a connection is
+    /// refused at once (QUIC `CONNECTION_REFUSED`, or the TCP connection closed).
+    pub queue: usize,
+    /// Sessions catching up at once (0: no limit); a hello beyond them is refused with
+    /// a time to come back.
+    pub setups: usize,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            handshakes: DEFAULT_HANDSHAKES,
+            queue: DEFAULT_HANDSHAKE_QUEUE,
+            setups: crate::node::core::DEFAULT_SETUPS,
+        }
+    }
+}
+
+/// TLS handshakes a relay runs at once by default.
+pub const DEFAULT_HANDSHAKES: usize = 32;
+/// Connections that may wait for a handshake slot by default.
+pub const DEFAULT_HANDSHAKE_QUEUE: usize = 256;
 
 impl std::fmt::Debug for NodeParts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -216,7 +247,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
             stored.joined,
         )
     });
-    let core = NodeCore::new(
+    let mut core = NodeCore::new(
         now,
         CoreSetup {
             name: parts.name.clone(),
@@ -237,6 +268,13 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
             admission_hold: parts.admission_hold,
         },
     );
+    core.set_admission(crate::node::core::AdmissionConfig {
+        setups: parts.admission.setups,
+    });
+    let gate = Arc::new(super::accept::HandshakeGate::new(
+        parts.admission.handshakes,
+        parts.admission.queue,
+    ));
     let span = tracing::info_span!("node", node = %parts.name);
     let (head_tx, head) = watch::channel(core.log().head().0);
     let (parent_links, parent_links_rx) = watch::channel(None);
@@ -251,6 +289,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
         signer: parts.signer,
         head: head_tx,
         tunnel_slots: TunnelSlots::new(parts.tunnels_per_link),
+        gate: gate.clone(),
         parent_links,
     };
     let parent = match (parts.connector, parts.parent) {
@@ -274,11 +313,13 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
             let ids = Arc::new(std::sync::atomic::AtomicU64::new(0));
             if let Some(listener) = tcp_listener {
                 let (joining, inputs, ids) = (joining.clone(), inputs.clone(), ids.clone());
-                tasks.spawn(tcp_accept_loop(listener, joining, inputs, ids).in_current_span());
+                let gate = gate.clone();
+                tasks
+                    .spawn(tcp_accept_loop(listener, joining, inputs, ids, gate).in_current_span());
             }
             if let Some(listener) = listener {
                 let inputs = inputs.clone();
-                tasks.spawn(accept_loop(listener, joining, inputs, ids).in_current_span());
+                tasks.spawn(accept_loop(listener, joining, inputs, ids, gate).in_current_span());
             }
             if !root {
                 // Tunnels the parent opens go one tier down (see `super::tunnel`).
@@ -326,6 +367,8 @@ struct Relay {
     tunnel_slots: TunnelSlots,
     /// The current link to the parent, for the task serving the tunnels it opens.
     parent_links: watch::Sender<Option<Link>>,
+    /// The handshake admission the accept loops share (its refusals are counted).
+    gate: Arc<super::accept::HandshakeGate>,
 }
 
 impl Node for Relay {
@@ -456,6 +499,7 @@ impl Node for Relay {
 
     fn process(&mut self, now: Instant) -> strata_node::store::Batch {
         self.release_held(now);
+        self.core.note_handshakes_refused(self.gate.refused_total());
         self.core.process(now)
     }
 
@@ -471,11 +515,15 @@ impl Node for Relay {
     /// Tells the children when to come back, gives the goodbyes a moment to leave,
     /// then closes every connection.
     async fn shutdown(&mut self) {
-        for (_, sender) in self.children.values() {
+        // Spread over the set-ups they will need when this node is back, so that its
+        // own children do not knock it over: the more children, the longer the spread.
+        let spread = self.core.reconnect_spread(self.children.len());
+        for ((_, sender), extra) in self.children.values().zip(spread) {
+            let wait = Duration::from_millis(RESTART_HINT_MS) + extra;
             let _ = sender.send(ParentToChild::Goodbye {
                 code: ErrorCode::ShuttingDown,
                 reason: "node shutting down".into(),
-                retry_after_ms: Some(RESTART_HINT_MS),
+                retry_after_ms: Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
             });
         }
         if !self.children.is_empty() {

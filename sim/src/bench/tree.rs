@@ -486,6 +486,7 @@ fn start_node(
         run,
         joining: None,
         tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
+        admission: strata_relay::node::runtime::Admission::default(),
         replica: None,
         signer: None,
         admission_hold: std::time::Duration::ZERO,

@@ -3,6 +3,7 @@
 //! the route each child is sent by.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use strata_protocol::route::PlacementRoute;
 use strata_protocol::sync::{ChildSession, SessionError, SessionEvent, SharedRoute};
@@ -109,6 +110,10 @@ impl NodeCore {
                 _ => None,
             };
             let key = session_key(name, replica);
+            if let Err(retry) = self.admission.admit(now, &key) {
+                self.refuse_busy(child, retry);
+                return;
+            }
             self.conns.insert(conn, key.clone());
             if let Some(old) = self.children.insert(key.clone(), child) {
                 self.conns.remove(&old.conn);
@@ -131,6 +136,27 @@ impl NodeCore {
         }
     }
 
+    /// Too many sessions are setting up: the child is told when to come back (its
+    /// session stays with the connections not yet keyed, so that the refusal is sent),
+    /// and its connection closes.
+    fn refuse_busy(&mut self, mut child: Child, retry: Duration) {
+        let error = SessionError {
+            code: ErrorCode::Overloaded,
+            reason: format!(
+                "{} is setting up {} sessions already; come back in {} ms",
+                self.name,
+                self.admission.setting_up(),
+                retry.as_millis()
+            ),
+        };
+        tracing::debug!(child = %child.name, retry_ms = retry.as_millis(), "too many sessions setting up: refusing a hello");
+        child.session.refuse(error.clone(), retry);
+        self.outgoing
+            .close_children
+            .push((child.name.clone(), child.conn, error));
+        self.pending.insert(child.conn, child);
+    }
+
     /// A child's connection is gone.
     pub fn child_gone(&mut self, now: Instant, _name: &str, conn: u64) {
         if self.pending.remove(&conn).is_some() {
@@ -140,6 +166,7 @@ impl NodeCore {
             return;
         };
         if self.children.get(&key).is_some_and(|c| c.conn == conn) {
+            self.admission.gone(&key);
             self.children.remove(&key);
             self.deferred.retain(|(from, _), _| *from != key);
             self.link_down(now, &key);
@@ -165,6 +192,7 @@ impl NodeCore {
         match event {
             SessionEvent::Opened { hello, version, .. } => {
                 tracing::info!(child = name, version, "child session opened");
+                self.admission.opened(now, name, self.log.head());
                 let relay = hello.role == Role::Relay;
                 if let Some(c) = self.children.get_mut(name) {
                     c.relay = relay;
@@ -189,6 +217,9 @@ impl NodeCore {
                 }
             }
             SessionEvent::Acked(cursor) => {
+                if cursor.log == self.log.id() {
+                    self.admission.acked(now, name, cursor.position);
+                }
                 let before = self.acked.insert(name.to_owned(), cursor);
                 self.lag.acked(name, before, cursor, now);
                 self.batch.child_acks.push((name.to_owned(), cursor));
@@ -198,6 +229,7 @@ impl NodeCore {
                 let relay = self.children.get(name).is_some_and(|c| c.relay);
                 for report in items {
                     if let ReportKey::Complete { run } = report.key {
+                        self.admission.complete(now, name);
                         if self.child_runs.get(name) == Some(&run) {
                             self.sweep(now, name);
                         }
@@ -229,6 +261,7 @@ impl NodeCore {
                 }
             }
             SessionEvent::Closed(error) => {
+                self.admission.gone(name);
                 tracing::info!(child = name, code = ?error.code, reason = %error.reason, "child session closed");
                 if let Some(c) = self.children.get(name) {
                     self.outgoing

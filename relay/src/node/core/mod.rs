@@ -34,6 +34,7 @@ use strata_protocol::sync::{ObjectLog, ParentLink, SessionConfig, SessionError};
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{ChildToParent, ParentToChild, Report};
 
+mod admission;
 mod children;
 mod choose;
 mod follow;
@@ -46,6 +47,7 @@ mod revoke;
 mod rollout;
 mod upward;
 use super::reports::SubtreeReports;
+pub use admission::{AdmissionConfig, DEFAULT_SETUPS, SETUP_TIMEOUT};
 use children::Child;
 pub use children::{node_of, session_key};
 pub use choose::{CAPACITY_PROPERTY, PlanStatus, decision_key, excluded_counts};
@@ -88,6 +90,13 @@ pub struct CoreStats {
     pub summaries_sent: u64,
     /// Reports refused because they were outside the child's subtree.
     pub reports_refused: u64,
+    /// Connections refused before their TLS handshake: too many handshakes at once
+    /// (counted by the driver, see [`NodeCore::note_handshakes_refused`]).
+    pub handshakes_refused: u64,
+    /// Hellos refused with a time to come back: too many sessions setting up at once.
+    pub sessions_refused: u64,
+    /// Sessions setting up at the last processing.
+    pub setting_up: u64,
 }
 
 /// The state of one node.
@@ -167,6 +176,8 @@ pub struct NodeCore {
     standby: bool,
     /// Commit-to-acknowledgement time per child.
     lag: PropagationLag,
+    /// How many sessions set up at once (see `admission.rs`).
+    admission: admission::Admission,
 }
 
 /// How a node starts.
@@ -269,6 +280,7 @@ impl NodeCore {
             watch_history: setup.watch_history,
             standby: setup.standby,
             lag,
+            admission: admission::Admission::new(AdmissionConfig::default()),
         };
         core.reload_placements();
         core.hold_admissions(now);
@@ -299,6 +311,24 @@ impl NodeCore {
     /// space, placements' decisions.
     pub fn root_view(&self) -> &RootView {
         &self.root_view
+    }
+
+    /// Sets how many children's sessions may set up at once.
+    pub fn set_admission(&mut self, config: AdmissionConfig) {
+        self.admission = admission::Admission::new(config);
+    }
+
+    /// The driver's count of connections refused before their handshake, for
+    /// [`CoreStats::handshakes_refused`].
+    pub fn note_handshakes_refused(&mut self, total: u64) {
+        self.stats.handshakes_refused = total;
+    }
+
+    /// How long each of `n` children sent away at once (a shutdown) should wait before
+    /// coming back, so that their set-ups do not all land at once: the first
+    /// [`AdmissionConfig::setups`] at once, the next as those would finish, and so on.
+    pub fn reconnect_spread(&self, n: usize) -> Vec<Duration> {
+        self.admission.spread(n)
     }
 
     /// Counters.
@@ -398,6 +428,8 @@ impl NodeCore {
             }
         }
         self.lag.note_head(self.log.id(), self.log.head(), now);
+        self.stats.setting_up = self.admission.setting_up() as u64;
+        self.stats.sessions_refused = self.admission.refused();
         let mut batch = std::mem::take(&mut self.batch);
         batch.merge(Batch::log_changes(&mut self.log));
         batch

@@ -1,11 +1,14 @@
 //! What a node tells its parent: the clusters below it, summaries of its subtree, and
 //! the marker that a run has reported everything; and how it takes children's reports.
 
-use strata_protocol::model::Cluster;
+use std::collections::BTreeSet;
+
+use strata_protocol::model::{Cluster, ObjectKey, ObjectMeta};
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{Report, ReportKey, ReportValue};
 
 use super::NodeCore;
+use crate::node::reports::Selection;
 use strata_node::store::ReportSlot;
 
 impl NodeCore {
@@ -188,9 +191,20 @@ impl NodeCore {
             self.dirty.clear();
             return;
         };
-        for object in std::mem::take(&mut self.dirty) {
-            let live = self.log.get(&object).map(|o| o.meta.clone());
-            for placement in &self.placements {
+        let dirty: Vec<(ObjectKey, Option<ObjectMeta>)> = std::mem::take(&mut self.dirty)
+            .into_iter()
+            .map(|object| {
+                let live = self.log.get(&object).map(|o| o.meta.clone());
+                (object, live)
+            })
+            .collect();
+        let none_cut_off = BTreeSet::new();
+        for placement in &self.placements {
+            // Which clusters the placement selects is the same for every object (one
+            // selection for current objects, one for pinned revisions): computed once
+            // per placement, not once per object.
+            let mut selections: [Option<Selection<'_>>; 2] = [None, None];
+            for (object, live) in &dirty {
                 let key = (placement.name.clone(), object.clone());
                 let selected = live.as_ref().is_some_and(|m| placement.places_object(m));
                 let report_key = ReportKey::Summary {
@@ -209,7 +223,13 @@ impl NodeCore {
                     }
                     continue;
                 }
-                let summary = self.reports.summarize(placement, &object, &self.root_view);
+                let current = strata_protocol::waves::pinned_key(object).is_none();
+                let selection = selections[usize::from(current)].get_or_insert_with(|| {
+                    self.reports.selection(placement, &self.root_view, current)
+                });
+                let summary =
+                    self.reports
+                        .summarize_in(selection, placement, object, &none_cut_off);
                 if self.sent.get(&key) != Some(&summary) {
                     self.stats.summaries_sent += 1;
                     self.sent.insert(key, summary.clone());
