@@ -48,6 +48,9 @@ pub struct NodeConfig {
     /// How many debug tunnels (`/clusters/{name}/...`) may be open at once on each link
     /// to a child; one more is answered 429.
     pub tunnels_per_link: usize,
+    /// After a start or a reconnect to its parent, how long at most new children wait
+    /// to be admitted while this relay catches up with its parent (`admission_hold_ms`).
+    pub admission_hold: Duration,
     /// How many children connect and set up at once (`admission:`).
     pub admission: crate::node::runtime::Admission,
     /// Which replica of a replicated relay tier this process is (`replica:`), if it is
@@ -170,6 +173,7 @@ struct RawConfig {
     #[serde(default)]
     tunnels_per_link: Option<usize>,
     #[serde(default)]
+    admission_hold_ms: Option<u64>,
     admission: Option<RawAdmission>,
     replica: Option<String>,
     #[serde(default)]
@@ -398,6 +402,10 @@ impl NodeConfig {
             Some(n) => n,
             None => crate::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
         };
+        let admission_hold = raw.admission_hold_ms.map_or(
+            crate::node::runtime::DEFAULT_ADMISSION_HOLD,
+            Duration::from_millis,
+        );
         let admission = {
             let d = crate::node::runtime::Admission::default();
             let a = raw.admission.unwrap_or(RawAdmission {
@@ -526,6 +534,7 @@ impl NodeConfig {
             join,
             store,
             tunnels_per_link,
+            admission_hold,
             admission,
             replica,
             renew,

@@ -218,6 +218,7 @@ pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle
         run: random_u64(),
         joining,
         tunnels_per_link: config.tunnels_per_link,
+        admission_hold: config.admission_hold,
         admission: config.admission,
         replica: config.replica.clone(),
         signer: crate::renew::Signer::load(

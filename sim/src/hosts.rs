@@ -378,6 +378,7 @@ impl SimHierarchy {
             admission: admission(),
             replica: None,
             signer: None,
+            admission_hold: strata_relay::node::runtime::DEFAULT_ADMISSION_HOLD,
         })?;
         self.relays.borrow_mut().insert(name, handle.client());
         handle.wait().await?;

@@ -300,6 +300,7 @@ impl RelaySpec<'_> {
             admission: strata_relay::node::runtime::Admission::default(),
             replica: None,
             signer: None,
+            admission_hold: strata_relay::node::runtime::DEFAULT_ADMISSION_HOLD,
         })
         .unwrap()
     }

@@ -207,6 +207,7 @@ pub fn boot(now: Instant, spec: &Spec, store: &MemStore, runs: u64) -> Core {
                     wall_origin: UnixMillis(0),
                     watch_history: spec.watch_history,
                     standby: false,
+                    admission_hold: std::time::Duration::ZERO,
                 },
             )))
         }

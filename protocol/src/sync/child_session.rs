@@ -596,7 +596,14 @@ impl ChildSession {
                 .filter(|_| same_route && after.log != log.id())
                 .map(|u| log.upstream().translate(u));
             sub.stream = match moved_from {
-                _ if deltas_ok => Stream::CaughtUp,
+                // A delta even when empty: the child learns it holds everything this
+                // node held at its subscription (a relay admits its own children only
+                // then, having learned every revocation).
+                _ if deltas_ok => Stream::Delta {
+                    to: log.head(),
+                    keys: log.keys_changed(after.position, log.head()).into(),
+                    part: 0,
+                },
                 // This replica has not followed its parent that far yet: wait for it
                 // rather than move the child back with a snapshot.
                 Some(Translation::Behind) => return None,

@@ -49,6 +49,9 @@ pub struct ParentFollower {
     /// Snapshots the parent started sending during this run: a resync that was a
     /// delta leaves it unchanged.
     snapshots: u64,
+    /// Whether the current connection's subscription has been answered in full (a
+    /// parent answers every subscription with at least one delta or snapshot).
+    caught_up: bool,
 }
 
 impl ParentFollower {
@@ -60,6 +63,7 @@ impl ParentFollower {
             reported_this_run: false,
             pending: VecDeque::new(),
             snapshots: 0,
+            caught_up: false,
         }
     }
 
@@ -86,6 +90,12 @@ impl ParentFollower {
         &self.state
     }
 
+    /// Whether this node holds everything its parent held when the current connection
+    /// subscribed (its first delta or snapshot is applied): revocations included.
+    pub fn caught_up(&self) -> bool {
+        self.caught_up
+    }
+
     /// Whether the session is open.
     pub fn is_open(&self) -> bool {
         self.link.is_open()
@@ -98,6 +108,7 @@ impl ParentFollower {
 
     /// The connection to the parent is up.
     pub fn handle_connected(&mut self, now: Instant) {
+        self.caught_up = false;
         self.link.handle_connected(now);
     }
 
@@ -108,6 +119,7 @@ impl ParentFollower {
 
     /// The connection to the parent is gone.
     pub fn handle_disconnected(&mut self) {
+        self.caught_up = false;
         self.link.handle_disconnected();
     }
 
@@ -167,6 +179,7 @@ impl ParentFollower {
             LinkEvent::Advanced(cursor) => {
                 log.commit(next);
                 log.upstream_mut().record(next, cursor, true);
+                self.caught_up = true;
                 self.state.cursor = cursor;
                 batch.upstream = Some(self.state.clone());
             }
@@ -191,6 +204,7 @@ impl ParentFollower {
                 );
                 let _ = log.finish_snapshot(next, &keep);
                 log.upstream_mut().record(next, cursor, false);
+                self.caught_up = true;
                 self.state.cursor = cursor;
                 self.state.route = Some(route);
                 batch.upstream = Some(self.state.clone());

@@ -16,12 +16,12 @@ use strata_node::store::{FollowEvent, Store, StoreError};
 use strata_node::transport::{self, Sender, close_code};
 use strata_node::tunnel::{self, TunnelSlots};
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
-use strata_protocol::time::{Instant, UnixMillis};
-use strata_protocol::wire::{
-    ChildToParent, ErrorCode, JoinReply, LinkTransport, ParentToChild, Role,
-};
+use strata_protocol::time::Instant;
+use strata_protocol::wire::{ErrorCode, JoinReply, ParentToChild, Role};
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
+
+mod admit;
 
 use super::accept::{accept_loop, tcp_accept_loop};
 use super::core::{CoreSetup, NodeCore, Outgoing, new_log};
@@ -62,6 +62,10 @@ pub struct NodeParts {
     pub replica: Option<crate::config::Replica>,
     /// Signing children's certificate renewals, if this node does.
     pub signer: Option<crate::renew::Signer>,
+    /// How long at most new children wait to be admitted after a start or a reconnect
+    /// to the parent, while this node catches up with it (see
+    /// [`CoreSetup::admission_hold`](super::core::CoreSetup::admission_hold)).
+    pub admission_hold: Duration,
     /// How many children connect and set up at once (the rest are told when to come
     /// back): see [`crate::node::core::AdmissionConfig`] and `accept.rs`.
     pub admission: Admission,
@@ -261,6 +265,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
             wall_origin: parts.clock.wall_origin(),
             watch_history: crate::node::core::WATCH_HISTORY,
             standby: root && !parts.store.writes_log(),
+            admission_hold: parts.admission_hold,
         },
     );
     core.set_admission(crate::node::core::AdmissionConfig {
@@ -276,6 +281,7 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
     let relay = Relay {
         core,
         children: BTreeMap::new(),
+        held: BTreeMap::new(),
         admissions,
         listener: parts.listener.clone(),
         tcp_tls: parts.tcp_listener.as_ref().map(|l| l.tls()),
@@ -329,6 +335,10 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
     Ok(NodeHandle { inner, head })
 }
 
+/// How long at most a relay holds new children after a start or a reconnect to its
+/// parent while it catches up with it (`admission_hold_ms`).
+pub const DEFAULT_ADMISSION_HOLD: Duration = Duration::from_secs(5);
+
 /// How long a node shutting down asks its children to wait before reconnecting: a
 /// restart usually takes about this long, and reconnecting sooner only meets a closed
 /// port.
@@ -340,6 +350,8 @@ type Children = BTreeMap<(String, u64), (Link, Sender<ParentToChild>)>;
 struct Relay {
     core: NodeCore,
     children: Children,
+    /// Connections waiting while this node catches up with its parent, by id.
+    held: BTreeMap<u64, admit::HeldChild>,
     admissions: Option<Admissions>,
     listener: Option<Endpoint>,
     /// The TLS/TCP listener's configuration, replaced when this node's certificate is
@@ -363,7 +375,13 @@ impl Node for Relay {
     type Input = RelayInput;
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.core.poll_timeout()
+        let core = self.core.poll_timeout();
+        if self.held.is_empty() {
+            return core;
+        }
+        // Held connections are admitted at the hold's end, or at once once it is lifted.
+        let release = self.core.admission_hold_set().unwrap_or(Instant::ZERO);
+        Some(core.map_or(release, |t| t.min(release)))
     }
 
     fn handle_timeout(&mut self, now: Instant) {
@@ -371,69 +389,33 @@ impl Node for Relay {
     }
 
     fn handle_input(&mut self, now: Instant, input: RelayInput, parent: &ParentConn) {
-        let core = &mut self.core;
         match input {
             RelayInput::ChildUp {
                 name,
                 conn_id,
                 conn,
                 sender,
-            } => match core.child_connected(now, &name, conn_id) {
-                Ok(()) => {
-                    let expires = conn
-                        .peer_chain()
-                        .and_then(|chain| strata_topology::certs::not_after(chain.first()?))
-                        .map(|s| UnixMillis(u64::try_from(s).unwrap_or(0).saturating_mul(1000)));
-                    core.child_certificate(&name, expires);
-                    core.child_transport(
-                        &name,
-                        match conn.kind() {
-                            strata_node::link::TransportKind::Quic => LinkTransport::Quic,
-                            strata_node::link::TransportKind::Tcp => LinkTransport::Tcp,
-                        },
-                    );
-                    tracing::info!(child = %name, remote = %conn.remote_address(), transport = %conn.kind(), "child connected");
-                    self.children.insert((name, conn_id), (conn, sender));
-                }
-                Err(e) => {
-                    tracing::warn!(child = %name, reason = %e.reason, "refusing a connection");
-                    let code = if e.code == ErrorCode::Revoked {
-                        close_code::REVOKED
-                    } else {
-                        close_code::UNKNOWN_CHILD
-                    };
-                    conn.close(code, e.reason.as_bytes());
-                }
-            },
-            RelayInput::ChildMsg {
-                name,
-                conn_id,
-                msg: ChildToParent::Renew { csr_pem },
-            } => {
-                // Answered here, with the name the connection is authenticated as.
-                let reply = if core.is_revoked(&name) {
-                    crate::renew::refuse(core.name(), &name, &"the name was revoked at the root")
-                } else {
-                    match &self.signer {
-                        Some(signer) => signer.answer(&name, &csr_pem),
-                        None => crate::renew::no_signer(core.name(), &name),
-                    }
-                };
-                if let Some((_, sender)) = self.children.get(&(name, conn_id)) {
-                    let _ = sender.send(ParentToChild::Renewal(reply));
-                }
+            } => self.child_up_or_hold(now, name, conn_id, conn, sender),
+            RelayInput::ChildMsg { conn_id, msg, .. } if self.held.contains_key(&conn_id) => {
+                self.held_message(conn_id, msg);
             }
             RelayInput::ChildMsg { name, conn_id, msg } => {
-                core.child_message(now, &name, conn_id, msg);
+                self.child_message(now, name, conn_id, msg)
             }
             RelayInput::ChildDown { name, conn_id, why } => {
+                let core = &mut self.core;
+                if self.held.remove(&conn_id).is_some() {
+                    tracing::info!(child = %name, %why, "a held child disconnected");
+                    return;
+                }
                 if self.children.remove(&(name.clone(), conn_id)).is_some() {
                     tracing::info!(child = %name, %why, "child disconnected");
                 }
                 core.child_gone(now, &name, conn_id);
             }
-            RelayInput::Query(q) => q(core),
+            RelayInput::Query(q) => q(&mut self.core),
             RelayInput::Join { request, reply } => {
+                let core = &mut self.core;
                 let answer = match &mut self.admissions {
                     Some(a) => {
                         let wall = i64::try_from(core.wall(now).0 / 1000).unwrap_or(i64::MAX);
@@ -450,15 +432,19 @@ impl Node for Relay {
                 let _ = reply.send(link_stats(&self.children, parent));
             }
             RelayInput::TunnelRoute { cluster, reply } => {
-                let route =
-                    super::tunnel::route(core, &self.children, &mut self.tunnel_slots, &cluster);
+                let route = super::tunnel::route(
+                    &self.core,
+                    &self.children,
+                    &mut self.tunnel_slots,
+                    &cluster,
+                );
                 let _ = reply.send(route);
             }
             RelayInput::Follow(FollowEvent::Records { records, full }) => {
-                core.follow(records, full);
+                self.core.follow(records, full);
             }
             RelayInput::Follow(FollowEvent::Promoted(writer)) => {
-                core.promote();
+                self.core.promote();
                 // The store fences the log's writes from the next commit on.
                 writer.store(true, std::sync::atomic::Ordering::SeqCst);
                 tracing::info!("this root replica writes now");
@@ -512,6 +498,7 @@ impl Node for Relay {
     }
 
     fn process(&mut self, now: Instant) -> strata_node::store::Batch {
+        self.release_held(now);
         self.core.note_handshakes_refused(self.gate.refused_total());
         self.core.process(now)
     }
@@ -544,6 +531,9 @@ impl Node for Relay {
         }
         for (conn, _) in std::mem::take(&mut self.children).into_values() {
             conn.close(close_code::SHUTDOWN, b"node shutting down");
+        }
+        for held in std::mem::take(&mut self.held).into_values() {
+            held.conn.close(close_code::SHUTDOWN, b"node shutting down");
         }
         if let Some(l) = &self.listener {
             l.close(

@@ -489,6 +489,7 @@ fn start_node(
         admission: strata_relay::node::runtime::Admission::default(),
         replica: None,
         signer: None,
+        admission_hold: std::time::Duration::ZERO,
     })
     .map_err(|e| BenchError::setup(&slot.name, e))?;
     slot.handle = Some(handle);

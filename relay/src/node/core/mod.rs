@@ -163,6 +163,11 @@ pub struct NodeCore {
     transports: BTreeMap<String, strata_protocol::wire::LinkTransport>,
     /// Names revoked at the root (the log's `Revocation` objects): refused as children.
     revoked: BTreeSet<String>,
+    /// See [`CoreSetup::admission_hold`].
+    admission_hold: Duration,
+    /// Until when new children wait to be admitted, while this node catches up with
+    /// its parent after a start or a reconnect (see `revoke.rs`).
+    hold_until: Option<Instant>,
     /// The wall-clock time at the clock's origin.
     wall_origin: UnixMillis,
     /// See [`CoreSetup::watch_history`].
@@ -212,6 +217,10 @@ pub struct CoreSetup {
     /// A root replica that serves the writer's log without writing it (its records
     /// come in through [`NodeCore::follow`]) until [`NodeCore::promote`].
     pub standby: bool,
+    /// After a start or a reconnect to its parent, how long at most new children wait
+    /// to be admitted while this node catches up with its parent (learning the
+    /// revocations made while it was away); zero admits at once.
+    pub admission_hold: Duration,
 }
 
 impl NodeCore {
@@ -265,6 +274,8 @@ impl NodeCore {
             cert_expires: BTreeMap::new(),
             transports: BTreeMap::new(),
             revoked: BTreeSet::new(),
+            admission_hold: setup.admission_hold,
+            hold_until: None,
             wall_origin: setup.wall_origin,
             watch_history: setup.watch_history,
             standby: setup.standby,
@@ -272,6 +283,7 @@ impl NodeCore {
             admission: admission::Admission::new(AdmissionConfig::default()),
         };
         core.reload_placements();
+        core.hold_admissions(now);
         core
     }
 

@@ -16,6 +16,7 @@ impl NodeCore {
         if let Some(parent) = &mut self.parent {
             parent.handle_connected(now);
         }
+        self.hold_admissions(now);
     }
 
     /// A message from the parent.
@@ -47,6 +48,9 @@ impl NodeCore {
                     self.outgoing.close_upstream = Some((error, retry_after));
                 }
             }
+        }
+        if parent.caught_up() && self.hold_until.take().is_some() {
+            tracing::info!("caught up with the parent: admitting children");
         }
         self.parent = Some(parent);
     }

@@ -186,6 +186,7 @@ mod tests {
                 wall_origin: UnixMillis(0),
                 watch_history: 0,
                 standby: false,
+                admission_hold: std::time::Duration::ZERO,
             },
         )
     }

@@ -5,11 +5,19 @@
 //! handshake ([`ErrorCode::Revoked`]) and closes its open session as soon as the
 //! revocation reaches it: a relay that was cut off when the name was revoked learns it
 //! with the delta its parent sends when the link returns.
+//!
+//! A relay that starts, or whose link to its parent comes back, holds new children's
+//! connections (open, unanswered) until it has caught up with its parent, for at most
+//! [`CoreSetup::admission_hold`](super::CoreSetup::admission_hold): a child revoked
+//! while the relay was down or cut off is refused at its handshake, never admitted
+//! first. A parent that cannot be reached within the hold is not waited for: the
+//! subtree is served from what this node holds.
 
 use strata_node::objects::Manifest;
 use strata_protocol::model::{ObjectKey, ObjectMeta, Position, Revision, Space};
 use strata_protocol::route::{REVOCATION_KIND, STRATA_GROUP};
 use strata_protocol::sync::{LogError, SessionError};
+use strata_protocol::time::Instant;
 use strata_protocol::wire::{Change, ErrorCode};
 
 use super::NodeCore;
@@ -38,6 +46,26 @@ impl NodeCore {
     /// Whether `name` was revoked at the root (as far as this node's log knows).
     pub fn is_revoked(&self, name: &str) -> bool {
         self.revoked.contains(name)
+    }
+
+    /// Until when new children's connections wait before being admitted (this node
+    /// is catching up with its parent), if they do at `now`.
+    pub fn admission_held(&self, now: Instant) -> Option<Instant> {
+        self.hold_until.filter(|until| now < *until)
+    }
+
+    /// Whether a hold on admissions is set, due or not (the runtime releases the
+    /// connections it held once [`NodeCore::admission_held`] says `None`).
+    pub fn admission_hold_set(&self) -> Option<Instant> {
+        self.hold_until
+    }
+
+    /// Starts holding new children until this node has caught up with its parent (a
+    /// start, or a reconnect). Nothing at the root or with a zero hold.
+    pub(super) fn hold_admissions(&mut self, now: Instant) {
+        if self.parent.is_some() && !self.admission_hold.is_zero() {
+            self.hold_until = Some(now + self.admission_hold);
+        }
     }
 
     /// The names revoked at the root, in order.
