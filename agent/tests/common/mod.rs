@@ -18,15 +18,18 @@ use std::time::Duration;
 static RELAY_BUILT: Once = Once::new();
 
 /// The path of one of the workspace's binaries. The `relay` binary belongs to another
-/// package, which `cargo test -p strata-agent` does not rebuild: build it (a no-op when
-/// it is fresh) so a test never runs a stale binary.
+/// package, which `cargo test -p strata-agent` does not rebuild: build it so a test
+/// never runs a stale binary. It is built the way `cargo test --workspace` (the README's
+/// test command) builds it, as the binary of `strata-relay`'s integration tests with
+/// the whole workspace's features, so under that command this is a no-op; a plain
+/// `cargo build -p strata-relay` would unify other features and rebuild a dozen crates.
 pub fn bin(name: &str) -> PathBuf {
     let agent = PathBuf::from(env!("CARGO_BIN_EXE_agent"));
     if name == "relay" {
         RELAY_BUILT.call_once(|| {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let status = Command::new(cargo)
-                .args(["build", "-p", "strata-relay", "--bin", "relay"])
+                .args(["test", "-q", "--workspace", "--no-run", "--test", "topology"])
                 .status()
                 .unwrap();
             assert!(status.success(), "could not build the relay binary");

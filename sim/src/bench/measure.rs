@@ -2,6 +2,7 @@
 //! bytes per tier, P3 status to the root's summary, P4 region resync and reconnect
 //! storm, P6 memory, and CPU per tier.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use strata_node::objects::parse_manifests;
@@ -242,7 +243,9 @@ pub(crate) async fn topology(
     }
     let register = setup.elapsed();
     // Idle: every agent connected, nothing placed yet.
+    let idle_before = (Instant::now(), procstat::cpu_by_thread(&TIER_THREADS));
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let cpu_idle_per_sec = cpu_spent(&idle_before.1, idle_before.0.elapsed().as_secs_f64());
     let rss_idle = procstat::rss_bytes();
     // The same number of agents without a connection (capped at 1,000).
     let orphans = leaves.min(1000);
@@ -318,15 +321,7 @@ pub(crate) async fn topology(
             }
         })
         .collect();
-    let cpu_updates = TIER_THREADS
-        .iter()
-        .map(|t| {
-            let t = (*t).to_owned();
-            let d = cpu_after.get(&t).copied().unwrap_or(0.0)
-                - cpu_before.get(&t).copied().unwrap_or(0.0);
-            (t, d)
-        })
-        .collect();
+    let cpu_updates = cpu_between(&cpu_before, &cpu_after, 1.0);
 
     let region = if resync && tree.levels.len() > 2 && opts.changed > 0 {
         Some(region_cut(&mut tree, &root, &mut arrivals, opts, leaves).await?)
@@ -363,6 +358,7 @@ pub(crate) async fn topology(
             per_agent_with_connection: rss_idle.saturating_sub(rss_relays) / leaves.max(1) as u64,
             per_agent_unconnected: per_orphan,
         },
+        cpu_idle_per_sec,
         cpu_updates,
         cpu_total,
         process_cpu_secs: procstat::process_cpu(),
@@ -468,4 +464,24 @@ async fn storm(
         summary_secs: summary,
         missing,
     })
+}
+
+/// CPU seconds each tier used between two samples, divided by `per` (1 for a total).
+fn cpu_between(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    per: f64,
+) -> Vec<(String, f64)> {
+    TIER_THREADS
+        .iter()
+        .map(|t| {
+            let d = after.get(*t).copied().unwrap_or(0.0) - before.get(*t).copied().unwrap_or(0.0);
+            ((*t).to_owned(), d / per.max(f64::MIN_POSITIVE))
+        })
+        .collect()
+}
+
+/// CPU seconds per second each tier used since `before`, `secs` ago.
+fn cpu_spent(before: &BTreeMap<String, f64>, secs: f64) -> Vec<(String, f64)> {
+    cpu_between(before, &procstat::cpu_by_thread(&TIER_THREADS), secs)
 }

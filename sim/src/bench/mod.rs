@@ -257,6 +257,11 @@ pub struct TopologyReport {
     pub storm: Storm,
     /// P6.
     pub memory: Memory,
+    /// CPU seconds per second per tier (thread group) while every agent is connected
+    /// and nothing changes: keep-alives, heartbeats and timers, the floor under every
+    /// other figure.
+    #[serde(default)]
+    pub cpu_idle_per_sec: Vec<(String, f64)>,
     /// CPU seconds per tier (thread group) during the update rounds.
     pub cpu_updates: Vec<(String, f64)>,
     /// CPU seconds per tier for the whole hierarchy's life.

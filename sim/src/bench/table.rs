@@ -96,6 +96,7 @@ fn topology(out: &mut String, t: &TopologyReport) {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let _ = writeln!(out, "CPU s/s idle          {}", cpu(&t.cpu_idle_per_sec));
     let _ = writeln!(out, "CPU s during updates  {}", cpu(&t.cpu_updates));
     let _ = writeln!(out, "CPU s whole run       {}", cpu(&t.cpu_total));
     let _ = writeln!(
