@@ -75,6 +75,11 @@ fn check_link(
 pub struct SubtreeReports {
     /// Every stored report, by the child that sent it and what it is about.
     stored: BTreeMap<ReportSlot, ReportValue>,
+    /// The cluster records among them with their inherited labels, by (child, cluster),
+    /// in the order of `stored`: kept beside it so that a summary or a plan walks the
+    /// inventory without scanning every status and cloning every cluster's labels
+    /// (both were most of a relay's CPU at 10,000 clusters).
+    inventory: BTreeMap<(String, String), Cluster>,
     /// Labels this node and its ancestors give every cluster below (a cluster's own
     /// labels win).
     labels: Labels,
@@ -88,15 +93,50 @@ impl SubtreeReports {
 
     /// Rebuilds from what the store kept.
     pub fn restore(stored: impl IntoIterator<Item = (ReportSlot, ReportValue)>) -> Self {
-        SubtreeReports {
+        let mut reports = SubtreeReports {
             stored: stored.into_iter().collect(),
+            inventory: BTreeMap::new(),
             labels: Labels::new(),
-        }
+        };
+        reports.index_all();
+        reports
     }
 
     /// Sets the labels every cluster below inherits.
     pub fn set_labels(&mut self, labels: Labels) {
-        self.labels = labels;
+        if labels != self.labels {
+            self.labels = labels;
+            self.index_all();
+        }
+    }
+
+    /// Builds the inventory index afresh from what is stored.
+    fn index_all(&mut self) {
+        self.inventory = self
+            .stored
+            .iter()
+            .filter_map(|((from, _), v)| match v {
+                ReportValue::Cluster(c) => Some(((from.clone(), c.name.clone()), self.effective(c))),
+                _ => None,
+            })
+            .collect();
+    }
+
+    /// Keeps the inventory index in step with `slot`, which was just stored or dropped.
+    fn index(&mut self, slot: &ReportSlot) {
+        let (from, ReportKey::Cluster { name }) = slot else {
+            return;
+        };
+        let key = (from.clone(), name.clone());
+        match self.stored.get(slot) {
+            Some(ReportValue::Cluster(c)) => {
+                let effective = self.effective(c);
+                self.inventory.insert(key, effective);
+            }
+            _ => {
+                self.inventory.remove(&key);
+            }
+        }
     }
 
     /// A cluster as placements see it here: with the inherited labels (and before any
@@ -166,14 +206,20 @@ impl SubtreeReports {
     /// Stores a report from `child`. Returns whether anything changed.
     pub fn accept(&mut self, child: &str, report: Report) -> bool {
         let slot = (child.to_owned(), report.key);
-        match report.value {
+        let changed = match report.value {
             ReportValue::Removed => self.stored.remove(&slot).is_some(),
             value => {
                 let changed = self.stored.get(&slot) != Some(&value);
-                self.stored.insert(slot, value);
+                if changed {
+                    self.stored.insert(slot.clone(), value);
+                }
                 changed
             }
+        };
+        if changed {
+            self.index(&slot);
         }
+        changed
     }
 
     /// Every slot `child` reported.
@@ -215,7 +261,11 @@ impl SubtreeReports {
 
     /// Drops one stored report. Returns whether it was there.
     pub fn remove(&mut self, slot: &ReportSlot) -> bool {
-        self.stored.remove(slot).is_some()
+        let removed = self.stored.remove(slot).is_some();
+        if removed {
+            self.index(slot);
+        }
+        removed
     }
 
     /// Every stored report.
@@ -223,29 +273,31 @@ impl SubtreeReports {
         self.stored.iter()
     }
 
-    /// The clusters below `child`, with their inherited labels.
-    pub fn clusters_below(&self, child: &str) -> Vec<Cluster> {
-        self.stored
-            .iter()
-            .filter(|((from, _), _)| from == child)
-            .filter_map(|(_, v)| match v {
-                ReportValue::Cluster(c) => Some(self.effective(c)),
-                _ => None,
-            })
-            .collect()
+    /// How many clusters `child` reported (without copying them: a relay child's link
+    /// record carries the count, and is made at every change of that link).
+    pub fn cluster_count_below(&self, child: &str) -> usize {
+        self.inventory_of(crate::node::core::node_of(child))
+            .filter(|(from, _)| *from == child)
+            .count()
     }
 
     /// The clusters below every session of node `node` (all its replicas), with their
     /// inherited labels; a cluster two replicas both report counts once.
     pub fn clusters_below_node(&self, node: &str) -> Vec<Cluster> {
         let mut seen = BTreeSet::new();
-        self.of_node(node)
-            .filter(|((from, _), _)| crate::node::core::node_of(from) == node)
-            .filter_map(|(_, v)| match v {
-                ReportValue::Cluster(c) if seen.insert(c.name.clone()) => Some(self.effective(c)),
-                _ => None,
-            })
+        self.inventory_of(node)
+            .filter(|(from, _)| crate::node::core::node_of(from) == node)
+            .filter(|(_, c)| seen.insert(c.name.as_str()))
+            .map(|(_, c)| c.clone())
             .collect()
+    }
+
+    /// The inventory of every session of node `node` (as [`SubtreeReports::of_node`]
+    /// finds its reports: by range, with its replicas and no neighbour).
+    fn inventory_of(&self, node: &str) -> impl Iterator<Item = (&str, &Cluster)> {
+        self.inventory
+            .range((node.to_owned(), String::new())..(format!("{node}$"), String::new()))
+            .map(|((from, _), c)| (from.as_str(), c))
     }
 
     /// One stored report.
@@ -259,6 +311,12 @@ impl SubtreeReports {
             ReportValue::Cluster(c) => Some(c),
             _ => None,
         })
+    }
+
+    /// Every cluster in the subtree with its inherited labels ([`SubtreeReports::effective`]),
+    /// in the order of [`SubtreeReports::clusters`], by the child that reported it.
+    pub fn inventory(&self) -> impl Iterator<Item = (&str, &Cluster)> {
+        self.inventory.iter().map(|((from, _), c)| (from.as_str(), c))
     }
 
     /// The summary of `object` under `placement` for this node's whole subtree: the
@@ -294,40 +352,26 @@ impl SubtreeReports {
         current: bool,
     ) -> Selection<'a> {
         let view = root.for_placement(placement);
-        // One pass over the cluster records; statuses and summaries are then looked up
-        // by key, not found by scanning every report of the subtree (that scan, once per
-        // object and placement, was the hottest part of a relay's CPU at 1,000 leaves).
-        let records: Vec<(&str, &Cluster)> = self
-            .stored
-            .iter()
-            .filter_map(|((from, _), v)| match v {
-                ReportValue::Cluster(c) => Some((from.as_str(), c)),
-                _ => None,
-            })
-            .collect();
-        let selected: BTreeSet<&str> = records
-            .iter()
-            .filter(|(_, c)| {
-                let revision = if self.labels.is_empty() {
-                    view.revision_for(c)
-                } else {
-                    view.revision_for(&self.effective(c))
-                };
-                revision == Some(current)
-            })
+        // One pass over the inventory index (inherited labels already applied);
+        // statuses and summaries are then looked up by key, not found by scanning every
+        // report of the subtree.
+        let names: BTreeSet<&str> = self
+            .inventory()
+            .filter(|(_, c)| view.revision_for(c) == Some(current))
             .map(|(_, c)| c.name.as_str())
+            .collect();
+        // A cluster another child also reports (it moved) counts as selected under both.
+        let records: Vec<(&str, &str)> = self
+            .inventory()
+            .filter(|(_, c)| names.contains(c.name.as_str()))
+            .map(|(from, c)| (from, c.name.as_str()))
             .collect();
         // A child's summary counts only while some cluster it reported is selected here:
         // what a child cut off before a placement (or a cluster's labels) moved away
         // summarized is stale, not the fleet.
-        let selecting_children: BTreeSet<&str> = records
-            .iter()
-            .filter(|(_, c)| selected.contains(c.name.as_str()))
-            .map(|(from, _)| *from)
-            .collect();
+        let selecting_children: BTreeSet<&str> = records.iter().map(|(from, _)| *from).collect();
         Selection {
             records,
-            selected,
             selecting_children,
         }
     }
@@ -343,7 +387,6 @@ impl SubtreeReports {
     ) -> Summary {
         let Selection {
             records,
-            selected,
             selecting_children,
         } = selection;
         let mut s = Summary::default();
@@ -367,31 +410,29 @@ impl SubtreeReports {
                 via_summary.insert(from);
             }
         }
-        // A cluster's status is kept under the child that reported the cluster.
+        // A cluster's status is kept under the child that reported the cluster; those
+        // of a child whose summary counted are in that summary already.
         let mut reported: BTreeSet<&str> = BTreeSet::new();
         let mut silent = 0u64;
         slot.1 = ReportKey::Status {
             cluster: String::new(),
             object: object.clone(),
         };
-        for &(from, c) in records {
-            if !selected.contains(c.name.as_str()) {
+        for &(from, name) in records {
+            if via_summary.contains(from) {
                 continue;
             }
             from.clone_into(&mut slot.0);
             if let ReportKey::Status { cluster, .. } = &mut slot.1 {
-                c.name.clone_into(cluster);
+                name.clone_into(cluster);
             }
             if let Some(ReportValue::Status(status)) = self.stored.get(&slot) {
-                s.merge(&Summary::of_status(&c.name, status));
-                reported.insert(c.name.as_str());
+                s.merge(&Summary::of_status(name, status));
+                reported.insert(name);
             }
         }
-        for (from, c) in records {
-            if !via_summary.contains(from)
-                && selected.contains(c.name.as_str())
-                && !reported.contains(c.name.as_str())
-            {
+        for &(from, name) in records {
+            if !via_summary.contains(from) && !reported.contains(name) {
                 silent += 1;
             }
         }
@@ -404,10 +445,9 @@ impl SubtreeReports {
 /// [`SubtreeReports::selection`]).
 #[derive(Debug)]
 pub struct Selection<'a> {
-    /// Every cluster record: (the child that reported it, the cluster).
-    records: Vec<(&'a str, &'a Cluster)>,
-    /// The names of those selected.
-    selected: BTreeSet<&'a str>,
+    /// The selected clusters' records: (the child that reported it, the cluster's name),
+    /// in the inventory's order.
+    records: Vec<(&'a str, &'a str)>,
     /// The children that reported a selected cluster.
     selecting_children: BTreeSet<&'a str>,
 }
@@ -434,10 +474,7 @@ mod tests {
     fn a_nodes_reports_are_found_by_range_with_its_replicas_and_no_neighbour() {
         let mut r = SubtreeReports::new();
         for from in ["eu", "eu#a", "eu#b", "eu-2", "e", "eu0", "ev"] {
-            r.stored.insert(
-                (from.to_owned(), cluster(&format!("{from}-c"), &[]).key),
-                cluster(&format!("{from}-c"), &[]).value,
-            );
+            assert!(r.accept(from, cluster(&format!("{from}-c"), &[])));
         }
         let names = |v: Vec<Cluster>| v.into_iter().map(|c| c.name).collect::<Vec<_>>();
         assert_eq!(

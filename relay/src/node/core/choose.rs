@@ -54,12 +54,8 @@ impl NodeCore {
         let placements = placements_in(&self.log);
         let specs = cluster_specs_in(&self.log);
         let overrides = strata_node::objects::overrides_in(&self.log);
-        let links = self.all_links();
-        let inventory: Vec<Cluster> = self
-            .reports
-            .clusters()
-            .map(|c| self.reports.effective(c))
-            .collect();
+        let links = self.reachability();
+        let inventory: Vec<&Cluster> = self.reports.inventory().map(|(_, c)| c).collect();
         let names: BTreeSet<&str> = inventory.iter().map(|c| c.name.as_str()).collect();
 
         // What each placement is routed to now, and what it chose (without retiring).
@@ -108,6 +104,7 @@ impl NodeCore {
         let mut changes = Vec::new();
         let mut plans = BTreeMap::new();
         let mut timed = false;
+        let mut staged = Vec::with_capacity(placements.len());
         for p in &placements {
             let key = (p.space.clone(), p.name.clone());
             let (routed, decided) = &previous[&key];
@@ -130,7 +127,11 @@ impl NodeCore {
                 .collect();
             let planned = plan(p, &candidates, &chosen_before, wall, &mut room);
             timed |= has_timers(p, &candidates, &planned);
-            let (mut decision, timed_out) = self.moving(p, routed, decided, &planned, &names, wall);
+            let (decision, timed_out) = self.moving(p, routed, decided, &planned, &names, wall);
+            staged.push((key, planned, decision, timed_out));
+        }
+        // The inventory is borrowed, not copied, up to here: what follows writes.
+        for (p, (key, planned, mut decision, timed_out)) in placements.iter().zip(staged) {
             decision.released = self.released_for(p, &planned.chosen, revision, &mut changes);
             timed |= !decision.retiring.is_empty();
             plans.insert(
@@ -234,8 +235,8 @@ impl NodeCore {
     fn settled(&self, p: &Placement) -> bool {
         let routed = self
             .reports
-            .clusters()
-            .filter(|c| self.root_view.selects(p, &self.reports.effective(c)))
+            .inventory()
+            .filter(|(_, c)| self.root_view.selects(p, c))
             .count() as u64;
         self.log
             .live()

@@ -52,7 +52,7 @@ impl NodeCore {
     /// the summaries of direct children cut off are left out (stale).
     pub fn gate_health(&self, p: &Placement, state: &RolloutState) -> GateHealth {
         let released = state.released.len() as u64;
-        let links = self.all_links();
+        let links = self.reachability();
         let wall = UnixMillis(state.wave_since);
         let reachable: BTreeSet<&str> = self
             .reports
@@ -222,13 +222,11 @@ impl NodeCore {
                 let overrides = strata_node::objects::overrides_in(&self.log);
                 let candidates: Vec<WaveCandidate> = self
                     .reports
-                    .clusters()
-                    .filter(|c| chosen.contains(&c.name))
-                    .map(|c| WaveCandidate {
+                    .inventory()
+                    .filter(|(_, c)| chosen.contains(&c.name))
+                    .map(|(_, c)| WaveCandidate {
                         name: c.name.clone(),
-                        labels: overrides
-                            .labels(&p.space, &self.reports.effective(c))
-                            .into_owned(),
+                        labels: overrides.labels(&p.space, c).into_owned(),
                     })
                     .collect();
                 let id = format!("{}/{}", p.space.0, p.name);
