@@ -369,6 +369,46 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&files.cert).unwrap(), chain);
     }
 
+    #[tokio::test]
+    async fn expiry_and_the_renewal_plan_follow_the_nodes_clock_not_the_systems() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Ca::generate("test").unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("eu.crt"),
+            key: dir.path().join("eu.key"),
+            ca: dir.path().join("ca.crt"),
+            renew_at_percent: 50,
+        };
+        // Issued at 2026-01-01 (the simulation's origin) by the signer's clock, for
+        // 100 s: valid from 25 s before.
+        let t = 1_767_225_600;
+        let (key, csr) = join_request("eu").unwrap();
+        let chain = ca
+            .renew_for_csr_at("eu", &csr, Duration::from_secs(100), t)
+            .unwrap();
+        assert_eq!(
+            strata_topology::certs::pem_validity(&chain),
+            Some((t - 25, t + 100))
+        );
+        std::fs::write(&files.cert, &chain).unwrap();
+        std::fs::write(&files.key, &key).unwrap();
+        std::fs::write(&files.ca, ca.cert_pem()).unwrap();
+        assert!(!expired_at(&files.cert, t + 99));
+        assert!(expired_at(&files.cert, t + 100));
+        // Half of its 125 s is 62 s after its start: 37 s after `t` on the node's
+        // clock (the system's clock, months later, would make it due at once).
+        let clock = Clock::start_at(strata_protocol::time::UnixMillis(
+            u64::try_from(t).unwrap() * 1000,
+        ));
+        let connector = Connector::new(TransportMode::Tcp, None, None, None);
+        let r = Renewer::new(files.renewal("eu"), connector, clock);
+        let wait = r.next() - tokio::time::Instant::now();
+        assert!(
+            wait > Duration::from_secs(36) && wait <= Duration::from_secs(37),
+            "{wait:?}"
+        );
+    }
+
     #[test]
     fn an_interrupted_renewal_is_finished_or_undone() {
         let dir = tempfile::tempdir().unwrap();
