@@ -194,7 +194,8 @@ impl Admissions {
 
     /// Decides a request, records a grant durably, admits the new child into `core`,
     /// and returns the answer. Blocks on the store commit.
-    /// `wall_secs`: the wall-clock time (Unix seconds) a token's expiry is checked against.
+    /// `wall_secs`: the wall-clock time (Unix seconds, the node's clock) a token's expiry
+    /// is checked against and the certificate is valid from.
     pub fn admit(
         &mut self,
         core: &mut NodeCore,
@@ -283,7 +284,11 @@ impl Admissions {
         {
             return refuse(format!("the name {name:?} is already taken here"));
         }
-        let chain = match self.joining.ca.issue_for_csr(name, &request.csr_pem) {
+        let chain = match self
+            .joining
+            .ca
+            .issue_for_csr_at(name, &request.csr_pem, wall_secs)
+        {
             Ok(c) => c,
             Err(e) => return refuse(format!("unusable certificate signing request: {e}")),
         };
@@ -291,7 +296,7 @@ impl Admissions {
             joined: vec![(slot.clone(), name.to_owned())],
             ..Batch::default()
         };
-        if let Err(e) = tokio::task::block_in_place(|| self.store.commit(&batch)) {
+        if let Err(e) = strata_node::store::commit_off_workers(self.store.as_ref(), &batch) {
             return refuse(format!("cannot record the join ({e}); try again later"));
         }
         self.used.insert(slot, name.to_owned());

@@ -91,10 +91,10 @@ impl Signer {
         }))
     }
 
-    /// Answers child `node`'s (authenticated) renewal request, and says so in the audit
-    /// log.
-    pub fn answer(&self, node: &str, csr_pem: &str) -> RenewReply {
-        match self.ca.renew_for_csr(node, csr_pem, self.lifetime) {
+    /// Answers child `node`'s (authenticated) renewal request with a certificate valid
+    /// from `now` (Unix seconds, the relay's wall clock), and says so in the audit log.
+    pub fn answer(&self, node: &str, csr_pem: &str, now: i64) -> RenewReply {
+        match self.ca.renew_for_csr_at(node, csr_pem, self.lifetime, now) {
             Ok(chain_pem) => {
                 let expires = strata_topology::certs::pem_not_after(&chain_pem)
                     .map(strata_topology::certs::utc_date)

@@ -29,8 +29,11 @@ use strata_node::transport;
 use strata_protocol::model::{Cluster, Labels};
 use strata_protocol::sync::SessionConfig;
 use strata_protocol::time::UnixMillis;
+use strata_relay::join::Joining;
 use strata_relay::node::runtime::{self as node, NodeClient, NodeParts};
+use strata_relay::renew::Signer;
 
+use crate::certs::{CertFiles, Certificates, Recovery, sim_time};
 use crate::net::{self, Network, SimUdpSocket};
 use crate::rng::{SimRng, hash, mix};
 use crate::topology::{self, Topology};
@@ -96,6 +99,10 @@ pub struct SimHierarchy {
     disk_generation: Cell<u64>,
     /// How every child reaches its parent (QUIC unless the scenario says otherwise).
     transport: Cell<TransportMode>,
+    /// Short-lived certificates in files, renewed in place (see [`crate::certs`]).
+    pub(crate) cert_files: Option<CertFiles>,
+    /// Clusters that started with an expired certificate and what became of them.
+    pub recoveries: RefCell<BTreeMap<String, Recovery>>,
 }
 
 impl std::fmt::Debug for SimHierarchy {
@@ -113,12 +120,17 @@ pub fn agents_host(relay: &str) -> String {
 
 impl SimHierarchy {
     /// Certificates and fresh disks for every node of `topology`; each node first starts
-    /// at a random time in `[0, start_within]`.
+    /// at a random time in `[0, start_within]`. With `certificates`, short-lived ones in
+    /// files (see [`crate::certs`]); without, ones that never expire, in memory.
     pub fn new(
         topology: Topology,
         seed: u64,
         start_within: Duration,
+        certificates: Option<&Certificates>,
     ) -> Result<Rc<SimHierarchy>, BuildError> {
+        let cert_files = certificates
+            .map(|c| CertFiles::write(&topology, seed, c))
+            .transpose()?;
         let cert_err = |node: &str, e: &dyn std::fmt::Display| BuildError::Cert {
             node: node.to_owned(),
             detail: e.to_string(),
@@ -143,6 +155,10 @@ impl SimHierarchy {
         let mut disks = BTreeMap::new();
         let mut rng = SimRng::new(seed).fork("disks");
         for name in names {
+            disks.insert(name.clone(), MemStore::new(rng.next_u64()));
+            if cert_files.is_some() {
+                continue;
+            }
             let key =
                 KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(|e| cert_err(&name, &e))?;
             let mut p =
@@ -161,10 +177,10 @@ impl SimHierarchy {
                 key.serialize_pem().as_bytes(),
                 ca_pem.as_bytes(),
             )
-            .map_err(|(_, e)| cert_err(&name, &e))?;
+            .map_err(|(_, e)| cert_err(&name, &e))?
+            .with_time(Some(sim_time()));
             let server = tls::server_config(&id).map_err(|e| cert_err(&name, &e))?;
             let client = tls::client_config(&id).map_err(|e| cert_err(&name, &e))?;
-            disks.insert(name.clone(), MemStore::new(rng.next_u64()));
             tls_by_name.insert(name, Tls { server, client });
         }
         Ok(Rc::new(SimHierarchy {
@@ -180,6 +196,8 @@ impl SimHierarchy {
             tls: tls_by_name,
             disk_generation: Cell::new(0),
             transport: Cell::new(TransportMode::Quic),
+            cert_files,
+            recoveries: RefCell::new(BTreeMap::new()),
         }))
     }
 
@@ -297,28 +315,53 @@ impl SimHierarchy {
         Arc::new(disk)
     }
 
+    /// The TLS node `name` starts with: made once (certificates that never expire), or
+    /// loaded from its files at every start (short-lived ones, renewed in place); a
+    /// relay admitting joins (`joins`) also takes connections without a certificate.
+    fn tls_for(&self, name: &str, joins: bool) -> std::io::Result<Tls> {
+        let Some(files) = &self.cert_files else {
+            let tls = self.tls.get(name).ok_or_else(|| missing(name))?;
+            return Ok(Tls {
+                server: tls.server.clone(),
+                client: tls.client.clone(),
+            });
+        };
+        let id = files.identity(name).map_err(std::io::Error::other)?;
+        let server = if joins {
+            tls::server_config_admitting_joins(&id)
+        } else {
+            tls::server_config(&id)
+        };
+        Ok(Tls {
+            server: server.map_err(std::io::Error::other)?,
+            client: tls::client_config(&id).map_err(std::io::Error::other)?,
+        })
+    }
+
     /// How node `name` reaches its parent: a QUIC endpoint on `socket`, and, unless the
-    /// transport is QUIC only, TLS/TCP on the simulated TCP.
+    /// transport is QUIC only, TLS/TCP on the simulated TCP; renewing its certificate
+    /// through the parent when certificates are short-lived.
     fn connector(
         &self,
         name: &str,
+        tls: &Tls,
         socket: SimUdpSocket,
         rng: &mut SimRng,
     ) -> std::io::Result<Connector> {
-        let mut config = EndpointConfig::default();
-        let cid_key = rng.next_u64();
-        config.cid_generator(move || {
-            Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
-        });
-        let mut endpoint = net::endpoint(socket, config, None, rng.bytes32())?;
-        let tls = self.tls.get(name).ok_or_else(|| missing(name))?;
+        let mut endpoint = seeded_endpoint(socket, rng)?;
         endpoint.set_default_client_config(
             transport::client_configs(tls.client.clone()).map_err(std::io::Error::other)?,
         );
-        Ok(match self.transport.get() {
+        let connector = match self.transport.get() {
             TransportMode::Quic => endpoint.into(),
             mode => Connector::new(mode, Some(endpoint), Some(tls.client.clone()), None)
                 .with_tcp_dial(net::tcp_dial()),
+        };
+        Ok(match &self.cert_files {
+            Some(files) => connector
+                .with_renewal(files.tls_files(name).renewal(name))
+                .with_tls_time(Some(sim_time())),
+            None => connector,
         })
     }
 
@@ -329,7 +372,8 @@ impl SimHierarchy {
             tokio::time::sleep_until(tokio::time::Instant::now() + self.first_start(&name)).await;
         }
         let ip = turmoil::lookup(name.as_str());
-        let tls = self.tls.get(&name).ok_or_else(|| missing(&name))?;
+        let joins = self.cert_files.as_ref().and_then(|f| f.join_files(&name));
+        let tls = self.tls_for(&name, joins.is_some())?;
         // The endpoint secret lives on the node's disk: the same across restarts.
         let secret = SimRng::new(mix(self.seed ^ hash(&name))).bytes32();
         let (config, server) = transport::server_configs(tls.server.clone(), secret)?;
@@ -350,7 +394,7 @@ impl SimHierarchy {
         let connector = match parent {
             Some(_) => {
                 let socket = SimUdpSocket::bind(ip, 0, self.network.clone()).await?;
-                Some(self.connector(&name, socket, &mut rng)?)
+                Some(self.connector(&name, &tls, socket, &mut rng)?)
             }
             None => None,
         };
@@ -373,11 +417,17 @@ impl SimHierarchy {
             summary_interval: SUMMARY_INTERVAL,
             clock: Clock::start_at(wall_now()),
             run: rng.next_u64(),
-            joining: None,
+            joining: match joins {
+                Some(j) => Some(Arc::new(Joining::load(&name, &j)?)),
+                None => None,
+            },
             tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
             admission: admission(),
             replica: None,
-            signer: None,
+            signer: match &self.cert_files {
+                Some(f) => Signer::load(&name, Some(&f.signing()), None)?,
+                None => None,
+            },
             admission_hold: strata_relay::node::runtime::DEFAULT_ADMISSION_HOLD,
         })?;
         self.relays.borrow_mut().insert(name, handle.client());
@@ -410,8 +460,14 @@ impl SimHierarchy {
         for (at, spec) in specs {
             tokio::time::sleep_until(host_started + at).await;
             let mut rng = self.next_start(&spec.name);
+            if let Some(files) = &self.cert_files {
+                let parent = (relay.as_str(), parent_addr);
+                crate::certs::recover_if_expired(&self, files, &spec.name, parent, ip, &mut rng)
+                    .await?;
+            }
             let socket = SimUdpSocket::bind(ip, 0, self.network.clone()).await?;
-            let connector = self.connector(&spec.name, socket, &mut rng)?;
+            let tls = self.tls_for(&spec.name, false)?;
+            let connector = self.connector(&spec.name, &tls, socket, &mut rng)?;
             let handle = agent::start(AgentParts {
                 cluster: Cluster {
                     name: spec.name.clone(),
@@ -437,6 +493,19 @@ impl SimHierarchy {
         std::future::pending::<()>().await;
         Ok(())
     }
+}
+
+/// A QUIC endpoint on `socket` whose connection ids and randomness come from `rng`.
+pub(crate) fn seeded_endpoint(
+    socket: SimUdpSocket,
+    rng: &mut SimRng,
+) -> std::io::Result<quinn::Endpoint> {
+    let mut config = EndpointConfig::default();
+    let cid_key = rng.next_u64();
+    config.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    net::endpoint(socket, config, None, rng.bytes32())
 }
 
 fn missing(name: &str) -> std::io::Error {

@@ -9,6 +9,8 @@
 //! * [`topology`]: a scenario's Topology document (named or embedded), compiled by
 //!   `strata_topology`, and what the simulation derives from it.
 //! * [`scenario`]: scenario files (topology, workload, faults, checks).
+//! * [`certs`]: certificates checked against virtual time; short-lived ones renewed
+//!   over the links and recovered with a one-time token.
 //! * [`hosts`]: relays and agents as turmoil hosts built from factories; disks kept or
 //!   lost across crashes.
 //! * [`check`]: the invariant checkers.
@@ -23,6 +25,7 @@
 //! The `sim` binary (`src/main.rs`) runs one seed or sweeps many.
 
 pub mod bench;
+pub mod certs;
 pub mod check;
 pub mod hosts;
 pub mod net;

@@ -44,6 +44,8 @@ pub struct Outcome {
     /// The `converge_by` check's figure: when the hierarchy first converged while a
     /// fault was still in place.
     pub converged_early: Option<Duration>,
+    /// Short-lived certificates: renewals and recoveries, one line each.
+    pub certificates: Vec<String>,
     /// The first broken invariant, with a short trace.
     pub violation: Option<(Violation, Duration, Vec<String>)>,
 }
@@ -112,7 +114,12 @@ fn actions(faults: &[Fault]) -> Vec<(Duration, Action)> {
 
 /// Simulates `scenario` with `seed`.
 pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
-    let hierarchy = SimHierarchy::new(scenario.topology.clone(), seed, scenario.start.within)?;
+    let hierarchy = SimHierarchy::new(
+        scenario.topology.clone(),
+        seed,
+        scenario.start.within,
+        scenario.certificates.as_ref(),
+    )?;
     hierarchy.set_transport(scenario.transport);
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
@@ -173,6 +180,16 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
         }
     }
     let ended = sim.elapsed();
+    let mut certificates = Vec::new();
+    if let Some(files) = &hierarchy.cert_files {
+        let (lines, violation) = crate::certs::check_end(&hierarchy, files, ended);
+        let mut rec = record.borrow_mut();
+        rec.trace.extend(lines.iter().cloned());
+        if rec.violation.is_none() {
+            rec.violation = violation.map(|v| (v, ended));
+        }
+        certificates = lines;
+    }
     let names: BTreeMap<std::net::IpAddr, String> = all_hosts
         .iter()
         .map(|h| (sim.lookup(h.as_str()), h.clone()))
@@ -212,6 +229,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
         available: rec.available,
         rollout: rec.rollout.clone(),
         converged_early: rec.converged_early,
+        certificates,
         violation: rec.violation.clone().map(|(v, at)| (v, at, tail)),
     })
 }

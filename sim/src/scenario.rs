@@ -66,6 +66,10 @@ pub struct Scenario<T = Topology> {
     /// when QUIC cannot complete a handshake, back to QUIC when it can) or `tcp`.
     #[serde(default)]
     pub transport: strata_node::dial::TransportMode,
+    /// Short-lived certificates, renewed over the links and recovered with a token
+    /// (see [`crate::certs`]); absent: certificates that never expire, in memory.
+    #[serde(default)]
+    pub certificates: Option<crate::certs::Certificates>,
 }
 
 /// One workload step (exactly one action).
@@ -388,7 +392,11 @@ impl Scenario {
             start: raw.start,
             checks: raw.checks,
             transport: raw.transport,
+            certificates: raw.certificates,
         };
+        if let Some(c) = &s.certificates {
+            c.check(&s.topology).map_err(parse)?;
+        }
         for (i, w) in s.workload.iter().enumerate() {
             let n = [
                 w.apply.is_some(),
@@ -533,12 +541,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-mod duration {
+pub(crate) mod duration {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer};
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let s = String::deserialize(d)?;
         super::parse_duration(&s).map_err(serde::de::Error::custom)
     }

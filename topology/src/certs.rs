@@ -101,7 +101,13 @@ impl Default for Lifetimes {
 /// Sets a certificate's validity: from an hour ago (clocks disagree a little) for
 /// `days` days.
 fn valid_for(params: &mut CertificateParams, days: u32) {
-    let now = time::OffsetDateTime::now_utc();
+    valid_for_at(params, days, unix_now());
+}
+
+/// [`valid_for`] from `now` (Unix seconds) rather than the system's clock.
+fn valid_for_at(params: &mut CertificateParams, days: u32, now: i64) {
+    let now =
+        time::OffsetDateTime::from_unix_timestamp(now).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     params.not_before = now - time::Duration::hours(1);
     params.not_after = now + time::Duration::days(i64::from(days));
 }
@@ -206,6 +212,17 @@ impl Ca {
     /// request (PEM). Nothing else of the request is used: the name, usages and validity
     /// are ours. Returns the chain (PEM): the certificate, then this CA's chain.
     pub fn issue_for_csr(&self, node: &str, csr_pem: &str) -> Result<String, CertError> {
+        self.issue_for_csr_at(node, csr_pem, unix_now())
+    }
+
+    /// [`Ca::issue_for_csr`], valid from `now` (Unix seconds, the node's clock) rather
+    /// than the system's clock.
+    pub fn issue_for_csr_at(
+        &self,
+        node: &str,
+        csr_pem: &str,
+        now: i64,
+    ) -> Result<String, CertError> {
         let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem)?;
         let mut params = named(node, node.to_owned(), vec![node.to_owned()])?;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -213,7 +230,7 @@ impl Ca {
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
-        valid_for(&mut params, self.lifetimes.node_days);
+        valid_for_at(&mut params, self.lifetimes.node_days, now);
         csr.params = params;
         let cert = csr.signed_by(&self.cert, &self.key)?;
         Ok(format!("{}{}", cert.pem(), self.chain))
@@ -281,7 +298,20 @@ impl Ca {
 /// A new key and a certificate signing request naming `node`, for joining a relay:
 /// (key PEM, request PEM).
 pub fn join_request(node: &str) -> Result<(String, String), CertError> {
-    let key = KeyPair::generate()?;
+    join_request_with(node, KeyPair::generate()?)
+}
+
+/// [`join_request`] for a new key of the same algorithm as `key_pem` (a renewal keeps
+/// the kind of key the node has); the default kind when `key_pem` does not parse.
+pub fn join_request_like(node: &str, key_pem: &str) -> Result<(String, String), CertError> {
+    let key = match KeyPair::from_pem(key_pem) {
+        Ok(current) => KeyPair::generate_for(current.algorithm())?,
+        Err(_) => KeyPair::generate()?,
+    };
+    join_request_with(node, key)
+}
+
+fn join_request_with(node: &str, key: KeyPair) -> Result<(String, String), CertError> {
     let params = named(node, node.to_owned(), vec![node.to_owned()])?;
     let csr = params.serialize_request(&key)?;
     Ok((key.serialize_pem(), csr.pem()?))

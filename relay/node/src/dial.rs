@@ -300,6 +300,9 @@ pub struct Connector {
     renewed: crate::renew::RenewedTls,
     /// Renewing the node's certificate through the parent, if the node does.
     renew: Option<crate::renew::RenewConfig>,
+    /// The clock a renewed identity's TLS checks validity against (`None`: the
+    /// system's).
+    tls_time: Option<crate::tls::TlsTime>,
 }
 
 impl fmt::Debug for Connector {
@@ -314,6 +317,7 @@ impl fmt::Debug for Connector {
             .field("probe_every", &self.probe_every)
             .field("keep_alive", &self.keep_alive)
             .field("renew", &self.renew)
+            .field("tls_time", &self.tls_time.is_some())
             .finish()
     }
 }
@@ -345,7 +349,21 @@ impl Connector {
             keep_alive: tcp::KEEP_ALIVE,
             renewed: Default::default(),
             renew: None,
+            tls_time: None,
         }
+    }
+
+    /// The same connector, a renewed identity's TLS checking certificates' validity
+    /// against `time` (as the identity it was built with does; the simulation's
+    /// virtual time).
+    pub fn with_tls_time(mut self, time: Option<crate::tls::TlsTime>) -> Self {
+        self.tls_time = time;
+        self
+    }
+
+    /// The clock a renewed identity's TLS checks validity against, if not the system's.
+    pub fn tls_time(&self) -> Option<crate::tls::TlsTime> {
+        self.tls_time.clone()
     }
 
     /// The same connector, renewing the node's certificate through the parent (the

@@ -255,7 +255,11 @@ impl<N: Node> Driver<N> {
         let _entered = span.enter();
         let renewer = parent.as_ref().and_then(|p| {
             let config = p.connector.renewal()?.clone();
-            Some(crate::renew::Renewer::new(config, p.connector.clone()))
+            Some(crate::renew::Renewer::new(
+                config,
+                p.connector.clone(),
+                clock,
+            ))
         });
         if let Some(p) = parent {
             tasks.spawn(

@@ -111,20 +111,42 @@ pub async fn join(
     cluster: &str,
     token: &str,
 ) -> Result<Joined, JoinError> {
-    let (key_pem, csr_pem) = strata_topology::certs::join_request(cluster)?;
-    let exchange = |detail: String| JoinError::Exchange {
-        relay: relay.to_owned(),
-        addr,
-        detail,
-    };
+    let request = strata_topology::certs::join_request(cluster)?;
     let bind: SocketAddr = if addr.is_ipv4() {
         SocketAddr::from(([0, 0, 0, 0], 0))
     } else {
         SocketAddr::from(([0u16; 8], 0))
     };
-    let endpoint = transport::client_endpoint(bind, tls::join_client_config(ca)?)
-        .map_err(|e| exchange(e.to_string()))?;
-    let conn = transport::connect(&endpoint, addr, relay)
+    let endpoint = transport::client_endpoint(bind, tls::join_client_config(ca)?).map_err(|e| {
+        JoinError::Exchange {
+            relay: relay.to_owned(),
+            addr,
+            detail: e.to_string(),
+        }
+    })?;
+    join_on(&endpoint, relay, addr, cluster, token, request).await
+}
+
+/// The join exchange of [`join`] over `endpoint`, whose default client configuration
+/// is a join configuration ([`tls::join_client_config`]), for the key and certificate
+/// signing request of `request` (key PEM, request PEM, from
+/// [`strata_topology::certs::join_request`]). The simulation joins this way, over its
+/// own network.
+pub async fn join_on(
+    endpoint: &quinn::Endpoint,
+    relay: &str,
+    addr: SocketAddr,
+    cluster: &str,
+    token: &str,
+    request: (String, String),
+) -> Result<Joined, JoinError> {
+    let (key_pem, csr_pem) = request;
+    let exchange = |detail: String| JoinError::Exchange {
+        relay: relay.to_owned(),
+        addr,
+        detail,
+    };
+    let conn = transport::connect(endpoint, addr, relay)
         .await
         .map_err(|e| exchange(e.to_string()))?;
     let request = JoinRequest {

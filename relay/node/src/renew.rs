@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use strata_protocol::wire::{ChildToParent, ProtocolVersion, RENEW_VERSION, RenewReply};
 
+use crate::clock::Clock;
 use crate::config::TlsFiles;
 use crate::dial::Connector;
 use crate::tls::{Identity, client_config};
@@ -104,12 +105,24 @@ pub fn settle_files(cert: &Path, key: &Path) -> std::io::Result<()> {
 }
 
 /// Whether the certificate (chain) in `cert` has expired (its leaf's `notAfter` is
-/// past); `false` when it cannot be read.
+/// past) by the system's clock; `false` when it cannot be read.
 pub fn expired(cert: &Path) -> bool {
+    expired_at(cert, strata_topology::certs::unix_now())
+}
+
+/// Whether the certificate (chain) in `cert` has expired at `now` (Unix seconds, the
+/// node's clock); `false` when it cannot be read.
+pub fn expired_at(cert: &Path, now: i64) -> bool {
     std::fs::read_to_string(cert)
         .ok()
         .and_then(|pem| strata_topology::certs::pem_not_after(&pem))
-        .is_some_and(|t| t <= strata_topology::certs::unix_now())
+        .is_some_and(|t| t <= now)
+}
+
+/// The wall-clock time of `clock` in Unix seconds, what certificates' validity is
+/// compared with.
+fn wall_secs(clock: &Clock) -> i64 {
+    i64::try_from(clock.wall().0 / 1000).unwrap_or(i64::MAX)
 }
 
 /// The driver's part of renewal: when to ask, the key waiting for its certificate.
@@ -117,6 +130,8 @@ pub fn expired(cert: &Path) -> bool {
 pub(crate) struct Renewer {
     config: RenewConfig,
     connector: Connector,
+    /// The node's clock: when to renew is planned on its wall time.
+    clock: Clock,
     /// The current certificate's (notBefore, notAfter), Unix seconds.
     validity: Option<(i64, i64)>,
     /// The key of the request in flight.
@@ -128,13 +143,14 @@ pub(crate) struct Renewer {
 }
 
 impl Renewer {
-    pub(crate) fn new(config: RenewConfig, connector: Connector) -> Renewer {
+    pub(crate) fn new(config: RenewConfig, connector: Connector, clock: Clock) -> Renewer {
         let validity = std::fs::read_to_string(&config.files.cert)
             .ok()
             .and_then(|pem| strata_topology::certs::pem_validity(&pem));
         let mut r = Renewer {
             config,
             connector,
+            clock,
             validity,
             pending: None,
             next: tokio::time::Instant::now(),
@@ -146,7 +162,7 @@ impl Renewer {
 
     /// Plans the next request at the configured share of the lifetime.
     fn schedule(&mut self) {
-        let now = strata_topology::certs::unix_now();
+        let now = wall_secs(&self.clock);
         let wait = match self.validity {
             Some((from, to)) => {
                 let due = from + (to - from) * i64::from(self.config.at_percent) / 100;
@@ -165,7 +181,7 @@ impl Renewer {
     fn retry_later(&mut self) {
         let left = self
             .validity
-            .map(|(_, to)| to - strata_topology::certs::unix_now())
+            .map(|(_, to)| to - wall_secs(&self.clock))
             .unwrap_or(36_000);
         let wait = u64::try_from(left / 10).unwrap_or(0).clamp(1, 3600);
         self.next = tokio::time::Instant::now() + Duration::from_secs(wait);
@@ -205,7 +221,9 @@ impl Renewer {
             }
             return None;
         }
-        match strata_topology::certs::join_request(&self.config.node) {
+        // The new key is of the kind the current one is.
+        let current = std::fs::read_to_string(&self.config.files.key).unwrap_or_default();
+        match strata_topology::certs::join_request_like(&self.config.node, &current) {
             Ok((key, csr_pem)) => {
                 self.pending = Some(key);
                 tracing::info!("asking the parent to renew this node's certificate");
@@ -264,7 +282,8 @@ impl Renewer {
         }
         let ca = std::fs::read(&files.ca).map_err(|e| format!("{}: {e}", files.ca.display()))?;
         let identity = Identity::from_pem(chain.as_bytes(), key.as_bytes(), &ca)
-            .map_err(|(_, reason)| reason)?;
+            .map_err(|(_, reason)| reason)?
+            .with_time(self.connector.tls_time());
         identity
             .check_chain(&self.config.node)
             .map_err(|e| e.to_string())?;
@@ -301,7 +320,7 @@ mod tests {
         std::fs::write(&files.key, &first.key_pem).unwrap();
         std::fs::write(&files.ca, ca.cert_pem()).unwrap();
         let connector = Connector::new(TransportMode::Tcp, None, None, None);
-        let mut r = Renewer::new(files.renewal("eu"), connector);
+        let mut r = Renewer::new(files.renewal("eu"), connector, Clock::start());
         // A parent of version 3 is not asked; one of version 4 is.
         r.session(3);
         assert_eq!(r.due(), None);
@@ -348,6 +367,46 @@ mod tests {
             .unwrap();
         assert!(r.answer(RenewReply::Granted { chain_pem: alien }).is_none());
         assert_eq!(std::fs::read_to_string(&files.cert).unwrap(), chain);
+    }
+
+    #[tokio::test]
+    async fn expiry_and_the_renewal_plan_follow_the_nodes_clock_not_the_systems() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Ca::generate("test").unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("eu.crt"),
+            key: dir.path().join("eu.key"),
+            ca: dir.path().join("ca.crt"),
+            renew_at_percent: 50,
+        };
+        // Issued at 2026-01-01 (the simulation's origin) by the signer's clock, for
+        // 100 s: valid from 25 s before.
+        let t = 1_767_225_600;
+        let (key, csr) = join_request("eu").unwrap();
+        let chain = ca
+            .renew_for_csr_at("eu", &csr, Duration::from_secs(100), t)
+            .unwrap();
+        assert_eq!(
+            strata_topology::certs::pem_validity(&chain),
+            Some((t - 25, t + 100))
+        );
+        std::fs::write(&files.cert, &chain).unwrap();
+        std::fs::write(&files.key, &key).unwrap();
+        std::fs::write(&files.ca, ca.cert_pem()).unwrap();
+        assert!(!expired_at(&files.cert, t + 99));
+        assert!(expired_at(&files.cert, t + 100));
+        // Half of its 125 s is 62 s after its start: 37 s after `t` on the node's
+        // clock (the system's clock, months later, would make it due at once).
+        let clock = Clock::start_at(strata_protocol::time::UnixMillis(
+            u64::try_from(t).unwrap() * 1000,
+        ));
+        let connector = Connector::new(TransportMode::Tcp, None, None, None);
+        let r = Renewer::new(files.renewal("eu"), connector, clock);
+        let wait = r.next() - tokio::time::Instant::now();
+        assert!(
+            wait > Duration::from_secs(36) && wait <= Duration::from_secs(37),
+            "{wait:?}"
+        );
     }
 
     #[test]

@@ -35,12 +35,19 @@ pub enum TlsError {
     Issue { node: String, reason: String },
 }
 
-/// This node's certificate chain, key, and the CA it trusts.
+/// Where TLS reads the time that certificates' validity is checked against: the
+/// system's clock unless a configuration is given one (the simulation gives its
+/// virtual time).
+pub type TlsTime = Arc<dyn rustls::time_provider::TimeProvider>;
+
+/// This node's certificate chain, key, and the CA it trusts; and, if not the system's,
+/// the clock its TLS configurations check validity against.
 #[derive(Debug)]
 pub struct Identity {
     certs: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     roots: RootCertStore,
+    time: Option<TlsTime>,
 }
 
 impl Clone for Identity {
@@ -49,6 +56,7 @@ impl Clone for Identity {
             certs: self.certs.clone(),
             key: self.key.clone_key(),
             roots: self.roots.clone(),
+            time: self.time.clone(),
         }
     }
 }
@@ -100,7 +108,25 @@ impl Identity {
                 .add(c)
                 .map_err(|e| (2, format!("unusable CA certificate: {e}")))?;
         }
-        Ok(Identity { certs, key, roots })
+        Ok(Identity {
+            certs,
+            key,
+            roots,
+            time: None,
+        })
+    }
+
+    /// The same identity, its TLS configurations checking certificates' validity
+    /// against `time` (`None`: the system's clock).
+    pub fn with_time(mut self, time: Option<TlsTime>) -> Identity {
+        self.time = time;
+        self
+    }
+
+    /// The clock this identity's TLS configurations check validity against, if not
+    /// the system's.
+    pub fn time(&self) -> Option<TlsTime> {
+        self.time.clone()
     }
 
     /// A new key and a certificate naming `node`, issued by `ca`, trusting `ca`: held in
@@ -133,8 +159,13 @@ impl Identity {
             WebPkiClientVerifier::builder_with_provider(Arc::new(self.roots.clone()), provider())
                 .build()
                 .map_err(|e| TlsError::Config(e.to_string()))?;
+        let now = self
+            .time
+            .as_ref()
+            .and_then(|t| t.current_time())
+            .unwrap_or_else(rustls_pki_types::UnixTime::now);
         verifier
-            .verify_client_cert(leaf, intermediates, rustls_pki_types::UnixTime::now())
+            .verify_client_cert(leaf, intermediates, now)
             .map_err(|e| TlsError::Peer(format!("the chain does not verify: {e}")))?;
         let named = peer_node_name_in(&self.certs)?;
         if named != node {
@@ -148,6 +179,26 @@ impl Identity {
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A server configuration builder reading the time from `time` (or the system).
+fn server_builder(
+    time: Option<&TlsTime>,
+) -> rustls::ConfigBuilder<rustls::ServerConfig, rustls::WantsVersions> {
+    match time {
+        Some(t) => rustls::ServerConfig::builder_with_details(provider(), t.clone()),
+        None => rustls::ServerConfig::builder_with_provider(provider()),
+    }
+}
+
+/// A client configuration builder reading the time from `time` (or the system).
+fn client_builder(
+    time: Option<&TlsTime>,
+) -> rustls::ConfigBuilder<rustls::ClientConfig, rustls::WantsVersions> {
+    match time {
+        Some(t) => rustls::ClientConfig::builder_with_details(provider(), t.clone()),
+        None => rustls::ClientConfig::builder_with_provider(provider()),
+    }
 }
 
 /// TLS for a node's listener: TLS 1.3, client certificates required and verified
@@ -170,7 +221,7 @@ fn server_config_with(
     let verifier = builder
         .build()
         .map_err(|e| TlsError::Config(e.to_string()))?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+    let mut config = server_builder(id.time.as_ref())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Config(e.to_string()))?
         .with_client_cert_verifier(verifier)
@@ -191,7 +242,16 @@ pub fn server_config_admitting_joins(id: &Identity) -> Result<Arc<rustls::Server
 /// TLS for an agent joining a relay: the relay verified against the CA (PEM file), no
 /// client certificate (the agent has none yet).
 pub fn join_client_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>, TlsError> {
-    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+    join_client_config_with(ca, None)
+}
+
+/// [`join_client_config`], checking the relay's certificate against `time` (`None`:
+/// the system's clock).
+pub fn join_client_config_with(
+    ca: &Path,
+    time: Option<TlsTime>,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let mut config = client_builder(time.as_ref())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Config(e.to_string()))?
         .with_root_certificates(roots_from(ca)?)
@@ -211,7 +271,7 @@ pub fn peer_chain(conn: &quinn::Connection) -> Option<Vec<CertificateDer<'static
 /// TLS for a node's link to its parent: TLS 1.3, the parent verified against the CA,
 /// our certificate presented.
 pub fn client_config(id: &Identity) -> Result<Arc<rustls::ClientConfig>, TlsError> {
-    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+    let mut config = client_builder(id.time.as_ref())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Config(e.to_string()))?
         .with_root_certificates(id.roots.clone())
@@ -249,7 +309,7 @@ pub fn peer_node_name_in(certs: &[CertificateDer<'static>]) -> Result<String, Tl
 /// TLS for the root's user API: the root's certificate, no client certificate required
 /// (clients authenticate with bearer tokens), HTTP/1.1.
 pub fn api_server_config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+    let mut config = server_builder(id.time.as_ref())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Config(e.to_string()))?
         .with_no_client_auth()

@@ -39,6 +39,18 @@ impl Ca {
         csr_pem: &str,
         lifetime: Duration,
     ) -> Result<String, RenewRefusal> {
+        self.renew_for_csr_at(node, csr_pem, lifetime, super::unix_now())
+    }
+
+    /// [`Ca::renew_for_csr`], valid from `now` (Unix seconds, the signer's clock)
+    /// rather than the system's clock.
+    pub fn renew_for_csr_at(
+        &self,
+        node: &str,
+        csr_pem: &str,
+        lifetime: Duration,
+        now: i64,
+    ) -> Result<String, RenewRefusal> {
         let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem)
             .map_err(|e| RenewRefusal::Bad(e.into()))?;
         for san in &csr.params.subject_alt_names {
@@ -72,7 +84,7 @@ impl Ca {
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
-        valid_for_secs(&mut params, lifetime.as_secs().max(1));
+        valid_for_secs(&mut params, lifetime.as_secs().max(1), now);
         csr.params = params;
         let cert = csr
             .signed_by(&self.cert, &self.key)
@@ -91,9 +103,11 @@ fn dn_text(v: &rcgen::DnValue) -> Option<String> {
 }
 
 /// Sets a certificate's validity: from a little before now (a quarter of the lifetime,
-/// at most an hour: clocks disagree a little) until `secs` from now.
-pub(super) fn valid_for_secs(params: &mut rcgen::CertificateParams, secs: u64) {
-    let now = time::OffsetDateTime::now_utc();
+/// at most an hour: clocks disagree a little) until `secs` from now (`now`, Unix
+/// seconds).
+pub(super) fn valid_for_secs(params: &mut rcgen::CertificateParams, secs: u64, now: i64) {
+    let now =
+        time::OffsetDateTime::from_unix_timestamp(now).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     let secs = i64::try_from(secs).unwrap_or(i64::MAX / 2);
     params.not_before = now - time::Duration::seconds((secs / 4).min(3600));
     params.not_after = now + time::Duration::seconds(secs);

@@ -121,7 +121,11 @@ impl Relay {
                     crate::renew::refuse(core.name(), &name, &"the name was revoked at the root")
                 } else {
                     match &self.signer {
-                        Some(signer) => signer.answer(&name, &csr_pem),
+                        Some(signer) => {
+                            // Valid from the node's wall clock (the simulation's virtual time).
+                            let wall = i64::try_from(core.wall(now).0 / 1000).unwrap_or(i64::MAX);
+                            signer.answer(&name, &csr_pem, wall)
+                        }
                         None => crate::renew::no_signer(core.name(), &name),
                     }
                 };
