@@ -103,7 +103,12 @@ pub fn parent_transport_config() -> Arc<quinn::TransportConfig> {
 
 fn tuned(tunnels: u32) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
-    t.keep_alive_interval(Some(Duration::from_secs(5)));
+    // Once a session is open its heartbeat (a ping after 5 s of silence, answered)
+    // keeps the link warm; QUIC's own keep-alive is the guard for the time before (a
+    // hello held while the relay catches up or admits others) and must not race the
+    // heartbeat: at 5 s both fired on every idle link, doubling an idle hierarchy's
+    // packets. Twice the heartbeat stays well inside the idle timeout below.
+    t.keep_alive_interval(Some(Duration::from_secs(10)));
     t.max_idle_timeout(Some(VarInt::from_u32(20_000).into()));
     t.max_concurrent_uni_streams(VarInt::from_u32(16));
     // Debug tunnels: one bidirectional stream per request, opened by the parent
