@@ -65,6 +65,10 @@ fn apply<K: Ord, V>(map: &mut BTreeMap<K, V>, k: K, v: Option<V>) {
 }
 
 impl Store for MemStore {
+    fn commit_blocks(&self) -> bool {
+        false
+    }
+
     fn load(&self) -> Result<Stored, StoreError> {
         let d = self.inner.read().map_err(|_| poisoned())?;
         Ok(Stored {

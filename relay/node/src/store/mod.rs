@@ -198,14 +198,21 @@ pub trait Store: Send + Sync + 'static {
     fn writes_log(&self) -> bool {
         true
     }
+    /// Whether [`Store::commit`] may block on I/O (a flush to disk, a round trip to
+    /// etcd). `false` for a store in memory: its commit runs in place, without handing
+    /// the async worker's place to another thread, which at every commit of 10,000
+    /// in-memory agents cost more than the commits.
+    fn commit_blocks(&self) -> bool {
+        true
+    }
 }
 
 /// Commits `batch`, keeping a store that flushes to disk off the async workers on a
-/// multi-threaded runtime. On a current-thread runtime (the simulator's hosts), where
+/// multi-threaded runtime (a store in memory commits in place). On a current-thread runtime (the simulator's hosts), where
 /// `block_in_place` is not allowed, the commit runs in place.
 pub fn commit_off_workers(store: &dyn Store, batch: &Batch) -> Result<(), StoreError> {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) if store.commit_blocks() => {
             tokio::task::block_in_place(|| store.commit(batch))
         }
         _ => store.commit(batch),
