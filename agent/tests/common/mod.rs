@@ -29,7 +29,14 @@ pub fn bin(name: &str) -> PathBuf {
         RELAY_BUILT.call_once(|| {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let status = Command::new(cargo)
-                .args(["test", "-q", "--workspace", "--no-run", "--test", "topology"])
+                .args([
+                    "test",
+                    "-q",
+                    "--workspace",
+                    "--no-run",
+                    "--test",
+                    "topology",
+                ])
                 .status()
                 .unwrap();
             assert!(status.success(), "could not build the relay binary");

@@ -305,16 +305,21 @@ mod tests {
     use crate::dial::TransportMode;
     use strata_topology::certs::{Ca, join_request};
 
+    /// Node `eu`'s certificate, key and CA files in `dir`, renewed at half its lifetime.
+    fn eu_files(dir: &Path) -> TlsFiles {
+        TlsFiles {
+            cert: dir.join("eu.crt"),
+            key: dir.join("eu.key"),
+            ca: dir.join("ca.crt"),
+            renew_at_percent: 50,
+        }
+    }
+
     #[tokio::test]
     async fn a_renewal_is_asked_only_at_version_4_and_a_wrong_chain_is_never_installed() {
         let dir = tempfile::tempdir().unwrap();
         let ca = Ca::generate("test").unwrap();
-        let files = TlsFiles {
-            cert: dir.path().join("eu.crt"),
-            key: dir.path().join("eu.key"),
-            ca: dir.path().join("ca.crt"),
-            renew_at_percent: 50,
-        };
+        let files = eu_files(dir.path());
         let first = ca.issue("eu").unwrap();
         std::fs::write(&files.cert, &first.cert_pem).unwrap();
         std::fs::write(&files.key, &first.key_pem).unwrap();
@@ -373,12 +378,7 @@ mod tests {
     async fn expiry_and_the_renewal_plan_follow_the_nodes_clock_not_the_systems() {
         let dir = tempfile::tempdir().unwrap();
         let ca = Ca::generate("test").unwrap();
-        let files = TlsFiles {
-            cert: dir.path().join("eu.crt"),
-            key: dir.path().join("eu.key"),
-            ca: dir.path().join("ca.crt"),
-            renew_at_percent: 50,
-        };
+        let files = eu_files(dir.path());
         // Issued at 2026-01-01 (the simulation's origin) by the signer's clock, for
         // 100 s: valid from 25 s before.
         let t = 1_767_225_600;

@@ -116,7 +116,9 @@ impl SubtreeReports {
             .stored
             .iter()
             .filter_map(|((from, _), v)| match v {
-                ReportValue::Cluster(c) => Some(((from.clone(), c.name.clone()), self.effective(c))),
+                ReportValue::Cluster(c) => {
+                    Some(((from.clone(), c.name.clone()), self.effective(c)))
+                }
                 _ => None,
             })
             .collect();
@@ -316,7 +318,9 @@ impl SubtreeReports {
     /// Every cluster in the subtree with its inherited labels ([`SubtreeReports::effective`]),
     /// in the order of [`SubtreeReports::clusters`], by the child that reported it.
     pub fn inventory(&self) -> impl Iterator<Item = (&str, &Cluster)> {
-        self.inventory.iter().map(|((from, _), c)| (from.as_str(), c))
+        self.inventory
+            .iter()
+            .map(|((from, _), c)| (from.as_str(), c))
     }
 
     /// The summary of `object` under `placement` for this node's whole subtree: the

@@ -286,7 +286,11 @@ impl LinkLookup for BTreeMap<&str, Reach> {
 
 /// Whether a cluster is reachable from this node, and when it was last seen: now when
 /// every link on its path is up, else when the first link on its path went down.
-pub fn last_seen(cluster: &Cluster, links: &impl LinkLookup, now: UnixMillis) -> (bool, Option<u64>) {
+pub fn last_seen(
+    cluster: &Cluster,
+    links: &impl LinkLookup,
+    now: UnixMillis,
+) -> (bool, Option<u64>) {
     // The cluster's path starts with this node; the links are named by their child end.
     let ends = cluster
         .path
