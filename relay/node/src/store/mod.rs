@@ -208,8 +208,9 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// Commits `batch`, keeping a store that flushes to disk off the async workers on a
-/// multi-threaded runtime (a store in memory commits in place). On a current-thread runtime (the simulator's hosts), where
-/// `block_in_place` is not allowed, the commit runs in place.
+/// multi-threaded runtime (a store in memory commits in place). On a current-thread
+/// runtime (the simulator's hosts), where `block_in_place` is not allowed, the commit
+/// runs in place.
 pub fn commit_off_workers(store: &dyn Store, batch: &Batch) -> Result<(), StoreError> {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) if store.commit_blocks() => {
