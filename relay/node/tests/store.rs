@@ -140,16 +140,7 @@ fn a_corrupt_record_is_named() {
         store.commit(&batch).unwrap();
     }
     {
-        // sled lets go of the lock from a background thread after the drop above; a
-        // synchronous test, so a blocking sleep blocks nothing else.
-        #[allow(clippy::disallowed_methods)]
-        let db = (0..100)
-            .find_map(|_| {
-                sled::open(dir.path())
-                    .map_err(|_| std::thread::sleep(std::time::Duration::from_millis(50)))
-                    .ok()
-            })
-            .unwrap();
+        let db = strata_node::store::open_sled_db(dir.path()).unwrap();
         db.insert(b"a/site-1", &b"\xff\xff\xff"[..]).unwrap();
         db.flush().unwrap();
     }

@@ -5,12 +5,12 @@
 
 use std::path::Path;
 
-use strata_node::store::{Batch, STORE_FORMAT, SledStore, Store, StoreError};
+use strata_node::store::{Batch, STORE_FORMAT, SledStore, Store, StoreError, open_sled_db};
 
 /// Sets the recorded format of the (closed) store in `dir`; `None` removes the record,
 /// as in a store written before formats were recorded.
 fn set_format(dir: &Path, format: Option<u32>) {
-    let db = sled::open(dir).unwrap();
+    let db = open_sled_db(dir).unwrap();
     match format {
         Some(f) => db.insert(b"format", &f.to_be_bytes()).unwrap(),
         None => db.remove(b"format").unwrap(),
@@ -19,7 +19,7 @@ fn set_format(dir: &Path, format: Option<u32>) {
 }
 
 fn recorded_format(dir: &Path) -> Option<u32> {
-    let db = sled::open(dir).unwrap();
+    let db = open_sled_db(dir).unwrap();
     let v = db.get(b"format").unwrap()?;
     Some(u32::from_be_bytes(v.as_ref().try_into().unwrap()))
 }

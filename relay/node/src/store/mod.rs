@@ -23,7 +23,7 @@ pub use etcd_store::{EtcdConfig, EtcdStore, EtcdTls, LOST_LEASE_EXIT};
 pub use memory::MemStore;
 pub use records::Followed;
 pub use records::STORE_FORMAT;
-pub use sled_store::SledStore;
+pub use sled_store::{SledStore, open_db as open_sled_db};
 
 /// A node's position in its parent's log.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

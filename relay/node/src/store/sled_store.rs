@@ -69,11 +69,12 @@ impl SledStore {
     }
 }
 
-/// Opens the database, waiting up to five seconds for a lock held by a `Db` this process
-/// just dropped: sled releases it from a background thread. A lock another process
-/// holds is still refused, after those seconds.
+/// Opens the bare database in `dir` (the store opens it so; tools and tests that edit
+/// records directly should too), waiting up to five seconds for a lock held by a `Db`
+/// this process just dropped: sled releases it from a background thread. A lock another
+/// process holds is still refused, after those seconds.
 #[allow(clippy::disallowed_methods)] // a short wait at startup, before any runtime work
-fn open_db(dir: &Path) -> sled::Result<sled::Db> {
+pub fn open_db(dir: &Path) -> sled::Result<sled::Db> {
     let mut attempts = 0;
     loop {
         match sled::Config::new().path(dir).open() {
