@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use strata_relay::kube::patch;
+use strata_manifest::patch;
 
 fuzz_target!(|data: &[u8]| {
     // The input is `TARGET \0 PATCH`; without a separator, both are the same document.

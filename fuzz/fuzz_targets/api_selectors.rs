@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use strata_relay::kube::selector::{FieldQuery, LabelQuery};
+use strata_manifest::selector::{FieldQuery, LabelQuery};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -15,5 +15,5 @@ fuzz_target!(|data: &[u8]| {
         let _ = q.matches(&labels);
     }
     let _ = FieldQuery::parse(text);
-    let _ = strata_relay::kube::decode(text);
+    let _ = strata_manifest::decode(text);
 });

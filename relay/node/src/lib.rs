@@ -67,8 +67,9 @@ pub mod exposition;
 pub mod follower;
 pub mod join;
 pub mod link;
-pub mod objects;
 pub mod ops;
+// Manifests are parsed by a crate without the runtime, which the fuzz targets use.
+pub use strata_manifest::objects;
 pub mod process;
 pub mod proxy;
 pub mod reconnect;

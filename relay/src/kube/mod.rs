@@ -31,17 +31,18 @@ pub mod kubeconfig;
 pub mod namespaces;
 pub mod openapi;
 pub mod openapi_v2;
-pub mod patch;
 pub mod protobuf;
 pub mod render;
 mod request;
 pub mod schema_check;
-pub mod selector;
 pub mod spaces;
 pub mod ssa;
 pub mod status_journal;
 pub mod watch;
 mod writes;
+
+// Request texts are parsed by a crate without the runtime, which the fuzz targets use.
+pub use strata_manifest::{decode, patch, selector};
 
 use serde_json::{Value, json};
 use strata_protocol::model::{Object, ObjectKey, Space};
@@ -314,29 +315,6 @@ fn param<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .iter()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.as_str())
-}
-
-/// Percent-decoding of a query value (selectors carry `=`, `,`, `!`, spaces).
-pub fn decode(v: &str) -> String {
-    let bytes = v.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'+', _) => out.push(b' '),
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 2;
-            }
-            (b, _) => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// What a request asks, owned, to run inside the node's task.
