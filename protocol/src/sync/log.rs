@@ -120,6 +120,8 @@ pub struct ObjectLog {
     dirty: BTreeSet<ObjectKey>,
     /// Which positions stand for which cursors of the parent's log (a replica's only).
     upstream: UpstreamIndex,
+    /// See [`ObjectLog::generation`].
+    generation: u64,
 }
 
 impl ObjectLog {
@@ -135,6 +137,7 @@ impl ObjectLog {
             index: BTreeSet::new(),
             dirty: BTreeSet::new(),
             upstream: UpstreamIndex::default(),
+            generation: 0,
         }
     }
 
@@ -155,6 +158,7 @@ impl ObjectLog {
             index,
             dirty: BTreeSet::new(),
             upstream: UpstreamIndex::default(),
+            generation: 0,
         }
     }
 
@@ -166,6 +170,14 @@ impl ObjectLog {
             head: self.head,
             floor: self.floor,
         }
+    }
+
+    /// A counter that every change of the log moves (staging, commit, snapshot,
+    /// compaction, serving, the upstream index): what sessions read in their
+    /// `poll_transmit` changes only when it does. A driver that polls only the sessions
+    /// an input or a timer touched polls them all when it moved.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Keys whose entries changed (or were removed) since the last call.
@@ -182,6 +194,7 @@ impl ObjectLog {
 
     /// Lets sessions serve from this log (the root, or a relay restored from disk).
     pub fn mark_serving(&mut self) {
+        self.generation += 1;
         self.serving = true;
     }
 
@@ -192,6 +205,7 @@ impl ObjectLog {
 
     /// The index of parent cursors, to enable or record into.
     pub fn upstream_mut(&mut self) -> &mut UpstreamIndex {
+        self.generation += 1;
         &mut self.upstream
     }
 
@@ -281,6 +295,7 @@ impl ObjectLog {
             Change::Delete(key) => self.stage_delete(position, &key),
         };
         if changed {
+            self.generation += 1;
             self.dirty.insert(key);
         }
         Ok(changed)
@@ -350,6 +365,7 @@ impl ObjectLog {
         meta: Option<LogMeta>,
         entries: impl IntoIterator<Item = (ObjectKey, Option<KeyEntry>)>,
     ) {
+        self.generation += 1;
         for (key, entry) in entries {
             if let Some(old) = self.keys.remove(&key) {
                 self.index.remove(&(old.position, key.clone()));
@@ -369,6 +385,9 @@ impl ObjectLog {
 
     /// Makes everything staged at or below `position` visible.
     pub fn commit(&mut self, position: Position) {
+        if !self.serving || position > self.head {
+            self.generation += 1;
+        }
         self.serving = true;
         if position > self.head {
             self.head = position;
@@ -404,6 +423,7 @@ impl ObjectLog {
         if floor <= self.floor {
             return;
         }
+        self.generation += 1;
         self.floor = floor;
         self.upstream.forget_below(floor);
         let dead: Vec<ObjectKey> = self

@@ -94,11 +94,13 @@ impl NodeCore {
                 relay: false,
             },
         );
+        self.polling.touch(conn);
         Ok(())
     }
 
     /// A message from a child's connection.
     pub fn child_message(&mut self, now: Instant, name: &str, conn: u64, msg: ChildToParent) {
+        self.polling.touch(conn);
         if let Some(child) = self.pending.remove(&conn) {
             // The first message keys the session: a replica's hello names its replica.
             let replica = match &msg {
@@ -117,6 +119,7 @@ impl NodeCore {
             self.conns.insert(conn, key.clone());
             if let Some(old) = self.children.insert(key.clone(), child) {
                 self.conns.remove(&old.conn);
+                self.polling.schedule(old.conn, None);
                 self.outgoing.close_children.push((
                     old.name,
                     old.conn,
@@ -159,6 +162,7 @@ impl NodeCore {
 
     /// A child's connection is gone.
     pub fn child_gone(&mut self, now: Instant, _name: &str, conn: u64) {
+        self.polling.schedule(conn, None);
         if self.pending.remove(&conn).is_some() {
             return;
         }
@@ -174,7 +178,15 @@ impl NodeCore {
     }
 
     pub(super) fn drain_child_events(&mut self, now: Instant) {
-        let names: Vec<String> = self.children.keys().cloned().collect();
+        // Events come only from inputs: only touched sessions have any (see `polling.rs`).
+        let names: Vec<String> = if self.polling.all_touched() {
+            self.children.keys().cloned().collect()
+        } else {
+            self.polling
+                .touched()
+                .filter_map(|conn| self.conns.get(&conn).cloned())
+                .collect()
+        };
         for name in names {
             while let Some(event) = self
                 .children
@@ -214,6 +226,7 @@ impl NodeCore {
                     && let Some(c) = self.children.get_mut(name)
                 {
                     c.session.hold_downsync(now + ROUTE_WAIT);
+                    self.polling.touch(c.conn);
                 }
             }
             SessionEvent::Acked(cursor) => {
@@ -235,6 +248,7 @@ impl NodeCore {
                         }
                         if let Some(c) = self.children.get_mut(name) {
                             c.session.release_downsync();
+                            self.polling.touch(c.conn);
                         }
                         continue;
                     }
@@ -290,6 +304,7 @@ impl NodeCore {
         let route = self.route_for(child, relay);
         if let Some(c) = self.children.get_mut(child) {
             c.session.set_route(route, &self.log);
+            self.polling.touch(c.conn);
         }
     }
 

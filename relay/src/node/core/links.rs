@@ -27,8 +27,12 @@ pub(super) struct LinkState {
     last_pushed: Option<Instant>,
     /// Whether the record that went upward knew the child's lag.
     pushed_lag: bool,
-    /// The clusters below changed since the record last went upward.
-    clusters_changed: bool,
+}
+
+impl LinkState {
+    fn relay_up(&self) -> bool {
+        self.connected && self.role == Role::Relay
+    }
 }
 
 impl NodeCore {
@@ -41,18 +45,18 @@ impl NodeCore {
     /// A child's connection is up (its role is known from its hello).
     pub(super) fn link_up(&mut self, now: Instant, child: &str, role: Role) {
         self.replan = true;
-        self.links.insert(
-            child.to_owned(),
-            LinkState {
-                role,
-                connected: true,
-                since: now,
-                last_heard: now,
-                last_pushed: None,
-                pushed_lag: false,
-                clusters_changed: false,
-            },
-        );
+        let link = LinkState {
+            role,
+            connected: true,
+            since: now,
+            last_heard: now,
+            last_pushed: None,
+            pushed_lag: false,
+        };
+        self.relay_links_up += usize::from(link.relay_up());
+        if let Some(old) = self.links.insert(child.to_owned(), link) {
+            self.relay_links_up -= usize::from(old.relay_up());
+        }
         self.push_link(now, child);
     }
 
@@ -89,20 +93,14 @@ impl NodeCore {
     /// The clusters below a relay child changed: the count above follows at the next
     /// processing, once however many cluster reports arrived (counting is a scan).
     pub(super) fn link_clusters_changed(&mut self, child: &str) {
-        if let Some(l) = self.links.get_mut(child).filter(|l| l.role == Role::Relay) {
-            l.clusters_changed = true;
+        if self.links.get(child).is_some_and(|l| l.role == Role::Relay) {
+            self.links_changed.insert(child.to_owned());
         }
     }
 
     /// Pushes the records whose cluster counts changed.
     pub(super) fn push_changed_links(&mut self, now: Instant) {
-        let changed: Vec<String> = self
-            .links
-            .iter()
-            .filter(|(_, l)| l.clusters_changed)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for child in changed {
+        for child in std::mem::take(&mut self.links_changed) {
             self.push_link(now, &child);
         }
     }
@@ -111,6 +109,7 @@ impl NodeCore {
     pub(super) fn link_down(&mut self, now: Instant, child: &str) {
         self.replan = true;
         if let Some(l) = self.links.get_mut(child).filter(|l| l.connected) {
+            self.relay_links_up -= usize::from(l.relay_up());
             l.connected = false;
             l.since = now;
             self.push_link(now, child);
@@ -134,9 +133,7 @@ impl NodeCore {
 
     /// Whether a relay child is connected (its link is refreshed periodically).
     pub(super) fn has_relay_child_up(&self) -> bool {
-        self.links
-            .values()
-            .any(|l| l.connected && l.role == Role::Relay)
+        self.relay_links_up > 0
     }
 
     /// Every child link this node knows of, as records (path `[this node]`).
@@ -183,8 +180,8 @@ impl NodeCore {
         if let Some(l) = self.links.get_mut(child) {
             l.last_pushed = Some(now);
             l.pushed_lag = record.lag.is_some();
-            l.clusters_changed = false;
         }
+        self.links_changed.remove(child);
         if let Some(link) = &mut self.parent {
             link.push_report(
                 now,

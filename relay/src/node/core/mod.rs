@@ -42,6 +42,7 @@ mod lag;
 mod links;
 mod log;
 mod parent;
+mod polling;
 mod replicas;
 mod revoke;
 mod rollout;
@@ -178,6 +179,12 @@ pub struct NodeCore {
     lag: PropagationLag,
     /// How many sessions set up at once (see `admission.rs`).
     admission: admission::Admission,
+    /// Which sessions this turn polls, and the sessions' timers (see `polling.rs`).
+    polling: polling::Polling,
+    /// Relay children whose cluster counts changed since their link record went up.
+    links_changed: BTreeSet<String>,
+    /// How many relay children are connected (their links are refreshed periodically).
+    relay_links_up: usize,
 }
 
 /// How a node starts.
@@ -281,6 +288,9 @@ impl NodeCore {
             standby: setup.standby,
             lag,
             admission: admission::Admission::new(AdmissionConfig::default()),
+            polling: polling::Polling::default(),
+            links_changed: BTreeSet::new(),
+            relay_links_up: 0,
         };
         core.reload_placements();
         core.hold_admissions(now);
@@ -371,9 +381,11 @@ impl NodeCore {
     /// Handles timers that are due.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = self.last_now.max(now);
-        for child in self.children.values_mut().chain(self.pending.values_mut()) {
-            if child.session.poll_timeout().is_some_and(|t| t <= now) {
+        for conn in self.polling.due(now) {
+            if let Some(child) = child_of(&mut self.pending, &self.conns, &mut self.children, conn)
+            {
                 child.session.handle_timeout(now);
+                self.polling.touch(conn);
             }
         }
         if let Some(parent) = &mut self.parent {
@@ -383,11 +395,20 @@ impl NodeCore {
 
     /// When [`NodeCore::handle_timeout`] should next run.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let sessions = self
-            .children
-            .values()
-            .chain(self.pending.values())
-            .filter_map(|c| c.session.poll_timeout());
+        // The queue holds every session's deadline as of its last poll; a session
+        // touched since (inputs handled, not yet transmitted) is asked itself.
+        let touched: Box<dyn Iterator<Item = &Child>> = if self.polling.all_touched() {
+            Box::new(self.children.values().chain(self.pending.values()))
+        } else {
+            Box::new(
+                self.polling
+                    .touched()
+                    .filter_map(|conn| self.child_at(conn)),
+            )
+        };
+        let sessions = touched
+            .filter_map(|c| c.session.poll_timeout())
+            .chain(self.polling.next());
         let link = self.parent.as_ref().and_then(ParentFollower::poll_timeout);
         // Summaries of changed objects, and the refresh of relay children's links.
         // At the root: a choice or a rollout's gate that may change with time alone.
@@ -439,19 +460,41 @@ impl NodeCore {
     /// what that batch holds.
     pub fn transmit(&mut self, now: Instant) -> Outgoing {
         let mut out = std::mem::take(&mut self.outgoing);
-        for child in self.children.values_mut().chain(self.pending.values_mut()) {
+        // The sessions an input or a timer touched, or all of them when the log moved
+        // or a change reached them all (see `polling.rs`).
+        let conns: Vec<u64> = if self.polling.poll_all(self.log.generation()) {
+            self.children
+                .values()
+                .map(|c| c.conn)
+                .chain(self.pending.keys().copied())
+                .collect()
+        } else {
+            self.polling.touched().collect()
+        };
+        self.polling.polled();
+        let mut closed = Vec::new();
+        for conn in conns {
+            let Some(child) = child_of(&mut self.pending, &self.conns, &mut self.children, conn)
+            else {
+                self.polling.schedule(conn, None);
+                continue;
+            };
             while let Some(msg) = child.session.poll_transmit(now, &self.log) {
-                out.to_children.push((child.name.clone(), child.conn, msg));
+                out.to_children.push((child.name.clone(), conn, msg));
+            }
+            self.polling.schedule(conn, child.session.poll_timeout());
+            if child.session.is_closed() {
+                closed.push(conn);
             }
         }
-        // A connection that never said hello and went silent closes like any session.
-        let silent: Vec<u64> = self
-            .pending
-            .iter()
-            .filter(|(_, c)| c.session.is_closed())
-            .map(|(conn, _)| *conn)
-            .collect();
-        for conn in silent {
+        if let Some(parent) = &mut self.parent {
+            while let Some(msg) = parent.poll_transmit(now) {
+                out.to_parent.push(msg);
+            }
+        }
+        for conn in closed {
+            self.polling.schedule(conn, None);
+            // A connection that never said hello and went silent closes like any session.
             if let Some(c) = self.pending.remove(&conn) {
                 out.close_children.push((
                     c.name,
@@ -461,27 +504,40 @@ impl NodeCore {
                         reason: "no hello before the idle timeout".into(),
                     },
                 ));
+            } else if let Some(key) = self.conns.remove(&conn) {
+                self.children.remove(&key);
+                self.link_down(now, &key);
             }
-        }
-        if let Some(parent) = &mut self.parent {
-            while let Some(msg) = parent.poll_transmit(now) {
-                out.to_parent.push(msg);
-            }
-        }
-        let closed: Vec<String> = self
-            .children
-            .iter()
-            .filter(|(_, c)| c.session.is_closed())
-            .map(|(n, _)| n.clone())
-            .collect();
-        for name in closed {
-            if let Some(c) = self.children.remove(&name) {
-                self.conns.remove(&c.conn);
-            }
-            self.link_down(now, &name);
         }
         out
     }
+
+    /// The session of a connection, keyed or not yet.
+    fn child_at(&self, conn: u64) -> Option<&Child> {
+        self.pending.get(&conn).or_else(|| {
+            self.conns
+                .get(&conn)
+                .and_then(|key| self.children.get(key))
+                .filter(|c| c.conn == conn)
+        })
+    }
+}
+
+/// The session of a connection, keyed or not yet (fields apart, so that the caller
+/// may use the log and the timers meanwhile).
+fn child_of<'a>(
+    pending: &'a mut BTreeMap<u64, Child>,
+    conns: &BTreeMap<u64, String>,
+    children: &'a mut BTreeMap<String, Child>,
+    conn: u64,
+) -> Option<&'a mut Child> {
+    if let Some(c) = pending.get_mut(&conn) {
+        return Some(c);
+    }
+    conns
+        .get(&conn)
+        .and_then(|key| children.get_mut(key))
+        .filter(|c| c.conn == conn)
 }
 
 /// How many positions of history a node keeps for a disconnected child before leaving

@@ -64,6 +64,7 @@ impl NodeCore {
         for child in self.children.values_mut() {
             child.session.set_labels(all.clone());
         }
+        self.polling.touch_all();
         self.config.labels = all.clone();
         self.reports.set_labels(all);
         self.routes_stale = true;
