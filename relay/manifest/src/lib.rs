@@ -40,7 +40,10 @@ pub fn decode(v: &str) -> String {
 mod tests {
     #[test]
     fn a_query_value_is_percent_decoded_and_a_bad_escape_is_kept() {
-        assert_eq!(super::decode("app%3Dpos%2Ctier+in+(a)"), "app=pos,tier in (a)");
+        assert_eq!(
+            super::decode("app%3Dpos%2Ctier+in+(a)"),
+            "app=pos,tier in (a)"
+        );
         assert_eq!(super::decode("%zz%4"), "%zz%4");
         assert_eq!(super::decode("%ff"), "\u{fffd}");
     }

@@ -363,15 +363,21 @@ pub async fn nats_baseline(
     }
 }
 
-/// Assembles a report from the phases' figures.
+/// The machine and its load average now: call it before the first phase starts.
+pub fn machine() -> String {
+    procstat::machine()
+}
+
+/// Assembles a report from the phases' figures; `machine` is [`machine`] at the start.
 pub fn report(
+    machine: String,
     tree: TopologyReport,
     flat: Option<TopologyReport>,
     nats: Result<NatsReport, String>,
     nats_tls: Result<NatsReport, String>,
 ) -> Report {
     Report {
-        machine: procstat::machine(),
+        machine,
         tree,
         flat,
         nats,

@@ -131,6 +131,8 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
         return Ok(());
     }
+    // Before anything starts: the load the figures were taken under.
+    let machine = bench::machine();
     let tree = phase_in_child(Phase::Tree)?;
     let flat = if opts.flat && opts.fanout.len() > 1 {
         Some(phase_in_child(Phase::Flat)?)
@@ -139,7 +141,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let nats = bench::nats_baseline(&opts, tree.encoded_object_bytes, false).await?;
     let nats_tls = bench::nats_baseline(&opts, tree.encoded_object_bytes, true).await?;
-    let report = bench::report(tree, flat, nats, nats_tls);
+    let report = bench::report(machine, tree, flat, nats, nats_tls);
     println!("{}", bench::render(&report));
     if let Some(path) = args.json {
         let json = serde_json::to_string_pretty(&report)?;
