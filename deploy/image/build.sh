@@ -17,7 +17,9 @@ profile=${PROFILE:-release}
 target=${CARGO_TARGET_DIR:-target}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | sed -n 1p)
 tag=${1:-localhost/strata:$version}
-cargo build --profile "$profile" -p strata-relay -p strata-agent --bins
+# The whole workspace, as the README's first command builds it: cargo unifies features
+# over the packages it builds, so building only these two would rebuild shared crates.
+cargo build --profile "$profile" --workspace --bins
 dir=$profile; [ "$profile" = dev ] && dir=debug
 stage=$(mktemp -d)
 b="buildah --storage-driver vfs"
