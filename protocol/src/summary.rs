@@ -182,37 +182,9 @@ impl Summary {
     /// The summary of one cluster's report. The cluster counts as expected: a status
     /// only exists for an object placed on the cluster.
     pub fn of_status(cluster: &str, status: &Status) -> Summary {
-        let mut health = HealthCounts::default();
-        *health.slot(status.health) += 1;
-        let error = matches!(status.health, Health::Degraded | Health::Failed)
-            .then_some(status.message.as_ref())
-            .flatten()
-            .map(|message| ErrorSample {
-                cluster: cluster.to_owned(),
-                health: status.health,
-                message: message.clone(),
-                observed_at: status.observed_at,
-            });
-        Summary {
-            expected: 1,
-            reporting: 1,
-            health,
-            numbers: status
-                .numbers
-                .iter()
-                .map(|(k, v)| (k.clone(), NumberStats::of(*v)))
-                .collect(),
-            errors: u64::from(error.is_some()),
-            error_samples: error.into_iter().collect(),
-            oldest_report: Some(status.observed_at),
-            newest_report: Some(status.observed_at),
-            min_revision: Some(status.revision),
-            max_revision: Some(status.revision),
-            exact: Some(ExactStatus {
-                cluster: cluster.to_owned(),
-                status: status.clone(),
-            }),
-        }
+        let mut s = Summary::default();
+        s.add_status(cluster, status);
+        s
     }
 
     /// Merges `other` into `self`.
@@ -249,6 +221,57 @@ impl Summary {
         self.newest_report = max_opt(self.newest_report, other.newest_report);
         self.min_revision = min_opt(self.min_revision, other.min_revision);
         self.max_revision = max_opt(self.max_revision, other.max_revision);
+    }
+
+    /// Adds one cluster's report: the same as merging [`Summary::of_status`] of it, without
+    /// building that summary (a tier summarizes thousands of statuses per object, and the
+    /// one-cluster summary clones the whole status for its exact status).
+    pub fn add_status(&mut self, cluster: &str, status: &Status) {
+        self.exact = (self.expected == 0).then(|| ExactStatus {
+            cluster: cluster.to_owned(),
+            status: status.clone(),
+        });
+        self.expected += 1;
+        self.reporting += 1;
+        *self.health.slot(status.health) += 1;
+        for (field, value) in &status.numbers {
+            let one = NumberStats::of(*value);
+            match self.numbers.get_mut(field) {
+                Some(stats) => stats.merge(&one),
+                None => {
+                    self.numbers.insert(field.clone(), one);
+                }
+            }
+        }
+        if matches!(status.health, Health::Degraded | Health::Failed)
+            && let Some(message) = &status.message
+        {
+            self.errors += 1;
+            let sample = ErrorSample {
+                cluster: cluster.to_owned(),
+                health: status.health,
+                message: message.clone(),
+                observed_at: status.observed_at,
+            };
+            // Kept only if it is among the most recent: the samples are sorted.
+            let full = self.error_samples.len() >= ERROR_SAMPLES;
+            if !full
+                || self
+                    .error_samples
+                    .last()
+                    .is_some_and(|l| sample.order(l).is_lt())
+            {
+                self.error_samples.push(sample);
+                self.error_samples.sort_by(ErrorSample::order);
+                self.error_samples.dedup();
+                self.error_samples.truncate(ERROR_SAMPLES);
+            }
+        }
+        let at = Some(status.observed_at);
+        self.oldest_report = min_opt(self.oldest_report, at);
+        self.newest_report = max_opt(self.newest_report, at);
+        self.min_revision = min_opt(self.min_revision, Some(status.revision));
+        self.max_revision = max_opt(self.max_revision, Some(status.revision));
     }
 
     /// `self` merged with `other`.

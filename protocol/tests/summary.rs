@@ -108,6 +108,19 @@ proptest! {
         prop_assert_eq!(whole.reporting, all.len() as u64);
     }
 
+    /// Adding statuses one by one gives what merging their one-cluster summaries
+    /// gives, from any summary (the tiers add thousands without building those).
+    #[test]
+    fn adding_a_status_equals_merging_its_summary(start in any_summary(), all in reports()) {
+        let mut added = start.clone();
+        let mut merged = start;
+        for (cluster, status) in &all {
+            added.add_status(cluster, status);
+            merged.merge(&Summary::of_status(cluster, status));
+        }
+        prop_assert_eq!(added, merged);
+    }
+
     /// The samples are exactly the first k errors of the full list in sample order.
     #[test]
     fn error_samples_are_the_top_k_of_all_errors(all in reports()) {

@@ -431,7 +431,7 @@ impl SubtreeReports {
                 name.clone_into(cluster);
             }
             if let Some(ReportValue::Status(status)) = self.stored.get(&slot) {
-                s.merge(&Summary::of_status(name, status));
+                s.add_status(name, status);
                 reported.insert(name);
             }
         }
