@@ -179,14 +179,11 @@ impl NodeCore {
 
     pub(super) fn drain_child_events(&mut self, now: Instant) {
         // Events come only from inputs: only touched sessions have any (see `polling.rs`).
-        let names: Vec<String> = if self.polling.all_touched() {
-            self.children.keys().cloned().collect()
-        } else {
-            self.polling
-                .touched()
-                .filter_map(|conn| self.conns.get(&conn).cloned())
-                .collect()
-        };
+        let names: Vec<String> = self
+            .touched_sessions()
+            .into_iter()
+            .filter_map(|conn| self.conns.get(&conn).cloned())
+            .collect();
         for name in names {
             while let Some(event) = self
                 .children

@@ -401,16 +401,10 @@ impl NodeCore {
     pub fn poll_timeout(&self) -> Option<Instant> {
         // The queue holds every session's deadline as of its last poll; a session
         // touched since (inputs handled, not yet transmitted) is asked itself.
-        let touched: Box<dyn Iterator<Item = &Child>> = if self.polling.all_touched() {
-            Box::new(self.children.values().chain(self.pending.values()))
-        } else {
-            Box::new(
-                self.polling
-                    .touched()
-                    .filter_map(|conn| self.child_at(conn)),
-            )
-        };
-        let sessions = touched
+        let sessions = self
+            .touched_sessions()
+            .into_iter()
+            .filter_map(|conn| self.child_at(conn))
             .filter_map(|c| c.session.poll_timeout())
             .chain(self.polling.next());
         let link = self.parent.as_ref().and_then(ParentFollower::poll_timeout);
@@ -418,8 +412,8 @@ impl NodeCore {
         // At the root: a choice or a rollout's gate that may change with time alone.
         let summaries = ((self.parent.is_some()
             && (!self.dirty.is_empty() || self.has_relay_child_up()))
-            || (self.parent.is_none() && !self.standby && (self.replan || self.replan_on_tick)))
-            .then_some(self.next_summary.max(self.next_replan));
+            || self.wants_plan())
+        .then_some(self.next_summary.max(self.next_replan));
         sessions.chain(link).chain(summaries).min()
     }
 
@@ -443,11 +437,7 @@ impl NodeCore {
         }
         if now >= self.next_summary {
             // A standby's log is the writer's: it plans nothing and compacts nothing.
-            if self.parent.is_none()
-                && !self.standby
-                && (self.replan || self.replan_on_tick)
-                && now >= self.next_replan
-            {
+            if self.wants_plan() && now >= self.next_replan {
                 self.replan(now);
                 self.next_replan = now + REPLAN_SPACING;
             }
@@ -471,15 +461,8 @@ impl NodeCore {
         let mut out = std::mem::take(&mut self.outgoing);
         // The sessions an input or a timer touched, or all of them when the log moved
         // or a change reached them all (see `polling.rs`).
-        let conns: Vec<u64> = if self.polling.poll_all(self.log.generation()) {
-            self.children
-                .values()
-                .map(|c| c.conn)
-                .chain(self.pending.keys().copied())
-                .collect()
-        } else {
-            self.polling.touched().collect()
-        };
+        self.polling.note_log(self.log.generation());
+        let conns = self.touched_sessions();
         self.polling.polled();
         let mut closed = Vec::new();
         for conn in conns {
@@ -519,6 +502,25 @@ impl NodeCore {
             }
         }
         out
+    }
+
+    /// The connections whose sessions this turn polls: those touched so far, or every
+    /// one when a change reached them all (see `polling.rs`).
+    fn touched_sessions(&self) -> Vec<u64> {
+        if self.polling.all_touched() {
+            self.children
+                .values()
+                .map(|c| c.conn)
+                .chain(self.pending.keys().copied())
+                .collect()
+        } else {
+            self.polling.touched().collect()
+        }
+    }
+
+    /// At the root (not a standby's): the inventory or time asks for a plan.
+    fn wants_plan(&self) -> bool {
+        self.parent.is_none() && !self.standby && (self.replan || self.replan_on_tick)
     }
 
     /// The session of a connection, keyed or not yet.

@@ -41,8 +41,8 @@ impl Polling {
         self.all = true;
     }
 
-    /// Whether every session's events are to be drained (their events come only from
-    /// inputs, never from the log moving).
+    /// Whether every session was touched (events come only from inputs, never from the
+    /// log moving; [`Polling::note_log`] also counts the log).
     pub(super) fn all_touched(&self) -> bool {
         self.all
     }
@@ -52,14 +52,13 @@ impl Polling {
         self.touched.iter().copied()
     }
 
-    /// Whether this turn's transmit polls every session: one reached them all, or the
-    /// log moved since the last such turn (at `generation` now).
-    pub(super) fn poll_all(&mut self, generation: u64) -> bool {
+    /// The log is at `generation`: if it moved since every session was last polled, this
+    /// turn polls them all ([`Polling::all_touched`] says so from now on).
+    pub(super) fn note_log(&mut self, generation: u64) {
         if generation != self.generation {
             self.generation = generation;
             self.all = true;
         }
-        self.all
     }
 
     /// This turn's sessions were all polled.
@@ -133,15 +132,19 @@ mod tests {
     fn every_session_is_polled_when_the_log_moved_or_one_change_reached_them_all() {
         let mut p = Polling::default();
         p.touch(7);
-        assert!(!p.poll_all(0));
+        p.note_log(0);
+        assert!(!p.all_touched());
         assert_eq!(p.touched().collect::<Vec<_>>(), vec![7]);
         p.polled();
         assert_eq!(p.touched().count(), 0);
-        assert!(p.poll_all(1), "the log moved");
+        p.note_log(1);
+        assert!(p.all_touched(), "the log moved");
         p.polled();
-        assert!(!p.poll_all(1));
+        p.note_log(1);
+        assert!(!p.all_touched());
         p.touch_all();
-        assert!(p.all_touched() && p.poll_all(1));
+        p.note_log(1);
+        assert!(p.all_touched());
         p.polled();
         assert!(!p.all_touched());
     }
