@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod tree;
+use crate::tree;
 
 use std::time::Duration;
 

@@ -20,8 +20,8 @@
 // A synchronous test driving processes: there is no runtime for a sleep to block.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-mod common;
-mod fake_apiserver;
+use crate::common;
+use crate::fake_apiserver;
 
 use std::io::Read;
 use std::path::PathBuf;

@@ -4,8 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod fake_apiserver;
-mod tree;
+use crate::fake_apiserver;
+use crate::tree;
 
 use std::time::Duration;
 

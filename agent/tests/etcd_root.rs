@@ -11,9 +11,8 @@
 #![allow(clippy::unwrap_used)]
 #![allow(clippy::disallowed_methods)] // polls processes from a synchronous test
 
-mod common;
-#[path = "../../relay/node/tests/etcd_cluster/mod.rs"]
-mod etcd_cluster;
+use crate::common;
+use crate::etcd_cluster;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

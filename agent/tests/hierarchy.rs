@@ -6,9 +6,9 @@
 
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
-mod fake_apiserver;
+use crate::fake_apiserver;
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -11,7 +11,7 @@
 // Figures for the report only: nothing is asserted on them.
 #![allow(clippy::disallowed_types)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

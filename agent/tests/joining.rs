@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,7 +10,7 @@
 // Tests driving processes: a sleep between polls blocks nothing else.
 #![allow(clippy::disallowed_methods)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod tree;
+use crate::tree;
 
 use std::time::Duration;
 

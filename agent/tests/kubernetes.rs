@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
-mod fake_apiserver;
+use crate::fake_apiserver;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -429,7 +429,11 @@ fn nft(args: &str) {
 /// [`UdpGate`] test above covers the same logic without one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_in_a_network_namespace_where_nftables_drops_udp() {
-    const NAME: &str = "auto_in_a_network_namespace_where_nftables_drops_udp";
+    // libtest's name of this test: its path below the crate root.
+    let name = format!(
+        "{}::auto_in_a_network_namespace_where_nftables_drops_udp",
+        module_path!().split_once("::").map_or("", |(_, m)| m)
+    );
     if std::env::var_os("STRATA_IN_NETNS").is_none() {
         let unshare = std::process::Command::new("unshare")
             .args(["-rn", "true"])
@@ -440,12 +444,25 @@ async fn auto_in_a_network_namespace_where_nftables_drops_udp() {
         }
         proxies::require("nft").unwrap_or_else(|| panic!("nft is needed inside the namespace"));
         let exe = std::env::current_exe().unwrap();
-        let status = std::process::Command::new("unshare")
-            .args(["-rn", exe.to_str().unwrap(), "--exact", NAME, "--nocapture"])
+        let out = std::process::Command::new("unshare")
+            .args([
+                "-rn",
+                exe.to_str().unwrap(),
+                "--exact",
+                &name,
+                "--nocapture",
+            ])
             .env("STRATA_IN_NETNS", "1")
-            .status()
+            .output()
             .unwrap();
-        assert!(status.success(), "the test inside the namespace failed");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "the test inside the namespace failed");
+        // A filter matching nothing passes too: the test must have run in there.
+        assert!(
+            stdout.contains("test result: ok. 1 passed"),
+            "the namespace ran no test named {name}"
+        );
         return;
     }
     let lo = std::process::Command::new("ip")

@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used)]
 #![allow(clippy::disallowed_methods)] // polls processes from a synchronous test
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod tree;
+use crate::tree;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -13,7 +13,7 @@
 // A synchronous test driving processes: there is no runtime for a sleep to block.
 #![allow(clippy::disallowed_methods)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@
 // A synchronous test driving processes: there is no runtime for a sleep to block.
 #![allow(clippy::disallowed_methods)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Command};

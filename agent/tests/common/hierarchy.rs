@@ -251,29 +251,52 @@ impl RelaySpec<'_> {
         };
         let before = h.addrs.borrow().get(&self.name).copied();
         let listen = before.unwrap_or_else(|| "127.0.0.1:0".parse().unwrap());
+        let tcp_pinned = self
+            .tcp
+            .and_then(|at| h.tcp_addrs.borrow().get(&self.name).copied().or(at));
         // A restarted relay takes its old port back once the old endpoint lets go of it.
+        // A TCP listener that follows the QUIC port the OS chose can find that number
+        // held by another process's TCP socket: then both are chosen again.
         let mut attempts = 0;
-        let listener = loop {
-            match transport::server_endpoint(listen, server.clone(), [self.name.len() as u8; 32]) {
-                Ok(l) => break l,
+        let (listener, tcp_listener) = loop {
+            let listener = match transport::server_endpoint(
+                listen,
+                server.clone(),
+                [self.name.len() as u8; 32],
+            ) {
+                Ok(l) => l,
                 Err(_) if attempts < 100 => {
                     attempts += 1;
                     tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
                 }
                 Err(e) => panic!("{} cannot listen on {listen}: {e}", self.name),
+            };
+            let quic_addr = listener.local_addr().unwrap();
+            let Some(_) = self.tcp else {
+                break (listener, None);
+            };
+            let addr = tcp_pinned.unwrap_or(quic_addr);
+            match tcp::Listener::bind(addr, server.clone()) {
+                Ok(l) => break (listener, Some(l)),
+                Err(transport::TransportError::Bind { source, .. })
+                    if tcp_pinned.is_none()
+                        && before.is_none()
+                        && source.kind() == std::io::ErrorKind::AddrInUse
+                        && attempts < 100 =>
+                {
+                    attempts += 1;
+                }
+                Err(e) => panic!("{} cannot listen on {addr} (TCP): {e}", self.name),
             }
         };
         let quic_addr = listener.local_addr().unwrap();
         h.addrs.borrow_mut().insert(self.name.clone(), quic_addr);
-        let tcp_listener = self.tcp.map(|at| {
-            let before = h.tcp_addrs.borrow().get(&self.name).copied();
-            let addr = before.or(at).unwrap_or(quic_addr);
-            let l = tcp::Listener::bind(addr, server.clone()).unwrap();
+        if let Some(l) = &tcp_listener {
             h.tcp_addrs
                 .borrow_mut()
                 .insert(self.name.clone(), l.local_addr().unwrap());
-            l
-        });
+        }
         let link = self.link;
         let parent = self.parent.map(|p| {
             let addr = link.parent_address(h, &p);

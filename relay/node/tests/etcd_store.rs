@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)]
 #![allow(clippy::disallowed_methods)] // a synchronous test that waits on threads
 
-mod etcd_cluster;
+use crate::etcd_cluster;
 
 use std::time::Duration;
 

@@ -77,6 +77,11 @@ fn acknowledged_commits_survive_kill_9_and_no_batch_is_partial() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(ROUNDS);
+    // libtest's name of the writer: its path below the crate root.
+    let writer = format!(
+        "{}::crash_writer",
+        module_path!().split_once("::").map_or("", |(_, m)| m)
+    );
     let mut last_acked = 0u64;
     // Kill points vary (a fixed sequence, so a failure repeats): after 1 to 40 acks.
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -88,7 +93,7 @@ fn acknowledged_commits_survive_kill_9_and_no_batch_is_partial() {
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
-                "crash_writer",
+                &writer,
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",
@@ -110,6 +115,11 @@ fn acknowledged_commits_survive_kill_9_and_no_batch_is_partial() {
                 }
             }
         }
+        // A writer that acknowledged nothing (a name matching no test) proves nothing.
+        assert_eq!(
+            seen, kill_after,
+            "round {round}: the writer ({writer}) acknowledged {seen} commits, not {kill_after}"
+        );
         child.kill().unwrap(); // SIGKILL, while the next commit is under way
         child.wait().unwrap();
         let stored = SledStore::open(dir.path()).unwrap().load().unwrap();

@@ -172,7 +172,7 @@ mod fixture {
     }
 
     /// Writes the fixture again: `STRATA_WRITE_STORE_FIXTURE=1 cargo test -p
-    /// strata-node --test store_format -- --ignored`. Only ever for a new format's
+    /// strata-node --test integration store_format:: -- --ignored`. Only ever for a new format's
     /// fixture, next to the old ones, never over one.
     #[test]
     #[ignore]

@@ -1,0 +1,48 @@
+//! The agent's integration tests, in one test binary: each module below was a binary of
+//! its own, and linking thirty binaries of the whole stack cost CI minutes. Run one
+//! module with a filter, e.g. `cargo test -p strata-agent --test integration proxies::`.
+//!
+//! The helpers the modules share: `common` (nodes in this process or as processes,
+//! proxies, balancers), `fake_apiserver` (the fake Kubernetes API server a leaf's agent
+//! drives), `tree` (a hierarchy in this process) and `etcd_cluster` (three etcd members
+//! on loopback, shared with `strata-node`'s tests).
+
+// Tests may unwrap, and the synchronous helpers that drive processes may sleep.
+#![allow(clippy::unwrap_used, clippy::disallowed_methods)]
+
+mod common;
+#[path = "../../relay/node/tests/etcd_cluster/mod.rs"]
+mod etcd_cluster;
+mod fake_apiserver;
+mod tree;
+
+mod ca_rotation;
+mod cores;
+mod debug_tunnel;
+mod demo;
+mod edge;
+mod etcd_root;
+mod helm_chart;
+mod hierarchy;
+mod join_flood;
+mod join_up;
+mod joining;
+mod kube_cli;
+mod kube_watch;
+mod kubectl;
+mod kubernetes;
+mod mixed_versions;
+mod operability;
+mod placements;
+mod processes;
+mod proxies;
+mod proxy_processes;
+mod renewal;
+mod replicas;
+mod revocation;
+mod rollout_processes;
+mod rollouts;
+mod start_order;
+mod tiers;
+mod tunnel_cap;
+mod up;
