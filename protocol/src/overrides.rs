@@ -71,18 +71,23 @@ impl LabelOverride {
 /// Every cluster's label changes, per space.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterOverrides {
-    by_cluster: BTreeMap<(Space, String), LabelOverride>,
+    /// By space, then cluster: a lookup borrows both names (every tier asks for every
+    /// cluster of its subtree at each summary and route).
+    by_space: BTreeMap<Space, BTreeMap<String, LabelOverride>>,
 }
 
 impl ClusterOverrides {
     /// Records the change of `cluster`'s labels in `space`.
     pub fn insert(&mut self, space: Space, cluster: String, change: LabelOverride) {
-        self.by_cluster.insert((space, cluster), change);
+        self.by_space
+            .entry(space)
+            .or_default()
+            .insert(cluster, change);
     }
 
     /// The change recorded for `cluster` in `space`, if any.
     pub fn get(&self, space: &Space, cluster: &str) -> Option<&LabelOverride> {
-        self.by_cluster.get(&(space.clone(), cluster.to_owned()))
+        self.by_space.get(space)?.get(cluster)
     }
 
     /// `cluster`'s labels as the placements of `space` see them.
@@ -95,7 +100,7 @@ impl ClusterOverrides {
 
     /// Whether no cluster's labels were changed anywhere.
     pub fn is_empty(&self) -> bool {
-        self.by_cluster.is_empty()
+        self.by_space.is_empty()
     }
 }
 

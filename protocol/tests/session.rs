@@ -427,6 +427,79 @@ fn a_child_subscribes_from_its_cursor_and_applies_in_order() {
 }
 
 #[test]
+fn a_status_pushed_before_the_ack_goes_out_rides_with_it_and_a_lone_one_waits() {
+    let mut link = open_link();
+    sent(&mut link, at(1));
+    link.handle_message(
+        at(2),
+        delta(1, 0, 3, 5, vec![Change::Upsert(object("a", 5, 1))]),
+    );
+    while link.poll_event().is_some() {}
+    // The agent applied "a" and has its status before this turn's transmit.
+    link.push_report(
+        at(2),
+        Report {
+            key: status("c1", "a"),
+            value: ReportValue::Removed,
+        },
+    );
+    let out = sent(&mut link, at(2));
+    assert!(
+        matches!(
+            out.as_slice(),
+            [ChildToParent::Ack { .. }, ChildToParent::Reports(r)] if r.items.len() == 1
+        ),
+        "the ack and the status, in one transmit: {out:?}"
+    );
+    // A status with no ack going out waits the flush interval to coalesce.
+    link.push_report(
+        at(3),
+        Report {
+            key: status("c1", "b"),
+            value: ReportValue::Removed,
+        },
+    );
+    assert_eq!(sent(&mut link, at(3)), vec![], "coalescing");
+}
+
+#[test]
+fn a_flushed_outbox_sends_at_once_and_waits_again_afterwards() {
+    let mut o = outbox();
+    o.flush();
+    assert_eq!(
+        o.poll_timeout(),
+        None,
+        "nothing pending: flush does nothing"
+    );
+    o.push(
+        at(0),
+        Report {
+            key: status("c1", "a"),
+            value: ReportValue::Removed,
+        },
+    );
+    assert_eq!(o.poll_timeout(), Some(at(100)));
+    o.flush();
+    assert_eq!(o.poll_timeout(), Some(at(0)), "due at once");
+    let batch = o.poll_transmit(at(1)).expect("flushed");
+    assert_eq!(batch.items.len(), 1);
+    o.handle_ack(batch.epoch, batch.seq);
+    o.push(
+        at(5),
+        Report {
+            key: status("c1", "b"),
+            value: ReportValue::Removed,
+        },
+    );
+    assert_eq!(
+        o.poll_transmit(at(6)),
+        None,
+        "the next report coalesces again"
+    );
+    assert!(o.poll_transmit(at(105)).is_some());
+}
+
+#[test]
 fn a_gap_makes_the_child_subscribe_again_from_its_cursor() {
     let mut link = open_link();
     sent(&mut link, at(1));

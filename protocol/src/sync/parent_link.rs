@@ -274,6 +274,12 @@ impl ParentLink {
         self.outbox.push(now, report);
     }
 
+    /// Sends the pending reports with the next transmit rather than after the flush
+    /// interval (see [`ReportOutbox::flush`]).
+    pub fn flush_reports(&mut self) {
+        self.outbox.flush();
+    }
+
     /// Handles one message from the parent.
     pub fn handle_message(&mut self, now: Instant, msg: ParentToChild) {
         if self.phase == Phase::Disconnected {
@@ -604,6 +610,9 @@ impl ParentLink {
                 && let Some(seq) = self.applied_seq
             {
                 self.ack_due = false;
+                // The reports pending ride in the ack's packet (an agent's status of
+                // what it just applied): one packet, not two 100 ms apart.
+                self.outbox.flush();
                 return Some(ChildToParent::Ack {
                     epoch: self.epoch,
                     seq,

@@ -55,6 +55,9 @@ pub struct ReportOutbox {
     config: ReportsConfig,
     pending: BTreeMap<ReportKey, ReportValue>,
     pending_since: Option<Instant>,
+    /// The pending reports go with the next transmit, without waiting to coalesce:
+    /// something is being sent anyway, or the caller coalesced them itself.
+    due_now: bool,
     inflight: VecDeque<InflightBatch>,
     epoch: u32,
     epoch_start: u64,
@@ -69,6 +72,7 @@ impl ReportOutbox {
             config,
             pending: BTreeMap::new(),
             pending_since: None,
+            due_now: false,
             inflight: VecDeque::new(),
             epoch: 0,
             epoch_start: 0,
@@ -81,6 +85,13 @@ impl ReportOutbox {
     pub fn push(&mut self, now: Instant, report: Report) {
         self.pending.insert(report.key, report.value);
         self.pending_since.get_or_insert(now);
+    }
+
+    /// Sends what is pending with the next transmit instead of after the flush
+    /// interval: a message is going to the parent anyway (the reports ride in its
+    /// packet), or the caller already coalesced them (a relay's summary tick).
+    pub fn flush(&mut self) {
+        self.due_now = self.pending_since.is_some();
     }
 
     /// Reports not yet acknowledged (pending or in flight).
@@ -125,7 +136,7 @@ impl ReportOutbox {
         }
         let since = self.pending_since?;
         if self.inflight.len() >= self.config.max_inflight_batches
-            || now < since + self.config.flush_interval
+            || (!self.due_now && now < since + self.config.flush_interval)
         {
             return None;
         }
@@ -138,6 +149,7 @@ impl ReportOutbox {
         }
         if self.pending.is_empty() {
             self.pending_since = None;
+            self.due_now = false;
         }
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -162,7 +174,13 @@ impl ReportOutbox {
         let flush = self
             .pending_since
             .filter(|_| self.inflight.len() < self.config.max_inflight_batches)
-            .map(|t| t + self.config.flush_interval);
+            .map(|t| {
+                if self.due_now {
+                    t
+                } else {
+                    t + self.config.flush_interval
+                }
+            });
         let resend = self
             .inflight
             .front()

@@ -106,6 +106,12 @@ impl ParentFollower {
         self.link.push_report(now, report);
     }
 
+    /// Sends the queued reports with the next transmit, not after the flush interval:
+    /// for reports the caller coalesced already (a relay's summary tick).
+    pub fn flush_reports(&mut self) {
+        self.link.flush_reports();
+    }
+
     /// The connection to the parent is up.
     pub fn handle_connected(&mut self, now: Instant) {
         self.caught_up = false;

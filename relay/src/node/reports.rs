@@ -80,6 +80,9 @@ pub struct SubtreeReports {
     /// inventory without scanning every status and cloning every cluster's labels
     /// (both were most of a relay's CPU at 10,000 clusters).
     inventory: BTreeMap<(String, String), Cluster>,
+    /// Moves whenever `inventory` changes: a [`Selection`] made at one generation holds
+    /// while it does not move.
+    inventory_generation: u64,
     /// Labels this node and its ancestors give every cluster below (a cluster's own
     /// labels win).
     labels: Labels,
@@ -96,6 +99,7 @@ impl SubtreeReports {
         let mut reports = SubtreeReports {
             stored: stored.into_iter().collect(),
             inventory: BTreeMap::new(),
+            inventory_generation: 0,
             labels: Labels::new(),
         };
         reports.index_all();
@@ -112,6 +116,7 @@ impl SubtreeReports {
 
     /// Builds the inventory index afresh from what is stored.
     fn index_all(&mut self) {
+        self.inventory_generation += 1;
         self.inventory = self
             .stored
             .iter()
@@ -133,10 +138,16 @@ impl SubtreeReports {
         match self.stored.get(slot) {
             Some(ReportValue::Cluster(c)) => {
                 let effective = self.effective(c);
-                self.inventory.insert(key, effective);
+                // A cluster reported again unchanged (every reconnect) moves nothing.
+                if self.inventory.get(&key) != Some(&effective) {
+                    self.inventory.insert(key, effective);
+                    self.inventory_generation += 1;
+                }
             }
             _ => {
-                self.inventory.remove(&key);
+                if self.inventory.remove(&key).is_some() {
+                    self.inventory_generation += 1;
+                }
             }
         }
     }
@@ -346,15 +357,15 @@ impl SubtreeReports {
         self.summarize_in(&selection, placement, object, cut_off)
     }
 
+    /// Moves whenever the inventory changes (see [`Selection`]).
+    pub fn inventory_generation(&self) -> u64 {
+        self.inventory_generation
+    }
+
     /// Which clusters of the subtree `placement` sends its objects to, at their current
     /// revision (`current`) or at their pinned previous one: the part of a summary that
     /// does not depend on the object, so that many objects' summaries share it.
-    pub fn selection<'a>(
-        &'a self,
-        placement: &Placement,
-        root: &RootView,
-        current: bool,
-    ) -> Selection<'a> {
+    pub fn selection(&self, placement: &Placement, root: &RootView, current: bool) -> Selection {
         let view = root.for_placement(placement);
         // One pass over the inventory index (inherited labels already applied);
         // statuses and summaries are then looked up by key, not found by scanning every
@@ -365,16 +376,18 @@ impl SubtreeReports {
             .map(|(_, c)| c.name.as_str())
             .collect();
         // A cluster another child also reports (it moved) counts as selected under both.
-        let records: Vec<(&str, &str)> = self
+        let records: Vec<(String, String)> = self
             .inventory()
             .filter(|(_, c)| names.contains(c.name.as_str()))
-            .map(|(from, c)| (from, c.name.as_str()))
+            .map(|(from, c)| (from.to_owned(), c.name.clone()))
             .collect();
         // A child's summary counts only while some cluster it reported is selected here:
         // what a child cut off before a placement (or a cluster's labels) moved away
         // summarized is stale, not the fleet.
-        let selecting_children: BTreeSet<&str> = records.iter().map(|(from, _)| *from).collect();
+        let selecting_children: BTreeSet<String> =
+            records.iter().map(|(from, _)| from.clone()).collect();
         Selection {
+            generation: self.inventory_generation,
             records,
             selecting_children,
         }
@@ -384,7 +397,7 @@ impl SubtreeReports {
     /// placement (and for whether `object` is a pinned revision's key).
     pub fn summarize_in(
         &self,
-        selection: &Selection<'_>,
+        selection: &Selection,
         placement: &Placement,
         object: &ObjectKey,
         cut_off: &BTreeSet<String>,
@@ -392,6 +405,7 @@ impl SubtreeReports {
         let Selection {
             records,
             selecting_children,
+            ..
         } = selection;
         let mut s = Summary::default();
         // Children that summarized this object cover their whole subtree; count the
@@ -404,7 +418,8 @@ impl SubtreeReports {
                 object: object.clone(),
             },
         );
-        for &from in selecting_children {
+        for from in selecting_children {
+            let from = from.as_str();
             if cut_off.contains(from) {
                 continue;
             }
@@ -422,7 +437,8 @@ impl SubtreeReports {
             cluster: String::new(),
             object: object.clone(),
         };
-        for &(from, name) in records {
+        for (from, name) in records {
+            let (from, name) = (from.as_str(), name.as_str());
             if via_summary.contains(from) {
                 continue;
             }
@@ -435,8 +451,8 @@ impl SubtreeReports {
                 reported.insert(name);
             }
         }
-        for &(from, name) in records {
-            if !via_summary.contains(from) && !reported.contains(name) {
+        for (from, name) in records {
+            if !via_summary.contains(from.as_str()) && !reported.contains(name.as_str()) {
                 silent += 1;
             }
         }
@@ -446,14 +462,24 @@ impl SubtreeReports {
 }
 
 /// The clusters a placement sends its objects to in a subtree (see
-/// [`SubtreeReports::selection`]).
+/// [`SubtreeReports::selection`]). It holds while the inventory's generation, the
+/// placement and the root's view do not change: a relay keeps it across summary ticks.
 #[derive(Debug)]
-pub struct Selection<'a> {
+pub struct Selection {
+    /// [`SubtreeReports::inventory_generation`] when it was made.
+    generation: u64,
     /// The selected clusters' records: (the child that reported it, the cluster's name),
     /// in the inventory's order.
-    records: Vec<(&'a str, &'a str)>,
+    records: Vec<(String, String)>,
     /// The children that reported a selected cluster.
-    selecting_children: BTreeSet<&'a str>,
+    selecting_children: BTreeSet<String>,
+}
+
+impl Selection {
+    /// Whether it was made at this inventory generation.
+    pub fn made_at(&self, generation: u64) -> bool {
+        self.generation == generation
+    }
 }
 
 #[cfg(test)]

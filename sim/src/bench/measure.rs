@@ -32,6 +32,33 @@ const CUSTOMIZE: &str = "  customize:
       jsonPatch: [ { op: add, path: /metadata/labels/cluster, value: \"${cluster.name}\" } ]
 ";
 
+/// Profiling one phase: with `STRATA_BENCH_PERF_CTL` naming the control FIFO of a
+/// `perf record --control fifo:FIFO --delay=-1` (started disabled) and
+/// `STRATA_BENCH_PERF_PHASE` one of `updates` or `storm`, perf samples that phase only.
+/// Without them, nothing happens.
+fn perf_window(phase: &str, enable: bool) {
+    let (Some(fifo), Some(wanted)) = (
+        std::env::var_os("STRATA_BENCH_PERF_CTL"),
+        std::env::var_os("STRATA_BENCH_PERF_PHASE"),
+    ) else {
+        return;
+    };
+    if wanted != phase {
+        return;
+    }
+    let command = if enable { "enable\n" } else { "disable\n" };
+    match std::fs::OpenOptions::new().write(true).open(&fifo) {
+        Ok(mut f) => {
+            use std::io::Write;
+            if let Err(e) = f.write_all(command.as_bytes()) {
+                eprintln!("bench: perf control {}: {e}", fifo.to_string_lossy());
+            }
+        }
+        Err(e) => eprintln!("bench: perf control {}: {e}", fifo.to_string_lossy()),
+    }
+    eprintln!("bench: perf {} for the {phase} phase", command.trim_end());
+}
+
 /// A ConfigMap of about `size` bytes.
 pub(crate) fn object(name: &str, size: usize, version: usize) -> String {
     format!(
@@ -274,6 +301,7 @@ pub(crate) async fn topology(
     let encoded_object = encoded(&root, "payload").await;
 
     // Updates of the object alone.
+    perf_window("updates", true);
     let cpu_before = procstat::cpu_by_thread(&TIER_THREADS);
     let mut p1 = Vec::new();
     let mut p3 = Vec::new();
@@ -302,6 +330,7 @@ pub(crate) async fn topology(
         root_received += received(&after[0][0]).saturating_sub(received(&before[0][0]));
     }
     let cpu_after = procstat::cpu_by_thread(&TIER_THREADS);
+    perf_window("updates", false);
     let rounds = opts.rounds.max(1) as u64;
     let p2 = tree
         .levels
@@ -434,6 +463,7 @@ async fn storm(
     tree.stop_agents().await;
     let rev = apply(root, object("payload", opts.object_bytes, 1000)).await?;
     arrivals.drain();
+    perf_window("storm", true);
     let start = Instant::now();
     tree.start_agents(0..leaves)?;
     let started = start.elapsed();
@@ -451,6 +481,7 @@ async fn storm(
     } else {
         None
     };
+    perf_window("storm", false);
     let stats = tree.link_stats().await;
     let bytes_to_agents = stats.last().map(|l| l.iter().map(sent).sum()).unwrap_or(0);
     let objects_held = root.query(|c| c.log().live_len()).await.unwrap_or(0);

@@ -136,6 +136,10 @@ pub struct NodeCore {
     sent: BTreeMap<(String, ObjectKey), Summary>,
     /// Objects whose summaries may have changed.
     dirty: BTreeSet<ObjectKey>,
+    /// Which clusters each placement selects here, by (placement, current revision):
+    /// kept across summary ticks while the inventory does not move (an update moves
+    /// only statuses), dropped when placements or the root's view change.
+    selections: BTreeMap<(String, bool), crate::node::reports::Selection>,
     routes_stale: bool,
     /// Everything must be reported upward at the next processing.
     report_all: bool,
@@ -269,6 +273,7 @@ impl NodeCore {
             parent,
             sent: BTreeMap::new(),
             dirty: BTreeSet::new(),
+            selections: BTreeMap::new(),
             routes_stale: true,
             report_all: false,
             run: setup.run,

@@ -2,13 +2,13 @@
 //! the marker that a run has reported everything; and how it takes children's reports.
 
 use std::collections::BTreeSet;
+use std::collections::btree_map::Entry;
 
 use strata_protocol::model::{Cluster, ObjectKey, ObjectMeta};
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{Report, ReportKey, ReportValue};
 
 use super::NodeCore;
-use crate::node::reports::Selection;
 use strata_node::store::ReportSlot;
 
 impl NodeCore {
@@ -207,11 +207,11 @@ impl NodeCore {
             })
             .collect();
         let none_cut_off = BTreeSet::new();
+        let generation = self.reports.inventory_generation();
         for placement in &self.placements {
             // Which clusters the placement selects is the same for every object (one
             // selection for current objects, one for pinned revisions): computed once
-            // per placement, not once per object.
-            let mut selections: [Option<Selection<'_>>; 2] = [None, None];
+            // per placement and kept while the inventory holds still.
             for (object, live) in &dirty {
                 let key = (placement.name.clone(), object.clone());
                 let selected = live.as_ref().is_some_and(|m| placement.places_object(m));
@@ -232,9 +232,16 @@ impl NodeCore {
                     continue;
                 }
                 let current = strata_protocol::waves::pinned_key(object).is_none();
-                let selection = selections[usize::from(current)].get_or_insert_with(|| {
-                    self.reports.selection(placement, &self.root_view, current)
-                });
+                let selection = match self.selections.entry((placement.name.clone(), current)) {
+                    Entry::Occupied(e) if e.get().made_at(generation) => e.into_mut(),
+                    Entry::Occupied(mut e) => {
+                        e.insert(self.reports.selection(placement, &self.root_view, current));
+                        e.into_mut()
+                    }
+                    Entry::Vacant(e) => {
+                        e.insert(self.reports.selection(placement, &self.root_view, current))
+                    }
+                };
                 let summary =
                     self.reports
                         .summarize_in(selection, placement, object, &none_cut_off);
@@ -251,5 +258,8 @@ impl NodeCore {
                 }
             }
         }
+        // The summary tick coalesced these already: waiting the outbox's flush
+        // interval too would add its 100 ms at every tier on the way to the root.
+        link.flush_reports();
     }
 }
