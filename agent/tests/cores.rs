@@ -11,7 +11,7 @@ use crate::tree;
 
 use std::time::Duration;
 
-use strata_protocol::model::ObjectKey;
+use strata_protocol::model::{ObjectKey, Space};
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::wire::{Change, ReportKey, ReportValue, Role};
 use tree::{Tree, labels};
@@ -214,6 +214,43 @@ fn summaries_and_link_records_of_the_whole_tree_reach_the_root() {
         .1;
     assert!(!r.connected, "{r:?}");
     assert_eq!(r.since.0, cut_at.since_origin().as_millis() as u64);
+}
+
+/// A placement of one name in two spaces, each selecting other clusters of one region:
+/// the region's relay summarizes each over its own clusters (it keeps a selection per
+/// space and placement across its ticks), and neither placement takes back the summary
+/// the other sent (they were keyed by name alone, and the second sent `Removed` for
+/// the first's object).
+#[test]
+fn placements_of_one_name_in_two_spaces_are_summarized_apart() {
+    let mut t = two_regions();
+    t.connect_all();
+    let other = Space("other".into());
+    t.apply(&APP.replace("region: eu, role: pos", "role: pos"));
+    t.apply_in(&other, &APP.replace("region: eu, role: pos", "role: kiosk"));
+    t.advance(Duration::from_secs(2));
+    let root = t.relay("center");
+    for (space, expected) in [(Space::default_space(), 2), (other, 1)] {
+        let placement = root
+            .placements()
+            .iter()
+            .find(|p| p.name == "web" && p.space == space)
+            .unwrap();
+        let web = root
+            .log()
+            .live()
+            .find(|o| o.key().kind == "Deployment" && o.key().space == space)
+            .unwrap()
+            .key()
+            .clone();
+        let s = root.reports().summarize(placement, &web, root.root_view());
+        assert_eq!(
+            (s.expected, s.health.available),
+            (expected, expected),
+            "{}: {s:?}",
+            space.0
+        );
+    }
 }
 
 /// The relay above an agent goes away: the agent keeps its cluster as it was, and

@@ -356,8 +356,13 @@ impl Tree {
 
     /// Applies manifests (YAML) at the root, in the default space; returns the revision.
     pub fn apply(&mut self, yaml: &str) -> Position {
-        let manifests = strata_node::objects::parse_manifests(yaml, &Space::default_space())
-            .expect("the manifests parse");
+        self.apply_in(&Space::default_space(), yaml)
+    }
+
+    /// Applies manifests (YAML) at the root, in `space`; returns the revision.
+    pub fn apply_in(&mut self, space: &Space, yaml: &str) -> Position {
+        let manifests =
+            strata_node::objects::parse_manifests(yaml, space).expect("the manifests parse");
         let root = self.order[0].clone();
         let _span = span(self.now, &root).entered();
         let applied = self.relay_mut(&root).apply_manifests(&manifests).unwrap();

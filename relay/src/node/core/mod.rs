@@ -136,10 +136,10 @@ pub struct NodeCore {
     sent: BTreeMap<(String, ObjectKey), Summary>,
     /// Objects whose summaries may have changed.
     dirty: BTreeSet<ObjectKey>,
-    /// Which clusters each placement selects here, by (placement, current revision):
-    /// kept across summary ticks while the inventory does not move (an update moves
-    /// only statuses), dropped when placements or the root's view change.
-    selections: BTreeMap<(String, bool), crate::node::reports::Selection>,
+    /// Which clusters each placement selects here, by (space, placement, current
+    /// revision): kept across summary ticks while the inventory does not move (an
+    /// update moves only statuses), dropped when placements or the root's view change.
+    selections: BTreeMap<(Space, String, bool), crate::node::reports::Selection>,
     routes_stale: bool,
     /// Everything must be reported upward at the next processing.
     report_all: bool,

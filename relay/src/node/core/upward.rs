@@ -213,6 +213,12 @@ impl NodeCore {
             // selection for current objects, one for pinned revisions): computed once
             // per placement and kept while the inventory holds still.
             for (object, live) in &dirty {
+                // A placement summarizes objects of its own space only. A placement of
+                // the same name in another space must not take back (`Removed`) the
+                // summary this one sent: both are keyed by name and object.
+                if object.space != placement.space {
+                    continue;
+                }
                 let key = (placement.name.clone(), object.clone());
                 let selected = live.as_ref().is_some_and(|m| placement.places_object(m));
                 let report_key = ReportKey::Summary {
@@ -232,7 +238,8 @@ impl NodeCore {
                     continue;
                 }
                 let current = strata_protocol::waves::pinned_key(object).is_none();
-                let selection = match self.selections.entry((placement.name.clone(), current)) {
+                let at = (placement.space.clone(), placement.name.clone(), current);
+                let selection = match self.selections.entry(at) {
                     Entry::Occupied(e) if e.get().made_at(generation) => e.into_mut(),
                     Entry::Occupied(mut e) => {
                         e.insert(self.reports.selection(placement, &self.root_view, current));
