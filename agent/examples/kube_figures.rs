@@ -43,7 +43,7 @@ fn configmap(i: usize, rev: u64) -> Object {
         hash[j % 32] = hash[j % 32].wrapping_mul(31).wrapping_add(*b);
     }
     Object {
-        meta: ObjectMeta {
+        meta: std::sync::Arc::new(ObjectMeta {
             key: ObjectKey {
                 space: Space::default_space(),
                 group: String::new(),
@@ -53,10 +53,10 @@ fn configmap(i: usize, rev: u64) -> Object {
                 name: format!("cm-{i}"),
             },
             labels: BTreeMap::new(),
-        },
+        }),
         revision: Revision(rev),
         hash: ContentHash(hash),
-        body,
+        body: body.into(),
     }
 }
 

@@ -514,10 +514,10 @@ fn held_as(log: &ObjectLog, key: &ObjectKey) -> Option<Object> {
         .and_then(|v| serde_json::from_value::<Labels>(v.pointer("/metadata/labels")?.clone()).ok())
         .unwrap_or_default();
     Some(Object {
-        meta: ObjectMeta {
+        meta: std::sync::Arc::new(ObjectMeta {
             key: key.clone(),
             labels,
-        },
+        }),
         revision: pin.revision,
         hash: pin.hash,
         body: pin.body.clone(),

@@ -47,7 +47,7 @@ pub fn render_object(
         meta: object.meta.clone(),
         revision: object.revision,
         hash: ContentHash(hash),
-        body,
+        body: body.into(),
     })
 }
 

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use strata_protocol::model::{ContentHash, Health, Object, ObjectKey, Revision, Status};
+use strata_protocol::model::{Body, ContentHash, Health, Object, ObjectKey, Revision, Status};
 use strata_protocol::time::{Instant, UnixMillis};
 
 use crate::backend::{BackendError, ClusterBackend};
@@ -55,7 +55,7 @@ impl Default for SimulatedConfig {
 struct Held {
     revision: Revision,
     /// The manifest applied (rendered for this cluster when customized).
-    body: Vec<u8>,
+    body: Body,
     hash: ContentHash,
     applied: Instant,
     /// When it was applied, on the wall clock (its Pods' creation time).
@@ -249,7 +249,7 @@ impl ClusterBackend for SimulatedCluster {
     }
 
     fn manifest(&self, key: &ObjectKey) -> Option<Vec<u8>> {
-        self.objects.get(key).map(|h| h.body.clone())
+        self.objects.get(key).map(|h| h.body.to_vec())
     }
 
     fn next_change(&self) -> Option<Instant> {
@@ -273,7 +273,7 @@ mod tests {
 
     fn deployment(rev: u64, labels: &[(&str, &str)]) -> Object {
         Object {
-            meta: ObjectMeta {
+            meta: std::sync::Arc::new(ObjectMeta {
                 key: ObjectKey {
                     space: Space::default_space(),
                     group: "apps".into(),
@@ -286,10 +286,10 @@ mod tests {
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
-            },
+            }),
             revision: Revision(rev),
             hash: ContentHash::default(),
-            body: br#"{"spec":{"replicas":3}}"#.to_vec(),
+            body: br#"{"spec":{"replicas":3}}"#.as_slice().into(),
         }
     }
 

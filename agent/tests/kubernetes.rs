@@ -41,7 +41,7 @@ fn object(manifest: Value, rev: u64) -> Object {
         hash[i % 32] = hash[i % 32].wrapping_mul(31).wrapping_add(*b);
     }
     Object {
-        meta: ObjectMeta {
+        meta: std::sync::Arc::new(ObjectMeta {
             key: ObjectKey {
                 space: Space::default_space(),
                 group,
@@ -53,10 +53,10 @@ fn object(manifest: Value, rev: u64) -> Object {
                 name: manifest["metadata"]["name"].as_str().unwrap().to_owned(),
             },
             labels: BTreeMap::new(),
-        },
+        }),
         revision: Revision(rev),
         hash: ContentHash(hash),
-        body,
+        body: body.into(),
     }
 }
 

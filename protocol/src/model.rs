@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -154,14 +156,84 @@ pub struct ContentHash(pub [u8; 32]);
 /// which the root last changed it, and the opaque manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Object {
-    /// Identity and labels.
-    pub meta: ObjectMeta,
+    /// Identity and labels, shared like the body between the copies a node keeps.
+    pub meta: Arc<ObjectMeta>,
     /// The root revision of this version.
     pub revision: Revision,
     /// Digest of `body`.
     pub hash: ContentHash,
     /// The manifest bytes, opaque to relays.
-    pub body: Vec<u8>,
+    pub body: Body,
+}
+
+/// An object's manifest bytes, shared: every copy of an [`Object`] a node keeps (its log,
+/// its store, its cluster's view, each child's outbox) points at one buffer instead of
+/// owning its own. Immutable once made; on the wire and on disk exactly a `Vec<u8>`.
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Body(Arc<[u8]>);
+
+impl Body {
+    /// The bytes as a vector of their own.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.0.to_vec()
+    }
+}
+
+impl Deref for Body {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl AsRef<[u8]> for Body {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<Vec<u8>> for Body {
+    fn from(bytes: Vec<u8>) -> Self {
+        Body(bytes.into())
+    }
+}
+
+impl From<&[u8]> for Body {
+    fn from(bytes: &[u8]) -> Self {
+        Body(bytes.into())
+    }
+}
+
+impl From<String> for Body {
+    fn from(text: String) -> Self {
+        Body::from(text.into_bytes())
+    }
+}
+
+impl From<&str> for Body {
+    fn from(text: &str) -> Self {
+        Body::from(text.as_bytes())
+    }
+}
+
+impl fmt::Debug for Body {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl Serialize for Body {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // A sequence of bytes, as `Vec<u8>` is: stores written before bodies were shared
+        // read back unchanged.
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Body {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::<u8>::deserialize(deserializer).map(Body::from)
+    }
 }
 
 impl Object {

@@ -22,13 +22,13 @@ fn key(k: u8) -> ObjectKey {
 
 fn object(k: u8, label: u8, rev: u64) -> Object {
     Object {
-        meta: ObjectMeta {
+        meta: std::sync::Arc::new(ObjectMeta {
             key: key(k),
             labels: [("l".to_owned(), label.to_string())].into(),
-        },
+        }),
         revision: Revision(rev),
         hash: ContentHash([rev as u8; 32]),
-        body: vec![k; 3],
+        body: vec![k; 3].into(),
     }
 }
 

@@ -35,13 +35,13 @@ fn key(name: &str) -> ObjectKey {
 
 fn object(name: &str, rev: u64, size: usize) -> Object {
     Object {
-        meta: ObjectMeta {
+        meta: std::sync::Arc::new(ObjectMeta {
             key: key(name),
             labels: BTreeMap::new(),
-        },
+        }),
         revision: Revision(rev),
         hash: ContentHash([rev as u8; 32]),
-        body: vec![7; size],
+        body: vec![7; size].into(),
     }
 }
 

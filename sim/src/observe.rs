@@ -123,7 +123,7 @@ async fn root_view(hierarchy: &SimHierarchy) -> Option<RootView> {
             .log()
             .live()
             .filter(|o| !is_placement(&o.meta))
-            .map(|o| (o.meta.clone(), o.revision))
+            .map(|o| ((*o.meta).clone(), o.revision))
             .collect();
         let mut summaries = Vec::new();
         for p in &placements {

@@ -18,6 +18,7 @@
 //! only once it is whole.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -54,7 +55,7 @@ pub struct KeyEntry {
 struct Visibility {
     at: Position,
     /// `None` while the key is deleted.
-    meta: Option<ObjectMeta>,
+    meta: Option<Arc<ObjectMeta>>,
 }
 
 impl KeyEntry {
@@ -76,7 +77,7 @@ impl KeyEntry {
             .iter()
             .rev()
             .find(|v| v.at <= at)
-            .and_then(|v| v.meta.as_ref())
+            .and_then(|v| v.meta.as_deref())
     }
 
     /// Whether any retained visible state of the key satisfies `selected`: the test for
@@ -84,7 +85,7 @@ impl KeyEntry {
     pub fn ever_selected(&self, mut selected: impl FnMut(&ObjectMeta) -> bool) -> bool {
         self.history
             .iter()
-            .any(|v| v.meta.as_ref().is_some_and(&mut selected))
+            .any(|v| v.meta.as_deref().is_some_and(&mut selected))
     }
 }
 
@@ -456,7 +457,7 @@ impl ObjectLog {
     }
 }
 
-fn push_visibility(history: &mut Vec<Visibility>, at: Position, meta: Option<ObjectMeta>) {
+fn push_visibility(history: &mut Vec<Visibility>, at: Position, meta: Option<Arc<ObjectMeta>>) {
     // Never collapse entries at one position: a staged version may already have gone
     // to a child (deltas and snapshots send the latest version), and a later change
     // staged at the same position must not erase the record that it was selected.

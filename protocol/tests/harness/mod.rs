@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_protocol::model::{
-    ContentHash, Cursor, LogId, Object, ObjectKey, ObjectMeta, Position, Revision, Space,
+    Body, ContentHash, Cursor, LogId, Object, ObjectKey, ObjectMeta, Position, Revision, Space,
 };
 use strata_protocol::sync::{
     ChildSession, LinkConfig, LinkEvent, ObjectLog, ParentLink, ReportsConfig, Route,
@@ -341,13 +341,13 @@ impl World {
             }
             hash[31] = body.len() as u8;
             let object = Object {
-                meta: ObjectMeta {
+                meta: std::sync::Arc::new(ObjectMeta {
                     key: key(*k),
                     labels: [("dest".to_owned(), format!("d{dest}"))].into(),
-                },
+                }),
                 revision: Revision(pos.0),
                 hash: ContentHash(hash),
-                body: body.clone(),
+                body: body.clone().into(),
             };
             log.stage(pos, Change::Upsert(object)).expect("stage");
         }
@@ -822,7 +822,7 @@ impl World {
     // ---- checks -------------------------------------------------------------
 
     /// The root's live objects the route selects: key -> (revision, body).
-    pub fn expected_view(&self, route: &DestRoute) -> BTreeMap<ObjectKey, (Revision, Vec<u8>)> {
+    pub fn expected_view(&self, route: &DestRoute) -> BTreeMap<ObjectKey, (Revision, Body)> {
         let log = self.nodes[0].disk.log.as_ref().expect("root log");
         log.live()
             .filter(|o| route.includes(&o.meta))
@@ -830,7 +830,7 @@ impl World {
             .collect()
     }
 
-    pub fn view_of(&self, i: usize) -> BTreeMap<ObjectKey, (Revision, Vec<u8>)> {
+    pub fn view_of(&self, i: usize) -> BTreeMap<ObjectKey, (Revision, Body)> {
         let n = &self.nodes[i];
         match &n.disk.log {
             Some(log) => log

@@ -55,10 +55,10 @@ pub fn object() -> impl Strategy<Value = Object> {
         prop::collection::vec(any::<u8>(), 0..64),
     )
         .prop_map(|(key, labels, rev, hash, body)| Object {
-            meta: ObjectMeta { key, labels },
+            meta: ObjectMeta { key, labels }.into(),
             revision: Revision(rev),
             hash: ContentHash(hash),
-            body,
+            body: body.into(),
         })
 }
 

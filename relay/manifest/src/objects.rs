@@ -378,10 +378,10 @@ pub fn to_object(manifest: &Manifest, revision: Revision) -> Object {
     let mut hash = [0u8; 32];
     hash.copy_from_slice(digest.as_ref());
     Object {
-        meta: manifest.meta.clone(),
+        meta: manifest.meta.clone().into(),
         revision,
         hash: ContentHash(hash),
-        body,
+        body: body.into(),
     }
 }
 

@@ -24,13 +24,13 @@ fn key(n: u8) -> ObjectKey {
 
 fn object(n: u8, rev: u64) -> Object {
     Object {
-        meta: ObjectMeta {
+        meta: std::sync::Arc::new(ObjectMeta {
             key: key(n),
             labels: BTreeMap::new(),
-        },
+        }),
         revision: Revision(rev),
         hash: ContentHash([n; 32]),
-        body: vec![n; 10],
+        body: vec![n; 10].into(),
     }
 }
 

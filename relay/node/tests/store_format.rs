@@ -137,13 +137,13 @@ mod fixture {
         log.mark_serving();
         for n in [1u8, 2] {
             let object = Object {
-                meta: ObjectMeta {
+                meta: std::sync::Arc::new(ObjectMeta {
                     key: key(n),
                     labels: BTreeMap::from([("app".into(), "pos".into())]),
-                },
+                }),
                 revision: Revision(u64::from(n)),
                 hash: ContentHash([n; 32]),
-                body: format!("{{\"kind\":\"Deployment\",\"n\":{n}}}").into_bytes(),
+                body: format!("{{\"kind\":\"Deployment\",\"n\":{n}}}").into(),
             };
             log.stage(Position(u64::from(n)), Change::Upsert(object))
                 .unwrap();

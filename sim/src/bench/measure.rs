@@ -243,6 +243,7 @@ pub(crate) async fn topology(
 ) -> Result<TopologyReport, BenchError> {
     let leaves: usize = fanout.iter().product();
     let rss_start = procstat::rss_bytes();
+    let mut peaks = procstat::Peaks::start();
     let (tx, rx) = mpsc::unbounded_channel();
     let mut arrivals = Arrivals::new(rx);
     let mut tree = Tree::build(fanout, tx, opts.transport)?;
@@ -269,6 +270,7 @@ pub(crate) async fn topology(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let register = setup.elapsed();
+    peaks.end("registration");
     // Idle: every agent connected, nothing placed yet.
     let idle_before = (Instant::now(), procstat::cpu_by_thread(&TIER_THREADS));
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -283,6 +285,7 @@ pub(crate) async fn topology(
     for h in handles {
         h.shutdown().await;
     }
+    peaks.end("idle");
 
     // First delivery: the placement and the object.
     let start = Instant::now();
@@ -298,6 +301,7 @@ pub(crate) async fn topology(
     let first = arrivals.wait(0..leaves, rev, start, limit(leaves)).await?;
     summary_complete(&root, leaves, rev, limit(leaves)).await?;
     let first = Dist::of(first.iter().map(|f| f.1).collect());
+    peaks.end("first delivery");
     let encoded_object = encoded(&root, "payload").await;
 
     // Updates of the object alone.
@@ -351,16 +355,22 @@ pub(crate) async fn topology(
         })
         .collect();
     let cpu_updates = cpu_between(&cpu_before, &cpu_after, 1.0);
+    peaks.end("updates");
 
     let region = if resync && tree.levels.len() > 2 && opts.changed > 0 {
         Some(region_cut(&mut tree, &root, &mut arrivals, opts, leaves).await?)
     } else {
         None
     };
+    if region.is_some() {
+        peaks.end("resync");
+    }
     let storm = storm(&mut tree, &root, &mut arrivals, opts, leaves).await?;
+    peaks.end("storm");
     let cpu_total = procstat::cpu_by_thread(&TIER_THREADS).into_iter().collect();
     let relays = tree.relay_count() + 1;
     tree.shutdown().await;
+    let (phase_peaks, peak_rss) = peaks.finish();
     Ok(TopologyReport {
         label: label.to_owned(),
         fanout: fanout.to_vec(),
@@ -391,7 +401,8 @@ pub(crate) async fn topology(
         cpu_updates,
         cpu_total,
         process_cpu_secs: procstat::process_cpu(),
-        peak_rss: procstat::peak_rss_bytes(),
+        peak_rss,
+        phase_peaks,
     })
 }
 

@@ -270,6 +270,9 @@ pub struct TopologyReport {
     pub process_cpu_secs: f64,
     /// Peak RSS of that process.
     pub peak_rss: u64,
+    /// The peak RSS of each phase (registration, first delivery, updates, resync,
+    /// storm), in order.
+    pub phase_peaks: Vec<(String, u64)>,
 }
 
 /// The NATS baseline's figures.

@@ -16,6 +16,47 @@ pub(crate) fn peak_rss_bytes() -> u64 {
     status_kib("VmHWM:") * 1024
 }
 
+/// The peak RSS of each phase of a run: [`Peaks::end`] records the peak since the last
+/// mark under a name and starts the next phase's peak from the RSS of now (the kernel's
+/// `clear_refs` reset of `VmHWM`). Where that reset is refused, every phase reads the
+/// process's peak so far, which is still an upper bound.
+#[derive(Debug, Default)]
+pub(crate) struct Peaks {
+    phases: Vec<(String, u64)>,
+    overall: u64,
+}
+
+impl Peaks {
+    /// A record whose first phase starts now.
+    pub(crate) fn start() -> Self {
+        let p = Self {
+            phases: Vec::new(),
+            overall: peak_rss_bytes(),
+        };
+        reset_peak();
+        p
+    }
+
+    /// The phase called `name` ended now.
+    pub(crate) fn end(&mut self, name: &str) {
+        let peak = peak_rss_bytes();
+        self.overall = self.overall.max(peak);
+        self.phases.push((name.to_owned(), peak));
+        reset_peak();
+    }
+
+    /// Each phase's peak, and the process's peak over all of them and before.
+    pub(crate) fn finish(self) -> (Vec<(String, u64)>, u64) {
+        let overall = self.overall.max(peak_rss_bytes());
+        (self.phases, overall)
+    }
+}
+
+/// Resets `VmHWM` to the current RSS (`echo 5 > /proc/self/clear_refs`).
+fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
 fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()

@@ -105,6 +105,12 @@ fn topology(out: &mut String, t: &TopologyReport) {
         t.process_cpu_secs,
         mib(t.peak_rss)
     );
+    let phases: Vec<String> = t
+        .phase_peaks
+        .iter()
+        .map(|(name, bytes)| format!("{name} {:.0}", mib(*bytes)))
+        .collect();
+    let _ = writeln!(out, "peak RSS by phase MiB {}", phases.join(", "));
 }
 
 /// The report as a table, with ratios against the baselines and the goals' verdicts.

@@ -160,7 +160,7 @@ pub enum Followed {
         Option<strata_protocol::sync::KeyEntry>,
     ),
     /// A child's report (`None`: removed).
-    Report(ReportSlot, Option<strata_protocol::wire::ReportValue>),
+    Report(ReportSlot, Option<Box<strata_protocol::wire::ReportValue>>),
 }
 
 /// What a record's key and value (`None`: the key was removed) mean to a follower;
@@ -181,7 +181,7 @@ pub(super) fn followed(k: &[u8], v: Option<&[u8]>) -> Result<Option<Followed>, S
     } else if let Some(rest) = k.strip_prefix(REPORT) {
         let slot: ReportSlot = dec(|| format!("report key {k:?}"), rest)?;
         let value = match v {
-            Some(v) => Some(dec(|| format!("report {slot:?}"), v)?),
+            Some(v) => Some(Box::new(dec(|| format!("report {slot:?}"), v)?)),
             None => None,
         };
         Some(Followed::Report(slot, value))

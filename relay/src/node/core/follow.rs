@@ -31,7 +31,7 @@ impl NodeCore {
             match r {
                 Followed::LogMeta(m) => meta = Some(m),
                 Followed::Entry(k, e) => entries.push((k, e)),
-                Followed::Report(slot, v) => reports.push((slot, v)),
+                Followed::Report(slot, v) => reports.push((slot, v.map(|v| *v))),
             }
         }
         if self.standby {

@@ -323,14 +323,14 @@ fn repin(
         .collect();
     for o in objects {
         out.push(Change::Upsert(Object {
-            meta: ObjectMeta {
+            meta: std::sync::Arc::new(ObjectMeta {
                 key: pin_key(o.key()),
                 labels: [
                     (PIN_PLACEMENT_LABEL.to_owned(), p.name.clone()),
                     (PIN_CUSTOMIZE_LABEL.to_owned(), rules.clone()),
                 ]
                 .into(),
-            },
+            }),
             revision,
             hash: o.hash,
             body: o.body.clone(),

@@ -199,13 +199,14 @@ impl NodeCore {
             self.dirty.clear();
             return;
         };
-        let dirty: Vec<(ObjectKey, Option<ObjectMeta>)> = std::mem::take(&mut self.dirty)
-            .into_iter()
-            .map(|object| {
-                let live = self.log.get(&object).map(|o| o.meta.clone());
-                (object, live)
-            })
-            .collect();
+        let dirty: Vec<(ObjectKey, Option<std::sync::Arc<ObjectMeta>>)> =
+            std::mem::take(&mut self.dirty)
+                .into_iter()
+                .map(|object| {
+                    let live = self.log.get(&object).map(|o| o.meta.clone());
+                    (object, live)
+                })
+                .collect();
         let none_cut_off = BTreeSet::new();
         let generation = self.reports.inventory_generation();
         for placement in &self.placements {
