@@ -278,8 +278,16 @@ pub fn client_config(id: &Identity) -> Result<Arc<rustls::ClientConfig>, TlsErro
         .with_client_auth_cert(id.certs.clone(), id.key.clone_key())
         .map_err(|e| TlsError::Config(e.to_string()))?;
     config.alpn_protocols = vec![ALPN.to_vec()];
+    // A child resumes sessions with its parent and the few relays it may fail over to:
+    // rustls' default cache (256 servers) preallocated ~14 KiB per node for names it
+    // never dials, 140 MiB over 10,000 agents in one process.
+    config.resumption = rustls::client::Resumption::in_memory_sessions(RESUMPTION_SERVERS);
     Ok(Arc::new(config))
 }
+
+/// How many servers' sessions a node's client keeps for resumption: its parent and
+/// the candidates it fails over to.
+const RESUMPTION_SERVERS: usize = 8;
 
 /// The node name in the peer's (already verified) certificate: its first DNS name.
 pub fn peer_node_name(conn: &quinn::Connection) -> Result<String, TlsError> {
