@@ -309,68 +309,6 @@ fn silence_closes_the_session_and_heartbeats_carry_the_stream_mark() {
     assert_eq!(s.poll_timeout(), None);
 }
 
-#[test]
-fn an_ack_of_reports_rides_with_the_next_message_and_goes_alone_when_it_cannot_wait() {
-    let log = root_log(0, 10);
-    let config = SessionConfig {
-        heartbeat: Duration::from_secs(1),
-        idle_timeout: Duration::from_secs(3),
-        ..SessionConfig::default()
-    };
-    let mut s = session(config);
-    s.handle_message(at(0), hello("site-1", 1, 1));
-    drain(&mut s, at(0), &log);
-    let batch = |seq| {
-        ChildToParent::Reports(Reports {
-            epoch: 1,
-            epoch_start: 0,
-            seq,
-            items: vec![],
-        })
-    };
-    let acks = |out: &[ParentToChild]| -> Vec<u64> {
-        out.iter()
-            .filter_map(|m| match m {
-                ParentToChild::ReportsAck { seq, .. } => Some(*seq),
-                _ => None,
-            })
-            .collect()
-    };
-    // One batch: nothing else to send, so its ack waits (at most a heartbeat).
-    s.handle_message(at(100), batch(0));
-    assert!(drain(&mut s, at(100), &log).is_empty(), "a lone ack waits");
-    assert_eq!(
-        s.poll_timeout(),
-        Some(at(1000)),
-        "the heartbeat comes first"
-    );
-    // A ping from the child: the pong carries the ack.
-    s.handle_message(at(200), ChildToParent::Ping { nonce: 3 });
-    let out = drain(&mut s, at(200), &log);
-    assert!(matches!(
-        out.first(),
-        Some(ParentToChild::Pong { nonce: 3 })
-    ));
-    assert_eq!(acks(&out), vec![0]);
-    // Two batches waiting: the ack goes alone, the child's window must not fill.
-    s.handle_message(at(300), batch(1));
-    assert!(drain(&mut s, at(300), &log).is_empty());
-    s.handle_message(at(310), batch(2));
-    assert_eq!(acks(&drain(&mut s, at(310), &log)), vec![2]);
-    // One batch and silence: the heartbeat carries it.
-    s.handle_message(at(400), batch(3));
-    assert!(drain(&mut s, at(400), &log).is_empty());
-    let due = s.poll_timeout().expect("a timer");
-    s.handle_timeout(due);
-    let out = drain(&mut s, due, &log);
-    assert!(out.iter().any(|m| matches!(m, ParentToChild::Ping { .. })));
-    assert_eq!(
-        acks(&out),
-        vec![3],
-        "the heartbeat carries the waiting ack once"
-    );
-}
-
 /// Found by the simulation (sim/scenarios/lossy-slow-network.yaml, seed 1): with 500 ms
 /// latency the welcome or hello took longer than a heartbeat, the heartbeat deadline
 /// passed, `handle_timeout` sent nothing (no ping before the session is open) and

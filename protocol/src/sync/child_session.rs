@@ -54,13 +54,6 @@ impl Default for SessionConfig {
     }
 }
 
-/// How many report batches may wait for their ack to ride with another message. Two:
-/// a child whose window of unacknowledged batches is two (the smallest configured;
-/// the default is eight, [`super::reports::ReportsConfig`]) never waits for the
-/// heartbeat to be acked, and a relay pushing summaries at every tick gets one ack per
-/// two batches.
-const ACK_AFTER_BATCHES: u32 = 2;
-
 /// What a [`ChildSession`] tells its driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionEvent {
@@ -165,8 +158,6 @@ pub struct ChildSession {
     after_hint: Option<ParentToChild>,
     acked: Option<Cursor>,
     reports: ReportInbox,
-    /// Since when an ack of the child's reports waits for a message to ride with.
-    ack_since: Option<Instant>,
     liveness: Liveness,
     control: VecDeque<ParentToChild>,
     events: VecDeque<SessionEvent>,
@@ -191,7 +182,6 @@ impl ChildSession {
             after_hint: None,
             acked: None,
             reports: ReportInbox::new(),
-            ack_since: None,
             liveness,
             control: VecDeque::new(),
             events: VecDeque::new(),
@@ -297,9 +287,6 @@ impl ChildSession {
         self.liveness.on_receive(now);
         if let Err(e) = self.dispatch(msg) {
             self.close(e);
-        }
-        if self.ack_since.is_none() && self.reports.ack_waiting() > 0 {
-            self.ack_since = Some(now);
         }
     }
 
@@ -493,11 +480,8 @@ impl ChildSession {
                     nonce: self.ping_nonce,
                     mark,
                 });
-                // Acks may have been lost: repeat the last one with every heartbeat
-                // (which also carries one that was waiting).
-                self.ack_since = None;
-                let ack = self.reports.poll_ack().or(self.reports.last_ack());
-                if let Some((epoch, seq)) = ack {
+                // Acks may have been lost: repeat the last one with every heartbeat.
+                if let Some((epoch, seq)) = self.reports.last_ack() {
                     self.control
                         .push_back(ParentToChild::ReportsAck { epoch, seq });
                 }
@@ -513,13 +497,10 @@ impl ChildSession {
         match self.phase {
             Phase::Closed => None,
             Phase::AwaitHello => Some(self.liveness.idle_deadline()),
-            Phase::Open => {
-                let mut due = self.liveness.next_deadline();
-                for d in [self.hold, self.ack_deadline()].into_iter().flatten() {
-                    due = due.min(d);
-                }
-                Some(due)
-            }
+            Phase::Open => Some(match self.hold {
+                Some(h) => h.min(self.liveness.next_deadline()),
+                None => self.liveness.next_deadline(),
+            }),
         }
     }
 
@@ -530,13 +511,11 @@ impl ChildSession {
 
     /// The next message to send. Control messages (acks, pongs, pings) come before
     /// bulk downsync, which is bounded by the flow-control window.
-    ///
-    /// An ack of the child's reports rides with the next message that goes anyway (a
-    /// delta, a pong, the heartbeat): on its own it would cost a packet, and the
-    /// transport's acknowledgement of that packet another, for every status an agent
-    /// sends. It goes alone only once [`ACK_AFTER_BATCHES`] batches wait for it (the
-    /// child's window must not fill) or it has waited a heartbeat interval.
     pub fn poll_transmit(&mut self, now: Instant, log: &ObjectLog) -> Option<ParentToChild> {
+        if let Some((epoch, seq)) = self.reports.poll_ack() {
+            self.control
+                .push_back(ParentToChild::ReportsAck { epoch, seq });
+        }
         let msg = match self.control.pop_front() {
             Some(m) => Some(m),
             None if matches!(self.phase, Phase::Open) => {
@@ -547,37 +526,10 @@ impl ChildSession {
             }
             None => None,
         };
-        let waiting = self.reports.ack_waiting();
-        let ack_goes = waiting > 0
-            && (msg.is_some()
-                || waiting >= ACK_AFTER_BATCHES
-                || self.ack_deadline().is_some_and(|d| now >= d));
-        let ack = match ack_goes {
-            true => self.reports.poll_ack(),
-            false => None,
-        };
-        let msg = match (msg, ack) {
-            (Some(m), Some((epoch, seq))) => {
-                self.ack_since = None;
-                self.control
-                    .push_front(ParentToChild::ReportsAck { epoch, seq });
-                Some(m)
-            }
-            (None, Some((epoch, seq))) => {
-                self.ack_since = None;
-                Some(ParentToChild::ReportsAck { epoch, seq })
-            }
-            (m, None) => m,
-        };
         if msg.is_some() {
             self.liveness.on_send(now);
         }
         msg
-    }
-
-    /// When a waiting ack of the child's reports goes on its own.
-    fn ack_deadline(&self) -> Option<Instant> {
-        self.ack_since.map(|s| s + self.config.heartbeat)
     }
 
     /// Refuses the session before its hello is answered, telling the child why and

@@ -217,8 +217,6 @@ pub struct ReportInbox {
     epoch: Option<u32>,
     next_seq: u64,
     ack_due: bool,
-    /// Batches handled since the last ack went out.
-    waiting: u32,
 }
 
 impl ReportInbox {
@@ -240,9 +238,6 @@ impl ReportInbox {
             None => batch.seq == batch.epoch_start,
         };
         self.ack_due = self.epoch.is_some() || accept;
-        if self.ack_due {
-            self.waiting += 1;
-        }
         if !accept {
             return None;
         }
@@ -254,17 +249,11 @@ impl ReportInbox {
     /// The ack to send, once the driver has persisted what [`ReportInbox::handle`]
     /// returned: `(epoch, seq)`.
     pub fn poll_ack(&mut self) -> Option<(u32, u64)> {
-        self.waiting = 0;
         if !std::mem::take(&mut self.ack_due) {
             return None;
         }
         let epoch = self.epoch?;
         Some((epoch, self.next_seq.checked_sub(1)?))
-    }
-
-    /// How many batches the ack that is due answers (0: none is due).
-    pub fn ack_waiting(&self) -> u32 {
-        if self.ack_due { self.waiting } else { 0 }
     }
 
     /// The last ack, to repeat with heartbeats (acks may be lost).
