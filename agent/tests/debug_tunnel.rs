@@ -156,6 +156,46 @@ impl Fleet {
         reader.join().unwrap()
     }
 
+    /// `kubectl logs -f` until a line containing `marker` arrived or `limit` passed:
+    /// what it printed until then. For assertions, which must not depend on how fast a
+    /// loaded machine starts kubectl and opens the tunnel (a fixed two-second window
+    /// read 0 lines in one run of the whole suite).
+    fn follow_until(&self, kc: &str, pod: &str, marker: &str, limit: Duration) -> String {
+        let mut follow = Command::new(&self.kubectl)
+            .args(["--kubeconfig", kc, "logs", "-f", pod])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = follow.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(out)) {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + limit;
+        let mut text = String::new();
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            let Ok(line) = rx.recv_timeout(left) else {
+                break;
+            };
+            text.push_str(&line);
+            text.push('\n');
+            if line.contains(marker) {
+                break;
+            }
+        }
+        let _ = follow.kill();
+        let _ = follow.wait();
+        drop(rx);
+        let _ = reader.join();
+        text
+    }
+
     /// The median of `n` runs of `kubectl get pods` with `kc`.
     fn get_pods_median(&self, kc: &str, n: usize) -> Duration {
         let mut took: Vec<Duration> = (0..n)
@@ -367,7 +407,12 @@ fn kubectl_reaches_a_leaf_cluster_through_three_tiers() {
     );
 
     // logs -f: lines keep coming after the first ten (the fake adds 20 a second).
-    let text = f.follow(&kc, "web-0", 2);
+    let text = f.follow_until(
+        &kc,
+        "web-0",
+        "web-0 line 00000020 ",
+        Duration::from_secs(60),
+    );
     assert!(
         text.lines().count() > 20 && text.contains("web-0 line 00000020 "),
         "logs -f streamed {} lines",
@@ -579,7 +624,12 @@ spec:
     assert!(pods.contains("web-0"), "{pods}");
     let logs = f.ok(&kc, &["logs", "web-0"]);
     assert_eq!(logs.lines().count(), 10, "{logs}");
-    let text = f.follow(&kc, "web-0", 2);
+    let text = f.follow_until(
+        &kc,
+        "web-0",
+        "web-0 line 00000020 ",
+        Duration::from_secs(60),
+    );
     assert!(
         text.lines().count() > 20 && text.contains("web-0 line 00000020 "),
         "logs -f streamed {} lines",

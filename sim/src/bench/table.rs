@@ -171,11 +171,15 @@ pub fn render(r: &Report) -> String {
         .ok()
         .map(|n| t.p1.p99_ms / n.p1.p99_ms.max(0.001));
     let _ = writeln!(out, "\n## Goals (at {} leaves)", t.leaves);
+    // Issue 17 asks for an update at every one of 10,000 leaves within a second; the
+    // seeds' two seconds hold below that size.
+    let p1_goal_ms = if t.leaves >= 10_000 { 1000.0 } else { 2000.0 };
     let _ = writeln!(
         out,
-        "P1 p99 <= 2 s: {:.0} ms, {}",
+        "P1 p99 <= {} s: {:.0} ms, {}",
+        p1_goal_ms / 1000.0,
         t.p1.p99_ms,
-        verdict(t.p1.p99_ms <= 2000.0)
+        verdict(t.p1.p99_ms <= p1_goal_ms)
     );
     let _ = writeln!(
         out,
