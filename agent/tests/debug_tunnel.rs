@@ -137,13 +137,18 @@ impl Fleet {
     }
 
     /// Runs `kubectl logs -f` for `secs` seconds; returns what it printed.
-    fn follow(&self, kc: &str, pod: &str, secs: u64) -> String {
-        let mut follow = Command::new(&self.kubectl)
+    /// `kubectl logs -f pod`, its output piped.
+    fn logs_follow(&self, kc: &str, pod: &str) -> Child {
+        Command::new(&self.kubectl)
             .args(["--kubeconfig", kc, "logs", "-f", pod])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap();
+            .unwrap()
+    }
+
+    fn follow(&self, kc: &str, pod: &str, secs: u64) -> String {
+        let mut follow = self.logs_follow(kc, pod);
         let mut out = follow.stdout.take().unwrap();
         let reader = std::thread::spawn(move || {
             let mut text = String::new();
@@ -161,12 +166,7 @@ impl Fleet {
     /// loaded machine starts kubectl and opens the tunnel (a fixed two-second window
     /// read 0 lines in one run of the whole suite).
     fn follow_until(&self, kc: &str, pod: &str, marker: &str, limit: Duration) -> String {
-        let mut follow = Command::new(&self.kubectl)
-            .args(["--kubeconfig", kc, "logs", "-f", pod])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut follow = self.logs_follow(kc, pod);
         let out = follow.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel::<String>();
         let reader = std::thread::spawn(move || {
