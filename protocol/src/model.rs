@@ -172,13 +172,6 @@ pub struct Object {
 #[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Body(Arc<[u8]>);
 
-impl Body {
-    /// The bytes as a vector of their own.
-    pub fn to_vec(&self) -> Vec<u8> {
-        self.0.to_vec()
-    }
-}
-
 impl Deref for Body {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
