@@ -26,7 +26,8 @@ use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
 use strata_node::clock::Clock;
 use strata_node::store::{Batch, SledStore, Store};
 use strata_protocol::model::{
-    ContentHash, Health, LogId, Object, ObjectKey, ObjectMeta, Position, Revision, Space,
+    ContentHash, Health, LogId, Object, ObjectKey, ObjectKeyParts, ObjectMeta, Position, Revision,
+    Space,
 };
 use strata_protocol::sync::ObjectLog;
 use strata_protocol::time::{Instant, UnixMillis};
@@ -44,14 +45,14 @@ fn configmap(i: usize, rev: u64) -> Object {
     }
     Object {
         meta: std::sync::Arc::new(ObjectMeta {
-            key: ObjectKey {
+            key: ObjectKey::new(ObjectKeyParts {
                 space: Space::default_space(),
                 group: String::new(),
                 version: "v1".into(),
                 kind: "ConfigMap".into(),
                 namespace: Some("pos".into()),
                 name: format!("cm-{i}"),
-            },
+            }),
             labels: BTreeMap::new(),
         }),
         revision: Revision(rev),

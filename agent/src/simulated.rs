@@ -263,7 +263,7 @@ impl ClusterBackend for SimulatedCluster {
 
 #[cfg(test)]
 mod tests {
-    use strata_protocol::model::{ObjectMeta, Space};
+    use strata_protocol::model::{ObjectKeyParts, ObjectMeta, Space};
 
     use super::*;
 
@@ -274,14 +274,14 @@ mod tests {
     fn deployment(rev: u64, labels: &[(&str, &str)]) -> Object {
         Object {
             meta: std::sync::Arc::new(ObjectMeta {
-                key: ObjectKey {
+                key: ObjectKey::new(ObjectKeyParts {
                     space: Space::default_space(),
                     group: "apps".into(),
                     version: "v1".into(),
                     kind: "Deployment".into(),
                     namespace: Some("pos".into()),
                     name: "pos".into(),
-                },
+                }),
                 labels: labels
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))

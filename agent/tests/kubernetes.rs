@@ -19,8 +19,8 @@ use strata_agent::kubernetes::{
 use strata_node::clock::Clock;
 use strata_node::store::UpstreamState;
 use strata_protocol::model::{
-    Cluster, ContentHash, Cursor, Health, LogId, Object, ObjectKey, ObjectMeta, Position, Revision,
-    Space, Status,
+    Cluster, ContentHash, Cursor, Health, LogId, Object, ObjectKey, ObjectKeyParts, ObjectMeta,
+    Position, Revision, Space, Status,
 };
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink};
 use strata_protocol::time::{Instant, UnixMillis};
@@ -42,7 +42,7 @@ fn object(manifest: Value, rev: u64) -> Object {
     }
     Object {
         meta: std::sync::Arc::new(ObjectMeta {
-            key: ObjectKey {
+            key: ObjectKey::new(ObjectKeyParts {
                 space: Space::default_space(),
                 group,
                 version,
@@ -51,7 +51,7 @@ fn object(manifest: Value, rev: u64) -> Object {
                     .as_str()
                     .map(str::to_owned),
                 name: manifest["metadata"]["name"].as_str().unwrap().to_owned(),
-            },
+            }),
             labels: BTreeMap::new(),
         }),
         revision: Revision(rev),
@@ -598,7 +598,7 @@ async fn upsynced(b: &mut KubeCluster, n: usize) -> Vec<(String, Option<Value>)>
     for _ in 0..500 {
         for u in b.poll_upsync() {
             let body = u.body.map(|b| serde_json::from_slice(&b).unwrap());
-            got.push((u.key.name, body));
+            got.push((u.key.name.clone(), body));
         }
         if got.len() >= n {
             return got;

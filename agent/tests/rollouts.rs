@@ -14,7 +14,7 @@ use crate::tree;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use strata_protocol::model::{ObjectKey, Space};
+use strata_protocol::model::{ObjectKey, ObjectKeyParts, Space};
 use strata_protocol::rollout::Phase;
 use tree::{Tree, labels};
 
@@ -71,14 +71,14 @@ fn fleet() -> Tree {
 }
 
 fn web() -> ObjectKey {
-    ObjectKey {
+    ObjectKey::new(ObjectKeyParts {
         space: Space::default_space(),
         group: "apps".into(),
         version: "v1".into(),
         kind: "Deployment".into(),
         namespace: Some("shop".into()),
         name: "web".into(),
-    }
+    })
 }
 
 /// The image each cluster runs (what its simulated cluster holds).

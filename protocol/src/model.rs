@@ -104,9 +104,19 @@ pub struct Cursor {
 }
 
 /// The identity of an object: which space it lives in and which Kubernetes object it is.
-/// `namespace` is `None` for cluster-scoped kinds.
+///
+/// Cheap to clone: the parts sit behind one shared pointer. A node keeps an object's key
+/// in its log, its store, its statuses and its reports, and a relay keeps one per cluster
+/// and object; owning six strings in every copy was most of the memory an object cost
+/// at every agent. Read the parts through `Deref` (`key.name`); build one from
+/// [`ObjectKeyParts`]. On the wire and on disk exactly its parts.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ObjectKey(Arc<ObjectKeyParts>);
+
+/// What an [`ObjectKey`] is made of.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct ObjectKey {
+pub struct ObjectKeyParts {
     /// The space the object belongs to.
     pub space: Space,
     /// API group; empty for the core group.
@@ -119,6 +129,46 @@ pub struct ObjectKey {
     pub namespace: Option<String>,
     /// Object name.
     pub name: String,
+}
+
+impl ObjectKey {
+    /// The key of these parts.
+    pub fn new(parts: ObjectKeyParts) -> Self {
+        ObjectKey(Arc::new(parts))
+    }
+
+    /// The parts to change, copied first if another key shares them.
+    pub fn parts_mut(&mut self) -> &mut ObjectKeyParts {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl From<ObjectKeyParts> for ObjectKey {
+    fn from(parts: ObjectKeyParts) -> Self {
+        ObjectKey::new(parts)
+    }
+}
+
+impl Deref for ObjectKey {
+    type Target = ObjectKeyParts;
+    fn deref(&self) -> &ObjectKeyParts {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // As the key printed before its parts were shared: logs and test output keep
+        // their shape.
+        f.debug_struct("ObjectKey")
+            .field("space", &self.space)
+            .field("group", &self.group)
+            .field("version", &self.version)
+            .field("kind", &self.kind)
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .finish()
+    }
 }
 
 impl fmt::Display for ObjectKey {

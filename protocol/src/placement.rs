@@ -196,18 +196,18 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::model::ObjectKey;
+    use crate::model::{ObjectKey, ObjectKeyParts};
 
     fn meta(space: &str, kind: &str, ns: Option<&str>, name: &str, app: &str) -> ObjectMeta {
         ObjectMeta {
-            key: ObjectKey {
+            key: ObjectKey::new(ObjectKeyParts {
                 space: Space(space.to_owned()),
                 group: "apps".to_owned(),
                 version: "v1".to_owned(),
                 kind: kind.to_owned(),
                 namespace: ns.map(str::to_owned),
                 name: name.to_owned(),
-            },
+            }),
             labels: [("app".to_owned(), app.to_owned())].into(),
         }
     }

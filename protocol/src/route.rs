@@ -167,7 +167,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::model::{ObjectKey, Space};
+    use crate::model::{ObjectKey, ObjectKeyParts, Space};
     use crate::placement::{ClusterSelector, ObjectSelector};
     use crate::selector::LabelSelector;
 
@@ -212,14 +212,14 @@ mod tests {
 
     fn meta(group: &str, kind: &str, app: &str) -> ObjectMeta {
         ObjectMeta {
-            key: ObjectKey {
+            key: ObjectKey::new(ObjectKeyParts {
                 space: Space::default_space(),
                 group: group.into(),
                 version: "v1".into(),
                 kind: kind.into(),
                 namespace: Some("shop".into()),
                 name: "x".into(),
-            },
+            }),
             labels: [("app".to_owned(), app.to_owned())].into(),
         }
     }
@@ -273,7 +273,7 @@ mod tests {
         let agent = PlacementRoute::new(false, &all, &[cluster("a", "eu")], &none());
         let named = |name: &str| {
             let mut m = meta(STRATA_GROUP, PLACEMENT_KIND, "");
-            m.key.name = name.into();
+            m.key.parts_mut().name = name.into();
             m
         };
         assert!(agent.includes(&named("web-eu")));

@@ -26,7 +26,7 @@
 use std::collections::BTreeSet;
 
 use crate::customize::CustomizeRule;
-use crate::model::{Labels, ObjectKey, ObjectMeta};
+use crate::model::{Labels, ObjectKey, ObjectKeyParts, ObjectMeta};
 use crate::placement::{ClusterSelector, MovePolicy, ObjectSelector, Placement};
 use crate::rollout::{RolloutSpec, WaveSize};
 use crate::route::STRATA_GROUP;
@@ -100,14 +100,14 @@ pub fn pin_placement(meta: &ObjectMeta) -> Option<&str> {
 /// The key of the pinned copy of `key`: same space and namespace, a name that encodes
 /// the original's group, version, kind and name (Kubernetes names hold no `/`).
 pub fn pin_key(key: &ObjectKey) -> ObjectKey {
-    ObjectKey {
+    ObjectKey::new(ObjectKeyParts {
         space: key.space.clone(),
         group: STRATA_GROUP.to_owned(),
         version: "v1alpha1".to_owned(),
         kind: PIN_KIND.to_owned(),
         namespace: key.namespace.clone(),
         name: format!("{}/{}/{}/{}", key.group, key.version, key.kind, key.name),
-    }
+    })
 }
 
 /// The key a pin copies; `None` for any other key.
@@ -117,14 +117,14 @@ pub fn pinned_key(pin: &ObjectKey) -> Option<ObjectKey> {
     }
     let mut parts = pin.name.splitn(4, '/');
     let (group, version, kind, name) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    Some(ObjectKey {
+    Some(ObjectKey::new(ObjectKeyParts {
         space: pin.space.clone(),
         group: group.to_owned(),
         version: version.to_owned(),
         kind: kind.to_owned(),
         namespace: pin.namespace.clone(),
         name: name.to_owned(),
-    })
+    }))
 }
 
 /// One cluster as the wave planner sees it.

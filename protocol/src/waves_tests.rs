@@ -103,14 +103,14 @@ fn a_batch_keeps_what_was_released_and_adds_at_most_room_more() {
 
 #[test]
 fn pin_keys_name_the_object_they_copy() {
-    let key = ObjectKey {
+    let key = ObjectKey::new(ObjectKeyParts {
         space: Space::default_space(),
         group: String::new(),
         version: "v1".into(),
         kind: "ConfigMap".into(),
         namespace: Some("shop".into()),
         name: "web".into(),
-    };
+    });
     let pin = pin_key(&key);
     assert_eq!(pin.kind, PIN_KIND);
     assert_eq!(pinned_key(&pin), Some(key.clone()));

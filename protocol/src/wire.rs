@@ -279,13 +279,16 @@ pub enum ReportKey {
 }
 
 /// The latest value for a [`ReportKey`].
+///
+/// Kept by the hundred thousand at a relay (one per cluster and object), so the variant
+/// that is large inline (a summary, 300 bytes) is boxed: every map of reports would
+/// otherwise reserve that much per entry. A box encodes exactly as its contents.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[allow(clippy::large_enum_variant)]
 pub enum ReportValue {
     /// For [`ReportKey::Status`].
     Status(Status),
     /// For [`ReportKey::Summary`].
-    Summary(Summary),
+    Summary(Box<Summary>),
     /// For [`ReportKey::Cluster`].
     Cluster(Cluster),
     /// For [`ReportKey::Link`]. Encoded in the shape of protocol version 3 and older,

@@ -4,20 +4,20 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use strata_protocol::model::{
-    ContentHash, LogId, Object, ObjectKey, ObjectMeta, Position, Revision, Space,
+    ContentHash, LogId, Object, ObjectKey, ObjectKeyParts, ObjectMeta, Position, Revision, Space,
 };
 use strata_protocol::sync::{KeyEntry, ObjectLog};
 use strata_protocol::wire::Change;
 
 fn key(k: u8) -> ObjectKey {
-    ObjectKey {
+    ObjectKey::new(ObjectKeyParts {
         space: Space::default_space(),
         group: String::new(),
         version: "v1".into(),
         kind: "ConfigMap".into(),
         namespace: None,
         name: format!("k{k}"),
-    }
+    })
 }
 
 fn object(k: u8, label: u8, rev: u64) -> Object {

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_protocol::model::{
-    ContentHash, Cursor, LogId, Object, ObjectKey, ObjectMeta, Position, Revision, Space,
+    ContentHash, Cursor, LogId, Object, ObjectKey, ObjectKeyParts, ObjectMeta, Position, Revision,
+    Space,
 };
 use strata_protocol::sync::{
     ChildSession, EverythingRoute, LinkConfig, LinkEvent, ObjectLog, ParentLink, ReportInbox,
@@ -23,14 +24,14 @@ fn at(ms: u64) -> Instant {
 }
 
 fn key(name: &str) -> ObjectKey {
-    ObjectKey {
+    ObjectKey::new(ObjectKeyParts {
         space: Space::default_space(),
         group: String::new(),
         version: "v1".into(),
         kind: "ConfigMap".into(),
         namespace: Some("default".into()),
         name: name.into(),
-    }
+    })
 }
 
 fn object(name: &str, rev: u64, size: usize) -> Object {

@@ -30,7 +30,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
-use strata_protocol::model::{Labels, ObjectKey, Space};
+use strata_protocol::model::{Labels, ObjectKey, ObjectKeyParts, Space};
 
 use crate::topology::{self, Topology, TopologySource};
 
@@ -168,14 +168,14 @@ pub struct ObjectRef {
 impl ObjectRef {
     /// The object's key in the space `default` (where scenarios apply).
     pub fn key(&self) -> ObjectKey {
-        ObjectKey {
+        ObjectKey::new(ObjectKeyParts {
             space: Space::default_space(),
             group: self.group.clone(),
             version: self.version.clone(),
             kind: self.kind.clone(),
             namespace: self.namespace.clone(),
             name: self.name.clone(),
-        }
+        })
     }
 }
 

@@ -13,7 +13,7 @@ use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 use kube::discovery::pinned_kind;
 use serde_json::Value;
-use strata_protocol::model::ObjectKey;
+use strata_protocol::model::{ObjectKey, ObjectKeyParts};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 
@@ -123,14 +123,14 @@ impl Upsync {
     }
 
     fn key(&self, rule: &UpsyncRule, r: &ObjectRef) -> ObjectKey {
-        ObjectKey {
+        ObjectKey::new(ObjectKeyParts {
             space: rule.space.clone(),
             group: r.group.clone(),
             version: rule.version.clone(),
             kind: r.kind.clone(),
             namespace: r.namespace.clone(),
             name: r.name.clone(),
-        }
+        })
     }
 
     /// What a watcher saw.

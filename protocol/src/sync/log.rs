@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{LogId, Object, ObjectKey, ObjectMeta, Position};
+use crate::model::{LogId, Object, ObjectKey, ObjectKeyParts, ObjectMeta, Position};
 use crate::wire::Change;
 
 use super::upstream::UpstreamIndex;
@@ -466,12 +466,12 @@ fn push_visibility(history: &mut Vec<Visibility>, at: Position, meta: Option<Arc
 
 /// The smallest possible key, to start index ranges at a position.
 fn min_key() -> ObjectKey {
-    ObjectKey {
+    ObjectKey::new(ObjectKeyParts {
         space: crate::model::Space(String::new()),
         group: String::new(),
         version: String::new(),
         kind: String::new(),
         namespace: None,
         name: String::new(),
-    }
+    })
 }

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_protocol::model::{
-    Body, ContentHash, Cursor, LogId, Object, ObjectKey, ObjectMeta, Position, Revision, Space,
+    Body, ContentHash, Cursor, LogId, Object, ObjectKey, ObjectKeyParts, ObjectMeta, Position,
+    Revision, Space,
 };
 use strata_protocol::sync::{
     ChildSession, LinkConfig, LinkEvent, ObjectLog, ParentLink, ReportsConfig, Route,
@@ -72,14 +73,14 @@ impl Route for DestRoute {
 }
 
 pub fn key(k: u8) -> ObjectKey {
-    ObjectKey {
+    ObjectKey::new(ObjectKeyParts {
         space: Space::default_space(),
         group: "apps".into(),
         version: "v1".into(),
         kind: "Deployment".into(),
         namespace: Some("shop".into()),
         name: format!("obj-{k}"),
-    }
+    })
 }
 
 #[derive(Debug, Clone, Copy, Default)]

@@ -4,8 +4,8 @@
 
 use proptest::prelude::*;
 use strata_protocol::model::{
-    Cluster, ContentHash, Cursor, Health, LogId, Object, ObjectKey, ObjectMeta, Position, Revision,
-    Space, Status,
+    Cluster, ContentHash, Cursor, Health, LogId, Object, ObjectKey, ObjectKeyParts, ObjectMeta,
+    Position, Revision, Space, Status,
 };
 use strata_protocol::summary::{ErrorSample, Summary};
 use strata_protocol::time::UnixMillis;
@@ -36,13 +36,15 @@ pub fn key() -> impl Strategy<Value = ObjectKey> {
         prop::option::of(name()),
         name(),
     )
-        .prop_map(|(space, group, version, kind, namespace, name)| ObjectKey {
-            space: Space(space),
-            group,
-            version,
-            kind,
-            namespace,
-            name,
+        .prop_map(|(space, group, version, kind, namespace, name)| {
+            ObjectKey::new(ObjectKeyParts {
+                space: Space(space),
+                group,
+                version,
+                kind,
+                namespace,
+                name,
+            })
         })
 }
 
@@ -184,7 +186,7 @@ fn report() -> impl Strategy<Value = Report> {
     ];
     let value = prop_oneof![
         status().prop_map(ReportValue::Status),
-        summary().prop_map(ReportValue::Summary),
+        summary().prop_map(|s| ReportValue::Summary(Box::new(s))),
         cluster().prop_map(ReportValue::Cluster),
         // `Link` travels in version 3's shape (no expiry); `LinkExpiring` with it.
         link().prop_map(|mut l| {

@@ -10,7 +10,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use strata_protocol::choice::{Decision, Seconds, Taint, is_decision};
 use strata_protocol::customize::CustomizeRule;
-use strata_protocol::model::{ContentHash, Labels, Object, ObjectKey, ObjectMeta, Revision, Space};
+use strata_protocol::model::{
+    ContentHash, Labels, Object, ObjectKey, ObjectKeyParts, ObjectMeta, Revision, Space,
+};
 use strata_protocol::overrides::{ClusterOverrides, LabelOverride, is_cluster_object};
 use strata_protocol::placement::{
     ClusterSelector, DEFAULT_MOVE_TIMEOUT, MovePolicy, MoveStrategy, ObjectSelector, Placement,
@@ -196,14 +198,14 @@ fn manifest(doc: usize, value: Value, space: &Space) -> Result<Manifest, Vec<Man
         return Err(faults);
     };
     let meta = ObjectMeta {
-        key: ObjectKey {
+        key: ObjectKey::new(ObjectKeyParts {
             space: space.clone(),
             group,
             version,
             kind,
             namespace,
             name,
-        },
+        }),
         labels,
     };
     if meta.key.group == STRATA_GROUP

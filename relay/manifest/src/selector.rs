@@ -134,6 +134,7 @@ impl FieldQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strata_protocol::model::ObjectKeyParts;
 
     fn labels(pairs: &[(&str, &str)]) -> Labels {
         pairs
@@ -155,14 +156,14 @@ mod tests {
         ])));
         assert!(LabelQuery::parse("app in prod").is_err());
         let f = FieldQuery::parse("metadata.name=web").unwrap();
-        assert!(f.matches(&ObjectKey {
+        assert!(f.matches(&ObjectKey::new(ObjectKeyParts {
             space: strata_protocol::model::Space::default_space(),
             group: String::new(),
             version: "v1".into(),
             kind: "ConfigMap".into(),
             namespace: Some("x".into()),
             name: "web".into(),
-        }));
+        })));
         assert!(FieldQuery::parse("spec.nodeName=a").is_err());
     }
 }

@@ -6,20 +6,21 @@ use std::collections::BTreeMap;
 
 use strata_node::store::{Batch, MemStore, SledStore, Store, UpstreamState};
 use strata_protocol::model::{
-    Cluster, ContentHash, Cursor, LogId, Object, ObjectKey, ObjectMeta, Position, Revision, Space,
+    Cluster, ContentHash, Cursor, LogId, Object, ObjectKey, ObjectKeyParts, ObjectMeta, Position,
+    Revision, Space,
 };
 use strata_protocol::sync::ObjectLog;
 use strata_protocol::wire::{Change, ReportKey, ReportValue, RouteId};
 
 fn key(n: u8) -> ObjectKey {
-    ObjectKey {
+    ObjectKey::new(ObjectKeyParts {
         space: Space::default_space(),
         group: String::new(),
         version: "v1".into(),
         kind: "ConfigMap".into(),
         namespace: Some("a".into()),
         name: format!("cm-{n}"),
-    }
+    })
 }
 
 fn object(n: u8, rev: u64) -> Object {

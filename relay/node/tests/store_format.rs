@@ -104,8 +104,8 @@ mod fixture {
 
     use strata_node::store::{Batch, SledStore, Store, UpstreamState};
     use strata_protocol::model::{
-        Cluster, ContentHash, Cursor, LogId, Object, ObjectKey, ObjectMeta, Position, Revision,
-        Space,
+        Cluster, ContentHash, Cursor, LogId, Object, ObjectKey, ObjectKeyParts, ObjectMeta,
+        Position, Revision, Space,
     };
     use strata_protocol::sync::ObjectLog;
     use strata_protocol::wire::{Change, ReportKey, ReportValue, RouteId};
@@ -115,14 +115,14 @@ mod fixture {
     }
 
     fn key(n: u8) -> ObjectKey {
-        ObjectKey {
+        ObjectKey::new(ObjectKeyParts {
             space: Space::default_space(),
             group: "apps".into(),
             version: "v1".into(),
             kind: "Deployment".into(),
             namespace: Some("pos".into()),
             name: format!("pos-{n}"),
-        }
+        })
     }
 
     fn cursor(p: u64) -> Cursor {

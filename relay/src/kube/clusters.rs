@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 use strata_node::clock::Clock;
 use strata_node::objects::{Manifest, manifest_from_value};
-use strata_protocol::model::{Cluster, Labels, Object, ObjectKey, Space};
+use strata_protocol::model::{Cluster, Labels, Object, ObjectKey, ObjectKeyParts, Space};
 use strata_protocol::overrides::{CLUSTER_KIND, LabelOverride, is_cluster_object};
 use strata_protocol::route::STRATA_GROUP;
 
@@ -72,14 +72,14 @@ fn entries<'a>(core: &'a NodeCore, space: &Space) -> BTreeMap<String, Entry<'a>>
 
 /// The key of the space's object for `name`.
 pub fn key(space: &Space, name: &str) -> ObjectKey {
-    ObjectKey {
+    ObjectKey::new(ObjectKeyParts {
         space: space.clone(),
         group: STRATA_GROUP.to_owned(),
         version: "v1alpha1".to_owned(),
         kind: CLUSTER_KIND.to_owned(),
         namespace: None,
         name: name.to_owned(),
-    }
+    })
 }
 
 fn stored_body(o: Option<&Object>) -> Value {

@@ -45,7 +45,7 @@ mod writes;
 pub use strata_manifest::{decode, patch, selector};
 
 use serde_json::{Value, json};
-use strata_protocol::model::{Object, ObjectKey, Space};
+use strata_protocol::model::{Object, ObjectKey, ObjectKeyParts, Space};
 
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
@@ -480,7 +480,7 @@ impl ResourceOp {
     }
 
     fn key(&self, t: &ResourceType, space: &Space, name: &str) -> ObjectKey {
-        ObjectKey {
+        ObjectKey::new(ObjectKeyParts {
             space: space.clone(),
             group: t.group.clone(),
             version: t.version.clone(),
@@ -491,7 +491,7 @@ impl ResourceOp {
                 None
             },
             name: name.to_owned(),
-        }
+        })
     }
 
     /// The stored object `key` names, whatever version it was written in.

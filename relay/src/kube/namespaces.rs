@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::json;
-use strata_protocol::model::{ObjectKey, Space};
+use strata_protocol::model::{ObjectKey, ObjectKeyParts, Space};
 
 use super::{Answer, failure};
 use crate::node::core::NodeCore;
@@ -21,14 +21,14 @@ pub const BUILT_IN: [&str; 4] = ["default", "kube-system", "kube-public", "kube-
 
 /// The key of the Namespace `name` in `space`.
 pub fn key(space: &Space, name: &str) -> ObjectKey {
-    ObjectKey {
+    ObjectKey::new(ObjectKeyParts {
         space: space.clone(),
         group: String::new(),
         version: "v1".to_owned(),
         kind: "Namespace".to_owned(),
         namespace: None,
         name: name.to_owned(),
-    }
+    })
 }
 
 /// Whether `key` names a Namespace.

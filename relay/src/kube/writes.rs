@@ -245,7 +245,7 @@ impl ResourceOp {
         };
         let mut key = self.key(t, space, &name);
         if t.namespaced && key.namespace.is_none() {
-            key.namespace = Some(
+            key.parts_mut().namespace = Some(
                 value["metadata"]["namespace"]
                     .as_str()
                     .unwrap_or("default")

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use strata_protocol::choice::RootView;
-use strata_protocol::model::{Cluster, Labels, ObjectKey};
+use strata_protocol::model::{Cluster, Labels, ObjectKey, ObjectKeyParts};
 use strata_protocol::placement::Placement;
 use strata_protocol::summary::Summary;
 use strata_protocol::wire::{Report, ReportKey, ReportValue};
@@ -257,14 +257,14 @@ impl SubtreeReports {
                 from,
                 ReportKey::Status {
                     cluster: String::new(),
-                    object: ObjectKey {
+                    object: ObjectKey::new(ObjectKeyParts {
                         space: strata_protocol::model::Space(String::new()),
                         group: String::new(),
                         version: String::new(),
                         kind: String::new(),
                         namespace: None,
                         name: String::new(),
-                    },
+                    }),
                 },
             )
         };
@@ -580,21 +580,21 @@ mod tests {
         let mut r = SubtreeReports::new();
         let key = ReportKey::Summary {
             placement: "p".into(),
-            object: ObjectKey {
+            object: ObjectKey::new(ObjectKeyParts {
                 space: strata_protocol::model::Space::default_space(),
                 group: String::new(),
                 version: "v1".into(),
                 kind: "ConfigMap".into(),
                 namespace: None,
                 name: "x".into(),
-            },
+            }),
         };
         for child in ["a", "b"] {
             r.accept(
                 child,
                 Report {
                     key: key.clone(),
-                    value: ReportValue::Summary(Summary::expected(3)),
+                    value: ReportValue::Summary(Box::new(Summary::expected(3))),
                 },
             );
         }

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::json;
 use strata_node::objects::{ClusterSpec, Manifest, cluster_specs_in, placements_in, to_object};
 use strata_protocol::choice::{Candidate, DECISION_KIND, Decision, Exclusion, Plan, Room, plan};
-use strata_protocol::model::{Cluster, ObjectKey, ObjectMeta, Revision, Space};
+use strata_protocol::model::{Cluster, ObjectKey, ObjectKeyParts, ObjectMeta, Revision, Space};
 use strata_protocol::placement::{MoveStrategy, Placement};
 use strata_protocol::route::STRATA_GROUP;
 use strata_protocol::time::{Instant, UnixMillis};
@@ -281,14 +281,14 @@ fn capacity(c: &Cluster, specs: &BTreeMap<(Space, String), ClusterSpec>) -> Opti
 
 /// The key of a placement's decision.
 pub fn decision_key(space: &Space, placement: &str) -> ObjectKey {
-    ObjectKey {
+    ObjectKey::new(ObjectKeyParts {
         space: space.clone(),
         group: STRATA_GROUP.to_owned(),
         version: "v1alpha1".to_owned(),
         kind: DECISION_KIND.to_owned(),
         namespace: None,
         name: placement.to_owned(),
-    }
+    })
 }
 
 fn decision_object(

@@ -14,7 +14,7 @@
 //! subtree is served from what this node holds.
 
 use strata_node::objects::Manifest;
-use strata_protocol::model::{ObjectKey, ObjectMeta, Position, Revision, Space};
+use strata_protocol::model::{ObjectKey, ObjectKeyParts, ObjectMeta, Position, Revision, Space};
 use strata_protocol::route::{REVOCATION_KIND, STRATA_GROUP};
 use strata_protocol::sync::{LogError, SessionError};
 use strata_protocol::time::Instant;
@@ -24,14 +24,14 @@ use super::NodeCore;
 
 /// The log key of the revocation of `name`.
 pub fn revocation_key(name: &str) -> ObjectKey {
-    ObjectKey {
+    ObjectKey::new(ObjectKeyParts {
         space: Space::default_space(),
         group: STRATA_GROUP.to_owned(),
         version: "v1alpha1".to_owned(),
         kind: REVOCATION_KIND.to_owned(),
         namespace: None,
         name: name.to_owned(),
-    }
+    })
 }
 
 /// The refusal a revoked child is closed or refused with.

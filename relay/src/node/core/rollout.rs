@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Value, json};
 use strata_node::objects::{Manifest, to_object};
 use strata_protocol::customize::CustomizeRule;
-use strata_protocol::model::{Object, ObjectKey, ObjectMeta, Revision, Space};
+use strata_protocol::model::{Object, ObjectKey, ObjectKeyParts, ObjectMeta, Revision, Space};
 use strata_protocol::placement::Placement;
 use strata_protocol::rollout::{
     COMMAND_ANNOTATION, GateHealth, GateOutcome, Phase, ROLLOUT_KIND, RolloutState,
@@ -358,14 +358,14 @@ pub fn is_rollout(meta: &ObjectMeta) -> bool {
 
 /// The key of a placement's rollout record.
 pub fn rollout_key(space: &Space, placement: &str) -> ObjectKey {
-    ObjectKey {
+    ObjectKey::new(ObjectKeyParts {
         space: space.clone(),
         group: STRATA_GROUP.to_owned(),
         version: "v1alpha1".to_owned(),
         kind: ROLLOUT_KIND.to_owned(),
         namespace: None,
         name: placement.to_owned(),
-    }
+    })
 }
 
 fn state_object(p: &Placement, state: &RolloutState, revision: Revision) -> Object {

@@ -260,7 +260,7 @@ impl NodeCore {
                         now,
                         Report {
                             key: report_key,
-                            value: ReportValue::Summary(summary),
+                            value: ReportValue::Summary(Box::new(summary)),
                         },
                     );
                 }
