@@ -53,7 +53,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsStream;
 
-use crate::transport::{ClassBytes, STREAM_CLASSES, TransportError, WireMessage, close_code};
+use crate::transport::{
+    ClassBytes, Queued, Received, STREAM_CLASSES, TransportError, WireMessage, close_code,
+};
 
 /// The largest chunk of one class written at a time: what a heartbeat may wait behind
 /// in the writer.
@@ -296,8 +298,8 @@ impl TcpLink {
     /// start nothing.
     pub(crate) fn spawn<Out: WireMessage, In: WireMessage>(
         &self,
-        outgoing: [mpsc::Receiver<Out>; 3],
-        incoming: [mpsc::Sender<Result<In, TransportError>>; 3],
+        outgoing: [mpsc::Receiver<Queued<Out>>; 3],
+        incoming: [mpsc::Sender<Received<In>>; 3],
         bytes: Arc<ClassBytes>,
         max_frame: usize,
     ) -> JoinSet<()> {
@@ -471,7 +473,7 @@ async fn read_frames(
 async fn decode_class<M: WireMessage>(
     i: usize,
     mut chunks: mpsc::UnboundedReceiver<Vec<u8>>,
-    queue: mpsc::Sender<Result<M, TransportError>>,
+    queue: mpsc::Sender<Received<M>>,
     max_frame: usize,
     bytes: Arc<ClassBytes>,
     unacked: Arc<[AtomicU64; 3]>,
@@ -486,7 +488,7 @@ async fn decode_class<M: WireMessage>(
         loop {
             match decoder.next_message::<M>() {
                 Ok(Some(msg)) => {
-                    if queue.send(Ok(msg)).await.is_err() {
+                    if queue.send(Box::new(Ok(msg))).await.is_err() {
                         return;
                     }
                 }
@@ -499,10 +501,10 @@ async fn decode_class<M: WireMessage>(
                     let detail = e.to_string();
                     link.close(code, detail.as_bytes());
                     let _ = queue
-                        .send(Err(TransportError::Malformed {
+                        .send(Box::new(Err(TransportError::Malformed {
                             class: Some(class),
                             detail,
-                        }))
+                        })))
                         .await;
                     return;
                 }

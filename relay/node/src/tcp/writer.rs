@@ -14,7 +14,7 @@ use super::{
     CHUNK, CLOSE, CLOSE_WRITE_TIMEOUT, CREDIT, DATA, Event, HEADER, Inner, PING, Stream, lossy,
     set_closed, streams,
 };
-use crate::transport::{ClassBytes, STREAM_CLASSES, WireMessage};
+use crate::transport::{ClassBytes, Queued, STREAM_CLASSES, WireMessage};
 
 /// Writes one frame: the 8-byte header, then `payload`; returns the bytes written.
 pub(super) async fn write_frame(
@@ -47,7 +47,7 @@ pub(super) struct Pending {
 
 pub(super) struct Writer<M> {
     pub(super) wr: WriteHalf<Stream>,
-    pub(super) queues: [mpsc::Receiver<M>; 3],
+    pub(super) queues: [mpsc::Receiver<Queued<M>>; 3],
     pub(super) events: mpsc::UnboundedReceiver<Event>,
     pub(super) credit: [u64; 3],
     pub(super) pending: [Pending; 3],
@@ -236,7 +236,7 @@ impl<M: WireMessage> Writer<M> {
         }
     }
 
-    fn take(&mut self, i: usize, m: Option<M>) {
+    fn take(&mut self, i: usize, m: Option<Queued<M>>) {
         match m {
             Some(m) => self.stage(i, &m),
             None => self.open[i] = false,
