@@ -252,6 +252,18 @@ pub async fn render(
         &one(stats.setting_up as f64),
     );
     out.family(
+        "strata_child_connections_total",
+        Kind::Counter,
+        "Children's connections opened here, reconnections included: it climbs while links drop and come back.",
+        &one(stats.children_connected as f64),
+    );
+    out.family(
+        "strata_plans_total",
+        Kind::Counter,
+        "Times the root planned its placements again (always 0 below the root).",
+        &one(stats.plans as f64),
+    );
+    out.family(
         "strata_store_bytes",
         Kind::Gauge,
         "Bytes the store uses.",

@@ -29,7 +29,7 @@ pub fn of_placement(core: &NodeCore, placement: &Placement) -> Option<Value> {
         .map(|o| o.key().clone())
         .collect();
     let merged = keys.iter().fold(Summary::default(), |acc, key| {
-        acc.merged(&core.reports().summarize(placement, key, core.root_view()))
+        acc.merged(&core.summary(placement, key))
     });
     Some(show_all(
         &placement.status_summary,

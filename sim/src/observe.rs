@@ -129,11 +129,7 @@ async fn root_view(hierarchy: &SimHierarchy) -> Option<RootView> {
         for p in &placements {
             for (meta, _) in &objects {
                 if p.selects_object(meta) {
-                    summaries.push((
-                        p.name.clone(),
-                        meta.key.clone(),
-                        c.reports().summarize(p, &meta.key, c.root_view()),
-                    ));
+                    summaries.push((p.name.clone(), meta.key.clone(), c.summary(p, &meta.key)));
                 }
             }
         }

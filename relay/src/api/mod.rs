@@ -644,7 +644,7 @@ async fn get_objects(
                             !is_strata_object(&o.meta) && p.selects_object(&o.meta)
                         })
                         .map(|p| {
-                            let s = core.reports().summarize(p, o.key(), core.root_view());
+                            let s = core.summary(p, o.key());
                             // What each child reported for its subtree.
                             let by_child: Vec<Value> = core
                                 .reports()

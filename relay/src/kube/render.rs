@@ -57,12 +57,7 @@ pub fn summaries(core: &NodeCore, object: &Object) -> Vec<(String, Summary)> {
     core.placements()
         .iter()
         .filter(|p| p.selects_object(&object.meta))
-        .map(|p| {
-            (
-                p.name.clone(),
-                core.reports().summarize(p, object.key(), core.root_view()),
-            )
-        })
+        .map(|p| (p.name.clone(), core.summary(p, object.key())))
         .collect()
 }
 

@@ -195,7 +195,7 @@ async fn summary_complete(
                     .find(|o| o.key().name == "payload")?
                     .key()
                     .clone();
-                let s = c.reports().summarize(&placement, &key, c.root_view());
+                let s = c.summary(&placement, &key);
                 Some(s.health.available as usize == leaves && s.min_revision == Some(Revision(rev)))
             })
             .await
@@ -306,6 +306,7 @@ pub(crate) async fn topology(
 
     // Updates of the object alone.
     perf_window("updates", true);
+    let churn_before = tree.churn().await;
     let cpu_before = procstat::cpu_by_thread(&TIER_THREADS);
     let mut p1 = Vec::new();
     let mut p3 = Vec::new();
@@ -335,6 +336,7 @@ pub(crate) async fn topology(
     }
     let cpu_after = procstat::cpu_by_thread(&TIER_THREADS);
     perf_window("updates", false);
+    let churn_after = tree.churn().await;
     let rounds = opts.rounds.max(1) as u64;
     let p2 = tree
         .levels
@@ -399,6 +401,10 @@ pub(crate) async fn topology(
         },
         cpu_idle_per_sec,
         cpu_updates,
+        updates_reconnects: churn_after
+            .connections
+            .saturating_sub(churn_before.connections),
+        updates_plans: churn_after.plans.saturating_sub(churn_before.plans),
         cpu_total,
         process_cpu_secs: procstat::process_cpu(),
         peak_rss,

@@ -264,6 +264,13 @@ pub struct TopologyReport {
     pub cpu_idle_per_sec: Vec<(String, f64)>,
     /// CPU seconds per tier (thread group) during the update rounds.
     pub cpu_updates: Vec<(String, f64)>,
+    /// Child connections opened at the relays and the root during the update rounds
+    /// (0 while every link holds), and the root's plans meanwhile.
+    #[serde(default)]
+    pub updates_reconnects: u64,
+    /// See `updates_reconnects`.
+    #[serde(default)]
+    pub updates_plans: u64,
     /// CPU seconds per tier for the whole hierarchy's life.
     pub cpu_total: Vec<(String, f64)>,
     /// CPU seconds of the process that ran this hierarchy.

@@ -98,6 +98,11 @@ fn topology(out: &mut String, t: &TopologyReport) {
     };
     let _ = writeln!(out, "CPU s/s idle          {}", cpu(&t.cpu_idle_per_sec));
     let _ = writeln!(out, "CPU s during updates  {}", cpu(&t.cpu_updates));
+    let _ = writeln!(
+        out,
+        "during updates        {} child connections opened (0: every link held), root planned {} times",
+        t.updates_reconnects, t.updates_plans
+    );
     let _ = writeln!(out, "CPU s whole run       {}", cpu(&t.cpu_total));
     let _ = writeln!(
         out,

@@ -384,6 +384,26 @@ impl Tree {
         out
     }
 
+    /// Child connections opened at every running relay and the root so far (reconnections
+    /// included), and how many times the root planned: read before and after a phase,
+    /// they say whether links dropped during it.
+    pub(crate) async fn churn(&self) -> Churn {
+        let mut churn = Churn::default();
+        for (level, nodes) in self.levels.iter().enumerate() {
+            for slot in nodes {
+                let Some(h) = &slot.handle else { continue };
+                let stats = h.client().query(|c| c.stats().clone()).await;
+                if let Some(stats) = stats {
+                    churn.connections += stats.children_connected;
+                    if level == 0 {
+                        churn.plans += stats.plans;
+                    }
+                }
+            }
+        }
+        churn
+    }
+
     /// Relays (root excluded).
     pub(crate) fn relay_count(&self) -> usize {
         self.levels.iter().skip(1).map(Vec::len).sum()
@@ -494,4 +514,13 @@ fn start_node(
     .map_err(|e| BenchError::setup(&slot.name, e))?;
     slot.handle = Some(handle);
     Ok(())
+}
+
+/// Counters of links coming and going, summed over a hierarchy's nodes.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Churn {
+    /// Child connections opened.
+    pub(crate) connections: u64,
+    /// Times the root planned.
+    pub(crate) plans: u64,
 }

@@ -83,6 +83,7 @@ impl NodeCore {
                 reason: format!("{name:?} is not a child of {:?}", self.name),
             });
         }
+        self.stats.children_connected += 1;
         let route = self.route_for(name, false);
         let session = ChildSession::new(now, name.to_owned(), route, self.config.clone());
         self.pending.insert(

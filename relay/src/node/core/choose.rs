@@ -50,6 +50,7 @@ impl NodeCore {
         if self.parent.is_some() {
             return Vec::new();
         }
+        self.stats.plans += 1;
         let wall = self.wall(now);
         let placements = placements_in(&self.log);
         let specs = cluster_specs_in(&self.log);
@@ -244,7 +245,7 @@ impl NodeCore {
                 !strata_protocol::route::is_strata_object(&o.meta) && p.selects_object(&o.meta)
             })
             .all(|o| {
-                let s = self.reports.summarize(p, o.key(), &self.root_view);
+                let s = self.summary(p, o.key());
                 s.expected == routed && s.health.available >= s.expected
             })
     }

@@ -146,7 +146,7 @@ impl NodeCore {
             overrides: strata_node::objects::overrides_in(&self.log),
             decisions: strata_node::objects::decisions_in(&self.log),
         };
-        self.selections.clear();
+        self.selections.get_mut().clear();
         self.revoked = self
             .log
             .live()

@@ -23,6 +23,7 @@
 //! * `links.rs`: the children's links as this node sees them (the tier tree's records);
 //! * `revoke.rs`: names revoked at the root, refused and closed at every tier.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -84,6 +85,9 @@ pub struct Applied {
     pub unchanged: Vec<ObjectKey>,
 }
 
+/// Placements' selections by (space, placement, current revision).
+type Selections = BTreeMap<(Space, String, bool), super::reports::Selection>;
+
 /// Counters for metrics.
 #[derive(Debug, Default, Clone)]
 pub struct CoreStats {
@@ -98,6 +102,11 @@ pub struct CoreStats {
     pub sessions_refused: u64,
     /// Sessions setting up at the last processing.
     pub setting_up: u64,
+    /// Child connections opened (each new connection of a child, reconnections
+    /// included): a figure that climbs while links are steady means links drop.
+    pub children_connected: u64,
+    /// At the root: times the placements were planned again.
+    pub plans: u64,
 }
 
 /// The state of one node.
@@ -137,9 +146,10 @@ pub struct NodeCore {
     /// Objects whose summaries may have changed.
     dirty: BTreeSet<ObjectKey>,
     /// Which clusters each placement selects here, by (space, placement, current
-    /// revision): kept across summary ticks while the inventory does not move (an
-    /// update moves only statuses), dropped when placements or the root's view change.
-    selections: BTreeMap<(Space, String, bool), crate::node::reports::Selection>,
+    /// revision): kept across summary ticks and queries while the inventory does not
+    /// move (an update moves only statuses), dropped when placements or the root's view
+    /// change. A cache, so queries through `&self` fill it too ([`NodeCore::summary`]).
+    selections: RefCell<Selections>,
     routes_stale: bool,
     /// Everything must be reported upward at the next processing.
     report_all: bool,
@@ -273,7 +283,7 @@ impl NodeCore {
             parent,
             sent: BTreeMap::new(),
             dirty: BTreeSet::new(),
-            selections: BTreeMap::new(),
+            selections: RefCell::default(),
             routes_stale: true,
             report_all: false,
             run: setup.run,

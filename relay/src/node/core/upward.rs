@@ -8,8 +8,12 @@ use strata_protocol::model::{Cluster, ObjectKey, ObjectMeta};
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{Report, ReportKey, ReportValue};
 
-use super::NodeCore;
+use super::{NodeCore, Selections};
+use crate::node::reports::SubtreeReports;
 use strata_node::store::ReportSlot;
+use strata_protocol::choice::RootView;
+use strata_protocol::placement::Placement;
+use strata_protocol::summary::Summary;
 
 impl NodeCore {
     pub(super) fn accept_report(
@@ -208,7 +212,6 @@ impl NodeCore {
                 })
                 .collect();
         let none_cut_off = BTreeSet::new();
-        let generation = self.reports.inventory_generation();
         for placement in &self.placements {
             // Which clusters the placement selects is the same for every object (one
             // selection for current objects, one for pinned revisions): computed once
@@ -238,21 +241,14 @@ impl NodeCore {
                     }
                     continue;
                 }
-                let current = strata_protocol::waves::pinned_key(object).is_none();
-                let at = (placement.space.clone(), placement.name.clone(), current);
-                let selection = match self.selections.entry(at) {
-                    Entry::Occupied(e) if e.get().made_at(generation) => e.into_mut(),
-                    Entry::Occupied(mut e) => {
-                        e.insert(self.reports.selection(placement, &self.root_view, current));
-                        e.into_mut()
-                    }
-                    Entry::Vacant(e) => {
-                        e.insert(self.reports.selection(placement, &self.root_view, current))
-                    }
-                };
-                let summary =
-                    self.reports
-                        .summarize_in(selection, placement, object, &none_cut_off);
+                let summary = summary_with(
+                    self.selections.get_mut(),
+                    &self.reports,
+                    &self.root_view,
+                    placement,
+                    object,
+                    &none_cut_off,
+                );
                 if self.sent.get(&key) != Some(&summary) {
                     self.stats.summaries_sent += 1;
                     self.sent.insert(key, summary.clone());
@@ -270,4 +266,46 @@ impl NodeCore {
         // interval too would add its 100 ms at every tier on the way to the root.
         link.flush_reports();
     }
+}
+
+impl NodeCore {
+    /// The summary of `object` under `placement` over this node's subtree, as
+    /// [`SubtreeReports::summarize`] makes it, with the clusters the placement selects
+    /// kept across calls while the inventory holds: at 10,000 clusters making that
+    /// selection is most of a summary's cost, and every status a user or the bench asks
+    /// the root for made it again.
+    pub fn summary(&self, placement: &Placement, object: &ObjectKey) -> Summary {
+        summary_with(
+            &mut self.selections.borrow_mut(),
+            &self.reports,
+            &self.root_view,
+            placement,
+            object,
+            &BTreeSet::new(),
+        )
+    }
+}
+
+/// A summary over the cached selection of its placement, made (again) when missing or
+/// made at another inventory generation.
+fn summary_with(
+    selections: &mut Selections,
+    reports: &SubtreeReports,
+    root: &RootView,
+    placement: &Placement,
+    object: &ObjectKey,
+    cut_off: &BTreeSet<String>,
+) -> Summary {
+    let current = strata_protocol::waves::pinned_key(object).is_none();
+    let at = (placement.space.clone(), placement.name.clone(), current);
+    let generation = reports.inventory_generation();
+    let selection = match selections.entry(at) {
+        Entry::Occupied(e) if e.get().made_at(generation) => e.into_mut(),
+        Entry::Occupied(mut e) => {
+            e.insert(reports.selection(placement, root, current));
+            e.into_mut()
+        }
+        Entry::Vacant(e) => e.insert(reports.selection(placement, root, current)),
+    };
+    reports.summarize_in(selection, placement, object, cut_off)
 }
