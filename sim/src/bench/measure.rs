@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::procstat;
 use super::tree::{Applied, TIER_THREADS, Tree};
-use super::{BenchError, Dist, Memory, Options, Resync, Storm, TierBytes, TopologyReport};
+use super::{BenchError, Dist, Memory, Options, P3Hops, Resync, Storm, TierBytes, TopologyReport};
 
 /// The placement every benchmark object is selected by.
 const PLACEMENT: &str = "apiVersion: strata.dev/v1alpha1
@@ -83,6 +83,11 @@ async fn apply(root: &NodeClient, text: String) -> Result<u64, BenchError> {
         .revision
         .map(|p| p.0)
         .ok_or_else(|| BenchError::setup("apply", "nothing changed"))
+}
+
+/// Milliseconds, as the report prints them.
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// The encoded size (as it travels, frame header included) of the object `name`.
@@ -310,6 +315,7 @@ pub(crate) async fn topology(
     let cpu_before = procstat::cpu_by_thread(&TIER_THREADS);
     let mut p1 = Vec::new();
     let mut p3 = Vec::new();
+    let mut p3_hops = Vec::new();
     let mut tier_sent = vec![0u64; tree.levels.len()];
     let mut root_received = 0u64;
     let mut window = Duration::ZERO;
@@ -319,9 +325,37 @@ pub(crate) async fn topology(
         let before = tree.link_stats().await;
         let start = Instant::now();
         let rev = apply(&root, object("payload", opts.object_bytes, round)).await?;
+        // The first tier's own summaries, watched beside the root's: which hop a late
+        // summary waited on.
+        let tier1 = tree.level_clients(1);
+        let per_tier1 = leaves / tier1.len().max(1);
+        let tier1_done = tokio::spawn(async move {
+            let mut done = Vec::new();
+            for client in &tier1 {
+                done.push(
+                    summary_complete(client, per_tier1, rev, limit(leaves))
+                        .await
+                        .ok(),
+                );
+            }
+            done
+        });
         let got = arrivals.wait(0..leaves, rev, start, limit(leaves)).await?;
         let done = summary_complete(&root, leaves, rev, limit(leaves)).await?;
         let done = done.saturating_duration_since(start);
+        let last_applied = got.iter().map(|g| g.1).max().unwrap_or_default();
+        let tier1_last = tier1_done
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| d.map(|d| d.saturating_duration_since(start)))
+            .max()
+            .flatten();
+        p3_hops.push(P3Hops {
+            last_applied_ms: ms(last_applied),
+            tier1_complete_ms: tier1_last.map(ms),
+            root_complete_ms: ms(done),
+        });
         p1.extend(got.iter().map(|g| g.1));
         p3.extend(got.iter().map(|g| done.saturating_sub(g.1)));
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -387,6 +421,7 @@ pub(crate) async fn topology(
         p3_root_bytes_received_per_update: root_received / rounds,
         p3_root_children: fanout[0],
         update_window_secs: window.as_secs_f64() / rounds as f64,
+        p3_hops,
         p4: region,
         storm,
         memory: Memory {

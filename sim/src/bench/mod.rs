@@ -221,6 +221,18 @@ pub struct Memory {
     pub per_agent_unconnected: u64,
 }
 
+/// Where one update's statuses were on their way to the root's summary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct P3Hops {
+    /// The last leaf applied the update.
+    pub last_applied_ms: f64,
+    /// Every first-tier relay's summary showed all its leaves (`None`: one never did
+    /// within the bench's limit).
+    pub tier1_complete_ms: Option<f64>,
+    /// The root's summary showed every leaf.
+    pub root_complete_ms: f64,
+}
+
 /// Figures for one hierarchy.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TopologyReport {
@@ -251,6 +263,10 @@ pub struct TopologyReport {
     pub p3_root_children: usize,
     /// Mean update window over which bytes are counted (apply to summary + 200 ms).
     pub update_window_secs: f64,
+    /// Per update round: when the last leaf applied, when the slowest first-tier relay's
+    /// own summary showed all its leaves, and when the root's did (ms after the apply).
+    #[serde(default)]
+    pub p3_hops: Vec<P3Hops>,
     /// P4a (tree only).
     pub p4: Option<Resync>,
     /// P4b.

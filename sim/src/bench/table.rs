@@ -44,6 +44,17 @@ fn topology(out: &mut String, t: &TopologyReport) {
         t.p3_root_bytes_received_per_update / t.p3_root_children.max(1) as u64,
         t.update_window_secs
     );
+    for (round, h) in t.p3_hops.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "P3 hops, update {}    last leaf applied {:.0} ms; tier-1 summaries complete {}; root {:.0} ms",
+            round + 1,
+            h.last_applied_ms,
+            h.tier1_complete_ms
+                .map_or("never".to_owned(), |t| format!("{t:.0} ms")),
+            h.root_complete_ms
+        );
+    }
     if let Some(r) = &t.p4 {
         let _ = writeln!(
             out,

@@ -404,6 +404,16 @@ impl Tree {
         churn
     }
 
+    /// Clients of the running nodes of one level (0 is the root).
+    pub(crate) fn level_clients(&self, level: usize) -> Vec<NodeClient> {
+        self.levels
+            .get(level)
+            .into_iter()
+            .flatten()
+            .filter_map(|slot| slot.handle.as_ref().map(NodeHandle::client))
+            .collect()
+    }
+
     /// Relays (root excluded).
     pub(crate) fn relay_count(&self) -> usize {
         self.levels.iter().skip(1).map(Vec::len).sum()
