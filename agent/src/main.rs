@@ -94,6 +94,8 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
             (Box::new(cluster), "Kubernetes API")
         }
     };
+    // From here on a SIGTERM waits for the agent to start and then stops it cleanly.
+    let mut signals = strata_node::process::Signals::new();
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
     let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.data)?);
     let connector = config
@@ -133,7 +135,7 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
         }
         None => None,
     };
-    strata_node::process::wait_for_signal().await;
+    signals.recv().await;
     tracing::info!("shutting down");
     if let Some(task) = ops {
         task.abort();

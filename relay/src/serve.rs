@@ -12,7 +12,7 @@ use crate::join::{JoinSetupError, Joining};
 use crate::metrics::MetricsBindError;
 use crate::node::runtime::{self, NodeClient, NodeError, NodeHandle, NodeParts};
 use strata_node::clock::Clock;
-use strata_node::process::{RandomSourceFailed, random_bytes, random_u64, wait_for_signal};
+use strata_node::process::{RandomSourceFailed, Signals, random_bytes, random_u64};
 use strata_node::store::{EtcdStore, SledStore, Store, StoreError};
 use strata_node::tls::{self, Identity, TlsError};
 use strata_node::transport::{self, TransportError};
@@ -248,6 +248,8 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         }
         _ => open_replica(&config)?,
     };
+    // From here on a SIGTERM waits for the node to start and then stops it cleanly.
+    let mut signals = Signals::new();
     let handle = start_on(&config, store.clone())?;
     // Other replicas' commits: the writer's log at a standby, children's reports at all.
     let following = etcd.as_deref().map(|s| follow(s, handle.client()));
@@ -280,7 +282,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         }
         None => None,
     };
-    wait_for_signal().await;
+    signals.recv().await;
     tracing::info!("shutting down");
     for task in [api, metrics, following].into_iter().flatten() {
         task.abort();

@@ -364,6 +364,8 @@ pub async fn run(file: &Path, data: Option<PathBuf>, log: Option<String>) -> any
         log: log.or_else(|| std::env::var("RUST_LOG").ok()),
         ..UpOptions::default()
     };
+    // One listener for the whole run: a SIGTERM between two waits is kept, not lost.
+    let mut signals = strata_node::process::Signals::new();
     let mut h = Hierarchy::start(checked.topology, &dir, &options)?;
     let (relays, agents) = h.counts();
     println!(
@@ -373,7 +375,7 @@ pub async fn run(file: &Path, data: Option<PathBuf>, log: Option<String>) -> any
     );
     let connected = tokio::select! {
         r = h.wait_connected(|n, total| println!("links connected: {n}/{total}")) => r,
-        _ = strata_node::process::wait_for_signal() => {
+        _ = signals.recv() => {
             println!("stopping");
             report_stop(h.stop().await);
             return Ok(());
@@ -399,7 +401,7 @@ pub async fn run(file: &Path, data: Option<PathBuf>, log: Option<String>) -> any
     );
     let died = loop {
         tokio::select! {
-            _ = strata_node::process::wait_for_signal() => break None,
+            _ = signals.recv() => break None,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {
                 if let Err(e) = h.check_alive() {
                     break Some(e);

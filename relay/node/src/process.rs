@@ -88,20 +88,55 @@ pub fn init_logging(args: &LogArgs) {
     }
 }
 
-/// Returns on SIGTERM or SIGINT (Ctrl-C).
-pub async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the node");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// SIGTERM and SIGINT (Ctrl-C), watched from when this is made until it is dropped.
+///
+/// Make it once, early, and keep it: tokio drops a signal that arrives while nobody
+/// listens for it, so a listener made afresh for each wait (say, in a loop beside a
+/// timer) misses a SIGTERM that lands between two of them.
+pub struct Signals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Starts watching both signals. One that cannot be watched is logged, and the
+    /// other still stops the process.
+    pub fn new() -> Signals {
+        use tokio::signal::unix::{SignalKind, signal};
+        let watch = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::error!(error = %e, signal = name, "cannot watch the signal");
+                None
+            }
+        };
+        Signals {
+            term: watch(SignalKind::terminate(), "SIGTERM"),
+            int: watch(SignalKind::interrupt(), "SIGINT"),
         }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+    }
+
+    /// Returns when SIGTERM or SIGINT has arrived since this was made or last returned.
+    /// Cancel-safe: a signal is not lost when this future is dropped.
+    pub async fn recv(&mut self) {
+        async fn one(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = one(&mut self.term) => {}
+            _ = one(&mut self.int) => {}
+        }
+    }
+}
+
+impl Default for Signals {
+    fn default() -> Signals {
+        Signals::new()
     }
 }
 

@@ -8,6 +8,7 @@
 mod etcd_cluster;
 
 mod etcd_store;
+mod signals;
 mod store;
 mod store_crash;
 mod store_format;
