@@ -122,6 +122,38 @@ fn tuned(tunnels: u32) -> quinn::TransportConfig {
     t
 }
 
+/// The UDP receive buffer a listening endpoint asks the kernel for.
+///
+/// A relay's one socket takes the datagrams of all its children. The kernel's default
+/// (208 KiB, which it counts with overhead: about 90 small datagrams on loopback)
+/// overflows in a burst, when every child acknowledges an update or reports at once,
+/// or reconnects, while the relay is busy. A datagram dropped there waits for QUIC's
+/// loss recovery: a probe timeout that doubles with each loss in a row, seconds for a
+/// status that had nothing else to wait for. Linux grants at most
+/// `net.core.rmem_max`; [`server_endpoint`] warns when it granted less.
+pub const RECEIVE_BUFFER: usize = 4 << 20;
+
+/// Asks for [`RECEIVE_BUFFER`] on a listening socket; says what it got.
+fn size_receive_buffer(socket: &std::net::UdpSocket, listen: SocketAddr) {
+    let sock = socket2::SockRef::from(socket);
+    if let Err(e) = sock.set_recv_buffer_size(RECEIVE_BUFFER) {
+        tracing::warn!(%listen, error = %e, "cannot size the UDP receive buffer; keeping the system's default");
+        return;
+    }
+    // Linux reports twice what it grants (the other half is its bookkeeping).
+    let granted = sock.recv_buffer_size().unwrap_or(0);
+    if granted < RECEIVE_BUFFER {
+        tracing::warn!(
+            %listen,
+            granted_kib = granted / 1024,
+            wanted_kib = RECEIVE_BUFFER / 1024,
+            "the kernel granted a smaller UDP receive buffer than asked for; in bursts from many children datagrams are dropped and wait for QUIC's retransmission: raise it with `sysctl -w net.core.rmem_max={RECEIVE_BUFFER}`"
+        );
+    } else {
+        tracing::debug!(%listen, granted_kib = granted / 1024, "UDP receive buffer sized");
+    }
+}
+
 /// A listening endpoint. `secret` must persist across restarts: it keys the stateless
 /// resets and connection IDs, so that children of a restarted node learn at once that
 /// their connection is gone instead of waiting out the idle timeout.
@@ -135,6 +167,7 @@ pub fn server_endpoint(
         addr: listen,
         source,
     })?;
+    size_receive_buffer(&socket, listen);
     Endpoint::new(endpoint, Some(server), socket, Arc::new(TokioRuntime)).map_err(|source| {
         TransportError::Bind {
             addr: listen,

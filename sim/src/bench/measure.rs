@@ -14,7 +14,9 @@ use tokio::time::Instant;
 
 use super::procstat;
 use super::tree::{Applied, TIER_THREADS, Tree};
-use super::{BenchError, Dist, Memory, Options, P3Hops, Resync, Storm, TierBytes, TopologyReport};
+use super::{
+    BenchError, Dist, Memory, Options, P3Hops, Resync, Storm, TierBytes, TierHop, TopologyReport,
+};
 
 /// The placement every benchmark object is selected by.
 const PLACEMENT: &str = "apiVersion: strata.dev/v1alpha1
@@ -182,6 +184,24 @@ impl Arrivals {
     }
 }
 
+/// Whether `node`'s summary of the payload shows `leaves` leaves available at `rev`.
+async fn shows_all(node: &NodeClient, leaves: usize, rev: u64) -> bool {
+    node.query(move |c| {
+        let placement = c.placements().first()?.clone();
+        let key = c
+            .log()
+            .live()
+            .find(|o| o.key().name == "payload")?
+            .key()
+            .clone();
+        let s = c.summary(&placement, &key);
+        Some(s.health.available as usize == leaves && s.min_revision == Some(Revision(rev)))
+    })
+    .await
+    .flatten()
+    .unwrap_or(false)
+}
+
 /// Waits until the root's summary of `name` shows every leaf available at `rev`.
 async fn summary_complete(
     root: &NodeClient,
@@ -191,22 +211,7 @@ async fn summary_complete(
 ) -> Result<Instant, BenchError> {
     let start = Instant::now();
     loop {
-        let done = root
-            .query(move |c| {
-                let placement = c.placements().first()?.clone();
-                let key = c
-                    .log()
-                    .live()
-                    .find(|o| o.key().name == "payload")?
-                    .key()
-                    .clone();
-                let s = c.summary(&placement, &key);
-                Some(s.health.available as usize == leaves && s.min_revision == Some(Revision(rev)))
-            })
-            .await
-            .flatten()
-            .unwrap_or(false);
-        if done {
+        if shows_all(root, leaves, rev).await {
             return Ok(Instant::now());
         }
         if start.elapsed() > limit {
@@ -217,6 +222,47 @@ async fn summary_complete(
             });
         }
         tokio::time::sleep(SUMMARY_POLL).await;
+    }
+}
+
+/// When each relay of one tier showed all of its leaves at `rev` in its own summary,
+/// after `start`: every relay not yet complete is asked at each poll, so that one late
+/// relay does not delay the others' times. Gives up at `limit`.
+async fn tier_complete(
+    level: usize,
+    relays: Vec<(String, NodeClient)>,
+    leaves_each: usize,
+    rev: u64,
+    start: Instant,
+    limit: Duration,
+) -> TierHop {
+    let mut waiting = relays;
+    let mut done: Vec<(Duration, String)> = Vec::new();
+    while !waiting.is_empty() && start.elapsed() <= limit {
+        let mut still = Vec::new();
+        for (name, client) in waiting {
+            if shows_all(&client, leaves_each, rev).await {
+                done.push((start.elapsed(), name));
+            } else {
+                still.push((name, client));
+            }
+        }
+        waiting = still;
+        if !waiting.is_empty() {
+            tokio::time::sleep(SUMMARY_POLL).await;
+        }
+    }
+    done.sort();
+    let median = done.get(done.len() / 2).map(|d| ms(d.0));
+    TierHop {
+        level,
+        relays: done.len() + waiting.len(),
+        incomplete: waiting.len(),
+        median_ms: median,
+        slowest: match waiting.first() {
+            Some((name, _)) => Some((name.clone(), None)),
+            None => done.last().map(|(t, n)| (n.clone(), Some(ms(*t)))),
+        },
     }
 }
 
@@ -325,35 +371,35 @@ pub(crate) async fn topology(
         let before = tree.link_stats().await;
         let start = Instant::now();
         let rev = apply(&root, object("payload", opts.object_bytes, round)).await?;
-        // The first tier's own summaries, watched beside the root's: which hop a late
+        // Each relay tier's own summaries, watched beside the root's: which hop a late
         // summary waited on.
-        let tier1 = tree.level_clients(1);
-        let per_tier1 = leaves / tier1.len().max(1);
-        let tier1_done = tokio::spawn(async move {
-            let mut done = Vec::new();
-            for client in &tier1 {
-                done.push(
-                    summary_complete(client, per_tier1, rev, limit(leaves))
-                        .await
-                        .ok(),
-                );
-            }
-            done
-        });
+        let tiers: Vec<_> = (1..tree.levels.len())
+            .map(|level| {
+                let relays = tree.level_clients(level);
+                let each = leaves / relays.len().max(1);
+                tokio::spawn(tier_complete(
+                    level,
+                    relays,
+                    each,
+                    rev,
+                    start,
+                    limit(leaves),
+                ))
+            })
+            .collect();
         let got = arrivals.wait(0..leaves, rev, start, limit(leaves)).await?;
         let done = summary_complete(&root, leaves, rev, limit(leaves)).await?;
         let done = done.saturating_duration_since(start);
         let last_applied = got.iter().map(|g| g.1).max().unwrap_or_default();
-        let tier1_last = tier1_done
-            .await
-            .unwrap_or_default()
-            .into_iter()
-            .map(|d| d.map(|d| d.saturating_duration_since(start)))
-            .max()
-            .flatten();
+        let mut by_tier = Vec::new();
+        for t in tiers {
+            if let Ok(hop) = t.await {
+                by_tier.push(hop);
+            }
+        }
         p3_hops.push(P3Hops {
             last_applied_ms: ms(last_applied),
-            tier1_complete_ms: tier1_last.map(ms),
+            tiers: by_tier,
             root_complete_ms: ms(done),
         });
         p1.extend(got.iter().map(|g| g.1));
@@ -406,7 +452,7 @@ pub(crate) async fn topology(
     let cpu_total = procstat::cpu_by_thread(&TIER_THREADS).into_iter().collect();
     let relays = tree.relay_count() + 1;
     tree.shutdown().await;
-    let (phase_peaks, peak_rss) = peaks.finish();
+    let (phase_peaks, peak_rss, udp_drops) = peaks.finish();
     Ok(TopologyReport {
         label: label.to_owned(),
         fanout: fanout.to_vec(),
@@ -444,6 +490,7 @@ pub(crate) async fn topology(
         process_cpu_secs: procstat::process_cpu(),
         peak_rss,
         phase_peaks,
+        udp_drops,
     })
 }
 

@@ -226,11 +226,25 @@ pub struct Memory {
 pub struct P3Hops {
     /// The last leaf applied the update.
     pub last_applied_ms: f64,
-    /// Every first-tier relay's summary showed all its leaves (`None`: one never did
-    /// within the bench's limit).
-    pub tier1_complete_ms: Option<f64>,
+    /// Each relay tier, the first (below the root) first.
+    pub tiers: Vec<TierHop>,
     /// The root's summary showed every leaf.
     pub root_complete_ms: f64,
+}
+
+/// When the relays of one tier showed all of their own leaves in their summaries.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TierHop {
+    /// Hops below the root.
+    pub level: usize,
+    /// Relays in the tier.
+    pub relays: usize,
+    /// Relays that never showed all their leaves within the bench's limit.
+    pub incomplete: usize,
+    /// The median relay's time (`None`: none completed).
+    pub median_ms: Option<f64>,
+    /// The last relay, and its time (`None`: it never completed).
+    pub slowest: Option<(String, Option<f64>)>,
 }
 
 /// Figures for one hierarchy.
@@ -296,6 +310,10 @@ pub struct TopologyReport {
     /// The peak RSS of each phase (registration, first delivery, updates, resync,
     /// storm), in order.
     pub phase_peaks: Vec<(String, u64)>,
+    /// UDP datagrams the kernel dropped at full receive buffers in each phase (the
+    /// whole machine's count: meaningful on a quiet machine only).
+    #[serde(default)]
+    pub udp_drops: Vec<(String, u64)>,
 }
 
 /// The NATS baseline's figures.

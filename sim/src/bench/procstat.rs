@@ -16,14 +16,22 @@ pub(crate) fn peak_rss_bytes() -> u64 {
     status_kib("VmHWM:") * 1024
 }
 
+/// A figure per phase, in order.
+pub(crate) type ByPhase = Vec<(String, u64)>;
+
 /// The peak RSS of each phase of a run: [`Peaks::end`] records the peak since the last
 /// mark under a name and starts the next phase's peak from the RSS of now (the kernel's
 /// `clear_refs` reset of `VmHWM`). Where that reset is refused, every phase reads the
 /// process's peak so far, which is still an upper bound.
+///
+/// Each phase also records the UDP datagrams the kernel dropped at full receive
+/// buffers meanwhile ([`udp_receive_drops`]).
 #[derive(Debug, Default)]
 pub(crate) struct Peaks {
     phases: Vec<(String, u64)>,
     overall: u64,
+    drops_at: u64,
+    drops: Vec<(String, u64)>,
 }
 
 impl Peaks {
@@ -32,6 +40,8 @@ impl Peaks {
         let p = Self {
             phases: Vec::new(),
             overall: peak_rss_bytes(),
+            drops_at: udp_receive_drops(),
+            drops: Vec::new(),
         };
         reset_peak();
         p
@@ -43,13 +53,42 @@ impl Peaks {
         self.overall = self.overall.max(peak);
         self.phases.push((name.to_owned(), peak));
         reset_peak();
+        let drops = udp_receive_drops();
+        self.drops
+            .push((name.to_owned(), drops.saturating_sub(self.drops_at)));
+        self.drops_at = drops;
     }
 
-    /// Each phase's peak, and the process's peak over all of them and before.
-    pub(crate) fn finish(self) -> (Vec<(String, u64)>, u64) {
+    /// Each phase's peak, the process's peak over all of them and before, and each
+    /// phase's UDP drops.
+    pub(crate) fn finish(self) -> (ByPhase, u64, ByPhase) {
         let overall = self.overall.max(peak_rss_bytes());
-        (self.phases, overall)
+        (self.phases, overall, self.drops)
     }
+}
+
+/// UDP datagrams the kernel dropped because a socket's receive buffer was full, over
+/// the whole network namespace since boot (`RcvbufErrors` of `/proc/net/snmp` and
+/// `/proc/net/snmp6`): only this process's on a quiet machine.
+pub(crate) fn udp_receive_drops() -> u64 {
+    let v4 = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let mut udp = v4.lines().filter(|l| l.starts_with("Udp: "));
+    let v4_drops = match (udp.next(), udp.next()) {
+        (Some(names), Some(values)) => names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .find(|(n, _)| *n == "RcvbufErrors")
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+            .unwrap_or(0),
+        _ => 0,
+    };
+    let v6 = std::fs::read_to_string("/proc/net/snmp6").unwrap_or_default();
+    let v6_drops = v6
+        .lines()
+        .filter_map(|l| l.strip_prefix("Udp6RcvbufErrors"))
+        .find_map(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    v4_drops + v6_drops
 }
 
 /// Resets `VmHWM` to the current RSS (`echo 5 > /proc/self/clear_refs`).

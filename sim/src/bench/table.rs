@@ -45,13 +45,29 @@ fn topology(out: &mut String, t: &TopologyReport) {
         t.update_window_secs
     );
     for (round, h) in t.p3_hops.iter().enumerate() {
+        let tiers: Vec<String> = h
+            .tiers
+            .iter()
+            .rev()
+            .map(|tier| {
+                let at = |t: Option<f64>| t.map_or("never".to_owned(), |t| format!("{t:.0} ms"));
+                let slowest = match &tier.slowest {
+                    Some((name, t)) => format!("{} ({name})", at(*t)),
+                    None => "none".to_owned(),
+                };
+                format!(
+                    "tier {} median {}, last {slowest}",
+                    tier.level,
+                    at(tier.median_ms)
+                )
+            })
+            .collect();
         let _ = writeln!(
             out,
-            "P3 hops, update {}    last leaf applied {:.0} ms; tier-1 summaries complete {}; root {:.0} ms",
+            "P3 hops, update {}    last leaf applied {:.0} ms; {}; root {:.0} ms",
             round + 1,
             h.last_applied_ms,
-            h.tier1_complete_ms
-                .map_or("never".to_owned(), |t| format!("{t:.0} ms")),
+            tiers.join("; "),
             h.root_complete_ms
         );
     }
@@ -127,6 +143,16 @@ fn topology(out: &mut String, t: &TopologyReport) {
         .map(|(name, bytes)| format!("{name} {:.0}", mib(*bytes)))
         .collect();
     let _ = writeln!(out, "peak RSS by phase MiB {}", phases.join(", "));
+    let drops: Vec<String> = t
+        .udp_drops
+        .iter()
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "UDP datagrams dropped at full receive buffers (whole machine) {}",
+        drops.join(", ")
+    );
 }
 
 /// The report as a table, with ratios against the baselines and the goals' verdicts.

@@ -405,12 +405,15 @@ impl Tree {
     }
 
     /// Clients of the running nodes of one level (0 is the root).
-    pub(crate) fn level_clients(&self, level: usize) -> Vec<NodeClient> {
+    pub(crate) fn level_clients(&self, level: usize) -> Vec<(String, NodeClient)> {
         self.levels
             .get(level)
             .into_iter()
             .flatten()
-            .filter_map(|slot| slot.handle.as_ref().map(NodeHandle::client))
+            .filter_map(|slot| {
+                let client = slot.handle.as_ref().map(NodeHandle::client)?;
+                Some((slot.name.clone(), client))
+            })
             .collect()
     }
 
