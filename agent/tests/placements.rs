@@ -190,6 +190,15 @@ fn placements_choose_spread_drain_make_before_break_and_respect_capacity() {
     assert!(root.var("STRATA_TOKEN").is_some());
     const DEPLOY: &str = "/spaces/default/apis/apps/v1/namespaces/shop/deployments/web";
 
+    // Links connect before the clusters' inventory has climbed to the root: a plan
+    // made before then chooses among the clusters known, and keeps its choice.
+    root.eventually("the root knows every cluster", |r| {
+        let clusters = r.relay(&["clusters"]);
+        ["eu-1", "eu-2", "eu-3", "us-1", "us-2", "us-3", "solo"]
+            .iter()
+            .all(|c| clusters.contains(c))
+    });
+
     // count 3 spread over two regions: 2 + 1, all available.
     root.apply("app.yaml", APP);
     root.eventually("three clusters run the app", |r| {

@@ -79,9 +79,7 @@ impl NodeCore {
             .live()
             .filter(|o| !is_strata_object(&o.meta) && p.selects_object(&o.meta))
         {
-            let s = self
-                .reports
-                .summarize_without(p, o.key(), &self.root_view, &cut_off);
+            let s = self.summary_without(p, o.key(), &cut_off);
             // A cluster that still reports an earlier revision has not taken this one
             // yet: what it says (a failure of the revision rolled back, say) is not
             // this revision's health. The gate waits for it (or times out).

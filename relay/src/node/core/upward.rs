@@ -275,13 +275,25 @@ impl NodeCore {
     /// selection is most of a summary's cost, and every status a user or the bench asks
     /// the root for made it again.
     pub fn summary(&self, placement: &Placement, object: &ObjectKey) -> Summary {
+        self.summary_without(placement, object, &BTreeSet::new())
+    }
+
+    /// [`NodeCore::summary`] leaving out the summaries of the children in `cut_off`, as
+    /// [`SubtreeReports::summarize_without`] does (a rollout's gate, for children whose
+    /// links are down).
+    pub(super) fn summary_without(
+        &self,
+        placement: &Placement,
+        object: &ObjectKey,
+        cut_off: &BTreeSet<String>,
+    ) -> Summary {
         summary_with(
             &mut self.selections.borrow_mut(),
             &self.reports,
             &self.root_view,
             placement,
             object,
-            &BTreeSet::new(),
+            cut_off,
         )
     }
 }
