@@ -616,10 +616,10 @@ fn an_overdue_ack_resends_in_a_new_epoch_that_a_stale_batch_cannot_overtake() {
     let resent = o.poll_transmit(at(5100)).expect("resent after timeout");
     assert_eq!((resent.epoch, resent.epoch_start, resent.seq), (2, 0, 0));
     assert_eq!(resent.items.len(), 2);
-    assert!(inbox.handle(at(5100), resent.clone()).is_some());
+    assert!(inbox.handle(resent.clone()).is_some());
     // The lost batch shows up late: an older epoch is never accepted again.
-    assert!(inbox.handle(at(5100), first).is_none());
-    assert_eq!(inbox.poll_ack(at(5100), false), Some((2, 0)));
+    assert!(inbox.handle(first).is_none());
+    assert_eq!(inbox.poll_ack(), Some((2, 0)));
     o.handle_ack(2, 0);
     assert_eq!(o.unacked_len(), 0);
 }
@@ -634,106 +634,14 @@ fn the_inbox_accepts_only_the_next_batch_of_an_epoch() {
         items: vec![],
     };
     assert!(
-        inbox.handle(at(0), batch(1, 0, 1)).is_none(),
+        inbox.handle(batch(1, 0, 1)).is_none(),
         "a new epoch starts at its start"
     );
-    assert!(inbox.handle(at(0), batch(1, 0, 0)).is_some());
-    assert!(inbox.handle(at(0), batch(1, 0, 0)).is_none(), "duplicate");
-    assert!(inbox.handle(at(0), batch(1, 0, 2)).is_none(), "gap");
-    assert!(inbox.handle(at(0), batch(1, 0, 1)).is_some());
-    assert_eq!(inbox.poll_ack(at(0), false), Some((1, 1)));
-}
-
-fn batch(epoch: u32, seq: u64) -> Reports {
-    Reports {
-        epoch,
-        epoch_start: 0,
-        seq,
-        items: vec![],
-    }
-}
-
-#[test]
-fn a_lone_batch_is_acked_with_the_next_message_or_by_the_delay_and_a_second_at_once() {
-    let mut inbox = ReportInbox::with_ack_delay(Duration::from_secs(5));
-    assert!(inbox.handle(at(100), batch(1, 0)).is_some());
-    assert_eq!(inbox.poll_ack(at(100), false), None, "waits for a ride");
-    assert_eq!(inbox.ack_deadline(), Some(at(5100)));
-    assert_eq!(inbox.poll_ack(at(200), true), Some((1, 0)), "rides along");
-    assert_eq!(inbox.ack_deadline(), None);
-    assert_eq!(inbox.poll_ack(at(200), true), None, "owed once");
-
-    assert!(inbox.handle(at(300), batch(1, 1)).is_some());
-    assert_eq!(inbox.poll_ack(at(5299), false), None);
-    assert_eq!(inbox.poll_ack(at(5300), false), Some((1, 1)), "by the delay");
-
-    assert!(inbox.handle(at(6000), batch(1, 2)).is_some());
-    assert!(inbox.handle(at(6050), batch(1, 3)).is_some());
-    assert_eq!(
-        inbox.poll_ack(at(6050), false),
-        Some((1, 3)),
-        "a second batch is acked at once"
-    );
-
-    assert!(inbox.handle(at(7000), batch(1, 3)).is_none());
-    assert_eq!(
-        inbox.poll_ack(at(7000), false),
-        Some((1, 3)),
-        "a duplicate is answered at once"
-    );
-    assert!(inbox.handle(at(7100), batch(1, 9)).is_none());
-    assert_eq!(inbox.poll_ack(at(7100), false), Some((1, 3)), "so is a gap");
-}
-
-#[test]
-fn a_session_sends_a_lone_reports_ack_behind_its_next_message_or_by_the_heartbeat() {
-    let log = root_log(1, 10);
-    let config = SessionConfig {
-        heartbeat: Duration::from_secs(5),
-        idle_timeout: Duration::from_secs(20),
-        ..SessionConfig::default()
-    };
-    let mut s = session(config);
-    s.handle_message(at(0), hello("site-1", 1, MAX_PROTOCOL_VERSION));
-    s.handle_message(
-        at(0),
-        ChildToParent::Subscribe {
-            epoch: 1,
-            after: Cursor::default(),
-            route: None,
-        },
-    );
-    drain(&mut s, at(0), &log);
-    let acks = |out: &[ParentToChild]| {
-        out.iter()
-            .filter_map(|m| match m {
-                ParentToChild::ReportsAck { epoch, seq } => Some((*epoch, *seq)),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-    };
-
-    // A lone batch: nothing goes for it alone before the deadline.
-    s.handle_message(at(1000), ChildToParent::Reports(batch(1, 0)));
-    assert!(drain(&mut s, at(1000), &log).is_empty());
-    assert_eq!(s.poll_timeout(), Some(at(5000)), "the heartbeat comes first");
-    s.handle_timeout(at(5000));
-    let out = drain(&mut s, at(5000), &log);
-    assert!(out.iter().any(|m| matches!(m, ParentToChild::Ping { .. })));
-    assert_eq!(acks(&out), vec![(1, 0)], "rides with the ping, once");
-
-    // A pong to the child's ping carries the next lone batch's ack.
-    s.handle_message(at(6000), ChildToParent::Reports(batch(1, 1)));
-    s.handle_message(at(6000), ChildToParent::Ping { nonce: 9 });
-    let out = drain(&mut s, at(6000), &log);
-    assert!(matches!(out.first(), Some(ParentToChild::Pong { nonce: 9 })));
-    assert_eq!(acks(&out), vec![(1, 1)]);
-
-    // A second batch before the first's ack went: both are acknowledged at once.
-    s.handle_message(at(7000), ChildToParent::Reports(batch(1, 2)));
-    assert!(drain(&mut s, at(7000), &log).is_empty());
-    s.handle_message(at(7100), ChildToParent::Reports(batch(1, 3)));
-    assert_eq!(acks(&drain(&mut s, at(7100), &log)), vec![(1, 3)]);
+    assert!(inbox.handle(batch(1, 0, 0)).is_some());
+    assert!(inbox.handle(batch(1, 0, 0)).is_none(), "duplicate");
+    assert!(inbox.handle(batch(1, 0, 2)).is_none(), "gap");
+    assert!(inbox.handle(batch(1, 0, 1)).is_some());
+    assert_eq!(inbox.poll_ack(), Some((1, 1)));
 }
 
 #[test]

@@ -171,8 +171,6 @@ impl ChildSession {
     /// `node`, routed by `route`.
     pub fn new(now: Instant, node: String, route: SharedRoute, config: SessionConfig) -> Self {
         let liveness = Liveness::new(now, config.heartbeat, config.idle_timeout);
-        // A lone batch's ack rides with the next message, the heartbeat at the latest.
-        let reports = ReportInbox::with_ack_delay(config.heartbeat);
         ChildSession {
             config,
             node,
@@ -183,7 +181,7 @@ impl ChildSession {
             hold: None,
             after_hint: None,
             acked: None,
-            reports,
+            reports: ReportInbox::new(),
             liveness,
             control: VecDeque::new(),
             events: VecDeque::new(),
@@ -287,12 +285,12 @@ impl ChildSession {
             return;
         }
         self.liveness.on_receive(now);
-        if let Err(e) = self.dispatch(now, msg) {
+        if let Err(e) = self.dispatch(msg) {
             self.close(e);
         }
     }
 
-    fn dispatch(&mut self, now: Instant, msg: ChildToParent) -> Result<(), SessionError> {
+    fn dispatch(&mut self, msg: ChildToParent) -> Result<(), SessionError> {
         match (&self.phase, msg) {
             (Phase::AwaitHello, ChildToParent::Hello(hello)) => self.on_hello(hello, None),
             (Phase::AwaitHello, ChildToParent::ReplicaHello { hello, replica }) => {
@@ -346,7 +344,7 @@ impl ChildSession {
             }
             (_, ChildToParent::Ack { epoch, seq, cursor }) => self.on_ack(epoch, seq, cursor),
             (_, ChildToParent::Reports(batch)) => {
-                if let Some(items) = self.reports.handle(now, batch.received()) {
+                if let Some(items) = self.reports.handle(batch.received()) {
                     self.events.push_back(SessionEvent::Reports(items));
                 }
                 Ok(())
@@ -482,11 +480,8 @@ impl ChildSession {
                     nonce: self.ping_nonce,
                     mark,
                 });
-                // Acks may have been lost: repeat the last one with every heartbeat
-                // (an ack owed rides with this ping instead: see `poll_transmit`).
-                if !self.reports.owes_ack()
-                    && let Some((epoch, seq)) = self.reports.last_ack()
-                {
+                // Acks may have been lost: repeat the last one with every heartbeat.
+                if let Some((epoch, seq)) = self.reports.last_ack() {
                     self.control
                         .push_back(ParentToChild::ReportsAck { epoch, seq });
                 }
@@ -502,13 +497,10 @@ impl ChildSession {
         match self.phase {
             Phase::Closed => None,
             Phase::AwaitHello => Some(self.liveness.idle_deadline()),
-            Phase::Open => {
-                let at = match self.hold {
-                    Some(h) => h.min(self.liveness.next_deadline()),
-                    None => self.liveness.next_deadline(),
-                };
-                Some(self.reports.ack_deadline().map_or(at, |a| a.min(at)))
-            }
+            Phase::Open => Some(match self.hold {
+                Some(h) => h.min(self.liveness.next_deadline()),
+                None => self.liveness.next_deadline(),
+            }),
         }
     }
 
@@ -518,10 +510,9 @@ impl ChildSession {
     }
 
     /// The next message to send. Control messages (acks, pongs, pings) come before
-    /// bulk downsync, which is bounded by the flow-control window. A reports ack owed
-    /// goes with whatever else goes, or alone once due (see [`ReportInbox`]).
+    /// bulk downsync, which is bounded by the flow-control window.
     pub fn poll_transmit(&mut self, now: Instant, log: &ObjectLog) -> Option<ParentToChild> {
-        if let Some((epoch, seq)) = self.reports.poll_ack(now, false) {
+        if let Some((epoch, seq)) = self.reports.poll_ack() {
             self.control
                 .push_back(ParentToChild::ReportsAck { epoch, seq });
         }
@@ -536,11 +527,6 @@ impl ChildSession {
             None => None,
         };
         if msg.is_some() {
-            // Something goes to the child: an ack owed goes right behind it.
-            if let Some((epoch, seq)) = self.reports.poll_ack(now, true) {
-                self.control
-                    .push_front(ParentToChild::ReportsAck { epoch, seq });
-            }
             self.liveness.on_send(now);
         }
         msg

@@ -212,50 +212,23 @@ impl ReportOutbox {
 }
 
 /// The parent's side of the report stream of one session.
-///
-/// Acks are delayed like QUIC's: a lone batch's ack waits to ride with the next
-/// message the parent sends the child anyway (a downsync frame, a heartbeat), at most
-/// the delay it was made with; a second batch, a duplicate or a gap is acknowledged at
-/// once. A leaf reports once per update, so an ack of its own would be one more packet
-/// each way on every link (the ack, and the transport's acknowledgement of it) for
-/// nothing the child waits on: its outbox holds up to eight batches in flight, and
-/// resends only after an ack is overdue by far longer.
 #[derive(Debug, Clone, Default)]
 pub struct ReportInbox {
     epoch: Option<u32>,
     next_seq: u64,
-    /// An ack is owed: something arrived since the last one.
-    owed: bool,
-    /// ... and goes with the next transmit, whatever else goes.
-    urgent: bool,
-    /// Batches accepted since the last ack.
-    held: u32,
-    /// When an owed ack that is not urgent goes at the latest.
-    owed_by: Option<Instant>,
-    /// How long a lone batch's ack may wait (zero: none waits).
-    delay: Duration,
+    ack_due: bool,
 }
 
 impl ReportInbox {
-    /// A fresh inbox for a new session that acknowledges every batch at once.
+    /// A fresh inbox for a new session.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// A fresh inbox whose lone batches' acks wait up to `delay` for a message to ride
-    /// with.
-    pub fn with_ack_delay(delay: Duration) -> Self {
-        ReportInbox {
-            delay,
-            ..Self::default()
-        }
-    }
-
     /// Returns the batch's reports if it is the next one in order; `None` for a
     /// duplicate, a stale epoch or a gap (the child will resend). Either way an ack of
-    /// what is held becomes owed, so the child learns where the parent stands: at once
-    /// unless the batch was accepted and is the only one since the last ack.
-    pub fn handle(&mut self, now: Instant, batch: Reports) -> Option<Vec<Report>> {
+    /// what is held becomes due, so the child learns where the parent stands.
+    pub fn handle(&mut self, batch: Reports) -> Option<Vec<Report>> {
         let accept = match self.epoch {
             Some(e) if batch.epoch == e => batch.seq == self.next_seq,
             Some(e) if batch.epoch > e => {
@@ -264,47 +237,23 @@ impl ReportInbox {
             Some(_) => false,
             None => batch.seq == batch.epoch_start,
         };
+        self.ack_due = self.epoch.is_some() || accept;
         if !accept {
-            if self.epoch.is_some() {
-                self.owed = true;
-                self.urgent = true;
-            }
             return None;
         }
         self.epoch = Some(batch.epoch);
         self.next_seq = batch.seq + 1;
-        self.owed = true;
-        self.held += 1;
-        if self.held >= 2 || self.delay.is_zero() {
-            self.urgent = true;
-        } else {
-            self.owed_by.get_or_insert(now + self.delay);
-        }
         Some(batch.items)
     }
 
     /// The ack to send, once the driver has persisted what [`ReportInbox::handle`]
-    /// returned: `(epoch, seq)`; `riding` says another message goes to the child now.
-    pub fn poll_ack(&mut self, now: Instant, riding: bool) -> Option<(u32, u64)> {
-        let due = self.urgent || riding || self.owed_by.is_some_and(|t| now >= t);
-        if !self.owed || !due {
+    /// returned: `(epoch, seq)`.
+    pub fn poll_ack(&mut self) -> Option<(u32, u64)> {
+        if !std::mem::take(&mut self.ack_due) {
             return None;
         }
-        self.owed = false;
-        self.urgent = false;
-        self.held = 0;
-        self.owed_by = None;
-        self.last_ack()
-    }
-
-    /// When an owed ack goes even if nothing else does.
-    pub fn ack_deadline(&self) -> Option<Instant> {
-        self.owed_by.filter(|_| self.owed)
-    }
-
-    /// Whether an ack is owed (it will go with the next message, or by its deadline).
-    pub fn owes_ack(&self) -> bool {
-        self.owed
+        let epoch = self.epoch?;
+        Some((epoch, self.next_seq.checked_sub(1)?))
     }
 
     /// The last ack, to repeat with heartbeats (acks may be lost).
@@ -312,4 +261,3 @@ impl ReportInbox {
         Some((self.epoch?, self.next_seq.checked_sub(1)?))
     }
 }
-
