@@ -62,14 +62,10 @@ fn topology(out: &mut String, t: &TopologyReport) {
                 )
             })
             .collect();
-        let _ = writeln!(
-            out,
-            "P3 hops, update {}    last leaf applied {:.0} ms; {}; root {:.0} ms",
-            round + 1,
-            h.last_applied_ms,
-            tiers.join("; "),
-            h.root_complete_ms
-        );
+        let mut hops = vec![format!("last leaf applied {:.0} ms", h.last_applied_ms)];
+        hops.extend(tiers);
+        hops.push(format!("root {:.0} ms", h.root_complete_ms));
+        let _ = writeln!(out, "P3 hops, update {}    {}", round + 1, hops.join("; "));
     }
     if let Some(r) = &t.p4 {
         let _ = writeln!(
