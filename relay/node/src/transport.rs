@@ -141,7 +141,7 @@ fn size_receive_buffer(socket: &std::net::UdpSocket, listen: SocketAddr) {
         return;
     }
     // Linux reports twice what it grants (the other half is its bookkeeping).
-    let granted = sock.recv_buffer_size().unwrap_or(0);
+    let granted = sock.recv_buffer_size().unwrap_or(0) / 2;
     if granted < RECEIVE_BUFFER {
         tracing::warn!(
             %listen,
