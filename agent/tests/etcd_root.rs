@@ -299,12 +299,41 @@ fn a_child_moves_between_serving_replicas_with_a_delta() {
             tls("c1")
         ),
     );
-    let _eu = spawn(dir, "eu", "relay");
-    let _c1 = spawn(dir, "c1", "agent");
     let objects = || sample(c1_ops, "strata_agent_objects{cluster=\"c1\"}").unwrap_or(0.0);
     let connected =
         |r: &Replica| sample(r.ops_port, "strata_children_connected{node=\"center\"}") == Some(1.0);
     let snapshots = || sample(eu_ops, "strata_parent_snapshots_total{node=\"eu\"}");
+    wait_until("the standby runs", dir, || {
+        sample(b.ops_port, "strata_root_standby{node=\"center\"}") == Some(1.0)
+    });
+    // eu dials its parent's addresses with happy eyeballs: the standby first, the
+    // writer 250 ms later if the standby has not answered yet. On a loaded machine the
+    // writer can win that race, and eu rightly stays where it is served. The story
+    // below needs eu at the standby, so eu is started again (at most a few times)
+    // until it lands there; each start keeps its store, as a restart in the field does.
+    let mut eu = None;
+    for start in 1..=5 {
+        let node = spawn(dir, "eu", "relay");
+        wait_until("eu connects to a replica", dir, || {
+            connected(&a) || connected(&b)
+        });
+        if connected(&b) {
+            eu = Some(node);
+            break;
+        }
+        eprintln!("start {start} of eu reached the writer first; starting eu again");
+        // SIGTERM: eu closes its link, so the writer drops it at once.
+        let mut node = node;
+        let term = Command::new("kill")
+            .args(["-TERM", &node.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+        node.0.wait().unwrap();
+        wait_until("the writer sees eu gone", dir, || !connected(&a));
+    }
+    let _eu = eu.expect("eu never reached the standby in 5 starts");
+    let _c1 = spawn(dir, "c1", "agent");
     // Served by the standby: the app reaches the agent through it, and the cluster
     // it reported reaches the writer (through etcd).
     wait_until(
