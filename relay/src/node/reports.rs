@@ -388,6 +388,7 @@ impl SubtreeReports {
             records.iter().map(|(from, _)| from.clone()).collect();
         Selection {
             generation: self.inventory_generation,
+            unique_names: names.len() == records.len(),
             records,
             selecting_children,
         }
@@ -402,63 +403,155 @@ impl SubtreeReports {
         object: &ObjectKey,
         cut_off: &BTreeSet<String>,
     ) -> Summary {
+        let mut one =
+            self.summarize_many(selection, placement, std::slice::from_ref(object), cut_off);
+        one.pop().unwrap_or_default()
+    }
+
+    /// The summaries of `objects` (sorted, without repeats; all current keys or all
+    /// pinned revisions' keys) over one [`SubtreeReports::selection`], in their order.
+    ///
+    /// The same as [`SubtreeReports::summarize_in`] of each, for a fraction of the cost:
+    /// a child's summaries and a cluster's statuses are neighbours in the reports' order
+    /// (by child, then cluster, then object), so each child and each selected cluster is
+    /// one seek and a walk over its entries for `objects`, where looking up every
+    /// object of every cluster by its whole key was most of a relay's CPU in a
+    /// reconnect storm (every object's summary made again as each cluster came back).
+    pub fn summarize_many(
+        &self,
+        selection: &Selection,
+        placement: &Placement,
+        objects: &[ObjectKey],
+        cut_off: &BTreeSet<String>,
+    ) -> Vec<Summary> {
         let Selection {
             records,
             selecting_children,
+            unique_names,
             ..
         } = selection;
-        let mut s = Summary::default();
-        // Children that summarized this object cover their whole subtree; count the
-        // clusters of other children one by one.
-        let mut via_summary: BTreeSet<&str> = BTreeSet::new();
-        let mut slot: ReportSlot = (
-            String::new(),
-            ReportKey::Summary {
-                placement: placement.name.clone(),
-                object: object.clone(),
-            },
-        );
+        let mut out = vec![Summary::default(); objects.len()];
+        let (Some(first), Some(last)) = (objects.first(), objects.last()) else {
+            return out;
+        };
+        // Children that summarized an object cover their whole subtree for it; count
+        // the clusters of other children one by one.
+        let mut via_summary: BTreeSet<(usize, &str)> = BTreeSet::new();
+        let summary_of = |from: &str, object: &ObjectKey| -> ReportSlot {
+            (
+                from.to_owned(),
+                ReportKey::Summary {
+                    placement: placement.name.clone(),
+                    object: object.clone(),
+                },
+            )
+        };
+        let (mut lo, mut hi) = (summary_of("", first), summary_of("", last));
         for from in selecting_children {
             let from = from.as_str();
             if cut_off.contains(from) {
                 continue;
             }
-            from.clone_into(&mut slot.0);
-            if let Some(ReportValue::Summary(sum)) = self.stored.get(&slot) {
-                s.merge(sum);
-                via_summary.insert(from);
+            from.clone_into(&mut lo.0);
+            from.clone_into(&mut hi.0);
+            for (i, value) in among(objects, self.stored.range(&lo..=&hi)) {
+                if let ReportValue::Summary(sum) = value {
+                    out[i].merge(sum);
+                    via_summary.insert((i, from));
+                }
             }
         }
         // A cluster's status is kept under the child that reported the cluster; those
-        // of a child whose summary counted are in that summary already.
-        let mut reported: BTreeSet<&str> = BTreeSet::new();
-        let mut silent = 0u64;
-        slot.1 = ReportKey::Status {
-            cluster: String::new(),
-            object: object.clone(),
+        // of a child whose summary counted are in that summary already. A cluster two
+        // children report (it moved) counts once as reported: with such names the
+        // reported ones are collected by name, else counting suffices.
+        let mut reported: Vec<BTreeSet<&str>> = if *unique_names {
+            Vec::new()
+        } else {
+            vec![BTreeSet::new(); objects.len()]
         };
+        let mut silent = vec![0u64; objects.len()];
+        // Per object, whether the record at hand reported it (with unique names).
+        let mut found = vec![false; if *unique_names { objects.len() } else { 0 }];
+        let status_of = |object: &ObjectKey| -> ReportSlot {
+            (
+                String::new(),
+                ReportKey::Status {
+                    cluster: String::new(),
+                    object: object.clone(),
+                },
+            )
+        };
+        let (mut lo, mut hi) = (status_of(first), status_of(last));
         for (from, name) in records {
             let (from, name) = (from.as_str(), name.as_str());
-            if via_summary.contains(from) {
-                continue;
+            let counted = |i: usize| via_summary.is_empty() || !via_summary.contains(&(i, from));
+            for (slot, cluster) in [(&mut lo, name), (&mut hi, name)] {
+                from.clone_into(&mut slot.0);
+                if let ReportKey::Status { cluster: c, .. } = &mut slot.1 {
+                    cluster.clone_into(c);
+                }
             }
-            from.clone_into(&mut slot.0);
-            if let ReportKey::Status { cluster, .. } = &mut slot.1 {
-                name.clone_into(cluster);
+            found.iter_mut().for_each(|f| *f = false);
+            for (i, value) in among(objects, self.stored.range(&lo..=&hi)) {
+                if let ReportValue::Status(status) = value
+                    && counted(i)
+                {
+                    out[i].add_status(name, status);
+                    match reported.get_mut(i) {
+                        Some(names) => {
+                            names.insert(name);
+                        }
+                        None => found[i] = true,
+                    }
+                }
             }
-            if let Some(ReportValue::Status(status)) = self.stored.get(&slot) {
-                s.add_status(name, status);
-                reported.insert(name);
+            if *unique_names {
+                for (i, found) in found.iter().enumerate() {
+                    if counted(i) && !found {
+                        silent[i] += 1;
+                    }
+                }
             }
         }
-        for (from, name) in records {
-            if !via_summary.contains(from.as_str()) && !reported.contains(name.as_str()) {
-                silent += 1;
+        if !*unique_names {
+            for (from, name) in records {
+                for (i, names) in reported.iter().enumerate() {
+                    if !via_summary.contains(&(i, from.as_str())) && !names.contains(name.as_str())
+                    {
+                        silent[i] += 1;
+                    }
+                }
             }
         }
-        s.merge(&Summary::expected(silent));
-        s
+        for (s, silent) in out.iter_mut().zip(silent) {
+            s.merge(&Summary::expected(silent));
+        }
+        out
     }
+}
+
+/// The entries of `range` (reports of one child about one thing, in the order of their
+/// objects) whose object is among `objects` (sorted), with its index there: a merge of
+/// two sorted lists.
+fn among<'a>(
+    objects: &[ObjectKey],
+    range: impl Iterator<Item = (&'a ReportSlot, &'a ReportValue)>,
+) -> impl Iterator<Item = (usize, &'a ReportValue)> {
+    let mut next = 0;
+    range.filter_map(move |((_, key), value)| {
+        let (ReportKey::Status { object, .. } | ReportKey::Summary { object, .. }) = key else {
+            return None;
+        };
+        while let Some(wanted) = objects.get(next) {
+            match wanted.cmp(object) {
+                std::cmp::Ordering::Less => next += 1,
+                std::cmp::Ordering::Equal => return Some((next, value)),
+                std::cmp::Ordering::Greater => return None,
+            }
+        }
+        None
+    })
 }
 
 /// The clusters a placement sends its objects to in a subtree (see
@@ -473,6 +566,8 @@ pub struct Selection {
     records: Vec<(String, String)>,
     /// The children that reported a selected cluster.
     selecting_children: BTreeSet<String>,
+    /// Whether no cluster is in `records` twice (under two children: it moved).
+    unique_names: bool,
 }
 
 impl Selection {
@@ -485,6 +580,8 @@ impl Selection {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+
+    use strata_protocol::model::{Health, Status};
 
     use super::*;
 
@@ -603,5 +700,117 @@ mod tests {
         assert_eq!(of_a.len(), 1);
         assert!(r.remove(&of_a[0]));
         assert_eq!(r.iter().count(), 1);
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new(ObjectKeyParts {
+            space: strata_protocol::model::Space::default_space(),
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some("pos".into()),
+            name: name.into(),
+        })
+    }
+
+    fn status(cluster: &str, object: &ObjectKey, health: Health) -> Report {
+        Report {
+            key: ReportKey::Status {
+                cluster: cluster.into(),
+                object: object.clone(),
+            },
+            value: ReportValue::Status(Status {
+                health,
+                revision: strata_protocol::model::Revision(7),
+                observed_generation: None,
+                message: (health == Health::Failed).then(|| format!("{cluster} broke")),
+                numbers: [("ready".to_owned(), 1)].into(),
+                status: Vec::new(),
+                observed_at: strata_protocol::time::UnixMillis(1),
+            }),
+        }
+    }
+
+    fn summary_of(placement: &str, object: &ObjectKey, expected: u64) -> Report {
+        Report {
+            key: ReportKey::Summary {
+                placement: placement.into(),
+                object: object.clone(),
+            },
+            value: ReportValue::Summary(Box::new(Summary::expected(expected))),
+        }
+    }
+
+    #[test]
+    fn many_objects_summarized_at_once_are_each_summarized_alone() {
+        let placement = Placement {
+            space: strata_protocol::model::Space::default_space(),
+            name: "p".into(),
+            objects: vec![],
+            clusters: strata_protocol::placement::ClusterSelector::default(),
+            upsync: vec![],
+            moves: Default::default(),
+            customize: vec![],
+            status_summary: vec![],
+            rollout: None,
+        };
+        // Sorted: b, d, f are summarized; a, c, e, g only lie between them.
+        let [a, b, c, d, e, f, g] = ["a", "b", "c", "d", "e", "f", "g"].map(key);
+        let wanted = [b.clone(), d.clone(), f.clone()];
+        let mut r = SubtreeReports::new();
+        for agent in ["a1", "a2", "a3"] {
+            r.accept(agent, cluster(agent, &[]));
+            for o in [&a, &c, &e, &g] {
+                r.accept(agent, status(agent, o, Health::Available));
+            }
+        }
+        // a1 reports every wanted object, a2 all but d (failed on f), a3 none.
+        for o in &wanted {
+            r.accept("a1", status("a1", o, Health::Available));
+        }
+        r.accept("a2", status("a2", &b, Health::Progressing));
+        r.accept("a2", status("a2", &f, Health::Failed));
+        // The relay eu (clusters e1, e2) summarized b and f, and another placement's d.
+        for c in ["e1", "e2"] {
+            r.accept("eu", cluster(c, &["eu"]));
+        }
+        r.accept("eu", summary_of("p", &b, 2));
+        r.accept("eu", summary_of("p", &f, 2));
+        r.accept("eu", summary_of("other", &d, 2));
+
+        let root = RootView::default();
+        let check = |r: &SubtreeReports, cut_off: &BTreeSet<String>| -> Vec<Summary> {
+            let selection = r.selection(&placement, &root, true);
+            let many = r.summarize_many(&selection, &placement, &wanted, cut_off);
+            let alone: Vec<Summary> = wanted
+                .iter()
+                .map(|o| r.summarize_in(&selection, &placement, o, cut_off))
+                .collect();
+            assert_eq!(many, alone);
+            many
+        };
+        let none = BTreeSet::new();
+        let counts = |s: &[Summary]| {
+            s.iter()
+                .map(|s| (s.expected, s.reporting))
+                .collect::<Vec<_>>()
+        };
+        // b: a1, a2 report, a3 silent, eu's summary (2 expected); d: a1 reports, a2,
+        // a3 and eu's e1, e2 silent (eu summarized d for another placement only);
+        // f: as b.
+        let all = check(&r, &none);
+        assert_eq!(counts(&all), [(5, 2), (5, 1), (5, 2)]);
+        assert_eq!(all[2].errors, 1);
+        // eu cut off: its summaries do not count, its clusters are silent.
+        let cut = check(&r, &["eu".to_owned()].into());
+        assert_eq!(counts(&cut), [(5, 2), (5, 1), (5, 2)]);
+        // a1's cluster moves to us and is reported under both: a status of it under
+        // either record makes neither silent (b, f: 5 expected as before), and one
+        // under each counts once per record (d).
+        r.accept("us", cluster("a1", &["us"]));
+        r.accept("us", status("a1", &d, Health::Available));
+        let moved = check(&r, &none);
+        assert_eq!(counts(&moved), [(5, 2), (6, 2), (5, 2)]);
+        assert!(!r.selection(&placement, &root, true).unique_names);
     }
 }

@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use super::procstat;
 use super::tree::{Applied, TIER_THREADS, Tree};
 use super::{
-    BenchError, Dist, Memory, Options, P3Hops, Resync, Storm, TierBytes, TierHop, TopologyReport,
+    BenchError, Dist, Memory, Options, P3Hops, Resync, Storm, StormRefusals, TierBytes, TierHop,
+    TopologyReport,
 };
 
 /// The placement every benchmark object is selected by.
@@ -562,6 +563,7 @@ async fn storm(
     tree.stop_agents().await;
     let rev = apply(root, object("payload", opts.object_bytes, 1000)).await?;
     arrivals.drain();
+    let before = tree.churn().await;
     perf_window("storm", true);
     let start = Instant::now();
     tree.start_agents(0..leaves)?;
@@ -581,6 +583,16 @@ async fn storm(
         None
     };
     perf_window("storm", false);
+    let after = tree.churn().await;
+    let refused = StormRefusals {
+        handshakes: after
+            .handshakes_refused
+            .saturating_sub(before.handshakes_refused),
+        sessions: after
+            .sessions_refused
+            .saturating_sub(before.sessions_refused),
+        connections: after.connections.saturating_sub(before.connections),
+    };
     let stats = tree.link_stats().await;
     let bytes_to_agents = stats.last().map(|l| l.iter().map(sent).sum()).unwrap_or(0);
     let objects_held = root.query(|c| c.log().live_len()).await.unwrap_or(0);
@@ -593,6 +605,7 @@ async fn storm(
         applied: Dist::of(got.iter().map(|g| g.1).collect()),
         summary_secs: summary,
         missing,
+        refused,
     })
 }
 

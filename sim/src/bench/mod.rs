@@ -195,6 +195,22 @@ pub struct Storm {
     pub summary_secs: Option<f64>,
     /// Agents that did not get the change within the limit.
     pub missing: usize,
+    /// During the storm, at every relay: connections refused before their handshake
+    /// (too many handshakes at once), hellos told to come back later (too many sessions
+    /// setting up), and child connections opened (a child refused and back counts again).
+    #[serde(default)]
+    pub refused: StormRefusals,
+}
+
+/// What admission control did during the storm (see [`Storm::refused`]).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct StormRefusals {
+    /// Connections refused before their TLS handshake.
+    pub handshakes: u64,
+    /// Hellos refused with a time to come back.
+    pub sessions: u64,
+    /// Child connections opened.
+    pub connections: u64,
 }
 
 /// P6: memory of the (single) process.

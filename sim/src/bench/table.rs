@@ -94,6 +94,11 @@ fn topology(out: &mut String, t: &TopologyReport) {
     let _ = writeln!(out, "P4 storm per agent    {}", dist(&s.applied));
     let _ = writeln!(
         out,
+        "P4 storm admission    {} child connections opened; {} refused before the handshake; {} hellos told to come back later",
+        s.refused.connections, s.refused.handshakes, s.refused.sessions
+    );
+    let _ = writeln!(
+        out,
         "P4 storm bytes        {} B to agents ({} B per agent; each holds {} objects x {} B = {} B)",
         s.bytes_to_agents,
         s.bytes_to_agents / s.agents.max(1) as u64,

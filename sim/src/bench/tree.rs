@@ -395,6 +395,8 @@ impl Tree {
                 let stats = h.client().query(|c| c.stats().clone()).await;
                 if let Some(stats) = stats {
                     churn.connections += stats.children_connected;
+                    churn.handshakes_refused += stats.handshakes_refused;
+                    churn.sessions_refused += stats.sessions_refused;
                     if level == 0 {
                         churn.plans += stats.plans;
                     }
@@ -536,4 +538,8 @@ pub(crate) struct Churn {
     pub(crate) connections: u64,
     /// Times the root planned.
     pub(crate) plans: u64,
+    /// Connections refused before their TLS handshake.
+    pub(crate) handshakes_refused: u64,
+    /// Hellos refused with a time to come back.
+    pub(crate) sessions_refused: u64,
 }

@@ -215,7 +215,10 @@ impl NodeCore {
         for placement in &self.placements {
             // Which clusters the placement selects is the same for every object (one
             // selection for current objects, one for pinned revisions): computed once
-            // per placement and kept while the inventory holds still.
+            // per placement and kept while the inventory holds still; the objects of
+            // each selection are summarized together (`dirty` is sorted, so is each).
+            let mut current = Vec::new();
+            let mut pinned = Vec::new();
             for (object, live) in &dirty {
                 // A placement summarizes objects of its own space only. A placement of
                 // the same name in another space must not take back (`Removed`) the
@@ -223,42 +226,54 @@ impl NodeCore {
                 if object.space != placement.space {
                     continue;
                 }
-                let key = (placement.name.clone(), object.clone());
-                let selected = live.as_ref().is_some_and(|m| placement.places_object(m));
-                let report_key = ReportKey::Summary {
-                    placement: placement.name.clone(),
-                    object: object.clone(),
-                };
-                if !selected {
-                    if self.sent.remove(&key).is_some() {
-                        link.push_report(
-                            now,
-                            Report {
-                                key: report_key,
-                                value: ReportValue::Removed,
-                            },
-                        );
+                if live.as_ref().is_some_and(|m| placement.places_object(m)) {
+                    match strata_protocol::waves::pinned_key(object) {
+                        None => current.push(object.clone()),
+                        Some(_) => pinned.push(object.clone()),
                     }
-                    continue;
+                } else if self
+                    .sent
+                    .remove(&(placement.name.clone(), object.clone()))
+                    .is_some()
+                {
+                    link.push_report(
+                        now,
+                        Report {
+                            key: ReportKey::Summary {
+                                placement: placement.name.clone(),
+                                object: object.clone(),
+                            },
+                            value: ReportValue::Removed,
+                        },
+                    );
                 }
-                let summary = summary_with(
+            }
+            for objects in [current, pinned] {
+                let summaries = summaries_with(
                     self.selections.get_mut(),
                     &self.reports,
                     &self.root_view,
                     placement,
-                    object,
+                    &objects,
                     &none_cut_off,
                 );
-                if self.sent.get(&key) != Some(&summary) {
-                    self.stats.summaries_sent += 1;
-                    self.sent.insert(key, summary.clone());
-                    link.push_report(
-                        now,
-                        Report {
-                            key: report_key,
-                            value: ReportValue::Summary(Box::new(summary)),
-                        },
-                    );
+                for (object, summary) in objects.into_iter().zip(summaries) {
+                    let key = (placement.name.clone(), object);
+                    if self.sent.get(&key) != Some(&summary) {
+                        self.stats.summaries_sent += 1;
+                        let report_key = ReportKey::Summary {
+                            placement: key.0.clone(),
+                            object: key.1.clone(),
+                        };
+                        self.sent.insert(key, summary.clone());
+                        link.push_report(
+                            now,
+                            Report {
+                                key: report_key,
+                                value: ReportValue::Summary(Box::new(summary)),
+                            },
+                        );
+                    }
                 }
             }
         }
@@ -287,28 +302,34 @@ impl NodeCore {
         object: &ObjectKey,
         cut_off: &BTreeSet<String>,
     ) -> Summary {
-        summary_with(
+        summaries_with(
             &mut self.selections.borrow_mut(),
             &self.reports,
             &self.root_view,
             placement,
-            object,
+            std::slice::from_ref(object),
             cut_off,
         )
+        .pop()
+        .unwrap_or_default()
     }
 }
 
-/// A summary over the cached selection of its placement, made (again) when missing or
-/// made at another inventory generation.
-fn summary_with(
+/// The summaries of `objects` (sorted; all current keys or all pinned revisions' keys)
+/// over the cached selection of their placement, made (again) when missing or made at
+/// another inventory generation.
+fn summaries_with(
     selections: &mut Selections,
     reports: &SubtreeReports,
     root: &RootView,
     placement: &Placement,
-    object: &ObjectKey,
+    objects: &[ObjectKey],
     cut_off: &BTreeSet<String>,
-) -> Summary {
-    let current = strata_protocol::waves::pinned_key(object).is_none();
+) -> Vec<Summary> {
+    let Some(first) = objects.first() else {
+        return Vec::new();
+    };
+    let current = strata_protocol::waves::pinned_key(first).is_none();
     let at = (placement.space.clone(), placement.name.clone(), current);
     let generation = reports.inventory_generation();
     let selection = match selections.entry(at) {
@@ -319,5 +340,5 @@ fn summary_with(
         }
         Entry::Vacant(e) => e.insert(reports.selection(placement, root, current)),
     };
-    reports.summarize_in(selection, placement, object, cut_off)
+    reports.summarize_many(selection, placement, objects, cut_off)
 }
