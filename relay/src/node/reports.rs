@@ -86,6 +86,9 @@ pub struct SubtreeReports {
     /// Labels this node and its ancestors give every cluster below (a cluster's own
     /// labels win).
     labels: Labels,
+    /// How many of the stored reports are summaries: none at a relay whose children are
+    /// all agents, which then need not be asked for any.
+    summaries: usize,
 }
 
 impl SubtreeReports {
@@ -96,8 +99,10 @@ impl SubtreeReports {
 
     /// Rebuilds from what the store kept.
     pub fn restore(stored: impl IntoIterator<Item = (ReportSlot, ReportValue)>) -> Self {
+        let stored: BTreeMap<ReportSlot, ReportValue> = stored.into_iter().collect();
         let mut reports = SubtreeReports {
-            stored: stored.into_iter().collect(),
+            summaries: stored.keys().filter(|(_, k)| is_summary(k)).count(),
+            stored,
             inventory: BTreeMap::new(),
             inventory_generation: 0,
             labels: Labels::new(),
@@ -220,11 +225,11 @@ impl SubtreeReports {
     pub fn accept(&mut self, child: &str, report: Report) -> bool {
         let slot = (child.to_owned(), report.key);
         let changed = match report.value {
-            ReportValue::Removed => self.stored.remove(&slot).is_some(),
+            ReportValue::Removed => return self.remove(&slot),
             value => {
                 let changed = self.stored.get(&slot) != Some(&value);
-                if changed {
-                    self.stored.insert(slot.clone(), value);
+                if changed && self.stored.insert(slot.clone(), value).is_none() {
+                    self.summaries += usize::from(is_summary(&slot.1));
                 }
                 changed
             }
@@ -276,6 +281,7 @@ impl SubtreeReports {
     pub fn remove(&mut self, slot: &ReportSlot) -> bool {
         let removed = self.stored.remove(slot).is_some();
         if removed {
+            self.summaries -= usize::from(is_summary(&slot.1));
             self.index(slot);
         }
         removed
@@ -447,7 +453,12 @@ impl SubtreeReports {
             )
         };
         let (mut lo, mut hi) = (summary_of("", first), summary_of("", last));
-        for from in selecting_children {
+        let children = if self.summaries == 0 {
+            None
+        } else {
+            Some(selecting_children)
+        };
+        for from in children.into_iter().flatten() {
             let from = from.as_str();
             if cut_off.contains(from) {
                 continue;
@@ -529,6 +540,10 @@ impl SubtreeReports {
         }
         out
     }
+}
+
+fn is_summary(key: &ReportKey) -> bool {
+    matches!(key, ReportKey::Summary { .. })
 }
 
 /// The entries of `range` (reports of one child about one thing, in the order of their
@@ -737,7 +752,14 @@ mod tests {
                 placement: placement.into(),
                 object: object.clone(),
             },
-            value: ReportValue::Summary(Box::new(Summary::expected(expected))),
+            value: ReportValue::Summary(Box::new({
+                // One cluster of the subtree reported, the others did not.
+                let mut s = Summary::expected(expected - 1);
+                if let ReportValue::Status(e1) = status("e1", object, Health::Available).value {
+                    s.add_status("e1", &e1);
+                }
+                s
+            })),
         }
     }
 
@@ -795,11 +817,11 @@ mod tests {
                 .map(|s| (s.expected, s.reporting))
                 .collect::<Vec<_>>()
         };
-        // b: a1, a2 report, a3 silent, eu's summary (2 expected); d: a1 reports, a2,
-        // a3 and eu's e1, e2 silent (eu summarized d for another placement only);
-        // f: as b.
+        // b: a1, a2 report, a3 silent, eu's summary (2 expected, 1 reporting); d: a1
+        // reports, a2, a3 and eu's e1, e2 silent (eu summarized d for another placement
+        // only); f: as b.
         let all = check(&r, &none);
-        assert_eq!(counts(&all), [(5, 2), (5, 1), (5, 2)]);
+        assert_eq!(counts(&all), [(5, 3), (5, 1), (5, 3)]);
         assert_eq!(all[2].errors, 1);
         // eu cut off: its summaries do not count, its clusters are silent.
         let cut = check(&r, &["eu".to_owned()].into());
@@ -810,7 +832,17 @@ mod tests {
         r.accept("us", cluster("a1", &["us"]));
         r.accept("us", status("a1", &d, Health::Available));
         let moved = check(&r, &none);
-        assert_eq!(counts(&moved), [(5, 2), (6, 2), (5, 2)]);
+        assert_eq!(counts(&moved), [(5, 3), (6, 2), (5, 3)]);
         assert!(!r.selection(&placement, &root, true).unique_names);
+        // Every summary taken back, then one sent again: counted again.
+        for (placement, o) in [("p", &b), ("p", &f), ("other", &d)] {
+            let mut gone = summary_of(placement, o, 2);
+            gone.value = ReportValue::Removed;
+            assert!(r.accept("eu", gone));
+        }
+        assert_eq!(r.summaries, 0);
+        assert_eq!(counts(&check(&r, &none)), [(5, 2), (6, 2), (5, 2)]);
+        r.accept("eu", summary_of("p", &b, 2));
+        assert_eq!(counts(&check(&r, &none)), [(5, 3), (6, 2), (5, 2)]);
     }
 }
