@@ -110,9 +110,29 @@ pub struct Cursor {
 /// and object; owning six strings in every copy was most of the memory an object cost
 /// at every agent. Read the parts through `Deref` (`key.name`); build one from
 /// [`ObjectKeyParts`]. On the wire and on disk exactly its parts.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+///
+/// Two keys that share their parts are equal without comparing them (`Ord` as `Eq`
+/// does): a relay gives the statuses it stores the key of its log's object, so that the
+/// lookups and merges of its summaries compare pointers, not six strings.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ObjectKey(Arc<ObjectKeyParts>);
+
+impl Ord for ObjectKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            std::cmp::Ordering::Equal
+        } else {
+            self.0.cmp(&other.0)
+        }
+    }
+}
+
+impl PartialOrd for ObjectKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 /// What an [`ObjectKey`] is made of.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -344,4 +364,36 @@ pub struct Status {
     pub status: Vec<u8>,
     /// When the agent observed this status.
     pub observed_at: UnixMillis,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new(ObjectKeyParts {
+            space: Space("default".into()),
+            group: "apps".into(),
+            version: "v1".into(),
+            kind: "Deployment".into(),
+            namespace: Some("pos".into()),
+            name: name.into(),
+        })
+    }
+
+    #[test]
+    fn keys_order_by_their_parts_whether_or_not_they_share_them() {
+        let (a, b) = (key("a"), key("b"));
+        let (a2, shared) = (key("a"), a.clone());
+        assert_eq!(a.cmp(&shared), std::cmp::Ordering::Equal);
+        assert_eq!(a.cmp(&a2), std::cmp::Ordering::Equal);
+        assert_eq!(a.cmp(&b), std::cmp::Ordering::Less);
+        assert_eq!(b.partial_cmp(&a2), Some(std::cmp::Ordering::Greater));
+        let mut keys = [b.clone(), a2, shared, b];
+        keys.sort();
+        assert_eq!(
+            keys.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(),
+            ["a", "a", "b", "b"]
+        );
+    }
 }

@@ -26,6 +26,14 @@ impl NodeCore {
         if !self.replica_report(now, child, &report) {
             return;
         }
+        // The log's key for the object: one copy of its parts, and comparisons of
+        // stored statuses with the objects being summarized compare pointers.
+        if let ReportKey::Status { object, .. } | ReportKey::Summary { object, .. } =
+            &mut report.key
+            && let Some(o) = self.log.get(object)
+        {
+            *object = o.key().clone();
+        }
         let mut cluster_changed = false;
         if let ReportValue::Cluster(c) = &mut report.value {
             if !relay {
