@@ -377,6 +377,29 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
         table.contains("CLUSTERS") && table.contains("2/2"),
         "{table}"
     );
+    // A placement's own columns: the two eu pos clusters chosen of two matching, none
+    // retiring, and the six objects labelled app=web (the Menu included).
+    let table = f.ok("kubectl", &["get", "placements"]);
+    let head: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        head,
+        [
+            "NAME", "CLUSTERS", "MATCHING", "RETIRING", "OBJECTS", "REVISION"
+        ],
+        "{table}"
+    );
+    let web: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("web "))
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(web.get(1..5), Some(&["2", "2", "0", "6"][..]), "{table}");
     let names = f.ok(
         "kubectl",
         &[
