@@ -279,6 +279,10 @@ fn a_child_moves_between_serving_replicas_with_a_delta() {
         relay_cli(dir, a.api_port, &["apply", "-f", &app]).0
     });
     let mut b = replica(dir, "b", &etcd.endpoints);
+    // Once it runs, its ports are taken: the ports chosen below cannot be the same.
+    wait_until("the standby runs", dir, || {
+        sample(b.ops_port, "strata_root_standby{node=\"center\"}") == Some(1.0)
+    });
     // The child relay prefers the standby (listed first); the agent is below it.
     let (eu_port, eu_ops, c1_ops) = (free_port(), free_port(), free_port());
     let tls =
@@ -303,9 +307,6 @@ fn a_child_moves_between_serving_replicas_with_a_delta() {
     let connected =
         |r: &Replica| sample(r.ops_port, "strata_children_connected{node=\"center\"}") == Some(1.0);
     let snapshots = || sample(eu_ops, "strata_parent_snapshots_total{node=\"eu\"}");
-    wait_until("the standby runs", dir, || {
-        sample(b.ops_port, "strata_root_standby{node=\"center\"}") == Some(1.0)
-    });
     // eu dials its parent's addresses with happy eyeballs: the standby first, the
     // writer 250 ms later if the standby has not answered yet. On a loaded machine the
     // writer can win that race, and eu rightly stays where it is served. The story
