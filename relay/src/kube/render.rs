@@ -330,44 +330,64 @@ pub fn deleted_table(metadata: &Value) -> Value {
 /// Placements' own columns: what each chose (of how many matching clusters, and what
 /// it is moving off) and how many objects it places, not the columns of a placed object.
 fn placement_table(core: &NodeCore, objects: &[&Object], head: u64) -> Value {
-    let mut columns = vec![
-        json!({ "name": "Name", "type": "string", "format": "name", "description": "metadata.name" }),
-    ];
-    for (name, what) in [
+    let columns = [
         ("Clusters", "clusters chosen"),
         ("Matching", "clusters its selector matches"),
         ("Retiring", "clusters it is moving off (make-before-break)"),
         ("Objects", "objects it places"),
         ("Revision", "the root's revision of the placement"),
-    ] {
-        columns.push(json!({ "name": name, "type": "string", "description": what }));
+    ];
+    object_table(objects, head, &columns, |o| {
+        let key = o.key();
+        let plan = core.plans().get(&(key.space.clone(), key.name.clone()));
+        let placed = core
+            .placements()
+            .iter()
+            .find(|p| p.space == key.space && p.name == key.name)
+            .map_or(0, |p| {
+                core.log()
+                    .live()
+                    .filter(|x| x.key().space == p.space && p.places_object(&x.meta))
+                    .count()
+            });
+        vec![
+            plan.map_or(0, |p| p.plan.chosen.len()).to_string(),
+            plan.map_or(0, |p| p.plan.matching).to_string(),
+            plan.map_or(0, |p| p.retiring.len()).to_string(),
+            placed.to_string(),
+            o.revision.0.to_string(),
+        ]
+    })
+}
+
+/// A `meta.k8s.io/v1` Table of `objects`: a Name column, then `columns` (name,
+/// description) with the cells `cells` gives each object; each row carries the object's
+/// metadata (kubectl adds the namespace column itself for `-A`, from it).
+fn object_table(
+    objects: &[&Object],
+    head: u64,
+    columns: &[(&str, &str)],
+    cells: impl Fn(&Object) -> Vec<String>,
+) -> Value {
+    let mut definitions = vec![
+        json!({ "name": "Name", "type": "string", "format": "name", "description": "metadata.name" }),
+    ];
+    for (name, what) in columns {
+        definitions.push(json!({ "name": name, "type": "string", "description": what }));
     }
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
             let key = o.key();
-            let plan = core.plans().get(&(key.space.clone(), key.name.clone()));
-            let placed = core
-                .placements()
-                .iter()
-                .find(|p| p.space == key.space && p.name == key.name)
-                .map_or(0, |p| {
-                    core.log()
-                        .live()
-                        .filter(|x| x.key().space == p.space && p.places_object(&x.meta))
-                        .count()
-                });
-            let cells = vec![
-                json!(key.name),
-                json!(plan.map_or(0, |p| p.plan.chosen.len()).to_string()),
-                json!(plan.map_or(0, |p| p.plan.matching).to_string()),
-                json!(plan.map_or(0, |p| p.retiring.len()).to_string()),
-                json!(placed.to_string()),
-                json!(o.revision.0.to_string()),
-            ];
+            let mut row = vec![json!(key.name)];
+            row.extend(cells(o).into_iter().map(Value::String));
+            let mut meta = json!({ "name": key.name, "resourceVersion": o.revision.0.to_string(), "uid": uid(key) });
+            if let Some(ns) = &key.namespace {
+                meta["namespace"] = json!(ns);
+            }
             json!({
-                "cells": cells,
-                "object": { "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": row_metadata(o) },
+                "cells": row,
+                "object": { "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta },
             })
         })
         .collect();
@@ -375,68 +395,36 @@ fn placement_table(core: &NodeCore, objects: &[&Object], head: u64) -> Value {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": { "resourceVersion": head.to_string() },
-        "columnDefinitions": columns,
+        "columnDefinitions": definitions,
         "rows": rows,
     })
 }
 
-/// A table row's object metadata: name, namespace, version and uid.
-fn row_metadata(o: &Object) -> Value {
-    let key = o.key();
-    let mut meta =
-        json!({ "name": key.name, "resourceVersion": o.revision.0.to_string(), "uid": uid(key) });
-    if let Some(ns) = &key.namespace {
-        meta["namespace"] = json!(ns);
-    }
-    meta
-}
-
-/// A `meta.k8s.io/v1` Table: name, where it runs, and its revision (kubectl adds the
-/// namespace column itself for `-A`, from each row's object metadata).
+/// A `meta.k8s.io/v1` Table: name, where it runs, and its revision; placements get
+/// their own columns.
 pub fn table(core: &NodeCore, objects: &[&Object], head: u64) -> Value {
     if !objects.is_empty() && objects.iter().all(|o| is_placement(&o.meta)) {
         return placement_table(core, objects, head);
     }
-    let mut columns = vec![
-        json!({ "name": "Name", "type": "string", "format": "name", "description": "metadata.name" }),
-    ];
-    for (name, what) in [
+    let columns = [
         ("Clusters", "clusters the placements select"),
         ("Available", "clusters where it is available"),
         ("Failed", "clusters where it failed or is degraded"),
         ("Revision", "the root's revision of the object"),
-    ] {
-        columns.push(json!({ "name": name, "type": "string", "description": what }));
-    }
-    let rows: Vec<Value> = objects
-        .iter()
-        .map(|o| {
-            let sums = summaries(core, o);
-            let expected: u64 = sums.iter().map(|(_, s)| s.expected).sum();
-            let available: u64 = sums.iter().map(|(_, s)| s.health.available).sum();
-            let failed: u64 = sums
-                .iter()
-                .map(|(_, s)| s.health.failed + s.health.degraded)
-                .sum();
-            let key = o.key();
-            let mut cells = vec![json!(key.name)];
-            cells.extend([
-                json!(expected.to_string()),
-                json!(format!("{available}/{expected}")),
-                json!(failed.to_string()),
-                json!(o.revision.0.to_string()),
-            ]);
-            json!({
-                "cells": cells,
-                "object": { "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": row_metadata(o) },
-            })
-        })
-        .collect();
-    json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": { "resourceVersion": head.to_string() },
-        "columnDefinitions": columns,
-        "rows": rows,
+    ];
+    object_table(objects, head, &columns, |o| {
+        let sums = summaries(core, o);
+        let expected: u64 = sums.iter().map(|(_, s)| s.expected).sum();
+        let available: u64 = sums.iter().map(|(_, s)| s.health.available).sum();
+        let failed: u64 = sums
+            .iter()
+            .map(|(_, s)| s.health.failed + s.health.degraded)
+            .sum();
+        vec![
+            expected.to_string(),
+            format!("{available}/{expected}"),
+            failed.to_string(),
+            o.revision.0.to_string(),
+        ]
     })
 }
