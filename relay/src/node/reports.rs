@@ -497,10 +497,10 @@ impl SubtreeReports {
         for (from, name) in records {
             let (from, name) = (from.as_str(), name.as_str());
             let counted = |i: usize| via_summary.is_empty() || !via_summary.contains(&(i, from));
-            for (slot, cluster) in [(&mut lo, name), (&mut hi, name)] {
+            for slot in [&mut lo, &mut hi] {
                 from.clone_into(&mut slot.0);
-                if let ReportKey::Status { cluster: c, .. } = &mut slot.1 {
-                    cluster.clone_into(c);
+                if let ReportKey::Status { cluster, .. } = &mut slot.1 {
+                    name.clone_into(cluster);
                 }
             }
             found.iter_mut().for_each(|f| *f = false);
