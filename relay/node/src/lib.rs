@@ -70,6 +70,7 @@ pub mod link;
 pub mod ops;
 // Manifests are parsed by a crate without the runtime, which the fuzz targets use.
 pub use strata_manifest::objects;
+mod plain_udp;
 pub mod process;
 pub mod proxy;
 pub mod reconnect;

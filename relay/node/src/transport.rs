@@ -206,14 +206,22 @@ pub fn client_configs(
     Ok(client)
 }
 
-/// An endpoint for connecting to a parent.
+/// An endpoint for connecting to a parent, over a socket that reads one datagram at a
+/// time (see the `plain_udp` module): it holds one connection, not a relay's thousands.
 pub fn client_endpoint(
     bind: SocketAddr,
     tls: Arc<rustls::ClientConfig>,
 ) -> Result<Endpoint, TransportError> {
     let client = client_configs(tls)?;
-    let mut endpoint =
-        Endpoint::client(bind).map_err(|source| TransportError::Bind { addr: bind, source })?;
+    let bound = |source| TransportError::Bind { addr: bind, source };
+    let socket = crate::plain_udp::PlainUdp::bind(bind).map_err(bound)?;
+    let mut endpoint = Endpoint::new_with_abstract_socket(
+        EndpointConfig::default(),
+        None,
+        Arc::new(socket),
+        Arc::new(TokioRuntime),
+    )
+    .map_err(bound)?;
     endpoint.set_default_client_config(client);
     Ok(endpoint)
 }

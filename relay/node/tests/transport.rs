@@ -183,3 +183,46 @@ async fn garbage_closes_only_that_connection() {
         ChildToParent::Ping { nonce: 1 }
     );
 }
+
+/// A connecting endpoint reads one datagram at a time from its own socket: a dual-stack
+/// one (as nodes bind) reaches an IPv4 parent, and a megabyte crosses each way, in
+/// bursts of many datagrams, intact.
+#[tokio::test]
+async fn a_dual_stack_child_moves_a_megabyte_each_way_to_an_ipv4_parent() {
+    let ca = Ca::generate("test").unwrap();
+    let p = parent(&ca);
+    let id = Identity::issue(&ca, "site-1").unwrap();
+    let Ok(child) =
+        transport::client_endpoint("[::]:0".parse().unwrap(), tls::client_config(&id).unwrap())
+    else {
+        // A host without IPv6 binds IPv4 only, as the node's connector does.
+        return a_megabyte_each_way(&p, child_endpoint(&ca, "site-1")).await;
+    };
+    a_megabyte_each_way(&p, child).await;
+}
+
+async fn a_megabyte_each_way(p: &Parent, child: quinn::Endpoint) {
+    let (conn, incoming) = tokio::join!(transport::connect(&child, p.addr, "center"), async {
+        p.endpoint.accept().await.unwrap().await.unwrap()
+    });
+    let conn = conn.unwrap();
+    let payload: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
+    for (from, to) in [(&conn, &incoming), (&incoming, &conn)] {
+        let mut send = from.open_uni().await.unwrap();
+        let writer = {
+            let payload = payload.clone();
+            tokio::spawn(async move {
+                send.write_all(&payload).await.unwrap();
+                send.finish().unwrap();
+            })
+        };
+        let mut recv = timeout(LIMIT, to.accept_uni()).await.unwrap().unwrap();
+        let got = timeout(LIMIT, recv.read_to_end(2 << 20))
+            .await
+            .unwrap()
+            .unwrap();
+        writer.await.unwrap();
+        assert_eq!(got.len(), payload.len());
+        assert!(got == payload, "the bytes arrived changed");
+    }
+}

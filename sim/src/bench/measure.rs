@@ -328,6 +328,12 @@ pub(crate) async fn topology(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cpu_idle_per_sec = cpu_spent(&idle_before.1, idle_before.0.elapsed().as_secs_f64());
     let rss_idle = procstat::rss_bytes();
+    // Profiling the idle hierarchy's heap: with `STRATA_BENCH_EXIT_IDLE` set, the phase
+    // ends here without tearing anything down, so that a heap profiler (heaptrack)
+    // reports what every idle node and connection holds as memory left at exit.
+    if std::env::var_os("STRATA_BENCH_EXIT_IDLE").is_some() {
+        std::process::exit(0);
+    }
     // The same number of agents without a connection (capped at 1,000).
     let orphans = leaves.min(1000);
     let before = procstat::rss_bytes();
