@@ -98,12 +98,27 @@ impl AsyncUdpSocket for PlainUdp {
     }
 }
 
-/// What quinn sizes its receive slots by (with 32 slots per endpoint), though only the
-/// first slot's first datagram is ever written. quinn allocates the buffer zeroed: at
-/// this size (3 MiB) the allocator maps fresh pages, which cost nothing until written,
-/// whereas a buffer of 32 single datagrams (47 KiB) comes from the heap and is cleared
-/// page by page: measured, it made an idle agent 37 KiB larger.
-const RECEIVE_SLOT_SEGMENTS: usize = 64;
+/// What quinn sizes its receive slots by, though only the first slot's first datagram is
+/// ever written: chosen so that quinn's zeroed receive buffer (slots x segments x the
+/// largest datagram) is at least [`ALWAYS_MAPPED`], which the allocator always maps
+/// fresh and unmaps on drop. Fresh pages cost nothing until written, so the buffer
+/// costs the page or two a datagram lands in. A smaller buffer comes from the heap
+/// once the allocator has raised its threshold for mapping (glibc raises it to the
+/// size of the largest mapped block freed, up to 32 MiB) and is then cleared page by
+/// page. Measured at 10,000 agents restarted at once: quinn's own 3 MiB buffers, taken
+/// from the heap after the first endpoints were dropped, added 1.2 GiB to the peak; a
+/// buffer of 32 single datagrams (47 KiB) made every idle agent 37 KiB larger.
+const RECEIVE_SLOT_SEGMENTS: usize =
+    ALWAYS_MAPPED.div_ceil(LARGEST_DATAGRAM * quinn::udp::BATCH_SIZE);
+
+/// Above glibc's largest threshold for mapping a block (32 MiB on 64-bit hosts).
+const ALWAYS_MAPPED: usize = 40 << 20;
+
+/// The largest UDP payload quinn's default endpoint configuration receives.
+const LARGEST_DATAGRAM: usize = 1472;
+
+const _: () =
+    assert!(RECEIVE_SLOT_SEGMENTS * LARGEST_DATAGRAM * quinn::udp::BATCH_SIZE >= ALWAYS_MAPPED);
 
 type WritableFuture = Pin<Box<dyn Future<Output = io::Result<()>> + Send + Sync>>;
 
