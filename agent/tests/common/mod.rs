@@ -13,6 +13,7 @@ pub mod proxies;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Once;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 static RELAY_BUILT: Once = Once::new();
@@ -46,11 +47,19 @@ pub fn bin(name: &str) -> PathBuf {
 }
 
 pub fn free_port() -> u16 {
+    // Ports handed out in this process: a port is free again as soon as it is released
+    // here, and a node started with it may not have bound it yet when the next is
+    // chosen (an etcd test once gave two nodes the same metrics port that way).
+    static GIVEN: [AtomicU64; 1024] = [const { AtomicU64::new(0) }; 1024];
     // Both protocols free on one port number: QUIC (UDP) for children, TCP for the API.
     loop {
         let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = udp.local_addr().unwrap().port();
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && GIVEN[usize::from(port / 64)].fetch_or(1 << (port % 64), Ordering::Relaxed)
+                & (1 << (port % 64))
+                == 0
+        {
             return port;
         }
     }
