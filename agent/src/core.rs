@@ -322,8 +322,13 @@ impl AgentCore {
         // A pinned previous revision (a rollout has not released this cluster) is the
         // object it copies: whichever of the two the log holds is what the cluster gets.
         let target = pinned_key(change.key()).unwrap_or_else(|| change.key().clone());
+        // A delete the log has undone since (a snapshot from a parent rebuilding its
+        // state: the object went, then came back in the same batch) removes nothing:
+        // the cluster keeps the object, the apply below changes nothing, and no new
+        // status would follow a `Removed` sent now.
         if let Change::Delete(key) = change
             && self.statuses.contains_key(key)
+            && self.log.get(key).is_none()
         {
             self.push_status(now, key, None);
         }
