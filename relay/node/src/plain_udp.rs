@@ -6,8 +6,9 @@
 //! the endpoint's life. That pays off on a relay's listening socket, which takes the
 //! datagrams of all its children. A node that connects has one connection, to its
 //! parent, and receives a handful of datagrams per update: it reads them one at a time
-//! into a single datagram's buffer, so an idle agent keeps a page of receive buffer
-//! rather than whatever its largest burst touched.
+//! into the start of quinn's first slot, so an idle agent keeps a page or two of receive
+//! buffer rather than whatever its largest burst touched (see [`RECEIVE_SLOT_SEGMENTS`]
+//! for how the buffer is sized).
 
 use std::fmt;
 use std::future::Future;
