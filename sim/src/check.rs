@@ -216,6 +216,34 @@ impl Monotonic {
     }
 }
 
+/// Removals from agents' clusters that nothing asked for: the cluster held the object
+/// at the very revision the root placed on it at the previous sample and still places
+/// on it now (a delete at the root, or a placement moving away, changes one or the
+/// other). `removed` is what each cluster removed since the previous sample.
+pub fn unasked_removal(
+    removed: &BTreeMap<String, Vec<(ObjectKey, Revision)>>,
+    before: &BTreeMap<String, Held>,
+    now: &BTreeMap<String, Held>,
+) -> Option<Violation> {
+    for (name, gone) in removed {
+        for (key, rev) in gone {
+            let placed =
+                |at: &BTreeMap<String, Held>| at.get(name).and_then(|h| h.get(key)) == Some(rev);
+            if placed(before) && placed(now) {
+                return Some(Violation {
+                    invariant: "no cluster loses an object the root still places on it",
+                    detail: format!(
+                        "{name} removed {} at rev {}, which the root placed on it at that \
+                         revision before and after",
+                        key.name, rev.0
+                    ),
+                });
+            }
+        }
+    }
+    None
+}
+
 /// A simulated duration as seconds with milliseconds.
 pub fn secs(d: Duration) -> String {
     format!("{:.3}s", d.as_secs_f64())

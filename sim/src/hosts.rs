@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
 use quinn::EndpointConfig;
@@ -19,6 +20,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
+use strata_agent::backend::{BackendError, ClusterBackend, UpsyncRule, Upsynced};
 use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_node::clock::Clock;
@@ -26,9 +28,9 @@ use strata_node::dial::{Connector, TransportMode};
 use strata_node::store::{MemStore, Store};
 use strata_node::tls::{self, Identity};
 use strata_node::transport;
-use strata_protocol::model::{Cluster, Labels};
+use strata_protocol::model::{Cluster, Labels, Object, ObjectKey, Revision, Status};
 use strata_protocol::sync::SessionConfig;
-use strata_protocol::time::UnixMillis;
+use strata_protocol::time::{Instant, UnixMillis};
 use strata_relay::join::Joining;
 use strata_relay::node::runtime::{self as node, NodeClient, NodeParts};
 use strata_relay::renew::Signer;
@@ -89,6 +91,9 @@ pub struct SimHierarchy {
     pub disks: RefCell<BTreeMap<String, MemStore>>,
     pub relays: RefCell<BTreeMap<String, NodeClient>>,
     pub agents: RefCell<BTreeMap<String, Rc<AgentHandle>>>,
+    /// What each agent's simulated cluster removed, with the revision it held, not yet
+    /// looked at by the observer (see [`RecordingCluster`]).
+    pub removals: RefCell<BTreeMap<String, Receiver<(ObjectKey, Revision)>>>,
     /// Nodes (clusters or relays) whose labels the workload replaced.
     pub relabeled: RefCell<BTreeMap<String, Labels>>,
     /// Each node first starts at a random time in `[0, start_within]`.
@@ -190,6 +195,7 @@ impl SimHierarchy {
             disks: RefCell::new(disks),
             relays: RefCell::new(BTreeMap::new()),
             agents: RefCell::new(BTreeMap::new()),
+            removals: RefCell::new(BTreeMap::new()),
             relabeled: RefCell::new(BTreeMap::new()),
             start_within,
             starts: RefCell::new(BTreeMap::new()),
@@ -468,6 +474,10 @@ impl SimHierarchy {
             let socket = SimUdpSocket::bind(ip, 0, self.network.clone()).await?;
             let tls = self.tls_for(&spec.name, false)?;
             let connector = self.connector(&spec.name, &tls, socket, &mut rng)?;
+            let (removed, removals) = std::sync::mpsc::channel();
+            self.removals
+                .borrow_mut()
+                .insert(spec.name.clone(), removals);
             let handle = agent::start(AgentParts {
                 cluster: Cluster {
                     name: spec.name.clone(),
@@ -478,10 +488,13 @@ impl SimHierarchy {
                 parent: (relay.clone(), parent_addr.into()),
                 store: self.store(&spec.name),
                 connector,
-                backend: Box::new(SimulatedCluster::new(SimulatedConfig {
-                    ready_delay: READY_DELAY,
-                    fail_all: None,
-                })),
+                backend: Box::new(RecordingCluster {
+                    inner: SimulatedCluster::new(SimulatedConfig {
+                        ready_delay: READY_DELAY,
+                        fail_all: None,
+                    }),
+                    removed,
+                }),
                 clock: Clock::start_at(wall_now()),
                 run: rng.next_u64(),
                 tunnel: None,
@@ -492,6 +505,56 @@ impl SimHierarchy {
         }
         std::future::pending::<()>().await;
         Ok(())
+    }
+}
+
+/// A simulated cluster that tells the observer every object it removes and the
+/// revision it held, so that a removal the root did not ask for is caught even when the
+/// object comes back before the next sample.
+struct RecordingCluster {
+    inner: SimulatedCluster,
+    removed: Sender<(ObjectKey, Revision)>,
+}
+
+impl ClusterBackend for RecordingCluster {
+    fn apply(&mut self, now: Instant, at: UnixMillis, object: &Object) -> Result<(), BackendError> {
+        self.inner.apply(now, at, object)
+    }
+
+    fn delete(&mut self, now: Instant, key: &ObjectKey) -> Result<(), BackendError> {
+        let held = self
+            .inner
+            .objects()
+            .find_map(|(k, rev)| (k == key).then_some(rev));
+        if let Some(rev) = held {
+            // The observer may be gone (the run is over): nothing to tell.
+            let _ = self.removed.send((key.clone(), rev));
+        }
+        self.inner.delete(now, key)
+    }
+
+    fn poll_status(&mut self, now: Instant, at: UnixMillis) -> Vec<(ObjectKey, Status)> {
+        self.inner.poll_status(now, at)
+    }
+
+    fn next_change(&self) -> Option<Instant> {
+        self.inner.next_change()
+    }
+
+    fn wake(&self) -> Option<Arc<tokio::sync::Notify>> {
+        self.inner.wake()
+    }
+
+    fn set_upsync(&mut self, rules: Vec<UpsyncRule>) {
+        self.inner.set_upsync(rules);
+    }
+
+    fn manifest(&self, key: &ObjectKey) -> Option<Vec<u8>> {
+        self.inner.manifest(key)
+    }
+
+    fn poll_upsync(&mut self) -> Vec<Upsynced> {
+        self.inner.poll_upsync()
     }
 }
 

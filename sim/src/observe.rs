@@ -11,7 +11,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use strata_node::objects::parse_manifests;
-use strata_protocol::model::{Health, ObjectKey, Space};
+use strata_protocol::model::{Health, ObjectKey, Revision, Space};
 use strata_protocol::route::is_placement;
 use strata_protocol::wire::Change;
 
@@ -228,6 +228,16 @@ async fn agents_view(hierarchy: &SimHierarchy) -> BTreeMap<String, Held> {
     .await
 }
 
+/// What each agent's cluster removed since the last call, with the revision it held.
+fn removals(hierarchy: &SimHierarchy) -> BTreeMap<String, Vec<(ObjectKey, Revision)>> {
+    hierarchy
+        .removals
+        .borrow()
+        .iter()
+        .map(|(name, rx)| (name.clone(), rx.try_iter().collect()))
+        .collect()
+}
+
 /// How many clusters hold `key` and report it `Available`.
 async fn available_on(hierarchy: &SimHierarchy, key: &ObjectKey) -> usize {
     let answers = ask_each(&hierarchy.agents, |h| {
@@ -315,6 +325,9 @@ pub(crate) async fn observe(
     // Writes the root acknowledged: key → (revision, live).
     let mut acked: BTreeMap<ObjectKey, (u64, bool)> = BTreeMap::new();
     let mut heads: BTreeMap<String, u64> = BTreeMap::new();
+    // What the root placed on each cluster at the previous sample (empty when the
+    // root could not be asked).
+    let mut placed_before: BTreeMap<String, Held> = BTreeMap::new();
     let mut rollout = RolloutWatch::default();
     // SIM_SAMPLE_MS samples more often (finer figures; another trace hash).
     let sample = match std::env::var("SIM_SAMPLE_MS")
@@ -429,6 +442,12 @@ pub(crate) async fn observe(
             fail(v);
             return Ok(());
         }
+        let removed = removals(&hierarchy);
+        if let Some(v) = check::unasked_removal(&removed, &placed_before, &expected) {
+            fail(v);
+            return Ok(());
+        }
+        placed_before = expected.clone();
         let digest = agents.iter().fold(0u64, |h, (n, held)| {
             held.iter().fold(h ^ hash(n), |h, (k, r)| {
                 (h ^ hash(&k.name) ^ r.0).wrapping_mul(0x0100_0000_01B3)

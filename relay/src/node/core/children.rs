@@ -214,6 +214,7 @@ impl NodeCore {
                     self.child_runs.insert(name.to_owned(), hello.run);
                     self.batch.child_runs.push((name.to_owned(), hello.run));
                     self.stale.extend(self.reports.slots_of(name));
+                    self.cluster_sweeps.remove(name);
                 }
                 self.refresh_route(name);
                 // Nothing known here of the clusters below it (it moved here from

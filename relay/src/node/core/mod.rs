@@ -47,6 +47,8 @@ mod polling;
 mod replicas;
 mod revoke;
 mod rollout;
+#[cfg(test)]
+mod testing;
 mod upward;
 use super::reports::SubtreeReports;
 pub use admission::{AdmissionConfig, DEFAULT_SETUPS, SETUP_TIMEOUT};
@@ -158,6 +160,9 @@ pub struct NodeCore {
     /// Reports of children's earlier runs, kept (routes stay stable) until the child's
     /// new run says it has reported everything; then what it did not report again goes.
     stale: BTreeSet<ReportSlot>,
+    /// When the inventory records still stale of each child whose new run said it had
+    /// reported everything are dropped (see [`CLUSTER_GRACE`]).
+    cluster_sweeps: BTreeMap<String, Instant>,
     /// Reports of one replica of a replicated child about a hop that another replica
     /// still holds, which arrived before this replica's own link record for the hop
     /// (reports go in key order: clusters before links). Keyed by (session, hop); taken
@@ -288,6 +293,7 @@ impl NodeCore {
             report_all: false,
             run: setup.run,
             stale: BTreeSet::new(),
+            cluster_sweeps: BTreeMap::new(),
             deferred: BTreeMap::new(),
             replay: Vec::new(),
             summary_interval: setup.summary_interval,
@@ -429,7 +435,8 @@ impl NodeCore {
             && (!self.dirty.is_empty() || self.has_relay_child_up()))
             || self.wants_plan())
         .then_some(self.next_summary.max(self.next_replan));
-        sessions.chain(link).chain(summaries).min()
+        let sweeps = self.cluster_sweeps.values().min().copied();
+        sessions.chain(link).chain(summaries).chain(sweeps).min()
     }
 
     // ---- processing ------------------------------------------------------------
@@ -444,6 +451,7 @@ impl NodeCore {
             self.report_everything(now);
         }
         self.push_changed_links(now);
+        self.sweep_clusters_due(now);
         if self.routes_stale {
             self.routes_stale = false;
             self.reload_placements();
@@ -572,6 +580,17 @@ fn child_of<'a>(
 /// tick while a reconnect storm moved its inventory spent a seventh of the machine on
 /// plans whose outcome a second later was the same.
 pub const REPLAN_SPACING: Duration = Duration::from_secs(1);
+
+/// How long the inventory records a child reported in an earlier run outlive its new
+/// run's "reported everything" when the new run has not reported them again. A relay
+/// that restarted without its disk reports everything it knows at once, which is none
+/// of its subtree: its children have not reconnected yet. Dropping their clusters then
+/// would cut the relay's route down to nothing, its log would lose every object placed
+/// below it, and the agents it admits next would delete their workloads, only to create
+/// them again once they have reported. Clusters that come back within the grace are
+/// never dropped; one really gone leaves the inventory (and its placements) when the
+/// grace is over.
+pub const CLUSTER_GRACE: Duration = Duration::from_secs(120);
 
 /// How many positions of history a node keeps for a disconnected child before leaving
 /// it to a snapshot when it returns.

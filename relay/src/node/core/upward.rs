@@ -8,7 +8,7 @@ use strata_protocol::model::{Cluster, ObjectKey, ObjectMeta};
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{Report, ReportKey, ReportValue};
 
-use super::{NodeCore, Selections};
+use super::{CLUSTER_GRACE, NodeCore, Selections};
 use crate::node::reports::SubtreeReports;
 use strata_node::store::ReportSlot;
 use strata_protocol::choice::RootView;
@@ -109,12 +109,53 @@ impl NodeCore {
         true
     }
 
-    /// Drops what `child` reported in earlier runs and not again in this one.
+    /// Drops what `child` reported in earlier runs and not again in this one; its
+    /// inventory records only after [`CLUSTER_GRACE`] (see there), unless reported
+    /// again meanwhile.
     pub(super) fn sweep(&mut self, now: Instant, child: &str) {
+        self.sweep_where(now, child, |key| !matches!(key, ReportKey::Cluster { .. }));
+        if self
+            .stale
+            .iter()
+            .any(|(from, key)| from == child && matches!(key, ReportKey::Cluster { .. }))
+        {
+            self.cluster_sweeps
+                .insert(child.to_owned(), now + CLUSTER_GRACE);
+        }
+    }
+
+    /// Drops the inventory records of children's earlier runs whose grace is over.
+    pub(super) fn sweep_clusters_due(&mut self, now: Instant) {
+        let due: Vec<String> = self
+            .cluster_sweeps
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(child, _)| child.clone())
+            .collect();
+        for child in due {
+            self.cluster_sweeps.remove(&child);
+            let gone = self
+                .stale
+                .iter()
+                .filter(|(from, key)| *from == child && matches!(key, ReportKey::Cluster { .. }))
+                .count();
+            if gone > 0 {
+                tracing::info!(
+                    child = %child,
+                    clusters = gone,
+                    grace = ?CLUSTER_GRACE,
+                    "dropping clusters the child's new run has not reported"
+                );
+            }
+            self.sweep_where(now, &child, |_| true);
+        }
+    }
+
+    fn sweep_where(&mut self, now: Instant, child: &str, pick: impl Fn(&ReportKey) -> bool) {
         let gone: Vec<ReportSlot> = self
             .stale
             .iter()
-            .filter(|(from, _)| from == child)
+            .filter(|(from, key)| from == child && pick(key))
             .cloned()
             .collect();
         for slot in gone {
@@ -349,4 +390,103 @@ fn summaries_with(
         Entry::Vacant(e) => e.insert(reports.selection(placement, root, current)),
     };
     reports.summarize_many(selection, placement, objects, cut_off)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use strata_protocol::wire::{Report, ReportKey, ReportValue};
+
+    use super::*;
+    use crate::node::core::testing::{cluster, hello, report, root, turn};
+
+    fn complete(run: u64) -> Report {
+        Report {
+            key: ReportKey::Complete { run },
+            value: ReportValue::Complete,
+        }
+    }
+
+    fn clusters(core: &NodeCore) -> Vec<String> {
+        core.reports().clusters().map(|c| c.name.clone()).collect()
+    }
+
+    /// A relay that restarted without its disk says at once that it has reported
+    /// everything, before any of its children is back: their clusters (and so the
+    /// objects routed to it) stay for the grace, and only those it has not reported
+    /// again by then go.
+    #[test]
+    fn a_new_runs_clusters_outlive_its_first_complete_for_the_grace() {
+        let mut core = root();
+        let t0 = Instant::ZERO;
+        core.child_connected(t0, "eu", 1).unwrap();
+        core.child_message(t0, "eu", 1, hello(10, None));
+        report(
+            &mut core,
+            t0,
+            1,
+            0,
+            vec![cluster("c1"), cluster("c2"), complete(10)],
+        );
+        let _ = turn(&mut core, t0);
+        assert_eq!(clusters(&core), ["c1", "c2"]);
+
+        // The new run, knowing nothing yet.
+        let t1 = t0 + Duration::from_secs(5);
+        core.child_connected(t1, "eu", 2).unwrap();
+        core.child_message(t1, "eu", 2, hello(11, None));
+        report(&mut core, t1, 2, 0, vec![complete(11)]);
+        let _ = turn(&mut core, t1);
+        assert_eq!(clusters(&core), ["c1", "c2"], "kept through the grace");
+        let due = t1 + CLUSTER_GRACE;
+        assert!(
+            core.poll_timeout().is_some_and(|t| t <= due),
+            "the core wakes up for the sweep"
+        );
+
+        // c1's agent is back below it; c2's is not.
+        let t2 = t1 + Duration::from_secs(10);
+        report(&mut core, t2, 2, 1, vec![cluster("c1")]);
+        let _ = turn(&mut core, t2);
+        let _ = turn(&mut core, t1 + (CLUSTER_GRACE - Duration::from_millis(1)));
+        assert_eq!(
+            clusters(&core),
+            ["c1", "c2"],
+            "not before the grace is over"
+        );
+        let _ = turn(&mut core, due);
+        assert_eq!(clusters(&core), ["c1"], "what was not reported again went");
+    }
+
+    /// A run that ends before its grace is over does not get its sweep: the next
+    /// run's own "reported everything" starts a new grace.
+    #[test]
+    fn a_newer_run_cancels_the_pending_sweep() {
+        let mut core = root();
+        let t0 = Instant::ZERO;
+        core.child_connected(t0, "eu", 1).unwrap();
+        core.child_message(t0, "eu", 1, hello(10, None));
+        report(&mut core, t0, 1, 0, vec![cluster("c1"), complete(10)]);
+        let _ = turn(&mut core, t0);
+        core.child_connected(t0, "eu", 2).unwrap();
+        core.child_message(t0, "eu", 2, hello(11, None));
+        report(&mut core, t0, 2, 0, vec![complete(11)]);
+        let _ = turn(&mut core, t0);
+        let t1 = t0 + CLUSTER_GRACE / 2;
+        core.child_connected(t1, "eu", 3).unwrap();
+        core.child_message(t1, "eu", 3, hello(12, None));
+        let t2 = t0 + CLUSTER_GRACE;
+        let _ = turn(&mut core, t2);
+        assert_eq!(
+            clusters(&core),
+            ["c1"],
+            "no sweep before run 12 is complete"
+        );
+        report(&mut core, t2, 3, 0, vec![complete(12)]);
+        let _ = turn(&mut core, t2);
+        assert_eq!(clusters(&core), ["c1"], "run 12's grace begins");
+        let _ = turn(&mut core, t2 + CLUSTER_GRACE);
+        assert!(clusters(&core).is_empty(), "run 12's grace is over");
+    }
 }

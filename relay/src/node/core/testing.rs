@@ -1,0 +1,117 @@
+//! What the core's unit tests share: a root whose only child is the relay `eu`, and
+//! that child's messages.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use strata_node::store::UpstreamState;
+use strata_protocol::model::Cluster;
+use strata_protocol::sync::SessionConfig;
+use strata_protocol::time::{Instant, UnixMillis};
+use strata_protocol::wire::{
+    ChildToParent, ErrorCode, Hello, LinkRecord, MAX_PROTOCOL_VERSION, REPLICA_VERSION, Report,
+    ReportKey, ReportValue, Reports, Role,
+};
+
+use super::{CoreSetup, NodeCore, new_log};
+use crate::node::reports::SubtreeReports;
+
+/// A root whose only allowed child is the relay `eu`.
+pub(super) fn root() -> NodeCore {
+    NodeCore::new(
+        Instant::ZERO,
+        CoreSetup {
+            name: "center".into(),
+            labels: BTreeMap::new(),
+            children: vec!["eu".into()],
+            sessions: SessionConfig::default(),
+            log: new_log(1, true),
+            reports: SubtreeReports::new(),
+            acked: BTreeMap::new(),
+            child_runs: BTreeMap::new(),
+            upstream: None,
+            upstream_state: UpstreamState::default(),
+            summary_interval: Duration::from_millis(200),
+            run: 1,
+            wall_origin: UnixMillis(0),
+            watch_history: 0,
+            standby: false,
+            admission_hold: std::time::Duration::ZERO,
+        },
+    )
+}
+
+pub(super) fn hello(run: u64, replica: Option<&str>) -> ChildToParent {
+    let hello = Hello {
+        min_version: 1,
+        max_version: MAX_PROTOCOL_VERSION,
+        node: "eu".into(),
+        role: Role::Relay,
+        run,
+    };
+    match replica {
+        None => ChildToParent::Hello(hello),
+        Some(r) => ChildToParent::ReplicaHello {
+            hello: Hello {
+                min_version: REPLICA_VERSION,
+                ..hello
+            },
+            replica: r.into(),
+        },
+    }
+}
+
+pub(super) fn link(node: &str, connected: bool, since: u64) -> Report {
+    Report {
+        key: ReportKey::Link { node: node.into() },
+        value: ReportValue::Link(LinkRecord {
+            path: vec!["eu".into()],
+            role: Role::Agent,
+            connected,
+            since: UnixMillis(since),
+            last_heard: UnixMillis(since),
+            lag: Some(0),
+            clusters: 1,
+            cert_expires: None,
+            transport: None,
+        }),
+    }
+}
+
+pub(super) fn cluster(name: &str) -> Report {
+    Report {
+        key: ReportKey::Cluster { name: name.into() },
+        value: ReportValue::Cluster(Cluster {
+            name: name.into(),
+            labels: BTreeMap::new(),
+            properties: BTreeMap::new(),
+            path: vec!["eu".into()],
+        }),
+    }
+}
+
+/// Drives the root once: process, transmit; returns what it closed.
+pub(super) fn turn(core: &mut NodeCore, now: Instant) -> Vec<(String, u64, ErrorCode)> {
+    let _ = core.process(now);
+    let out = core.transmit(now);
+    out.close_children
+        .into_iter()
+        .map(|(n, c, e)| (n, c, e.code))
+        .collect()
+}
+
+/// Sends one batch of reports on a connection (the report stream starts at 0 per
+/// session).
+pub(super) fn report(core: &mut NodeCore, now: Instant, conn: u64, seq: u64, items: Vec<Report>) {
+    core.child_message(
+        now,
+        "eu",
+        conn,
+        ChildToParent::Reports(Reports {
+            epoch: 0,
+            epoch_start: 0,
+            seq,
+            items,
+        }),
+    );
+}
