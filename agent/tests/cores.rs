@@ -464,6 +464,46 @@ fn a_restarted_relay_resyncs_only_the_delta_and_serves_from_cache_without_its_pa
     );
 }
 
+/// A regional relay that lost its disk comes back knowing none of its subtree and
+/// says at once that it has reported everything; its agents come back after it. The
+/// root keeps the region's clusters meanwhile, so the relay's rebuilt log holds every
+/// object placed below it and no agent removes a workload from its cluster.
+#[test]
+fn a_relay_that_lost_its_disk_rebuilds_without_its_agents_removing_anything() {
+    let mut t = two_regions();
+    t.connect_in(&["eu", "us", "eu-pos", "eu-kiosk", "us-pos"]);
+    t.apply(APP);
+    t.advance(Duration::from_secs(1));
+    assert!(holds_web(&t, "eu-pos"));
+    let deletes = t.agent("eu-pos").stats().deletes;
+
+    t.crash("eu");
+    t.cut("eu-pos");
+    t.cut("eu-kiosk");
+    t.lose_disk("eu");
+    t.restart("eu");
+    // The relay has caught up with the root and reported everything it knows
+    // (nothing) before its agents reconnect.
+    t.advance(Duration::from_secs(1));
+    assert!(
+        t.relay("eu").log().live().any(|o| o.key().name == "web"),
+        "the rebuilt log holds what is placed below eu"
+    );
+    t.restore("eu-pos");
+    t.restore("eu-kiosk");
+    t.advance(Duration::from_secs(1));
+    assert!(t.connected("eu-pos") && t.connected("eu-kiosk"));
+    assert!(holds_web(&t, "eu-pos"));
+    assert_eq!(
+        t.agent("eu-pos").stats().deletes,
+        deletes,
+        "eu-pos removed nothing from its cluster"
+    );
+    let root = t.relay("center");
+    let clusters: Vec<&str> = root.reports().clusters().map(|c| c.name.as_str()).collect();
+    assert_eq!(clusters, ["eu-kiosk", "eu-pos", "us-pos"]);
+}
+
 /// The fixture itself: a tree that does not settle within the bound fails, naming
 /// what kept going.
 #[test]

@@ -142,9 +142,13 @@ fn a_move_made_before_it_breaks_keeps_the_app_available_and_one_that_breaks_firs
 }
 
 /// A regional relay loses its disk and rebuilds from the root while its agents come
-/// back: an agent whose log took the object away and back in one batch kept it on its
-/// cluster, and once sent `Removed` for it with nothing after, so the relay counted one
-/// cluster fewer for good (seed 56 of this scenario found it; CI sweeps seeds 0..10).
+/// back. Seed 56 of this scenario (CI sweeps seeds 0..10) found two holes: the root
+/// dropped the region's clusters when the rebuilt relay first said it had reported
+/// everything, so agents removed workloads and created them again (now the violation
+/// "no cluster loses an object the root still places on it"); and an agent whose log
+/// took an object away and back in one batch sent `Removed` with nothing after, so the
+/// relay counted one cluster fewer for good. With the first fixed, this seed no longer
+/// takes an agent through the second (agent/src/core.rs keeps that fix).
 #[test]
 fn an_object_taken_away_and_back_in_one_batch_keeps_its_status() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/relay-disk-loss.yaml");

@@ -303,6 +303,14 @@ impl Tree {
         self.dirty.insert(name.to_owned());
     }
 
+    /// A crashed `name`'s disk is replaced by an empty one (its node id changes with
+    /// it, as a new store's would): it restarts knowing nothing.
+    pub fn lose_disk(&mut self, name: &str) {
+        let node = self.node_mut(name);
+        assert!(node.core.is_none(), "{name} is running");
+        node.store = MemStore::new(node.spec.id ^ 0x5EED_0000_0000_0000 ^ node.runs);
+    }
+
     /// Whether `name` runs.
     pub fn is_up(&self, name: &str) -> bool {
         self.node(name).core.is_some()
