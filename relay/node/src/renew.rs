@@ -14,6 +14,8 @@
 //! and an hour). A certificate that expired while the node was offline cannot renew
 //! this way (the parent refuses the handshake): its recovery path is a one-time
 //! recovery token (see `relay/src/join.rs`).
+//!
+//! [`ParentToChild::Renewal`]: strata_protocol::wire::ParentToChild::Renewal
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

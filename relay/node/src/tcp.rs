@@ -27,7 +27,7 @@
 //! and load balancers.
 //!
 //! Debug tunnels run on the same connection as dynamic streams with their own credit
-//! (see [`streams`]): the first `PING` each side writes carries its feature bits in
+//! (see `tcp/streams.rs`): the first `PING` each side writes carries its feature bits in
 //! `code` (older builds ignore a ping's `class` and `code`), and tunnel frames go only
 //! to a peer that announced them.
 
