@@ -92,7 +92,7 @@ pub struct SimHierarchy {
     pub relays: RefCell<BTreeMap<String, NodeClient>>,
     pub agents: RefCell<BTreeMap<String, Rc<AgentHandle>>>,
     /// What each agent's simulated cluster removed, with the revision it held, not yet
-    /// looked at by the observer (see [`RecordingCluster`]).
+    /// looked at by the observer (see `RecordingCluster`).
     pub removals: RefCell<BTreeMap<String, Receiver<(ObjectKey, Revision)>>>,
     /// Nodes (clusters or relays) whose labels the workload replaced.
     pub relabeled: RefCell<BTreeMap<String, Labels>>,

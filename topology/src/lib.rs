@@ -5,12 +5,12 @@
 //! parents and listen addresses, labels that clusters below inherit, the leaf clusters,
 //! and where agents not listed may join with a token. It is read into raw serde structs
 //! that refuse unknown fields ([`raw`]), then compiled in one pass that reports every
-//! error at once, each naming the node and the fault ([`compile`]).
+//! error at once, each naming the node and the fault ([`compile()`]).
 //!
 //! # Layout
 //!
 //! * [`raw`]: the document as written.
-//! * [`compile`]: checks, and the [`Topology`] it yields.
+//! * [`compile`](mod@compile): checks, and the [`Topology`] it yields.
 //! * [`names`]: what a node name may be.
 //! * [`files`]: where every generated file goes (a directory per node under `nodes/`,
 //!   so no node name can collide with a file of the hierarchy), and the check that no

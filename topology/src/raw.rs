@@ -1,5 +1,5 @@
 //! The topology file as written: serde structs that refuse unknown fields. Nothing here
-//! is checked beyond YAML types; [`crate::compile`] checks everything else at once.
+//! is checked beyond YAML types; [`crate::compile()`] checks everything else at once.
 
 use std::collections::BTreeMap;
 
