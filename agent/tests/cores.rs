@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use strata_protocol::model::{ObjectKey, Space};
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
+use strata_protocol::summary::Summary;
 use strata_protocol::wire::{Change, ReportKey, ReportValue, Role};
 use tree::{Tree, labels};
 
@@ -53,6 +54,14 @@ fn web_key(t: &Tree) -> ObjectKey {
     let root = t.relay("center");
     let web = root.log().live().find(|o| o.key().kind == "Deployment");
     web.unwrap().key().clone()
+}
+
+/// The root's summary of the deployment `web` under its placement `web`.
+fn web_summary(t: &Tree) -> Summary {
+    let root = t.relay("center");
+    let placement = root.placements().iter().find(|p| p.name == "web").unwrap();
+    root.reports()
+        .summarize(placement, &web_key(t), root.root_view())
 }
 
 #[test]
@@ -168,13 +177,10 @@ fn summaries_and_link_records_of_the_whole_tree_reach_the_root() {
     t.connect_all();
     t.apply(&APP.replace("region: eu, role: pos", "role: pos"));
     t.advance(Duration::from_secs(2));
-    let root = t.relay("center");
-    let placement = root.placements().iter().find(|p| p.name == "web").unwrap();
-    let s = root
-        .reports()
-        .summarize(placement, &web_key(&t), root.root_view());
+    let s = web_summary(&t);
     assert_eq!((s.expected, s.health.available), (2, 2), "{s:?}");
     assert_eq!(s.numbers["readyReplicas"].sum, 4, "{s:?}");
+    let root = t.relay("center");
 
     // The root's own children's links: up, caught up, and how many clusters below.
     let own: Vec<_> = root.links();
@@ -502,6 +508,49 @@ fn a_relay_that_lost_its_disk_rebuilds_without_its_agents_removing_anything() {
     let root = t.relay("center");
     let clusters: Vec<&str> = root.reports().clusters().map(|c| c.name.as_str()).collect();
     assert_eq!(clusters, ["eu-kiosk", "eu-pos", "us-pos"]);
+}
+
+/// Two changes of an agent's desired state that the network delivers together: the
+/// first takes the app away (its placement stops selecting the cluster), the second
+/// brings it back at the same revision. The agent's one batch deletes and re-applies
+/// it; the cluster keeps the app, and so must the root's count of where it is
+/// available (a `Removed` for its status, with no new status after the no-op
+/// re-apply, left it one cluster short for good).
+#[test]
+fn a_removal_undone_within_one_batch_keeps_the_clusters_status() {
+    let mut t = two_regions();
+    t.connect_all();
+    t.apply(APP);
+    t.advance(Duration::from_secs(2));
+    let available = |t: &Tree| {
+        let s = web_summary(t);
+        (s.expected, s.health.available)
+    };
+    assert_eq!(available(&t), (1, 1));
+
+    // eu-pos's link holds everything back while the app goes and comes back.
+    t.set_latency("eu-pos", Duration::from_secs(3600));
+    t.apply(&APP.replace("region: eu, role: pos", "region: eu, role: none"));
+    t.advance(Duration::from_secs(1));
+    t.apply(APP);
+    t.advance(Duration::from_secs(1));
+    t.set_latency("eu-pos", Duration::ZERO);
+    let deletes = t.agent("eu-pos").stats().deletes;
+    let snapshots = t.agent("eu-pos").snapshots_received();
+    t.deliver_together("eu-pos");
+    t.advance(Duration::from_secs(2));
+    assert_eq!(
+        t.agent("eu-pos").snapshots_received(),
+        snapshots + 2,
+        "both changes (each a new route, so a snapshot) reached eu-pos together"
+    );
+    assert!(holds_web(&t, "eu-pos"));
+    assert_eq!(
+        t.agent("eu-pos").stats().deletes,
+        deletes,
+        "nothing was removed"
+    );
+    assert_eq!(available(&t), (1, 1), "the root still counts eu-pos");
 }
 
 /// The fixture itself: a tree that does not settle within the bound fails, naming

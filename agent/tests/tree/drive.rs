@@ -92,6 +92,17 @@ impl Tree {
         );
     }
 
+    /// Every frame in flight on `child`'s link arrives now, in sending order, so that
+    /// each end's next turn takes them in one batch (a burst the network held back and
+    /// then let go).
+    pub fn deliver_together(&mut self, child: &str) {
+        let now = self.now;
+        for m in self.in_flight.iter_mut().filter(|m| m.child == child) {
+            m.at = now;
+        }
+        self.link_mut(child).last_arrival = now;
+    }
+
     /// The next timer of any node: its core's, a reconnection, a commit retry.
     fn next_timer(&self) -> Option<Instant> {
         self.nodes
