@@ -15,4 +15,6 @@ pub mod core;
 mod input;
 pub mod reports;
 pub mod runtime;
+#[cfg(test)]
+mod testing;
 pub mod tunnel;

@@ -594,23 +594,11 @@ impl Selection {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use strata_protocol::model::{Health, Status};
 
     use super::*;
 
-    fn cluster(name: &str, path: &[&str]) -> Report {
-        Report {
-            key: ReportKey::Cluster { name: name.into() },
-            value: ReportValue::Cluster(Cluster {
-                name: name.into(),
-                labels: BTreeMap::new(),
-                properties: BTreeMap::new(),
-                path: path.iter().map(|p| (*p).to_owned()).collect(),
-            }),
-        }
-    }
+    use crate::node::testing::{cluster_report as cluster, link_report};
 
     #[test]
     fn a_nodes_reports_are_found_by_range_with_its_replicas_and_no_neighbour() {
@@ -652,20 +640,8 @@ mod tests {
     }
 
     fn link(node: &str, path: &[&str]) -> Report {
-        Report {
-            key: ReportKey::Link { node: node.into() },
-            value: ReportValue::Link(strata_protocol::wire::LinkRecord {
-                path: path.iter().map(|p| (*p).to_owned()).collect(),
-                role: strata_protocol::wire::Role::Relay,
-                connected: true,
-                since: strata_protocol::time::UnixMillis(1),
-                last_heard: strata_protocol::time::UnixMillis(2),
-                lag: Some(0),
-                clusters: 3,
-                cert_expires: None,
-                transport: None,
-            }),
-        }
+        let record = crate::node::testing::link(strata_protocol::wire::Role::Relay, path, true, 1);
+        link_report(node, record)
     }
 
     #[test]

@@ -318,27 +318,10 @@ pub fn last_seen(
 mod tests {
     use super::*;
 
-    fn link(path: &[&str], connected: bool, since: u64) -> LinkRecord {
-        LinkRecord {
-            path: path.iter().map(|p| (*p).to_owned()).collect(),
-            role: Role::Relay,
-            connected,
-            since: UnixMillis(since),
-            last_heard: UnixMillis(since),
-            lag: Some(0),
-            clusters: 1,
-            cert_expires: None,
-            transport: None,
-        }
-    }
+    use crate::node::testing::cluster;
 
-    fn cluster(name: &str, path: &[&str]) -> Cluster {
-        Cluster {
-            name: name.into(),
-            labels: BTreeMap::new(),
-            properties: BTreeMap::new(),
-            path: path.iter().map(|p| (*p).to_owned()).collect(),
-        }
+    fn link(path: &[&str], connected: bool, since: u64) -> LinkRecord {
+        crate::node::testing::link(Role::Relay, path, connected, since)
     }
 
     #[test]

@@ -5,16 +5,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use strata_node::store::UpstreamState;
-use strata_protocol::model::Cluster;
 use strata_protocol::sync::SessionConfig;
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{
-    ChildToParent, ErrorCode, Hello, LinkRecord, MAX_PROTOCOL_VERSION, REPLICA_VERSION, Report,
-    ReportKey, ReportValue, Reports, Role,
+    ChildToParent, ErrorCode, Hello, MAX_PROTOCOL_VERSION, REPLICA_VERSION, Report, Reports, Role,
 };
 
 use super::{CoreSetup, NodeCore, new_log};
 use crate::node::reports::SubtreeReports;
+use crate::node::testing;
 
 /// A root whose only allowed child is the relay `eu`.
 pub(super) fn root() -> NodeCore {
@@ -61,33 +60,15 @@ pub(super) fn hello(run: u64, replica: Option<&str>) -> ChildToParent {
     }
 }
 
+/// The link of the agent `node` below `eu`.
 pub(super) fn link(node: &str, connected: bool, since: u64) -> Report {
-    Report {
-        key: ReportKey::Link { node: node.into() },
-        value: ReportValue::Link(LinkRecord {
-            path: vec!["eu".into()],
-            role: Role::Agent,
-            connected,
-            since: UnixMillis(since),
-            last_heard: UnixMillis(since),
-            lag: Some(0),
-            clusters: 1,
-            cert_expires: None,
-            transport: None,
-        }),
-    }
+    let record = testing::link(Role::Agent, &["eu"], connected, since);
+    testing::link_report(node, record)
 }
 
+/// The cluster `name` below `eu`.
 pub(super) fn cluster(name: &str) -> Report {
-    Report {
-        key: ReportKey::Cluster { name: name.into() },
-        value: ReportValue::Cluster(Cluster {
-            name: name.into(),
-            labels: BTreeMap::new(),
-            properties: BTreeMap::new(),
-            path: vec!["eu".into()],
-        }),
-    }
+    testing::cluster_report(name, &["eu"])
 }
 
 /// Drives the root once: process, transmit; returns what it closed.

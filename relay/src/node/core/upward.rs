@@ -412,6 +412,16 @@ mod tests {
         core.reports().clusters().map(|c| c.name.clone()).collect()
     }
 
+    /// `eu`'s run `run` on connection `conn`: its hello, its first batch of reports
+    /// and "reported everything", then a turn.
+    fn run(core: &mut NodeCore, now: Instant, conn: u64, run: u64, mut reports: Vec<Report>) {
+        core.child_connected(now, "eu", conn).unwrap();
+        core.child_message(now, "eu", conn, hello(run, None));
+        reports.push(complete(run));
+        report(core, now, conn, 0, reports);
+        let _ = turn(core, now);
+    }
+
     /// A relay that restarted without its disk says at once that it has reported
     /// everything, before any of its children is back: their clusters (and so the
     /// objects routed to it) stay for the grace, and only those it has not reported
@@ -420,24 +430,12 @@ mod tests {
     fn a_new_runs_clusters_outlive_its_first_complete_for_the_grace() {
         let mut core = root();
         let t0 = Instant::ZERO;
-        core.child_connected(t0, "eu", 1).unwrap();
-        core.child_message(t0, "eu", 1, hello(10, None));
-        report(
-            &mut core,
-            t0,
-            1,
-            0,
-            vec![cluster("c1"), cluster("c2"), complete(10)],
-        );
-        let _ = turn(&mut core, t0);
+        run(&mut core, t0, 1, 10, vec![cluster("c1"), cluster("c2")]);
         assert_eq!(clusters(&core), ["c1", "c2"]);
 
         // The new run, knowing nothing yet.
         let t1 = t0 + Duration::from_secs(5);
-        core.child_connected(t1, "eu", 2).unwrap();
-        core.child_message(t1, "eu", 2, hello(11, None));
-        report(&mut core, t1, 2, 0, vec![complete(11)]);
-        let _ = turn(&mut core, t1);
+        run(&mut core, t1, 2, 11, vec![]);
         assert_eq!(clusters(&core), ["c1", "c2"], "kept through the grace");
         let due = t1 + CLUSTER_GRACE;
         assert!(
@@ -465,14 +463,8 @@ mod tests {
     fn a_newer_run_cancels_the_pending_sweep() {
         let mut core = root();
         let t0 = Instant::ZERO;
-        core.child_connected(t0, "eu", 1).unwrap();
-        core.child_message(t0, "eu", 1, hello(10, None));
-        report(&mut core, t0, 1, 0, vec![cluster("c1"), complete(10)]);
-        let _ = turn(&mut core, t0);
-        core.child_connected(t0, "eu", 2).unwrap();
-        core.child_message(t0, "eu", 2, hello(11, None));
-        report(&mut core, t0, 2, 0, vec![complete(11)]);
-        let _ = turn(&mut core, t0);
+        run(&mut core, t0, 1, 10, vec![cluster("c1")]);
+        run(&mut core, t0, 2, 11, vec![]);
         let t1 = t0 + CLUSTER_GRACE / 2;
         core.child_connected(t1, "eu", 3).unwrap();
         core.child_message(t1, "eu", 3, hello(12, None));
