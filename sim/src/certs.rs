@@ -1,12 +1,12 @@
 //! Certificates under virtual time.
 //!
 //! Every TLS configuration of the simulation checks certificates' validity against
-//! [`SimTime`]: the simulation's wall clock ([`hosts::wall_now`]), not the machine's.
+//! [`SimTime`]: the simulation's wall clock (`hosts::wall_now`), not the machine's.
 //!
 //! A scenario with `certificates:` ([`Certificates`]) gives every node a certificate
 //! valid for `lifetime` of virtual time (the root's, which nothing above it renews, a
 //! year) and runs renewal as nodes run it in production: each node's key, certificate
-//! and the CA are files ([`CertFiles`], in a temporary directory of the run), loaded at
+//! and the CA are files (`CertFiles`, in a temporary directory of the run), loaded at
 //! every start; a node renews through its parent over its link and writes the new pair
 //! in place; every relay signs its children's renewals with the hierarchy's CA. A
 //! cluster named in `recover` has a one-time recovery token at its parent relay (which
@@ -14,7 +14,7 @@
 //! certificate it first dials with it (the refusal is recorded: [`Recovery`]), then
 //! enrolls again with the token, as `agent run` does, and starts with what it got.
 //!
-//! At the end of the run ([`check_end`]) every node's certificate on disk must still
+//! At the end of the run (`check_end`) every node's certificate on disk must still
 //! be valid (the nodes renewed) and every `recover` cluster must have been refused with
 //! the TLS alert `certificate_expired` and then have enrolled again.
 //!

@@ -19,7 +19,7 @@
 //! * `observe`: the observer task: workload at the root, samples, checks.
 //! * `rollout_check`: the rollout check: released waves, rollback, a relay cut off.
 //! * [`run`]: one simulation of one seed: faults, workload, checks, summary, trace hash.
-//! * [`bench`]: the benchmark harness (the `bench` binary): real QUIC on loopback, with
+//! * [`bench`](mod@bench): the benchmark harness (the `bench` binary): real QUIC on loopback, with
 //!   flat-hub and NATS baselines.
 //!
 //! The `sim` binary (`src/main.rs`) runs one seed or sweeps many.

@@ -1,7 +1,7 @@
 //! The Kubernetes API backend: keeps a real cluster in the agent's desired state.
 //!
 //! [`KubeCluster`] is the [`ClusterBackend`] the agent core drives. It hands every
-//! change to its own task (the worker, [`worker`]) over a channel and takes statuses
+//! change to its own task (the worker, `worker.rs`) over a channel and takes statuses
 //! back the same way, waking the agent's loop through a [`Notify`]. The worker:
 //!
 //! * maps kind → resource and scope with API discovery (one request per group

@@ -4,12 +4,12 @@
 //!
 //! # Layout
 //!
-//! * [`tree`]: builds and restarts the hierarchy (one process, an endpoint and a store
+//! * `tree`: builds and restarts the hierarchy (one process, an endpoint and a store
 //!   per node and agent, a runtime per tier).
-//! * [`measure`]: the goals' measurements on one hierarchy (P1–P4, P6, CPU).
-//! * [`nats`]: the NATS baseline (`nats-server` processes, a minimal client).
-//! * [`procstat`]: RSS and CPU from `/proc`.
-//! * [`table`]: the printed table.
+//! * `measure`: the goals' measurements on one hierarchy (P1–P4, P6, CPU).
+//! * `nats`: the NATS baseline (`nats-server` processes, a minimal client).
+//! * `procstat`: RSS and CPU from `/proc`.
+//! * `table`: the printed table.
 
 use std::path::PathBuf;
 use std::time::Duration;
