@@ -266,16 +266,40 @@ pub fn refusal(code: u16, reason: &str, message: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Writes [`refusal`] on `stream` and finishes it, then reads what the requester
-/// still sends (its request, at most [`LINGER_BYTES`] for at most [`LINGER`]) before
-/// letting go: dropping a stream unread tells the peer to stop sending, and a requester
-/// still writing its request would then see a broken tunnel instead of this answer.
+/// Answers a refused request with [`refusal`], as HTTP wants it: after its head has
+/// arrived (at most [`LINGER_BYTES`], for at most [`LINGER`]). An answer that arrives
+/// before the requester's HTTP client has sent its request is an unexpected message to
+/// that client, which then drops the connection and cancels the request: a root slow to
+/// write (under load) showed the user a broken tunnel (502) instead of this answer.
+/// Then the stream is finished, and what the requester still sends (a body) is read,
+/// within the same bounds, before letting go: dropping a stream unread tells the peer to
+/// stop sending, and a requester still writing would see a broken tunnel too.
 pub async fn refuse(mut stream: TunnelStream, code: u16, reason: &str, message: &str) {
+    let mut sink = [0u8; 4096];
+    let mut read = 0;
+    let mut tail: Vec<u8> = Vec::new();
+    let head = async {
+        while read < LINGER_BYTES {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    read += n;
+                    // The head ends at the first blank line; keep the last bytes seen so
+                    // that one split across reads is found too.
+                    tail.extend_from_slice(&sink[..n]);
+                    if tail.windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                    let keep = tail.len().saturating_sub(3);
+                    tail.drain(..keep);
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, head).await;
     let _ = stream.write_all(&refusal(code, reason, message)).await;
     let _ = stream.shutdown().await;
     let linger = async {
-        let mut sink = [0u8; 4096];
-        let mut read = 0;
         while read < LINGER_BYTES {
             match stream.read(&mut sink).await {
                 Ok(0) | Err(_) => break,
