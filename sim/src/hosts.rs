@@ -384,7 +384,8 @@ impl SimHierarchy {
         let secret = SimRng::new(mix(self.seed ^ hash(&name))).bytes32();
         let (config, server) = transport::server_configs(tls.server.clone(), secret)?;
         let socket = SimUdpSocket::bind(ip, RELAY_PORT, self.network.clone()).await?;
-        let listener = net::endpoint(socket, config, Some(server), rng.bytes32())?;
+        let listener = net::endpoint(socket, config, Some(server.clone()), rng.bytes32())?;
+        let listener = transport::QuicListener::new(listener, server);
         let tcp_listener = match self.transport.get() {
             TransportMode::Quic => None,
             _ => Some(strata_node::tcp::Listener::from_source(

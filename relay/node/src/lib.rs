@@ -67,6 +67,7 @@ pub mod exposition;
 pub mod follower;
 pub mod join;
 pub mod link;
+pub mod listener;
 pub mod ops;
 // Manifests are parsed by a crate without the runtime, which the fuzz targets use.
 pub use strata_manifest::objects;

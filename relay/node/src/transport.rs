@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::link::Link;
+pub use crate::listener::QuicListener;
 use crate::tcp::TcpLink;
 
 /// QUIC application close codes of node links.
@@ -101,6 +102,15 @@ pub fn parent_transport_config() -> Arc<quinn::TransportConfig> {
     Arc::new(tuned(0))
 }
 
+/// The parent's tuning for a connection whose path MTU is known from the last one
+/// from the same address (see [`crate::listener`]): it starts at `mtu`, and the search
+/// probes only what lies above.
+pub fn parent_transport_starting_at(mtu: u16) -> Arc<quinn::TransportConfig> {
+    let mut t = tuned(0);
+    t.initial_mtu(mtu);
+    Arc::new(t)
+}
+
 fn tuned(tunnels: u32) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
     // Once a session is open its heartbeat (a ping after 5 s of silence, answered)
@@ -174,19 +184,24 @@ pub fn server_endpoint(
     listen: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
     secret: [u8; 32],
-) -> Result<Endpoint, TransportError> {
+) -> Result<QuicListener, TransportError> {
     let (endpoint, server) = server_configs(tls, secret)?;
     let socket = std::net::UdpSocket::bind(listen).map_err(|source| TransportError::Bind {
         addr: listen,
         source,
     })?;
     size_receive_buffer(&socket, listen);
-    Endpoint::new(endpoint, Some(server), socket, Arc::new(TokioRuntime)).map_err(|source| {
-        TransportError::Bind {
-            addr: listen,
-            source,
-        }
-    })
+    let endpoint = Endpoint::new(
+        endpoint,
+        Some(server.clone()),
+        socket,
+        Arc::new(TokioRuntime),
+    )
+    .map_err(|source| TransportError::Bind {
+        addr: listen,
+        source,
+    })?;
+    Ok(QuicListener::new(endpoint, server))
 }
 
 /// The endpoint and server configurations of a listening endpoint (see

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use quinn::{Endpoint, VarInt};
+use quinn::VarInt;
 use strata_node::driver::Input;
 use strata_node::link::Link;
 use strata_node::tls::peer_node_name_in;
-use strata_node::transport::{self, Receiver, close_code};
+use strata_node::transport::{self, QuicListener, Receiver, close_code};
 use strata_node::{tcp, tls};
 use strata_protocol::codec::DEFAULT_MAX_FRAME;
 use strata_protocol::wire::{ChildToParent, JoinReply, ParentToChild};
@@ -116,7 +116,7 @@ impl HandshakeGate {
 /// Accepts QUIC connections until the endpoint closes; every connection's task belongs
 /// to the loop and ends with it. `ids` numbers connections (shared with the TCP loop).
 pub(super) async fn accept_loop(
-    listener: Endpoint,
+    listener: QuicListener,
     joining: Option<Arc<Joining>>,
     tx: mpsc::Sender<Input<RelayInput>>,
     ids: Arc<AtomicU64>,
@@ -133,6 +133,7 @@ pub(super) async fn accept_loop(
         let tx = tx.clone();
         let joining = joining.clone();
         let gate = gate.clone();
+        let listener = listener.clone();
         conns.spawn(
             async move {
                 let Ok(slot) = gate.slot().await else {
@@ -140,7 +141,7 @@ pub(super) async fn accept_loop(
                     incoming.refuse();
                     return;
                 };
-                let handshake = incoming.await;
+                let handshake = listener.handshake(incoming).await;
                 drop(slot);
                 let conn = match handshake {
                     Ok(c) => c,
@@ -162,7 +163,9 @@ pub(super) async fn accept_loop(
                     }
                     return;
                 }
-                serve_connection(Link::Quic(conn), conn_id, joining, tx).await;
+                serve_connection(Link::Quic(conn.clone()), conn_id, joining, tx).await;
+                // The next connection from there starts at the size this one found.
+                listener.remember(&conn);
             }
             .in_current_span(),
         );

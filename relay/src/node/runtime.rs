@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quinn::{Endpoint, VarInt};
+use quinn::VarInt;
 use strata_node::clock::Clock;
 use strata_node::dial::{Connector, ParentAddress};
 use strata_node::driver::{self, Driver, Input, Node, ParentAddr, ParentConn, ToParent};
 use strata_node::link::Link;
 use strata_node::store::{FollowEvent, Store, StoreError};
-use strata_node::transport::{self, Sender, close_code};
+use strata_node::transport::{self, QuicListener, Sender, close_code};
 use strata_node::tunnel::{self, TunnelSlots};
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
 use strata_protocol::time::Instant;
@@ -41,7 +41,7 @@ pub struct NodeParts {
     pub parent: Option<(String, ParentAddress)>,
     pub store: Arc<dyn Store>,
     /// Where children connect over QUIC, if this node has any.
-    pub listener: Option<Endpoint>,
+    pub listener: Option<QuicListener>,
     /// Where children connect with TLS over TCP, if anywhere.
     pub tcp_listener: Option<strata_node::tcp::Listener>,
     /// How the parent is reached (a QUIC endpoint converts into a QUIC-only one).
@@ -357,7 +357,7 @@ struct Relay {
     /// Connections waiting while this node catches up with its parent, by id.
     held: BTreeMap<u64, admit::HeldChild>,
     admissions: Option<Admissions>,
-    listener: Option<Endpoint>,
+    listener: Option<QuicListener>,
     /// The TLS/TCP listener's configuration, replaced when this node's certificate is
     /// renewed.
     tcp_tls: Option<strata_node::tcp::ServerTls>,
@@ -471,7 +471,7 @@ impl Node for Relay {
         };
         if let Some(listener) = &self.listener {
             match strata_node::transport::server_configs(server.clone(), [0; 32]) {
-                Ok((_, config)) => listener.set_server_config(Some(config)),
+                Ok((_, config)) => listener.set_server_config(config),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot serve QUIC with the renewed certificate")
                 }
@@ -540,7 +540,7 @@ impl Node for Relay {
             held.conn.close(close_code::SHUTDOWN, b"node shutting down");
         }
         if let Some(l) = &self.listener {
-            l.close(
+            l.endpoint().close(
                 VarInt::from_u32(close_code::SHUTDOWN),
                 b"node shutting down",
             );
