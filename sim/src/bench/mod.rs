@@ -180,6 +180,10 @@ pub struct Resync {
 pub struct Storm {
     /// Agents restarted.
     pub agents: usize,
+    /// Time from the agents' stop until their sockets were released (`None`: not
+    /// within the bound; the new agents then started beside the old sockets).
+    #[serde(default)]
+    pub released_secs: Option<f64>,
     /// Time to start them all (certificates, endpoints).
     pub start_secs: f64,
     /// Restart to every agent holding the change made while they were down.

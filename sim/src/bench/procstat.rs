@@ -11,6 +11,11 @@ pub(crate) fn rss_bytes() -> u64 {
     status_kib("VmRSS:") * 1024
 }
 
+/// File descriptors this process holds open (sockets among them).
+pub(crate) fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
 /// Peak resident set size of this process, in bytes.
 pub(crate) fn peak_rss_bytes() -> u64 {
     status_kib("VmHWM:") * 1024

@@ -94,6 +94,11 @@ fn topology(out: &mut String, t: &TopologyReport) {
     let _ = writeln!(out, "P4 storm per agent    {}", dist(&s.applied));
     let _ = writeln!(
         out,
+        "P4 storm stop         the stopped agents' sockets released {}",
+        s.released_secs.map_or("not within 60 s".to_owned(), |v| format!("after {v:.1} s"))
+    );
+    let _ = writeln!(
+        out,
         "P4 storm admission    {} child connections opened; {} refused before the handshake; {} hellos told to come back later",
         s.refused.connections, s.refused.handshakes, s.refused.sessions
     );
