@@ -275,17 +275,29 @@ pub fn refusal(code: u16, reason: &str, message: &str) -> Vec<u8> {
 /// within the same bounds, before letting go: dropping a stream unread tells the peer to
 /// stop sending, and a requester still writing would see a broken tunnel too.
 pub async fn refuse(mut stream: TunnelStream, code: u16, reason: &str, message: &str) {
-    let mut sink = [0u8; 4096];
     let mut read = 0;
+    drain(&mut stream, &mut read, true).await;
+    let _ = stream.write_all(&refusal(code, reason, message)).await;
+    let _ = stream.shutdown().await;
+    drain(&mut stream, &mut read, false).await;
+}
+
+/// Reads and drops what the refused request sends, for at most [`LINGER`] and until
+/// `read` reaches [`LINGER_BYTES`]: up to the end of the request's head (its first
+/// blank line) when `head_only`, else until the stream ends.
+async fn drain(stream: &mut TunnelStream, read: &mut usize, head_only: bool) {
+    let mut sink = [0u8; 4096];
+    // The last bytes seen, so that a blank line split across reads is found too.
     let mut tail: Vec<u8> = Vec::new();
-    let head = async {
-        while read < LINGER_BYTES {
+    let reading = async {
+        while *read < LINGER_BYTES {
             match stream.read(&mut sink).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    read += n;
-                    // The head ends at the first blank line; keep the last bytes seen so
-                    // that one split across reads is found too.
+                    *read += n;
+                    if !head_only {
+                        continue;
+                    }
                     tail.extend_from_slice(&sink[..n]);
                     if tail.windows(4).any(|w| w == b"\r\n\r\n") {
                         break;
@@ -296,18 +308,7 @@ pub async fn refuse(mut stream: TunnelStream, code: u16, reason: &str, message: 
             }
         }
     };
-    let _ = tokio::time::timeout(LINGER, head).await;
-    let _ = stream.write_all(&refusal(code, reason, message)).await;
-    let _ = stream.shutdown().await;
-    let linger = async {
-        while read < LINGER_BYTES {
-            match stream.read(&mut sink).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => read += n,
-            }
-        }
-    };
-    let _ = tokio::time::timeout(LINGER, linger).await;
+    let _ = tokio::time::timeout(LINGER, reading).await;
 }
 
 /// How long a refusing node reads a refused request before it lets the stream go.

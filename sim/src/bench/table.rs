@@ -95,7 +95,8 @@ fn topology(out: &mut String, t: &TopologyReport) {
     let _ = writeln!(
         out,
         "P4 storm stop         the stopped agents' sockets released {}",
-        s.released_secs.map_or("not within 60 s".to_owned(), |v| format!("after {v:.1} s"))
+        s.released_secs
+            .map_or("not within 60 s".to_owned(), |v| format!("after {v:.1} s"))
     );
     let _ = writeln!(
         out,
