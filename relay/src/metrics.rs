@@ -240,6 +240,12 @@ pub async fn render(
         &one(stats.handshakes_refused as f64),
     );
     out.family(
+        "strata_quic_handshakes_at_remembered_mtu_total",
+        Kind::Counter,
+        "Children's QUIC connections started at the path MTU the last connection from the same address found, so that path MTU discovery had nothing to probe (the relay remembers it per address while it runs).",
+        &one(stats.handshakes_at_remembered_mtu as f64),
+    );
+    out.family(
         "strata_sessions_refused_total",
         Kind::Counter,
         "Children's hellos refused with a time to come back because as many sessions were catching up as the relay sets up at once (admission.setups).",

@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use quinn::{Connection, Endpoint, Incoming};
@@ -39,6 +40,8 @@ struct Paths {
     /// [`BASE_MTU`].
     found: RwLock<BTreeMap<IpAddr, u16>>,
     configs: RwLock<Configs>,
+    /// Handshakes started at a remembered path MTU.
+    started_at_found: AtomicU64,
 }
 
 /// The endpoint's server configuration, and one copy of it per remembered MTU that
@@ -60,6 +63,7 @@ impl QuicListener {
                     base: server,
                     starting_at: Vec::new(),
                 }),
+                started_at_found: AtomicU64::new(0),
             }),
         }
     }
@@ -102,7 +106,10 @@ impl QuicListener {
     ) -> Result<Connection, quinn::ConnectionError> {
         let peer = incoming.remote_address().ip();
         let connecting = match self.remembered(peer) {
-            Some(mtu) => incoming.accept_with(self.config_starting_at(mtu)),
+            Some(mtu) => {
+                self.paths.started_at_found.fetch_add(1, Ordering::Relaxed);
+                incoming.accept_with(self.config_starting_at(mtu))
+            }
             None => incoming.accept(),
         };
         let result = match connecting {
@@ -128,6 +135,11 @@ impl QuicListener {
         if found.len() < REMEMBERED || found.contains_key(&peer) {
             found.insert(peer, mtu);
         }
+    }
+
+    /// Handshakes started at a remembered path MTU so far.
+    pub fn started_at_remembered_mtu(&self) -> u64 {
+        self.paths.started_at_found.load(Ordering::Relaxed)
     }
 
     /// The path MTU remembered for `peer`, if any.

@@ -279,8 +279,10 @@ async fn a_reconnect_from_the_same_address_starts_at_the_path_mtu_found_before()
     // The next one, from another port of the same address, starts there and probes
     // nothing, though both sides have sent since (a child's own endpoint does not
     // search: its socket may fragment).
+    assert_eq!(p.endpoint.started_at_remembered_mtu(), 0);
     let (_second_child, second, second_in) = connect("site-1").await;
     assert_eq!(second_in.stats().path.current_mtu, FOUND);
+    assert_eq!(p.endpoint.started_at_remembered_mtu(), 1);
     let (up, mut down) = transport::split::<ChildToParent, ParentToChild>(second, 1 << 20);
     let (to_child, mut from_child) =
         transport::split::<ParentToChild, ChildToParent>(second_in.clone(), 1 << 20);

@@ -503,7 +503,12 @@ impl Node for Relay {
 
     fn process(&mut self, now: Instant) -> strata_node::store::Batch {
         self.release_held(now);
-        self.core.note_handshakes_refused(self.gate.refused_total());
+        let remembered = self
+            .listener
+            .as_ref()
+            .map_or(0, QuicListener::started_at_remembered_mtu);
+        self.core
+            .note_listener(self.gate.refused_total(), remembered);
         self.core.process(now)
     }
 

@@ -98,8 +98,11 @@ pub struct CoreStats {
     /// Reports refused because they were outside the child's subtree.
     pub reports_refused: u64,
     /// Connections refused before their TLS handshake: too many handshakes at once
-    /// (counted by the driver, see [`NodeCore::note_handshakes_refused`]).
+    /// (counted by the driver, see [`NodeCore::note_listener`]).
     pub handshakes_refused: u64,
+    /// Handshakes started at the path MTU the last connection from the same address
+    /// found (counted by the listener, see [`NodeCore::note_listener`]).
+    pub handshakes_at_remembered_mtu: u64,
     /// Hellos refused with a time to come back: too many sessions setting up at once.
     pub sessions_refused: u64,
     /// Sessions setting up at the last processing.
@@ -353,10 +356,12 @@ impl NodeCore {
         self.admission = admission::Admission::new(config);
     }
 
-    /// The driver's count of connections refused before their handshake, for
-    /// [`CoreStats::handshakes_refused`].
-    pub fn note_handshakes_refused(&mut self, total: u64) {
-        self.stats.handshakes_refused = total;
+    /// The driver's counts of connections refused before their handshake and of
+    /// handshakes started at a remembered path MTU, for [`CoreStats::handshakes_refused`]
+    /// and [`CoreStats::handshakes_at_remembered_mtu`].
+    pub fn note_listener(&mut self, refused: u64, at_remembered_mtu: u64) {
+        self.stats.handshakes_refused = refused;
+        self.stats.handshakes_at_remembered_mtu = at_remembered_mtu;
     }
 
     /// How long each of `n` children sent away at once (a shutdown) should wait before
