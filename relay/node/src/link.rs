@@ -100,6 +100,17 @@ impl Link {
         }
     }
 
+    /// UDP datagrams so far, (sent, received); `(0, 0)` for TCP, which has none.
+    pub fn wire_datagrams(&self) -> (u64, u64) {
+        match self {
+            Link::Quic(c) => {
+                let s = c.stats();
+                (s.udp_tx.datagrams, s.udp_rx.datagrams)
+            }
+            Link::Tcp(_) => (0, 0),
+        }
+    }
+
     /// Bytes on the wire so far, (sent, received): UDP payload for QUIC, TLS records
     /// for TCP.
     pub fn wire_bytes(&self) -> (u64, u64) {

@@ -87,4 +87,6 @@ pub struct LinkStats {
     pub child_transports: Vec<(String, TransportKind)>,
     /// Which transport the link to the parent uses, while connected.
     pub parent_transport: Option<TransportKind>,
+    /// UDP datagrams (sent, received) on every connected child's QUIC link together.
+    pub child_datagrams: (u64, u64),
 }

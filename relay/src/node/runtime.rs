@@ -612,6 +612,10 @@ fn link_stats(children: &Children, parent: &ParentConn) -> LinkStats {
             })
             .collect(),
         parent: parent.connection().map(udp),
+        child_datagrams: children
+            .values()
+            .map(|(conn, _)| conn.wire_datagrams())
+            .fold((0, 0), |(s, r), (ds, dr)| (s + ds, r + dr)),
         streams: children
             .iter()
             .map(|((name, _), (_, sender))| (name.as_str(), sender.bytes()))

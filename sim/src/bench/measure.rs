@@ -281,6 +281,10 @@ fn received(s: &LinkStats) -> u64 {
     s.children.iter().map(|c| c.2).sum()
 }
 
+fn datagrams(s: &LinkStats) -> (u64, u64) {
+    s.child_datagrams
+}
+
 /// A generous limit for waits that grow with the number of leaves.
 fn limit(leaves: usize) -> Duration {
     Duration::from_secs(60 + leaves as u64 / 50)
@@ -370,6 +374,8 @@ pub(crate) async fn topology(
     let mut p3 = Vec::new();
     let mut p3_hops = Vec::new();
     let mut tier_sent = vec![0u64; tree.levels.len()];
+    // UDP datagrams (to children, from children) per tier.
+    let mut tier_datagrams = vec![(0u64, 0u64); tree.levels.len()];
     let mut root_received = 0u64;
     let mut window = Duration::ZERO;
     for round in 1..=opts.rounds {
@@ -419,6 +425,17 @@ pub(crate) async fn topology(
             let a: u64 = a.iter().map(sent).sum();
             tier_sent[level] += a.saturating_sub(b);
         }
+        for (level, (b, a)) in before.iter().zip(&after).enumerate() {
+            let sum = |stats: &Vec<LinkStats>| {
+                stats
+                    .iter()
+                    .map(datagrams)
+                    .fold((0, 0), |(s, r), (ds, dr)| (s + ds, r + dr))
+            };
+            let (b, a) = (sum(b), sum(a));
+            tier_datagrams[level].0 += a.0.saturating_sub(b.0);
+            tier_datagrams[level].1 += a.1.saturating_sub(b.1);
+        }
         root_received += received(&after[0][0]).saturating_sub(received(&before[0][0]));
     }
     let cpu_after = procstat::cpu_by_thread(&TIER_THREADS);
@@ -433,7 +450,10 @@ pub(crate) async fn topology(
             let links: usize = nodes.iter().map(|n| n.children.len()).sum();
             let per_update = tier_sent[level] / rounds;
             let ideal = (encoded_object * links) as u64;
+            let per_link = |n: u64| n as f64 / rounds as f64 / links.max(1) as f64;
             TierBytes {
+                datagrams_sent_per_link: per_link(tier_datagrams[level].0),
+                datagrams_received_per_link: per_link(tier_datagrams[level].1),
                 tier: level,
                 nodes: nodes.len(),
                 links,

@@ -153,6 +153,10 @@ pub struct TierBytes {
     pub ideal_bytes: u64,
     /// `bytes_per_update / ideal_bytes`.
     pub ratio: f64,
+    /// UDP datagrams to each child per update, in the same window (QUIC links).
+    pub datagrams_sent_per_link: f64,
+    /// UDP datagrams from each child per update, in the same window (QUIC links).
+    pub datagrams_received_per_link: f64,
 }
 
 /// P4a: a region cut off while objects change, then back.

@@ -31,8 +31,15 @@ fn topology(out: &mut String, t: &TopologyReport) {
     for b in &t.p2 {
         let _ = writeln!(
             out,
-            "P2 tier {} ({:>4} nodes, {:>5} links) sent {:>10} B/update; object x links {:>10} B; ratio {:.2}",
-            b.tier, b.nodes, b.links, b.bytes_per_update, b.ideal_bytes, b.ratio
+            "P2 tier {} ({:>4} nodes, {:>5} links) sent {:>10} B/update; object x links {:>10} B; ratio {:.2}; datagrams per link {:.2} out, {:.2} in",
+            b.tier,
+            b.nodes,
+            b.links,
+            b.bytes_per_update,
+            b.ideal_bytes,
+            b.ratio,
+            b.datagrams_sent_per_link,
+            b.datagrams_received_per_link
         );
     }
     let _ = writeln!(out, "P3 status -> summary  {}", dist(&t.p3));
