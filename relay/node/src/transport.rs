@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Connection, Endpoint, EndpointConfig, TokioRuntime, VarInt};
 use serde::Serialize;
@@ -463,9 +464,12 @@ async fn write_stream<M: WireMessage>(
     bytes: Arc<ClassBytes>,
 ) {
     let mut stream = None;
-    let mut buf = Vec::new();
     while let Some(msg) = rx.recv().await {
-        buf.clear();
+        // A buffer per message, handed to quinn as it is: quinn keeps it until the peer
+        // acknowledges it, where `write_all` would copy it, and no buffer stays behind
+        // at the size of the largest message the link ever carried (a snapshot's part,
+        // up to 256 KiB per child).
+        let mut buf = Vec::new();
         if let Err(e) = codec::encode(&msg, codec::DEFAULT_MAX_FRAME, &mut buf) {
             tracing::error!(?class, error = %e, "dropping a message that cannot be framed");
             continue;
@@ -481,12 +485,13 @@ async fn write_stream<M: WireMessage>(
                 Err(_) => return,
             }
         }
+        let len = buf.len() as u64;
         if let Some(s) = stream.as_mut()
-            && s.write_all(&buf).await.is_err()
+            && s.write_chunk(Bytes::from(buf)).await.is_err()
         {
             return;
         }
-        bytes.sent[slot(class)].fetch_add(buf.len() as u64, Ordering::Relaxed);
+        bytes.sent[slot(class)].fetch_add(len, Ordering::Relaxed);
     }
 }
 
