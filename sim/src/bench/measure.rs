@@ -281,10 +281,6 @@ fn received(s: &LinkStats) -> u64 {
     s.children.iter().map(|c| c.2).sum()
 }
 
-fn datagrams(s: &LinkStats) -> (u64, u64) {
-    s.child_datagrams
-}
-
 /// A generous limit for waits that grow with the number of leaves.
 fn limit(leaves: usize) -> Duration {
     Duration::from_secs(60 + leaves as u64 / 50)
@@ -421,20 +417,17 @@ pub(crate) async fn topology(
         window += start.elapsed();
         let after = tree.link_stats().await;
         for (level, (b, a)) in before.iter().zip(&after).enumerate() {
-            let b: u64 = b.iter().map(sent).sum();
-            let a: u64 = a.iter().map(sent).sum();
-            tier_sent[level] += a.saturating_sub(b);
-        }
-        for (level, (b, a)) in before.iter().zip(&after).enumerate() {
+            // (bytes, datagrams out, datagrams in) to and from the tier's children.
             let sum = |stats: &Vec<LinkStats>| {
-                stats
-                    .iter()
-                    .map(datagrams)
-                    .fold((0, 0), |(s, r), (ds, dr)| (s + ds, r + dr))
+                stats.iter().fold((0, 0, 0), |(bytes, out, inn), s| {
+                    let (d_out, d_in) = s.child_datagrams;
+                    (bytes + sent(s), out + d_out, inn + d_in)
+                })
             };
             let (b, a) = (sum(b), sum(a));
-            tier_datagrams[level].0 += a.0.saturating_sub(b.0);
-            tier_datagrams[level].1 += a.1.saturating_sub(b.1);
+            tier_sent[level] += a.0.saturating_sub(b.0);
+            tier_datagrams[level].0 += a.1.saturating_sub(b.1);
+            tier_datagrams[level].1 += a.2.saturating_sub(b.2);
         }
         root_received += received(&after[0][0]).saturating_sub(received(&before[0][0]));
     }
