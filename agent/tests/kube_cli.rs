@@ -661,9 +661,10 @@ async fn a_controller_lists_and_watches_through_the_root() {
         .boxed();
     // Each step waits for its event: the root, unlike etcd, may send one event for
     // changes that land between two of its looks. Once w1 is selected it may also
-    // change by itself (a second commit of a step may land after the next kubectl, as
-    // a controller's status update would with kube-apiserver): MODIFIED events of w1
-    // before the one wanted are passed over; nothing else is.
+    // change by itself: a watch sends MODIFIED when the fleet's status of a selected
+    // object changes (the status journal, read every second), which may land after the
+    // next kubectl, as a controller's status update would with kube-apiserver. MODIFIED
+    // events of w1 before the one wanted are passed over; nothing else is.
     f.ok("kubectl", &["create", "configmap", "w1"]);
     let mut selected = false;
     for (args, want) in [
