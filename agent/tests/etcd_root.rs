@@ -17,7 +17,7 @@ use crate::etcd_cluster;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use common::{POS_APP, bin, free_port, http_get, relay_cli, write};
+use common::{POS_APP, bin, free_port, http_get, relay_cli, try_http_get, write};
 use etcd_cluster::EtcdCluster;
 use strata_relay::certs::Ca;
 
@@ -129,25 +129,41 @@ fn kill_9_of_the_writing_replica_loses_nothing_acknowledged() {
         logs(dir)
     );
     let b = replica(dir, "b", &etcd.endpoints);
-    // The standby is alive and says why it is not ready.
+    // The standby is alive and says why it is not ready: first that another replica
+    // holds the lease, then, once it follows etcd, that it serves children and reads.
+    // Never ready meanwhile.
     let mut probes = (String::new(), String::new());
     for _ in 0..300 {
-        if std::net::TcpStream::connect(("127.0.0.1", b.ops_port)).is_ok() {
-            probes = (
-                http_get(b.ops_port, "/healthz"),
-                http_get(b.ops_port, "/readyz"),
+        // The probes' server is replaced when the replica starts following: a probe
+        // may meet no server between the two.
+        if let (Some(live), Some(ready)) = (
+            try_http_get(b.ops_port, "/healthz").filter(|r| !r.is_empty()),
+            try_http_get(b.ops_port, "/readyz").filter(|r| !r.is_empty()),
+        ) {
+            probes = (live, ready);
+            assert!(probes.0.starts_with("HTTP/1.1 200"), "{probes:?}");
+            assert!(probes.1.starts_with("HTTP/1.1 503"), "{probes:?}");
+            if probes
+                .1
+                .contains("not ready: standby: serving children and reads from etcd")
+            {
+                break;
+            }
+            assert!(
+                probes.1.contains(
+                    "not ready: standby: another root replica holds the etcd writer lease"
+                ),
+                "{probes:?}"
             );
-            break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert!(probes.0.starts_with("HTTP/1.1 200"), "{probes:?}");
     assert!(
-        probes.1.starts_with("HTTP/1.1 503")
-            && probes
-                .1
-                .contains("not ready: standby: serving children and reads from etcd"),
-        "{probes:?}"
+        probes
+            .1
+            .contains("not ready: standby: serving children and reads from etcd"),
+        "replica b never followed etcd as a standby: {probes:?}\n{}",
+        logs(dir)
     );
 
     // A stream of applies, each sent until one replica acknowledges it; a is killed

@@ -115,16 +115,22 @@ impl Drop for Proc {
 }
 
 pub fn http_get(port: u16, path: &str) -> String {
+    try_http_get(port, path)
+        .unwrap_or_else(|| panic!("no server answered GET {path} on port {port}"))
+}
+
+/// `GET path` on a local port, or `None` if no server took the request.
+pub fn try_http_get(port: u16, path: &str) -> Option<String> {
     use std::io::{Read, Write};
-    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     write!(
         tcp,
         "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     )
-    .unwrap();
+    .ok()?;
     let mut out = String::new();
-    tcp.read_to_string(&mut out).unwrap();
-    out
+    tcp.read_to_string(&mut out).ok()?;
+    Some(out)
 }
 
 pub fn write(path: &Path, text: &str) {

@@ -1,6 +1,6 @@
-//! kill -9 while committing, 300 times: after every kill the store is exactly at some
-//! batch at or after the last acknowledged one. Everything whose commit returned is
-//! there, and no batch is there in part.
+//! kill -9 while committing, 300 times (in three chains side by side): after every kill
+//! the store is exactly at some batch at or after the last acknowledged one. Everything
+//! whose commit returned is there, and no batch is there in part.
 //!
 //! The test runs itself again as a writer process (the ignored test below, selected by
 //! an environment variable), reads the writer's "acked N" lines, kills it with SIGKILL
@@ -71,21 +71,40 @@ fn crash_writer() {
 
 #[test]
 fn acknowledged_commits_survive_kill_9_and_no_batch_is_partial() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
     let rounds = std::env::var("STRATA_CRASH_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(ROUNDS);
+    // The rounds run as independent chains side by side, each on a store of its own:
+    // a round mostly waits on a process starting and on the disk, so the chains take a
+    // third of one chain's time, and every round is still one kill of one writer.
+    std::thread::scope(|scope| {
+        for chain in 0..CHAINS {
+            let rounds = rounds / CHAINS + u64::from(chain < rounds % CHAINS);
+            scope.spawn(move || kill_rounds(chain, rounds));
+        }
+    });
+}
+
+/// Chains of kill rounds run side by side.
+const CHAINS: u64 = 3;
+
+/// `rounds` rounds of write, kill -9 and check on one store; `chain` picks the kill
+/// points and names the chain in failures.
+fn kill_rounds(chain: u64, rounds: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
     // libtest's name of the writer: its path below the crate root.
     let writer = format!(
         "{}::crash_writer",
         module_path!().split_once("::").map_or("", |(_, m)| m)
     );
     let mut last_acked = 0u64;
-    // Kill points vary (a fixed sequence, so a failure repeats): after 1 to 40 acks.
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    // Kill points vary (a fixed sequence per chain, so a failure repeats): after 1 to
+    // 40 acks.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ chain;
     for round in 0..rounds {
+        let round = format!("chain {chain}, round {round}");
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
@@ -118,7 +137,7 @@ fn acknowledged_commits_survive_kill_9_and_no_batch_is_partial() {
         // A writer that acknowledged nothing (a name matching no test) proves nothing.
         assert_eq!(
             seen, kill_after,
-            "round {round}: the writer ({writer}) acknowledged {seen} commits, not {kill_after}"
+            "{round}: the writer ({writer}) acknowledged {seen} commits, not {kill_after}"
         );
         child.kill().unwrap(); // SIGKILL, while the next commit is under way
         child.wait().unwrap();
@@ -126,7 +145,7 @@ fn acknowledged_commits_survive_kill_9_and_no_batch_is_partial() {
         let durable = stored.upstream.map_or(0, |u| u.cursor.position.0);
         assert!(
             durable >= last_acked,
-            "round {round}: acked {last_acked} but only {durable} survived kill -9"
+            "{round}: acked {last_acked} but only {durable} survived kill -9"
         );
         // Exactly batches 1..=durable: every report of each, none of any later one.
         let expected = durable * KEYS_PER_BATCH;
@@ -142,21 +161,21 @@ fn acknowledged_commits_survive_kill_9_and_no_batch_is_partial() {
             for i in 0..KEYS_PER_BATCH {
                 assert!(
                     stored.reports.contains_key(&report_key(n, i)),
-                    "round {round}: batch {n} (at or before the cursor {durable}) is partial"
+                    "{round}: batch {n} (at or before the cursor {durable}) is partial"
                 );
             }
         }
         for i in 0..KEYS_PER_BATCH {
             assert!(
                 !stored.reports.contains_key(&report_key(durable + 1, i)),
-                "round {round}: batch {} is partly there beyond the cursor {durable}",
+                "{round}: batch {} is partly there beyond the cursor {durable}",
                 durable + 1
             );
         }
         assert_eq!(
             u64::try_from(present).unwrap(),
             expected,
-            "round {round}: the store holds {present} reports, not the {expected} of batches 1..={durable}"
+            "{round}: the store holds {present} reports, not the {expected} of batches 1..={durable}"
         );
     }
 }
