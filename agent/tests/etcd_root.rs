@@ -137,8 +137,12 @@ fn kill_9_of_the_writing_replica_loses_nothing_acknowledged() {
         // The probes' server is replaced when the replica starts following: a probe
         // may meet no server between the two.
         if let (Some(live), Some(ready)) = (
-            try_http_get(b.ops_port, "/healthz").filter(|r| !r.is_empty()),
-            try_http_get(b.ops_port, "/readyz").filter(|r| !r.is_empty()),
+            try_http_get(b.ops_port, "/healthz")
+                .ok()
+                .filter(|r| !r.is_empty()),
+            try_http_get(b.ops_port, "/readyz")
+                .ok()
+                .filter(|r| !r.is_empty()),
         ) {
             probes = (live, ready);
             assert!(probes.0.starts_with("HTTP/1.1 200"), "{probes:?}");

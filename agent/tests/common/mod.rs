@@ -115,22 +115,20 @@ impl Drop for Proc {
 }
 
 pub fn http_get(port: u16, path: &str) -> String {
-    try_http_get(port, path)
-        .unwrap_or_else(|| panic!("no server answered GET {path} on port {port}"))
+    try_http_get(port, path).unwrap_or_else(|e| panic!("GET {path} on port {port}: {e}"))
 }
 
-/// `GET path` on a local port, or `None` if no server took the request.
-pub fn try_http_get(port: u16, path: &str) -> Option<String> {
+/// `GET path` on a local port: the whole response, or why no server took the request.
+pub fn try_http_get(port: u16, path: &str) -> std::io::Result<String> {
     use std::io::{Read, Write};
-    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port))?;
     write!(
         tcp,
         "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
+    )?;
     let mut out = String::new();
-    tcp.read_to_string(&mut out).ok()?;
-    Some(out)
+    tcp.read_to_string(&mut out)?;
+    Ok(out)
 }
 
 pub fn write(path: &Path, text: &str) {

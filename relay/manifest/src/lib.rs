@@ -5,6 +5,7 @@
 //! * [`patch`]: the Kubernetes API's patch formats.
 //! * [`selector`]: label and field selectors of lists and watches.
 //! * [`decode`]: percent-decoding of a query value.
+//! * [`yaml`]: YAML bodies of Kubernetes objects, read with the limits of JSON's.
 //!
 //! Everything here takes text or JSON from outside the hierarchy, so everything here is
 //! fuzzed (`fuzz/`); keeping it apart from the relay's runtime keeps that build short.
@@ -12,6 +13,7 @@
 pub mod objects;
 pub mod patch;
 pub mod selector;
+pub mod yaml;
 
 /// Percent-decoding of a query value (selectors carry `=`, `,`, `!`, spaces).
 pub fn decode(v: &str) -> String {

@@ -84,7 +84,7 @@ fn fault(document: usize, field: &str, reason: impl Into<String>) -> ManifestErr
 
 /// Parses a multi-document YAML request into manifests of `space`, or every fault.
 pub fn parse_manifests(text: &str, space: &Space) -> Result<Vec<Manifest>, Vec<ManifestError>> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text)
+    let docs: Vec<Value> = crate::yaml::from_multiple(text)
         .map_err(|e| vec![fault(0, "", format!("not valid YAML: {e}"))])?;
     // A `List` (what `kubectl get -o yaml` and `relay get -o yaml` print for several
     // objects) stands for its items.

@@ -37,7 +37,7 @@ pub(super) fn named_objects(body: &[u8]) -> (Vec<String>, usize) {
     };
     let docs: Vec<Value> = match serde_json::from_str::<Value>(text) {
         Ok(v) => vec![v],
-        Err(_) => serde_saphyr::from_multiple(text).unwrap_or_default(),
+        Err(_) => strata_manifest::yaml::from_multiple(text).unwrap_or_default(),
     };
     let mut names: Vec<String> = docs
         .iter()

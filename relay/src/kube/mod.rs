@@ -419,7 +419,7 @@ impl ResourceOp {
         let text = std::str::from_utf8(&self.body).ok()?;
         let v: Value = serde_json::from_str(text)
             .ok()
-            .or_else(|| serde_saphyr::from_str(text).ok())?;
+            .or_else(|| strata_manifest::yaml::from_str(text).ok())?;
         v["kind"].as_str().map(str::to_owned)
     }
 

@@ -78,7 +78,7 @@ impl ResourceOp {
         };
         if self.content_type.contains("yaml") {
             let text = std::str::from_utf8(&self.body).map_err(|e| bad(e.to_string()))?;
-            serde_saphyr::from_str(text).map_err(|e| bad(e.to_string()))
+            strata_manifest::yaml::from_str(text).map_err(|e| bad(e.to_string()))
         } else {
             serde_json::from_slice(&self.body).map_err(|e| bad(e.to_string()))
         }
