@@ -5,7 +5,7 @@
 //! * [`patch`]: the Kubernetes API's patch formats.
 //! * [`selector`]: label and field selectors of lists and watches.
 //! * [`decode`]: percent-decoding of a query value.
-//! * [`yaml`]: YAML bodies of Kubernetes objects, read with the limits of JSON's.
+//! * [`yaml`]: YAML bodies of Kubernetes objects, read with a nesting limit the stack holds.
 //!
 //! Everything here takes text or JSON from outside the hierarchy, so everything here is
 //! fuzzed (`fuzz/`); keeping it apart from the relay's runtime keeps that build short.

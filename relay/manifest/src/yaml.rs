@@ -2,7 +2,8 @@
 //!
 //! The nesting limit is what keeps a hostile body from overflowing the stack of the
 //! thread that reads it: the YAML reader recurses once per level, in frames of some
-//! 20 KiB in an unoptimized build (one overflowed a test thread's 2 MiB at 100 levels).
+//! 20 KiB in an unoptimized build (with the limit raised to 128, it overflowed a test
+//! thread's 2 MiB at 100 levels).
 //! serde-saphyr's budget stops at 64 levels, with an error that names the depth; a
 //! custom resource definition's schema with a pod template in it nests some 30 levels
 //! deep. JSON bodies may nest 128 levels (serde_json's limit), whose frames are smaller.
@@ -56,7 +57,7 @@ mod tests {
         let docs: Vec<Value> =
             from_multiple(&format!("{}---\n{}", nested(MAX_DEPTH), nested(3))).unwrap();
         assert_eq!(docs.len(), 2);
-        // On this test thread's 2 MiB stack, 100 levels overflowed before a limit.
+        // On this test thread's 2 MiB stack, 100 levels overflowed with the limit at 128.
         for levels in [MAX_DEPTH + 1, 1_000] {
             let e = from_str::<Value>(&nested(levels)).unwrap_err();
             assert!(e.to_string().contains("depth"), "{levels} levels: {e}");
