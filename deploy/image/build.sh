@@ -5,7 +5,8 @@
 #
 #   deploy/image/build.sh [TAG]         (default localhost/strata:<version>)
 # Env: PROFILE (release), CARGO_TARGET_DIR, STRATA_IMAGE_ARCHIVE (also save as
-# oci-archive to this path).
+# oci-archive to this path), STRATA_BIN_DIR (take relay and agent from this directory,
+# built already, instead of building them: CI passes its test build's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if ! command -v buildah >/dev/null 2>&1; then
@@ -17,16 +18,25 @@ profile=${PROFILE:-release}
 target=${CARGO_TARGET_DIR:-target}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | sed -n 1p)
 tag=${1:-localhost/strata:$version}
-# The whole workspace, as the README's first command builds it: cargo unifies features
-# over the packages it builds, so building only these two would rebuild shared crates.
-cargo build --profile "$profile" --workspace --bins
-dir=$profile; [ "$profile" = dev ] && dir=debug
+if [ -n "${STRATA_BIN_DIR:-}" ]; then
+    bin_dir=$STRATA_BIN_DIR
+    for b in relay agent; do
+        [ -x "$bin_dir/$b" ] || { echo "STRATA_BIN_DIR=$bin_dir holds no $b" >&2; exit 1; }
+    done
+else
+    # The whole workspace, as the README's first command builds it: cargo unifies
+    # features over the packages it builds, so building only these two would rebuild
+    # shared crates.
+    cargo build --profile "$profile" --workspace --bins
+    dir=$profile; [ "$profile" = dev ] && dir=debug
+    bin_dir=$target/$dir
+fi
 stage=$(mktemp -d)
 b="buildah --storage-driver vfs"
 ctr=""
 cleanup() { [ -n "$ctr" ] && $b rm "$ctr" >/dev/null; rm -rf "$stage"; }
 trap cleanup EXIT
-deploy/image/stage.sh "$target/$dir" "$stage" >/dev/null
+deploy/image/stage.sh "$bin_dir" "$stage" >/dev/null
 $b bud --quiet --isolation chroot -t "$tag" "$stage" >/dev/null
 ctr=$($b from --quiet "$tag")
 fail() { echo "image check failed: $*" >&2; exit 1; }

@@ -176,8 +176,15 @@ pub(crate) fn machine() -> String {
         .unwrap_or(0);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    // The test build (CI's short run) optimizes only some dependencies: its figures say
+    // whether the harness works, not how fast the product is.
+    let build = if cfg!(debug_assertions) {
+        "; UNOPTIMIZED build (debug assertions on): figures not comparable, use --release"
+    } else {
+        ""
+    };
     format!(
-        "{model}, {cores} cores, {:.0} GiB, load average {} at start",
+        "{model}, {cores} cores, {:.0} GiB, load average {} at start{build}",
         mem as f64 / 1024.0 / 1024.0,
         load.join(" ")
     )
