@@ -10,9 +10,12 @@
 //! foreign CA) still sees `connect()` succeed; the rejection surfaces on first use of
 //! the connection. [`TransportError::Closed`] says so when it happens that early.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -338,7 +341,8 @@ pub(crate) type Queued<M> = Box<M>;
 /// What a link's receiving queues carry.
 pub(crate) type Received<M> = Queued<Result<M, TransportError>>;
 
-/// The sending half of a link: one queue and one writer task per class.
+/// The sending half of a link: one queue per class, and one writer task for them all
+/// (see `write_streams`).
 #[derive(Debug)]
 pub struct Sender<M> {
     queues: [mpsc::Sender<Queued<M>>; 3],
@@ -398,11 +402,15 @@ pub fn split<Out: WireMessage, In: WireMessage>(
     };
     let bytes = Arc::new(ClassBytes::default());
     let mut writers = JoinSet::new();
-    let queues = STREAM_CLASSES.map(|class| {
-        let (tx, rx) = mpsc::channel::<Queued<Out>>(QUEUE);
-        writers.spawn(write_stream(conn.clone(), class, rx, bytes.clone()));
-        tx
-    });
+    let (c_tx, c_rx) = mpsc::channel::<Queued<Out>>(QUEUE);
+    let (b_tx, b_rx) = mpsc::channel::<Queued<Out>>(QUEUE);
+    let (r_tx, r_rx) = mpsc::channel::<Queued<Out>>(QUEUE);
+    writers.spawn(write_streams(
+        conn.clone(),
+        [c_rx, b_rx, r_rx],
+        bytes.clone(),
+    ));
+    let queues = [c_tx, b_tx, r_tx];
     let mut readers = JoinSet::new();
     // One queue per class, indexed like `STREAM_CLASSES`.
     let (control_tx, control_rx) = mpsc::channel::<Received<In>>(QUEUE);
@@ -457,42 +465,116 @@ fn split_tcp<Out: WireMessage, In: WireMessage>(
     )
 }
 
-async fn write_stream<M: WireMessage>(
+/// A write of one frame on one class's stream, which hands the stream back (opened on
+/// the first frame) with the frame's length, or `None` once the connection is gone.
+type Write = Pin<Box<dyn Future<Output = Option<(quinn::SendStream, u64)>> + Send>>;
+
+/// What wakes a link's writer.
+enum Wakeup<M> {
+    /// A class's write finished (the stream, the bytes written) or failed (`None`).
+    Written(usize, Option<(quinn::SendStream, u64)>),
+    /// A message for a class whose stream is free.
+    Queued(usize, Queued<M>),
+    /// Every queue is closed and every write done: the link is being dropped.
+    Done,
+}
+
+/// The writer of a QUIC link: every class's frames, one write in flight per class, so a
+/// class its peer's flow control holds back never holds the others back.
+///
+/// One task rather than one per class: messages the node queues in one step (an ack
+/// and the status it brought, a summary and its ack) reach quinn in one poll of this
+/// task, before the connection's driver runs, and leave in one packet; with a task per
+/// class the driver often ran in between and sent two.
+async fn write_streams<M: WireMessage>(
     conn: Connection,
-    class: StreamClass,
-    mut rx: mpsc::Receiver<Queued<M>>,
+    mut queues: [mpsc::Receiver<Queued<M>>; 3],
     bytes: Arc<ClassBytes>,
 ) {
-    let mut stream = None;
-    while let Some(msg) = rx.recv().await {
-        // A buffer per message, handed to quinn as it is: quinn keeps it until the peer
-        // acknowledges it, where `write_all` would copy it, and no buffer stays behind
-        // at the size of the largest message the link ever carried (a snapshot's part,
-        // up to 256 KiB per child).
-        let mut buf = Vec::new();
-        if let Err(e) = codec::encode(&msg, codec::DEFAULT_MAX_FRAME, &mut buf) {
-            tracing::error!(?class, error = %e, "dropping a message that cannot be framed");
-            continue;
-        }
-        if stream.is_none() {
-            match conn.open_uni().await {
-                Ok(mut s) => {
-                    if s.write_all(&[tag(class)]).await.is_err() {
-                        return;
-                    }
-                    stream = Some(s);
+    let mut streams: [Option<quinn::SendStream>; 3] = [None, None, None];
+    let mut writes: [Option<Write>; 3] = [None, None, None];
+    let mut open = [true; 3];
+    loop {
+        // Start a write on every free class that has a message waiting, before waiting.
+        for i in 0..STREAM_CLASSES.len() {
+            while writes[i].is_none() && open[i] {
+                match queues[i].try_recv() {
+                    Ok(msg) => writes[i] = write_frame(&conn, i, streams[i].take(), &*msg),
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => open[i] = false,
                 }
-                Err(_) => return,
             }
         }
-        let len = buf.len() as u64;
-        if let Some(s) = stream.as_mut()
-            && s.write_chunk(Bytes::from(buf)).await.is_err()
-        {
-            return;
+        let wakeup = std::future::poll_fn(|cx| {
+            let mut waiting = false;
+            for i in 0..STREAM_CLASSES.len() {
+                if let Some(write) = writes[i].as_mut() {
+                    waiting = true;
+                    if let Poll::Ready(out) = write.as_mut().poll(cx) {
+                        return Poll::Ready(Wakeup::Written(i, out));
+                    }
+                } else if open[i] {
+                    waiting = true;
+                    match queues[i].poll_recv(cx) {
+                        Poll::Ready(Some(msg)) => return Poll::Ready(Wakeup::Queued(i, msg)),
+                        Poll::Ready(None) => open[i] = false,
+                        Poll::Pending => {}
+                    }
+                }
+            }
+            if waiting {
+                Poll::Pending
+            } else {
+                Poll::Ready(Wakeup::Done)
+            }
+        })
+        .await;
+        match wakeup {
+            Wakeup::Written(i, Some((stream, len))) => {
+                writes[i] = None;
+                streams[i] = Some(stream);
+                bytes.sent[i].fetch_add(len, Ordering::Relaxed);
+            }
+            // The connection is gone: the queues' senders learn it from their next send.
+            Wakeup::Written(_, None) => return,
+            Wakeup::Queued(i, msg) => writes[i] = write_frame(&conn, i, streams[i].take(), &*msg),
+            Wakeup::Done => return,
         }
-        bytes.sent[slot(class)].fetch_add(len, Ordering::Relaxed);
     }
+}
+
+/// Frames `msg` and starts writing it on class `i`'s stream (opening it, tagged, if
+/// this is its first frame). `None` if it cannot be framed: it is dropped, logged.
+fn write_frame<M: WireMessage>(
+    conn: &Connection,
+    i: usize,
+    stream: Option<quinn::SendStream>,
+    msg: &M,
+) -> Option<Write> {
+    let class = STREAM_CLASSES[i];
+    // A buffer per message, handed to quinn as it is: quinn keeps it until the peer
+    // acknowledges it, where `write_all` would copy it, and no buffer stays behind at
+    // the size of the largest message the link ever carried (a snapshot's part, up to
+    // 256 KiB per child).
+    let mut buf = Vec::new();
+    if let Err(e) = codec::encode(msg, codec::DEFAULT_MAX_FRAME, &mut buf) {
+        tracing::error!(?class, error = %e, "dropping a message that cannot be framed");
+        return None;
+    }
+    let conn = conn.clone();
+    Some(Box::pin(async move {
+        let mut stream = match stream {
+            Some(s) => s,
+            None => {
+                let mut s = conn.open_uni().await.ok()?;
+                s.write_all(&[tag(class)]).await.ok()?;
+                s
+            }
+        };
+        let len = buf.len() as u64;
+        stream.write_chunk(Bytes::from(buf)).await.ok()?;
+        Some((stream, len))
+    }))
 }
 
 async fn accept_streams<M: WireMessage>(

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use strata_node::tls::{self, Identity};
 use strata_node::transport::{self, TransportError, close_code};
-use strata_protocol::wire::{ChildToParent, Hello, ParentToChild, Reports, Role};
+use strata_protocol::codec::FrameDecoder;
+use strata_protocol::wire::{ChildToParent, Hello, ParentToChild, Reports, Role, StreamClass};
 use strata_topology::certs::Ca;
 use tokio::time::timeout;
 
@@ -58,6 +59,16 @@ fn intruder(ca: &Ca, name: &str) -> quinn::Endpoint {
     .unwrap()
 }
 
+/// A child `site-1` connected to a parent `center`: (the child's end, the parent's).
+async fn connected(ca: &Ca) -> (quinn::Connection, quinn::Connection) {
+    let p = parent(ca);
+    let child = child_endpoint(ca, "site-1");
+    let (conn, incoming) = tokio::join!(transport::connect(&child, p.addr, "center"), async {
+        p.endpoint.accept().await.unwrap().await.unwrap()
+    });
+    (conn.unwrap(), incoming)
+}
+
 fn hello(node: &str) -> ChildToParent {
     ChildToParent::Hello(Hello {
         min_version: 1,
@@ -71,12 +82,7 @@ fn hello(node: &str) -> ChildToParent {
 #[tokio::test]
 async fn messages_of_every_class_cross_both_ways_and_the_parent_knows_the_child() {
     let ca = Ca::generate("test").unwrap();
-    let p = parent(&ca);
-    let child = child_endpoint(&ca, "site-1");
-    let (conn, incoming) = tokio::join!(transport::connect(&child, p.addr, "center"), async {
-        p.endpoint.accept().await.unwrap().await.unwrap()
-    });
-    let conn = conn.unwrap();
+    let (conn, incoming) = connected(&ca).await;
     assert_eq!(tls::peer_node_name(&incoming).unwrap(), "site-1");
     assert_eq!(tls::peer_node_name(&conn).unwrap(), "center");
 
@@ -307,4 +313,77 @@ async fn a_reconnect_from_the_same_address_starts_at_the_path_mtu_found_before()
     }
     assert!(timeout(LIMIT, accept).await.unwrap().unwrap().is_err());
     assert_eq!(p.endpoint.remembered(ip), None);
+}
+
+/// A message of the test below: heartbeats on control, blobs on bulk.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+enum Msg {
+    Heartbeat(u32),
+    Blob(u32, Vec<u8>),
+}
+
+impl transport::WireMessage for Msg {
+    fn class(&self) -> StreamClass {
+        match self {
+            Msg::Heartbeat(_) => StreamClass::Control,
+            Msg::Blob(..) => StreamClass::Bulk,
+        }
+    }
+}
+
+/// A peer that reads its control stream and never its bulk stream: the bulk stream's
+/// flow control stops the blobs after its window (1.25 MB of the 4 MiB sent), and a
+/// heartbeat sent after them still arrives. One writer task serves every class of a
+/// link; a class held back must hold back only itself.
+#[tokio::test]
+async fn a_heartbeat_passes_a_bulk_stream_its_peer_does_not_read() {
+    let ca = Ca::generate("test").unwrap();
+    let (conn, incoming) = connected(&ca).await;
+    let (down_tx, _down_rx) = transport::split::<Msg, Msg>(incoming, 1 << 20);
+    const BLOBS: u32 = 16;
+    for i in 0..BLOBS {
+        down_tx.send(Msg::Blob(i, vec![1; 256 * 1024])).unwrap();
+    }
+    // The heartbeat goes once the blobs have filled the bulk stream's window, so the
+    // writer is already waiting on that stream.
+    timeout(LIMIT, async {
+        while down_tx.bytes().sent(StreamClass::Bulk) < 1_000_000 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the first megabyte of blobs was never written");
+    down_tx.send(Msg::Heartbeat(42)).unwrap();
+
+    // The child: every stream's first byte is its class's tag (0 control, 1 bulk). The
+    // bulk stream is kept, unread; the control stream is read frame by frame.
+    let heartbeat = timeout(LIMIT, async {
+        let mut unread_bulk = Vec::new();
+        loop {
+            let mut stream = conn.accept_uni().await.unwrap();
+            let mut tag = [0u8; 1];
+            stream.read_exact(&mut tag).await.unwrap();
+            if tag[0] != 0 {
+                unread_bulk.push(stream);
+                continue;
+            }
+            let mut decoder = FrameDecoder::new(1 << 20);
+            let mut buf = [0u8; 4096];
+            loop {
+                if let Some(msg) = decoder.next_message::<Msg>().unwrap() {
+                    return msg;
+                }
+                let n = stream.read(&mut buf).await.unwrap().unwrap();
+                decoder.extend(&buf[..n]);
+            }
+        }
+    })
+    .await
+    .expect("the heartbeat waited behind the blobs the peer does not read");
+    assert_eq!(heartbeat, Msg::Heartbeat(42));
+    let sent_bulk = down_tx.bytes().sent(StreamClass::Bulk);
+    assert!(
+        sent_bulk < u64::from(BLOBS) * 256 * 1024,
+        "every blob was written ({sent_bulk} bytes): the peer's flow control held nothing back"
+    );
 }
