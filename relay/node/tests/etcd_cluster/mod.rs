@@ -15,12 +15,15 @@ pub struct EtcdCluster {
     dir: PathBuf,
 }
 
-fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `n` distinct free TCP ports: each listener is held until all are chosen, so the
+/// kernel cannot hand the same port out twice (CI48 gave two members one peer port).
+fn free_tcp_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
 }
 
 impl EtcdCluster {
@@ -32,8 +35,8 @@ impl EtcdCluster {
             etcd.exists(),
             "these tests need etcd 3.4: apt-get install etcd-server (.ci/run installs it)"
         );
-        let client: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
-        let peer: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
+        let ports = free_tcp_ports(6);
+        let (client, peer) = (ports[..3].to_vec(), ports[3..].to_vec());
         let initial: Vec<String> = (0..3)
             .map(|i| format!("m{i}=http://127.0.0.1:{}", peer[i]))
             .collect();
