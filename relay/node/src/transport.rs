@@ -499,7 +499,7 @@ async fn write_streams<M: WireMessage>(
         for i in 0..STREAM_CLASSES.len() {
             while writes[i].is_none() && open[i] {
                 match queues[i].try_recv() {
-                    Ok(msg) => writes[i] = write_frame(&conn, i, streams[i].take(), &*msg),
+                    Ok(msg) => writes[i] = write_frame(&conn, i, &mut streams[i], &*msg),
                     Err(mpsc::error::TryRecvError::Empty) => break,
                     Err(mpsc::error::TryRecvError::Disconnected) => open[i] = false,
                 }
@@ -537,7 +537,7 @@ async fn write_streams<M: WireMessage>(
             }
             // The connection is gone: the queues' senders learn it from their next send.
             Wakeup::Written(_, None) => return,
-            Wakeup::Queued(i, msg) => writes[i] = write_frame(&conn, i, streams[i].take(), &*msg),
+            Wakeup::Queued(i, msg) => writes[i] = write_frame(&conn, i, &mut streams[i], &*msg),
             Wakeup::Done => return,
         }
     }
@@ -548,7 +548,7 @@ async fn write_streams<M: WireMessage>(
 fn write_frame<M: WireMessage>(
     conn: &Connection,
     i: usize,
-    stream: Option<quinn::SendStream>,
+    stream: &mut Option<quinn::SendStream>,
     msg: &M,
 ) -> Option<Write> {
     let class = STREAM_CLASSES[i];
@@ -561,6 +561,8 @@ fn write_frame<M: WireMessage>(
         tracing::error!(?class, error = %e, "dropping a message that cannot be framed");
         return None;
     }
+    // Taken only once the frame is made: a message dropped above keeps the stream.
+    let stream = stream.take();
     let conn = conn.clone();
     Some(Box::pin(async move {
         let mut stream = match stream {
