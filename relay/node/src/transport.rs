@@ -369,23 +369,244 @@ impl<M: WireMessage> Sender<M> {
 /// The receiving half of a link: messages of each class in order, control first.
 #[derive(Debug)]
 pub struct Receiver<M> {
-    link: Link,
-    queues: [mpsc::Receiver<Received<M>>; 3],
-    _tasks: JoinSet<()>,
+    incoming: Incoming<M>,
+}
+
+#[derive(Debug)]
+enum Incoming<M> {
+    /// QUIC: read from quinn's streams when the node asks for the next message.
+    Quic(QuicReader),
+    /// TLS/TCP: one reader task per connection fills a queue per class.
+    Queued {
+        link: Link,
+        queues: [mpsc::Receiver<Received<M>>; 3],
+        _tasks: JoinSet<()>,
+    },
 }
 
 impl<M: WireMessage> Receiver<M> {
     /// The next message; control before reports before bulk when several are ready.
+    /// Cancel-safe: a message is taken only when this returns it.
     pub async fn recv(&mut self) -> Result<M, TransportError> {
-        let [control, bulk, reports] = &mut self.queues;
-        let next = tokio::select! {
-            biased;
-            Some(m) = control.recv() => *m,
-            Some(m) = reports.recv() => *m,
-            Some(m) = bulk.recv() => *m,
-            reason = self.link.closed() => Err(TransportError::Closed(reason)),
+        match &mut self.incoming {
+            Incoming::Quic(reader) => std::future::poll_fn(|cx| reader.poll_next(cx)).await,
+            Incoming::Queued { link, queues, .. } => {
+                let [control, bulk, reports] = queues;
+                let next = tokio::select! {
+                    biased;
+                    Some(m) = control.recv() => *m,
+                    Some(m) = reports.recv() => *m,
+                    Some(m) = bulk.recv() => *m,
+                    reason = link.closed() => Err(TransportError::Closed(reason)),
+                };
+                next
+            }
+        }
+    }
+}
+
+/// Accepting a QUIC connection's next unidirectional stream.
+type Accept = Pin<Box<dyn Future<Output = Option<quinn::RecvStream>> + Send>>;
+
+/// The reason a link closed, once it has.
+type Closing = Pin<Box<dyn Future<Output = String> + Send>>;
+
+/// The receiving side of a QUIC link, polled by the task that consumes its messages:
+/// no reader task and no queue between quinn's receive buffers and the node, so a
+/// message costs no task wake-up or channel hop of its own, and the peer's flow control
+/// is released only as fast as the node takes messages.
+struct QuicReader {
+    conn: Connection,
+    /// Waiting for the peer's next stream (`None` once the connection is gone). Kept
+    /// across polls: quinn wakes only an accept that is waiting.
+    accept: Option<Accept>,
+    streams: Vec<InStream>,
+    closing: Closing,
+    max_frame: usize,
+    bytes: Arc<ClassBytes>,
+    /// A malformed frame closed the connection: nothing more is read.
+    failed: bool,
+}
+
+/// One stream the peer opened, and the frames read from it so far.
+struct InStream {
+    stream: quinn::RecvStream,
+    /// Known once the stream's first byte (its tag) has arrived.
+    class: Option<StreamClass>,
+    /// The first byte named no class: the peer is not speaking our protocol.
+    unknown_tag: Option<u8>,
+    decoder: FrameDecoder,
+    /// The stream finished or failed: what is buffered is all there will be.
+    ended: bool,
+}
+
+impl std::fmt::Debug for QuicReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuicReader")
+            .field("peer", &self.conn.remote_address())
+            .field("streams", &self.streams.len())
+            .field("accepting", &self.accept.is_some())
+            .field("failed", &self.failed)
+            .finish()
+    }
+}
+
+fn accept_next(conn: &Connection) -> Accept {
+    let conn = conn.clone();
+    Box::pin(async move { conn.accept_uni().await.ok() })
+}
+
+/// What reading one stream gave.
+enum Read<M> {
+    Message(M),
+    Malformed(StreamClass, codec::DecodeError),
+    /// Nothing until quinn wakes us (or the stream ended).
+    Nothing,
+}
+
+impl InStream {
+    /// The next whole message on this stream, reading what quinn holds for it.
+    fn poll_message<M: WireMessage>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        bytes: &ClassBytes,
+    ) -> Read<M> {
+        let Some(class) = self.class else {
+            return Read::Nothing;
         };
-        next
+        loop {
+            match self.decoder.next_message::<M>() {
+                Ok(Some(msg)) => return Read::Message(msg),
+                Ok(None) => {}
+                Err(e) => return Read::Malformed(class, e),
+            }
+            if self.ended || !self.poll_chunk(cx, bytes) {
+                return Read::Nothing;
+            }
+        }
+    }
+
+    /// Reads one chunk into the decoder (the first byte names the class); false when
+    /// quinn has nothing now or the stream ended.
+    fn poll_chunk(&mut self, cx: &mut std::task::Context<'_>, bytes: &ClassBytes) -> bool {
+        // The future only asks quinn: dropping it unfinished loses nothing, and quinn
+        // keeps the waker until the stream has data.
+        let read = std::pin::pin!(self.stream.read_chunk(usize::MAX, true));
+        match read.poll(cx) {
+            Poll::Ready(Ok(Some(chunk))) => {
+                let mut data = &chunk.bytes[..];
+                let class = match self.class {
+                    Some(class) => class,
+                    None => {
+                        let Some((&first, rest)) = data.split_first() else {
+                            return true;
+                        };
+                        let Some(class) = STREAM_CLASSES.into_iter().find(|c| tag(*c) == first)
+                        else {
+                            self.unknown_tag = Some(first);
+                            self.ended = true;
+                            return false;
+                        };
+                        self.class = Some(class);
+                        data = rest;
+                        class
+                    }
+                };
+                bytes.received[slot(class)].fetch_add(data.len() as u64, Ordering::Relaxed);
+                self.decoder.extend(data);
+                true
+            }
+            Poll::Ready(Ok(None) | Err(_)) => {
+                self.ended = true;
+                false
+            }
+            Poll::Pending => false,
+        }
+    }
+}
+
+impl QuicReader {
+    fn new(conn: Connection, link: Link, max_frame: usize, bytes: Arc<ClassBytes>) -> Self {
+        QuicReader {
+            accept: Some(accept_next(&conn)),
+            conn,
+            streams: Vec::new(),
+            closing: Box::pin(async move { link.closed().await }),
+            max_frame,
+            bytes,
+            failed: false,
+        }
+    }
+
+    fn poll_next<M: WireMessage>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Result<M, TransportError>> {
+        if !self.failed {
+            self.poll_accept(cx);
+            // Tags first, so that each stream's class is known.
+            for s in self.streams.iter_mut().filter(|s| s.class.is_none()) {
+                while s.class.is_none() && !s.ended && s.poll_chunk(cx, &self.bytes) {}
+            }
+            if let Some(t) = self.streams.iter().find_map(|s| s.unknown_tag) {
+                let detail = format!("unknown stream class {t}");
+                return Poll::Ready(Err(self.fail(None, close_code::MALFORMED, detail)));
+            }
+            for class in [
+                StreamClass::Control,
+                StreamClass::Reports,
+                StreamClass::Bulk,
+            ] {
+                for s in self.streams.iter_mut().filter(|s| s.class == Some(class)) {
+                    match s.poll_message::<M>(cx, &self.bytes) {
+                        Read::Message(msg) => return Poll::Ready(Ok(msg)),
+                        Read::Malformed(class, e) => {
+                            let code = match e {
+                                codec::DecodeError::Oversized { .. } => close_code::OVERSIZED,
+                                _ => close_code::MALFORMED,
+                            };
+                            return Poll::Ready(Err(self.fail(Some(class), code, e.to_string())));
+                        }
+                        Read::Nothing => {}
+                    }
+                }
+            }
+            // A stream that ended has given all it had.
+            self.streams.retain(|s| !s.ended);
+        }
+        self.closing
+            .as_mut()
+            .poll(cx)
+            .map(|reason| Err(TransportError::Closed(reason)))
+    }
+
+    /// Takes every stream the peer has opened, and waits for the next.
+    fn poll_accept(&mut self, cx: &mut std::task::Context<'_>) {
+        while let Some(accept) = self.accept.as_mut() {
+            match accept.as_mut().poll(cx) {
+                Poll::Ready(Some(stream)) => {
+                    self.streams.push(InStream {
+                        stream,
+                        class: None,
+                        unknown_tag: None,
+                        decoder: FrameDecoder::new(self.max_frame),
+                        ended: false,
+                    });
+                    self.accept = Some(accept_next(&self.conn));
+                }
+                Poll::Ready(None) => self.accept = None,
+                Poll::Pending => return,
+            }
+        }
+    }
+
+    /// Closes the connection over what the peer sent, and stops reading.
+    fn fail(&mut self, class: Option<StreamClass>, code: u32, detail: String) -> TransportError {
+        self.conn.close(VarInt::from_u32(code), detail.as_bytes());
+        self.failed = true;
+        self.accept = None;
+        self.streams.clear();
+        TransportError::Malformed { class, detail }
     }
 }
 
@@ -410,25 +631,14 @@ pub fn split<Out: WireMessage, In: WireMessage>(
         [c_rx, b_rx, r_rx],
         bytes.clone(),
     ));
-    let queues = [c_tx, b_tx, r_tx];
-    let mut readers = JoinSet::new();
-    // One queue per class, indexed like `STREAM_CLASSES`.
-    let (control_tx, control_rx) = mpsc::channel::<Received<In>>(QUEUE);
-    let (bulk_tx, bulk_rx) = mpsc::channel(QUEUE);
-    let (reports_tx, reports_rx) = mpsc::channel(QUEUE);
-    let txs = [control_tx, bulk_tx, reports_tx];
-    let rxs = [control_rx, bulk_rx, reports_rx];
-    readers.spawn(accept_streams(conn.clone(), txs, max_frame, bytes.clone()));
     (
         Sender {
-            queues,
-            bytes,
+            queues: [c_tx, b_tx, r_tx],
+            bytes: bytes.clone(),
             _tasks: writers,
         },
         Receiver {
-            link,
-            queues: rxs,
-            _tasks: readers,
+            incoming: Incoming::Quic(QuicReader::new(conn, link, max_frame, bytes)),
         },
     )
 }
@@ -458,9 +668,11 @@ fn split_tcp<Out: WireMessage, In: WireMessage>(
             _tasks: JoinSet::new(),
         },
         Receiver {
-            link,
-            queues: [ci_rx, bi_rx, ri_rx],
-            _tasks: readers,
+            incoming: Incoming::Queued {
+                link,
+                queues: [ci_rx, bi_rx, ri_rx],
+                _tasks: readers,
+            },
         },
     )
 }
@@ -577,88 +789,4 @@ fn write_frame<M: WireMessage>(
         stream.write_chunk(Bytes::from(buf)).await.ok()?;
         Some((stream, len))
     }))
-}
-
-async fn accept_streams<M: WireMessage>(
-    conn: Connection,
-    queues: [mpsc::Sender<Received<M>>; 3],
-    max_frame: usize,
-    bytes: Arc<ClassBytes>,
-) {
-    let mut readers = JoinSet::new();
-    while let Ok(mut stream) = conn.accept_uni().await {
-        let mut tag_byte = [0u8; 1];
-        if stream.read_exact(&mut tag_byte).await.is_err() {
-            continue;
-        }
-        let Some(class) = STREAM_CLASSES.into_iter().find(|c| tag(*c) == tag_byte[0]) else {
-            let detail = format!("unknown stream class {}", tag_byte[0]);
-            conn.close(VarInt::from_u32(close_code::MALFORMED), detail.as_bytes());
-            let _ = queues[0]
-                .send(Box::new(Err(TransportError::Malformed {
-                    class: None,
-                    detail,
-                })))
-                .await;
-            return;
-        };
-        readers.spawn(read_stream(
-            conn.clone(),
-            class,
-            stream,
-            queues[slot(class)].clone(),
-            max_frame,
-            bytes.clone(),
-        ));
-    }
-    // Keep the readers alive until the connection ends.
-    while readers.join_next().await.is_some() {}
-}
-
-async fn read_stream<M: WireMessage>(
-    conn: Connection,
-    class: StreamClass,
-    mut stream: quinn::RecvStream,
-    queue: mpsc::Sender<Received<M>>,
-    max_frame: usize,
-    bytes: Arc<ClassBytes>,
-) {
-    let mut decoder = FrameDecoder::new(max_frame);
-    // Chunks come straight from quinn's receive buffers: no read buffer of our own per
-    // stream (a 64 KiB one per stream was most of an idle connection's heap).
-    loop {
-        match stream.read_chunk(usize::MAX, true).await {
-            Ok(Some(chunk)) => {
-                let n = chunk.bytes.len();
-                bytes.received[slot(class)].fetch_add(n as u64, Ordering::Relaxed);
-                decoder.extend(&chunk.bytes);
-            }
-            Ok(None) | Err(_) => return,
-        }
-        loop {
-            match decoder.next_message::<M>() {
-                Ok(Some(msg)) => {
-                    if queue.send(Box::new(Ok(msg))).await.is_err() {
-                        return;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    let code = match e {
-                        codec::DecodeError::Oversized { .. } => close_code::OVERSIZED,
-                        _ => close_code::MALFORMED,
-                    };
-                    let detail = e.to_string();
-                    conn.close(VarInt::from_u32(code), detail.as_bytes());
-                    let _ = queue
-                        .send(Box::new(Err(TransportError::Malformed {
-                            class: Some(class),
-                            detail,
-                        })))
-                        .await;
-                    return;
-                }
-            }
-        }
-    }
 }

@@ -194,6 +194,37 @@ async fn garbage_closes_only_that_connection() {
     );
 }
 
+/// A stream whose first byte names no class is the peer not speaking our protocol: the
+/// receiver says which byte it was, and the connection closes as malformed.
+#[tokio::test]
+async fn a_stream_of_an_unknown_class_closes_the_connection() {
+    let ca = Ca::generate("test").unwrap();
+    let (child, parent_side) = connected(&ca).await;
+    let (_to_child, mut from_child) =
+        transport::split::<ParentToChild, ChildToParent>(parent_side, 1 << 20);
+    let mut raw = child.open_uni().await.unwrap();
+    raw.write_all(&[9, 0, 0, 0, 1, 0]).await.unwrap();
+    let err = timeout(LIMIT, from_child.recv())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(&err, TransportError::Malformed { class: None, detail } if detail.contains("unknown stream class 9")),
+        "{err}"
+    );
+    let reason = timeout(LIMIT, child.closed()).await.unwrap();
+    assert!(
+        matches!(&reason, quinn::ConnectionError::ApplicationClosed(c) if c.error_code == quinn::VarInt::from_u32(close_code::MALFORMED)),
+        "{reason}"
+    );
+    // Nothing more comes from a connection closed over what its peer sent.
+    let after = timeout(LIMIT, from_child.recv())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(after, TransportError::Closed(_)), "{after}");
+}
+
 /// A connecting endpoint reads one datagram at a time from its own socket: a dual-stack
 /// one (as nodes bind) reaches an IPv4 parent, and a megabyte crosses each way, in
 /// bursts of many datagrams, intact.
