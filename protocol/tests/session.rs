@@ -645,6 +645,92 @@ fn the_inbox_accepts_only_the_next_batch_of_an_epoch() {
 }
 
 #[test]
+fn a_lone_batch_waits_for_a_message_to_ride_with_and_a_second_is_acked_at_once() {
+    let mut inbox = ReportInbox::new();
+    let batch = |seq| Reports {
+        epoch: 1,
+        epoch_start: 0,
+        seq,
+        items: vec![],
+    };
+    assert!(inbox.handle(batch(0)).is_some());
+    assert_eq!(inbox.poll_ack(), None, "one batch: its ack waits");
+    assert!(inbox.handle(batch(1)).is_some());
+    assert_eq!(inbox.poll_ack(), Some((1, 1)), "two batches: acked at once");
+    assert_eq!(inbox.poll_deferred_ack(), None, "nothing left due");
+    assert!(inbox.handle(batch(2)).is_some());
+    assert_eq!(
+        inbox.poll_deferred_ack(),
+        Some((1, 2)),
+        "a message going anyway takes it"
+    );
+    assert_eq!(
+        inbox.take_or_repeat_ack(),
+        Some((1, 2)),
+        "heartbeats repeat it"
+    );
+    assert!(inbox.handle(batch(2)).is_none());
+    assert_eq!(inbox.poll_ack(), Some((1, 2)), "a duplicate: at once");
+}
+
+/// A status that answers an update is acknowledged with the parent's next message, at
+/// the latest its heartbeat, not in a packet of its own.
+#[test]
+fn a_sessions_report_ack_rides_with_the_next_message_or_the_heartbeat() {
+    let log = root_log(1, 10);
+    let mut s = session(SessionConfig::default());
+    s.handle_message(at(0), hello("site-1", 1, 1));
+    s.handle_message(
+        at(0),
+        ChildToParent::Subscribe {
+            epoch: 1,
+            after: Cursor::default(),
+            route: None,
+        },
+    );
+    drain(&mut s, at(0), &log);
+    let reports = |seq| {
+        ChildToParent::Reports(Reports {
+            epoch: 1,
+            epoch_start: 0,
+            seq,
+            items: vec![Report {
+                key: status("site-1", "a"),
+                value: ReportValue::Removed,
+            }],
+        })
+    };
+    let acks = |out: &[ParentToChild]| {
+        out.iter()
+            .filter_map(|m| match m {
+                ParentToChild::ReportsAck { epoch, seq } => Some((*epoch, *seq)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    s.handle_message(at(100), reports(0));
+    assert!(drain(&mut s, at(100), &log).is_empty(), "the ack waits");
+    // A pong goes out anyway: the ack rides with it.
+    s.handle_message(at(200), ChildToParent::Ping { nonce: 1 });
+    assert_eq!(acks(&drain(&mut s, at(200), &log)), vec![(1, 0)]);
+    s.handle_message(at(300), reports(1));
+    assert!(drain(&mut s, at(300), &log).is_empty(), "the ack waits");
+    let heartbeat = s.poll_timeout().expect("a heartbeat is due");
+    assert!(heartbeat <= at(300) + SessionConfig::default().heartbeat);
+    s.handle_timeout(heartbeat);
+    let out = drain(&mut s, heartbeat, &log);
+    assert!(out.iter().any(|m| matches!(m, ParentToChild::Ping { .. })));
+    assert_eq!(acks(&out), vec![(1, 1)], "the heartbeat carries it");
+    s.handle_message(heartbeat, reports(2));
+    s.handle_message(heartbeat, reports(3));
+    assert_eq!(
+        acks(&drain(&mut s, heartbeat, &log)),
+        vec![(1, 3)],
+        "two: at once"
+    );
+}
+
+#[test]
 fn a_parent_goodbye_carries_its_retry_hint_to_the_driver() {
     let mut link = open_link();
     sent(&mut link, at(1));

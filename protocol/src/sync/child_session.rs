@@ -39,6 +39,11 @@ pub struct SessionConfig {
     pub versions: (ProtocolVersion, ProtocolVersion),
 }
 
+/// The longest a parent lets a report ack wait for a message to ride with (it rides
+/// with the heartbeat at the latest): half of how long a child waits for an ack before
+/// it resends ([`crate::sync::ReportsConfig::retransmit_after`], 10 s by default).
+const MAX_ACK_DEFERRAL: Duration = Duration::from_secs(5);
+
 impl Default for SessionConfig {
     fn default() -> Self {
         SessionConfig {
@@ -480,8 +485,9 @@ impl ChildSession {
                     nonce: self.ping_nonce,
                     mark,
                 });
-                // Acks may have been lost: repeat the last one with every heartbeat.
-                if let Some((epoch, seq)) = self.reports.last_ack() {
+                // The ack deferred until now rides with the heartbeat; else the last one
+                // again (acks may have been lost).
+                if let Some((epoch, seq)) = self.reports.take_or_repeat_ack() {
                     self.control
                         .push_back(ParentToChild::ReportsAck { epoch, seq });
                 }
@@ -512,7 +518,15 @@ impl ChildSession {
     /// The next message to send. Control messages (acks, pongs, pings) come before
     /// bulk downsync, which is bounded by the flow-control window.
     pub fn poll_transmit(&mut self, now: Instant, log: &ObjectLog) -> Option<ParentToChild> {
-        if let Some((epoch, seq)) = self.reports.poll_ack() {
+        // An ack that is not urgent waits for a message it can ride with, at the latest
+        // the heartbeat; a heartbeat longer than a child waits for an ack before it
+        // resends would make it resend, so then every ack goes at once.
+        let ack = if self.config.heartbeat <= MAX_ACK_DEFERRAL && self.control.is_empty() {
+            self.reports.poll_ack()
+        } else {
+            self.reports.poll_deferred_ack()
+        };
+        if let Some((epoch, seq)) = ack {
             self.control
                 .push_back(ParentToChild::ReportsAck { epoch, seq });
         }
@@ -522,7 +536,14 @@ impl ChildSession {
                 if self.hold.is_some_and(|h| now >= h) {
                     self.hold = None;
                 }
-                self.next_bulk(log)
+                let bulk = self.next_bulk(log);
+                if bulk.is_some()
+                    && let Some((epoch, seq)) = self.reports.poll_deferred_ack()
+                {
+                    self.control
+                        .push_back(ParentToChild::ReportsAck { epoch, seq });
+                }
+                bulk
             }
             None => None,
         };

@@ -217,7 +217,16 @@ pub struct ReportInbox {
     epoch: Option<u32>,
     next_seq: u64,
     ack_due: bool,
+    /// The due ack cannot wait for a message to ride with (see [`ReportInbox::poll_ack`]).
+    ack_urgent: bool,
+    /// Batches accepted since the last ack went out.
+    unacked_batches: usize,
 }
+
+/// Accepted batches after which the parent acknowledges at once instead of letting the
+/// ack ride with its next message: a child keeps [`ReportsConfig::max_inflight_batches`]
+/// (8 by default) in flight, so two never stall it.
+const ACK_EVERY_BATCHES: usize = 2;
 
 impl ReportInbox {
     /// A fresh inbox for a new session.
@@ -237,23 +246,55 @@ impl ReportInbox {
             Some(_) => false,
             None => batch.seq == batch.epoch_start,
         };
-        self.ack_due = self.epoch.is_some() || accept;
         if !accept {
+            // A duplicate, a stale epoch or a gap: the child is out of step, and learns
+            // where the parent stands at once.
+            if self.epoch.is_some() {
+                self.ack_due = true;
+                self.ack_urgent = true;
+            }
             return None;
+        }
+        self.ack_due = true;
+        self.unacked_batches += 1;
+        if self.unacked_batches >= ACK_EVERY_BATCHES {
+            self.ack_urgent = true;
         }
         self.epoch = Some(batch.epoch);
         self.next_seq = batch.seq + 1;
         Some(batch.items)
     }
 
-    /// The ack to send, once the driver has persisted what [`ReportInbox::handle`]
-    /// returned: `(epoch, seq)`.
+    /// The ack that must go now, once the driver has persisted what
+    /// [`ReportInbox::handle`] returned: `(epoch, seq)`.
+    ///
+    /// One batch accepted in order does not make an ack urgent: its ack waits for the
+    /// next message to the child ([`ReportInbox::poll_deferred_ack`]), at the latest the
+    /// heartbeat ([`ReportInbox::take_or_repeat_ack`]). A status that answers an update
+    /// is then acknowledged without a packet of its own, and without the child's QUIC
+    /// stack acknowledging that packet in turn: two of an update's four packets per
+    /// link, one of them saved.
     pub fn poll_ack(&mut self) -> Option<(u32, u64)> {
+        if !self.ack_urgent {
+            return None;
+        }
+        self.poll_deferred_ack()
+    }
+
+    /// The ack due, urgent or not: for a message about to go to the child anyway.
+    pub fn poll_deferred_ack(&mut self) -> Option<(u32, u64)> {
         if !std::mem::take(&mut self.ack_due) {
             return None;
         }
-        let epoch = self.epoch?;
-        Some((epoch, self.next_seq.checked_sub(1)?))
+        self.ack_urgent = false;
+        self.unacked_batches = 0;
+        self.last_ack()
+    }
+
+    /// The ack to send with a heartbeat: the one due, or else the last again (acks may
+    /// be lost).
+    pub fn take_or_repeat_ack(&mut self) -> Option<(u32, u64)> {
+        self.poll_deferred_ack().or_else(|| self.last_ack())
     }
 
     /// The last ack, to repeat with heartbeats (acks may be lost).
