@@ -452,6 +452,10 @@ impl SubtreeReports {
                 },
             )
         };
+        // Children whose summaries cover every object: their clusters' records need no
+        // look at all (at the root, every child; a look per cluster of the fleet was
+        // most of a summary query there).
+        let mut covered_all: BTreeSet<&str> = BTreeSet::new();
         let (mut lo, mut hi) = (summary_of("", first), summary_of("", last));
         let children = if self.summaries == 0 {
             None
@@ -465,11 +469,17 @@ impl SubtreeReports {
             }
             from.clone_into(&mut lo.0);
             from.clone_into(&mut hi.0);
+            let mut summarized = 0;
             for (i, value) in among(objects, self.stored.range(&lo..=&hi)) {
                 if let ReportValue::Summary(sum) = value {
                     out[i].merge(sum);
-                    via_summary.insert((i, from));
+                    if via_summary.insert((i, from)) {
+                        summarized += 1;
+                    }
                 }
+            }
+            if summarized == objects.len() {
+                covered_all.insert(from);
             }
         }
         // A cluster's status is kept under the child that reported the cluster; those
@@ -494,8 +504,23 @@ impl SubtreeReports {
             )
         };
         let (mut lo, mut hi) = (status_of(first), status_of(last));
+        // Records come grouped by child: whether the child covers every object is
+        // looked up once per child.
+        let mut skipping: Option<(&str, bool)> = None;
         for (from, name) in records {
             let (from, name) = (from.as_str(), name.as_str());
+            let skip = match skipping {
+                Some((child, skip)) if child == from => skip,
+                _ => {
+                    let skip = covered_all.contains(from);
+                    skipping = Some((from, skip));
+                    skip
+                }
+            };
+            if skip {
+                // Counted in its child's summaries, for every object: nothing to add.
+                continue;
+            }
             let counted = |i: usize| via_summary.is_empty() || !via_summary.contains(&(i, from));
             for slot in [&mut lo, &mut hi] {
                 from.clone_into(&mut slot.0);
@@ -799,6 +824,12 @@ mod tests {
         let all = check(&r, &none);
         assert_eq!(counts(&all), [(5, 3), (5, 1), (5, 3)]);
         assert_eq!(all[2].errors, 1);
+        // eu summarized both b and f: its clusters are counted by its summaries alone.
+        let both = [b.clone(), f.clone()];
+        let selection = r.selection(&placement, &root, true);
+        let covered = r.summarize_many(&selection, &placement, &both, &none);
+        assert_eq!(counts(&covered), [(5, 3), (5, 3)]);
+        assert_eq!(covered[1], all[2]);
         // eu cut off: its summaries do not count, its clusters are silent.
         let cut = check(&r, &["eu".to_owned()].into());
         assert_eq!(counts(&cut), [(5, 2), (5, 1), (5, 2)]);
