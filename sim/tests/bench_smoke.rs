@@ -44,6 +44,16 @@ async fn a_tiny_tree_yields_every_figure() {
             tier.tier
         );
     }
+    // Every relay tier's pushed summaries showed all of its leaves, in every round.
+    assert_eq!(t.p3_hops.len(), 2, "one line of hops per round");
+    for hops in &t.p3_hops {
+        let relays: Vec<(usize, usize, usize)> = hops
+            .tiers
+            .iter()
+            .map(|h| (h.level, h.relays, h.incomplete))
+            .collect();
+        assert_eq!(relays, vec![(1, 2, 0), (2, 4, 0)], "{hops:?}");
+    }
     assert!(t.encoded_object_bytes > 512);
     let p4 = t.p4.expect("a region was cut off");
     assert_eq!(p4.leaves_below, 4);

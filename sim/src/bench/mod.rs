@@ -256,7 +256,8 @@ pub struct P3Hops {
     pub root_complete_ms: f64,
 }
 
-/// When the relays of one tier showed all of their own leaves in their summaries.
+/// When the relays of one tier pushed summaries showing all of their own leaves to their
+/// parents.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TierHop {
     /// Hops below the root.

@@ -342,6 +342,14 @@ impl NodeCore {
         self.summary_without(placement, object, &BTreeSet::new())
     }
 
+    /// The summary of `object` under the placement named `placement` that this relay
+    /// last pushed to its parent: what its parent has of it, or is about to have (none
+    /// at the root, and none before the first push). A lookup, where
+    /// [`NodeCore::summary`] computes over every cluster below.
+    pub fn pushed_summary(&self, placement: &str, object: &ObjectKey) -> Option<&Summary> {
+        self.sent.get(&(placement.to_owned(), object.clone()))
+    }
+
     /// [`NodeCore::summary`] leaving out the summaries of the children in `cut_off`, as
     /// [`SubtreeReports::summarize_without`] does (a rollout's gate, for children whose
     /// links are down).
