@@ -289,6 +289,29 @@ impl Summary {
     pub fn is_singleton(&self) -> bool {
         self.expected == 1
     }
+
+    /// Whether nothing here is on its way: every expected cluster reported, all at one
+    /// revision, none of them only applied or still progressing.
+    pub fn is_settled(&self) -> bool {
+        self.reporting == self.expected
+            && self.min_revision == self.max_revision
+            && self.health.applied == 0
+            && self.health.progressing == 0
+    }
+
+    /// Whether the change from `before` to this summary is news that should not wait
+    /// behind a rollout's progress: it settled or stopped being settled, the clusters
+    /// expected changed, fewer report, or more are degraded, failed or erroring.
+    /// Anything else is progress on the way to settling.
+    pub fn is_news_after(&self, before: &Summary) -> bool {
+        self.is_settled()
+            || before.is_settled()
+            || self.expected != before.expected
+            || self.reporting < before.reporting
+            || self.health.degraded > before.health.degraded
+            || self.health.failed > before.health.failed
+            || self.errors > before.errors
+    }
 }
 
 impl<'a> FromIterator<&'a Summary> for Summary {

@@ -341,3 +341,53 @@ proptest! {
         prop_assert_eq!(merged.numbers.get("readyReplicas").map(|n| n.sum), (!all.is_empty()).then_some(all.len() as i128));
     }
 }
+
+fn at(health: Health, rev: u64) -> Status {
+    Status {
+        health,
+        revision: Revision(rev),
+        observed_generation: None,
+        message: None,
+        numbers: BTreeMap::new(),
+        status: Vec::new(),
+        observed_at: UnixMillis(rev),
+    }
+}
+
+/// Three clusters expected, with the statuses given (the rest silent).
+fn of_three(statuses: &[Status]) -> Summary {
+    statuses.iter().enumerate().fold(
+        Summary::expected(3 - statuses.len() as u64),
+        |acc, (i, s)| acc.merged(&Summary::of_status(&format!("c{i}"), s)),
+    )
+}
+
+#[test]
+fn a_rollout_is_progress_until_it_settles_and_bad_news_never_waits() {
+    use Health::{Applied, Available, Degraded, Failed, Progressing};
+    let old = of_three(&[at(Available, 1), at(Available, 1), at(Available, 1)]);
+    assert!(old.is_settled());
+    // Leaving a settled state is news; the steps after it are progress.
+    let started = of_three(&[at(Applied, 2), at(Available, 1), at(Available, 1)]);
+    assert!(!started.is_settled());
+    assert!(started.is_news_after(&old));
+    let halfway = of_three(&[at(Available, 2), at(Progressing, 2), at(Available, 1)]);
+    assert!(!halfway.is_settled(), "two revisions, one progressing");
+    assert!(!halfway.is_news_after(&started));
+    let all_new = of_three(&[at(Available, 2), at(Available, 2), at(Available, 2)]);
+    assert!(all_new.is_settled());
+    assert!(all_new.is_news_after(&halfway));
+    // A degraded or failed cluster settles too: nothing more is on its way.
+    assert!(of_three(&[at(Available, 2), at(Degraded, 2), at(Failed, 2)]).is_settled());
+    // Worse news goes at once, settled or not.
+    let failing = of_three(&[at(Failed, 2), at(Progressing, 2), at(Available, 1)]);
+    assert!(!failing.is_settled());
+    assert!(failing.is_news_after(&halfway));
+    // A cluster not reporting keeps it unsettled; one going silent is news.
+    let silent = of_three(&[at(Available, 2), at(Progressing, 2)]);
+    assert!(!silent.is_settled());
+    assert!(silent.is_news_after(&halfway));
+    // A change of the clusters expected is news.
+    let grown = halfway.clone().merged(&Summary::expected(1));
+    assert!(grown.is_news_after(&halfway));
+}

@@ -8,7 +8,7 @@ use strata_protocol::model::{Cluster, ObjectKey, ObjectMeta};
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{Report, ReportKey, ReportValue};
 
-use super::{CLUSTER_GRACE, NodeCore, Selections};
+use super::{CLUSTER_GRACE, NodeCore, SUMMARY_PROGRESS_SPACING, Selections};
 use crate::node::reports::SubtreeReports;
 use strata_node::store::ReportSlot;
 use strata_protocol::choice::RootView;
@@ -250,8 +250,15 @@ impl NodeCore {
         self.next_summary = now + self.summary_interval;
         let Some(link) = &mut self.parent else {
             self.dirty.clear();
+            self.paced.clear();
             return;
         };
+        // Summaries that only progressed wait for `next_progress`; news goes now.
+        let progress_due = now >= self.next_progress;
+        if progress_due {
+            self.dirty.append(&mut self.paced);
+        }
+        let mut progressed = false;
         let dirty: Vec<(ObjectKey, Option<std::sync::Arc<ObjectMeta>>)> =
             std::mem::take(&mut self.dirty)
                 .into_iter()
@@ -308,7 +315,17 @@ impl NodeCore {
                 );
                 for (object, summary) in objects.into_iter().zip(summaries) {
                     let key = (placement.name.clone(), object);
-                    if self.sent.get(&key) != Some(&summary) {
+                    let before = self.sent.get(&key);
+                    if before != Some(&summary) {
+                        if let Some(before) = before
+                            && !summary.is_news_after(before)
+                        {
+                            if !progress_due {
+                                self.paced.insert(key.1);
+                                continue;
+                            }
+                            progressed = true;
+                        }
                         self.stats.summaries_sent += 1;
                         let report_key = ReportKey::Summary {
                             placement: key.0.clone(),
@@ -325,6 +342,9 @@ impl NodeCore {
                     }
                 }
             }
+        }
+        if progressed {
+            self.next_progress = now + SUMMARY_PROGRESS_SPACING;
         }
         // The summary tick coalesced these already: waiting the outbox's flush
         // interval too would add its 100 ms at every tier on the way to the root.
