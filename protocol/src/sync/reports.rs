@@ -271,9 +271,9 @@ impl ReportInbox {
     /// One batch accepted in order does not make an ack urgent: its ack waits for the
     /// next message to the child ([`ReportInbox::poll_deferred_ack`]), at the latest the
     /// heartbeat ([`ReportInbox::take_or_repeat_ack`]). A status that answers an update
-    /// is then acknowledged without a packet of its own, and without the child's QUIC
-    /// stack acknowledging that packet in turn: two of an update's four packets per
-    /// link, one of them saved.
+    /// is then acknowledged without a packet of its own: the parent's QUIC stack
+    /// acknowledges the status alone, which the child does not acknowledge in turn, so
+    /// an update is three packets per agent link (object, status, ACK), not four.
     pub fn poll_ack(&mut self) -> Option<(u32, u64)> {
         if !self.ack_urgent {
             return None;

@@ -424,7 +424,8 @@ fn summaries_with(
 mod tests {
     use std::time::Duration;
 
-    use strata_protocol::wire::{Report, ReportKey, ReportValue};
+    use strata_protocol::model::{Health, Revision, Status};
+    use strata_protocol::wire::{ChildToParent, Report, ReportKey, ReportValue};
 
     use super::*;
     use crate::node::core::testing::{cluster, hello, report, root, turn};
@@ -508,5 +509,242 @@ mod tests {
         assert_eq!(clusters(&core), ["c1"], "run 12's grace begins");
         let _ = turn(&mut core, t2 + CLUSTER_GRACE);
         assert!(clusters(&core).is_empty(), "run 12's grace is over");
+    }
+
+    /// The relay `eu` below [`root`], with agents `c1`, `c2` and `c3`, driven in memory.
+    struct Region {
+        root: NodeCore,
+        eu: NodeCore,
+        /// Every summary `eu` pushed, in order.
+        pushed: Vec<Summary>,
+    }
+
+    impl Region {
+        fn new(t0: Instant) -> Self {
+            use strata_node::store::UpstreamState;
+            use strata_protocol::model::Cursor;
+            use strata_protocol::sync::{LinkConfig, ParentLink, SessionConfig};
+            use strata_protocol::time::UnixMillis;
+            use strata_protocol::wire::Role;
+
+            let upstream = ParentLink::new(
+                t0,
+                LinkConfig::new("eu", Role::Relay),
+                Cursor::default(),
+                None,
+            );
+            let eu = NodeCore::new(
+                t0,
+                super::super::CoreSetup {
+                    name: "eu".into(),
+                    labels: std::collections::BTreeMap::new(),
+                    children: vec!["c1".into(), "c2".into(), "c3".into()],
+                    sessions: SessionConfig::default(),
+                    log: super::super::new_log(2, false),
+                    reports: SubtreeReports::new(),
+                    acked: std::collections::BTreeMap::new(),
+                    child_runs: std::collections::BTreeMap::new(),
+                    upstream: Some(upstream),
+                    upstream_state: UpstreamState::default(),
+                    summary_interval: Duration::from_millis(100),
+                    run: 1,
+                    wall_origin: UnixMillis(0),
+                    watch_history: 0,
+                    standby: false,
+                    admission_hold: Duration::ZERO,
+                },
+            );
+            let mut region = Region {
+                root: root(),
+                eu,
+                pushed: Vec::new(),
+            };
+            region.root.child_connected(t0, "eu", 1).unwrap();
+            region.eu.upstream_connected(t0);
+            let text = "apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: shop }
+spec:
+  objects: [ { selector: { matchLabels: { app: shop } } } ]
+  clusters: { selector: { matchLabels: { tier: store } } }
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: shop, namespace: retail, labels: { app: shop } }
+data: { greeting: hello }
+";
+            let manifests = strata_node::objects::parse_manifests(
+                text,
+                &strata_protocol::model::Space::default_space(),
+            )
+            .unwrap();
+            region.root.apply_manifests(&manifests).unwrap();
+            for (conn, name) in [(11, "c1"), (12, "c2"), (13, "c3")] {
+                region.eu.child_connected(t0, name, conn).unwrap();
+                region.eu.child_message(
+                    t0,
+                    name,
+                    conn,
+                    ChildToParent::Hello(strata_protocol::wire::Hello {
+                        min_version: 1,
+                        max_version: strata_protocol::wire::MAX_PROTOCOL_VERSION,
+                        node: name.into(),
+                        role: Role::Agent,
+                        run: 1,
+                    }),
+                );
+                let mut cluster = crate::node::testing::cluster(name, &[]);
+                cluster.labels.insert("tier".into(), "store".into());
+                region.agent_reports(
+                    t0,
+                    name,
+                    0,
+                    vec![Report {
+                        key: ReportKey::Cluster { name: name.into() },
+                        value: ReportValue::Cluster(cluster),
+                    }],
+                );
+            }
+            region.pump(t0);
+            region
+        }
+
+        fn object(&self) -> ObjectKey {
+            let object = self.eu.log().live().find(|o| o.key().name == "shop");
+            object.expect("the object reached eu").key().clone()
+        }
+
+        fn agent_reports(&mut self, now: Instant, agent: &str, seq: u64, items: Vec<Report>) {
+            let conn = match agent {
+                "c1" => 11,
+                "c2" => 12,
+                _ => 13,
+            };
+            self.eu.child_message(
+                now,
+                agent,
+                conn,
+                ChildToParent::Reports(strata_protocol::wire::Reports {
+                    epoch: 0,
+                    epoch_start: 0,
+                    seq,
+                    items,
+                }),
+            );
+        }
+
+        /// Agent `agent`'s `seq`th batch: its status of the object.
+        fn status(&mut self, now: Instant, agent: &str, seq: u64, health: Health, rev: u64) {
+            let object = self.object();
+            let status = Status {
+                health,
+                revision: Revision(rev),
+                observed_generation: None,
+                message: None,
+                numbers: std::collections::BTreeMap::new(),
+                status: Vec::new(),
+                observed_at: strata_protocol::time::UnixMillis(rev),
+            };
+            let report = Report {
+                key: ReportKey::Status {
+                    cluster: agent.into(),
+                    object,
+                },
+                value: ReportValue::Status(status),
+            };
+            self.agent_reports(now, agent, seq, vec![report]);
+            self.pump(now);
+        }
+
+        /// Runs both nodes at `now` and passes their messages until both are quiet.
+        fn pump(&mut self, now: Instant) {
+            for _ in 0..20 {
+                let _ = self.eu.process(now);
+                let up = self.eu.transmit(now).to_parent;
+                for msg in &up {
+                    if let ChildToParent::Reports(batch) = msg {
+                        for item in &batch.items {
+                            if let ReportValue::Summary(s) = &item.value {
+                                self.pushed.push((**s).clone());
+                            }
+                        }
+                    }
+                }
+                let quiet = up.is_empty();
+                for msg in up {
+                    self.root.child_message(now, "eu", 1, msg);
+                }
+                let _ = self.root.process(now);
+                let down = self.root.transmit(now).to_children;
+                if quiet && down.is_empty() {
+                    return;
+                }
+                for (_, _, msg) in down {
+                    self.eu.upstream_message(now, msg);
+                }
+            }
+            panic!("the nodes kept talking");
+        }
+
+        /// Runs `eu`'s timers at `now`; returns the summaries it pushed since the last
+        /// call (a status arriving when the summary tick is due is summarized at once).
+        fn tick(&mut self, now: Instant) -> Vec<Summary> {
+            self.eu.handle_timeout(now);
+            self.pump(now);
+            std::mem::take(&mut self.pushed)
+        }
+    }
+
+    /// Through a rollout a relay pushes its summary's progress at most every
+    /// SUMMARY_PROGRESS_SPACING, what waited included, and news (settled, worse) at the
+    /// next tick.
+    #[test]
+    fn a_relay_paces_a_rollouts_progress_and_pushes_news_at_once() {
+        use strata_protocol::model::Health::{Applied, Available, Failed, Progressing};
+        let ms = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
+        let mut r = Region::new(ms(0));
+        r.status(ms(0), "c1", 1, Available, 1);
+        r.status(ms(0), "c2", 1, Available, 1);
+        r.status(ms(0), "c3", 1, Available, 1);
+        let settled = r.tick(ms(100));
+        assert!(
+            settled
+                .last()
+                .is_some_and(|s| s.is_settled() && s.expected == 3),
+            "{settled:?}"
+        );
+        // Leaving the settled state is news.
+        r.status(ms(1000), "c1", 2, Applied, 2);
+        assert_eq!(r.tick(ms(1100)).len(), 1, "the rollout began");
+        // Progress: the first goes (none for a second), the next waits.
+        r.status(ms(1150), "c2", 2, Progressing, 2);
+        assert_eq!(r.tick(ms(1200)).len(), 1, "first progress");
+        r.status(ms(1250), "c3", 2, Applied, 2);
+        assert!(
+            r.tick(ms(1300)).is_empty(),
+            "progress within the second waits"
+        );
+        assert!(
+            r.tick(ms(1700)).is_empty(),
+            "and waits without anything new"
+        );
+        let waited = r.tick(ms(1200) + SUMMARY_PROGRESS_SPACING);
+        assert_eq!(waited.len(), 1, "what waited goes once the second is over");
+        assert_eq!(waited[0].health.applied, 2, "{waited:?}");
+        // Bad news does not wait.
+        r.status(ms(2300), "c2", 3, Failed, 2);
+        let failed = r.tick(ms(2300));
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].health.failed, 1);
+        // Nor does the end of the rollout, within the progress spacing.
+        r.status(ms(2350), "c1", 3, Available, 2);
+        r.status(ms(2350), "c2", 4, Available, 2);
+        r.status(ms(2350), "c3", 3, Available, 2);
+        let done = r.tick(ms(2400));
+        assert!(
+            done.last()
+                .is_some_and(|s| s.is_settled() && s.health.available == 3),
+            "{done:?}"
+        );
     }
 }
