@@ -287,15 +287,40 @@ impl fmt::Debug for Body {
 
 impl Serialize for Body {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        // A sequence of bytes, as `Vec<u8>` is: stores written before bodies were shared
-        // read back unchanged.
-        self.0.serialize(serializer)
+        // One run of bytes. The codec writes it as it wrote `Vec<u8>`'s sequence of
+        // bytes (the length, then the bytes), so stores written before read back
+        // unchanged; but it is copied at once, where a sequence went byte by byte.
+        serializer.serialize_bytes(&self.0)
     }
 }
 
 impl<'de> Deserialize<'de> for Body {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Vec::<u8>::deserialize(deserializer).map(Body::from)
+        /// Takes a byte string whole (one copy into the shared body), or a sequence of
+        /// bytes from formats that write one (JSON's array of numbers).
+        struct Bytes;
+        impl<'de> serde::de::Visitor<'de> for Bytes {
+            type Value = Body;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Body, E> {
+                Ok(Body::from(v))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Body, E> {
+                Ok(Body::from(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Body, A::Error> {
+                // The hint comes from the input: bounded, so a forged length cannot ask
+                // for a huge allocation up front.
+                let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64 * 1024));
+                while let Some(b) = seq.next_element::<u8>()? {
+                    bytes.push(b);
+                }
+                Ok(Body::from(bytes))
+            }
+        }
+        deserializer.deserialize_bytes(Bytes)
     }
 }
 

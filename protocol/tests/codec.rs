@@ -209,3 +209,27 @@ fn a_maximum_above_the_ceiling_acts_as_the_ceiling() {
         Err(DecodeError::Oversized { max, .. }) if max == codec::MAX_FRAME_CEILING
     ));
 }
+
+/// An object's body is written as `Vec<u8>` was (its length, then its bytes), now in one
+/// copy where it went byte by byte: what stores and older peers wrote reads back, and
+/// the other way round. JSON still reads it from an array of numbers.
+#[test]
+fn a_body_is_written_as_a_vec_of_bytes_was() {
+    use strata_protocol::codec::{decode_value, encode_value};
+    use strata_protocol::model::Body;
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+    let as_vec = encode_value(&bytes).unwrap();
+    let as_body = encode_value(&Body::from(bytes.clone())).unwrap();
+    assert_eq!(as_vec, as_body);
+    let back: Body = decode_value(&as_vec).unwrap();
+    assert_eq!(&*back, &bytes[..]);
+    let old: Vec<u8> = decode_value(&as_body).unwrap();
+    assert_eq!(old, bytes);
+    let json: Body = serde_json::from_str("[104, 105]").unwrap();
+    assert_eq!(&*json, b"hi");
+    // A length beyond the input is an error, not an allocation of that length.
+    let mut forged = encode_value(&Body::from(&b"hi"[..])).unwrap();
+    forged[0] = 0xfc; // the varint marker of a four-byte length...
+    forged.splice(1..1, [0x7f, 0xff, 0xff, 0xff]); // ...of about two billion
+    assert!(decode_value::<Body>(&forged).is_err());
+}
