@@ -58,6 +58,8 @@ impl std::fmt::Debug for Hierarchy {
 /// How long `relay up` waits for every link.
 const CONNECT_DEADLINE: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(200);
+/// How many of its last log lines an error names when a process exits.
+const LOG_TAIL: usize = 12;
 
 impl Hierarchy {
     /// Issues, renders and starts everything; returns once every process is started
@@ -243,13 +245,22 @@ impl Hierarchy {
         )
     }
 
-    /// Fails naming the first process that exited.
+    /// Fails naming the first process that exited, with the end of its log.
     pub fn check_alive(&mut self) -> anyhow::Result<()> {
         for (name, child) in &mut self.procs {
             if let Ok(Some(status)) = child.try_wait() {
+                // The log's last lines go with the error: whoever ran this may have
+                // removed the directory by the time they read it (a test's, say).
+                let log = files::node_log(&self.dir, name);
+                let tail = std::fs::read_to_string(&log)
+                    .map(|text| {
+                        let lines: Vec<&str> = text.lines().collect();
+                        lines[lines.len().saturating_sub(LOG_TAIL)..].join("\n")
+                    })
+                    .unwrap_or_default();
                 anyhow::bail!(
-                    "{name} exited ({status}); see {}",
-                    files::node_log(&self.dir, name).display()
+                    "{name} exited ({status}); see {}; its last lines:\n{tail}",
+                    log.display()
                 );
             }
         }
