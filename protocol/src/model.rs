@@ -296,31 +296,51 @@ impl Serialize for Body {
 
 impl<'de> Deserialize<'de> for Body {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        /// Takes a byte string whole (one copy into the shared body), or a sequence of
-        /// bytes from formats that write one (JSON's array of numbers).
-        struct Bytes;
-        impl<'de> serde::de::Visitor<'de> for Bytes {
-            type Value = Body;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a byte string")
-            }
-            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Body, E> {
-                Ok(Body::from(v))
-            }
-            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Body, E> {
-                Ok(Body::from(v))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Body, A::Error> {
-                // The hint comes from the input: bounded, so a forged length cannot ask
-                // for a huge allocation up front.
-                let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64 * 1024));
-                while let Some(b) = seq.next_element::<u8>()? {
-                    bytes.push(b);
-                }
-                Ok(Body::from(bytes))
-            }
+        deserializer.deserialize_bytes(ByteRun::<Body>(std::marker::PhantomData))
+    }
+}
+
+/// Takes a byte string whole (one copy into `T`), or a sequence of bytes from formats
+/// that write one (JSON's array of numbers). Shared by [`Body`] and [`byte_run`].
+struct ByteRun<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: for<'a> From<&'a [u8]> + From<Vec<u8>>> serde::de::Visitor<'de> for ByteRun<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a byte string")
+    }
+    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<T, E> {
+        Ok(T::from(v))
+    }
+    fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<T, E> {
+        Ok(T::from(v))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+        // The hint comes from the input: bounded, so a forged length cannot ask for a
+        // huge allocation up front.
+        let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64 * 1024));
+        while let Some(b) = seq.next_element::<u8>()? {
+            bytes.push(b);
         }
-        deserializer.deserialize_bytes(Bytes)
+        Ok(T::from(bytes))
+    }
+}
+
+/// `#[serde(with = "byte_run")]` for a `Vec<u8>` field: written and read as one run of
+/// bytes, as [`Body`] is. The codec's bytes are those of `Vec<u8>`'s sequence (the
+/// length, then the bytes), so what was stored before reads back; serde's sequence went
+/// byte by byte, a call and a bounds check each.
+pub(crate) mod byte_run {
+    use serde::{Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(bytes)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<u8>, D::Error> {
+        deserializer.deserialize_bytes(super::ByteRun::<Vec<u8>>(std::marker::PhantomData))
     }
 }
 
@@ -386,6 +406,7 @@ pub struct Status {
     /// Numeric fields extracted from `.status` (e.g. `readyReplicas`) for summaries.
     pub numbers: BTreeMap<String, i64>,
     /// The object's `.status`, serialized as JSON, for exact status of singletons.
+    #[serde(with = "byte_run")]
     pub status: Vec<u8>,
     /// When the agent observed this status.
     pub observed_at: UnixMillis,

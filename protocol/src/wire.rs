@@ -298,7 +298,7 @@ pub enum ReportValue {
     /// ([`ReportValue::received`]), so the rest of the code sees one variant.
     Link(#[serde(with = "compat::link_v3")] LinkRecord),
     /// For [`ReportKey::Upsynced`]: the object's manifest as JSON.
-    Upsynced(Vec<u8>),
+    Upsynced(#[serde(with = "crate::model::byte_run")] Vec<u8>),
     /// The keyed thing no longer exists (object removed, cluster left).
     Removed,
     /// For [`ReportKey::Complete`].

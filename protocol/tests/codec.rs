@@ -233,3 +233,74 @@ fn a_body_is_written_as_a_vec_of_bytes_was() {
     forged.splice(1..1, [0x7f, 0xff, 0xff, 0xff]); // ...of about two billion
     assert!(decode_value::<Body>(&forged).is_err());
 }
+
+#[test]
+fn a_status_and_an_upsynced_manifest_are_written_as_their_vecs_of_bytes_were() {
+    use std::collections::BTreeMap;
+    use strata_protocol::codec::{decode_value, encode_value};
+    use strata_protocol::model::{Health, Revision, Status};
+    use strata_protocol::time::UnixMillis;
+    use strata_protocol::wire::ReportValue;
+
+    /// `Status` as it was derived before: `status` a plain `Vec<u8>`, a sequence.
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct Before {
+        health: Health,
+        revision: Revision,
+        observed_generation: Option<i64>,
+        message: Option<String>,
+        numbers: BTreeMap<String, i64>,
+        status: Vec<u8>,
+        observed_at: UnixMillis,
+    }
+    /// `ReportValue`'s variants up to `Upsynced`, the fifth, as it was.
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    enum BeforeValue {
+        Status,
+        Summary,
+        Cluster,
+        Link,
+        Upsynced(Vec<u8>),
+    }
+
+    let json: Vec<u8> = br#"{"readyReplicas":3,"conditions":[]}"#.repeat(20);
+    let now = Status {
+        health: Health::Available,
+        revision: Revision(7),
+        observed_generation: Some(2),
+        message: Some("ok".into()),
+        numbers: BTreeMap::from([("readyReplicas".to_owned(), 3)]),
+        status: json.clone(),
+        observed_at: UnixMillis(1_700_000_000_000),
+    };
+    let before = Before {
+        health: now.health,
+        revision: now.revision,
+        observed_generation: now.observed_generation,
+        message: now.message.clone(),
+        numbers: now.numbers.clone(),
+        status: json.clone(),
+        observed_at: now.observed_at,
+    };
+    let written = encode_value(&now).unwrap();
+    assert_eq!(written, encode_value(&before).unwrap());
+    assert_eq!(
+        decode_value::<Status>(&encode_value(&before).unwrap()).unwrap(),
+        now
+    );
+    assert_eq!(decode_value::<Before>(&written).unwrap(), before);
+    // JSON (the API's) still reads an array of numbers.
+    let via_json: Status = serde_json::from_str(&serde_json::to_string(&before).unwrap()).unwrap();
+    assert_eq!(via_json, now);
+
+    let upsynced = ReportValue::Upsynced(json.clone());
+    let old = BeforeValue::Upsynced(json);
+    assert_eq!(
+        encode_value(&upsynced).unwrap(),
+        encode_value(&old).unwrap()
+    );
+    assert_eq!(
+        decode_value::<ReportValue>(&encode_value(&old).unwrap()).unwrap(),
+        upsynced
+    );
+}
