@@ -47,7 +47,7 @@ pub async fn render(
                 c.upstream_open(),
                 c.stats().clone(),
                 (c.snapshots_received(), c.is_standby()),
-                c.propagation_lag().histogram().clone(),
+                c.propagation_lag().histogram(),
             )
         })
         .await?;

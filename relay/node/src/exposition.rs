@@ -286,6 +286,28 @@ impl HistogramVec {
         }
     }
 
+    /// Adds `other`'s observations, series by series. Its labels and bounds must be
+    /// this one's (checked in debug builds).
+    pub fn absorb(&mut self, other: HistogramVec) {
+        debug_assert_eq!(self.label_names, other.label_names);
+        debug_assert_eq!(self.bounds, other.bounds);
+        for (labels, theirs) in other.series {
+            match self.series.entry(labels) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(theirs);
+                }
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    let ours = o.get_mut();
+                    for (a, b) in ours.buckets.iter_mut().zip(&theirs.buckets) {
+                        *a += b;
+                    }
+                    ours.sum += theirs.sum;
+                    ours.count += theirs.count;
+                }
+            }
+        }
+    }
+
     /// Observations so far in the series of these label values.
     pub fn count(&self, label_values: &[String]) -> u64 {
         self.series.get(label_values).map_or(0, |s| s.count)
@@ -474,6 +496,23 @@ mod tests {
             "{text}"
         );
         assert_eq!(h.count(&["GET".into(), "200".into()]), 2);
+        // Absorbing adds series that exist and takes those that do not.
+        let mut both = h.clone();
+        let mut other = HistogramVec::new(&["verb", "code"], LATENCY_BUCKETS);
+        other.observe(vec!["GET".into(), "200".into()], 0.004);
+        other.observe(vec!["PUT".into(), "201".into()], 0.5);
+        both.absorb(other);
+        assert_eq!(both.count(&["GET".into(), "200".into()]), 3);
+        assert_eq!(both.count(&["PUT".into(), "201".into()]), 1);
+        assert_eq!(both.count(&["PATCH".into(), "409".into()]), 1);
+        let mut e = Exposition::new();
+        e.histogram("b_seconds", "B.", &both);
+        let text = e.finish();
+        check(&text).unwrap();
+        assert!(
+            text.contains("b_seconds_bucket{verb=\"GET\",code=\"200\",le=\"0.005\"} 2\n"),
+            "{text}"
+        );
         let named = h.labelled_first(&["node"], &["center".into()]);
         assert_eq!(
             named.count(&["center".into(), "GET".into(), "200".into()]),

@@ -29,8 +29,10 @@ pub struct PropagationLag {
     noted: Position,
     /// Commit time of each noted head, oldest first.
     committed: BTreeMap<Position, Instant>,
-    /// Seconds from commit to acknowledgement, by node and child.
-    histogram: HistogramVec,
+    /// Seconds from commit to acknowledgement, per child: series without labels, so
+    /// that an observation (one per child and change) allocates and compares nothing;
+    /// labelled by node and child when read ([`PropagationLag::histogram`]).
+    by_child: BTreeMap<String, HistogramVec>,
 }
 
 impl PropagationLag {
@@ -41,7 +43,7 @@ impl PropagationLag {
             log,
             noted: head,
             committed: BTreeMap::new(),
-            histogram: HistogramVec::new(&["node", "child"], LAG_BUCKETS),
+            by_child: BTreeMap::new(),
         }
     }
 
@@ -50,7 +52,7 @@ impl PropagationLag {
         if log != self.log {
             // A new log (a standby's first read of the writer's): nothing compares.
             *self = PropagationLag {
-                histogram: self.histogram.clone(),
+                by_child: std::mem::take(&mut self.by_child),
                 ..PropagationLag::new(&self.node, log, head)
             };
             return;
@@ -75,17 +77,31 @@ impl PropagationLag {
             return;
         }
         let after = Position(before.position.0 + 1);
-        for (_, at) in self.committed.range(after..=cursor.position) {
-            self.histogram.observe(
-                vec![self.node.clone(), child.to_owned()],
-                (now - *at).as_secs_f64(),
-            );
+        let mut timed = self.committed.range(after..=cursor.position).peekable();
+        if timed.peek().is_none() {
+            return;
+        }
+        let series = match self.by_child.get_mut(child) {
+            Some(series) => series,
+            None => self
+                .by_child
+                .entry(child.to_owned())
+                .or_insert_with(|| HistogramVec::new(&[], LAG_BUCKETS)),
+        };
+        for (_, at) in timed {
+            series.observe(Vec::new(), (now - *at).as_secs_f64());
         }
     }
 
-    /// The observations so far.
-    pub fn histogram(&self) -> &HistogramVec {
-        &self.histogram
+    /// The observations so far, by node and child.
+    pub fn histogram(&self) -> HistogramVec {
+        let mut all = HistogramVec::new(&["node", "child"], LAG_BUCKETS);
+        for (child, series) in &self.by_child {
+            all.absorb(
+                series.labelled_first(&["node", "child"], &[self.node.clone(), child.clone()]),
+            );
+        }
+        all
     }
 }
 
@@ -118,7 +134,7 @@ mod tests {
         lag.acked("us", Some(cursor(13)), cursor(13), at(1300));
         assert_eq!(lag.histogram().count(&["center".into(), "us".into()]), 2);
         let mut text = strata_node::exposition::Exposition::new();
-        text.histogram("lag", "Lag.", lag.histogram());
+        text.histogram("lag", "Lag.", &lag.histogram());
         let text = text.finish();
         // 30 ms for position 11, 1 s for 13.
         assert!(
@@ -144,5 +160,14 @@ mod tests {
             at(1400),
         );
         assert_eq!(lag.histogram().count(&["center".into(), "us".into()]), 2);
+        // A new log (a standby's first read of the writer's) keeps what was observed.
+        lag.note_head(LogId(8), Position(30), at(1500));
+        lag.note_head(LogId(8), Position(31), at(1600));
+        let cursor8 = |p| Cursor {
+            log: LogId(8),
+            position: Position(p),
+        };
+        lag.acked("us", Some(cursor8(30)), cursor8(31), at(1610));
+        assert_eq!(lag.histogram().count(&["center".into(), "us".into()]), 3);
     }
 }
