@@ -51,46 +51,14 @@ pub fn free_port() -> u16 {
     // here, and a node started with it may not have bound it yet when the next is
     // chosen (an etcd test once gave two nodes the same metrics port that way).
     static GIVEN: [AtomicU64; 1024] = [const { AtomicU64::new(0) }; 1024];
-    // Chosen below the kernel's ephemeral range: a port from that range, released here,
-    // could be taken by any socket bound to port 0 (a client endpoint, an outgoing
-    // connection) before the node binds it (CI48: "cannot bind ...: Address already in
-    // use"). Below it, only explicit binds compete.
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| {
-            r.split_whitespace()
-                .next()
-                .and_then(|p| p.parse::<u16>().ok())
-        })
-        .unwrap_or(32768);
-    let (base, span) = if low > 12_000 {
-        (10_000u64, u64::from(low) - 10_000)
-    } else {
-        (u64::from(low), 1)
-    };
-    let seed = u64::from(std::process::id()) << 32
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos().into())
-            .unwrap_or(0u64);
-    // Both protocols free on one port number: QUIC (UDP) for children, TCP for the API.
+    // Chosen below the kernel's ephemeral range (see `unused_port`): a port from that
+    // range, released here, could be taken by any socket bound to port 0 before the
+    // node binds it (CI48: "cannot bind ...: Address already in use").
     loop {
-        // splitmix64 over a counter: a different port each try, in every process.
-        let mut z = seed.wrapping_add(NEXT.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed));
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        let candidate = if span > 1 { base + z % span } else { 0 };
-        let Ok(udp) = std::net::UdpSocket::bind(("127.0.0.1", candidate as u16)) else {
-            continue;
-        };
-        let port = udp.local_addr().unwrap().port();
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
-            && GIVEN[usize::from(port / 64)].fetch_or(1 << (port % 64), Ordering::Relaxed)
-                & (1 << (port % 64))
-                == 0
-        {
+        let port = strata_topology::render::unused_port([127, 0, 0, 1].into(), &[])
+            .expect("a free port on 127.0.0.1");
+        let bit = 1 << (port % 64);
+        if GIVEN[usize::from(port / 64)].fetch_or(bit, Ordering::Relaxed) & bit == 0 {
             return port;
         }
     }
