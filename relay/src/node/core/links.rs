@@ -121,6 +121,10 @@ impl NodeCore {
     /// own sent its own packet upward (and drew an ACK back): ten children's refreshes
     /// were two packets a second on a region's link, as many as its summaries.
     pub(super) fn refresh_links(&mut self, now: Instant) {
+        if self.relay_links_up == 0 {
+            // A site relay's links are its agents': none is refreshed, none walked.
+            return;
+        }
         let up = |l: &&LinkState| l.connected && l.role == Role::Relay;
         let any_due = self
             .links

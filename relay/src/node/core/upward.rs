@@ -425,7 +425,7 @@ mod tests {
     use std::time::Duration;
 
     use strata_protocol::model::{Health, Revision, Status};
-    use strata_protocol::wire::{ChildToParent, Report, ReportKey, ReportValue};
+    use strata_protocol::wire::{ChildToParent, Report, ReportKey, ReportValue, Role};
 
     use super::*;
     use crate::node::core::testing::{cluster, hello, report, root, turn};
@@ -517,15 +517,38 @@ mod tests {
         eu: NodeCore,
         /// Every summary `eu` pushed, in order.
         pushed: Vec<Summary>,
+        /// The keys of every batch of reports `eu` sent up, in order.
+        batches: Vec<Vec<ReportKey>>,
     }
 
     impl Region {
         fn new(t0: Instant) -> Self {
+            let mut region = Region::empty(t0, &["c1", "c2", "c3"]);
+            for (conn, name) in [(11, "c1"), (12, "c2"), (13, "c3")] {
+                region.connect(t0, name, conn, Role::Agent);
+                let mut cluster = crate::node::testing::cluster(name, &[]);
+                cluster.labels.insert("tier".into(), "store".into());
+                region.agent_reports(
+                    t0,
+                    name,
+                    0,
+                    vec![Report {
+                        key: ReportKey::Cluster { name: name.into() },
+                        value: ReportValue::Cluster(cluster),
+                    }],
+                );
+            }
+            region.pump(t0);
+            region
+        }
+
+        /// `eu` connected to the root, which has the placement `shop` and its object;
+        /// `children` may connect to `eu`.
+        fn empty(t0: Instant, children: &[&str]) -> Self {
             use strata_node::store::UpstreamState;
             use strata_protocol::model::Cursor;
             use strata_protocol::sync::{LinkConfig, ParentLink, SessionConfig};
             use strata_protocol::time::UnixMillis;
-            use strata_protocol::wire::Role;
 
             let upstream = ParentLink::new(
                 t0,
@@ -538,7 +561,7 @@ mod tests {
                 super::super::CoreSetup {
                     name: "eu".into(),
                     labels: std::collections::BTreeMap::new(),
-                    children: vec!["c1".into(), "c2".into(), "c3".into()],
+                    children: children.iter().map(|&c| c.to_owned()).collect(),
                     sessions: SessionConfig::default(),
                     log: super::super::new_log(2, false),
                     reports: SubtreeReports::new(),
@@ -558,6 +581,7 @@ mod tests {
                 root: root(),
                 eu,
                 pushed: Vec::new(),
+                batches: Vec::new(),
             };
             region.root.child_connected(t0, "eu", 1).unwrap();
             region.eu.upstream_connected(t0);
@@ -579,34 +603,24 @@ data: { greeting: hello }
             )
             .unwrap();
             region.root.apply_manifests(&manifests).unwrap();
-            for (conn, name) in [(11, "c1"), (12, "c2"), (13, "c3")] {
-                region.eu.child_connected(t0, name, conn).unwrap();
-                region.eu.child_message(
-                    t0,
-                    name,
-                    conn,
-                    ChildToParent::Hello(strata_protocol::wire::Hello {
-                        min_version: 1,
-                        max_version: strata_protocol::wire::MAX_PROTOCOL_VERSION,
-                        node: name.into(),
-                        role: Role::Agent,
-                        run: 1,
-                    }),
-                );
-                let mut cluster = crate::node::testing::cluster(name, &[]);
-                cluster.labels.insert("tier".into(), "store".into());
-                region.agent_reports(
-                    t0,
-                    name,
-                    0,
-                    vec![Report {
-                        key: ReportKey::Cluster { name: name.into() },
-                        value: ReportValue::Cluster(cluster),
-                    }],
-                );
-            }
-            region.pump(t0);
             region
+        }
+
+        /// `name` (an agent or a relay) connects to `eu` on `conn` and says hello.
+        fn connect(&mut self, now: Instant, name: &str, conn: u64, role: Role) {
+            self.eu.child_connected(now, name, conn).unwrap();
+            self.eu.child_message(
+                now,
+                name,
+                conn,
+                ChildToParent::Hello(strata_protocol::wire::Hello {
+                    min_version: 1,
+                    max_version: strata_protocol::wire::MAX_PROTOCOL_VERSION,
+                    node: name.into(),
+                    role,
+                    run: 1,
+                }),
+            );
         }
 
         fn object(&self) -> ObjectKey {
@@ -663,6 +677,8 @@ data: { greeting: hello }
                 let up = self.eu.transmit(now).to_parent;
                 for msg in &up {
                     if let ChildToParent::Reports(batch) = msg {
+                        self.batches
+                            .push(batch.items.iter().map(|i| i.key.clone()).collect());
                         for item in &batch.items {
                             if let ReportValue::Summary(s) = &item.value {
                                 self.pushed.push((**s).clone());
@@ -693,6 +709,63 @@ data: { greeting: hello }
             self.pump(now);
             std::mem::take(&mut self.pushed)
         }
+    }
+
+    /// A relay's relay children's link records are refreshed upward every LINK_REFRESH,
+    /// all in one batch once the first is due: not each on its own clock, a packet (and
+    /// an ACK back) apiece.
+    #[test]
+    fn relay_childrens_links_are_refreshed_together_once_the_first_is_due() {
+        use crate::node::core::LINK_REFRESH;
+        let ms = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
+        let links_in = |batches: &[Vec<ReportKey>]| -> Vec<Vec<String>> {
+            batches
+                .iter()
+                .map(|b| {
+                    b.iter()
+                        .filter_map(|k| match k {
+                            ReportKey::Link { node } => Some(node.clone()),
+                            _ => None,
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .filter(|l| !l.is_empty())
+                .collect()
+        };
+        let mut r = Region::empty(ms(0), &["s1", "s2", "c9"]);
+        r.connect(ms(0), "s1", 21, Role::Relay);
+        r.pump(ms(0));
+        let _ = r.tick(ms(100));
+        r.connect(ms(2000), "s2", 22, Role::Relay);
+        r.connect(ms(2000), "c9", 23, Role::Agent);
+        r.pump(ms(2000));
+        let _ = r.tick(ms(2100));
+        let up = links_in(&r.batches);
+        assert!(
+            up.iter().flatten().any(|n| n == "s1") && up.iter().flatten().any(|n| n == "s2"),
+            "each link went up when it came up: {up:?}"
+        );
+        r.batches.clear();
+        // Nothing is due before s1's refresh.
+        let due = u64::try_from(LINK_REFRESH.as_millis()).unwrap();
+        let mut t = 2100;
+        while t + 100 < due {
+            t += 100;
+            let _ = r.tick(ms(t));
+        }
+        assert_eq!(links_in(&r.batches), Vec::<Vec<String>>::new());
+        // s1's refresh is due: s2's goes with it, in the same batch; the agent's link
+        // is not refreshed.
+        let _ = r.tick(ms(due + 100));
+        assert_eq!(links_in(&r.batches), [["s1", "s2"]]);
+        r.batches.clear();
+        // Not again when s2's own refresh would have been due.
+        let mut t = due + 100;
+        while t < 2000 + due + 200 {
+            t += 100;
+            let _ = r.tick(ms(t));
+        }
+        assert_eq!(links_in(&r.batches), Vec::<Vec<String>>::new());
     }
 
     /// Through a rollout a relay pushes its summary's progress at most every
