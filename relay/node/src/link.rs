@@ -100,26 +100,30 @@ impl Link {
         }
     }
 
-    /// UDP datagrams so far, (sent, received); `(0, 0)` for TCP, which has none.
-    pub fn wire_datagrams(&self) -> (u64, u64) {
+    /// What went over the wire so far, read once (quinn's statistics are copied whole
+    /// under the connection's lock).
+    pub fn wire(&self) -> Wire {
         match self {
             Link::Quic(c) => {
                 let s = c.stats();
-                (s.udp_tx.datagrams, s.udp_rx.datagrams)
+                Wire {
+                    bytes: (s.udp_tx.bytes, s.udp_rx.bytes),
+                    datagrams: (s.udp_tx.datagrams, s.udp_rx.datagrams),
+                }
             }
-            Link::Tcp(_) => (0, 0),
+            Link::Tcp(t) => Wire {
+                bytes: t.wire_bytes(),
+                datagrams: (0, 0),
+            },
         }
     }
+}
 
-    /// Bytes on the wire so far, (sent, received): UDP payload for QUIC, TLS records
-    /// for TCP.
-    pub fn wire_bytes(&self) -> (u64, u64) {
-        match self {
-            Link::Quic(c) => {
-                let s = c.stats();
-                (s.udp_tx.bytes, s.udp_rx.bytes)
-            }
-            Link::Tcp(t) => t.wire_bytes(),
-        }
-    }
+/// A link's traffic so far, each as (sent, received).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Wire {
+    /// Bytes on the wire: UDP payload for QUIC, TLS records for TCP.
+    pub bytes: (u64, u64),
+    /// UDP datagrams; `(0, 0)` for TCP, which has none.
+    pub datagrams: (u64, u64),
 }

@@ -597,7 +597,7 @@ impl Relay {
 }
 
 fn link_stats(children: &Children, parent: &ParentConn) -> LinkStats {
-    let udp = |c: &Link| c.wire_bytes();
+    let wire: Vec<_> = children.values().map(|(conn, _)| conn.wire()).collect();
     LinkStats {
         child_transports: children
             .iter()
@@ -605,17 +605,14 @@ fn link_stats(children: &Children, parent: &ParentConn) -> LinkStats {
             .collect(),
         parent_transport: parent.connection().map(Link::kind),
         children: children
-            .iter()
-            .map(|((name, _), (conn, _))| {
-                let (tx, rx) = udp(conn);
-                (name.clone(), tx, rx)
-            })
+            .keys()
+            .zip(&wire)
+            .map(|((name, _), w)| (name.clone(), w.bytes.0, w.bytes.1))
             .collect(),
-        parent: parent.connection().map(udp),
-        child_datagrams: children
-            .values()
-            .map(|(conn, _)| conn.wire_datagrams())
-            .fold((0, 0), |(s, r), (ds, dr)| (s + ds, r + dr)),
+        parent: parent.connection().map(|c| c.wire().bytes),
+        child_datagrams: wire
+            .iter()
+            .fold((0, 0), |(s, r), w| (s + w.datagrams.0, r + w.datagrams.1)),
         streams: children
             .iter()
             .map(|((name, _), (_, sender))| (name.as_str(), sender.bytes()))
