@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use strata_node::store::UpstreamState;
-use strata_protocol::sync::SessionConfig;
+use strata_protocol::sync::{ParentLink, SessionConfig};
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{
     ChildToParent, ErrorCode, Hello, MAX_PROTOCOL_VERSION, REPLICA_VERSION, Report, Reports, Role,
@@ -20,34 +20,39 @@ pub(super) fn root() -> NodeCore {
     NodeCore::new(
         Instant::ZERO,
         CoreSetup {
-            name: "center".into(),
-            labels: BTreeMap::new(),
-            children: vec!["eu".into()],
-            sessions: SessionConfig::default(),
             log: new_log(1, true),
-            reports: SubtreeReports::new(),
-            acked: BTreeMap::new(),
-            child_runs: BTreeMap::new(),
-            upstream: None,
-            upstream_state: UpstreamState::default(),
             summary_interval: Duration::from_millis(200),
-            run: 1,
-            wall_origin: UnixMillis(0),
-            watch_history: 0,
-            standby: false,
-            admission_hold: std::time::Duration::ZERO,
+            ..setup("center", &["eu"], None)
         },
     )
 }
 
+/// The set-up of a node `name` that admits `children`, below `upstream` (none: a
+/// root), with an empty store: log 2, not serving, summaries every 100 ms.
+pub(super) fn setup(name: &str, children: &[&str], upstream: Option<ParentLink>) -> CoreSetup {
+    CoreSetup {
+        name: name.into(),
+        labels: BTreeMap::new(),
+        children: children.iter().map(|&c| c.to_owned()).collect(),
+        sessions: SessionConfig::default(),
+        log: new_log(2, false),
+        reports: SubtreeReports::new(),
+        acked: BTreeMap::new(),
+        child_runs: BTreeMap::new(),
+        upstream,
+        upstream_state: UpstreamState::default(),
+        summary_interval: Duration::from_millis(100),
+        run: 1,
+        wall_origin: UnixMillis(0),
+        watch_history: 0,
+        standby: false,
+        admission_hold: Duration::ZERO,
+    }
+}
+
+/// The relay `eu`'s hello in its run `run`, or its replica `replica`'s.
 pub(super) fn hello(run: u64, replica: Option<&str>) -> ChildToParent {
-    let hello = Hello {
-        min_version: 1,
-        max_version: MAX_PROTOCOL_VERSION,
-        node: "eu".into(),
-        role: Role::Relay,
-        run,
-    };
+    let hello = hello_of("eu", Role::Relay, run);
     match replica {
         None => ChildToParent::Hello(hello),
         Some(r) => ChildToParent::ReplicaHello {
@@ -57,6 +62,21 @@ pub(super) fn hello(run: u64, replica: Option<&str>) -> ChildToParent {
             },
             replica: r.into(),
         },
+    }
+}
+
+/// The hello of `node`, a child in the role `role`, in its run `run`.
+pub(super) fn hello_from(node: &str, role: Role, run: u64) -> ChildToParent {
+    ChildToParent::Hello(hello_of(node, role, run))
+}
+
+fn hello_of(node: &str, role: Role, run: u64) -> Hello {
+    Hello {
+        min_version: 1,
+        max_version: MAX_PROTOCOL_VERSION,
+        node: node.into(),
+        role,
+        run,
     }
 }
 

@@ -428,7 +428,7 @@ mod tests {
     use strata_protocol::wire::{ChildToParent, Report, ReportKey, ReportValue, Role};
 
     use super::*;
-    use crate::node::core::testing::{cluster, hello, report, root, turn};
+    use crate::node::core::testing::{cluster, hello, hello_from, report, root, setup, turn};
 
     fn complete(run: u64) -> Report {
         Report {
@@ -545,10 +545,8 @@ mod tests {
         /// `eu` connected to the root, which has the placement `shop` and its object;
         /// `children` may connect to `eu`.
         fn empty(t0: Instant, children: &[&str]) -> Self {
-            use strata_node::store::UpstreamState;
             use strata_protocol::model::Cursor;
-            use strata_protocol::sync::{LinkConfig, ParentLink, SessionConfig};
-            use strata_protocol::time::UnixMillis;
+            use strata_protocol::sync::{LinkConfig, ParentLink};
 
             let upstream = ParentLink::new(
                 t0,
@@ -556,27 +554,7 @@ mod tests {
                 Cursor::default(),
                 None,
             );
-            let eu = NodeCore::new(
-                t0,
-                super::super::CoreSetup {
-                    name: "eu".into(),
-                    labels: std::collections::BTreeMap::new(),
-                    children: children.iter().map(|&c| c.to_owned()).collect(),
-                    sessions: SessionConfig::default(),
-                    log: super::super::new_log(2, false),
-                    reports: SubtreeReports::new(),
-                    acked: std::collections::BTreeMap::new(),
-                    child_runs: std::collections::BTreeMap::new(),
-                    upstream: Some(upstream),
-                    upstream_state: UpstreamState::default(),
-                    summary_interval: Duration::from_millis(100),
-                    run: 1,
-                    wall_origin: UnixMillis(0),
-                    watch_history: 0,
-                    standby: false,
-                    admission_hold: Duration::ZERO,
-                },
-            );
+            let eu = NodeCore::new(t0, setup("eu", children, Some(upstream)));
             let mut region = Region {
                 root: root(),
                 eu,
@@ -609,18 +587,8 @@ data: { greeting: hello }
         /// `name` (an agent or a relay) connects to `eu` on `conn` and says hello.
         fn connect(&mut self, now: Instant, name: &str, conn: u64, role: Role) {
             self.eu.child_connected(now, name, conn).unwrap();
-            self.eu.child_message(
-                now,
-                name,
-                conn,
-                ChildToParent::Hello(strata_protocol::wire::Hello {
-                    min_version: 1,
-                    max_version: strata_protocol::wire::MAX_PROTOCOL_VERSION,
-                    node: name.into(),
-                    role,
-                    run: 1,
-                }),
-            );
+            self.eu
+                .child_message(now, name, conn, hello_from(name, role, 1));
         }
 
         fn object(&self) -> ObjectKey {
