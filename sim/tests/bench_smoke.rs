@@ -61,4 +61,7 @@ async fn a_tiny_tree_yields_every_figure() {
     assert_eq!(t.storm.missing, 0);
     assert_eq!(t.storm.applied.n, 8);
     assert!(t.memory.rss_idle > 0);
+    // The machine's speed was timed on both sides of the updates.
+    let (before, after) = t.calibration_ms;
+    assert!(before > 0.0 && after > 0.0, "{:?}", t.calibration_ms);
 }

@@ -13,12 +13,12 @@ use strata_relay::node::runtime::{LinkStats, NodeClient};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::procstat;
 use super::tree::{Applied, TIER_THREADS, Tree};
 use super::{
     BenchError, Dist, Memory, Options, P3Hops, Resync, Storm, StormRefusals, TierBytes, TierHop,
     TopologyReport,
 };
+use super::{calibrate, procstat};
 
 /// The placement every benchmark object is selected by.
 const PLACEMENT: &str = "apiVersion: strata.dev/v1alpha1
@@ -393,7 +393,8 @@ pub(crate) async fn topology(
     peaks.end("first delivery");
     let encoded_object = encoded(&root, "payload").await;
 
-    // Updates of the object alone.
+    // Updates of the object alone, between two timings of the same fixed work.
+    let calibrated_before = calibrate::calibrate();
     perf_window("updates", true);
     let churn_before = tree.churn().await;
     let cpu_before = procstat::cpu_by_thread(&TIER_THREADS);
@@ -464,6 +465,7 @@ pub(crate) async fn topology(
     }
     let cpu_after = procstat::cpu_by_thread(&TIER_THREADS);
     perf_window("updates", false);
+    let calibrated_after = calibrate::calibrate();
     let churn_after = tree.churn().await;
     let rounds = opts.rounds.max(1) as u64;
     let p2 = tree
@@ -533,6 +535,10 @@ pub(crate) async fn topology(
         },
         cpu_idle_per_sec,
         cpu_updates,
+        calibration_ms: (
+            calibrated_before.as_secs_f64() * 1000.0,
+            calibrated_after.as_secs_f64() * 1000.0,
+        ),
         updates_reconnects: churn_after
             .connections
             .saturating_sub(churn_before.connections),

@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use strata_node::dial::TransportMode;
 
+mod calibrate;
 mod measure;
 mod nats;
 mod procstat;
@@ -319,6 +320,10 @@ pub struct TopologyReport {
     pub cpu_idle_per_sec: Vec<(String, f64)>,
     /// CPU seconds per tier (thread group) during the update rounds.
     pub cpu_updates: Vec<(String, f64)>,
+    /// The same fixed work timed just before the update rounds and just after them, in
+    /// ms: which spell of the machine the run fell in (see `calibrate.rs`).
+    #[serde(default)]
+    pub calibration_ms: (f64, f64),
     /// Child connections opened at the relays and the root during the update rounds
     /// (0 while every link holds), and the root's plans meanwhile.
     #[serde(default)]

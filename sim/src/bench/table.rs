@@ -141,6 +141,11 @@ fn topology(out: &mut String, t: &TopologyReport) {
     let _ = writeln!(out, "CPU s during updates  {}", cpu(&t.cpu_updates));
     let _ = writeln!(
         out,
+        "machine speed         the same fixed work took {:.0} ms before the updates, {:.0} ms after (lower is faster; compare runs only when these agree)",
+        t.calibration_ms.0, t.calibration_ms.1
+    );
+    let _ = writeln!(
+        out,
         "during updates        {} child connections opened (0: every link held), root planned {} times",
         t.updates_reconnects, t.updates_plans
     );
