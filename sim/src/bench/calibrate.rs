@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use ring::aead::{AES_128_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 
-/// Keys in the B-tree: a site's worth of reports for each of 100 relays.
+/// Keys in the B-tree: 200 clusters' reports under each of 100 children.
 const KEYS: u32 = 20_000;
 /// Lookups of every key.
 const ROUNDS: u32 = 5;
