@@ -368,7 +368,7 @@ impl Ports {
             return Ok(SocketAddr::new(ip, port));
         }
         let taken: Vec<u16> = self.ports.values().copied().collect();
-        let port = free_port(ip, &taken).map_err(|source| RenderError::NoPort {
+        let port = unused_port(ip, &taken).map_err(|source| RenderError::NoPort {
             ip,
             what: key.clone(),
             source,
@@ -394,12 +394,8 @@ impl Ports {
     }
 }
 
-/// A port free for both UDP (QUIC) and TCP (the API, metrics) on `ip`, not among `taken`.
-fn free_port(ip: IpAddr, taken: &[u16]) -> std::io::Result<u16> {
-    unused_port(ip, taken)
-}
-
-/// A port free for both UDP and TCP on `ip` right now, not among `taken`, chosen below
+/// A port free for both UDP (QUIC) and TCP (the API, metrics) on `ip` right now, not
+/// among `taken`, chosen below
 /// the kernel's ephemeral range where there is room (ports 10,000 and up).
 ///
 /// A port from the ephemeral range is free only until some socket binds port 0 (every

@@ -472,6 +472,15 @@ fn parse_labels(text: &str) -> Result<Vec<(String, String)>, String> {
 mod tests {
     use super::*;
 
+    /// `h` written alone as the histogram `name`, checked.
+    fn written(name: &str, h: &HistogramVec) -> String {
+        let mut e = Exposition::new();
+        e.histogram(name, "H.", h);
+        let text = e.finish();
+        check(&text).unwrap();
+        text
+    }
+
     #[test]
     fn what_is_written_passes_the_check() {
         let mut e = Exposition::new();
@@ -505,10 +514,7 @@ mod tests {
         assert_eq!(both.count(&["GET".into(), "200".into()]), 3);
         assert_eq!(both.count(&["PUT".into(), "201".into()]), 1);
         assert_eq!(both.count(&["PATCH".into(), "409".into()]), 1);
-        let mut e = Exposition::new();
-        e.histogram("b_seconds", "B.", &both);
-        let text = e.finish();
-        check(&text).unwrap();
+        let text = written("b_seconds", &both);
         assert!(
             text.contains("b_seconds_bucket{verb=\"GET\",code=\"200\",le=\"0.005\"} 2\n"),
             "{text}"
@@ -518,10 +524,7 @@ mod tests {
             named.count(&["center".into(), "GET".into(), "200".into()]),
             2
         );
-        let mut e = Exposition::new();
-        e.histogram("h_seconds", "H.", &named);
-        let text = e.finish();
-        check(&text).unwrap();
+        let text = written("h_seconds", &named);
         assert!(
             text.contains("h_seconds_count{node=\"center\",verb=\"GET\",code=\"200\"} 2\n"),
             "{text}"

@@ -16,9 +16,8 @@ use tokio::time::Instant;
 use super::tree::{Applied, TIER_THREADS, Tree};
 use super::{
     BenchError, Dist, Memory, Options, P3Hops, Resync, Storm, StormRefusals, TierBytes, TierHop,
-    TopologyReport,
+    TopologyReport, calibrate, procstat,
 };
-use super::{calibrate, procstat};
 
 /// The placement every benchmark object is selected by.
 const PLACEMENT: &str = "apiVersion: strata.dev/v1alpha1
