@@ -7,7 +7,8 @@
 //! chunks of at most [`CHUNK`] bytes, each tagged with its class, and the writer always
 //! takes control before reports before bulk. Per-class credit (like HTTP/2 windows)
 //! bounds how many bytes of a class may be unconsumed at the receiver ([`WINDOW`]), so:
-//! a heartbeat waits behind at most one chunk plus the bulk bytes in flight (at most
+//! a heartbeat waits behind less than two chunks (the writer writes what it staged
+//! once a chunk's worth waits) plus the bulk bytes in flight (at most
 //! one window), never behind a whole snapshot; and a receiver whose bulk queue is full
 //! stops bulk alone while control keeps flowing, as QUIC's per-stream flow control
 //! does. One connection rather than one per class because a child then makes one TCP
@@ -62,6 +63,10 @@ use crate::transport::{
 pub const CHUNK: usize = 16 * 1024;
 /// Bytes of one class the sender may have unconsumed at the receiver.
 pub const WINDOW: u64 = 256 * 1024;
+/// Consumed bytes of one class a receiver grants back at once: credit goes in a frame
+/// per quarter window, not per chunk, as QUIC's window updates do (the sender still has
+/// three quarters of a window to send meanwhile).
+const GRANT_AT: u64 = WINDOW / 4;
 /// How often a side pings by default.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// Silence after which a side gives the link up.
@@ -323,6 +328,7 @@ impl TcpLink {
         };
         let writer = Writer {
             wr,
+            out: Vec::new(),
             queues: outgoing,
             events: events_rx,
             credit: [WINDOW; 3],
@@ -481,6 +487,8 @@ async fn decode_class<M: WireMessage>(
 ) {
     let class = STREAM_CLASSES[i];
     let mut decoder = FrameDecoder::new(max_frame);
+    // Consumed and not yet granted back.
+    let mut owed = 0u64;
     while let Some(chunk) = chunks.recv().await {
         let n = chunk.len();
         bytes.received[i].fetch_add(n as u64, Ordering::Relaxed);
@@ -510,12 +518,14 @@ async fn decode_class<M: WireMessage>(
                 }
             }
         }
-        // Consumed: the peer may send as much again.
+        // Consumed: the peer may send as much again, once a quarter window is owed.
         unacked[i].fetch_sub(n as u64, Ordering::Relaxed);
-        let _ = link
-            .inner
-            .events
-            .send(Event::Grant(i, u32::try_from(n).unwrap_or(u32::MAX)));
+        owed += n as u64;
+        if owed >= GRANT_AT {
+            let grant = u32::try_from(owed).unwrap_or(u32::MAX);
+            owed -= u64::from(grant);
+            let _ = link.inner.events.send(Event::Grant(i, grant));
+        }
     }
 }
 

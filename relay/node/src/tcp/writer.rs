@@ -16,27 +16,45 @@ use super::{
 };
 use crate::transport::{ClassBytes, Queued, STREAM_CLASSES, WireMessage};
 
-/// Writes one frame: the 8-byte header, then `payload`; returns the bytes written.
+/// Appends one frame to `out`: the 8-byte header, then `payload`; returns its bytes.
+pub(super) fn push_frame(
+    out: &mut Vec<u8>,
+    kind: u8,
+    class: u8,
+    value: u32,
+    payload: &[u8],
+) -> usize {
+    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    let code = u16::try_from(value).unwrap_or(u16::MAX);
+    // CREDIT carries its amount in `len` and has no payload.
+    let len = if kind == CREDIT { value } else { len };
+    out.reserve(HEADER + payload.len());
+    out.push(kind);
+    out.push(class);
+    out.extend_from_slice(&code.to_be_bytes());
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(payload);
+    HEADER + payload.len()
+}
+
+/// Writes one frame on its own (a link refused before its writer started).
 pub(super) async fn write_frame(
     wr: &mut WriteHalf<Stream>,
     kind: u8,
     class: u8,
     value: u32,
     payload: &[u8],
-) -> std::io::Result<usize> {
-    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-    let code = u16::try_from(value).unwrap_or(u16::MAX);
-    let mut header = [0u8; HEADER];
-    header[0] = kind;
-    header[1] = class;
-    header[2..4].copy_from_slice(&code.to_be_bytes());
-    // CREDIT carries its amount in `len` and has no payload.
-    let len = if kind == CREDIT { value } else { len };
-    header[4..8].copy_from_slice(&len.to_be_bytes());
-    wr.write_all(&header).await?;
-    wr.write_all(payload).await?;
-    Ok(HEADER + payload.len())
+) -> std::io::Result<()> {
+    let mut out = Vec::new();
+    push_frame(&mut out, kind, class, value, payload);
+    wr.write_all(&out).await
 }
+
+/// Frames staged for one write: the writer writes when this many bytes wait, or when
+/// nothing more is ready. One write of several frames is one TLS record and one system
+/// call where a write per frame was two of each (tokio-rustls writes through); a
+/// heartbeat waits behind less than two chunks.
+const WRITE_AT: usize = CHUNK;
 
 /// One message of a class being written: its frame, and how much of it has gone.
 #[derive(Debug, Default)]
@@ -47,6 +65,8 @@ pub(super) struct Pending {
 
 pub(super) struct Writer<M> {
     pub(super) wr: WriteHalf<Stream>,
+    /// Frames staged and not yet written (see [`WRITE_AT`]).
+    pub(super) out: Vec<u8>,
     pub(super) queues: [mpsc::Receiver<Queued<M>>; 3],
     pub(super) events: mpsc::UnboundedReceiver<Event>,
     pub(super) credit: [u64; 3],
@@ -85,26 +105,38 @@ impl<M: WireMessage> Writer<M> {
         }
     }
 
+    /// Stages one frame and counts its bytes.
+    fn push(&mut self, kind: u8, class: u8, value: u32, payload: &[u8]) {
+        let n = push_frame(&mut self.out, kind, class, value, payload);
+        self.count(n);
+    }
+
+    /// Writes the staged frames.
+    async fn write_out(&mut self) -> std::io::Result<()> {
+        if !self.out.is_empty() {
+            // Taken, not cleared: an idle link keeps no buffer (a snapshot's chunks
+            // would otherwise stay allocated on each of thousands of links).
+            let out = std::mem::take(&mut self.out);
+            self.wr.write_all(&out).await?;
+        }
+        self.wr.flush().await
+    }
+
     async fn event(&mut self, ev: Event) -> std::io::Result<Option<String>> {
         match ev {
-            Event::Grant(c, n) => {
-                let w = write_frame(&mut self.wr, CREDIT, c as u8, n, &[]).await?;
-                self.count(w);
-            }
+            Event::Grant(c, n) => self.push(CREDIT, c as u8, n, &[]),
             Event::Credit(c, n) => self.credit[c] += u64::from(n),
             Event::TunnelGrant(id, n) => {
                 let f = streams::credit_frame(id, n);
-                let w = write_frame(&mut self.wr, f.kind, 0, 0, &f.payload).await?;
-                self.count(w);
+                self.push(f.kind, 0, 0, &f.payload);
             }
             Event::Close(code, reason) => {
                 // What is already queued goes first, boundedly: a peer that reads
                 // nothing must not keep this task alive.
                 let write = async {
                     self.drain_queued().await?;
-                    let w = write_frame(&mut self.wr, CLOSE, 0, code, &reason).await?;
-                    self.count(w);
-                    self.wr.flush().await
+                    self.push(CLOSE, 0, code, &reason);
+                    self.write_out().await
                 };
                 let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, write).await;
                 return Ok(Some(format!("closed locally: {}", lossy(&reason))));
@@ -113,10 +145,10 @@ impl<M: WireMessage> Writer<M> {
         Ok(None)
     }
 
-    /// Writes what may go now; returns whether anything did. Control goes first; then
+    /// Stages what may go now; returns whether anything did. Control goes first; then
     /// the protocol's data (reports before bulk) and the tunnels take turns, a chunk
     /// each, when both wait.
-    async fn write_ready(&mut self) -> std::io::Result<bool> {
+    fn stage_ready(&mut self) -> bool {
         for i in PRIORITY {
             if self.pending[i].buf.is_empty() && self.open[i] {
                 match self.queues[i].try_recv() {
@@ -143,36 +175,33 @@ impl<M: WireMessage> Writer<M> {
             _ => None,
         };
         if let Some(i) = class {
-            self.write_class(i).await?;
+            self.stage_chunk(i);
             self.tunnel_turn = true;
-            return Ok(true);
+            return true;
         }
         if let Some(f) = self.tunnel_pending.take() {
-            let w = write_frame(&mut self.wr, f.kind, 0, 0, &f.payload).await?;
-            self.count(w);
+            self.push(f.kind, 0, 0, &f.payload);
             self.tunnel_turn = false;
-            return Ok(true);
+            return true;
         }
-        Ok(false)
+        false
     }
 
-    /// Writes the next chunk of class `i` (it has data and credit).
-    async fn write_class(&mut self, i: usize) -> std::io::Result<()> {
+    /// Stages the next chunk of class `i` (it has data and credit).
+    fn stage_chunk(&mut self, i: usize) {
         let p = &self.pending[i];
         let left = p.buf.len() - p.sent;
         let n = left
             .min(CHUNK)
             .min(usize::try_from(self.credit[i]).unwrap_or(CHUNK));
         let (start, end) = (p.sent, p.sent + n);
-        let chunk = self.pending[i].buf[start..end].to_vec();
-        let w = write_frame(&mut self.wr, DATA, i as u8, 0, &chunk).await?;
+        let w = push_frame(&mut self.out, DATA, i as u8, 0, &p.buf[start..end]);
         self.count(w);
         self.credit[i] -= n as u64;
         self.pending[i].sent = end;
         if end == self.pending[i].buf.len() {
             self.pending[i] = Pending::default();
         }
-        Ok(())
     }
 
     fn stage(&mut self, i: usize, msg: &M) {
@@ -187,7 +216,11 @@ impl<M: WireMessage> Writer<M> {
 
     /// Before a close: writes what is queued, as far as credit allows.
     async fn drain_queued(&mut self) -> std::io::Result<()> {
-        while self.write_ready().await? {}
+        while self.stage_ready() {
+            if self.out.len() >= WRITE_AT {
+                self.write_out().await?;
+            }
+        }
         Ok(())
     }
 
@@ -196,18 +229,20 @@ impl<M: WireMessage> Writer<M> {
         ping.tick().await;
         // First, what this side carries besides the classes (see the module doc).
         let features = u32::from(streams::FEATURE_TUNNELS);
-        let w = write_frame(&mut self.wr, PING, streams::FEATURES, features, &[]).await?;
-        self.count(w);
+        self.push(PING, streams::FEATURES, features, &[]);
         loop {
             while let Ok(ev) = self.events.try_recv() {
                 if let Some(why) = self.event(ev).await? {
                     return Ok(why);
                 }
             }
-            if self.write_ready().await? {
+            if self.stage_ready() {
+                if self.out.len() >= WRITE_AT {
+                    self.write_out().await?;
+                }
                 continue;
             }
-            self.wr.flush().await?;
+            self.write_out().await?;
             let wants = |w: &Self, i: usize| w.open[i] && w.pending[i].buf.is_empty();
             let (c, b, r) = (wants(self, 0), wants(self, 1), wants(self, 2));
             let t = self.tunnels_open && self.tunnel_pending.is_none();
@@ -228,10 +263,7 @@ impl<M: WireMessage> Writer<M> {
                     Some(f) => self.tunnel_pending = Some(f),
                     None => self.tunnels_open = false,
                 },
-                _ = ping.tick() => {
-                    let w = write_frame(&mut self.wr, PING, 0, 0, &[]).await?;
-                    self.count(w);
-                }
+                _ = ping.tick() => self.push(PING, 0, 0, &[]),
             }
         }
     }
