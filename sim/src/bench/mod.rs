@@ -81,6 +81,17 @@ pub enum BenchError {
     /// The shape asked for is impossible.
     #[error("shape: {0}")]
     Shape(String),
+    /// This process may not open as many descriptors as the hierarchy needs.
+    #[error(
+        "{leaves} leaves over {transport} need about {need} open files in one process (every socket of every node and agent), but `ulimit -n` allows {limit} (hard limit {hard}): raise it, use fewer leaves, or QUIC (one socket per agent, not two)"
+    )]
+    Descriptors {
+        leaves: usize,
+        transport: TransportMode,
+        need: u64,
+        limit: u64,
+        hard: u64,
+    },
 }
 
 impl BenchError {
@@ -437,6 +448,41 @@ pub async fn nats_baseline(
     }
 }
 
+/// Fails at once, rather than minutes into registration, when this process may not
+/// open the sockets the tree needs (see [`descriptors_needed`]).
+pub fn check_descriptors(opts: &Options) -> Result<(), BenchError> {
+    let Some((limit, hard)) = procstat::open_file_limit() else {
+        return Ok(());
+    };
+    let need = descriptors_needed(&opts.fanout, opts.transport);
+    if need > limit {
+        return Err(BenchError::Descriptors {
+            leaves: opts.fanout.iter().product(),
+            transport: opts.transport,
+            need,
+            limit,
+            hard,
+        });
+    }
+    Ok(())
+}
+
+/// About how many files one process running the tree holds open: one socket per agent
+/// over QUIC (each parent's endpoint serves all its children), both ends of every link
+/// over TCP, two per relay for its listeners, and some slack.
+fn descriptors_needed(fanout: &[usize], transport: TransportMode) -> u64 {
+    let leaves: usize = fanout.iter().product();
+    let relays: usize = (0..fanout.len())
+        .map(|tier| fanout[..tier].iter().product::<usize>())
+        .sum();
+    let per_link = match transport {
+        TransportMode::Tcp => 2,
+        TransportMode::Quic | TransportMode::Auto => 1,
+    };
+    let links = (leaves + relays).saturating_sub(1);
+    u64::try_from(links * per_link + relays * 2 + 256).unwrap_or(u64::MAX)
+}
+
 /// The machine and its load average now: call it before the first phase starts.
 pub fn machine() -> String {
     procstat::machine()
@@ -458,5 +504,28 @@ pub fn report(
         nats_tls,
         process_cpu_secs: procstat::process_cpu(),
         peak_rss: procstat::peak_rss_bytes(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ten_thousand_agents_over_tcp_need_more_files_than_over_quic() {
+        let fanout = [10, 10, 100];
+        // 111 nodes, 10,110 links.
+        assert_eq!(
+            descriptors_needed(&fanout, TransportMode::Quic),
+            10_110 + 222 + 256
+        );
+        assert_eq!(
+            descriptors_needed(&fanout, TransportMode::Tcp),
+            20_220 + 222 + 256
+        );
+        assert_eq!(
+            descriptors_needed(&[1, 1, 5], TransportMode::Quic),
+            5 + 2 + 6 + 256
+        );
     }
 }

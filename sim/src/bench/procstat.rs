@@ -16,6 +16,17 @@ pub(crate) fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
 
+/// The soft and hard limits on this process's open files (`ulimit -n`), from
+/// `/proc/self/limits`; `None` where unreadable or unlimited.
+pub(crate) fn open_file_limit() -> Option<(u64, u64)> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let mut fields = line["Max open files".len()..].split_whitespace();
+    let soft = fields.next()?.parse().ok()?;
+    let hard = fields.next()?.parse().ok()?;
+    Some((soft, hard))
+}
+
 /// Peak resident set size of this process, in bytes.
 pub(crate) fn peak_rss_bytes() -> u64 {
     status_kib("VmHWM:") * 1024

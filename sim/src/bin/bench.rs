@@ -7,7 +7,7 @@
 //! and CPU figures are per process and one hierarchy's leftovers do not count in the
 //! next one's. The NATS subscribers run in this process.
 //!
-//! `ulimit -n 30000; cargo run --release -p strata-sim --bin bench -- --leaves 10000 --fanout 10,10,100`
+//! `ulimit -n 20000; cargo run --release -p strata-sim --bin bench -- --leaves 10000 --fanout 10,10,100`
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -131,6 +131,7 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
         return Ok(());
     }
+    bench::check_descriptors(&opts)?;
     // Before anything starts: the load the figures were taken under.
     let machine = bench::machine();
     let tree = phase_in_child(Phase::Tree)?;
