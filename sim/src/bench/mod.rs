@@ -523,9 +523,10 @@ mod tests {
             descriptors_needed(&fanout, TransportMode::Tcp),
             20_220 + 222 + 256
         );
+        // 3 relays in a line and 5 agents: 7 links.
         assert_eq!(
             descriptors_needed(&[1, 1, 5], TransportMode::Quic),
-            5 + 2 + 6 + 256
+            7 + 6 + 256
         );
     }
 }
