@@ -295,3 +295,121 @@ async fn a_stalled_tunnel_stream_stops_only_itself() {
         Msg::Heartbeat(99)
     );
 }
+
+/// A TCP stream that counts the writes made on it.
+struct CountingWrites {
+    inner: tokio::net::TcpStream,
+    writes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingWrites {
+    fn counted<T>(
+        &self,
+        r: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        if matches!(r, std::task::Poll::Ready(Ok(_))) {
+            self.writes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncRead for CountingWrites {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for CountingWrites {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.counted(r)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.counted(r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Messages queued together leave in a few writes to the socket, not two per message
+/// (tokio-rustls writes through: each write is a TLS record and a system call).
+#[tokio::test]
+async fn messages_queued_together_leave_in_a_few_writes() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let ca = Ca::generate("test").unwrap();
+    let (l, addr) = listener(&ca).await;
+    let child = Identity::issue(&ca, "site-1").unwrap();
+    let writes = Arc::new(AtomicUsize::new(0));
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let io: tcp::BoxIo = Box::new(CountingWrites {
+        inner: stream,
+        writes: writes.clone(),
+    });
+    let (up, down) = tokio::join!(
+        tcp::connect(
+            (io, addr),
+            tls::client_config(&child).unwrap(),
+            "center",
+            Duration::from_secs(60),
+        ),
+        async {
+            let (stream, tls) = l.next().await.unwrap();
+            tcp::accept(stream, tls).await.unwrap()
+        }
+    );
+    let (up_tx, _up_rx) = transport::split::<Msg, Msg>(Link::Tcp(up.unwrap()), 1 << 20);
+    let (_down_tx, mut down_rx) = transport::split::<Msg, Msg>(Link::Tcp(down), 1 << 20);
+    // The handshake's writes, and the first ping's, are not the messages'.
+    let first = timeout(LIMIT, async {
+        up_tx.send(Msg::Note("first".into())).unwrap();
+        down_rx.recv().await.unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(first, Msg::Note("first".into()));
+    let before = writes.load(Ordering::Relaxed);
+    const MESSAGES: usize = 50;
+    for i in 0..MESSAGES {
+        up_tx.send(Msg::Note(format!("note {i}"))).unwrap();
+    }
+    for i in 0..MESSAGES {
+        let got = timeout(LIMIT, down_rx.recv()).await.unwrap().unwrap();
+        assert_eq!(got, Msg::Note(format!("note {i}")));
+    }
+    let made = writes.load(Ordering::Relaxed) - before;
+    println!("{MESSAGES} messages queued together took {made} writes");
+    assert!(made <= 5, "{MESSAGES} messages took {made} writes");
+}
