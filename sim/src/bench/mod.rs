@@ -449,7 +449,7 @@ pub async fn nats_baseline(
 }
 
 /// Fails at once, rather than minutes into registration, when this process may not
-/// open the sockets the tree needs (see [`descriptors_needed`]).
+/// open the sockets the tree needs: about one per agent over QUIC, two over TCP.
 pub fn check_descriptors(opts: &Options) -> Result<(), BenchError> {
     let Some((limit, hard)) = procstat::open_file_limit() else {
         return Ok(());
