@@ -395,8 +395,8 @@ impl Ports {
 }
 
 /// A port free for both UDP (QUIC) and TCP (the API, metrics) on `ip` right now, not
-/// among `taken`, chosen below
-/// the kernel's ephemeral range where there is room (ports 10,000 and up).
+/// among `taken`, chosen below the kernel's ephemeral range where there is room (ports
+/// 10,000 and up).
 ///
 /// A port from the ephemeral range is free only until some socket binds port 0 (every
 /// client connection, every agent's endpoint) and the kernel hands it out: a port

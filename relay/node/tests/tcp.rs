@@ -4,6 +4,10 @@
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -299,17 +303,13 @@ async fn a_stalled_tunnel_stream_stops_only_itself() {
 /// A TCP stream that counts the writes made on it.
 struct CountingWrites {
     inner: tokio::net::TcpStream,
-    writes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    writes: Arc<AtomicUsize>,
 }
 
 impl CountingWrites {
-    fn counted<T>(
-        &self,
-        r: std::task::Poll<std::io::Result<T>>,
-    ) -> std::task::Poll<std::io::Result<T>> {
-        if matches!(r, std::task::Poll::Ready(Ok(_))) {
-            self.writes
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    fn counted<T>(&self, r: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        if matches!(r, Poll::Ready(Ok(_))) {
+            self.writes.fetch_add(1, Ordering::Relaxed);
         }
         r
     }
@@ -317,30 +317,30 @@ impl CountingWrites {
 
 impl tokio::io::AsyncRead for CountingWrites {
     fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
 
 impl tokio::io::AsyncWrite for CountingWrites {
     fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
         buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
         self.counted(r)
     }
 
     fn poll_write_vectored(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let r = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         self.counted(r)
     }
 
@@ -348,18 +348,12 @@ impl tokio::io::AsyncWrite for CountingWrites {
         self.inner.is_write_vectored()
     }
 
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
     }
 
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -367,8 +361,6 @@ impl tokio::io::AsyncWrite for CountingWrites {
 /// (tokio-rustls writes through: each write is a TLS record and a system call).
 #[tokio::test]
 async fn messages_queued_together_leave_in_a_few_writes() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     let ca = Ca::generate("test").unwrap();
     let (l, addr) = listener(&ca).await;
     let child = Identity::issue(&ca, "site-1").unwrap();

@@ -20,8 +20,10 @@ pub(crate) fn open_fds() -> usize {
 /// `/proc/self/limits`; `None` where unreadable or unlimited.
 pub(crate) fn open_file_limit() -> Option<(u64, u64)> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    let mut fields = line["Max open files".len()..].split_whitespace();
+    let values = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))?;
+    let mut fields = values.split_whitespace();
     let soft = fields.next()?.parse().ok()?;
     let hard = fields.next()?.parse().ok()?;
     Some((soft, hard))
