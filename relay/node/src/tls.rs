@@ -177,7 +177,8 @@ impl Identity {
     }
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+/// The one cryptography provider of every TLS configuration: ring.
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 

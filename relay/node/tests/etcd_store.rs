@@ -90,16 +90,7 @@ fn a_replica_whose_writer_key_is_gone_is_fenced_and_a_newer_format_is_refused() 
 
     // Someone else holds the writer key now (as after this replica's lease ended and
     // another won): this replica's commits are refused and change nothing.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let endpoints = cluster.endpoints.clone();
-    let mut client = rt
-        .block_on(etcd_client::Client::connect(endpoints, None))
-        .unwrap();
-    rt.block_on(client.put("/strata/test/writer", "someone-else", None))
-        .unwrap();
+    cluster.put("/strata/test/writer", b"someone-else");
     let refused = a.commit(&runs(2)).unwrap_err();
     assert!(
         refused
@@ -108,14 +99,12 @@ fn a_replica_whose_writer_key_is_gone_is_fenced_and_a_newer_format_is_refused() 
         "{refused}"
     );
     assert!(a.probe_write().is_err(), "not ready once fenced");
-    rt.block_on(client.delete("/strata/test/writer", None))
-        .unwrap();
+    cluster.delete("/strata/test/writer");
     drop(a);
 
     // A store stamped with a newer format is refused by name.
     let newer = (STORE_FORMAT + 1).to_be_bytes().to_vec();
-    rt.block_on(client.put("/strata/test/format", newer, None))
-        .unwrap();
+    cluster.put("/strata/test/format", &newer);
     match EtcdStore::open(&config) {
         Err(StoreError::Format {
             found, supported, ..

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use etcd_client::{Client, EventType, GetOptions, WatchOptions};
+use super::etcd_client::{Client, WatchResponse};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::etcd_store::{campaign, keep_alive, retrying};
@@ -84,11 +84,7 @@ impl Follower {
         let mut campaign = std::pin::pin!(campaign);
         let mut campaigning = !writing;
         loop {
-            let options = WatchOptions::new()
-                .with_prefix()
-                .with_start_revision(through + 1);
-            let mut client = self.client.clone();
-            let watch = client.watch(self.prefix.clone(), Some(options)).await;
+            let watch = self.client.watch_prefix(&self.prefix, through + 1).await;
             let mut stream = match watch {
                 Ok(s) => Some(s),
                 Err(e) => {
@@ -101,13 +97,11 @@ impl Follower {
                     biased;
                     // What was committed first: a takeover must not overtake it.
                     msg = s.message() => match msg {
-                        Ok(Some(r)) if r.canceled() => break,
+                        Ok(Some(r)) if r.canceled => break,
                         Ok(Some(r)) => {
                             let records = self.decode(&r, through, writing);
-                            for e in r.events() {
-                                if let Some(kv) = e.kv() {
-                                    through = through.max(kv.mod_revision());
-                                }
+                            for e in &r.events {
+                                through = through.max(e.kv.mod_revision);
                             }
                             if !records.is_empty() && events.send(FollowEvent::Records { records, full: false }).is_err() {
                                 return;
@@ -144,8 +138,8 @@ impl Follower {
     async fn resync(&self, events: &UnboundedSender<FollowEvent>, writing: bool) -> Option<i64> {
         loop {
             let got = retrying(|| {
-                let (mut c, p) = (self.client.clone(), self.prefix.clone());
-                async move { c.get(p, Some(GetOptions::new().with_prefix())).await }
+                let (c, p) = (self.client.clone(), self.prefix.clone());
+                async move { c.get_prefix(&p).await }
             })
             .await;
             let r = match got {
@@ -159,12 +153,13 @@ impl Follower {
                     continue;
                 }
             };
-            let rev = r.header().map_or(0, |h| h.revision());
+            let rev = r.revision;
             let n = self.prefix.len();
             let records = r
-                .kvs()
+                .kvs
                 .iter()
-                .filter_map(|kv| decoded(&kv.key()[n..], Some(kv.value()), writing))
+                .filter(|kv| kv.key.len() >= n)
+                .filter_map(|kv| decoded(&kv.key[n..], Some(&kv.value), writing))
                 .collect();
             let full = FollowEvent::Records {
                 records,
@@ -174,20 +169,17 @@ impl Follower {
         }
     }
 
-    fn decode(&self, r: &etcd_client::WatchResponse, through: i64, writing: bool) -> Vec<Followed> {
+    fn decode(&self, r: &WatchResponse, through: i64, writing: bool) -> Vec<Followed> {
         let n = self.prefix.len();
-        r.events()
+        r.events
             .iter()
             .filter_map(|e| {
-                let kv = e.kv()?;
-                if kv.mod_revision() <= through || kv.key().len() < n {
+                let kv = &e.kv;
+                if kv.mod_revision <= through || kv.key.len() < n {
                     return None;
                 }
-                let value = match e.event_type() {
-                    EventType::Put => Some(kv.value()),
-                    EventType::Delete => None,
-                };
-                decoded(&kv.key()[n..], value, writing)
+                let value = (!e.deleted).then_some(kv.value.as_slice());
+                decoded(&kv.key[n..], value, writing)
             })
             .collect()
     }

@@ -28,10 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, TlsOptions, Txn, TxnOp,
-};
-
+use super::etcd_client::{Client, Compare, EtcdError, Op};
 use super::etcd_follow::{FollowEvent, Follower};
 use super::records::{
     FORMAT, NODE_ID, PROBE, STORE_FORMAT, batch_writes, fixed, stored_from, without_log,
@@ -165,13 +162,8 @@ impl EtcdStore {
             .enable_all()
             .build()
             .map_err(|e| open_err(e.to_string()))?;
-        let options = connect_options(config).map_err(open_err)?;
-        let endpoints = config.endpoints.clone();
-        let client = block(&runtime, async move {
-            Client::connect(endpoints, Some(options)).await
-        })
-        .map_err(&open_err)?
-        .map_err(|e| open_err(e.to_string()))?;
+        let tls = tls_config(config).map_err(open_err)?;
+        let client = Client::new(&config.endpoints, tls).map_err(open_err)?;
         let prefix = format!("{}/", config.prefix.trim_end_matches('/')).into_bytes();
         let mut store = EtcdStore {
             writer_key: [&prefix[..], b"writer"].concat(),
@@ -229,7 +221,7 @@ impl EtcdStore {
             };
             tracing::info!(%at, lease, "this replica is the writer");
             tokio::spawn(keep_alive(client, lease, ttl_s, at));
-            Ok::<bool, etcd_client::Error>(true)
+            Ok::<bool, EtcdError>(true)
         });
         match outcome {
             Ok(r) => r.map_err(|e| e.to_string()),
@@ -246,11 +238,11 @@ impl EtcdStore {
             .run(async move {
                 loop {
                     let got = retrying(|| {
-                        let (mut c, f, i) = (client.clone(), f.clone(), i.clone());
+                        let (c, f, i) = (client.clone(), f.clone(), i.clone());
                         async move {
-                            let format = c.get(f, None).await?.take_kvs().pop();
-                            let id = c.get(i, None).await?.take_kvs().pop();
-                            Ok::<_, etcd_client::Error>((format, id))
+                            let format = c.get(&f).await?.kvs.pop();
+                            let id = c.get(&i).await?.kvs.pop();
+                            Ok::<_, EtcdError>((format, id))
                         }
                     })
                     .await;
@@ -263,7 +255,7 @@ impl EtcdStore {
             })?
             .map_err(etcd_err)?;
         let found = match &format {
-            Some(kv) => u32::from_be_bytes(fixed("store format", kv.value())?),
+            Some(kv) => u32::from_be_bytes(fixed("store format", &kv.value)?),
             None => STORE_FORMAT,
         };
         if found != STORE_FORMAT {
@@ -284,16 +276,16 @@ impl EtcdStore {
         let (f, i) = (format_key.clone(), id_key.clone());
         let (format, id) = self
             .run(retrying(move || {
-                let (mut client, f, i) = (client.clone(), f.clone(), i.clone());
+                let (client, f, i) = (client.clone(), f.clone(), i.clone());
                 async move {
-                    let format = client.get(f, None).await?.take_kvs().pop();
-                    let id = client.get(i, None).await?.take_kvs().pop();
-                    Ok::<_, etcd_client::Error>((format, id))
+                    let format = client.get(&f).await?.kvs.pop();
+                    let id = client.get(&i).await?.kvs.pop();
+                    Ok::<_, EtcdError>((format, id))
                 }
             }))?
             .map_err(etcd_err)?;
         let format = match &format {
-            Some(kv) => u32::from_be_bytes(fixed("store format", kv.value())?),
+            Some(kv) => u32::from_be_bytes(fixed("store format", &kv.value)?),
             None => STORE_FORMAT,
         };
         if format != STORE_FORMAT {
@@ -320,18 +312,11 @@ impl EtcdStore {
         if writes.is_empty() {
             return Ok(());
         }
-        let ops: Vec<TxnOp> = writes
-            .into_iter()
-            .map(|(k, v)| match v {
-                Some(v) => TxnOp::put(k, v, None),
-                None => TxnOp::delete(k, None),
-            })
-            .collect();
-        let txn = Txn::new().and_then(ops);
+        let ops = txn_ops(writes);
         let client = self.client.clone();
         self.run(retrying(move || {
-            let (mut client, txn) = (client.clone(), txn.clone());
-            async move { client.txn(txn).await }
+            let (client, ops) = (client.clone(), ops.clone());
+            async move { client.txn(&[], &ops).await }
         }))?
         .map(|_| ())
         .map_err(etcd_err)
@@ -339,28 +324,16 @@ impl EtcdStore {
 
     /// Writes in one transaction, if this replica is still the writer.
     fn fenced(&self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StoreError> {
-        let ops: Vec<TxnOp> = writes
-            .into_iter()
-            .map(|(k, v)| match v {
-                Some(v) => TxnOp::put(k, v, None),
-                None => TxnOp::delete(k, None),
-            })
-            .collect();
-        let txn = Txn::new()
-            .when([Compare::value(
-                self.writer_key.clone(),
-                CompareOp::Equal,
-                self.id.clone(),
-            )])
-            .and_then(ops);
+        let ops = txn_ops(writes);
+        let fence = [Compare::ValueIs(self.writer_key.clone(), self.id.clone())];
         let client = self.client.clone();
         let response = self.run(retrying(move || {
-            let (mut client, txn) = (client.clone(), txn.clone());
-            async move { client.txn(txn).await }
+            let (client, fence, ops) = (client.clone(), fence.clone(), ops.clone());
+            async move { client.txn(&fence, &ops).await }
         }))?;
         match response {
-            Ok(r) if r.succeeded() => Ok(()),
-            Ok(_) => Err(StoreError::Write {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(StoreError::Write {
                 detail: format!(
                     "{}: this replica no longer holds the writer lease; nothing was written",
                     self.at
@@ -374,21 +347,20 @@ impl EtcdStore {
 impl Store for EtcdStore {
     fn load(&self) -> Result<Stored, StoreError> {
         let (client, prefix) = (self.client.clone(), self.prefix.clone());
-        let mut kvs = self
+        let kvs = self
             .run(retrying(move || {
-                let (mut client, prefix) = (client.clone(), prefix.clone());
-                async move {
-                    let options = GetOptions::new().with_prefix();
-                    client.get(prefix, Some(options)).await
-                }
+                let (client, prefix) = (client.clone(), prefix.clone());
+                async move { client.get_prefix(&prefix).await }
             }))?
             .map_err(etcd_err)?;
-        if let Some(h) = kvs.header() {
-            self.loaded_at.store(h.revision(), Ordering::SeqCst);
-        }
-        let kvs = kvs.take_kvs();
+        self.loaded_at.store(kvs.revision, Ordering::SeqCst);
         let n = self.prefix.len();
-        stored_from(kvs.iter().map(|kv| Ok((&kv.key()[n..], kv.value()))))
+        stored_from(
+            kvs.kvs
+                .iter()
+                .filter(|kv| kv.key.len() >= n)
+                .map(|kv| Ok((&kv.key[n..], kv.value.as_slice()))),
+        )
     }
 
     fn commit(&self, batch: &Batch) -> Result<(), StoreError> {
@@ -412,9 +384,9 @@ impl Store for EtcdStore {
     }
 
     fn size_bytes(&self) -> u64 {
-        let mut client = self.client.clone();
-        match self.run(async move { client.status().await }) {
-            Ok(Ok(s)) => u64::try_from(s.db_size()).unwrap_or(0),
+        let client = self.client.clone();
+        match self.run(async move { client.db_size().await }) {
+            Ok(Ok(size)) => size,
             _ => 0,
         }
     }
@@ -432,21 +404,21 @@ impl Store for EtcdStore {
 /// Waits for the writer key to be free, then claims it under a new lease. Without
 /// `wait`, gives up (`None`) as soon as another replica holds it.
 pub(super) async fn campaign(
-    mut client: Client,
+    client: Client,
     key: Vec<u8>,
     id: Vec<u8>,
     ttl_s: i64,
     at: &str,
     wait: bool,
-) -> Result<Option<i64>, etcd_client::Error> {
+) -> Result<Option<i64>, EtcdError> {
     let mut waiting = false;
     loop {
         let held = retrying(|| {
-            let (mut client, key) = (client.clone(), key.clone());
-            async move { client.get(key, None).await }
+            let (client, key) = (client.clone(), key.clone());
+            async move { client.get(&key).await }
         })
         .await?;
-        if !held.kvs().is_empty() {
+        if !held.kvs.is_empty() {
             if !wait {
                 return Ok(None);
             }
@@ -458,73 +430,45 @@ pub(super) async fn campaign(
             continue;
         }
         let lease = retrying(|| {
-            let mut client = client.clone();
-            async move { client.lease_grant(ttl_s, None).await }
+            let client = client.clone();
+            async move { client.lease_grant(ttl_s).await }
         })
-        .await?
-        .id();
-        let claim = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                id.clone(),
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
-        match client.txn(claim).await {
-            Ok(r) if r.succeeded() => return Ok(Some(lease)),
-            Ok(_) => {}
-            Err(e) if transient(&e) => tracing::debug!(%at, error = %e, "etcd busy"),
+        .await?;
+        let free = [Compare::Absent(key.clone())];
+        let claim = [Op::Put(key.clone(), id.clone(), Some(lease))];
+        match client.txn(&free, &claim).await {
+            Ok(true) => return Ok(Some(lease)),
+            Ok(false) => {}
+            Err(e) if e.transient() => tracing::debug!(%at, error = %e, "etcd busy"),
             Err(e) => return Err(e),
         }
         // Another replica was quicker (or the claim's fate is unknown: the key's
         // value says whose it is on the next round); this lease is not needed.
         let _ = client.lease_revoke(lease).await;
-        if let Ok(r) = client.get(key.clone(), None).await
-            && r.kvs()
-                .first()
-                .is_some_and(|kv| kv.value() == id.as_slice())
+        if let Ok(r) = client.get(&key).await
+            && r.kvs.first().is_some_and(|kv| kv.value == id)
         {
             return Ok(Some(lease));
         }
     }
 }
 
-/// Renews `lease` at a third of its TTL for as long as the process lives, opening the
-/// renewal stream again when a member goes away. Only etcd saying the lease is gone
-/// ends the process: while etcd cannot be reached nothing can be written anyway (every
-/// write is fenced), and when it can again, a lease it kept alive across a leader
-/// change is still ours.
-pub(super) async fn keep_alive(mut client: Client, lease: i64, ttl_s: i64, at: String) {
+/// Renews `lease` at a third of its TTL for as long as the process lives, from
+/// whichever member answers. Only etcd saying the lease is gone ends the process:
+/// while etcd cannot be reached nothing can be written anyway (every write is fenced),
+/// and when it can again, a lease it kept alive across a leader change is still ours.
+pub(super) async fn keep_alive(client: Client, lease: i64, ttl_s: i64, at: String) {
     let period = Duration::from_millis(u64::try_from(ttl_s).unwrap_or(2) * 1000 / 3);
-    let mut stream = None;
     loop {
         tokio::time::sleep(period).await;
-        if stream.is_none() {
-            match client.lease_keep_alive(lease).await {
-                Ok(s) => stream = Some(s),
-                Err(e) => {
-                    if e.to_string().contains("lease not found") {
-                        lost(&at, "etcd ended the lease");
-                    }
-                    tracing::warn!(%at, error = %e, "lease renewal failed");
-                    continue;
-                }
+        match tokio::time::timeout(period, client.lease_keep_alive(lease)).await {
+            Ok(Ok(ttl)) if ttl > 0 => {}
+            Ok(Ok(_)) => lost(&at, "etcd ended the lease"),
+            Ok(Err(EtcdError::Status { message, .. })) if message.contains("lease not found") => {
+                lost(&at, "etcd ended the lease")
             }
-        }
-        let Some((keeper, answers)) = stream.as_mut() else {
-            continue;
-        };
-        let renewed = match keeper.keep_alive().await {
-            Ok(()) => tokio::time::timeout(period, answers.message()).await,
-            Err(e) => Ok(Err(e)),
-        };
-        match renewed {
-            Ok(Ok(Some(r))) if r.ttl() > 0 => {}
-            Ok(Ok(Some(_))) => lost(&at, "etcd ended the lease"),
-            other => {
-                tracing::warn!(%at, ?other, "lease renewal failed; opening the stream again");
-                stream = None;
-            }
+            Ok(Err(e)) => tracing::warn!(%at, error = %e, "lease renewal failed; trying again"),
+            Err(_) => tracing::warn!(%at, "lease renewal had no answer in time; trying again"),
         }
     }
 }
@@ -532,31 +476,19 @@ pub(super) async fn keep_alive(mut client: Client, lease: i64, ttl_s: i64, at: S
 /// How long a call is retried while etcd elects a leader or a member is unreachable.
 const RETRY_FOR: Duration = Duration::from_secs(15);
 
-/// Whether `e` may pass by itself: etcd without a leader for a moment, a member gone
-/// (the client moves to another endpoint), a deadline passed.
-fn transient(e: &etcd_client::Error) -> bool {
-    match e {
-        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
-        // UNAVAILABLE (14), DEADLINE_EXCEEDED (4), UNKNOWN (2: a reset stream),
-        // CANCELLED (1: the member's connection closed under the call).
-        etcd_client::Error::GRpcStatus(s) => matches!(s.code() as i32, 1 | 2 | 4 | 14),
-        _ => false,
-    }
-}
-
 /// Calls `call` until it succeeds, fails for good, or [`RETRY_FOR`] passes. Retrying
 /// a write is safe: a commit puts and deletes whole records, so applying it twice is
 /// applying it once.
-pub(super) async fn retrying<T, F, Fut>(mut call: F) -> Result<T, etcd_client::Error>
+pub(super) async fn retrying<T, F, Fut>(mut call: F) -> Result<T, EtcdError>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    Fut: std::future::Future<Output = Result<T, EtcdError>>,
 {
     let deadline = tokio::time::Instant::now() + RETRY_FOR;
     let mut pause = Duration::from_millis(50);
     loop {
         match call().await {
-            Err(e) if transient(&e) && tokio::time::Instant::now() < deadline => {
+            Err(e) if e.transient() && tokio::time::Instant::now() < deadline => {
                 tracing::debug!(error = %e, "etcd call failed; retrying");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
@@ -566,7 +498,7 @@ where
     }
 }
 
-fn etcd_err(e: etcd_client::Error) -> StoreError {
+fn etcd_err(e: EtcdError) -> StoreError {
     StoreError::Write {
         detail: format!("etcd: {e}"),
     }
@@ -592,19 +524,48 @@ fn block<T: Send + 'static>(
         .map_err(|_| "the etcd store's runtime stopped".to_owned())
 }
 
-fn connect_options(config: &EtcdConfig) -> Result<ConnectOptions, String> {
-    let options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(5))
-        .with_timeout(Duration::from_secs(10))
-        .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+/// The writes of a commit as a transaction's operations.
+fn txn_ops(writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Vec<Op> {
+    writes
+        .into_iter()
+        .map(|(k, v)| match v {
+            Some(v) => Op::Put(k, v, None),
+            None => Op::Delete(k),
+        })
+        .collect()
+}
+
+/// TLS towards `https://` members: their CA, and a client certificate if given.
+fn tls_config(config: &EtcdConfig) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     let Some(tls) = &config.tls else {
-        return Ok(options);
+        return Ok(None);
     };
     let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
-    let mut t =
-        TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(read(&tls.ca)?));
-    if let Some((cert, key)) = &tls.client {
-        t = t.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&read(&tls.ca)?) {
+        let cert = cert.map_err(|e| format!("{}: {e}", tls.ca.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("{}: {e}", tls.ca.display()))?;
     }
-    Ok(options.with_tls(t))
+    let builder = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let config = match &tls.client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_slice_iter(&read(cert)?)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("{}: {e}", cert.display()))?;
+            let key = PrivateKeyDer::from_pem_slice(&read(key)?)
+                .map_err(|e| format!("{}: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("{}: {e}", cert.display()))?
+        }
+    };
+    Ok(Some(Arc::new(config)))
 }

@@ -6,6 +6,7 @@
 //! default (sled 0.34 calls itself beta; the kill -9 tests in `tests/store_crash.rs`
 //! are how we hold it to its word); [`MemStore`] serves tests and the simulator.
 
+mod etcd_client;
 mod etcd_follow;
 mod etcd_store;
 mod memory;

@@ -120,6 +120,52 @@ impl EtcdCluster {
         panic!("etcd did not become healthy:\n{}", logs.join("\n"));
     }
 
+    /// Writes `key` directly, as another client of the cluster would (etcd's JSON
+    /// gateway, `POST /v3/kv/put`).
+    pub fn put(&self, key: &str, value: &[u8]) {
+        let body = format!(
+            r#"{{"key":"{}","value":"{}"}}"#,
+            b64(key.as_bytes()),
+            b64(value)
+        );
+        self.post("/v3/kv/put", &body);
+    }
+
+    /// Deletes `key` directly (`POST /v3/kv/deleterange`).
+    pub fn delete(&self, key: &str) {
+        self.post(
+            "/v3/kv/deleterange",
+            &format!(r#"{{"key":"{}"}}"#, b64(key.as_bytes())),
+        );
+    }
+
+    /// POSTs `body` to `path` of the first live member; panics unless it answers 200.
+    fn post(&self, path: &str, body: &str) {
+        use std::io::{Read, Write};
+        let addr = self
+            .endpoints
+            .iter()
+            .zip(&self.members)
+            .find(|(_, m)| m.is_some())
+            .map(|(e, _)| e.trim_start_matches("http://"))
+            .expect("a live member");
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let request = format!(
+            "POST {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(
+            response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
+            "{path}: {response}"
+        );
+    }
+
     /// SIGKILLs member `i`.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut m) = self.members[i].take() {
@@ -136,6 +182,26 @@ impl Drop for EtcdCluster {
             let _ = m.wait();
         }
     }
+}
+
+/// Standard base64 with padding, as etcd's gateway takes bytes.
+fn b64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ABC[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 fn healthy(addr: &str) -> bool {
