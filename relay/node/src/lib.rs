@@ -19,8 +19,8 @@
 //! * [`proxy`]: HTTP CONNECT proxies (`proxy:`, `HTTPS_PROXY`, `NO_PROXY`).
 //! * [`renew`]: renewing this node's certificate through its parent.
 //! * [`tls`]: mutual TLS (rustls, ring) and the peer's node name.
-//! * [`store`]: the durable [`store::Store`] (sled, or in memory for tests and the
-//!   simulation).
+//! * [`store`]: the durable [`store::Store`] (sled; etcd at a root of several
+//!   replicas; in memory for tests and the simulation).
 //! * [`clock`]: tokio's clock as the protocol's instants, and the wall clock.
 //! * [`objects`]: user manifests (any Kubernetes object) into objects; placements.
 //! * [`config`]: the `parent` and `tls` sections, names, addresses, file errors.
@@ -31,10 +31,13 @@
 //!
 //! # Data flow
 //!
+//! (`ARCHITECTURE.md` at the repository's root follows the same path hop by hop.)
+//!
 //! An object, from a user to a cluster:
-//! 1. the root's API (`relay/src/api/`) parses manifests ([`objects`]) and
-//!    `NodeCore::apply_manifests` (`relay/src/node/core/log.rs`) appends them to the
-//!    object log (`protocol/src/sync/log.rs`) in one revision;
+//! 1. the root's API (`relay/src/api/`, or its Kubernetes API: `relay/src/kube/writes.rs`)
+//!    parses manifests ([`objects`]) and `NodeCore::apply_manifests`
+//!    (`relay/src/node/core/log.rs`) appends them to the object log
+//!    (`protocol/src/sync/log.rs`) in one revision;
 //! 2. the [`driver::Driver`] commits the log to the [`store`] before anything is sent;
 //! 3. `NodeCore::transmit` drains each child's `ChildSession`
 //!    (`protocol/src/sync/child_session.rs`), which routes by placement

@@ -8,7 +8,7 @@
 //! Here: the token's `debug` permission ([`super::auth::Grant::may_debug`]), the first
 //! hop's route and permit, HTTP/1.1 over the tunnel stream (hyper's client, so bodies
 //! stream both ways and a `101 Switching Protocols` hands over the raw connection for
-//! exec and port-forward), and one audit line per request (target `strata::audit`:
+//! exec and port-forward), and one audit line per request (target `audit`:
 //! user, cluster, method, path, status).
 
 use std::convert::Infallible;
