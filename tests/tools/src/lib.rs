@@ -16,8 +16,9 @@
 //! needs one of its programs fails with the same report instead of running it again.
 
 use std::ffi::OsString;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 
 /// A program a test drives, from a Debian package.
@@ -140,7 +141,7 @@ pub fn require(tool: Tool) -> PathBuf {
         .install(&what, &[], || tool.find().is_some());
     tool.find().unwrap_or_else(|| {
         panic!(
-            "{what} is still missing after {} ran successfully",
+            "still missing {what} after {} ran successfully",
             tool.installer().script
         )
     })
@@ -220,29 +221,15 @@ impl Installer {
     )]
     fn run(&self, what: &str, args: &[OsString]) -> Result<(), String> {
         let script = workspace_root().join(self.script);
-        eprintln!("{what} is missing: running {}", self.script);
+        eprintln!("missing {what}: running {}", self.script);
         let started = std::time::Instant::now();
-        let out = Command::new(&script)
-            .args(args)
-            .stdin(Stdio::null())
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .output()
-            .map_err(|e| {
-                format!(
-                    "{what} is missing, and {} did not start: {e}",
-                    script.display()
-                )
-            })?;
-        let printed = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if !out.status.success() {
+        let (status, printed) = run_merged(Command::new(&script).args(args))
+            .map_err(|e| format!("missing {what}, and {} did not run: {e}", script.display()))?;
+        if !status.success() {
             return Err(format!(
-                "{what} is missing, and {} failed ({}; it needs root or sudo, apt-get and \
-                 npm with their registries):\n{printed}",
-                self.script, out.status
+                "missing {what}, and {} failed ({status}; installs need root or sudo, and \
+                 the Debian and npm registries):\n{printed}",
+                self.script
             ));
         }
         eprintln!(
@@ -252,6 +239,26 @@ impl Installer {
         );
         Ok(())
     }
+}
+
+/// Runs `command` (no input, non-interactive apt) and returns how it exited and what
+/// it printed, stdout and stderr interleaved as written, so that a report reads in
+/// order.
+fn run_merged(command: &mut Command) -> std::io::Result<(ExitStatus, String)> {
+    let (mut reader, writer) = std::io::pipe()?;
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone()?)
+        .stderr(writer)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .spawn()?;
+    // The command keeps its copies of the pipe's writing end: without them, the read
+    // ends when the script (and whatever it left running) closes its own.
+    command.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut printed = Vec::new();
+    reader.read_to_end(&mut printed)?;
+    let status = child.wait()?;
+    Ok((status, String::from_utf8_lossy(&printed).into_owned()))
 }
 
 /// An exclusive lock on `strata-test-tools.lock` in the target directory, held until
@@ -289,4 +296,25 @@ fn target_dir() -> PathBuf {
     let dir = dir.unwrap_or_else(|| workspace_root().join("target"));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot make {}: {e}", dir.display()));
     dir
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_prints_in_order_and_its_status_is_kept() {
+        let (status, printed) =
+            run_merged(Command::new("sh").args(["-c", "echo a; echo b >&2; echo c; exit 3"]))
+                .expect("sh runs");
+        assert_eq!(status.code(), Some(3));
+        assert_eq!(printed, "a\nb\nc\n");
+    }
+
+    #[test]
+    #[should_panic(expected = "missing frobnicator, and")]
+    fn a_failed_install_names_the_program_and_the_script() {
+        static MISSING: Installer = Installer::new(".ci/install-nothing-by-this-name");
+        MISSING.install("frobnicator", &[], || false);
+    }
 }
