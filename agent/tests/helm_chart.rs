@@ -20,25 +20,10 @@ fn chart() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/strata")
 }
 
-/// Helm, installed once per target directory by `.ci/install-kube-clients`.
+/// Helm, installed into the target directory by `.ci/install-kube-clients` the first
+/// time a test needs it.
 fn helm() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(root.join(".ci/install-kube-clients"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cannot install helm: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap()
-            .trim(),
-    )
-    .join("helm")
+    strata_test_tools::kube_clients().join("helm")
 }
 
 fn run(args: &[&str]) -> String {

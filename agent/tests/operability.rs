@@ -2,7 +2,7 @@
 //! root, a relay that never reached its parent and an agent (the binaries, on
 //! loopback), and their logs in each format. `/metrics` is written by
 //! `prometheus-client`: the Prometheus text format by default, OpenMetrics when the
-//! scraper asks as Prometheus does; `promtool check metrics` (when installed) lints it.
+//! scraper asks as Prometheus does; `promtool check metrics` lints it.
 
 #![allow(clippy::unwrap_used)]
 #![allow(clippy::disallowed_methods)] // polls processes from a synchronous test
@@ -89,18 +89,9 @@ fn content_type(head: &str) -> String {
         .unwrap_or_default()
 }
 
-/// `promtool check metrics` (Prometheus' own linter) on `text`, when promtool is
-/// installed (`.ci/install-prometheus`; required in CI): `None` when it is absent.
-fn promtool_lint(text: &str) -> Option<String> {
+/// What `promtool check metrics` (Prometheus' own linter) says of `text`.
+fn promtool_lint(promtool: &Path, text: &str) -> String {
     use std::io::Write;
-    let promtool = std::path::Path::new("/usr/bin/promtool");
-    if !promtool.exists() {
-        assert!(
-            !std::env::var("CI").is_ok_and(|v| v == "true"),
-            "promtool is not installed: CI must run .ci/install-prometheus first"
-        );
-        return None;
-    }
     let mut child = Command::new(promtool)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -115,12 +106,12 @@ fn promtool_lint(text: &str) -> Option<String> {
         .write_all(text.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    Some(format!(
+    format!(
         "{}{}{}",
         if out.status.success() { "" } else { "failed: " },
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
-    ))
+    )
 }
 
 /// The value of the sample `series` (name and labels, exactly as written).
@@ -150,6 +141,8 @@ fn eventually(what: &str, dir: &Path, mut check: impl FnMut() -> bool) {
 
 #[test]
 fn probes_metrics_and_logs_of_a_root_a_cut_off_relay_and_an_agent() {
+    // Installed (`.ci/install-prometheus`) before the nodes start, not between steps.
+    let promtool = strata_test_tools::require(strata_test_tools::Tool::Promtool);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let ca = Ca::generate("test").unwrap();
@@ -333,10 +326,8 @@ fn probes_metrics_and_logs_of_a_root_a_cut_off_relay_and_an_agent() {
     }
     // Prometheus' own linter finds nothing to say (names, units, _total, HELP).
     for (node, text) in [("root", &root_metrics), ("agent", &agent_metrics)] {
-        match promtool_lint(text) {
-            Some(said) => assert!(said.trim().is_empty(), "promtool on the {node}: {said}"),
-            None => println!("promtool is not installed: skipped promtool check metrics"),
-        }
+        let said = promtool_lint(&promtool, text);
+        assert!(said.trim().is_empty(), "promtool on the {node}: {said}");
     }
 
     // The parent gone, the agent stays ready: it keeps enforcing what it holds.

@@ -1,6 +1,6 @@
 //! Links through real proxies and without UDP: relays and agents in this process over
 //! real sockets on loopback, tinyproxy and squid (Debian's, installed by
-//! `.ci/install-proxies`) as processes.
+//! `.ci/install-proxies` the first time a test needs them) as processes.
 //!
 //! How "UDP is blocked" is made here: the child is given an address where only TCP
 //! answers (the parent's TLS/TCP listener on a port of its own, nothing on that UDP
@@ -24,6 +24,7 @@ use strata_node::proxy::Proxy;
 use strata_node::tls;
 use strata_protocol::model::Space;
 use strata_relay::node::runtime::NodeHandle;
+use strata_test_tools::{Tool, require};
 
 const APP: &str = "
 apiVersion: apps/v1
@@ -81,9 +82,7 @@ fn replicas(n: u32) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_and_an_agent_reach_their_parents_through_tinyproxy_without_udp() {
     let h = Hierarchy::new();
-    let Some(proxy) = proxies::tinyproxy(h.dir(), 600).await else {
-        return;
-    };
+    let proxy = proxies::tinyproxy(h.dir(), 600).await;
     let via = Proxy::parse(&proxy.url(None)).unwrap();
     // The root's TCP listener has a port of its own: nothing answers UDP there.
     let root = h
@@ -150,9 +149,7 @@ async fn a_relay_and_an_agent_reach_their_parents_through_tinyproxy_without_udp(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn squid_with_basic_auth_carries_the_link_and_a_wrong_password_is_named() {
     let h = Hierarchy::new();
-    let Some(proxy) = proxies::squid(h.dir(), "alice", "s3cret").await else {
-        return;
-    };
+    let proxy = proxies::squid(h.dir(), "alice", "s3cret").await;
     let root = h.relay("center").children(&["pos-1"]).tcp().start().await;
     // A wrong password: the proxy's refusal, named with its address, the password not
     // shown.
@@ -333,12 +330,8 @@ async fn a_parent_given_by_name_is_resolved_and_its_node_name_checked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tunnel_the_proxy_cuts_is_tunnelled_again_and_keepalives_keep_one_open() {
     let h = Hierarchy::new();
-    let Some(cutting) = proxies::tinyproxy(&h.dir().join("a"), 1).await else {
-        return;
-    };
-    let Some(kept) = proxies::tinyproxy(&h.dir().join("b"), 1).await else {
-        return;
-    };
+    let cutting = proxies::tinyproxy(&h.dir().join("a"), 1).await;
+    let kept = proxies::tinyproxy(&h.dir().join("b"), 1).await;
     let root = h
         .relay("center")
         .children(&["pos-1", "pos-2"])
@@ -411,7 +404,7 @@ async fn a_tunnel_the_proxy_cuts_is_tunnelled_again_and_keepalives_keep_one_open
 
 /// Runs `nft` with `args` (inside the test's own network namespace).
 fn nft(args: &str) {
-    let out = std::process::Command::new(proxies::require("nft").unwrap())
+    let out = std::process::Command::new(require(Tool::Nft))
         .args(args.split_whitespace())
         .output()
         .unwrap();
@@ -442,7 +435,9 @@ async fn auto_in_a_network_namespace_where_nftables_drops_udp() {
             eprintln!("SKIPPED: this machine cannot make a network namespace (unshare -rn)");
             return;
         }
-        proxies::require("nft").unwrap_or_else(|| panic!("nft is needed inside the namespace"));
+        // Installed out here: the namespace has no network to fetch them.
+        require(Tool::Nft);
+        require(Tool::Ip);
         let exe = std::env::current_exe().unwrap();
         let out = std::process::Command::new("unshare")
             .args([
@@ -465,7 +460,7 @@ async fn auto_in_a_network_namespace_where_nftables_drops_udp() {
         );
         return;
     }
-    let lo = std::process::Command::new("ip")
+    let lo = std::process::Command::new(require(Tool::Ip))
         .args(["link", "set", "lo", "up"])
         .status()
         .unwrap();
@@ -511,6 +506,9 @@ async fn auto_in_a_network_namespace_where_nftables_drops_udp() {
 /// one address, and a later change reaches both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_behind_haproxy_for_tcp_and_nginx_stream_for_quic() {
+    // Installed first: an install must not stall the hierarchy halfway through its start.
+    require(Tool::Haproxy);
+    require(Tool::Nginx);
     let h = Hierarchy::new();
     let root = h
         .relay("center")
@@ -519,12 +517,8 @@ async fn a_parent_behind_haproxy_for_tcp_and_nginx_stream_for_quic() {
         .start()
         .await;
     let front = common::free_port();
-    let Some(tcp_lb) = balancers::haproxy(h.dir(), front, &[h.tcp_addr("center")]).await else {
-        return;
-    };
-    let Some(_udp_lb) = balancers::nginx_udp(h.dir(), front, &[h.addr("center")]).await else {
-        return;
-    };
+    let tcp_lb = balancers::haproxy(h.dir(), front, &[h.tcp_addr("center")]).await;
+    let _udp_lb = balancers::nginx_udp(h.dir(), front, &[h.addr("center")]).await;
     let through = |mode| LinkSpec {
         mode,
         address: Some(format!("127.0.0.1:{front}")),

@@ -120,6 +120,9 @@ fn config(dir: &Path, name: &str, text: &str) -> String {
 
 #[test]
 fn replicas_behind_haproxy_and_nginx_take_over_each_others_children() {
+    // Installed first: an install must not stall the fleet halfway through its start.
+    strata_test_tools::require(strata_test_tools::Tool::Haproxy);
+    strata_test_tools::require(strata_test_tools::Tool::Nginx);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_owned();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -167,12 +170,8 @@ fn replicas_behind_haproxy_and_nginx_take_over_each_others_children() {
         .iter()
         .map(|(_, _, p, _)| ([127, 0, 0, 1], *p).into())
         .collect();
-    let Some(_tcp_lb) = rt.block_on(balancers::haproxy(&dir, front, &backends)) else {
-        return;
-    };
-    let Some(_udp_lb) = rt.block_on(balancers::nginx_udp(&dir, front, &backends)) else {
-        return;
-    };
+    let _tcp_lb = rt.block_on(balancers::haproxy(&dir, front, &backends));
+    let _udp_lb = rt.block_on(balancers::nginx_udp(&dir, front, &backends));
     let mut agent_metrics = Vec::new();
     let mut agents = Vec::new();
     for (n, transport) in AGENTS {

@@ -1,19 +1,22 @@
-//! Real L4 balancers from Debian for the tests (`.ci/install-proxies` installs them):
-//! haproxy in TCP mode and nginx's stream module for UDP, each a process on a loopback
-//! port of its own with its files in the test's directory, in front of one or more
-//! parents' TLS/TCP and QUIC ports.
+//! Real L4 balancers from Debian for the tests (installed by `.ci/install-proxies` the
+//! first time a test needs one, see `strata_test_tools`): haproxy in TCP mode and
+//! nginx's stream module for UDP, each a process on a loopback port of its own with its
+//! files in the test's directory, in front of one or more parents' TLS/TCP and QUIC
+//! ports.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::proxies::{ProxyProc, require};
+use strata_test_tools::{NGINX_STREAM_MODULE, Tool, require};
+
+use super::proxies::ProxyProc;
 
 /// haproxy (`mode tcp`) on 127.0.0.1:`port`, spreading connections over `backends`
 /// (health-checked every 300 ms, so a dead one is skipped within a second).
-pub async fn haproxy(dir: &Path, port: u16, backends: &[SocketAddr]) -> Option<ProxyProc> {
-    let program = require("haproxy")?;
+pub async fn haproxy(dir: &Path, port: u16, backends: &[SocketAddr]) -> ProxyProc {
+    let program = require(Tool::Haproxy);
     let dir = dir.join("haproxy");
     std::fs::create_dir_all(&dir).unwrap();
     let servers: String = backends
@@ -37,18 +40,14 @@ pub async fn haproxy(dir: &Path, port: u16, backends: &[SocketAddr]) -> Option<P
         .spawn()
         .unwrap();
     wait_tcp(port, "haproxy", &mut child).await;
-    Some(ProxyProc { child, port, log })
+    ProxyProc { child, port, log }
 }
 
 /// nginx with the stream module proxying UDP on 127.0.0.1:`port` to `backends`, a
 /// client's datagrams always to the same backend (hash of its address) while it lives.
-pub async fn nginx_udp(dir: &Path, port: u16, backends: &[SocketAddr]) -> Option<ProxyProc> {
-    let program = require("nginx")?;
-    let module = Path::new("/usr/lib/nginx/modules/ngx_stream_module.so");
-    assert!(
-        module.exists(),
-        "nginx's stream module is missing (libnginx-mod-stream)"
-    );
+pub async fn nginx_udp(dir: &Path, port: u16, backends: &[SocketAddr]) -> ProxyProc {
+    let program = require(Tool::Nginx);
+    let module = Path::new(NGINX_STREAM_MODULE);
     let dir = dir.join("nginx");
     std::fs::create_dir_all(&dir).unwrap();
     let servers: String = backends
@@ -93,7 +92,7 @@ pub async fn nginx_udp(dir: &Path, port: u16, backends: &[SocketAddr]) -> Option
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Some(ProxyProc { child, port, log })
+    ProxyProc { child, port, log }
 }
 
 async fn wait_tcp(port: u16, what: &str, child: &mut std::process::Child) {

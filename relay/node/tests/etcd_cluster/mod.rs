@@ -1,5 +1,6 @@
-//! Three etcd members on loopback (Debian's `etcd-server`, 3.4), for the tests of the
-//! root's etcd store. Each member is a process killed when the cluster drops.
+//! Three etcd members on loopback (Debian's `etcd-server`, 3.4, installed by
+//! `.ci/install-etcd` the first time a test needs it), for the tests of the root's etcd
+//! store. Each member is a process killed when the cluster drops.
 
 #![allow(dead_code, unreachable_pub)] // each test binary uses its own part
 
@@ -30,11 +31,7 @@ impl EtcdCluster {
     /// Starts three members with their data and logs under `dir`, and waits until
     /// the cluster answers.
     pub fn start(dir: &Path) -> EtcdCluster {
-        let etcd = Path::new("/usr/bin/etcd");
-        assert!(
-            etcd.exists(),
-            "these tests need etcd 3.4: apt-get install etcd-server (.ci/run installs it)"
-        );
+        let etcd = strata_test_tools::require(strata_test_tools::Tool::Etcd);
         let ports = free_tcp_ports(6);
         let (client, peer) = (ports[..3].to_vec(), ports[3..].to_vec());
         let initial: Vec<String> = (0..3)
@@ -43,7 +40,7 @@ impl EtcdCluster {
         let mut members = Vec::new();
         for i in 0..3 {
             let log = std::fs::File::create(dir.join(format!("etcd-m{i}.log"))).unwrap();
-            let child = Command::new(etcd)
+            let child = Command::new(&etcd)
                 .args(["--name", &format!("m{i}")])
                 .args([
                     "--data-dir",
