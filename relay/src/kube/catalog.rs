@@ -5,19 +5,15 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope, Resource};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use strata_protocol::model::Space;
 use strata_protocol::overrides::CLUSTER_KIND;
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::ObjectLog;
 
-use super::openapi::{TypeSchema, builtin_schema};
+use super::openapi::TypeSchema;
 
-/// Finds the fields of a manifest its type does not know (strict validation).
-pub type FieldCheck = fn(&Value) -> Result<Vec<String>, String>;
+pub use strata_kube_builtins::FieldCheck;
 
 /// One resource type as discovery describes it.
 #[derive(Debug, Clone)]
@@ -67,130 +63,25 @@ pub struct Catalog {
     types: Vec<ResourceType>,
 }
 
-trait Scope {
-    const NAMESPACED: bool;
-}
-impl Scope for NamespaceResourceScope {
-    const NAMESPACED: bool = true;
-}
-impl Scope for ClusterResourceScope {
-    const NAMESPACED: bool = false;
-}
-
-/// The fields of `value` that do not survive a round trip through `T`: the fields `T`
-/// does not know. `k8s-openapi` types ignore unknown fields when they deserialize, so
-/// what they serialize back lacks exactly those.
-fn unknown_fields<T: Serialize + DeserializeOwned>(value: &Value) -> Result<Vec<String>, String> {
-    let typed: T = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
-    let back = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    missing(value, &back, "", &mut out);
-    Ok(out)
-}
-
-fn missing(given: &Value, known: &Value, path: &str, out: &mut Vec<String>) {
-    match (given, known) {
-        (Value::Object(g), Value::Object(k)) => {
-            for (name, v) in g {
-                let here = if path.is_empty() {
-                    name.clone()
-                } else {
-                    format!("{path}.{name}")
-                };
-                match k.get(name) {
-                    Some(kv) => missing(v, kv, &here, out),
-                    // Nulls and empty values are dropped on the way back, known or not.
-                    None if is_empty(v) => {}
-                    None => out.push(here),
-                }
-            }
-        }
-        (Value::Array(g), Value::Array(k)) => {
-            for (i, (gv, kv)) in g.iter().zip(k).enumerate() {
-                missing(gv, kv, &format!("{path}[{i}]"), out);
-            }
-        }
-        _ => {}
-    }
-}
-
-fn is_empty(v: &Value) -> bool {
-    match v {
-        Value::Null => true,
-        Value::Object(m) => m.values().all(is_empty),
-        Value::Array(a) => a.is_empty(),
-        _ => false,
-    }
-}
-
-fn builtin<T>(short: &[&str], categories: &[&str]) -> ResourceType
-where
-    T: Resource + Serialize + DeserializeOwned + schemars::JsonSchema,
-    T::Scope: Scope,
-{
-    ResourceType {
-        group: T::GROUP.to_owned(),
-        version: T::VERSION.to_owned(),
-        kind: T::KIND.to_owned(),
-        plural: T::URL_PATH_SEGMENT.to_owned(),
-        singular: T::KIND.to_ascii_lowercase(),
-        namespaced: <T::Scope as Scope>::NAMESPACED,
-        short_names: short.iter().map(|s| (*s).to_owned()).collect(),
-        categories: categories.iter().map(|s| (*s).to_owned()).collect(),
-        check: Some(unknown_fields::<T>),
-        schema: TypeSchema::Builtin(builtin_schema::<T>),
-    }
-}
-
-/// The built-in types a user applies (objects, not reviews or subresources). Short
-/// names and categories are Kubernetes' own (`kubectl api-resources`); `k8s-openapi`
-/// does not carry them.
+/// The built-in types a user applies ([`strata_kube_builtins::builtins`]).
 fn builtins() -> &'static [ResourceType] {
     static TYPES: OnceLock<Vec<ResourceType>> = OnceLock::new();
     TYPES.get_or_init(|| {
-        use k8s_openapi::api::{
-            apps, autoscaling, batch, coordination, core, discovery, networking, policy, rbac,
-            scheduling, storage,
-        };
-        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
-        let all = &["all"];
-        vec![
-            builtin::<core::v1::ConfigMap>(&["cm"], &[]),
-            builtin::<core::v1::Endpoints>(&["ep"], &[]),
-            builtin::<core::v1::LimitRange>(&["limits"], &[]),
-            builtin::<core::v1::Namespace>(&["ns"], &[]),
-            builtin::<core::v1::PersistentVolume>(&["pv"], &[]),
-            builtin::<core::v1::PersistentVolumeClaim>(&["pvc"], &[]),
-            builtin::<core::v1::Pod>(&["po"], all),
-            builtin::<core::v1::PodTemplate>(&[], &[]),
-            builtin::<core::v1::ReplicationController>(&["rc"], all),
-            builtin::<core::v1::ResourceQuota>(&["quota"], &[]),
-            builtin::<core::v1::Secret>(&[], &[]),
-            builtin::<core::v1::Service>(&["svc"], all),
-            builtin::<core::v1::ServiceAccount>(&["sa"], &[]),
-            builtin::<apps::v1::ControllerRevision>(&[], &[]),
-            builtin::<apps::v1::DaemonSet>(&["ds"], all),
-            builtin::<apps::v1::Deployment>(&["deploy"], all),
-            builtin::<apps::v1::ReplicaSet>(&["rs"], all),
-            builtin::<apps::v1::StatefulSet>(&["sts"], all),
-            builtin::<autoscaling::v2::HorizontalPodAutoscaler>(&["hpa"], all),
-            builtin::<batch::v1::CronJob>(&["cj"], all),
-            builtin::<batch::v1::Job>(&[], all),
-            builtin::<coordination::v1::Lease>(&[], &[]),
-            builtin::<discovery::v1::EndpointSlice>(&[], &[]),
-            builtin::<networking::v1::Ingress>(&["ing"], &[]),
-            builtin::<networking::v1::IngressClass>(&[], &[]),
-            builtin::<networking::v1::NetworkPolicy>(&["netpol"], &[]),
-            builtin::<policy::v1::PodDisruptionBudget>(&["pdb"], &[]),
-            builtin::<rbac::v1::ClusterRole>(&[], &[]),
-            builtin::<rbac::v1::ClusterRoleBinding>(&[], &[]),
-            builtin::<rbac::v1::Role>(&[], &[]),
-            builtin::<rbac::v1::RoleBinding>(&[], &[]),
-            builtin::<scheduling::v1::PriorityClass>(&["pc"], &[]),
-            builtin::<storage::v1::CSIDriver>(&[], &[]),
-            builtin::<storage::v1::StorageClass>(&["sc"], &[]),
-            builtin::<apiextensions::CustomResourceDefinition>(&["crd", "crds"], &[]),
-        ]
+        strata_kube_builtins::builtins()
+            .into_iter()
+            .map(|b| ResourceType {
+                group: b.group.to_owned(),
+                version: b.version.to_owned(),
+                kind: b.kind.to_owned(),
+                plural: b.plural.to_owned(),
+                singular: b.kind.to_ascii_lowercase(),
+                namespaced: b.namespaced,
+                short_names: b.short_names.iter().map(|s| (*s).to_owned()).collect(),
+                categories: b.categories.iter().map(|s| (*s).to_owned()).collect(),
+                check: Some(b.check),
+                schema: TypeSchema::Builtin(b.schema),
+            })
+            .collect()
     })
 }
 

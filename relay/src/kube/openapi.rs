@@ -27,9 +27,7 @@ use strata_protocol::sync::ObjectLog;
 
 use super::catalog::{Catalog, ResourceType};
 
-/// Adds a built-in type's schema (and those it refers to) to a generator; returns the
-/// reference to it.
-pub type SchemaFn = fn(&mut SchemaGenerator) -> schemars::Schema;
+pub use strata_kube_builtins::SchemaFn;
 
 /// Where a resource type's schema comes from.
 #[derive(Debug, Clone)]
@@ -44,10 +42,7 @@ pub enum TypeSchema {
     None,
 }
 
-/// The generator function of a built-in type.
-pub fn builtin_schema<T: schemars::JsonSchema>(g: &mut SchemaGenerator) -> schemars::Schema {
-    g.subschema_for::<T>()
-}
+use strata_kube_builtins::schema_of;
 
 const V3_PREFIX: &str = "#/components/schemas/";
 const V2_PREFIX: &str = "#/definitions/";
@@ -74,7 +69,7 @@ fn reference(g: &mut SchemaGenerator, f: SchemaFn) -> Value {
 }
 
 fn object_meta(g: &mut SchemaGenerator) -> Value {
-    let mut meta = reference(g, builtin_schema::<ObjectMeta>);
+    let mut meta = reference(g, schema_of::<ObjectMeta>);
     meta["description"] = json!(
         "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
     );
@@ -101,7 +96,7 @@ fn type_meta(g: &mut SchemaGenerator) -> Map<String, Value> {
 /// the root's own parser refuses what it does not know.
 pub fn strata_schema(kind: &str, g: &mut SchemaGenerator) -> Option<Value> {
     let selector = |g: &mut SchemaGenerator, what: &str| {
-        let mut s = reference(g, builtin_schema::<LabelSelector>);
+        let mut s = reference(g, schema_of::<LabelSelector>);
         s["description"] = json!(what);
         s
     };
@@ -125,9 +120,9 @@ pub fn strata_schema(kind: &str, g: &mut SchemaGenerator) -> Option<Value> {
                 },
             });
             let duration = |what: &str| json!({ "x-kubernetes-int-or-string": true, "description": format!("{what} Seconds, or a duration such as 90s, 10m, 1h.") });
-            let mut toleration = reference(g, builtin_schema::<Toleration>);
+            let mut toleration = reference(g, schema_of::<Toleration>);
             toleration["description"] = json!("A taint tolerated, with Kubernetes' semantics.");
-            let prefer = reference(g, builtin_schema::<LabelSelector>);
+            let prefer = reference(g, schema_of::<LabelSelector>);
             let clusters = json!({
                 "type": "object",
                 "description": "Where: the clusters that receive the selected objects, and how many of them are chosen.",
@@ -180,7 +175,7 @@ pub fn strata_schema(kind: &str, g: &mut SchemaGenerator) -> Option<Value> {
             }))
         }
         "Cluster" => {
-            let mut taint = reference(g, builtin_schema::<Taint>);
+            let mut taint = reference(g, schema_of::<Taint>);
             taint["description"] = json!(
                 "A taint, as on a Kubernetes node: placements without a matching toleration avoid the cluster."
             );
