@@ -716,6 +716,14 @@ data: d
             faults[1].starts_with("parent.proxy:") && !faults[1].contains(":p@"),
             "{faults:?}"
         );
+        // Without `transport`, the link is `auto` and so takes the proxy.
+        let unsaid = text.replace("transport: auto, ", "");
+        let p = NodeConfig::parse(&unsaid, Path::new("."))
+            .unwrap()
+            .parent
+            .unwrap();
+        assert_eq!(p.transport, strata_node::dial::TransportMode::Auto);
+        assert!(p.proxy.is_some());
     }
 
     #[test]

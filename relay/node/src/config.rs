@@ -76,7 +76,7 @@ pub struct ParentConfig {
     pub name: String,
     /// The parent's address: `IP:PORT`, or `host:port` resolved at every connect.
     pub address: ParentAddress,
-    /// `auto | quic | tcp` (default `quic`).
+    /// `auto | quic | tcp` (default `auto`).
     pub transport: TransportMode,
     /// The proxy for TLS/TCP links given in the file; `None`: `HTTPS_PROXY` /
     /// `NO_PROXY` decide (see [`ParentConfig::connector`]).
