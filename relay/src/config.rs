@@ -584,7 +584,7 @@ mod tests {
             Vec::<String>::new()
         );
         let root = reference_example(REFERENCE, "## A relay").unwrap();
-        let c = NodeConfig::parse(root, Path::new("/etc/strata")).unwrap();
+        let c = NodeConfig::parse(&root, Path::new("/etc/strata")).unwrap();
         assert!(matches!(c.store, StoreConfig::Etcd(_)));
     }
 
