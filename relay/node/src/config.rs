@@ -455,7 +455,28 @@ impl<'de> serde::Deserializer<'de> for FieldCatcher {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_versions;
+    use super::{FencedBlock, fenced_blocks, parse_versions, reference_example};
+
+    #[test]
+    fn fenced_blocks_keep_their_language_lines_and_indentation() {
+        let doc = "# A\n```yaml\na: 1\n```\n1. step\n   ```sh\n   relay up \\\n     x\n   ```\n~~~\n```\n~~~\n";
+        let block = |lang: &str, line, end, text: &str| FencedBlock {
+            lang: lang.to_owned(),
+            line,
+            end,
+            text: text.to_owned(),
+        };
+        assert_eq!(
+            fenced_blocks(doc),
+            [
+                block("yaml", 3, 4, "a: 1"),
+                block("sh", 7, 9, "relay up \\\n  x"),
+                block("", 11, 12, "```"),
+            ]
+        );
+        assert_eq!(reference_example(doc, "# A").as_deref(), Some("a: 1"));
+        assert_eq!(reference_example(doc, "1. step"), None);
+    }
 
     #[test]
     fn a_range_or_one_version_narrows_the_protocol_versions() {
