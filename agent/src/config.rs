@@ -231,7 +231,7 @@ mod tests {
             undocumented_fields(REFERENCE, sections),
             Vec::<String>::new()
         );
-        let config = load(reference_example(REFERENCE, "## An agent").unwrap()).unwrap();
+        let config = load(&reference_example(REFERENCE, "## An agent").unwrap()).unwrap();
         assert_eq!(config.cluster, "store-0042-pos");
     }
 

@@ -11,13 +11,14 @@
 //!   cluster's Kubernetes API, with the agent's own credentials.
 //! * [`kubernetes`]: the Kubernetes API backend (discovery, server-side apply, prune,
 //!   drift repair, health, associated objects).
-//! * [`config`]: the agent's configuration file.
+//! * [`config`]: the agent's configuration file; [`cli`]: its command line.
 //! * [`core`]: the agent's sync core (link, desired state, cluster), no I/O.
 //! * [`customize`]: objects rendered for this cluster, user summaries evaluated on them.
 //! * [`runtime`]: the core as a [`strata_node::driver::Node`] under the driver.
 //! * [`ops`]: the agent's metrics, `/healthz` and `/readyz` (what readiness means).
 
 pub mod backend;
+pub mod cli;
 pub mod config;
 pub mod core;
 pub mod customize;

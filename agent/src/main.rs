@@ -4,8 +4,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use strata_agent::backend::ClusterBackend;
+use strata_agent::cli::{Cli, Command};
 use strata_agent::config::{AgentConfig, Backend};
 use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
 use strata_agent::ops::AgentOps;
@@ -16,31 +17,6 @@ use strata_node::clock::Clock;
 use strata_node::store::{SledStore, Store};
 use strata_node::tls::Identity;
 use strata_protocol::model::Cluster;
-
-/// Strata agent: keeps one leaf cluster in the state its placements describe, reports
-/// how it is doing, and keeps enforcing that state while its parent is unreachable.
-#[derive(Debug, Parser)]
-#[command(name = "agent", version)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-    #[command(flatten)]
-    logging: strata_node::process::LogArgs,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Run the agent until SIGTERM or SIGINT.
-    Run {
-        /// The agent's configuration file (YAML).
-        #[arg(long, short = 'c', value_name = "FILE")]
-        config: PathBuf,
-        /// Use this kubeconfig for the Kubernetes backend (overrides the file's
-        /// `kubernetes.kubeconfig`; without either, `KUBECONFIG` or ~/.kube/config).
-        #[arg(long, value_name = "FILE")]
-        kubeconfig: Option<PathBuf>,
-    },
-}
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {

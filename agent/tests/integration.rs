@@ -20,6 +20,7 @@ mod ca_rotation;
 mod cores;
 mod debug_tunnel;
 mod demo;
+mod docs;
 mod edge;
 mod etcd_root;
 mod helm_chart;

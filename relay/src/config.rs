@@ -584,7 +584,7 @@ mod tests {
             Vec::<String>::new()
         );
         let root = reference_example(REFERENCE, "## A relay").unwrap();
-        let c = NodeConfig::parse(root, Path::new("/etc/strata")).unwrap();
+        let c = NodeConfig::parse(&root, Path::new("/etc/strata")).unwrap();
         assert!(matches!(c.store, StoreConfig::Etcd(_)));
     }
 
@@ -716,6 +716,14 @@ data: d
             faults[1].starts_with("parent.proxy:") && !faults[1].contains(":p@"),
             "{faults:?}"
         );
+        // Without `transport`, the link is `auto` and so takes the proxy.
+        let unsaid = text.replace("transport: auto, ", "");
+        let p = NodeConfig::parse(&unsaid, Path::new("."))
+            .unwrap()
+            .parent
+            .unwrap();
+        assert_eq!(p.transport, strata_node::dial::TransportMode::Auto);
+        assert!(p.proxy.is_some());
     }
 
     #[test]

@@ -250,7 +250,7 @@ mod tests {
             Vec::<String>::new()
         );
         let example = reference_example(REFERENCE, "## A topology").unwrap();
-        let checked = strata_topology::parse(example, Path::new("CONFIG.md")).unwrap();
+        let checked = strata_topology::parse(&example, Path::new("CONFIG.md")).unwrap();
         assert_eq!(checked.warnings, Vec::<String>::new());
         let fr = checked
             .topology

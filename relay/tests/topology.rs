@@ -276,7 +276,7 @@ spec:
 
     let bad = text
         .replace("transport: auto", "transport: udp")
-        .replace("transport: tcp, ", "")
+        .replace("transport: tcp, ", "transport: quic, ")
         .replace("keepaliveMs: 20000", "keepaliveMs: 5")
         .replace(
             "center.relays.example.com:7443",
@@ -294,4 +294,7 @@ spec:
     ] {
         assert!(errors.contains(fault), "missing {fault:?} in:\n{errors}");
     }
+    // Without `transport` the node's default, `auto`, takes the proxy.
+    let unsaid = text.replace("transport: tcp, ", "");
+    assert!(strata_topology::parse(&unsaid, Path::new("t.yaml")).is_ok());
 }

@@ -573,8 +573,8 @@ fn relay_addrs(
 
 /// Checks how a node reaches its parent: `parentAddress` is `IP:PORT` or `host:port`, or
 /// a comma-separated list of them (the replicas of a root on etcd),
-/// `transport` one of `auto`, `quic`, `tcp`, `proxy` an `http://` URL and only with a
-/// transport that can use it.
+/// `transport` one of `auto`, `quic`, `tcp`, `proxy` an `http://` URL and not with
+/// `quic`.
 pub(crate) fn parent_link(
     who: &str,
     address: &Option<String>,
@@ -627,7 +627,8 @@ pub(crate) fn parent_link(
                 "{who}: proxy: only http:// CONNECT proxies are supported (the link inside is TLS end to end)"
             ));
         }
-        if matches!(transport.as_deref(), None | Some("quic")) {
+        // Absent, the node's default (`auto`) applies, which takes a proxy.
+        if transport.as_deref() == Some("quic") {
             errors.push(format!(
                 "{who}: proxy: a proxy carries TLS over TCP only: set `transport: tcp` or `auto`"
             ));

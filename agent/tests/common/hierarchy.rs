@@ -153,9 +153,10 @@ pub struct RelaySpec<'h> {
 }
 
 /// How a node reaches its parent, when not by QUIC to the parent's QUIC address.
-#[derive(Default, Clone)]
+#[derive(Clone)]
 pub struct LinkSpec {
-    /// The transport (QUIC by default).
+    /// The transport (QUIC by default, unlike a node's config: these tests were
+    /// written against QUIC links, and those about TCP say so).
     pub mode: TransportMode,
     /// The parent's address as written (`host:port` allowed); by default its QUIC one.
     pub address: Option<String>,
@@ -164,6 +165,18 @@ pub struct LinkSpec {
     pub probe: Option<Duration>,
     /// TLS/TCP: how often the child pings (the default's 5 s otherwise).
     pub keep_alive: Option<Duration>,
+}
+
+impl Default for LinkSpec {
+    fn default() -> Self {
+        LinkSpec {
+            mode: TransportMode::Quic,
+            address: None,
+            proxy: None,
+            probe: None,
+            keep_alive: None,
+        }
+    }
 }
 
 impl LinkSpec {

@@ -76,7 +76,7 @@ pub struct ParentConfig {
     pub name: String,
     /// The parent's address: `IP:PORT`, or `host:port` resolved at every connect.
     pub address: ParentAddress,
-    /// `auto | quic | tcp` (default `quic`).
+    /// `auto | quic | tcp` (default `auto`).
     pub transport: TransportMode,
     /// The proxy for TLS/TCP links given in the file; `None`: `HTTPS_PROXY` /
     /// `NO_PROXY` decide (see [`ParentConfig::connector`]).
@@ -346,11 +346,68 @@ pub fn undocumented_fields(reference: &str, sections: &[(&str, &[&str])]) -> Vec
 }
 
 /// The first YAML block after `heading` in `reference` (the section's example).
-pub fn reference_example<'a>(reference: &'a str, heading: &str) -> Option<&'a str> {
-    let section = &reference[reference.find(heading)?..];
-    let start = section.find("```yaml\n")? + "```yaml\n".len();
-    let end = start + section[start..].find("```")?;
-    Some(&section[start..end])
+pub fn reference_example(reference: &str, heading: &str) -> Option<String> {
+    let at = reference.find(heading)?;
+    let heading_line = reference[..at].lines().count() + 1;
+    fenced_blocks(reference)
+        .into_iter()
+        .find(|b| b.line > heading_line && b.lang == "yaml")
+        .map(|b| b.text)
+}
+
+/// A fenced code block of a Markdown document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FencedBlock {
+    /// The first word of the info string (`yaml`, `sh`; empty for none).
+    pub lang: String,
+    /// The line number (from 1) of the block's first line of content.
+    pub line: usize,
+    /// The line number of its closing fence.
+    pub end: usize,
+    /// The content, the fence's indentation removed from each line.
+    pub text: String,
+}
+
+/// Every fenced code block (```` ``` ```` or `~~~`, possibly indented, as in a list) of
+/// `doc`, in order: what the docs tests read examples and commands from, so that what
+/// the documentation shows is checked against the code.
+pub fn fenced_blocks(doc: &str) -> Vec<FencedBlock> {
+    let mut blocks = Vec::new();
+    // The open block's fence and indentation, and the block so far.
+    let mut open: Option<(&str, usize, FencedBlock)> = None;
+    for (i, line) in doc.lines().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let fence = ["```", "~~~"].into_iter().find(|f| trimmed.starts_with(f));
+        match open.take() {
+            Some((f, _, block)) if fence == Some(f) && trimmed.trim_end() == f => {
+                blocks.push(FencedBlock {
+                    end: i + 1,
+                    ..block
+                });
+            }
+            Some((f, fence_indent, mut block)) => {
+                if block.line <= i {
+                    block.text.push('\n');
+                }
+                block.text.push_str(&line[indent.min(fence_indent)..]);
+                open = Some((f, fence_indent, block));
+            }
+            None => {
+                if let Some(f) = fence {
+                    let lang = trimmed[f.len()..].split_whitespace().next().unwrap_or("");
+                    let block = FencedBlock {
+                        lang: lang.to_owned(),
+                        line: i + 2,
+                        end: 0,
+                        text: String::new(),
+                    };
+                    open = Some((f, indent, block));
+                }
+            }
+        }
+    }
+    blocks
 }
 
 /// A deserializer that answers nothing and records the fields a struct asks for.
@@ -398,7 +455,28 @@ impl<'de> serde::Deserializer<'de> for FieldCatcher {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_versions;
+    use super::{FencedBlock, fenced_blocks, parse_versions, reference_example};
+
+    #[test]
+    fn fenced_blocks_keep_their_language_lines_and_indentation() {
+        let doc = "# A\n```yaml\na: 1\n```\n1. step\n   ```sh\n   relay up \\\n     x\n   ```\n~~~\n```\n~~~\n";
+        let block = |lang: &str, line, end, text: &str| FencedBlock {
+            lang: lang.to_owned(),
+            line,
+            end,
+            text: text.to_owned(),
+        };
+        assert_eq!(
+            fenced_blocks(doc),
+            [
+                block("yaml", 3, 4, "a: 1"),
+                block("sh", 7, 9, "relay up \\\n  x"),
+                block("", 11, 12, "```"),
+            ]
+        );
+        assert_eq!(reference_example(doc, "# A").as_deref(), Some("a: 1"));
+        assert_eq!(reference_example(doc, "1. step"), None);
+    }
 
     #[test]
     fn a_range_or_one_version_narrows_the_protocol_versions() {

@@ -193,10 +193,12 @@ fn interleave(found: Vec<SocketAddr>) -> Vec<SocketAddr> {
 #[serde(rename_all = "lowercase")]
 pub enum TransportMode {
     /// QUIC; TLS over TCP when QUIC cannot complete a handshake in a few seconds, and
-    /// back to QUIC when a background probe succeeds.
+    /// back to QUIC when a background probe succeeds. The default of a node's parent
+    /// link: edge sites sit behind firewalls that may drop UDP, and every relay listens
+    /// on TCP on its QUIC port, so `auto` reaches our own relays either way.
+    #[default]
     Auto,
     /// QUIC only.
-    #[default]
     Quic,
     /// TLS over TCP only (through the proxy, if one is set).
     Tcp,
