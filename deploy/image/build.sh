@@ -4,7 +4,7 @@
 # as 65532:65532 with relay as its entrypoint, and it holds no shell. Prints the size.
 #
 #   deploy/image/build.sh [TAG]         (default localhost/strata:<version>)
-# Env: PROFILE (release), CARGO_TARGET_DIR, STRATA_IMAGE_ARCHIVE (also save as
+# Env: PROFILE (production), CARGO_TARGET_DIR, STRATA_IMAGE_ARCHIVE (also save as
 # oci-archive to this path), STRATA_BIN_DIR (take relay and agent from this directory,
 # built already, instead of building them: CI passes its test build's).
 set -euo pipefail
@@ -14,7 +14,7 @@ if ! command -v buildah >/dev/null 2>&1; then
     $sudo apt-get update -qq
     $sudo apt-get install -y -qq buildah >/dev/null
 fi
-profile=${PROFILE:-release}
+profile=${PROFILE:-production}
 target=${CARGO_TARGET_DIR:-target}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | sed -n 1p)
 tag=${1:-localhost/strata:$version}
@@ -24,9 +24,8 @@ if [ -n "${STRATA_BIN_DIR:-}" ]; then
         [ -x "$bin_dir/$b" ] || { echo "STRATA_BIN_DIR=$bin_dir holds no $b" >&2; exit 1; }
     done
 else
-    # The whole workspace, as the README's first command builds it: cargo unifies
-    # features over the packages it builds, so building only these two would rebuild
-    # shared crates.
+    # The whole workspace, under the profile that ships (Cargo.toml: production,
+    # cargo's release defaults; the README's first command builds faster, for the demo).
     cargo build --profile "$profile" --workspace --bins
     dir=$profile; [ "$profile" = dev ] && dir=debug
     bin_dir=$target/$dir
