@@ -594,21 +594,31 @@ fn merged(base: &Value, over: &Value) -> Value {
 }
 
 fn load_relay(text: &str) -> Result<(), String> {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("config.yaml");
-    std::fs::write(&path, text).unwrap();
-    strata_relay::config::NodeConfig::load(&path)
-        .map(drop)
-        .map_err(|e| e.to_string())
+    load_file(text, |p| {
+        strata_relay::config::NodeConfig::load(p)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })
 }
 
 fn load_agent(text: &str) -> Result<(), String> {
+    load_file(text, |p| {
+        strata_agent::config::AgentConfig::load(p)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// Writes `text` as a config file of its own and loads it with `load`, as the binary
+/// would.
+fn load_file(
+    text: &str,
+    load: impl Fn(&std::path::Path) -> Result<(), String>,
+) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, text).unwrap();
-    strata_agent::config::AgentConfig::load(&path)
-        .map(drop)
-        .map_err(|e| e.to_string())
+    load(&path)
 }
 
 /// A whole topology is compiled; a fragment's references (a relay's parent) are to

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use serde_json::{Map, Value, json};
+use strata_kube_builtins::schema_of;
 use strata_protocol::model::{LogId, Space};
 use strata_protocol::sync::ObjectLog;
 
@@ -41,8 +42,6 @@ pub enum TypeSchema {
     /// No schema is known.
     None,
 }
-
-use strata_kube_builtins::schema_of;
 
 const V3_PREFIX: &str = "#/components/schemas/";
 const V2_PREFIX: &str = "#/definitions/";
