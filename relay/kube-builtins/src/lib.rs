@@ -4,7 +4,7 @@
 //!
 //! Why a crate of its own: what each entry needs is generic over the type (serde's
 //! deserializer and serializer of a `Deployment` down to every nested field, and its
-//! schema), so a table of 35 types is a great deal of code to compile. In the relay's
+//! schema), so a table of 64 types is a great deal of code to compile. In the relay's
 //! crate that code was optimized at the release profile's level, on the build's longest
 //! path; here it compiles beside the relay's other dependencies, at the level its
 //! package sets in the workspace's Cargo.toml, and the relay sees only function
@@ -133,16 +133,21 @@ where
 /// does not carry them.
 pub fn builtins() -> Vec<Builtin> {
     use k8s_openapi::api::{
-        apps, autoscaling, batch, coordination, core, discovery, networking, policy, rbac,
-        scheduling, storage,
+        admissionregistration, apps, autoscaling, batch, certificates, coordination, core,
+        discovery, events, flowcontrol, networking, node, policy, rbac, resource, scheduling,
+        storage, storagemigration,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
     const ALL: &[&str] = &["all"];
     vec![
+        builtin::<core::v1::ComponentStatus>(&["cs"], &[]),
         builtin::<core::v1::ConfigMap>(&["cm"], &[]),
         builtin::<core::v1::Endpoints>(&["ep"], &[]),
+        builtin::<core::v1::Event>(&["ev"], &[]),
         builtin::<core::v1::LimitRange>(&["limits"], &[]),
         builtin::<core::v1::Namespace>(&["ns"], &[]),
+        builtin::<core::v1::Node>(&["no"], &[]),
         builtin::<core::v1::PersistentVolume>(&["pv"], &[]),
         builtin::<core::v1::PersistentVolumeClaim>(&["pvc"], &[]),
         builtin::<core::v1::Pod>(&["po"], ALL),
@@ -152,6 +157,13 @@ pub fn builtins() -> Vec<Builtin> {
         builtin::<core::v1::Secret>(&[], &[]),
         builtin::<core::v1::Service>(&["svc"], ALL),
         builtin::<core::v1::ServiceAccount>(&["sa"], &[]),
+        builtin::<admissionregistration::v1::MutatingAdmissionPolicy>(&[], &[]),
+        builtin::<admissionregistration::v1::MutatingAdmissionPolicyBinding>(&[], &[]),
+        builtin::<admissionregistration::v1::MutatingWebhookConfiguration>(&[], &[]),
+        builtin::<admissionregistration::v1::ValidatingAdmissionPolicy>(&[], &[]),
+        builtin::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(&[], &[]),
+        builtin::<admissionregistration::v1::ValidatingWebhookConfiguration>(&[], &[]),
+        builtin::<apiregistration::APIService>(&[], &[]),
         builtin::<apps::v1::ControllerRevision>(&[], &[]),
         builtin::<apps::v1::DaemonSet>(&["ds"], ALL),
         builtin::<apps::v1::Deployment>(&["deploy"], ALL),
@@ -160,19 +172,38 @@ pub fn builtins() -> Vec<Builtin> {
         builtin::<autoscaling::v2::HorizontalPodAutoscaler>(&["hpa"], ALL),
         builtin::<batch::v1::CronJob>(&["cj"], ALL),
         builtin::<batch::v1::Job>(&[], ALL),
+        builtin::<certificates::v1::CertificateSigningRequest>(&["csr"], &[]),
+        builtin::<certificates::v1::ClusterTrustBundle>(&[], &[]),
+        builtin::<certificates::v1::PodCertificateRequest>(&[], &[]),
         builtin::<coordination::v1::Lease>(&[], &[]),
         builtin::<discovery::v1::EndpointSlice>(&[], &[]),
+        builtin::<events::v1::Event>(&["ev"], &[]),
+        builtin::<flowcontrol::v1::FlowSchema>(&[], &[]),
+        builtin::<flowcontrol::v1::PriorityLevelConfiguration>(&[], &[]),
+        builtin::<networking::v1::IPAddress>(&[], &[]),
         builtin::<networking::v1::Ingress>(&["ing"], &[]),
         builtin::<networking::v1::IngressClass>(&[], &[]),
         builtin::<networking::v1::NetworkPolicy>(&["netpol"], &[]),
+        builtin::<networking::v1::ServiceCIDR>(&[], &[]),
+        builtin::<node::v1::RuntimeClass>(&[], &[]),
         builtin::<policy::v1::PodDisruptionBudget>(&["pdb"], &[]),
         builtin::<rbac::v1::ClusterRole>(&[], &[]),
         builtin::<rbac::v1::ClusterRoleBinding>(&[], &[]),
         builtin::<rbac::v1::Role>(&[], &[]),
         builtin::<rbac::v1::RoleBinding>(&[], &[]),
+        builtin::<resource::v1::DeviceClass>(&[], &[]),
+        builtin::<resource::v1::DeviceTaintRule>(&[], &[]),
+        builtin::<resource::v1::ResourceClaim>(&[], &[]),
+        builtin::<resource::v1::ResourceClaimTemplate>(&[], &[]),
+        builtin::<resource::v1::ResourceSlice>(&[], &[]),
         builtin::<scheduling::v1::PriorityClass>(&["pc"], &[]),
         builtin::<storage::v1::CSIDriver>(&[], &[]),
+        builtin::<storage::v1::CSINode>(&[], &[]),
+        builtin::<storage::v1::CSIStorageCapacity>(&[], &[]),
         builtin::<storage::v1::StorageClass>(&["sc"], &[]),
+        builtin::<storage::v1::VolumeAttachment>(&[], &[]),
+        builtin::<storage::v1::VolumeAttributesClass>(&[], &[]),
+        builtin::<storagemigration::v1::StorageVersionMigration>(&[], &[]),
         builtin::<apiextensions::CustomResourceDefinition>(&["crd", "crds"], &[]),
     ]
 }
