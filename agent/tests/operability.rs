@@ -374,3 +374,193 @@ fn probes_metrics_and_logs_of_a_root_a_cut_off_relay_and_an_agent() {
         );
     }
 }
+
+/// What a client of the root's API port got: status, HTTP version, headers and body.
+struct ApiAnswer {
+    status: u16,
+    version: hyper::Version,
+    headers: hyper::HeaderMap,
+    body: Vec<u8>,
+}
+
+/// `GET path` on the root's API port over TLS (the CA in `dir`), offering `alpn`, with
+/// `headers`: as a Kubernetes client talks to it.
+fn api_get(
+    dir: &Path,
+    port: u16,
+    path: &str,
+    alpn: &[&[u8]],
+    headers: &[(&str, &str)],
+) -> ApiAnswer {
+    use http_body_util::BodyExt;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let config = strata_node::tls::api_client_config(&dir.join("ca.crt")).unwrap();
+        let mut config = (*config).clone();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let name = rustls::pki_types::ServerName::try_from("center").unwrap();
+        let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+        let io = hyper_util::rt::TokioIo::new(tls);
+        let mut req = hyper::Request::get(format!("https://center:{port}{path}"));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req
+            .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+            .unwrap();
+        let resp = if h2 {
+            let (mut send, conn) =
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                    .await
+                    .unwrap();
+            tokio::spawn(conn);
+            send.send_request(req).await.unwrap()
+        } else {
+            let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+            tokio::spawn(conn);
+            send.send_request(req).await.unwrap()
+        };
+        let (parts, body) = resp.into_parts();
+        ApiAnswer {
+            status: parts.status.as_u16(),
+            version: parts.version,
+            headers: parts.headers,
+            body: body.collect().await.unwrap().to_bytes().to_vec(),
+        }
+    })
+}
+
+/// The root's API port as load balancers and client-go meet it: `/livez`, `/readyz`,
+/// `/healthz` and `/version` without a token (as kube-apiserver answers them to
+/// anyone), everything else still refused without one; HTTP/2 when the client offers
+/// it, HTTP/1.1 otherwise; a large list gzipped when asked, a small one not.
+#[test]
+fn the_api_port_answers_probes_without_a_token_speaks_http2_and_gzips_large_lists() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ca = Ca::generate("test").unwrap();
+    write(&dir.join("ca.crt"), &ca.cert_pem());
+    write(&dir.join("tokens"), "s3cret\n");
+    ca.issue("center").unwrap().write_to(dir).unwrap();
+    let (root_port, api_port) = (free_port(), free_port());
+    write(
+        &dir.join("center.yaml"),
+        &format!(
+            "node: center\nlisten: 127.0.0.1:{root_port}\ntls: {{ cert: center.crt, key: center.key, ca: ca.crt }}\ndata: data/center\napi: {{ listen: 127.0.0.1:{api_port}, tokens: tokens }}\n",
+        ),
+    );
+    let config = dir.join("center.yaml").display().to_string();
+    let _root = spawn(dir, "center", "relay", &["serve", "--config", &config], &[]);
+    const H2: &[&[u8]] = &[b"h2", b"http/1.1"];
+    const H1: &[&[u8]] = &[b"http/1.1"];
+    eventually("the API answers /readyz", dir, || {
+        std::net::TcpStream::connect(("127.0.0.1", api_port)).is_ok()
+            && api_get(dir, api_port, "/readyz", H1, &[]).status == 200
+    });
+    let ready = api_get(dir, api_port, "/readyz", H2, &[]);
+    assert_eq!(
+        (
+            ready.status,
+            ready.version,
+            String::from_utf8_lossy(&ready.body).into_owned()
+        ),
+        (
+            200,
+            hyper::Version::HTTP_2,
+            "ready: root, API listening\n".to_owned()
+        )
+    );
+    for path in ["/livez", "/healthz"] {
+        let a = api_get(dir, api_port, path, H1, &[]);
+        assert_eq!(
+            (a.status, a.version, a.body.as_slice()),
+            (200, hyper::Version::HTTP_11, &b"ok\n"[..]),
+            "{path}"
+        );
+    }
+    let version = api_get(dir, api_port, "/version", H2, &[]);
+    let version: serde_json::Value = serde_json::from_slice(&version.body).unwrap();
+    assert!(
+        version["gitVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("v1.")),
+        "{version}"
+    );
+    // Everything else still needs a token.
+    let anonymous = api_get(dir, api_port, "/api/v1/namespaces", H2, &[]);
+    assert_eq!(anonymous.status, 401);
+
+    // 60 config maps of 4 KiB: a list of about 250 KiB, above kube-apiserver's 128 KiB.
+    let filler = "x".repeat(4096);
+    let manifests: String = (0..60)
+        .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: big-{i}, namespace: default }}\ndata: {{ filler: {filler} }}\n---\n"))
+        .collect();
+    write(&dir.join("big.yaml"), &manifests);
+    let (ok, _, err) = relay_cli(
+        dir,
+        api_port,
+        &["apply", "-f", &dir.join("big.yaml").display().to_string()],
+    );
+    assert!(ok, "{err}");
+    let auth = ("Authorization", "Bearer s3cret");
+    let plain = api_get(dir, api_port, "/api/v1/configmaps", H2, &[auth]);
+    assert_eq!(
+        (plain.status, plain.headers.get("content-encoding")),
+        (200, None)
+    );
+    assert!(plain.body.len() > 128 * 1024, "{} bytes", plain.body.len());
+    let packed = api_get(
+        dir,
+        api_port,
+        "/api/v1/configmaps",
+        H2,
+        &[auth, ("Accept-Encoding", "gzip")],
+    );
+    assert_eq!(packed.status, 200);
+    assert_eq!(
+        packed
+            .headers
+            .get("content-encoding")
+            .map(|v| v.to_str().unwrap()),
+        Some("gzip")
+    );
+    let mut unpacked = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(packed.body.as_slice()),
+        &mut unpacked,
+    )
+    .unwrap();
+    let (a, b): (serde_json::Value, serde_json::Value) = (
+        serde_json::from_slice(&unpacked).unwrap(),
+        serde_json::from_slice(&plain.body).unwrap(),
+    );
+    assert_eq!(a["items"], b["items"]);
+    assert_eq!(a["items"].as_array().map(Vec::len), Some(60));
+    println!(
+        "a list of 60 config maps: {} bytes, {} gzipped",
+        plain.body.len(),
+        packed.body.len()
+    );
+    // A small answer goes as it is.
+    let small = api_get(
+        dir,
+        api_port,
+        "/api/v1/namespaces/default/configmaps/big-1",
+        H1,
+        &[auth, ("Accept-Encoding", "gzip")],
+    );
+    assert_eq!(
+        (small.status, small.headers.get("content-encoding")),
+        (200, None)
+    );
+}

@@ -261,24 +261,26 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         "node started"
     );
     let api_metrics = Arc::new(crate::api_metrics::ApiMetrics::default());
+    // One set of checks for the metrics listener and the API port's health paths.
+    let health: Arc<dyn strata_node::ops::OpsSource> = Arc::new(crate::metrics::RelayOps {
+        node: handle.client(),
+        store,
+        api: config.api.as_ref().map(|a| (a.listen, api_metrics.clone())),
+    });
     let api = match &config.api {
         Some(api) => Some(crate::api::spawn(
             api,
             &config,
             handle.client(),
             api_metrics.clone(),
+            health.clone(),
         )?),
         None => None,
     };
     let metrics = match config.metrics {
         Some(addr) => {
             tracing::info!(listen = %addr, "metrics serving at /metrics, /healthz, /readyz");
-            let source = crate::metrics::RelayOps {
-                node: handle.client(),
-                store,
-                api: config.api.as_ref().map(|a| (a.listen, api_metrics)),
-            };
-            Some(strata_node::ops::spawn(addr, Arc::new(source))?)
+            Some(strata_node::ops::spawn(addr, health)?)
         }
         None => None,
     };

@@ -93,7 +93,9 @@ pub fn spawn(
     }))
 }
 
-async fn answer(path: &str, format: Format, source: &dyn OpsSource) -> Response<Full<Bytes>> {
+/// The answer to `GET path` (`/metrics`, `/healthz`, `/livez`, `/readyz`) from `source`;
+/// 404 for any other path. The root's API port answers the health paths with it too.
+pub async fn answer(path: &str, format: Format, source: &dyn OpsSource) -> Response<Full<Bytes>> {
     match path {
         "/metrics" => match source.metrics().await {
             Some(families) => {

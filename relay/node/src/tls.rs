@@ -324,7 +324,9 @@ pub fn api_server_config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, Tls
         .with_no_client_auth()
         .with_single_cert(id.certs.clone(), id.key.clone_key())
         .map_err(|e| TlsError::Config(e.to_string()))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 first, as client-go prefers it; HTTP/1.1 for the upgrades (exec, attach,
+    // port-forward) and older clients.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 

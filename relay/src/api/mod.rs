@@ -26,7 +26,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Limited, StreamBody};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 use strata_protocol::model::{ObjectKey, Space};
 use strata_protocol::route::is_strata_object;
@@ -65,6 +65,8 @@ struct ApiState {
     named_spaces: std::collections::BTreeSet<String>,
     /// Status changes, for watches (see [`crate::kube::status_journal`]).
     journal: crate::kube::status_journal::SharedJournal,
+    /// What `/livez`, `/healthz` and `/readyz` answer (the metrics listener's checks).
+    health: Arc<dyn strata_node::ops::OpsSource>,
 }
 
 /// Why the API could not be started.
@@ -100,6 +102,7 @@ pub fn spawn(
     config: &NodeConfig,
     node: NodeClient,
     metrics: Arc<crate::api_metrics::ApiMetrics>,
+    health: Arc<dyn strata_node::ops::OpsSource>,
 ) -> Result<tokio::task::JoinHandle<()>, ApiStartError> {
     let text = std::fs::read_to_string(&api.tokens).map_err(|source| ApiStartError::Tokens {
         path: api.tokens.clone(),
@@ -137,6 +140,7 @@ pub fn spawn(
         node,
         metrics,
         journal: crate::kube::status_journal::SharedJournal::default(),
+        health,
     });
     Ok(tokio::spawn(http::accept_loop(
         listener,
@@ -156,17 +160,17 @@ pub fn spawn(
                     async move {
                         let verb = crate::api_metrics::verb(&req);
                         let started = tokio::time::Instant::now();
-                        let resp = handle(req, &state).await;
+                        let gzip = accepts_gzip(&req);
+                        let resp = compress(handle(req, &state).await, gzip).await;
                         let took = started.elapsed();
                         state.metrics.observe(verb, resp.status(), took).await;
                         Ok::<_, Infallible>(resp)
                     }
                 });
-                if let Err(e) = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), service)
-                    // exec, attach and port-forward through the debug tunnel upgrade
-                    // the connection (`tunnel`).
-                    .with_upgrades()
+                // HTTP/2 or HTTP/1.1, as ALPN chose; exec, attach and port-forward
+                // through the debug tunnel upgrade an HTTP/1.1 connection (`tunnel`).
+                if let Err(e) = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection_with_upgrades(TokioIo::new(tls), service)
                     .await
                 {
                     tracing::debug!(%peer, error = %e, "API connection ended");
@@ -174,6 +178,75 @@ pub fn spawn(
             }
         },
     )))
+}
+
+/// Responses larger than this go gzipped to a client that accepts it, as
+/// kube-apiserver's (128 KiB); smaller ones and streams (watches) go as they are.
+const GZIP_ABOVE: u64 = 128 * 1024;
+
+fn accepts_gzip<B>(req: &Request<B>) -> bool {
+    req.headers()
+        .get_all(hyper::header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|e| e.split(';').next().is_some_and(|e| e.trim() == "gzip"))
+}
+
+/// `resp`, gzipped when the client accepts it and its body is whole and large.
+async fn compress(resp: Response<Body>, gzip: bool) -> Response<Body> {
+    use hyper::body::Body as _;
+    let large = resp
+        .body()
+        .size_hint()
+        .exact()
+        .is_some_and(|n| n > GZIP_ABOVE);
+    if !gzip || !large || resp.headers().contains_key(hyper::header::CONTENT_ENCODING) {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let whole = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(never) => match never {},
+    };
+    let mut encoder = flate2::write::GzEncoder::new(
+        Vec::with_capacity(whole.len() / 4),
+        flate2::Compression::fast(),
+    );
+    let packed = std::io::Write::write_all(&mut encoder, &whole).and_then(|()| encoder.finish());
+    let body = match packed {
+        Ok(packed) => {
+            parts.headers.insert(
+                hyper::header::CONTENT_ENCODING,
+                hyper::header::HeaderValue::from_static("gzip"),
+            );
+            parts.headers.remove(hyper::header::CONTENT_LENGTH);
+            packed.into()
+        }
+        Err(_) => whole,
+    };
+    parts.headers.append(
+        hyper::header::VARY,
+        hyper::header::HeaderValue::from_static("Accept-Encoding"),
+    );
+    Response::from_parts(parts, http_body_util::Full::new(body).boxed_unsync())
+}
+
+/// `/livez`, `/readyz`, `/healthz` and `/version`: answered without a token, as
+/// kube-apiserver answers them to anyone, for load balancers and probes.
+async fn public(req: &Request<Incoming>, state: &ApiState) -> Option<Response<Body>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return None;
+    }
+    match req.uri().path() {
+        path @ ("/livez" | "/readyz" | "/healthz") => {
+            let format = strata_node::exposition::Format::from_accept(None);
+            let resp = strata_node::ops::answer(path, format, &*state.health).await;
+            Some(resp.map(BodyExt::boxed_unsync))
+        }
+        "/version" => Some(reply(StatusCode::OK, crate::kube::discovery::version())),
+        _ => None,
+    }
 }
 
 fn reply(status: StatusCode, body: Value) -> Response<Body> {
@@ -223,6 +296,9 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
 }
 
 async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
+    if let Some(resp) = public(&req, state).await {
+        return resp;
+    }
     let grant = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
