@@ -21,37 +21,30 @@
 //! Server-side apply (`application/apply-patch+yaml`, field managers, conflicts) is
 //! [`ssa`].
 
-pub mod aggregated;
 pub mod batch_check;
-pub mod catalog;
 pub mod clusters;
-pub mod discovery;
 mod documents;
-pub mod kubeconfig;
 pub mod namespaces;
-pub mod openapi;
-pub mod openapi_v2;
-pub mod protobuf;
 pub mod render;
-mod request;
-pub mod schema_check;
 pub mod spaces;
-pub mod ssa;
 pub mod status_journal;
 pub mod watch;
 mod writes;
 
-// Request texts are parsed by a crate without the runtime, which the fuzz targets use.
-pub use strata_manifest::{decode, patch, selector};
+// The pure parts, from the crate without a runtime, where they were before it.
+pub use strata_kube_core::{
+    Answer, Status, aggregated, catalog, decode, discovery, failure, kubeconfig, openapi,
+    openapi_v2, patch, protobuf, schema_check, selector, ssa,
+};
 
 use serde_json::{Value, json};
+use strata_kube_core::params::WatchParams;
+use strata_kube_core::{ApiRequest, Operation, ResourceRequest, SCALABLE};
 use strata_protocol::model::{Object, ObjectKey, ObjectKeyParts, Space};
 
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
 use catalog::{Catalog, ResourceType};
-use schema_check::FieldValidation;
-use selector::{FieldQuery, LabelQuery};
 use status_journal::{SharedJournal, StatusJournal};
 
 /// A request as the API's front door parsed it.
@@ -74,9 +67,6 @@ pub struct Request<'a> {
     /// The spaces the tokens name (they exist even while empty: [`spaces`]).
     pub named_spaces: &'a std::collections::BTreeSet<String>,
 }
-
-/// An answer: HTTP status and a JSON body.
-pub type Answer = (u16, Value);
 
 /// What the front door sends back.
 #[derive(Debug)]
@@ -104,41 +94,11 @@ pub enum Reply {
     },
 }
 
-/// A watch's own parameters.
-#[derive(Debug, Clone, Copy)]
-struct WatchParams {
-    from: Option<u64>,
-    bookmarks: bool,
-    timeout: Option<std::time::Duration>,
-}
-
 const ROOTS: [&str; 4] = ["version", "api", "apis", "openapi"];
-
-/// The kinds with a `scale` subresource.
-const SCALABLE: [&str; 4] = [
-    "Deployment",
-    "StatefulSet",
-    "ReplicaSet",
-    "ReplicationController",
-];
 
 /// The largest request body the Kubernetes API takes, as kube-apiserver's default
 /// (`--max-request-bytes`, 3 MiB): a larger one is refused with 413.
 pub const MAX_REQUEST_BODY: usize = 3 * 1024 * 1024;
-
-/// kube-apiserver's answer to a `resourceVersion` the root has not reached: 504 with
-/// the cause `ResourceVersionTooLarge`, which clients recognise.
-pub fn too_large_resource_version(rv: u64, head: u64) -> Answer {
-    failure(
-        504,
-        "Timeout",
-        format!("Too large resource version: {rv}, current: {head}"),
-        Some(json!({
-            "causes": [ { "reason": "ResourceVersionTooLarge", "message": "Too large resource version" } ],
-            "retryAfterSeconds": 1,
-        })),
-    )
-}
 
 /// Answers `req` if its path belongs to the Kubernetes API; `None` otherwise.
 /// `journal` is the status journal that the API's reads and watches share.
@@ -183,9 +143,18 @@ pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>
     if let Some(reply) = documents::answer(node, &req, rest, space, &prefix).await {
         return Some(reply);
     }
-    let op = match Op::parse(&req, rest) {
-        Ok(op) => op,
-        Err(answer) => return Some(Reply::Json(answer)),
+    let parsed = Operation::parse(&ApiRequest {
+        method: req.method,
+        path: rest,
+        query: req.query,
+        accept: req.accept,
+        content_type: req.content_type,
+        body: req.body,
+    });
+    let op = match parsed {
+        Ok(Operation::Resource(r)) => Op::Resource(Box::new(ResourceOp::new(*r))),
+        Ok(op) => Op::Other(op),
+        Err(status) => return Some(Reply::Json(status.into())),
     };
     let space = Space(space.to_owned());
     let watch = match &op {
@@ -298,86 +267,66 @@ fn stopping() -> Answer {
     )
 }
 
-/// A `metav1.Status` failure.
-pub fn failure(code: u16, reason: &str, message: String, details: Option<Value>) -> Answer {
-    let mut v = json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {},
-        "status": "Failure", "message": message, "reason": reason, "code": code,
-    });
-    if let Some(d) = details {
-        v["details"] = d;
-    }
-    (code, v)
-}
-
-fn param<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    query
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
-}
-
-/// What a request asks, owned, to run inside the node's task.
+/// What a request asks, with the door's own state of a resource request.
 #[derive(Debug)]
 enum Op {
-    Version,
-    CoreVersions,
-    Groups,
-    Group(String),
-    Resources(String, String),
+    Other(Operation),
     Resource(Box<ResourceOp>),
 }
 
+/// A request on one resource type as it runs in the node's task.
 #[derive(Debug)]
 struct ResourceOp {
-    method: String,
-    group: String,
-    version: String,
-    plural: String,
-    namespace: Option<String>,
-    name: Option<String>,
-    subresource: Option<String>,
-    labels: LabelQuery,
-    fields: FieldQuery,
-    limit: Option<usize>,
-    cont: Option<usize>,
-    table: bool,
-    dry_run: bool,
-    validation: FieldValidation,
+    req: ResourceRequest,
     /// What the request is warned about (`Warning` headers), collected as it runs.
     warnings: std::cell::RefCell<Vec<String>>,
-    content_type: String,
-    body: Vec<u8>,
-    watch: Option<WatchParams>,
-    field_manager: Option<String>,
-    force: bool,
-    /// A list's `resourceVersion` and `resourceVersionMatch`.
-    list_version: (Option<usize>, Option<String>),
+}
+
+impl std::ops::Deref for ResourceOp {
+    type Target = ResourceRequest;
+
+    fn deref(&self) -> &ResourceRequest {
+        &self.req
+    }
+}
+
+impl ResourceOp {
+    fn new(req: ResourceRequest) -> ResourceOp {
+        ResourceOp {
+            req,
+            warnings: std::cell::RefCell::default(),
+        }
+    }
 }
 
 impl Op {
     /// The answer, and the warnings that go with it.
     fn run(self, core: &mut NodeCore, space: &Space) -> (Answer, Vec<String>) {
         let not_found = |what: String| failure(404, "NotFound", what, None);
-        let answer = match self {
-            Op::Version => (200, discovery::version()),
-            Op::CoreVersions => (200, discovery::core_versions()),
-            Op::Groups => (
-                200,
-                discovery::groups(&Catalog::of_space(core.log(), space)),
-            ),
-            Op::Group(g) => discovery::group(&Catalog::of_space(core.log(), space), &g)
-                .map(|v| (200, v))
-                .unwrap_or_else(|| not_found(format!("no API group {g:?}"))),
-            Op::Resources(g, v) => {
-                discovery::resources(&Catalog::of_space(core.log(), space), &g, &v)
-                    .map(|doc| (200, doc))
-                    .unwrap_or_else(|| not_found(format!("no API group version {g}/{v}")))
-            }
+        let op = match self {
             Op::Resource(r) => {
                 let answer = r.run(core, space);
                 return (answer, r.warnings.take());
             }
+            Op::Other(op) => op,
+        };
+        let answer = match op {
+            Operation::Version => (200, discovery::version()),
+            Operation::CoreVersions => (200, discovery::core_versions()),
+            Operation::Groups => (
+                200,
+                discovery::groups(&Catalog::of_space(core.log(), space)),
+            ),
+            Operation::Group(g) => discovery::group(&Catalog::of_space(core.log(), space), &g)
+                .map(|v| (200, v))
+                .unwrap_or_else(|| not_found(format!("no API group {g:?}"))),
+            Operation::Resources(g, v) => {
+                discovery::resources(&Catalog::of_space(core.log(), space), &g, &v)
+                    .map(|doc| (200, doc))
+                    .unwrap_or_else(|| not_found(format!("no API group version {g}/{v}")))
+            }
+            // Parsed into `Op::Resource` above.
+            Operation::Resource(r) => ResourceOp::new(*r).run(core, space),
         };
         (answer, Vec::new())
     }
@@ -433,10 +382,10 @@ impl ResourceOp {
         let spec = watch::WatchSpec {
             space: space.clone(),
             resource: self.resource_type(core, space)?,
-            namespace: self.namespace,
-            labels: self.labels,
-            fields: self.fields,
-            table: self.table,
+            namespace: self.req.namespace,
+            labels: self.req.list.labels,
+            fields: self.req.list.fields,
+            table: self.req.table,
             bookmarks: params.bookmarks,
             timeout: params.timeout,
         };
@@ -546,8 +495,8 @@ impl ResourceOp {
                     && k.group == t.group
                     && k.kind == t.kind
                     && (self.namespace.is_none() || k.namespace == self.namespace)
-                    && self.labels.matches(&o.meta.labels)
-                    && self.fields.matches(k)
+                    && self.list.labels.matches(&o.meta.labels)
+                    && self.list.fields.matches(k)
             })
             .collect()
     }
@@ -560,11 +509,15 @@ impl ResourceOp {
                 let labels =
                     serde_json::from_value(c["metadata"]["labels"].clone()).unwrap_or_default();
                 let name = c["metadata"]["name"].as_str().unwrap_or_default();
-                self.labels.matches(&labels) && self.fields.matches(&clusters::key(space, name))
+                self.list.labels.matches(&labels)
+                    && self.list.fields.matches(&clusters::key(space, name))
             })
             .collect();
-        let start = self.cont.unwrap_or(0).min(all.len());
-        let end = self.limit.map_or(all.len(), |l| (start + l).min(all.len()));
+        let start = self.list.continue_at.unwrap_or(0).min(all.len());
+        let end = self
+            .list
+            .limit
+            .map_or(all.len(), |l| (start + l).min(all.len()));
         let next = (end < all.len()).then(|| end.to_string());
         let head = core.log().head().0;
         let page = all[start..end].to_vec();
@@ -586,10 +539,12 @@ impl ResourceOp {
         // The root serves its latest state: a list at a version it has not reached, or
         // exactly at one it has left behind, cannot be answered.
         match (
-            self.list_version.0.map(|v| v as u64),
-            self.list_version.1.as_deref(),
+            self.list.resource_version.map(|v| v as u64),
+            self.list.resource_version_match.as_deref(),
         ) {
-            (Some(rv), _) if rv > head => return too_large_resource_version(rv, head),
+            (Some(rv), _) if rv > head => {
+                return Status::too_large_resource_version(rv, head).into();
+            }
             (Some(rv), Some("Exact")) if rv != head => {
                 return failure(
                     410,
@@ -606,8 +561,11 @@ impl ResourceOp {
             return self.list_clusters(core, t, space);
         }
         let all = self.matching(core, t, space);
-        let start = self.cont.unwrap_or(0).min(all.len());
-        let end = self.limit.map_or(all.len(), |l| (start + l).min(all.len()));
+        let start = self.list.continue_at.unwrap_or(0).min(all.len());
+        let end = self
+            .list
+            .limit
+            .map_or(all.len(), |l| (start + l).min(all.len()));
         let page = &all[start..end];
         let next = (end < all.len()).then(|| end.to_string());
         let head = core.log().head().0;

@@ -118,7 +118,7 @@ impl WatchSpec {
     ) -> Result<(Vec<Value>, u64, u64), Answer> {
         let head = core.log().head().0;
         if let Some(rv) = from.filter(|rv| *rv > head) {
-            return Err(super::too_large_resource_version(rv, head));
+            return Err(super::Status::too_large_resource_version(rv, head).into());
         }
         let epoch = journal.refresh(core, &self.space, &self.resource);
         match from {
