@@ -21,15 +21,13 @@
 //! Server-side apply (`application/apply-patch+yaml`, field managers, conflicts) is
 //! [`ssa`].
 
-pub mod batch_check;
-pub mod clusters;
-mod documents;
-pub mod namespaces;
-pub mod render;
-pub mod spaces;
-pub mod status_journal;
-pub mod watch;
+mod reads;
+mod schemas;
 mod writes;
+
+// Where they were before the door was grouped.
+pub use reads::{clusters, render, spaces, status_journal, watch};
+pub use writes::{batch_check, namespaces};
 
 // The pure parts, from the crate without a runtime, where they were before it.
 pub use strata_kube_core::{
@@ -38,14 +36,13 @@ pub use strata_kube_core::{
 };
 
 use serde_json::{Value, json};
-use strata_kube_core::params::WatchParams;
 use strata_kube_core::{ApiRequest, Operation, ResourceRequest, SCALABLE};
 use strata_protocol::model::{Object, ObjectKey, ObjectKeyParts, Space};
 
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
 use catalog::{Catalog, ResourceType};
-use status_journal::{SharedJournal, StatusJournal};
+use status_journal::SharedJournal;
 
 /// A request as the API's front door parsed it.
 #[derive(Debug)]
@@ -140,7 +137,7 @@ pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>
     {
         return Some(Reply::Json(access_review(&req, space)));
     }
-    if let Some(reply) = documents::answer(node, &req, rest, space, &prefix).await {
+    if let Some(reply) = schemas::answer(node, &req, rest, space, &prefix).await {
         return Some(reply);
     }
     let parsed = Operation::parse(&ApiRequest {
@@ -372,27 +369,6 @@ impl ResourceOp {
         v["kind"].as_str().map(str::to_owned)
     }
 
-    fn start_watch(
-        self,
-        core: &mut NodeCore,
-        journal: &mut StatusJournal,
-        space: &Space,
-        params: WatchParams,
-    ) -> Result<(watch::WatchSpec, Vec<Value>, u64, u64), Answer> {
-        let spec = watch::WatchSpec {
-            space: space.clone(),
-            resource: self.resource_type(core, space)?,
-            namespace: self.req.namespace,
-            labels: self.req.list.labels,
-            fields: self.req.list.fields,
-            table: self.req.table,
-            bookmarks: params.bookmarks,
-            timeout: params.timeout,
-        };
-        let (first, since, epoch) = spec.start(core, journal, params.from)?;
-        Ok((spec, first, since, epoch))
-    }
-
     fn run(&self, core: &mut NodeCore, space: &Space) -> Answer {
         let t = match self.resource_type(core, space) {
             Ok(t) => t,
@@ -462,124 +438,6 @@ impl ResourceOp {
     }
 
     fn missing(t: &ResourceType, name: &str) -> Answer {
-        failure(
-            404,
-            "NotFound",
-            format!("{}.{} {name:?} not found", t.plural, t.group).replace(". ", " "),
-            Some(Self::details(t, name)),
-        )
-    }
-
-    fn get(&self, core: &NodeCore, t: &ResourceType, space: &Space, name: &str) -> Answer {
-        if t.is_cluster() {
-            return match clusters::get(core, space, name) {
-                Some(c) if self.table => (200, clusters::table(&[c], core.log().head().0)),
-                Some(c) => (200, c),
-                None => Self::missing(t, name),
-            };
-        }
-        let key = self.key(t, space, name);
-        match Self::find(core, &key) {
-            Some(o) if self.table => (200, render::table(core, &[o], core.log().head().0)),
-            Some(o) => (200, render::object(core, o)),
-            None => Self::missing(t, name),
-        }
-    }
-
-    fn matching<'a>(&self, core: &'a NodeCore, t: &ResourceType, space: &Space) -> Vec<&'a Object> {
-        core.log()
-            .live()
-            .filter(|o| {
-                let k = o.key();
-                k.space == *space
-                    && k.group == t.group
-                    && k.kind == t.kind
-                    && (self.namespace.is_none() || k.namespace == self.namespace)
-                    && self.list.labels.matches(&o.meta.labels)
-                    && self.list.fields.matches(k)
-            })
-            .collect()
-    }
-
-    /// The space's clusters a list asks for.
-    fn list_clusters(&self, core: &NodeCore, t: &ResourceType, space: &Space) -> Answer {
-        let all: Vec<Value> = clusters::all(core, space)
-            .into_iter()
-            .filter(|c| {
-                let labels =
-                    serde_json::from_value(c["metadata"]["labels"].clone()).unwrap_or_default();
-                let name = c["metadata"]["name"].as_str().unwrap_or_default();
-                self.list.labels.matches(&labels)
-                    && self.list.fields.matches(&clusters::key(space, name))
-            })
-            .collect();
-        let start = self.list.continue_at.unwrap_or(0).min(all.len());
-        let end = self
-            .list
-            .limit
-            .map_or(all.len(), |l| (start + l).min(all.len()));
-        let next = (end < all.len()).then(|| end.to_string());
-        let head = core.log().head().0;
-        let page = all[start..end].to_vec();
-        if self.table {
-            let mut table = clusters::table(&page, head);
-            if let Some(c) = next {
-                table["metadata"]["continue"] = json!(c);
-            }
-            return (200, table);
-        }
-        (
-            200,
-            render::list(&t.api_version(), &t.kind, head, page, next),
-        )
-    }
-
-    fn list(&self, core: &NodeCore, t: &ResourceType, space: &Space) -> Answer {
-        let head = core.log().head().0;
-        // The root serves its latest state: a list at a version it has not reached, or
-        // exactly at one it has left behind, cannot be answered.
-        match (
-            self.list.resource_version.map(|v| v as u64),
-            self.list.resource_version_match.as_deref(),
-        ) {
-            (Some(rv), _) if rv > head => {
-                return Status::too_large_resource_version(rv, head).into();
-            }
-            (Some(rv), Some("Exact")) if rv != head => {
-                return failure(
-                    410,
-                    "Expired",
-                    format!(
-                        "resourceVersion {rv} is not served exactly: the root keeps its latest state only ({head})"
-                    ),
-                    None,
-                );
-            }
-            _ => {}
-        }
-        if t.is_cluster() {
-            return self.list_clusters(core, t, space);
-        }
-        let all = self.matching(core, t, space);
-        let start = self.list.continue_at.unwrap_or(0).min(all.len());
-        let end = self
-            .list
-            .limit
-            .map_or(all.len(), |l| (start + l).min(all.len()));
-        let page = &all[start..end];
-        let next = (end < all.len()).then(|| end.to_string());
-        let head = core.log().head().0;
-        if self.table {
-            let mut table = render::table(core, page, head);
-            if let Some(c) = next {
-                table["metadata"]["continue"] = json!(c);
-            }
-            return (200, table);
-        }
-        let items = page.iter().map(|o| render::object(core, o)).collect();
-        (
-            200,
-            render::list(&t.api_version(), &t.kind, head, items, next),
-        )
+        Status::not_found(&t.plural, &t.group, name).into()
     }
 }

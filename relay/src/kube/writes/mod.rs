@@ -3,6 +3,9 @@
 //! and stored in one turn of the node's task, so a `resourceVersion` checked is the one
 //! replaced.
 
+pub mod batch_check;
+pub mod namespaces;
+
 use serde_json::{Value, json};
 use strata_node::objects::manifest_from_value;
 use strata_protocol::model::{ObjectKey, Space};
@@ -11,9 +14,7 @@ use strata_protocol::wire::Change;
 use super::catalog::ResourceType;
 use super::openapi::TypeSchema;
 use super::schema_check::FieldValidation;
-use super::{
-    Answer, ResourceOp, clusters, failure, namespaces, patch, protobuf, render, schema_check, ssa,
-};
+use super::{Answer, ResourceOp, clusters, failure, patch, protobuf, render, schema_check, ssa};
 use crate::node::core::NodeCore;
 
 impl ResourceOp {

@@ -8,9 +8,9 @@
 use strata_node::objects::Manifest;
 use strata_protocol::model::Space;
 
-use super::catalog::{Catalog, ResourceType, crd_types};
-use super::openapi::TypeSchema;
-use super::schema_check::{FieldValidation, enforce};
+use crate::kube::catalog::{Catalog, ResourceType, crd_types};
+use crate::kube::openapi::TypeSchema;
+use crate::kube::schema_check::{FieldValidation, enforce};
 use crate::node::core::NodeCore;
 
 /// Checks and prunes the custom resources of `manifests` (for `space`); the warnings
