@@ -23,7 +23,7 @@
 
 mod reads;
 mod schemas;
-mod writes;
+pub mod writes;
 
 // Where they were before the door was grouped.
 pub use reads::{clusters, render, spaces, status_journal, watch};
