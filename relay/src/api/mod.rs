@@ -316,12 +316,14 @@ async fn route(
 ) -> Response<Body> {
     let kube = crate::kube::Request {
         grant,
-        method: method.as_str(),
-        path: p,
-        query,
-        accept: header(headers, hyper::header::ACCEPT),
-        content_type: header(headers, hyper::header::CONTENT_TYPE),
-        body,
+        http: crate::kube::ApiRequest {
+            method: method.as_str(),
+            path: p,
+            query,
+            accept: header(headers, hyper::header::ACCEPT),
+            content_type: header(headers, hyper::header::CONTENT_TYPE),
+            body,
+        },
         named_spaces: &state.named_spaces,
     };
     match crate::kube::handle(&state.node, &state.journal, kube).await {

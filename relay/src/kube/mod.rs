@@ -20,6 +20,22 @@
 //!
 //! Server-side apply (`application/apply-patch+yaml`, field managers, conflicts) is
 //! [`ssa`].
+//!
+//! # Layout
+//!
+//! This is the async door, as kube-rs's client is to `kube-core`: what needs no node
+//! core or runtime (the typed [`Status`], list and watch parameters, parsing a request
+//! into an operation, the catalog, discovery, OpenAPI, SSA, schema checks, protobuf,
+//! kubeconfigs) is the crate `strata-kube-core`, re-exported here under its old paths.
+//!
+//! - `mod.rs`: [`handle`], the door: a [`Request`] in, a [`Reply`] out, each operation
+//!   run inside the node's task.
+//! - `reads/`: get, list and the start of a watch; [`render`], [`clusters`] (the
+//!   `Cluster` inventory), [`status_journal`], [`watch`], [`spaces`].
+//! - [`writes`]: create, update, patch, server-side apply, scale, delete;
+//!   [`writes::admit`], the one write path `POST /spaces/S/apply` shares;
+//!   [`namespaces`], [`batch_check`].
+//! - `schemas/`: the discovery and OpenAPI documents, built outside the node's task.
 
 mod reads;
 mod schemas;
@@ -31,12 +47,12 @@ pub use writes::{batch_check, namespaces};
 
 // The pure parts, from the crate without a runtime, where they were before it.
 pub use strata_kube_core::{
-    Answer, Status, aggregated, catalog, decode, discovery, failure, kubeconfig, openapi,
-    openapi_v2, patch, protobuf, schema_check, selector, ssa,
+    Answer, ApiRequest, Status, aggregated, catalog, decode, discovery, failure, kubeconfig,
+    openapi, openapi_v2, patch, protobuf, schema_check, selector, ssa,
 };
 
 use serde_json::{Value, json};
-use strata_kube_core::{ApiRequest, Operation, ResourceRequest, SCALABLE};
+use strata_kube_core::{Operation, ResourceRequest, SCALABLE};
 use strata_protocol::model::{Object, ObjectKey, ObjectKeyParts, Space};
 
 use crate::node::core::NodeCore;
@@ -49,20 +65,18 @@ use status_journal::SharedJournal;
 pub struct Request<'a> {
     /// Who asks, and what they may do.
     pub grant: &'a crate::api::auth::Grant,
-    /// `GET`, `POST`, ...
-    pub method: &'a str,
-    /// The path's segments.
-    pub path: &'a [&'a str],
-    /// Query parameters, in order.
-    pub query: &'a [(String, String)],
-    /// The `Accept` header.
-    pub accept: &'a str,
-    /// The `Content-Type` header.
-    pub content_type: &'a str,
-    /// The body.
-    pub body: &'a [u8],
+    /// Method, path (all its segments), query, `Accept`, `Content-Type` and body.
+    pub http: ApiRequest<'a>,
     /// The spaces the tokens name (they exist even while empty: [`spaces`]).
     pub named_spaces: &'a std::collections::BTreeSet<String>,
+}
+
+impl<'a> std::ops::Deref for Request<'a> {
+    type Target = ApiRequest<'a>;
+
+    fn deref(&self) -> &ApiRequest<'a> {
+        &self.http
+    }
 }
 
 /// What the front door sends back.
@@ -141,12 +155,8 @@ pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>
         return Some(reply);
     }
     let parsed = Operation::parse(&ApiRequest {
-        method: req.method,
         path: rest,
-        query: req.query,
-        accept: req.accept,
-        content_type: req.content_type,
-        body: req.body,
+        ..req.http
     });
     let op = match parsed {
         Ok(Operation::Resource(r)) => Op::Resource(Box::new(ResourceOp::new(*r))),
