@@ -15,7 +15,8 @@
 //! * `http`: what the API and the metrics server share (listener, accept loop).
 //! * [`join`]: agents that are not in the topology join a relay with a single-use token.
 //! * [`kinds`]: what the CLI's KIND argument names, from the root's discovery.
-//! * [`kube`]: the Kubernetes API of each space (kubectl, client libraries).
+//! * [`kube`]: the Kubernetes API of each space (kubectl, client libraries), the async
+//!   door (`reads/`, `writes/`, `schemas/`) over the pure crate `strata-kube-core`.
 //! * [`kubeconfig_cli`]: `relay kubeconfig`.
 //! * [`lifecycle`]: `relay cordon|uncordon|drain`: taints on a cluster at the root.
 //! * [`rollout_cli`]: `relay rollout status|pause|resume|abort|undo`: a placement's

@@ -34,7 +34,7 @@
 //! (`ARCHITECTURE.md` at the repository's root follows the same path hop by hop.)
 //!
 //! An object, from a user to a cluster:
-//! 1. the root's API (`relay/src/api/`, or its Kubernetes API: `relay/src/kube/writes.rs`)
+//! 1. the root's API (`relay/src/api/`, or its Kubernetes API: `relay/src/kube/writes/`)
 //!    parses manifests ([`objects`]) and `NodeCore::apply_manifests`
 //!    (`relay/src/node/core/log.rs`) appends them to the object log
 //!    (`protocol/src/sync/log.rs`) in one revision;

@@ -46,7 +46,9 @@ mod revoke;
 mod tree;
 mod tunnel;
 
+use crate::kube::schema_check::FieldValidation;
 use crate::kube::selector::LabelQuery;
+use crate::kube::writes::admit::{Admission, WriteError, write_manifests};
 use paths::ObjectFilter;
 use strata_node::tls::{self, Identity, TlsError};
 
@@ -390,12 +392,14 @@ async fn route(
 ) -> Response<Body> {
     let kube = crate::kube::Request {
         grant,
-        method: method.as_str(),
-        path: p,
-        query,
-        accept: header(headers, hyper::header::ACCEPT),
-        content_type: header(headers, hyper::header::CONTENT_TYPE),
-        body,
+        http: crate::kube::ApiRequest {
+            method: method.as_str(),
+            path: p,
+            query,
+            accept: header(headers, hyper::header::ACCEPT),
+            content_type: header(headers, hyper::header::CONTENT_TYPE),
+            body,
+        },
         named_spaces: &state.named_spaces,
     };
     match crate::kube::handle(&state.node, &state.journal, kube).await {
@@ -547,34 +551,50 @@ async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
     let result = state
         .node
         .query(move |core: &mut NodeCore| {
-            // Custom resources are checked against their CRDs, as the Kubernetes API
-            // checks them.
-            let warnings = crate::kube::batch_check::check(core, &space, &mut manifests)
-                .map_err(|e| {
-                    (
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        format!("nothing was applied: {e}"),
-                    )
-                })?;
-            let missing = crate::kube::namespaces::missing(
-                core,
-                manifests.iter().map(|m| &m.meta.key),
-            );
-            if !missing.is_empty() {
-                return Err((
+            // Clusters first: what a Cluster's apply keeps of the inventory.
+            let mut manifests = crate::kube::clusters::prepare_manifests(core, manifests)
+                .map_err(|e| (StatusCode::UNPROCESSABLE_ENTITY, e))?;
+            // The Kubernetes API's write path: namespaces present, custom resources
+            // checked against their CRDs as the Kubernetes API checks them.
+            let admission = Admission {
+                validation: FieldValidation::Warn,
+                dry_run: false,
+            };
+            let written = write_manifests(core, &space, &mut manifests, admission).map_err(|e| match e {
+                WriteError::NamespacesMissing(missing) => (
                     StatusCode::NOT_FOUND,
                     format!(
                         "nothing was applied: namespaces {} not found (apply the Namespace first, or in the same request)",
                         missing.join(", ")
                     ),
-                ));
-            }
-            match crate::kube::clusters::prepare_manifests(core, manifests) {
-                Ok(manifests) => core
-                    .apply_manifests(&manifests)
-                    .map(|a| (a, warnings))
-                    .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
-                Err(e) => Err((StatusCode::UNPROCESSABLE_ENTITY, e)),
+                ),
+                WriteError::Invalid((_, status)) => (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!(
+                        "nothing was applied: {}",
+                        status["message"]
+                            .as_str()
+                            .map_or_else(|| status.to_string(), str::to_owned)
+                    ),
+                ),
+                WriteError::Store(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            })?;
+            let warnings: Vec<String> = manifests
+                .iter()
+                .zip(&written.pruned)
+                .flat_map(|(m, pruned)| {
+                    let name = m.meta.key.to_string();
+                    pruned
+                        .iter()
+                        .map(move |f| format!("{name}: unknown field {f:?} (dropped)"))
+                })
+                .collect();
+            match written.applied {
+                Some(a) => Ok((a, warnings)),
+                None => Err((
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "a write that is not a dry run stored nothing".to_owned(),
+                )),
             }
         })
         .await;

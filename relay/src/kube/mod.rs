@@ -20,63 +20,64 @@
 //!
 //! Server-side apply (`application/apply-patch+yaml`, field managers, conflicts) is
 //! [`ssa`].
+//!
+//! # Layout
+//!
+//! This is the async door, as kube-rs's client is to `kube-core`: what needs no node
+//! core or runtime (the typed [`Status`], list and watch parameters, parsing a request
+//! into an operation, the catalog, discovery, OpenAPI, SSA, schema checks, protobuf,
+//! kubeconfigs) is the crate `strata-kube-core`, re-exported here under its old paths.
+//!
+//! - `mod.rs`: [`handle`], the door: a [`Request`] in, a [`Reply`] out, each operation
+//!   run inside the node's task.
+//! - `reads/`: get, list and the start of a watch; [`render`], [`clusters`] (the
+//!   `Cluster` inventory), [`status_journal`], [`watch`], [`spaces`].
+//! - [`writes`]: create, update, patch, server-side apply, scale, delete;
+//!   [`writes::admit`], the one write path `POST /spaces/S/apply` shares;
+//!   [`namespaces`], [`batch_check`].
+//! - `schemas/`: the discovery and OpenAPI documents, built outside the node's task.
 
-pub mod aggregated;
-pub mod batch_check;
-pub mod catalog;
-pub mod clusters;
-pub mod discovery;
-mod documents;
-pub mod kubeconfig;
-pub mod namespaces;
-pub mod openapi;
-pub mod openapi_v2;
-pub mod protobuf;
-pub mod render;
-mod request;
-pub mod schema_check;
-pub mod spaces;
-pub mod ssa;
-pub mod status_journal;
-pub mod watch;
-mod writes;
+mod reads;
+mod schemas;
+pub mod writes;
 
-// Request texts are parsed by a crate without the runtime, which the fuzz targets use.
-pub use strata_manifest::{decode, patch, selector};
+// Where they were before the door was grouped.
+pub use reads::{clusters, render, spaces, status_journal, watch};
+pub use writes::{batch_check, namespaces};
+
+// The pure parts, from the crate without a runtime, where they were before it.
+pub use strata_kube_core::{
+    Answer, ApiRequest, Status, aggregated, catalog, decode, discovery, failure, kubeconfig,
+    openapi, openapi_v2, patch, protobuf, schema_check, selector, ssa,
+};
 
 use serde_json::{Value, json};
+use strata_kube_core::{Operation, ResourceRequest, SCALABLE};
 use strata_protocol::model::{Object, ObjectKey, ObjectKeyParts, Space};
 
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
 use catalog::{Catalog, ResourceType};
-use schema_check::FieldValidation;
-use selector::{FieldQuery, LabelQuery};
-use status_journal::{SharedJournal, StatusJournal};
+use status_journal::SharedJournal;
 
 /// A request as the API's front door parsed it.
 #[derive(Debug)]
 pub struct Request<'a> {
     /// Who asks, and what they may do.
     pub grant: &'a crate::api::auth::Grant,
-    /// `GET`, `POST`, ...
-    pub method: &'a str,
-    /// The path's segments.
-    pub path: &'a [&'a str],
-    /// Query parameters, in order.
-    pub query: &'a [(String, String)],
-    /// The `Accept` header.
-    pub accept: &'a str,
-    /// The `Content-Type` header.
-    pub content_type: &'a str,
-    /// The body.
-    pub body: &'a [u8],
+    /// Method, path (all its segments), query, `Accept`, `Content-Type` and body.
+    pub http: ApiRequest<'a>,
     /// The spaces the tokens name (they exist even while empty: [`spaces`]).
     pub named_spaces: &'a std::collections::BTreeSet<String>,
 }
 
-/// An answer: HTTP status and a JSON body.
-pub type Answer = (u16, Value);
+impl<'a> std::ops::Deref for Request<'a> {
+    type Target = ApiRequest<'a>;
+
+    fn deref(&self) -> &ApiRequest<'a> {
+        &self.http
+    }
+}
 
 /// What the front door sends back.
 #[derive(Debug)]
@@ -104,41 +105,11 @@ pub enum Reply {
     },
 }
 
-/// A watch's own parameters.
-#[derive(Debug, Clone, Copy)]
-struct WatchParams {
-    from: Option<u64>,
-    bookmarks: bool,
-    timeout: Option<std::time::Duration>,
-}
-
 const ROOTS: [&str; 4] = ["version", "api", "apis", "openapi"];
-
-/// The kinds with a `scale` subresource.
-const SCALABLE: [&str; 4] = [
-    "Deployment",
-    "StatefulSet",
-    "ReplicaSet",
-    "ReplicationController",
-];
 
 /// The largest request body the Kubernetes API takes, as kube-apiserver's default
 /// (`--max-request-bytes`, 3 MiB): a larger one is refused with 413.
 pub const MAX_REQUEST_BODY: usize = 3 * 1024 * 1024;
-
-/// kube-apiserver's answer to a `resourceVersion` the root has not reached: 504 with
-/// the cause `ResourceVersionTooLarge`, which clients recognise.
-pub fn too_large_resource_version(rv: u64, head: u64) -> Answer {
-    failure(
-        504,
-        "Timeout",
-        format!("Too large resource version: {rv}, current: {head}"),
-        Some(json!({
-            "causes": [ { "reason": "ResourceVersionTooLarge", "message": "Too large resource version" } ],
-            "retryAfterSeconds": 1,
-        })),
-    )
-}
 
 /// Answers `req` if its path belongs to the Kubernetes API; `None` otherwise.
 /// `journal` is the status journal that the API's reads and watches share.
@@ -180,12 +151,17 @@ pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>
     {
         return Some(Reply::Json(access_review(&req, space)));
     }
-    if let Some(reply) = documents::answer(node, &req, rest, space, &prefix).await {
+    if let Some(reply) = schemas::answer(node, &req, rest, space, &prefix).await {
         return Some(reply);
     }
-    let op = match Op::parse(&req, rest) {
-        Ok(op) => op,
-        Err(answer) => return Some(Reply::Json(answer)),
+    let parsed = Operation::parse(&ApiRequest {
+        path: rest,
+        ..req.http
+    });
+    let op = match parsed {
+        Ok(Operation::Resource(r)) => Op::Resource(Box::new(ResourceOp::new(*r))),
+        Ok(op) => Op::Other(op),
+        Err(status) => return Some(Reply::Json(status.into())),
     };
     let space = Space(space.to_owned());
     let watch = match &op {
@@ -298,86 +274,66 @@ fn stopping() -> Answer {
     )
 }
 
-/// A `metav1.Status` failure.
-pub fn failure(code: u16, reason: &str, message: String, details: Option<Value>) -> Answer {
-    let mut v = json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {},
-        "status": "Failure", "message": message, "reason": reason, "code": code,
-    });
-    if let Some(d) = details {
-        v["details"] = d;
-    }
-    (code, v)
-}
-
-fn param<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    query
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
-}
-
-/// What a request asks, owned, to run inside the node's task.
+/// What a request asks, with the door's own state of a resource request.
 #[derive(Debug)]
 enum Op {
-    Version,
-    CoreVersions,
-    Groups,
-    Group(String),
-    Resources(String, String),
+    Other(Operation),
     Resource(Box<ResourceOp>),
 }
 
+/// A request on one resource type as it runs in the node's task.
 #[derive(Debug)]
 struct ResourceOp {
-    method: String,
-    group: String,
-    version: String,
-    plural: String,
-    namespace: Option<String>,
-    name: Option<String>,
-    subresource: Option<String>,
-    labels: LabelQuery,
-    fields: FieldQuery,
-    limit: Option<usize>,
-    cont: Option<usize>,
-    table: bool,
-    dry_run: bool,
-    validation: FieldValidation,
+    req: ResourceRequest,
     /// What the request is warned about (`Warning` headers), collected as it runs.
     warnings: std::cell::RefCell<Vec<String>>,
-    content_type: String,
-    body: Vec<u8>,
-    watch: Option<WatchParams>,
-    field_manager: Option<String>,
-    force: bool,
-    /// A list's `resourceVersion` and `resourceVersionMatch`.
-    list_version: (Option<usize>, Option<String>),
+}
+
+impl std::ops::Deref for ResourceOp {
+    type Target = ResourceRequest;
+
+    fn deref(&self) -> &ResourceRequest {
+        &self.req
+    }
+}
+
+impl ResourceOp {
+    fn new(req: ResourceRequest) -> ResourceOp {
+        ResourceOp {
+            req,
+            warnings: std::cell::RefCell::default(),
+        }
+    }
 }
 
 impl Op {
     /// The answer, and the warnings that go with it.
     fn run(self, core: &mut NodeCore, space: &Space) -> (Answer, Vec<String>) {
         let not_found = |what: String| failure(404, "NotFound", what, None);
-        let answer = match self {
-            Op::Version => (200, discovery::version()),
-            Op::CoreVersions => (200, discovery::core_versions()),
-            Op::Groups => (
-                200,
-                discovery::groups(&Catalog::of_space(core.log(), space)),
-            ),
-            Op::Group(g) => discovery::group(&Catalog::of_space(core.log(), space), &g)
-                .map(|v| (200, v))
-                .unwrap_or_else(|| not_found(format!("no API group {g:?}"))),
-            Op::Resources(g, v) => {
-                discovery::resources(&Catalog::of_space(core.log(), space), &g, &v)
-                    .map(|doc| (200, doc))
-                    .unwrap_or_else(|| not_found(format!("no API group version {g}/{v}")))
-            }
+        let op = match self {
             Op::Resource(r) => {
                 let answer = r.run(core, space);
                 return (answer, r.warnings.take());
             }
+            Op::Other(op) => op,
+        };
+        let answer = match op {
+            Operation::Version => (200, discovery::version()),
+            Operation::CoreVersions => (200, discovery::core_versions()),
+            Operation::Groups => (
+                200,
+                discovery::groups(&Catalog::of_space(core.log(), space)),
+            ),
+            Operation::Group(g) => discovery::group(&Catalog::of_space(core.log(), space), &g)
+                .map(|v| (200, v))
+                .unwrap_or_else(|| not_found(format!("no API group {g:?}"))),
+            Operation::Resources(g, v) => {
+                discovery::resources(&Catalog::of_space(core.log(), space), &g, &v)
+                    .map(|doc| (200, doc))
+                    .unwrap_or_else(|| not_found(format!("no API group version {g}/{v}")))
+            }
+            // Parsed into `Op::Resource` above.
+            Operation::Resource(r) => ResourceOp::new(*r).run(core, space),
         };
         (answer, Vec::new())
     }
@@ -421,27 +377,6 @@ impl ResourceOp {
             .ok()
             .or_else(|| strata_manifest::yaml::from_str(text).ok())?;
         v["kind"].as_str().map(str::to_owned)
-    }
-
-    fn start_watch(
-        self,
-        core: &mut NodeCore,
-        journal: &mut StatusJournal,
-        space: &Space,
-        params: WatchParams,
-    ) -> Result<(watch::WatchSpec, Vec<Value>, u64, u64), Answer> {
-        let spec = watch::WatchSpec {
-            space: space.clone(),
-            resource: self.resource_type(core, space)?,
-            namespace: self.namespace,
-            labels: self.labels,
-            fields: self.fields,
-            table: self.table,
-            bookmarks: params.bookmarks,
-            timeout: params.timeout,
-        };
-        let (first, since, epoch) = spec.start(core, journal, params.from)?;
-        Ok((spec, first, since, epoch))
     }
 
     fn run(&self, core: &mut NodeCore, space: &Space) -> Answer {
@@ -513,115 +448,6 @@ impl ResourceOp {
     }
 
     fn missing(t: &ResourceType, name: &str) -> Answer {
-        failure(
-            404,
-            "NotFound",
-            format!("{}.{} {name:?} not found", t.plural, t.group).replace(". ", " "),
-            Some(Self::details(t, name)),
-        )
-    }
-
-    fn get(&self, core: &NodeCore, t: &ResourceType, space: &Space, name: &str) -> Answer {
-        if t.is_cluster() {
-            return match clusters::get(core, space, name) {
-                Some(c) if self.table => (200, clusters::table(&[c], core.log().head().0)),
-                Some(c) => (200, c),
-                None => Self::missing(t, name),
-            };
-        }
-        let key = self.key(t, space, name);
-        match Self::find(core, &key) {
-            Some(o) if self.table => (200, render::table(core, &[o], core.log().head().0)),
-            Some(o) => (200, render::object(core, o)),
-            None => Self::missing(t, name),
-        }
-    }
-
-    fn matching<'a>(&self, core: &'a NodeCore, t: &ResourceType, space: &Space) -> Vec<&'a Object> {
-        core.log()
-            .live()
-            .filter(|o| {
-                let k = o.key();
-                k.space == *space
-                    && k.group == t.group
-                    && k.kind == t.kind
-                    && (self.namespace.is_none() || k.namespace == self.namespace)
-                    && self.labels.matches(&o.meta.labels)
-                    && self.fields.matches(k)
-            })
-            .collect()
-    }
-
-    /// The space's clusters a list asks for.
-    fn list_clusters(&self, core: &NodeCore, t: &ResourceType, space: &Space) -> Answer {
-        let all: Vec<Value> = clusters::all(core, space)
-            .into_iter()
-            .filter(|c| {
-                let labels =
-                    serde_json::from_value(c["metadata"]["labels"].clone()).unwrap_or_default();
-                let name = c["metadata"]["name"].as_str().unwrap_or_default();
-                self.labels.matches(&labels) && self.fields.matches(&clusters::key(space, name))
-            })
-            .collect();
-        let start = self.cont.unwrap_or(0).min(all.len());
-        let end = self.limit.map_or(all.len(), |l| (start + l).min(all.len()));
-        let next = (end < all.len()).then(|| end.to_string());
-        let head = core.log().head().0;
-        let page = all[start..end].to_vec();
-        if self.table {
-            let mut table = clusters::table(&page, head);
-            if let Some(c) = next {
-                table["metadata"]["continue"] = json!(c);
-            }
-            return (200, table);
-        }
-        (
-            200,
-            render::list(&t.api_version(), &t.kind, head, page, next),
-        )
-    }
-
-    fn list(&self, core: &NodeCore, t: &ResourceType, space: &Space) -> Answer {
-        let head = core.log().head().0;
-        // The root serves its latest state: a list at a version it has not reached, or
-        // exactly at one it has left behind, cannot be answered.
-        match (
-            self.list_version.0.map(|v| v as u64),
-            self.list_version.1.as_deref(),
-        ) {
-            (Some(rv), _) if rv > head => return too_large_resource_version(rv, head),
-            (Some(rv), Some("Exact")) if rv != head => {
-                return failure(
-                    410,
-                    "Expired",
-                    format!(
-                        "resourceVersion {rv} is not served exactly: the root keeps its latest state only ({head})"
-                    ),
-                    None,
-                );
-            }
-            _ => {}
-        }
-        if t.is_cluster() {
-            return self.list_clusters(core, t, space);
-        }
-        let all = self.matching(core, t, space);
-        let start = self.cont.unwrap_or(0).min(all.len());
-        let end = self.limit.map_or(all.len(), |l| (start + l).min(all.len()));
-        let page = &all[start..end];
-        let next = (end < all.len()).then(|| end.to_string());
-        let head = core.log().head().0;
-        if self.table {
-            let mut table = render::table(core, page, head);
-            if let Some(c) = next {
-                table["metadata"]["continue"] = json!(c);
-            }
-            return (200, table);
-        }
-        let items = page.iter().map(|o| render::object(core, o)).collect();
-        (
-            200,
-            render::list(&t.api_version(), &t.kind, head, items, next),
-        )
+        Status::not_found(&t.plural, &t.group, name).into()
     }
 }

@@ -3,17 +3,20 @@
 //! and stored in one turn of the node's task, so a `resourceVersion` checked is the one
 //! replaced.
 
+pub mod admit;
+pub mod batch_check;
+pub mod namespaces;
+
 use serde_json::{Value, json};
 use strata_node::objects::manifest_from_value;
 use strata_protocol::model::{ObjectKey, Space};
 use strata_protocol::wire::Change;
 
+use admit::{Admission, WriteError, write_manifests};
+
 use super::catalog::ResourceType;
-use super::openapi::TypeSchema;
 use super::schema_check::FieldValidation;
-use super::{
-    Answer, ResourceOp, clusters, failure, namespaces, patch, protobuf, render, schema_check, ssa,
-};
+use super::{Answer, ResourceOp, clusters, failure, patch, protobuf, render, schema_check, ssa};
 use crate::node::core::NodeCore;
 
 impl ResourceOp {
@@ -151,12 +154,6 @@ impl ResourceOp {
         if t.namespaced && value["metadata"]["namespace"].is_null() {
             value["metadata"]["namespace"] = json!("default");
         }
-        if let Some(ns) = value["metadata"]["namespace"].as_str()
-            && t.namespaced
-            && !namespaces::exists(core, space, ns)
-        {
-            return namespaces::not_found(ns);
-        }
         if self.validation != FieldValidation::Ignore
             && let Some(check) = t.check
         {
@@ -173,12 +170,6 @@ impl ResourceOp {
             }
         }
         render::strip_assigned(&mut value);
-        if let TypeSchema::Custom(schema) = &t.schema {
-            match schema_check::enforce(t, schema, &mut value, self.validation) {
-                Ok(pruned) => self.warn_unknown(&pruned),
-                Err(refused) => return refused,
-            }
-        }
         if managed.is_array() {
             value["metadata"]["managedFields"] = managed;
         }
@@ -188,7 +179,7 @@ impl ResourceOp {
                 Err(a) => return a,
             };
         }
-        let manifest = match manifest_from_value(value, space) {
+        let mut manifest = match manifest_from_value(value, space) {
             Ok(m) => m,
             Err(errors) => {
                 let first = &errors[0];
@@ -196,10 +187,23 @@ impl ResourceOp {
             }
         };
         let key = manifest.meta.key.clone();
-        if !self.dry_run
-            && let Err(e) = core.apply_manifests(std::slice::from_ref(&manifest))
-        {
-            return failure(500, "InternalError", e.to_string(), None);
+        let admission = Admission {
+            validation: self.validation,
+            dry_run: self.dry_run,
+        };
+        match write_manifests(core, space, std::slice::from_mut(&mut manifest), admission) {
+            Ok(written) => {
+                for pruned in &written.pruned {
+                    self.warn_unknown(pruned);
+                }
+            }
+            Err(WriteError::NamespacesMissing(missing)) => {
+                return namespaces::not_found(missing.first().map_or("", String::as_str));
+            }
+            Err(WriteError::Invalid(refused)) => return refused,
+            Err(WriteError::Store(e)) => {
+                return failure(500, "InternalError", e.to_string(), None);
+            }
         }
         let code = if created { 201 } else { 200 };
         match core.log().get(&key) {

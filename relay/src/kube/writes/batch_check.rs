@@ -8,18 +8,21 @@
 use strata_node::objects::Manifest;
 use strata_protocol::model::Space;
 
-use super::catalog::{Catalog, ResourceType, crd_types};
-use super::openapi::TypeSchema;
-use super::schema_check::{FieldValidation, enforce};
+use crate::kube::Answer;
+use crate::kube::catalog::{Catalog, ResourceType, crd_types};
+use crate::kube::openapi::TypeSchema;
+use crate::kube::schema_check::{FieldValidation, enforce};
 use crate::node::core::NodeCore;
 
-/// Checks and prunes the custom resources of `manifests` (for `space`); the warnings
-/// (`unknown field "spec.foo"`), or the message refusing the batch.
+/// Checks and prunes the custom resources of `manifests` (for `space`) under
+/// `validation`: for each manifest, the fields pruned from it (`spec.foo`), or the
+/// `metav1.Status` refusing the batch (422 `Invalid`, 400 under `Strict`).
 pub fn check(
     core: &NodeCore,
     space: &Space,
     manifests: &mut [Manifest],
-) -> Result<Vec<String>, String> {
+    validation: FieldValidation,
+) -> Result<Vec<Vec<String>>, Answer> {
     let catalog = Catalog::of_space(core.log(), space);
     // The batch's own CRDs come first: they replace what the root holds.
     let batch: Vec<ResourceType> = manifests
@@ -30,30 +33,19 @@ pub fn check(
         })
         .flat_map(|m| crd_types(&m.value))
         .collect();
-    let mut warnings = Vec::new();
+    let mut pruned = Vec::with_capacity(manifests.len());
     for m in manifests.iter_mut() {
         let k = &m.meta.key;
         let t = batch
             .iter()
             .find(|t| t.group == k.group && t.version == k.version && t.kind == k.kind)
             .or_else(|| catalog.by_kind(&k.group, &k.version, &k.kind));
-        let Some(t) = t else { continue };
-        let TypeSchema::Custom(schema) = &t.schema else {
-            continue;
-        };
-        let name = k.to_string();
-        match enforce(t, schema, &mut m.value, FieldValidation::Warn) {
-            Ok(pruned) => warnings.extend(
-                pruned
-                    .iter()
-                    .map(|f| format!("{name}: unknown field {f:?} (dropped)")),
-            ),
-            Err((_, status)) => {
-                return Err(status["message"]
-                    .as_str()
-                    .map_or_else(|| status.to_string(), str::to_owned));
+        match t.map(|t| (t, &t.schema)) {
+            Some((t, TypeSchema::Custom(schema))) => {
+                pruned.push(enforce(t, schema, &mut m.value, validation)?);
             }
+            _ => pruned.push(Vec::new()),
         }
     }
-    Ok(warnings)
+    Ok(pruned)
 }

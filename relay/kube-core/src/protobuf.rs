@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::kubeconfig::base64;
+use crate::kubeconfig::base64;
 
 /// Why a body does not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

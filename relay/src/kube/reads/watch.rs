@@ -20,10 +20,11 @@ use hyper::body::{Bytes, Frame};
 use serde_json::{Value, json};
 use strata_protocol::model::{ObjectKey, Position, Space};
 
-use super::catalog::ResourceType;
-use super::selector::{FieldQuery, LabelQuery};
+use super::render;
 use super::status_journal::{SharedJournal, StatusJournal};
-use super::{Answer, failure, render};
+use crate::kube::catalog::ResourceType;
+use crate::kube::selector::{FieldQuery, LabelQuery};
+use crate::kube::{Answer, failure};
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
 
@@ -118,7 +119,7 @@ impl WatchSpec {
     ) -> Result<(Vec<Value>, u64, u64), Answer> {
         let head = core.log().head().0;
         if let Some(rv) = from.filter(|rv| *rv > head) {
-            return Err(super::too_large_resource_version(rv, head));
+            return Err(crate::kube::Status::too_large_resource_version(rv, head).into());
         }
         let epoch = journal.refresh(core, &self.space, &self.resource);
         match from {

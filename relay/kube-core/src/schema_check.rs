@@ -12,26 +12,10 @@
 
 use serde_json::{Map, Value, json};
 
-use super::catalog::ResourceType;
-use super::{Answer, failure};
+use crate::catalog::ResourceType;
+use crate::{Answer, Status};
 
-/// One fault, as a `metav1.StatusCause`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cause {
-    /// `FieldValueInvalid`, `FieldValueTypeInvalid`, `FieldValueRequired`,
-    /// `FieldValueNotSupported`, `FieldValueTooMany`.
-    pub reason: &'static str,
-    /// The field's path, `spec.items[0].name`.
-    pub field: String,
-    /// What is wrong, without the field's path.
-    pub message: String,
-}
-
-impl std::fmt::Display for Cause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
+pub use crate::status::Cause;
 
 /// What checking an object found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -102,12 +86,9 @@ pub fn strict_refusal(unknown: &[String]) -> Answer {
         .iter()
         .map(|f| format!("unknown field {f:?}"))
         .collect();
-    failure(
-        400,
-        "BadRequest",
-        format!("strict decoding error: {}", list.join(", ")),
-        Some(json!({ "causes": causes })),
-    )
+    let mut status = Status::bad_request(format!("strict decoding error: {}", list.join(", ")));
+    status.details = Some(Box::new(json!({ "causes": causes })));
+    status.into()
 }
 
 /// Checks a custom resource about to be stored against its schema: a strict request
@@ -128,22 +109,7 @@ pub fn enforce(
         return Ok(found.unknown);
     }
     let name = object["metadata"]["name"].as_str().unwrap_or_default();
-    let list: Vec<String> = found.causes.iter().map(ToString::to_string).collect();
-    let listed = match list.as_slice() {
-        [one] => one.clone(),
-        many => format!("[{}]", many.join(", ")),
-    };
-    let causes: Vec<Value> = found
-        .causes
-        .iter()
-        .map(|c| json!({ "reason": c.reason, "message": c.message, "field": c.field }))
-        .collect();
-    Err(failure(
-        422,
-        "Invalid",
-        format!("{}.{} {name:?} is invalid: {listed}", t.kind, t.group),
-        Some(json!({ "name": name, "group": t.group, "kind": t.kind, "causes": causes })),
-    ))
+    Err(Status::invalid(&t.kind, &t.group, name, &found.causes).into())
 }
 
 fn child(path: &str, name: &str) -> String {
@@ -551,7 +517,7 @@ mod tests {
     #[test]
     fn refusals_are_statuses_as_kube_apiserver_sends_them() {
         let log = strata_protocol::sync::ObjectLog::new(strata_protocol::model::LogId(1));
-        let catalog = super::super::catalog::Catalog::of_space(
+        let catalog = crate::catalog::Catalog::of_space(
             &log,
             &strata_protocol::model::Space::default_space(),
         );

@@ -1,19 +1,19 @@
 //! Discovery (`/version`, `/api`, `/apis`, `/api/v1`, `/apis/{group}/{version}`) and
 //! the OpenAPI v3 index and group-version documents, built from a space's [`Catalog`].
-//! (Aggregated discovery is [`super::aggregated`]; OpenAPI v2 is [`super::openapi_v2`].)
+//! (Aggregated discovery is [`crate::aggregated`]; OpenAPI v2 is [`crate::openapi_v2`].)
 //!
 //! The OpenAPI documents list every path and its operations with the
 //! `x-kubernetes-group-version-kind` extension, and the `fieldValidation` parameter on
 //! every write: that is how kubectl learns that the server validates strictly, so it
 //! sends `fieldValidation=Strict` instead of validating against schemas itself. Their
 //! `components.schemas` hold the schema of every kind of the group version and of
-//! everything it refers to ([`super::openapi`]), which `kubectl explain` reads. PATCH
+//! everything it refers to ([`crate::openapi`]), which `kubectl explain` reads. PATCH
 //! does not list strategic merge patch, so kubectl computes its patches from the types
 //! it was built with.
 
 use serde_json::{Map, Value, json};
 
-use super::catalog::{Catalog, ResourceType};
+use crate::catalog::{Catalog, ResourceType};
 
 /// The Kubernetes version whose types are served (`k8s-openapi`'s newest).
 pub const KUBE_MINOR: &str = "37";
@@ -196,6 +196,6 @@ pub fn openapi_document(catalog: &Catalog, group: &str, version: &str) -> Option
         "openapi": "3.0.0",
         "info": { "title": "Strata", "version": format!("v1.{KUBE_MINOR}") },
         "paths": paths,
-        "components": { "schemas": super::openapi::components(catalog, group, version) },
+        "components": { "schemas": crate::openapi::components(catalog, group, version) },
     }))
 }

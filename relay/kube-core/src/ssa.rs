@@ -6,7 +6,7 @@
 //! owns with a different value unless `force=true`, which takes it over.
 //!
 //! Simplifications, compared with Kubernetes: lists whose elements carry a known merge
-//! key (`name` for containers and the like, see [`super::patch`]) merge per element,
+//! key (`name` for containers and the like, see [`crate::patch`]) merge per element,
 //! every other list is one field; writes other than apply keep the recorded owners as
 //! they are (they do not add `Update` entries).
 
@@ -38,7 +38,7 @@ pub struct Conflicts(pub Vec<(String, String)>);
 
 /// What identifies an element of a list of objects, when it has such a key.
 fn element_key(field: &str, items: &[Value]) -> Option<&'static str> {
-    super::patch::merge_key(field, items)
+    crate::patch::merge_key(field, items)
 }
 
 fn leaf_paths(value: &Value, at: &mut Path, out: &mut BTreeSet<Path>) {

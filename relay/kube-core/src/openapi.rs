@@ -26,7 +26,7 @@ use strata_kube_builtins::schema_of;
 use strata_protocol::model::{LogId, Space};
 use strata_protocol::sync::ObjectLog;
 
-use super::catalog::{Catalog, ResourceType};
+use crate::catalog::{Catalog, ResourceType};
 
 pub use strata_kube_builtins::SchemaFn;
 

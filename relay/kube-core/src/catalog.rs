@@ -11,7 +11,7 @@ use strata_protocol::overrides::CLUSTER_KIND;
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::ObjectLog;
 
-use super::openapi::TypeSchema;
+use crate::openapi::TypeSchema;
 
 pub use strata_kube_builtins::FieldCheck;
 
@@ -42,7 +42,7 @@ pub struct ResourceType {
 
 impl ResourceType {
     /// Whether this is our `Cluster` kind (read from the inventory, see
-    /// [`super::clusters`]).
+    /// the relay's `kube::reads::clusters`).
     pub fn is_cluster(&self) -> bool {
         self.group == STRATA_GROUP && self.kind == CLUSTER_KIND
     }

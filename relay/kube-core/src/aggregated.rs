@@ -5,8 +5,8 @@
 
 use serde_json::{Value, json};
 
-use super::catalog::{Catalog, ResourceType};
-use super::openapi::TypeSchema;
+use crate::catalog::{Catalog, ResourceType};
+use crate::openapi::TypeSchema;
 
 /// The aggregated discovery form a client accepts, if any: `v2` or `v2beta1`, in the
 /// client's order of preference. Only the JSON forms are served.
@@ -81,7 +81,7 @@ fn resource(t: &ResourceType) -> Value {
     let kind = json!({ "group": t.group, "version": t.version, "kind": t.kind });
     let mut subresources = Vec::new();
     let builtin = matches!(t.schema, TypeSchema::Builtin(_));
-    if builtin && super::SCALABLE.contains(&t.kind.as_str()) {
+    if builtin && crate::SCALABLE.contains(&t.kind.as_str()) {
         subresources.push(json!({
             "subresource": "scale",
             "responseKind": { "group": "autoscaling", "version": "v1", "kind": "Scale" },

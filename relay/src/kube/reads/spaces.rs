@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use serde_json::json;
 use strata_protocol::model::Space;
 
-use super::{Answer, failure};
+use crate::kube::{Answer, failure};
 use crate::node::core::NodeCore;
 
 /// The space `/` serves, which always exists.

@@ -30,7 +30,7 @@ use strata_protocol::model::{Cluster, Labels, Object, ObjectKey, ObjectKeyParts,
 use strata_protocol::overrides::{CLUSTER_KIND, LabelOverride, is_cluster_object};
 use strata_protocol::route::STRATA_GROUP;
 
-use super::{Answer, failure};
+use crate::kube::{Answer, failure};
 use crate::node::core::{NodeCore, last_seen};
 
 /// The API version of the kind.

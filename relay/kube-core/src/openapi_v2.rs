@@ -9,8 +9,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::catalog::Catalog;
-use super::discovery::KUBE_MINOR;
+use crate::catalog::Catalog;
+use crate::discovery::KUBE_MINOR;
 
 /// The protobuf form's media type as answered: clients ask for the `@v1.0` spelling,
 /// which Go's media type parser refuses in a `Content-Type`, so kube-apiserver answers
@@ -28,7 +28,7 @@ pub fn document(catalog: &Catalog) -> Value {
         "swagger": "2.0",
         "info": { "title": "Strata", "version": format!("v1.{KUBE_MINOR}") },
         "paths": {},
-        "definitions": super::openapi::definitions_v2(catalog),
+        "definitions": crate::openapi::definitions_v2(catalog),
     })
 }
 

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use strata_protocol::model::{ObjectKey, Space};
 
-use super::catalog::ResourceType;
 use super::render;
+use crate::kube::catalog::ResourceType;
 use crate::node::core::NodeCore;
 
 /// The journal as the API's requests and watches share it. It is used only inside the

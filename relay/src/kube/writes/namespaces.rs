@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use serde_json::json;
 use strata_protocol::model::{ObjectKey, ObjectKeyParts, Space};
 
-use super::{Answer, failure};
+use crate::kube::{Answer, failure};
 use crate::node::core::NodeCore;
 
 /// The namespaces every space has without anyone creating them.
