@@ -10,6 +10,8 @@
 //! package sets in the workspace's Cargo.toml, and the relay sees only function
 //! pointers. No runtime: what is here is pure.
 
+pub mod protobuf;
+
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope, Resource};
 use schemars::generate::SchemaGenerator;
 use serde::Serialize;
