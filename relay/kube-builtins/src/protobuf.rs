@@ -157,9 +157,11 @@ pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
                     ".contentEncoding",
                 )?));
             }
+            // kubectl writes an empty contentEncoding: none.
+            (3, Wire::Len(..)) => {}
             (1..=3, f) => {
                 return Err(DecodeError::WrongWireType {
-                    field: 1,
+                    field: n as u32,
                     message: "io.k8s.apimachinery.pkg.runtime.Unknown".into(),
                     wire: f.wire(),
                     offset: at,
