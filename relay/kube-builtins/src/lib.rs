@@ -9,24 +9,35 @@
 //! path; here it compiles beside the relay's other dependencies, at the level its
 //! package sets in the workspace's Cargo.toml, and the relay sees only function
 //! pointers. No runtime: what is here is pure.
+//!
+//! Everything but [`protobuf`] needs the `types` feature (on by default): the fuzz
+//! target of the protobuf decoder builds without `k8s-openapi`.
 
 pub mod protobuf;
 
+#[cfg(feature = "types")]
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope, Resource};
+#[cfg(feature = "types")]
 use schemars::generate::SchemaGenerator;
+#[cfg(feature = "types")]
 use serde::Serialize;
+#[cfg(feature = "types")]
 use serde::de::DeserializeOwned;
+#[cfg(feature = "types")]
 use serde_json::Value;
 
 /// Finds the fields of a manifest its type does not know (strict validation): their
 /// paths (`spec.replicass`), or why the manifest does not fit the type at all.
+#[cfg(feature = "types")]
 pub type FieldCheck = fn(&Value) -> Result<Vec<String>, String>;
 
 /// Adds a built-in type's schema (and those it refers to) to a generator; returns the
 /// reference to it.
+#[cfg(feature = "types")]
 pub type SchemaFn = fn(&mut SchemaGenerator) -> schemars::Schema;
 
 /// One built-in resource type.
+#[cfg(feature = "types")]
 #[derive(Debug, Clone, Copy)]
 pub struct Builtin {
     /// API group (`""`: core).
@@ -49,17 +60,21 @@ pub struct Builtin {
     pub schema: SchemaFn,
 }
 
+#[cfg(feature = "types")]
 trait Scope {
     const NAMESPACED: bool;
 }
+#[cfg(feature = "types")]
 impl Scope for NamespaceResourceScope {
     const NAMESPACED: bool = true;
 }
+#[cfg(feature = "types")]
 impl Scope for ClusterResourceScope {
     const NAMESPACED: bool = false;
 }
 
 /// The schema generator function of any type `k8s-openapi` describes.
+#[cfg(feature = "types")]
 pub fn schema_of<T: schemars::JsonSchema>(g: &mut SchemaGenerator) -> schemars::Schema {
     g.subschema_for::<T>()
 }
@@ -67,6 +82,7 @@ pub fn schema_of<T: schemars::JsonSchema>(g: &mut SchemaGenerator) -> schemars::
 /// The fields of `value` that do not survive a round trip through `T`: the fields `T`
 /// does not know. `k8s-openapi` types ignore unknown fields when they deserialize, so
 /// what they serialize back lacks exactly those.
+#[cfg(feature = "types")]
 pub fn unknown_fields<T: Serialize + DeserializeOwned>(
     value: &Value,
 ) -> Result<Vec<String>, String> {
@@ -77,6 +93,7 @@ pub fn unknown_fields<T: Serialize + DeserializeOwned>(
     Ok(out)
 }
 
+#[cfg(feature = "types")]
 fn missing(given: &Value, known: &Value, path: &str, out: &mut Vec<String>) {
     match (given, known) {
         (Value::Object(g), Value::Object(k)) => {
@@ -103,6 +120,7 @@ fn missing(given: &Value, known: &Value, path: &str, out: &mut Vec<String>) {
     }
 }
 
+#[cfg(feature = "types")]
 fn is_empty(v: &Value) -> bool {
     match v {
         Value::Null => true,
@@ -112,6 +130,7 @@ fn is_empty(v: &Value) -> bool {
     }
 }
 
+#[cfg(feature = "types")]
 fn builtin<T>(short_names: &'static [&'static str], categories: &'static [&'static str]) -> Builtin
 where
     T: Resource + Serialize + DeserializeOwned + schemars::JsonSchema,
@@ -133,6 +152,7 @@ where
 /// The built-in types a user applies (objects, not reviews or subresources). Short
 /// names and categories are Kubernetes' own (`kubectl api-resources`); `k8s-openapi`
 /// does not carry them.
+#[cfg(feature = "types")]
 pub fn builtins() -> Vec<Builtin> {
     use k8s_openapi::api::{
         admissionregistration, apps, autoscaling, batch, certificates, coordination, core,
@@ -210,7 +230,7 @@ pub fn builtins() -> Vec<Builtin> {
     ]
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "types"))]
 mod tests {
     use super::*;
 

@@ -844,5 +844,5 @@ fn go_duration(nanos: i64) -> String {
     if neg { format!("-{body}") } else { body }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "types"))]
 mod tests;
