@@ -10,7 +10,8 @@
 //! - [`catalog`]: the resource types of a space (built-in, CRDs, Strata's own).
 //! - [`discovery`], [`aggregated`]: discovery documents, plain and aggregated.
 //! - [`openapi`], [`openapi_v2`]: the OpenAPI v3 and v2 documents with every kind's
-//!   schema; [`protobuf`]: the protobuf encodings kubectl asks for.
+//!   schema; [`protobuf`]: request bodies in Kubernetes' protobuf encoding, for every
+//!   built-in kind (the decoder lives in `strata-kube-builtins`, beside the kinds' table).
 //! - [`schema_check`]: custom resources checked against their CRD's schema.
 //! - [`ssa`]: server-side apply (managed fields, conflicts).
 //! - [`kubeconfig`]: a kubeconfig for a space.
@@ -23,7 +24,6 @@ pub mod kubeconfig;
 pub mod openapi;
 pub mod openapi_v2;
 pub mod params;
-pub mod protobuf;
 pub mod request;
 pub mod schema_check;
 pub mod ssa;
@@ -31,6 +31,9 @@ pub mod status;
 
 // Request texts are parsed by a crate without the runtime, which the fuzz targets use.
 pub use strata_manifest::{decode, patch, selector};
+// Protobuf bodies are decoded by the crate of the built-in kinds, which the fuzz target
+// of the decoder links without k8s-openapi.
+pub use strata_kube_builtins::protobuf;
 
 pub use params::{ListParams, ParamError, WatchParams};
 pub use request::{ApiRequest, Operation, ResourceRequest};

@@ -235,7 +235,7 @@ pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>
 /// `kubectl auth can-i`: whether the asking token's grant allows the verb in the space.
 fn access_review(req: &Request<'_>, space: &str) -> Answer {
     let parsed = if req.content_type.contains("protobuf") {
-        protobuf::access_review(req.body).map_err(|e| e.to_string())
+        protobuf::decode(req.body).map_err(|e| e.to_string())
     } else {
         serde_json::from_slice::<Value>(req.body).map_err(|e| e.to_string())
     };
