@@ -2,10 +2,13 @@
 //! protobuf form kubectl asks for (`application/com.github.proto-openapi.spec.v2@v1.0+protobuf`:
 //! gnostic's `openapi.v2.Document`, encoded here by hand).
 //!
-//! It holds `definitions` only (every kind of the space, with
-//! `x-kubernetes-group-version-kind`): enough for kubectl's client-side validation and
-//! `explain`. It lists no paths, so kubectl does not learn patch types from it and
-//! computes patches from the types it was built with, as it does today.
+//! It holds `definitions` (every kind of the space, with
+//! `x-kubernetes-group-version-kind`), enough for kubectl's client-side validation and
+//! `explain`; and, for every kind, the path of one object with its `patch` operation,
+//! carrying the kind's `x-kubernetes-group-version-kind` and the `dryRun` and
+//! `fieldManager` parameters, as kube-apiserver lists them: older kubectl (1.20) looks
+//! there to learn whether a kind supports server-side dry run (`diff`,
+//! `apply --dry-run=server`).
 
 use serde_json::{Map, Value, json};
 
@@ -27,9 +30,46 @@ pub fn document(catalog: &Catalog) -> Value {
     json!({
         "swagger": "2.0",
         "info": { "title": "Strata", "version": format!("v1.{KUBE_MINOR}") },
-        "paths": {},
+        "paths": paths(catalog),
         "definitions": crate::openapi::definitions_v2(catalog),
     })
+}
+
+/// The path of one object of each kind, with its `patch` operation.
+fn paths(catalog: &Catalog) -> Value {
+    let mut out = Map::new();
+    for t in catalog.types() {
+        let base = if t.group.is_empty() {
+            format!("/api/{}", t.version)
+        } else {
+            format!("/apis/{}/{}", t.group, t.version)
+        };
+        let path = if t.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}/{{name}}", t.plural)
+        } else {
+            format!("{base}/{}/{{name}}", t.plural)
+        };
+        let query = |name: &str, description: &str| json!({ "name": name, "in": "query", "type": "string", "uniqueItems": true, "description": description });
+        let operation = json!({
+            "operationId": format!("patch{}", t.kind),
+            "consumes": [
+                "application/json-patch+json",
+                "application/merge-patch+json",
+                "application/strategic-merge-patch+json",
+                "application/apply-patch+yaml",
+            ],
+            "produces": ["application/json", "application/yaml"],
+            "parameters": [
+                query("dryRun", "When present, the modification is not persisted: All runs every stage but storing it."),
+                query("fieldManager", "The name of the actor making the change."),
+            ],
+            "responses": { "200": { "description": "OK" } },
+            "x-kubernetes-action": "patch",
+            "x-kubernetes-group-version-kind": { "group": t.group, "version": t.version, "kind": t.kind },
+        });
+        out.insert(path, json!({ "patch": operation }));
+    }
+    Value::Object(out)
 }
 
 /// A protobuf message being written.
@@ -227,6 +267,61 @@ fn schema(v: &Value) -> Message {
     m
 }
 
+/// `openapi.v2.Operation`: its id, media types, query parameters, responses and
+/// extensions.
+fn operation(v: &Value) -> Message {
+    let mut m = Message::default();
+    let strings = |k: &str| {
+        v[k].as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    m.string(5, v["operationId"].as_str().unwrap_or_default());
+    for s in strings("produces") {
+        m.string(6, &s);
+    }
+    for s in strings("consumes") {
+        m.string(7, &s);
+    }
+    for p in v["parameters"].as_array().into_iter().flatten() {
+        let mut query = Message::default();
+        query.boolean(1, p["required"].as_bool().unwrap_or(false));
+        query.string(2, p["in"].as_str().unwrap_or_default());
+        query.string(3, p["description"].as_str().unwrap_or_default());
+        query.string(4, p["name"].as_str().unwrap_or_default());
+        query.string(6, p["type"].as_str().unwrap_or_default());
+        query.boolean(20, p["uniqueItems"].as_bool().unwrap_or(false));
+        let mut non_body = Message::default();
+        non_body.message(3, query);
+        let mut parameter = Message::default();
+        parameter.message(2, non_body);
+        let mut item = Message::default();
+        item.message(1, parameter);
+        m.message(8, item);
+    }
+    let mut responses = Message::default();
+    for (code, r) in v["responses"].as_object().into_iter().flatten() {
+        let mut response = Message::default();
+        response.string(1, r["description"].as_str().unwrap_or_default());
+        let mut value = Message::default();
+        value.message(1, response);
+        let mut named = Message::default();
+        named.string(1, code);
+        named.message(2, value);
+        responses.message(1, named);
+    }
+    m.message(9, responses);
+    for (k, x) in v.as_object().into_iter().flatten() {
+        if k.starts_with("x-") {
+            m.message(13, named_any(k, x));
+        }
+    }
+    m
+}
+
 /// The document in gnostic's `openapi.v2.Document` protobuf form.
 pub fn encode(doc: &Value) -> Vec<u8> {
     let mut d = Message::default();
@@ -235,7 +330,27 @@ pub fn encode(doc: &Value) -> Vec<u8> {
     info.string(1, doc["info"]["title"].as_str().unwrap_or_default());
     info.string(2, doc["info"]["version"].as_str().unwrap_or_default());
     d.message(2, info);
-    d.message(8, Message::default());
+    let mut paths = Message::default();
+    for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+        let mut p = Message::default();
+        // PathItem's operations by method, as gnostic numbers them.
+        for (field, method) in [
+            (2, "get"),
+            (3, "put"),
+            (4, "post"),
+            (5, "delete"),
+            (8, "patch"),
+        ] {
+            if item[method].is_object() {
+                p.message(field, operation(&item[method]));
+            }
+        }
+        let mut named = Message::default();
+        named.string(1, path);
+        named.message(2, p);
+        paths.message(2, named);
+    }
+    d.message(8, paths);
     let mut defs = Message::default();
     let empty = Map::new();
     for (name, s) in doc["definitions"].as_object().unwrap_or(&empty) {
@@ -322,5 +437,63 @@ mod tests {
         let yaml = field(&field(&ext, 2), 2);
         let back: Value = serde_json::from_slice(&yaml).unwrap();
         assert_eq!(back[0]["kind"], "Deployment");
+    }
+
+    /// What kubectl 1.20's dry-run verifier reads: among `paths`, the `patch` whose
+    /// `x-kubernetes-group-version-kind` extension names the kind, and whether that
+    /// operation has a `dryRun` query parameter.
+    fn supports_dry_run(b: &[u8], gvk: (&str, &str, &str)) -> Option<bool> {
+        let paths = field(b, 8);
+        for (_, named) in fields(&paths).into_iter().filter(|(f, _)| *f == 2) {
+            let item = field(&named, 2);
+            let Some((_, patch)) = fields(&item).into_iter().find(|(f, _)| *f == 8) else {
+                continue;
+            };
+            let ops = fields(&patch);
+            let names_kind = ops.iter().filter(|(f, _)| *f == 13).any(|(_, ext)| {
+                let value: Value = serde_json::from_slice(&field(&field(ext, 2), 2)).unwrap();
+                field(ext, 1) == b"x-kubernetes-group-version-kind"
+                    && (
+                        value["group"].as_str(),
+                        value["version"].as_str(),
+                        value["kind"].as_str(),
+                    ) == (Some(gvk.0), Some(gvk.1), Some(gvk.2))
+            });
+            if !names_kind {
+                continue;
+            }
+            let dry_run = ops.iter().filter(|(f, _)| *f == 8).any(|(_, item)| {
+                let query = field(&field(&field(item, 1), 2), 3);
+                field(&query, 4) == b"dryRun" && field(&query, 2) == b"query"
+            });
+            return Some(dry_run);
+        }
+        None
+    }
+
+    #[test]
+    fn every_kind_has_a_patch_path_that_says_it_supports_dry_run() {
+        let catalog = Catalog::of_space(
+            &strata_protocol::sync::ObjectLog::new(strata_protocol::model::LogId(1)),
+            &strata_protocol::model::Space::default_space(),
+        );
+        let doc = document(&catalog);
+        assert!(
+            doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"]
+                .is_object()
+        );
+        assert!(doc["paths"]["/api/v1/namespaces/{name}"]["patch"].is_object());
+        let b = encode(&doc);
+        for t in catalog.types() {
+            assert_eq!(
+                supports_dry_run(&b, (&t.group, &t.version, &t.kind)),
+                Some(true),
+                "{}/{} {}",
+                t.group,
+                t.version,
+                t.kind
+            );
+        }
+        assert_eq!(supports_dry_run(&b, ("apps", "v1", "Nothing")), None);
     }
 }
