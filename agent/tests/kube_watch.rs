@@ -314,17 +314,21 @@ fn a_watch_from_before_the_history_expires() {
     assert!(spec.start(root, &mut journal, Some(head)).is_ok());
     let (code, status) = spec.start(root, &mut journal, Some(head + 5)).unwrap_err();
     assert_eq!(code, 504, "{status}");
-    // Keep one event: the floor moves past the first write.
-    t.relay_mut("center").set_watch_events(1);
+    // Keep one event: the floor moves past the first writes.
     t.apply(&config_map("a", "web", "1"));
+    t.apply(&config_map("a", "web", "2"));
+    t.relay_mut("center").set_watch_events(1);
     let root = t.relay("center");
-    let (code, status) = spec.start(root, &mut journal, Some(head - 1)).unwrap_err();
+    let floor = root.history().floor();
+    assert_eq!(floor, head + 1);
+    let (code, status) = spec.start(root, &mut journal, Some(head)).unwrap_err();
     assert_eq!(code, 410, "{status}");
     assert_eq!(status["reason"], "Expired");
     assert_eq!(
         status["message"],
-        format!("too old resource version: {} ({head})", head - 1)
+        format!("too old resource version: {head} ({floor})")
     );
+    let head = floor;
     spec.bookmarks = true;
     assert!(spec.start(root, &mut journal, Some(head)).is_ok());
 }
