@@ -100,8 +100,14 @@ fn summary(events: &[Value]) -> Vec<(String, String, String, String)> {
             let o = &e["object"];
             (
                 e["type"].as_str().unwrap().to_owned(),
-                o["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
-                o["metadata"]["resourceVersion"].as_str().unwrap().to_owned(),
+                o["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
                 o["data"]["k"].as_str().unwrap_or_default().to_owned(),
             )
         })
@@ -260,9 +266,24 @@ fn a_watch_from_a_version_replays_every_write_in_order() {
         summary(&first),
         [
             ("ADDED".into(), "b".into(), created.to_string(), "1".into()),
-            ("MODIFIED".into(), "b".into(), patched.to_string(), "2".into()),
-            ("DELETED".into(), "b".into(), (deleted - 1).to_string(), "2".into()),
-            ("DELETED".into(), "a".into(), deleted.to_string(), "0".into()),
+            (
+                "MODIFIED".into(),
+                "b".into(),
+                patched.to_string(),
+                "2".into()
+            ),
+            (
+                "DELETED".into(),
+                "b".into(),
+                (deleted - 1).to_string(),
+                "2".into()
+            ),
+            (
+                "DELETED".into(),
+                "a".into(),
+                deleted.to_string(),
+                "0".into()
+            ),
         ]
     );
     assert_eq!(since, deleted);
@@ -359,7 +380,10 @@ fn a_streaming_list_sends_sorted_objects_then_the_end_bookmark() {
     );
     let end = &first[2];
     assert_eq!(end["type"], "BOOKMARK");
-    assert_eq!(end["object"]["metadata"]["resourceVersion"], head.to_string());
+    assert_eq!(
+        end["object"]["metadata"]["resourceVersion"],
+        head.to_string()
+    );
     let annotations = &end["object"]["metadata"]["annotations"];
     assert_eq!(annotations["k8s.io/initial-events-end"], "true");
     assert!(annotations["k8s.io/initial-events-list-blueprint"].is_string());
