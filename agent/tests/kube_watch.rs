@@ -50,7 +50,68 @@ fn watch(core: &NodeCore, space: &Space) -> WatchSpec {
         table: false,
         bookmarks: false,
         timeout: None,
+        initial_events: None,
     }
+}
+
+/// A watch of the ConfigMaps of namespace `default` selected by `labels`.
+fn config_maps(core: &NodeCore, labels: &str) -> WatchSpec {
+    let space = Space("default".into());
+    WatchSpec {
+        space: space.clone(),
+        resource: Catalog::of_space(core.log(), &space)
+            .by_kind("", "v1", "ConfigMap")
+            .cloned()
+            .unwrap(),
+        namespace: Some("default".into()),
+        labels: LabelQuery::parse(labels).unwrap(),
+        fields: FieldQuery::parse("").unwrap(),
+        table: false,
+        bookmarks: false,
+        timeout: None,
+        initial_events: None,
+    }
+}
+
+fn config_map(name: &str, app: &str, value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: {name}, namespace: default, labels: {{ app: {app} }} }}\ndata: {{ k: '{value}' }}\n"
+    )
+}
+
+fn delete_config_map(t: &mut Tree, name: &str) {
+    let key = t
+        .relay("center")
+        .log()
+        .live()
+        .find(|o| o.key().kind == "ConfigMap" && o.key().name == name)
+        .map(|o| o.key().clone())
+        .unwrap();
+    t.relay_mut("center")
+        .apply(vec![strata_protocol::wire::Change::Delete(key)])
+        .unwrap();
+}
+
+/// (type, name, resourceVersion, data.k) of each event.
+fn summary(events: &[Value]) -> Vec<(String, String, String, String)> {
+    events
+        .iter()
+        .map(|e| {
+            let o = &e["object"];
+            (
+                e["type"].as_str().unwrap().to_owned(),
+                o["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+                o["data"]["k"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
 }
 
 /// The Deployment `web` as the API renders it.
@@ -182,4 +243,158 @@ fn a_watch_with_no_read_before_it_sends_every_status_once() {
     assert_eq!(first[0]["object"]["status"]["readyReplicas"], 2);
     let (next, _, _) = spec.follow(root, &mut journal, since, epoch).unwrap();
     assert!(next.is_empty(), "{next:?}");
+}
+
+/// The Python client's e2e `test_watch`: list, then create, patch and delete; a watch
+/// from the list's version replays every write in order, one event per write with the
+/// object as written, never coalesced per key (the object log alone sent DELETED first).
+#[test]
+fn a_watch_from_a_version_replays_every_write_in_order() {
+    let mut t = Tree::builder().root("center").watch_history(0).build();
+    t.apply(&config_map("a", "web", "0"));
+    let listed = t.relay("center").log().head().0;
+    let created = t.apply(&config_map("b", "web", "1")).0;
+    let patched = t.apply(&config_map("b", "web", "2")).0;
+    delete_config_map(&mut t, "b");
+    delete_config_map(&mut t, "a");
+    let root = t.relay("center");
+    let deleted = root.log().head().0;
+    let spec = config_maps(root, "app=web");
+    let mut journal = StatusJournal::default();
+    let (first, since, _) = spec.start(root, &mut journal, Some(listed)).unwrap();
+    assert_eq!(
+        summary(&first),
+        [
+            ("ADDED".into(), "b".into(), created.to_string(), "1".into()),
+            (
+                "MODIFIED".into(),
+                "b".into(),
+                patched.to_string(),
+                "2".into()
+            ),
+            (
+                "DELETED".into(),
+                "b".into(),
+                (deleted - 1).to_string(),
+                "2".into()
+            ),
+            (
+                "DELETED".into(),
+                "a".into(),
+                deleted.to_string(),
+                "0".into()
+            ),
+        ]
+    );
+    assert_eq!(since, deleted);
+    // From the last of them: nothing.
+    let (first, _, _) = spec.start(root, &mut journal, Some(deleted)).unwrap();
+    assert!(first.is_empty(), "{first:?}");
+}
+
+/// Labels that start or stop matching a watch's selector: ADDED and DELETED, as
+/// kube-apiserver sends them; a write it never selected is not sent.
+#[test]
+fn label_changes_add_and_delete_for_a_selecting_watch() {
+    let mut t = Tree::builder().root("center").build();
+    t.apply(&config_map("a", "db", "0"));
+    let from = t.relay("center").log().head().0;
+    t.apply(&config_map("a", "web", "1"));
+    t.apply(&config_map("a", "web", "2"));
+    t.apply(&config_map("a", "db", "3"));
+    t.apply(&config_map("a", "db", "4"));
+    let root = t.relay("center");
+    let spec = config_maps(root, "app=web");
+    let mut journal = StatusJournal::default();
+    let (first, _, _) = spec.start(root, &mut journal, Some(from)).unwrap();
+    let types: Vec<(String, String)> = summary(&first)
+        .into_iter()
+        .map(|(t, _, _, k)| (t, k))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("ADDED".into(), "1".into()),
+            ("MODIFIED".into(), "2".into()),
+            // Its last state that matched.
+            ("DELETED".into(), "2".into()),
+        ]
+    );
+}
+
+/// A watch from before the root's history (here, before this run: the history starts
+/// empty) is answered 410 Expired, in kube-apiserver's words; one from the future 504.
+#[test]
+fn a_watch_from_before_the_history_expires() {
+    let mut t = Tree::builder().root("center").build();
+    t.apply(&config_map("a", "web", "0"));
+    let root = t.relay("center");
+    let head = root.log().head().0;
+    let mut spec = config_maps(root, "");
+    let mut journal = StatusJournal::default();
+    assert!(spec.start(root, &mut journal, Some(head)).is_ok());
+    let (code, status) = spec.start(root, &mut journal, Some(head + 5)).unwrap_err();
+    assert_eq!(code, 504, "{status}");
+    // Keep one event: the floor moves past the first writes.
+    t.apply(&config_map("a", "web", "1"));
+    t.apply(&config_map("a", "web", "2"));
+    t.relay_mut("center").set_watch_events(1);
+    let root = t.relay("center");
+    let floor = root.history().floor();
+    assert_eq!(floor, head + 1);
+    let (code, status) = spec.start(root, &mut journal, Some(head)).unwrap_err();
+    assert_eq!(code, 410, "{status}");
+    assert_eq!(status["reason"], "Expired");
+    assert_eq!(
+        status["message"],
+        format!("too old resource version: {head} ({floor})")
+    );
+    let head = floor;
+    spec.bookmarks = true;
+    assert!(spec.start(root, &mut journal, Some(head)).is_ok());
+}
+
+/// A streaming list (`sendInitialEvents=true`): the current objects as ADDED, sorted by
+/// namespace and name, then the bookmark that ends them at the list's version, with
+/// client-go's annotations; then changes.
+#[test]
+fn a_streaming_list_sends_sorted_objects_then_the_end_bookmark() {
+    let mut t = Tree::builder().root("center").build();
+    t.apply(&config_map("c", "web", "0"));
+    t.apply(&config_map("a", "web", "0"));
+    t.apply(&config_map("b", "db", "0"));
+    let root = t.relay("center");
+    let head = root.log().head().0;
+    let mut spec = config_maps(root, "app=web");
+    spec.initial_events = Some(true);
+    spec.bookmarks = true;
+    let mut journal = StatusJournal::default();
+    let (first, since, epoch) = spec.start(root, &mut journal, None).unwrap();
+    let names: Vec<(String, String)> = summary(&first[..2])
+        .into_iter()
+        .map(|(t, n, _, _)| (t, n))
+        .collect();
+    assert_eq!(
+        names,
+        [("ADDED".into(), "a".into()), ("ADDED".into(), "c".into())]
+    );
+    let end = &first[2];
+    assert_eq!(end["type"], "BOOKMARK");
+    assert_eq!(
+        end["object"]["metadata"]["resourceVersion"],
+        head.to_string()
+    );
+    let annotations = &end["object"]["metadata"]["annotations"];
+    assert_eq!(annotations["k8s.io/initial-events-end"], "true");
+    assert!(annotations["k8s.io/initial-events-list-blueprint"].is_string());
+    assert_eq!(first.len(), 3);
+    // Then changes.
+    t.apply(&config_map("a", "web", "1"));
+    let root = t.relay("center");
+    let (next, _, _) = spec.follow(root, &mut journal, since, epoch).unwrap();
+    assert_eq!(summary(&next)[0].0, "MODIFIED");
+    // sendInitialEvents=false: changes only.
+    spec.initial_events = Some(false);
+    let (first, _, _) = spec.start(root, &mut journal, None).unwrap();
+    assert!(first.is_empty(), "{first:?}");
 }

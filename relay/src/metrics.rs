@@ -41,7 +41,7 @@ pub async fn render(
             (
                 c.name().to_owned(),
                 head,
-                c.log().floor().0,
+                (c.log().floor().0, c.history().floor(), c.history().len()),
                 c.log().live_len(),
                 lags,
                 c.upstream_open(),
@@ -52,7 +52,17 @@ pub async fn render(
         })
         .await?;
     let links = node.link_stats().await.unwrap_or_default();
-    let (name, head, floor, live, lags, up, stats, (snapshots, standby), propagation) = core;
+    let (
+        name,
+        head,
+        (floor, watch_floor, watch_events),
+        live,
+        lags,
+        up,
+        stats,
+        (snapshots, standby),
+        propagation,
+    ) = core;
     let mut out = Exposition::new();
     let node_label = || -> Labels { vec![("node", name.clone())] };
     let one = |v: f64| vec![(node_label(), v)];
@@ -79,6 +89,18 @@ pub async fn render(
         Kind::Gauge,
         "Compaction floor of the node's log.",
         &one(floor as f64),
+    );
+    out.family(
+        "strata_watch_history_floor",
+        Kind::Gauge,
+        "At the root: the oldest resourceVersion a Kubernetes watch may start from; older ones are answered 410 Expired.",
+        &one(watch_floor as f64),
+    );
+    out.family(
+        "strata_watch_history_events",
+        Kind::Gauge,
+        "At the root: writes held in the watch history.",
+        &one(watch_events as f64),
     );
     out.family(
         "strata_log_objects",

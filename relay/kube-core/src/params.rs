@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::selector::{FieldQuery, LabelQuery};
+use crate::status::Cause;
 use crate::{Status, decode};
 
 /// A query parameter that does not parse; answered 400 `BadRequest`.
@@ -18,6 +19,9 @@ pub enum ParamError {
         /// Why.
         message: String,
     },
+    /// A `continue` token this server did not give.
+    #[error("continue: {0:?} is not a continue token of this server")]
+    Continue(String),
     /// A parameter that must be a number and is not.
     #[error("{param}: {value:?} is not a number")]
     NotANumber {
@@ -62,8 +66,9 @@ pub struct ListParams {
     pub fields: FieldQuery,
     /// `limit`: the page's size; `None` when absent or 0.
     pub limit: Option<usize>,
-    /// `continue`: where the page starts (the previous page's `metadata.continue`).
-    pub continue_at: Option<usize>,
+    /// `continue`: where the page starts and the version it shows (the previous
+    /// page's `metadata.continue`).
+    pub continue_at: Option<Continue>,
     /// `resourceVersion`.
     pub resource_version: Option<usize>,
     /// `resourceVersionMatch` (`Exact`, `NotOlderThan`).
@@ -92,7 +97,13 @@ impl ListParams {
             labels,
             fields,
             limit: number(query, "limit")?.filter(|l| *l > 0),
-            continue_at: number(query, "continue")?,
+            continue_at: match param(query, "continue").filter(|c| !c.is_empty()) {
+                None => None,
+                Some(c) => Some(
+                    Continue::parse(&decode(c))
+                        .ok_or_else(|| ParamError::Continue(c.to_owned()))?,
+                ),
+            },
             resource_version: number(query, "resourceVersion")?,
             resource_version_match: param(query, "resourceVersionMatch").map(str::to_owned),
         })
@@ -129,6 +140,132 @@ impl WatchParams {
     }
 }
 
+/// A list's `continue` token: the `resourceVersion` of the list's first page (every
+/// page shows the objects as they were then) and where the next page starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Continue {
+    /// The first page's `resourceVersion`; `None` for a bare offset (the current state).
+    pub rv: Option<u64>,
+    /// How many objects the earlier pages held.
+    pub offset: usize,
+}
+
+impl Continue {
+    /// The token of the page after `offset` objects of the list at `rv`.
+    pub fn token(rv: u64, offset: usize) -> String {
+        format!("{rv}.{offset}")
+    }
+
+    /// Parses a token this server gave (`rv.offset`, or a bare offset).
+    pub fn parse(text: &str) -> Option<Continue> {
+        match text.split_once('.') {
+            Some((rv, offset)) => Some(Continue {
+                rv: Some(rv.parse().ok()?),
+                offset: offset.parse().ok()?,
+            }),
+            None => Some(Continue {
+                rv: None,
+                offset: text.parse().ok()?,
+            }),
+        }
+    }
+}
+
+const NOT_OLDER_THAN: &str = "NotOlderThan";
+const EXACT: &str = "Exact";
+
+fn forbidden(field: &str, message: &str) -> Cause {
+    Cause {
+        reason: "FieldValueForbidden",
+        field: field.to_owned(),
+        message: format!("Forbidden: {message}"),
+    }
+}
+
+fn not_supported(field: &str, value: &str, supported: &[&str]) -> Cause {
+    let supported: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
+    Cause {
+        reason: "FieldValueNotSupported",
+        field: field.to_owned(),
+        message: format!(
+            "Unsupported value: {value:?}: supported values: {}",
+            supported.join(", ")
+        ),
+    }
+}
+
+/// kube-apiserver's checks of a list's or a watch's options (`ValidateListOptions`):
+/// `resourceVersionMatch` and `sendInitialEvents` together, as it refuses them, 422
+/// `Invalid` on `ListOptions.meta.k8s.io`.
+pub fn validate_list_options(query: &[(String, String)], watch: bool) -> Result<(), Status> {
+    let rv = param(query, "resourceVersion").unwrap_or_default();
+    let matched = param(query, "resourceVersionMatch").unwrap_or_default();
+    let initial = param(query, "sendInitialEvents");
+    let cont = param(query, "continue").unwrap_or_default();
+    let field = "resourceVersionMatch";
+    let mut causes = Vec::new();
+    if watch {
+        if initial.is_some() && matched != NOT_OLDER_THAN {
+            causes.push(forbidden(
+                field,
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !matched.is_empty() {
+            if initial.is_none() {
+                causes.push(forbidden(
+                    field,
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if matched != NOT_OLDER_THAN {
+                causes.push(not_supported(field, matched, &[NOT_OLDER_THAN]));
+            }
+            if !cont.is_empty() {
+                causes.push(forbidden(
+                    field,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+        }
+    } else {
+        if !matched.is_empty() {
+            if rv.is_empty() {
+                causes.push(forbidden(
+                    field,
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if !cont.is_empty() {
+                causes.push(forbidden(
+                    field,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if matched != EXACT && matched != NOT_OLDER_THAN {
+                causes.push(not_supported(field, matched, &[EXACT, NOT_OLDER_THAN, ""]));
+            }
+            if matched == EXACT && rv == "0" {
+                causes.push(forbidden(
+                    field,
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if initial.is_some() {
+            causes.push(forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            ));
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(Status::invalid("ListOptions", "meta.k8s.io", "", &causes))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,7 +291,13 @@ mod tests {
         ]);
         let list = ListParams::parse(&q).expect("parses");
         assert_eq!(list.limit, None);
-        assert_eq!(list.continue_at, Some(5));
+        assert_eq!(
+            list.continue_at,
+            Some(Continue {
+                rv: None,
+                offset: 5
+            })
+        );
         assert_eq!(list.resource_version, Some(7));
         assert_eq!(list.resource_version_match.as_deref(), Some("NotOlderThan"));
         assert!(WatchParams::asked(&q));
@@ -183,5 +326,79 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn continue_tokens_carry_the_first_pages_version() {
+        let token = Continue::token(42, 10);
+        assert_eq!(
+            Continue::parse(&token),
+            Some(Continue {
+                rv: Some(42),
+                offset: 10
+            })
+        );
+        let err = ListParams::parse(&query(&[("continue", "x.y")])).expect_err("refused");
+        assert_eq!(Status::from(err).code, 400);
+    }
+
+    #[test]
+    fn list_options_are_checked_as_kube_apiserver_checks_them() {
+        let check = |pairs: &[(&str, &str)], watch: bool| {
+            validate_list_options(&query(pairs), watch).map_err(|s| (s.code, s.message))
+        };
+        assert!(
+            check(
+                &[
+                    ("sendInitialEvents", "true"),
+                    ("resourceVersionMatch", "NotOlderThan")
+                ],
+                true
+            )
+            .is_ok()
+        );
+        assert!(
+            check(
+                &[
+                    ("sendInitialEvents", "false"),
+                    ("resourceVersionMatch", "NotOlderThan"),
+                    ("resourceVersion", "5")
+                ],
+                true
+            )
+            .is_ok()
+        );
+        assert!(check(&[("resourceVersion", "5")], true).is_ok());
+        assert_eq!(
+            check(&[("sendInitialEvents", "true")], true),
+            Err((422, "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan".into()))
+        );
+        assert_eq!(
+            check(&[("resourceVersionMatch", "NotOlderThan")], true),
+            Err((422, "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided".into()))
+        );
+        assert!(
+            check(
+                &[("resourceVersion", "5"), ("resourceVersionMatch", "Exact")],
+                false
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            check(&[("resourceVersionMatch", "Exact")], false).map_err(|e| e.0),
+            Err(422)
+        );
+        assert_eq!(
+            check(
+                &[("resourceVersion", "1"), ("resourceVersionMatch", "Newest")],
+                false
+            )
+            .map_err(|e| e.0),
+            Err(422)
+        );
+        assert_eq!(
+            check(&[("sendInitialEvents", "true")], false).map_err(|e| e.0),
+            Err(422)
+        );
     }
 }

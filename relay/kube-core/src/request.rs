@@ -123,6 +123,9 @@ impl Operation {
         };
         let q = req.query;
         let list = ListParams::parse(q)?;
+        if get && name.is_none() {
+            crate::params::validate_list_options(q, WatchParams::asked(q))?;
+        }
         let watch = if get && name.is_none() && WatchParams::asked(q) {
             Some(WatchParams::parse(q)?)
         } else {

@@ -10,7 +10,7 @@ pub mod status_journal;
 pub mod watch;
 
 use serde_json::{Value, json};
-use strata_kube_core::params::WatchParams;
+use strata_kube_core::params::{Continue, WatchParams};
 use strata_kube_core::{Answer, Status, failure};
 use strata_protocol::model::{Object, Space};
 
@@ -27,15 +27,18 @@ impl ResourceOp {
         space: &Space,
         params: WatchParams,
     ) -> Result<(watch::WatchSpec, Vec<Value>, u64, u64), Answer> {
+        let resource = self.resource_type(core, space)?;
+        self.check_fields(&resource)?;
         let spec = watch::WatchSpec {
             space: space.clone(),
-            resource: self.resource_type(core, space)?,
+            resource,
             namespace: self.req.namespace,
             labels: self.req.list.labels,
             fields: self.req.list.fields,
             table: self.req.table,
             bookmarks: params.bookmarks,
             timeout: params.timeout,
+            initial_events: params.send_initial_events,
         };
         let (first, since, epoch) = spec.start(core, journal, params.from)?;
         Ok((spec, first, since, epoch))
@@ -78,9 +81,81 @@ impl ResourceOp {
                     && k.kind == t.kind
                     && (self.namespace.is_none() || k.namespace == self.namespace)
                     && self.list.labels.matches(&o.meta.labels)
-                    && self.list.fields.matches(k)
+                    && self.list.fields.matches_object(k, &o.body)
             })
             .collect()
+    }
+
+    /// A field selector on a field the kind is not selected by: 400, in kube-apiserver's
+    /// words.
+    fn check_fields(&self, t: &ResourceType) -> Result<(), Answer> {
+        match self.list.fields.unsupported(&t.group, &t.kind) {
+            Some(field) => {
+                Err(Status::bad_request(format!("field label not supported: {field}")).into())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The list's `resourceVersion` and where its page starts: the continue token's
+    /// (every page shows the state of the first), `resourceVersionMatch=Exact`'s, or
+    /// the head.
+    fn list_at(&self, head: u64) -> Result<(u64, usize, bool), Answer> {
+        if let Some(token) = &self.list.continue_at {
+            return Ok((token.rv.unwrap_or(head), token.offset, true));
+        }
+        match (
+            self.list.resource_version.map(|v| v as u64),
+            self.list.resource_version_match.as_deref(),
+        ) {
+            (Some(rv), _) if rv > head => Err(Status::too_large_resource_version(rv, head).into()),
+            (Some(rv), Some("Exact")) => Ok((rv, 0, false)),
+            _ => Ok((head, 0, false)),
+        }
+    }
+
+    /// The objects the list selects as they were at revision `at`, in key order: the
+    /// log's, with the writes after `at` undone from the root's watch history; 410
+    /// when the history no longer reaches back to `at`.
+    fn matching_at<'a>(
+        &self,
+        core: &'a NodeCore,
+        t: &ResourceType,
+        space: &Space,
+        (at, continuing): (u64, bool),
+    ) -> Result<Vec<&'a Object>, Answer> {
+        if at >= core.log().head().0 {
+            return Ok(self.matching(core, t, space));
+        }
+        let undone = core.history().state_at(at).map_err(|e| {
+            if continuing {
+                failure(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
+                    None,
+                )
+            } else {
+                failure(410, "Expired", e.to_string(), None)
+            }
+        })?;
+        let mut all: Vec<&Object> = core
+            .log()
+            .live()
+            .filter(|o| !undone.contains_key(o.key()))
+            .chain(undone.values().filter_map(|o| *o))
+            .filter(|o| {
+                let k = o.key();
+                k.space == *space
+                    && k.group == t.group
+                    && k.kind == t.kind
+                    && (self.namespace.is_none() || k.namespace == self.namespace)
+                    && self.list.labels.matches(&o.meta.labels)
+                    && self.list.fields.matches_object(k, &o.body)
+            })
+            .collect();
+        all.sort_by(|a, b| a.key().cmp(b.key()));
+        Ok(all)
     }
 
     /// The space's clusters a list asks for.
@@ -95,13 +170,14 @@ impl ResourceOp {
                     && self.list.fields.matches(&clusters::key(space, name))
             })
             .collect();
-        let start = self.list.continue_at.unwrap_or(0).min(all.len());
+        let head = core.log().head().0;
+        // The inventory has no history: every page shows it as it is now.
+        let start = self.list.continue_at.map_or(0, |c| c.offset).min(all.len());
         let end = self
             .list
             .limit
             .map_or(all.len(), |l| (start + l).min(all.len()));
-        let next = (end < all.len()).then(|| end.to_string());
-        let head = core.log().head().0;
+        let next = (end < all.len()).then(|| Continue::token(head, end));
         let page = all[start..end].to_vec();
         if self.table {
             let mut table = clusters::table(&page, head);
@@ -118,39 +194,28 @@ impl ResourceOp {
 
     pub(super) fn list(&self, core: &NodeCore, t: &ResourceType, space: &Space) -> Answer {
         let head = core.log().head().0;
-        // The root serves its latest state: a list at a version it has not reached, or
-        // exactly at one it has left behind, cannot be answered.
-        match (
-            self.list.resource_version.map(|v| v as u64),
-            self.list.resource_version_match.as_deref(),
-        ) {
-            (Some(rv), _) if rv > head => {
-                return Status::too_large_resource_version(rv, head).into();
-            }
-            (Some(rv), Some("Exact")) if rv != head => {
-                return failure(
-                    410,
-                    "Expired",
-                    format!(
-                        "resourceVersion {rv} is not served exactly: the root keeps its latest state only ({head})"
-                    ),
-                    None,
-                );
-            }
-            _ => {}
+        if let Err(a) = self.check_fields(t) {
+            return a;
         }
+        let (at, start, continuing) = match self.list_at(head) {
+            Ok(at) => at,
+            Err(a) => return a,
+        };
         if t.is_cluster() {
             return self.list_clusters(core, t, space);
         }
-        let all = self.matching(core, t, space);
-        let start = self.list.continue_at.unwrap_or(0).min(all.len());
+        let all = match self.matching_at(core, t, space, (at, continuing)) {
+            Ok(all) => all,
+            Err(a) => return a,
+        };
+        let start = start.min(all.len());
         let end = self
             .list
             .limit
             .map_or(all.len(), |l| (start + l).min(all.len()));
         let page = &all[start..end];
-        let next = (end < all.len()).then(|| end.to_string());
-        let head = core.log().head().0;
+        let next = (end < all.len()).then(|| Continue::token(at, end));
+        let head = at;
         if self.table {
             let mut table = render::table(core, page, head);
             if let Some(c) = next {

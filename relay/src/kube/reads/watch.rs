@@ -1,10 +1,26 @@
 //! Watches: `?watch=true` streams `{"type": "ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK",
-//! "object": ...}` lines from a `resourceVersion` (the root's revision) on. Without
-//! one (or with `0`), every matching object comes first as `ADDED`. A version the log
-//! has compacted away answers 410 Gone, as Kubernetes does, so the client lists again.
+//! "object": ...}` lines, as kube-apiserver's watch cache does.
 //!
-//! The stream is the response body itself: it asks the node for the keys changed since
-//! the last position it delivered whenever the node commits a new head (at once, so an
+//! * From a `resourceVersion`: every write after it, in order, one event per write,
+//!   never coalesced, each with the object as written and that write's
+//!   `resourceVersion` (from the root's [`WatchHistory`]). A write that makes an object
+//!   match the selectors is `ADDED`, one that makes it stop matching `DELETED` (with
+//!   its last matching state). A version below the history's floor (or from before
+//!   the root's start) is answered 410 `Expired` (`too old resource version: X (Y)`),
+//!   so the client lists again; one above the head 504 `ResourceVersionTooLarge`.
+//! * Without one (or with `0`): every matching object first as `ADDED`, then changes.
+//! * `sendInitialEvents=true&resourceVersionMatch=NotOlderThan` (a streaming list,
+//!   client-go's WatchList): the current objects as `ADDED`, sorted by namespace and
+//!   name, then (with `allowWatchBookmarks=true`, which clients send with it) a
+//!   `BOOKMARK` at the list's `resourceVersion` annotated
+//!   `k8s.io/initial-events-end: "true"` and `k8s.io/initial-events-list-blueprint`
+//!   (an empty list, for list-over-watch), then changes. `sendInitialEvents=false`:
+//!   changes only, from the `resourceVersion` or from now.
+//! * `allowWatchBookmarks=true`: a `BOOKMARK` with the current `resourceVersion`
+//!   after [`BOOKMARK_EVERY`] without events.
+//!
+//! The stream is the response body itself: it asks the node for the writes since the
+//! last position it delivered whenever the node commits a new head (at once, so an
 //! event reaches every watcher a few milliseconds after the write), and at least every
 //! [`POLL`]; status changes (which move no revision) come from the shared
 //! [`StatusJournal`], read again every [`STATUS_EVERY`]. A watch from a
@@ -18,7 +34,7 @@ use std::time::Duration;
 
 use hyper::body::{Bytes, Frame};
 use serde_json::{Value, json};
-use strata_protocol::model::{ObjectKey, Position, Space};
+use strata_protocol::model::{Object, ObjectKey, Space};
 
 use super::render;
 use super::status_journal::{SharedJournal, StatusJournal};
@@ -26,12 +42,13 @@ use crate::kube::catalog::ResourceType;
 use crate::kube::selector::{FieldQuery, LabelQuery};
 use crate::kube::{Answer, failure};
 use crate::node::core::NodeCore;
+use crate::node::core::history::{EventType, WatchHistory};
 use crate::node::runtime::NodeClient;
 
 /// How often a watch asks the node what changed when no new head woke it.
 pub const POLL: Duration = Duration::from_millis(200);
 /// A bookmark goes out after this long without events, when the client asked for them.
-const BOOKMARK_EVERY: Duration = Duration::from_secs(10);
+pub const BOOKMARK_EVERY: Duration = Duration::from_secs(10);
 /// How often a watch looks for objects whose status (what their clusters report)
 /// changed: a status change moves no revision, yet `kubectl wait` and `rollout status`
 /// wait for exactly that. A look reads every object the watch selects, so it goes by
@@ -59,7 +76,15 @@ pub struct WatchSpec {
     pub bookmarks: bool,
     /// `timeoutSeconds`.
     pub timeout: Option<Duration>,
+    /// `sendInitialEvents`, when given (with `resourceVersionMatch=NotOlderThan`).
+    pub initial_events: Option<bool>,
 }
+
+/// The annotation of the bookmark that ends a streaming list's initial events.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+/// The annotation of that bookmark that carries an empty list (base64 of its JSON), which
+/// client-go fills with the initial events when it lists over a watch.
+pub const INITIAL_EVENTS_BLUEPRINT: &str = "k8s.io/initial-events-list-blueprint";
 
 /// A watch that has started: what to send first, and where to continue from.
 #[derive(Debug)]
@@ -78,39 +103,71 @@ pub struct Watch {
 }
 
 impl WatchSpec {
-    fn selects(&self, key: &ObjectKey) -> bool {
+    /// Whether the watch's type, space and namespace hold `key`.
+    fn holds(&self, key: &ObjectKey) -> bool {
         let t = &self.resource;
         key.space == self.space
             && key.group == t.group
             && key.kind == t.kind
             && (self.namespace.is_none() || key.namespace == self.namespace)
-            && self.fields.matches(key)
     }
 
-    fn event(&self, core: &NodeCore, kind: &str, key: &ObjectKey, head: u64) -> Value {
-        let object = match core.log().get(key) {
-            Some(o) if self.table => render::table(core, &[o], head),
-            Some(o) => render::object(core, o),
-            None => {
-                let mut meta = json!({ "name": key.name, "resourceVersion": head.to_string() });
-                if let Some(ns) = &key.namespace {
-                    meta["namespace"] = json!(ns);
-                }
-                if self.table {
-                    render::deleted_table(&meta)
-                } else {
-                    json!({ "apiVersion": self.resource.api_version(), "kind": self.resource.kind, "metadata": meta })
-                }
+    /// Whether the watch selects this state of an object: its type, namespace, labels
+    /// and fields.
+    pub fn selects(&self, o: &Object) -> bool {
+        self.holds(o.key())
+            && self.labels.matches(&o.meta.labels)
+            && self.fields.matches_object(o.key(), &o.body)
+    }
+
+    /// One event: `object` rendered (a table row for `kubectl get -w`) with the
+    /// `resourceVersion` `rv`.
+    fn event(&self, core: &NodeCore, kind: &str, object: &Object, rv: u64) -> Value {
+        let mut rendered = render::object(core, object);
+        rendered["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let object = if self.table && kind == "DELETED" {
+            render::deleted_table(&rendered["metadata"])
+        } else if self.table {
+            let mut table = render::table(core, &[object], rv);
+            if let Some(row) = table["rows"].get_mut(0) {
+                row["object"]["metadata"]["resourceVersion"] = json!(rv.to_string());
             }
+            table
+        } else {
+            rendered
         };
         json!({ "type": kind, "object": object })
     }
 
+    /// A `BOOKMARK` at `rv`; the one that ends a streaming list's initial events is
+    /// annotated so.
+    fn bookmark(&self, rv: u64, initial_events_end: bool) -> Value {
+        let mut object = json!({
+            "apiVersion": self.resource.api_version(),
+            "kind": self.resource.kind,
+            "metadata": { "resourceVersion": rv.to_string() },
+        });
+        if initial_events_end {
+            let blueprint = json!({
+                "apiVersion": self.resource.api_version(),
+                "kind": format!("{}List", self.resource.kind),
+                "metadata": { "resourceVersion": rv.to_string() },
+                "items": [],
+            });
+            object["metadata"]["annotations"] = json!({
+                INITIAL_EVENTS_END: "true",
+                INITIAL_EVENTS_BLUEPRINT: crate::kube::kubeconfig::base64(blueprint.to_string().as_bytes()),
+            });
+        }
+        json!({ "type": "BOOKMARK", "object": object })
+    }
+
     /// Starts the watch inside the node: the first events, the revision they reach and
     /// the status journal's epoch they reach; or the Status refusing it. From a
-    /// `resourceVersion`, the first events are every change after it: the log's, and
-    /// every status change the journal stamped after it (see [`StatusJournal`]), so
-    /// nothing that happened between the client's list and this watch is lost.
+    /// `resourceVersion`, the first events are every write after it (the root's watch
+    /// history), and every status change the journal stamped after it (see
+    /// [`StatusJournal`]), so nothing that happened between the client's list and this
+    /// watch is lost.
     pub fn start(
         &self,
         core: &NodeCore,
@@ -122,16 +179,27 @@ impl WatchSpec {
             return Err(crate::kube::Status::too_large_resource_version(rv, head).into());
         }
         let epoch = journal.refresh(core, &self.space, &self.resource);
-        match from {
-            None | Some(0) => {
-                let events = core
-                    .log()
-                    .live()
-                    .filter(|o| self.selects(o.key()) && self.labels.matches(&o.meta.labels))
-                    .map(|o| self.event(core, "ADDED", o.key(), head))
-                    .collect();
-                Ok((events, head, epoch))
+        // kube-apiserver: the current state first when asked (`sendInitialEvents`), or
+        // for a legacy watch from no version (or `0`).
+        let initial = self
+            .initial_events
+            .unwrap_or(matches!(from, None | Some(0)));
+        if initial {
+            let mut objects: Vec<&Object> = core.log().live().filter(|o| self.selects(o)).collect();
+            objects.sort_by(|a, b| {
+                (&a.key().namespace, &a.key().name).cmp(&(&b.key().namespace, &b.key().name))
+            });
+            let mut events: Vec<Value> = objects
+                .into_iter()
+                .map(|o| self.event(core, "ADDED", o, o.revision.0))
+                .collect();
+            if self.initial_events == Some(true) && self.bookmarks {
+                events.push(self.bookmark(head, true));
             }
+            return Ok((events, head, epoch));
+        }
+        match from {
+            None | Some(0) => Ok((Vec::new(), head, epoch)),
             Some(rv) => {
                 let mut events = self.changes(core, rv)?;
                 let after = journal.epoch_at(&self.space, &self.resource, rv);
@@ -172,56 +240,37 @@ impl WatchSpec {
         epoch: u64,
         sent: &[Value],
     ) -> Vec<Value> {
-        let head = core.log().head().0;
         let sent = events_name(sent);
         journal
             .changed_since(&self.space, &self.resource, epoch)
             .into_iter()
-            .filter(|k| self.selects(k))
-            .filter_map(|k| core.log().get(&k).map(|o| (k, o)))
-            .filter(|(_, o)| self.labels.matches(&o.meta.labels))
-            .map(|(k, _)| self.event(core, "MODIFIED", &k, head))
+            .filter(|k| self.holds(k))
+            .filter_map(|k| core.log().get(&k))
+            .filter(|o| self.selects(o))
+            .map(|o| self.event(core, "MODIFIED", o, o.revision.0))
             .filter(|e| !sent.contains(&event_id(e)))
             .collect()
     }
 
-    /// Events for what changed after `since`, as kube-apiserver sends them: `ADDED`
-    /// for an object the watch did not select at `since` (new, or its labels now
-    /// match), `MODIFIED` for one it did, `DELETED` for one it did that is gone or no
-    /// longer matches (an informer drops it from its cache).
+    /// Events for every write after `since`, from the root's watch history, as
+    /// kube-apiserver sends them (see [`WatchHistory::events_after`]); 410 `Expired`
+    /// when the history no longer reaches back to `since`.
     fn changes(&self, core: &NodeCore, since: u64) -> Result<Vec<Value>, Answer> {
-        let log = core.log();
-        let head = log.head().0;
-        if since < log.floor().0 {
-            return Err(failure(
-                410,
-                "Expired",
-                format!(
-                    "too old resource version: {since} (the root keeps history from {})",
-                    log.floor().0
-                ),
-                None,
-            ));
-        }
-        let mut out = Vec::new();
-        for key in log.keys_changed(Position(since), log.head()) {
-            if !self.selects(&key) {
-                continue;
-            }
-            let before = log
-                .entry(&key)
-                .and_then(|e| e.visible_at(Position(since)))
-                .is_some_and(|m| self.labels.matches(&m.labels));
-            match log.get(&key) {
-                Some(o) if self.labels.matches(&o.meta.labels) => {
-                    let kind = if before { "MODIFIED" } else { "ADDED" };
-                    out.push(self.event(core, kind, &key, head));
-                }
-                _ if before => out.push(self.event(core, "DELETED", &key, head)),
-                _ => {}
-            }
-        }
-        Ok(out)
+        let history: &WatchHistory = core.history();
+        let events = history
+            .events_after(since, |o| self.selects(o))
+            .map_err(|e| failure(410, "Expired", e.to_string(), None))?;
+        Ok(events
+            .iter()
+            .map(|e| {
+                let kind = match e.kind {
+                    EventType::Added => "ADDED",
+                    EventType::Modified => "MODIFIED",
+                    EventType::Deleted => "DELETED",
+                };
+                self.event(core, kind, e.object, e.revision)
+            })
+            .collect())
     }
 }
 
@@ -305,14 +354,7 @@ impl Watch {
                         if events.is_empty() {
                             if w.spec.bookmarks && quiet_since.elapsed() >= BOOKMARK_EVERY {
                                 quiet_since = tokio::time::Instant::now();
-                                w.pending.push_back(json!({
-                                    "type": "BOOKMARK",
-                                    "object": {
-                                        "apiVersion": w.spec.resource.api_version(),
-                                        "kind": w.spec.resource.kind,
-                                        "metadata": { "resourceVersion": head.to_string() },
-                                    },
-                                }));
+                                w.pending.push_back(w.spec.bookmark(head, false));
                             }
                         } else {
                             quiet_since = tokio::time::Instant::now();

@@ -51,6 +51,7 @@ impl NodeCore {
                 .filter(|(k, e)| self.log.entry(k) != e.as_ref())
                 .map(|(k, _)| k.clone())
                 .collect();
+            self.follow_history(full, meta.as_ref(), &entries);
             self.log.install(meta, entries);
             for key in changed {
                 self.note_key(key);
@@ -71,6 +72,37 @@ impl NodeCore {
         for (slot, value) in reports {
             self.follow_report(slot, value);
         }
+    }
+
+    /// A standby's watch history: the writer's writes as its records show them, one
+    /// event per changed key at the position of its change. A full copy (a standby
+    /// that starts or was away) is not a sequence of writes: the history starts again
+    /// at its head, and older watches are answered 410 as after a restart.
+    fn follow_history(
+        &mut self,
+        full: bool,
+        meta: Option<&LogMeta>,
+        entries: &[(ObjectKey, Option<KeyEntry>)],
+    ) {
+        let head = meta.map_or(self.log.head(), |m| m.head).0;
+        if full {
+            self.history.reset(head);
+            return;
+        }
+        let mut writes: Vec<(u64, &ObjectKey, Option<&KeyEntry>)> = entries
+            .iter()
+            .filter(|(k, e)| self.log.entry(k) != e.as_ref())
+            .map(|(k, e)| (e.as_ref().map_or(head, |e| e.position().0), k, e.as_ref()))
+            .collect();
+        writes.sort_by_key(|(pos, _, _)| *pos);
+        for (pos, key, entry) in writes {
+            let prev = self.log.get(key).cloned();
+            let object = entry.and_then(|e| e.object().cloned());
+            if prev != object {
+                self.history.record(pos, key.clone(), object, prev);
+            }
+        }
+        self.history.commit(head);
     }
 
     /// Another replica's child reported (or its report went).

@@ -30,7 +30,7 @@ impl NodeCore {
         let before = self.parent.is_none().then(|| self.rollouts_before());
         for change in changes {
             self.note_change(&change);
-            self.log.stage(pos, change)?;
+            self.stage(pos, change)?;
         }
         // A changed template starts a rollout in this very revision: its pins and the
         // decision releasing its first wave travel with the change.
@@ -41,7 +41,7 @@ impl NodeCore {
                 decisive = true;
                 for change in writes {
                     self.note_change(&change);
-                    self.log.stage(pos, change)?;
+                    self.stage(pos, change)?;
                 }
                 self.rollouts = super::rollouts_in(&self.log);
             }
@@ -53,9 +53,10 @@ impl NodeCore {
         };
         for change in planned {
             self.note_change(&change);
-            self.log.stage(pos, change)?;
+            self.stage(pos, change)?;
         }
         self.log.commit(pos);
+        self.history.commit(pos.0);
         self.reload_placements();
         Ok(pos)
     }
@@ -69,7 +70,7 @@ impl NodeCore {
         if !gates.is_empty() {
             for change in &gates {
                 self.note_change(change);
-                if let Err(e) = self.log.stage(pos, change.clone()) {
+                if let Err(e) = self.stage(pos, change.clone()) {
                     tracing::error!(error = %e, "cannot write a rollout");
                     return;
                 }
@@ -82,12 +83,13 @@ impl NodeCore {
         }
         for change in changes {
             self.note_change(&change);
-            if let Err(e) = self.log.stage(pos, change) {
+            if let Err(e) = self.stage(pos, change) {
                 tracing::error!(error = %e, "cannot write a placement decision");
                 return;
             }
         }
         self.log.commit(pos);
+        self.history.commit(pos.0);
         self.reload_placements();
     }
 
@@ -118,6 +120,26 @@ impl NodeCore {
             applied,
             unchanged,
         })
+    }
+
+    /// Stages one of the root's writes in the log and, when it changed something, in
+    /// the watch history (the object as written and the state it replaced).
+    fn stage(
+        &mut self,
+        pos: Position,
+        change: Change,
+    ) -> Result<bool, strata_protocol::sync::LogError> {
+        let key = change.key().clone();
+        let prev = self.log.get(&key).cloned();
+        let object = match &change {
+            Change::Upsert(o) => Some(o.clone()),
+            Change::Delete(_) => None,
+        };
+        let changed = self.log.stage(pos, change)?;
+        if changed {
+            self.history.record(pos.0, key, object, prev);
+        }
+        Ok(changed)
     }
 
     fn note_change(&mut self, change: &Change) {

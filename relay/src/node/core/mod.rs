@@ -39,6 +39,9 @@ mod admission;
 mod children;
 mod choose;
 mod follow;
+pub mod history;
+#[cfg(test)]
+mod history_model;
 mod lag;
 mod links;
 mod log;
@@ -203,6 +206,8 @@ pub struct NodeCore {
     wall_origin: UnixMillis,
     /// See [`CoreSetup::watch_history`].
     watch_history: u64,
+    /// At the root: every committed write, for the Kubernetes API's watches.
+    history: history::WatchHistory,
     /// See [`CoreSetup::standby`].
     standby: bool,
     /// Commit-to-acknowledgement time per child.
@@ -269,6 +274,7 @@ impl NodeCore {
         let mut reports = setup.reports;
         let all = all_labels(&setup.labels, &setup.upstream_state.inherited);
         let lag = PropagationLag::new(&setup.name, setup.log.id(), setup.log.head());
+        let head = setup.log.head();
         let parent = setup
             .upstream
             .map(|link| ParentFollower::new(link, setup.upstream_state));
@@ -320,6 +326,7 @@ impl NodeCore {
             hold_until: None,
             wall_origin: setup.wall_origin,
             watch_history: setup.watch_history,
+            history: history::WatchHistory::new(history::WATCH_EVENTS, head.0),
             standby: setup.standby,
             lag,
             admission: admission::Admission::new(AdmissionConfig::default()),
@@ -340,6 +347,18 @@ impl NodeCore {
     /// The object log.
     pub fn log(&self) -> &ObjectLog {
         &self.log
+    }
+
+    /// At the root: the watch history (every committed write since this run started,
+    /// up to its capacity).
+    pub fn history(&self) -> &history::WatchHistory {
+        &self.history
+    }
+
+    /// Keeps at most `events` writes in the watch history (see
+    /// [`history::WATCH_EVENTS`]).
+    pub fn set_watch_events(&mut self, events: usize) {
+        self.history.set_capacity(events);
     }
 
     /// What the children reported.
