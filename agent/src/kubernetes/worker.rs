@@ -97,6 +97,10 @@ fn prepare(object: &Object) -> Result<(Value, String), String> {
         "managedFields",
         "creationTimestamp",
         "generation",
+        // The root's deletion in progress (finalizers hold the object there): a
+        // cluster's API server refuses a deletion time set by an update.
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
     ] {
         meta.remove(server_set);
     }
