@@ -29,6 +29,7 @@ mod join_flood;
 mod join_up;
 mod joining;
 mod kube_cli;
+mod kube_delete;
 mod kube_watch;
 mod kubectl;
 mod kubernetes;

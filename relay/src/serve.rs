@@ -277,6 +277,12 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         )?),
         None => None,
     };
+    // The Kubernetes API's deletions that wait (finalizers, foreground owners,
+    // terminating namespaces) are finished as the clusters report.
+    let sweeper = config
+        .api
+        .as_ref()
+        .map(|_| crate::kube::writes::deletion::sweeper(handle.client()));
     let metrics = match config.metrics {
         Some(addr) => {
             tracing::info!(listen = %addr, "metrics serving at /metrics, /healthz, /readyz");
@@ -286,7 +292,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     };
     signals.recv().await;
     tracing::info!("shutting down");
-    for task in [api, metrics, following].into_iter().flatten() {
+    for task in [api, metrics, following, sweeper].into_iter().flatten() {
         task.abort();
     }
     match tokio::time::timeout(SHUTDOWN_DEADLINE, handle.shutdown()).await {

@@ -14,11 +14,14 @@
 //!   built-in kind (the decoder lives in `strata-kube-builtins`, beside the kinds' table).
 //! - [`schema_check`]: custom resources checked against their CRD's schema.
 //! - [`ssa`]: server-side apply (managed fields, conflicts).
+//! - [`deletion`]: `DeleteOptions`, preconditions, finalizers and `deletionTimestamp`,
+//!   which kinds a delete answers with the object.
 //! - [`kubeconfig`]: a kubeconfig for a space.
 //! - [`decode`], [`patch`], [`selector`]: request texts, from `strata-manifest`.
 
 pub mod aggregated;
 pub mod catalog;
+pub mod deletion;
 pub mod discovery;
 pub mod kubeconfig;
 pub mod openapi;

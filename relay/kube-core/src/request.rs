@@ -2,6 +2,7 @@
 //! group, version, resource, namespace, name and subresource, and the query's
 //! selectors, pages, validation, dry run, field manager and watch parameters.
 
+use crate::deletion::DeleteOptions;
 use crate::params::{ListParams, WatchParams, param};
 use crate::schema_check::FieldValidation;
 use crate::{Status, decode};
@@ -75,6 +76,8 @@ pub struct ResourceRequest {
     pub field_manager: Option<String>,
     /// `force=true` (server-side apply).
     pub force: bool,
+    /// A delete's options (its `DeleteOptions` body and query); the default otherwise.
+    pub delete: DeleteOptions,
 }
 
 fn not_found(message: String) -> Status {
@@ -131,6 +134,13 @@ impl Operation {
         } else {
             None
         };
+        // kubectl and client-go may send DeleteOptions as protobuf: its options are then
+        // the query's (the defaults, for kubectl's usual delete).
+        let delete = match req.method {
+            "DELETE" if req.content_type.contains("protobuf") => DeleteOptions::parse(q, b"")?,
+            "DELETE" => DeleteOptions::parse(q, req.body)?,
+            _ => DeleteOptions::default(),
+        };
         Ok(Operation::Resource(Box::new(ResourceRequest {
             method: req.method.to_owned(),
             group: group.to_owned(),
@@ -148,6 +158,7 @@ impl Operation {
             watch,
             field_manager: param(q, "fieldManager").map(decode),
             force: param(q, "force") == Some("true"),
+            delete,
         })))
     }
 }

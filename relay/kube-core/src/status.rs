@@ -37,8 +37,9 @@ pub struct Status {
     pub details: Option<Box<Value>>,
 }
 
-/// `plural.group`, or `plural` for the core group: how kube-apiserver names a resource.
-fn qualified(plural: &str, group: &str) -> String {
+/// `plural.group`, or `plural` for the core group: how kube-apiserver names a resource
+/// (and a kind, `Deployment.apps`, `ConfigMap`).
+pub(crate) fn qualified(plural: &str, group: &str) -> String {
     if group.is_empty() {
         plural.to_owned()
     } else {
@@ -121,8 +122,22 @@ impl Status {
         Status::failure(
             422,
             "Invalid",
-            format!("{kind}.{group} {name:?} is invalid: {listed}"),
+            format!("{} {name:?} is invalid: {listed}", qualified(kind, group)),
             Some(json!({ "name": name, "group": group, "kind": kind, "causes": causes })),
+        )
+    }
+
+    /// 405 `MethodNotAllowed` for a verb a resource does not serve, in kube-apiserver's
+    /// words: `create is not supported on resources of kind "deployments.apps"`.
+    pub fn method_not_supported(plural: &str, group: &str, verb: &str) -> Status {
+        Status::failure(
+            405,
+            "MethodNotAllowed",
+            format!(
+                "{verb} is not supported on resources of kind {:?}",
+                qualified(plural, group)
+            ),
+            Some(json!({ "group": group, "kind": plural })),
         )
     }
 

@@ -577,6 +577,12 @@ async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
                             .map_or_else(|| status.to_string(), str::to_owned)
                     ),
                 ),
+                WriteError::NamespaceTerminating(key, ns) => (
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "nothing was applied: {key}: unable to create new content in namespace {ns} because it is being terminated"
+                    ),
+                ),
                 WriteError::Store(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
             })?;
             let warnings: Vec<String> = manifests

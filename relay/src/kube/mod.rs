@@ -405,12 +405,16 @@ impl ResourceOp {
             ("PATCH", Some(name), None) => self.patch(core, &t, space, name),
             ("DELETE", Some(name), None) => self.delete(core, &t, space, name),
             ("DELETE", None, None) => self.delete_collection(core, &t, space),
-            (m, _, _) => failure(
-                405,
-                "MethodNotAllowed",
-                format!("{m} is not allowed here"),
-                None,
-            ),
+            (m, _, _) => {
+                let verb = match m {
+                    "POST" => "create".to_owned(),
+                    "PUT" => "update".to_owned(),
+                    "PATCH" => "patch".to_owned(),
+                    "DELETE" => "delete".to_owned(),
+                    other => other.to_lowercase(),
+                };
+                Status::method_not_supported(&t.plural, &t.group, &verb).into()
+            }
         }
     }
 
@@ -441,10 +445,6 @@ impl ResourceOp {
                     && k.name == key.name
             })
         })
-    }
-
-    fn details(t: &ResourceType, name: &str) -> Value {
-        json!({ "name": name, "group": t.group, "kind": t.plural })
     }
 
     fn missing(t: &ResourceType, name: &str) -> Answer {

@@ -33,7 +33,7 @@ pub fn strip_assigned(value: &mut Value) {
 }
 
 /// A stable identifier for the object's key (Kubernetes' `uid` shape).
-pub(super) fn uid(key: &ObjectKey) -> String {
+pub(crate) fn uid(key: &ObjectKey) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, key.to_string().as_bytes());
     let h: String = digest.as_ref()[..16]
         .iter()
@@ -94,6 +94,11 @@ pub fn object(core: &NodeCore, object: &Object) -> Value {
         v["status"]["conditions"] = conditions;
     }
     user_summary(core, object, &mut v);
+    // A Namespace shows its phase (`Terminating` once deleted) and finalizer, as
+    // kube-apiserver's do.
+    if crate::kube::namespaces::is_namespace(object.key()) {
+        strata_kube_core::deletion::namespace_view(&mut v);
+    }
     v
 }
 

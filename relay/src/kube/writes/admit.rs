@@ -5,7 +5,7 @@
 //! `NodeCore::apply_manifests`.
 
 use strata_node::objects::Manifest;
-use strata_protocol::model::Space;
+use strata_protocol::model::{ObjectKey, Space};
 use strata_protocol::sync::LogError;
 
 use super::{batch_check, namespaces};
@@ -28,6 +28,9 @@ pub struct Admission {
 pub enum WriteError {
     /// Objects in namespaces that neither exist nor are created by the write (sorted).
     NamespacesMissing(Vec<String>),
+    /// A new object in a namespace being deleted (`Terminating`): its key and the
+    /// namespace, refused as kube-apiserver's NamespaceLifecycle admission refuses it.
+    NamespaceTerminating(ObjectKey, String),
     /// A custom resource its CRD's schema refuses: the `metav1.Status`.
     Invalid(Answer),
     /// The log refused the change.
@@ -57,6 +60,15 @@ pub fn write_manifests(
     let missing = namespaces::missing(core, manifests.iter().map(|m| &m.meta.key));
     if !missing.is_empty() {
         return Err(WriteError::NamespacesMissing(missing));
+    }
+    for m in manifests.iter() {
+        let key = &m.meta.key;
+        if let Some(ns) = &key.namespace
+            && namespaces::terminating(core, &key.space, ns)
+            && core.log().get(key).is_none()
+        {
+            return Err(WriteError::NamespaceTerminating(key.clone(), ns.clone()));
+        }
     }
     let pruned = batch_check::check(core, space, manifests, admission.validation)
         .map_err(WriteError::Invalid)?;

@@ -5,12 +5,15 @@
 
 pub mod admit;
 pub mod batch_check;
+pub mod deletion;
 pub mod namespaces;
 
 use serde_json::{Value, json};
+use strata_kube_core::Status;
+use strata_kube_core::deletion as rules;
+use strata_kube_core::status::Cause;
 use strata_node::objects::manifest_from_value;
 use strata_protocol::model::{ObjectKey, Space};
-use strata_protocol::wire::Change;
 
 use admit::{Admission, WriteError, write_manifests};
 
@@ -104,33 +107,47 @@ impl ResourceOp {
     ) -> Answer {
         // Who owns which fields (server-side apply) is the root's to record: kept from
         // the stored object, or set by the apply that computed `value`.
+        if !value.is_object() {
+            return Status::bad_request("the body is not an object").into();
+        }
         let managed = value["metadata"]["managedFields"].take();
-        let invalid = |field: &str, why: String| {
-            failure(
-                422,
-                "Invalid",
-                format!("{} is invalid: {field}: {why}", t.kind),
-                Some(
-                    json!({ "kind": t.plural, "group": t.group, "causes": [ { "reason": "FieldValueInvalid", "message": why, "field": field } ] }),
-                ),
-            )
+        let name = value["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let invalid = |field: &str, why: String| -> Answer {
+            let cause = Cause {
+                reason: "FieldValueInvalid",
+                field: field.to_owned(),
+                message: why,
+            };
+            Status::invalid(&t.kind, &t.group, &name, &[cause]).into()
         };
+        // What the body leaves out, the path says (kube-apiserver decodes with the
+        // path's group, version and kind as defaults).
+        for (field, from_path) in [("apiVersion", t.api_version()), ("kind", t.kind.clone())] {
+            if value[field].as_str().is_none_or(str::is_empty) {
+                value[field] = json!(from_path);
+            }
+        }
         let api_version = value["apiVersion"].as_str().unwrap_or_default().to_owned();
         let kind = value["kind"].as_str().unwrap_or_default().to_owned();
-        if kind != t.kind || api_version != t.api_version() {
-            return failure(
-                400,
-                "BadRequest",
-                format!(
-                    "the API version in the data ({api_version}) and kind ({kind}) do not match the request's ({}, {})",
-                    t.api_version(),
-                    t.kind
-                ),
-                None,
-            );
+        if api_version != t.api_version() {
+            return Status::bad_request(format!(
+                "the API version in the data ({api_version}) does not match the expected API version ({})",
+                t.api_version()
+            ))
+            .into();
+        }
+        if kind != t.kind {
+            return Status::bad_request(format!(
+                "the kind in the data ({kind}) does not match the expected kind ({})",
+                t.kind
+            ))
+            .into();
         }
         if !value["metadata"].is_object() {
-            return invalid("metadata", "is required".into());
+            return invalid("metadata", "Required value".into());
         }
         if value["metadata"]["namespace"] == json!("")
             && let Some(m) = value["metadata"].as_object_mut()
@@ -178,6 +195,46 @@ impl ResourceOp {
         if managed.is_array() {
             value["metadata"]["managedFields"] = managed;
         }
+        // Deletion in progress: a create drops it; an update keeps it, may not add a
+        // finalizer, and removes the object once its finalizers are all gone.
+        let stored = if created {
+            None
+        } else {
+            let key = self.key(t, space, &name);
+            Self::find(core, &key).map(|o| {
+                (
+                    o.key().clone(),
+                    serde_json::from_slice::<Value>(&o.body).unwrap_or_default(),
+                )
+            })
+        };
+        match &stored {
+            None => rules::prepare_create(&mut value),
+            Some((_, old)) => {
+                if let Err(refused) = rules::prepare_update(&t.kind, &t.group, old, &mut value) {
+                    return refused.into();
+                }
+            }
+        }
+        if let Some((key, old)) = &stored
+            && rules::is_deleting(old)
+            && rules::may_go(&value)
+        {
+            let mut answer = match Self::find(core, key) {
+                Some(o) => render::object(core, o),
+                None => value.clone(),
+            };
+            rules::set_finalizers(&mut answer, &[]);
+            if !self.dry_run {
+                let mut plan = deletion::Plan::new();
+                plan.finish(core, key);
+                if let Err(e) = plan.commit(core) {
+                    return failure(500, "InternalError", e, None);
+                }
+                deletion::settle(core);
+            }
+            return (200, answer);
+        }
         if t.is_cluster() {
             value = match clusters::prepare(core, value) {
                 Ok(v) => v,
@@ -204,6 +261,9 @@ impl ResourceOp {
             }
             Err(WriteError::NamespacesMissing(missing)) => {
                 return namespaces::not_found(missing.first().map_or("", String::as_str));
+            }
+            Err(WriteError::NamespaceTerminating(key, ns)) => {
+                return rules::namespace_terminating(&t.plural, &t.group, &key.name, &ns).into();
             }
             Err(WriteError::Invalid(refused)) => return refused,
             Err(WriteError::Store(e)) => {
@@ -261,13 +321,12 @@ impl ResourceOp {
                     .to_owned(),
             );
         }
-        if self.current(core, t, &key).is_some() {
-            return failure(
-                409,
-                "AlreadyExists",
-                format!("{} {name:?} already exists", t.plural),
-                Some(Self::details(t, &name)),
-            );
+        if let Some(current) = self.current(core, t, &key) {
+            let mut exists = Status::already_exists(&t.plural, &t.group, &name);
+            if rules::is_deleting(&current) {
+                exists.message = format!("object is being deleted: {}", exists.message);
+            }
+            return exists.into();
         }
         self.store(core, t, space, value, true)
     }
@@ -372,15 +431,7 @@ impl ResourceOp {
     }
 
     fn conflict(t: &ResourceType, name: &str) -> Answer {
-        failure(
-            409,
-            "Conflict",
-            format!(
-                "Operation cannot be fulfilled on {} {name:?}: the object has been modified; please apply your changes to the latest version and try again",
-                t.plural
-            ),
-            Some(Self::details(t, name)),
-        )
+        Status::conflict(&t.plural, &t.group, name).into()
     }
 
     pub(super) fn patch(
@@ -510,16 +561,9 @@ impl ResourceOp {
         }
     }
 
-    fn remove(&self, core: &mut NodeCore, keys: Vec<ObjectKey>) -> Result<(), Answer> {
-        if self.dry_run || keys.is_empty() {
-            return Ok(());
-        }
-        let keys = namespaces::with_contents(core, keys);
-        core.apply(keys.into_iter().map(Change::Delete).collect())
-            .map(|_| ())
-            .map_err(|e| failure(500, "InternalError", e.to_string(), None))
-    }
-
+    /// Deletes the object as kube-apiserver does ([`deletion`]): the answer is the
+    /// object, for the kinds whose registry returns it and whenever it stays (held by
+    /// finalizers, or a Namespace terminating), a `Status` naming it otherwise.
     pub(super) fn delete(
         &self,
         core: &mut NodeCore,
@@ -528,44 +572,106 @@ impl ResourceOp {
         name: &str,
     ) -> Answer {
         let key = self.key(t, space, name);
-        let found = Self::find(core, &key).map(|o| o.key().clone());
-        if found.is_none()
-            && !(t.is_cluster() && clusters::get(core, space, name).is_some())
-            && !namespaces::went_with_namespace(core, &key)
-        {
+        let Some((key, current)) =
+            Self::find(core, &key).map(|o| (o.key().clone(), render::object(core, o)))
+        else {
+            // A Cluster the space never changed has nothing to drop: it stays as
+            // reported. An object that went with its namespace is answered as deleted.
+            if (t.is_cluster() && clusters::get(core, space, name).is_some())
+                || namespaces::went_with_namespace(core, &key)
+            {
+                return (
+                    200,
+                    rules::deleted(&t.plural, &t.group, name, &render::uid(&key)),
+                );
+            }
             return Self::missing(t, name);
+        };
+        if let Err(refused) = self
+            .delete
+            .check_preconditions(&t.plural, &t.group, &current)
+        {
+            return refused.into();
         }
-        // A Cluster the space never changed has nothing to drop: it stays as reported.
-        if let Err(a) = self.remove(core, found.into_iter().collect()) {
-            return a;
+        let dry_run = self.dry_run || self.delete.dry_run;
+        let mut plan = deletion::Plan::new();
+        let ending = plan.delete(core, &key, self.delete.propagation);
+        let kept = match ending {
+            Some(deletion::Ending::Kept(body)) => Some(body),
+            _ => None,
+        };
+        if !dry_run {
+            if let Err(e) = plan.commit(core) {
+                return failure(500, "InternalError", e, None);
+            }
         }
-        (
-            200,
-            json!({
-                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                "details": Self::details(t, name),
-            }),
-        )
+        let answer = match kept {
+            // What stays is shown as it now is (for a dry run, as it would be).
+            Some(body) => {
+                let mut shown = match Self::find(core, &key) {
+                    Some(o) if !dry_run => render::object(core, o),
+                    _ => {
+                        let mut v = current.clone();
+                        for field in [
+                            "deletionTimestamp",
+                            "deletionGracePeriodSeconds",
+                            "finalizers",
+                        ] {
+                            v["metadata"][field] = body["metadata"][field].clone();
+                        }
+                        v
+                    }
+                };
+                if namespaces::is_namespace(&key) {
+                    rules::namespace_view(&mut shown);
+                }
+                (200, shown)
+            }
+            None if rules::returns_deleted_object(
+                &t.group,
+                &t.plural,
+                matches!(t.schema, crate::kube::openapi::TypeSchema::Custom(_)),
+            ) =>
+            {
+                (200, current)
+            }
+            None => (
+                200,
+                rules::deleted(&t.plural, &t.group, name, &render::uid(&key)),
+            ),
+        };
+        if !dry_run {
+            deletion::settle(core);
+        }
+        answer
     }
 
+    /// `deletecollection`: every object that matches the selectors is deleted as one
+    /// delete would be (with the request's options); the answer is the list of them as
+    /// they were, as kube-apiserver's.
     pub(super) fn delete_collection(
         &self,
         core: &mut NodeCore,
         t: &ResourceType,
         space: &Space,
     ) -> Answer {
-        let keys: Vec<ObjectKey> = self
-            .matching(core, t, space)
-            .into_iter()
-            .map(|o| o.key().clone())
-            .collect();
+        let matching = self.matching(core, t, space);
+        let items: Vec<Value> = matching.iter().map(|o| render::object(core, o)).collect();
+        let keys: Vec<ObjectKey> = matching.iter().map(|o| o.key().clone()).collect();
         let head = core.log().head().0;
-        if let Err(a) = self.remove(core, keys) {
-            return a;
+        if !(self.dry_run || self.delete.dry_run) {
+            let mut plan = deletion::Plan::new();
+            for key in &keys {
+                plan.delete(core, key, self.delete.propagation);
+            }
+            if let Err(e) = plan.commit(core) {
+                return failure(500, "InternalError", e, None);
+            }
+            deletion::settle(core);
         }
         (
             200,
-            render::list(&t.api_version(), &t.kind, head, Vec::new(), None),
+            render::list(&t.api_version(), &t.kind, head, items, None),
         )
     }
 }

@@ -1,7 +1,10 @@
 //! Namespaces as Kubernetes has them: a namespaced object may be written only into a
 //! namespace that exists in its space (else 404 `namespaces "x" not found`, as
-//! kube-apiserver answers), and deleting a Namespace deletes what is in it (at once: the
-//! root runs no finalizers).
+//! kube-apiserver answers), and deleting a Namespace makes it `Terminating`: what is in
+//! it is deleted, and the Namespace goes once nothing of it remains at the root or on
+//! the clusters ([`super::deletion`]). Nothing new may be created in a terminating
+//! namespace. `relay delete` of a Namespace still deletes it and what is in it at once
+//! ([`with_contents`]).
 //!
 //! `default`, `kube-system`, `kube-public` and `kube-node-lease` always exist, as in
 //! every Kubernetes cluster. The Kubernetes API and `relay apply` check this; a batch of
@@ -39,6 +42,16 @@ pub fn is_namespace(key: &ObjectKey) -> bool {
 /// Whether the namespace `name` exists in `space`.
 pub fn exists(core: &NodeCore, space: &Space, name: &str) -> bool {
     BUILT_IN.contains(&name) || core.log().get(&key(space, name)).is_some()
+}
+
+/// Whether the namespace `name` of `space` is being deleted (`Terminating`): nothing
+/// new may be created in it.
+pub fn terminating(core: &NodeCore, space: &Space, name: &str) -> bool {
+    core.log().get(&key(space, name)).is_some_and(|o| {
+        memchr::memmem::find(&o.body, b"deletionTimestamp").is_some()
+            && serde_json::from_slice::<serde_json::Value>(&o.body)
+                .is_ok_and(|v| strata_kube_core::deletion::is_deleting(&v))
+    })
 }
 
 /// The refusal kube-apiserver gives for an object in a missing namespace.
@@ -97,8 +110,9 @@ pub fn with_contents(core: &NodeCore, mut keys: Vec<ObjectKey>) -> Vec<ObjectKey
     keys
 }
 
-/// Whether the object `key` names was deleted together with its namespace (in the same
-/// revision). Kubernetes deletes a namespace's contents after the Namespace, while it is
+/// Whether the object `key` names was deleted with its namespace: once the Namespace
+/// was marked `Terminating` (or, by `relay delete`, in the same revision as it).
+/// Kubernetes deletes a namespace's contents after the Namespace, while it is
 /// `Terminating`, so `kubectl delete -f` of a file that lists the Namespace first still
 /// finds the objects after it; the root deletes them at once, and answers such a late
 /// delete as done.
@@ -110,11 +124,12 @@ pub fn went_with_namespace(core: &NodeCore, key: &ObjectKey) -> bool {
         core.log().entry(key),
         core.log().entry(&self::key(&key.space, ns)),
     ) {
-        (Some(object), Some(namespace)) => {
-            object.object().is_none()
-                && namespace.object().is_none()
-                && object.position() == namespace.position()
-        }
+        (Some(object), Some(namespace)) if object.object().is_none() => match namespace.object() {
+            None => object.position() == namespace.position(),
+            Some(_) => {
+                terminating(core, &key.space, ns) && object.position() >= namespace.position()
+            }
+        },
         _ => false,
     }
 }

@@ -51,7 +51,7 @@ mod replicas;
 mod revoke;
 mod rollout;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 mod upward;
 use super::reports::SubtreeReports;
 pub use admission::{AdmissionConfig, DEFAULT_SETUPS, SETUP_TIMEOUT};

@@ -16,7 +16,7 @@ use crate::node::reports::SubtreeReports;
 use crate::node::testing;
 
 /// A root whose only allowed child is the relay `eu`.
-pub(super) fn root() -> NodeCore {
+pub(crate) fn root() -> NodeCore {
     NodeCore::new(
         Instant::ZERO,
         CoreSetup {
