@@ -36,12 +36,9 @@ use crate::kube::render;
 use crate::node::core::NodeCore;
 use crate::node::runtime::NodeClient;
 
-/// The time now, as `deletionTimestamp` has it.
-fn now() -> String {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    crate::kube::clusters::rfc3339(ms)
+/// The time now, as `deletionTimestamp` has it (the core's wall clock).
+fn now(core: &NodeCore) -> String {
+    crate::kube::clusters::rfc3339(core.wall_now().0)
 }
 
 /// What one delete leaves: the changes to commit, and how each deleted object ends.
@@ -68,9 +65,9 @@ pub(crate) enum Ending {
 }
 
 impl Plan {
-    pub(crate) fn new() -> Plan {
+    pub(crate) fn new(core: &NodeCore) -> Plan {
         Plan {
-            now: now(),
+            now: now(core),
             ..Plan::default()
         }
     }
@@ -285,7 +282,7 @@ pub fn sweep(core: &mut NodeCore) -> bool {
     if deleting.is_empty() {
         return false;
     }
-    let mut plan = Plan::new();
+    let mut plan = Plan::new(core);
     for (key, mut value) in deleting {
         if namespaces::is_namespace(&key) {
             let inside: Vec<ObjectKey> = core
@@ -409,7 +406,7 @@ mod tests {
     }
 
     fn delete(core: &mut NodeCore, name: &str, policy: Propagation) -> Ending {
-        let mut plan = Plan::new();
+        let mut plan = Plan::new(core);
         let ending = plan
             .delete(core, &key("ConfigMap", Some("shop"), name), policy)
             .unwrap();
@@ -507,7 +504,7 @@ mod tests {
             cm("held", json!({ "finalizers": ["x/y"] })),
         ]);
         let ns = key("Namespace", None, "shop");
-        let mut plan = Plan::new();
+        let mut plan = Plan::new(&core);
         assert!(matches!(
             plan.delete(&core, &ns, Propagation::Background),
             Some(Ending::Kept(_))

@@ -226,7 +226,7 @@ impl ResourceOp {
             };
             rules::set_finalizers(&mut answer, &[]);
             if !self.dry_run {
-                let mut plan = deletion::Plan::new();
+                let mut plan = deletion::Plan::new(core);
                 plan.finish(core, key);
                 if let Err(e) = plan.commit(core) {
                     return failure(500, "InternalError", e, None);
@@ -594,16 +594,14 @@ impl ResourceOp {
             return refused.into();
         }
         let dry_run = self.dry_run || self.delete.dry_run;
-        let mut plan = deletion::Plan::new();
+        let mut plan = deletion::Plan::new(core);
         let ending = plan.delete(core, &key, self.delete.propagation);
         let kept = match ending {
             Some(deletion::Ending::Kept(body)) => Some(body),
             _ => None,
         };
-        if !dry_run {
-            if let Err(e) = plan.commit(core) {
-                return failure(500, "InternalError", e, None);
-            }
+        if !dry_run && let Err(e) = plan.commit(core) {
+            return failure(500, "InternalError", e, None);
         }
         let answer = match kept {
             // What stays is shown as it now is (for a dry run, as it would be).
@@ -660,7 +658,7 @@ impl ResourceOp {
         let keys: Vec<ObjectKey> = matching.iter().map(|o| o.key().clone()).collect();
         let head = core.log().head().0;
         if !(self.dry_run || self.delete.dry_run) {
-            let mut plan = deletion::Plan::new();
+            let mut plan = deletion::Plan::new(core);
             for key in &keys {
                 plan.delete(core, key, self.delete.propagation);
             }

@@ -42,6 +42,11 @@ impl NodeCore {
         UnixMillis(self.wall_origin.0.saturating_add(ms))
     }
 
+    /// The wall-clock time of the latest instant the driver gave the core.
+    pub fn wall_now(&self) -> UnixMillis {
+        self.wall(self.last_now)
+    }
+
     /// A child's connection is up (its role is known from its hello).
     pub(super) fn link_up(&mut self, now: Instant, child: &str, role: Role) {
         self.replan = true;
