@@ -501,9 +501,10 @@ fn the_api_port_answers_probes_without_a_token_speaks_http2_and_gzips_large_list
     assert_eq!(anonymous.status, 401);
 
     // 60 config maps of 4 KiB: a list of about 250 KiB, above kube-apiserver's 128 KiB.
+    // They name no namespace: `relay apply` puts them in `default`, as kubectl would.
     let filler = "x".repeat(4096);
     let manifests: String = (0..60)
-        .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: big-{i}, namespace: default }}\ndata: {{ filler: {filler} }}\n---\n"))
+        .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: big-{i} }}\ndata: {{ filler: {filler} }}\n---\n"))
         .collect();
     write(&dir.join("big.yaml"), &manifests);
     let (ok, _, err) = relay_cli(

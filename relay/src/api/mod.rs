@@ -554,6 +554,7 @@ async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Response<Body> {
             // Clusters first: what a Cluster's apply keeps of the inventory.
             let mut manifests = crate::kube::clusters::prepare_manifests(core, manifests)
                 .map_err(|e| (StatusCode::UNPROCESSABLE_ENTITY, e))?;
+            crate::kube::writes::admit::default_namespaces(core, &space, &mut manifests);
             // The Kubernetes API's write path: namespaces present, custom resources
             // checked against their CRDs as the Kubernetes API checks them.
             let admission = Admission {

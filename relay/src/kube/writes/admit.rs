@@ -4,7 +4,7 @@
 //! way (namespaces present, custom resources checked against their CRDs) before
 //! `NodeCore::apply_manifests`.
 
-use strata_node::objects::Manifest;
+use strata_node::objects::{Manifest, manifest_from_value};
 use strata_protocol::model::{ObjectKey, Space};
 use strata_protocol::sync::LogError;
 
@@ -78,4 +78,26 @@ pub fn write_manifests(
         Some(core.apply_manifests(manifests).map_err(WriteError::Store)?)
     };
     Ok(Written { applied, pruned })
+}
+
+/// Puts the namespaced objects of `manifests` that name no namespace into `default`,
+/// as kubectl does before it sends them: `relay apply` of a manifest without
+/// `metadata.namespace` then stores what `kubectl get -n default` finds. Kinds the
+/// space does not know (a CRD applied in the same write) are left as they are.
+pub fn default_namespaces(core: &NodeCore, space: &Space, manifests: &mut [Manifest]) {
+    let catalog = crate::kube::catalog::Catalog::of_space(core.log(), space);
+    for m in manifests.iter_mut() {
+        let key = &m.meta.key;
+        let namespaced = catalog
+            .by_kind(&key.group, &key.version, &key.kind)
+            .is_some_and(|t| t.namespaced);
+        if key.namespace.is_some() || !namespaced {
+            continue;
+        }
+        let mut value = m.value.clone();
+        value["metadata"]["namespace"] = serde_json::json!("default");
+        if let Ok(defaulted) = manifest_from_value(value, space) {
+            *m = defaulted;
+        }
+    }
 }
