@@ -50,14 +50,20 @@ fn paths(catalog: &Catalog) -> Value {
             format!("{base}/{}/{{name}}", t.plural)
         };
         let query = |name: &str, description: &str| json!({ "name": name, "in": "query", "type": "string", "uniqueItems": true, "description": description });
+        // What the PATCH takes; kubectl computes its patch by this list. Strategic
+        // merge needs the type's patch strategies, which only the built-in types have:
+        // custom resources take JSON and merge patches, as kube-apiserver's do.
+        let mut consumes = vec![
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/apply-patch+yaml",
+        ];
+        if t.check.is_some() {
+            consumes.push("application/strategic-merge-patch+json");
+        }
         let operation = json!({
             "operationId": format!("patch{}", t.kind),
-            "consumes": [
-                "application/json-patch+json",
-                "application/merge-patch+json",
-                "application/strategic-merge-patch+json",
-                "application/apply-patch+yaml",
-            ],
+            "consumes": consumes,
             "produces": ["application/json", "application/yaml"],
             "parameters": [
                 query("dryRun", "When present, the modification is not persisted: All runs every stage but storing it."),
@@ -495,5 +501,32 @@ mod tests {
             );
         }
         assert_eq!(supports_dry_run(&b, ("apps", "v1", "Nothing")), None);
+        // Strategic merge patches for built-in types only (kubectl picks its patch
+        // type from this list): a Deployment takes them, a Placement does not.
+        let consumes = |path: &str| doc["paths"][path]["patch"]["consumes"].to_string();
+        assert!(
+            consumes("/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+                .contains("strategic-merge-patch")
+        );
+        let placement = catalog
+            .types()
+            .iter()
+            .find(|t| t.check.is_none())
+            .expect("a type without a built-in schema (Strata's own)");
+        let path = format!(
+            "/apis/{}/{}/{}/{{name}}",
+            placement.group, placement.version, placement.plural
+        );
+        let path = if placement.namespaced {
+            path.replacen(
+                &format!("/{}/", placement.plural),
+                &format!("/namespaces/{{namespace}}/{}/", placement.plural),
+                1,
+            )
+        } else {
+            path
+        };
+        assert!(doc["paths"][&path]["patch"].is_object(), "{path}");
+        assert!(!consumes(&path).contains("strategic-merge-patch"), "{path}");
     }
 }
