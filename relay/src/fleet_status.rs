@@ -359,7 +359,13 @@ pub fn builtin_has_status(group: &str, kind: &str) -> Option<bool> {
         strata_kube_builtins::builtins()
             .into_iter()
             .map(|b| {
-                let schema = serde_json::to_value((b.schema)(&mut g)).unwrap_or_default();
+                let mut schema = (b.schema)(&mut g).to_value();
+                // A type's schema is a reference to its definition.
+                if let Some(name) = schema["$ref"].as_str().and_then(|r| r.rsplit('/').next())
+                    && let Some(d) = g.definitions().get(name)
+                {
+                    schema = d.clone();
+                }
                 let has = schema["properties"].get("status").is_some();
                 ((b.group.to_owned(), b.kind.to_owned()), has)
             })
