@@ -446,11 +446,15 @@ mod tests {
     fn a_job_runs_then_completes() {
         let mut c = SimulatedCluster::new(SimulatedConfig::default());
         let mut job = deployment(1, &[]);
-        let mut key = job.key().clone();
-        key.group = "batch".into();
-        key.kind = "Job".into();
         job.meta = std::sync::Arc::new(ObjectMeta {
-            key,
+            key: ObjectKey::new(ObjectKeyParts {
+                space: Space::default_space(),
+                group: "batch".into(),
+                version: "v1".into(),
+                kind: "Job".into(),
+                namespace: Some("pos".into()),
+                name: "migrate".into(),
+            }),
             labels: Default::default(),
         });
         job.body = br#"{"spec":{"completions":2}}"#.as_slice().into();
