@@ -32,11 +32,11 @@ use strata_protocol::user_summary::is_user_entry;
 use crate::node::core::NodeCore;
 
 /// The kind of a namespaced object's fleet status.
-pub const KIND: &str = "FleetStatus";
+pub const KIND: &str = strata_kube_core::catalog::FLEET_STATUS_KIND;
 /// Its plural.
 pub const PLURAL: &str = "fleetstatuses";
 /// The kind of a cluster-scoped object's fleet status.
-pub const CLUSTER_KIND: &str = "ClusterFleetStatus";
+pub const CLUSTER_KIND: &str = strata_kube_core::catalog::CLUSTER_FLEET_STATUS_KIND;
 /// Its plural.
 pub const CLUSTER_PLURAL: &str = "clusterfleetstatuses";
 /// Their version.
