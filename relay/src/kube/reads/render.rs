@@ -1,7 +1,9 @@
 //! Objects as the Kubernetes API shows them: the stored manifest with the metadata the
 //! root assigns (`resourceVersion` is the object's revision, a stable `uid`), and a
-//! `.status` written from what the selected clusters report, in Kubernetes' own shape;
-//! lists, and tables for `kubectl get`.
+//! `.status` written from what the selected clusters report, in the kind's own shape
+//! ([`crate::fleet_status::object_status`]; the fleet's per-placement view is the
+//! `FleetStatus` kind), `metadata.generation` as stamped at the write
+//! ([`crate::generation`]); lists, and tables for `kubectl get`.
 
 use serde_json::{Map, Value, json};
 use strata_protocol::model::{Object, ObjectKey, Space};
