@@ -20,7 +20,7 @@
 //! and labelled [`PLACEMENT_LABEL`], [`KIND_LABEL`] and [`NAME_LABEL`] so that
 //! `kubectl get fleetstatuses -l strata.dev/name=web` finds an object's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
 use serde_json::{Map, Value, json};
@@ -350,28 +350,62 @@ pub fn table(items: &[Value], head: u64) -> Value {
     })
 }
 
+/// The fields of a built-in kind's `.status` (`Some` of an empty set when it has a
+/// status without fields of its own); `None` for a kind without a status.
+type StatusFields = Option<BTreeSet<String>>;
+
+/// The `.status` fields of every built-in kind, from its schema.
+fn builtin_status_fields() -> &'static BTreeMap<(String, String), StatusFields> {
+    static KINDS: OnceLock<BTreeMap<(String, String), StatusFields>> = OnceLock::new();
+    KINDS.get_or_init(|| {
+        let mut g = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+        let built: Vec<((String, String), Value)> = strata_kube_builtins::builtins()
+            .into_iter()
+            .map(|b| {
+                let schema = (b.schema)(&mut g).to_value();
+                ((b.group.to_owned(), b.kind.to_owned()), schema)
+            })
+            .collect();
+        let definitions = g.definitions().clone();
+        // A type's schema is a reference to its definition.
+        let resolve = |v: &Value| -> Value {
+            match v["$ref"].as_str().and_then(|r| r.rsplit('/').next()) {
+                Some(name) => definitions.get(name).cloned().unwrap_or(Value::Null),
+                None => v.clone(),
+            }
+        };
+        built
+            .into_iter()
+            .map(|(kind, schema)| {
+                let schema = resolve(&schema);
+                let fields = schema["properties"].get("status").map(|status| {
+                    resolve(status)["properties"]
+                        .as_object()
+                        .map(|p| p.keys().cloned().collect())
+                        .unwrap_or_default()
+                });
+                (kind, fields)
+            })
+            .collect()
+    })
+}
+
 /// Whether a built-in kind has a `.status` in its schema; `None` for a kind that is not
 /// built in (a custom resource, or one of Strata's).
 pub fn builtin_has_status(group: &str, kind: &str) -> Option<bool> {
-    static KINDS: OnceLock<BTreeMap<(String, String), bool>> = OnceLock::new();
-    let kinds = KINDS.get_or_init(|| {
-        let mut g = schemars::generate::SchemaSettings::draft2020_12().into_generator();
-        strata_kube_builtins::builtins()
-            .into_iter()
-            .map(|b| {
-                let mut schema = (b.schema)(&mut g).to_value();
-                // A type's schema is a reference to its definition.
-                if let Some(name) = schema["$ref"].as_str().and_then(|r| r.rsplit('/').next())
-                    && let Some(d) = g.definitions().get(name)
-                {
-                    schema = d.clone();
-                }
-                let has = schema["properties"].get("status").is_some();
-                ((b.group.to_owned(), b.kind.to_owned()), has)
-            })
-            .collect()
-    });
-    kinds.get(&(group.to_owned(), kind.to_owned())).copied()
+    builtin_status_fields()
+        .get(&(group.to_owned(), kind.to_owned()))
+        .map(Option::is_some)
+}
+
+/// Whether a status field belongs to the kind's `.status` (any field of a kind that is
+/// not built in).
+fn status_field(group: &str, kind: &str, field: &str) -> bool {
+    match builtin_status_fields().get(&(group.to_owned(), kind.to_owned())) {
+        Some(Some(fields)) => fields.contains(field),
+        Some(None) => false,
+        None => true,
+    }
 }
 
 /// `status.observedGeneration`: `generation` once every selected cluster (of every
@@ -548,9 +582,13 @@ pub fn object_status(
         }
     }
     out.remove("observedGeneration");
-    if let Some(g) = observed_generation(generation, at, sums) {
+    if let Some(g) = observed_generation(generation, at, sums)
+        && status_field(group, kind, "observedGeneration")
+    {
         out.insert("observedGeneration".into(), json!(g));
     }
+    // Only fields of the kind's own status: typed clients refuse any other.
+    out.retain(|field, _| status_field(group, kind, field));
     if group.is_empty() && kind == "Service" && !out.contains_key("loadBalancer") {
         out.insert("loadBalancer".into(), json!({}));
     }
@@ -591,6 +629,12 @@ mod tests {
         assert_eq!(st["conditions"][1]["reason"], "NewReplicaSetAvailable");
         assert!(st.get("strata").is_none());
         let job = conditions("batch", "Job", &sums, 1);
+        let job_status = object_status("batch", "Job", (1, Revision(1)), &sums).unwrap();
+        assert!(
+            job_status.get("observedGeneration").is_none(),
+            "{job_status}"
+        );
+        assert_eq!(job_status["conditions"][1]["type"], "Complete");
         assert_eq!(job[1]["type"], "Complete");
         s.health.available = 2;
         s.health.progressing = 1;
