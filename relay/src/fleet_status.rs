@@ -206,6 +206,20 @@ pub fn render(core: &NodeCore, e: &Entry, head: u64) -> Option<Value> {
     }
     let mut total = counts(&summary);
     total.insert("silent".into(), json!(summary.silent()));
+    let totals: Map<String, Value> = summary
+        .numbers
+        .iter()
+        .filter(|(f, _)| !is_user_entry(f))
+        .map(|(f, n)| {
+            (
+                f.clone(),
+                json!({ "sum": i64::try_from(n.sum).unwrap_or(i64::MAX), "min": n.min, "max": n.max }),
+            )
+        })
+        .collect();
+    if !totals.is_empty() {
+        total.insert("fields".into(), Value::Object(totals));
+    }
     if let Some(g) = observed_generation(generation, at, &sums) {
         total.insert("observedGeneration".into(), json!(g));
     }
@@ -568,13 +582,30 @@ pub fn object_status(
     {
         out = st;
     } else if expected > 0 {
+        // A kind whose status counts what its spec asks per cluster (`spec.replicas`):
+        // readers compare the two (kstatus: "Pending termination" when `replicas` is
+        // above the spec), so the status reads as the fleet's weakest cluster does:
+        // `replicas` the most any cluster runs, the other counts the fewest. Other kinds:
+        // the sum over the clusters. The fleet's totals are in its FleetStatus.
+        let per_cluster = matches!(
+            (group, kind),
+            ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") | ("", "ReplicationController")
+        );
+        let mut merged: BTreeMap<&String, (i64, i64, i128)> = BTreeMap::new();
         for (_, s) in sums {
             // User summaries are the Placement's, not status fields.
-            let fields = s.numbers.iter().filter(|(f, _)| !is_user_entry(f));
-            for (field, n) in fields {
-                let sum = out.get(field).and_then(Value::as_i64).map_or(0, i128::from) + n.sum;
-                out.insert(field.clone(), json!(i64::try_from(sum).unwrap_or(i64::MAX)));
+            for (field, n) in s.numbers.iter().filter(|(f, _)| !is_user_entry(f)) {
+                let m = merged.entry(field).or_insert((i64::MAX, i64::MIN, 0));
+                *m = (m.0.min(n.min), m.1.max(n.max), m.2 + n.sum);
             }
+        }
+        for (field, (min, max, sum)) in merged {
+            let value = match (per_cluster, field.as_str()) {
+                (true, "replicas") => max,
+                (true, _) => min,
+                (false, _) => i64::try_from(sum).unwrap_or(i64::MAX),
+            };
+            out.insert(field.clone(), json!(value));
         }
         let c = conditions(group, kind, sums, generation);
         if c.as_array().is_some_and(|c| !c.is_empty()) {
@@ -624,6 +655,24 @@ mod tests {
         let sums = [("web".to_owned(), s.clone())];
         assert_eq!(observed_generation(2, Revision(5), &sums), Some(1));
         assert_eq!(observed_generation(2, Revision(4), &sums), Some(2));
+        let mut s3 = s.clone();
+        s3.numbers.insert(
+            "replicas".into(),
+            serde_json::from_value(json!({ "min": 2, "max": 2, "sum": 6, "count": 3 })).unwrap(),
+        );
+        s3.numbers.insert(
+            "readyReplicas".into(),
+            serde_json::from_value(json!({ "min": 1, "max": 2, "sum": 5, "count": 3 })).unwrap(),
+        );
+        let per = object_status(
+            "apps",
+            "Deployment",
+            (2, Revision(4)),
+            &[("web".into(), s3)],
+        );
+        let per = per.unwrap();
+        assert_eq!(per["replicas"], 2, "{per}");
+        assert_eq!(per["readyReplicas"], 1, "{per}");
         let st = object_status("apps", "Deployment", (2, Revision(4)), &sums).unwrap();
         assert_eq!(st["observedGeneration"], 2);
         assert_eq!(st["conditions"][1]["reason"], "NewReplicaSetAvailable");

@@ -274,6 +274,7 @@ pub fn strata_schema(kind: &str, g: &mut SchemaGenerator) -> Option<Value> {
                     "The object over every cluster the placement selects.",
                     json!({
                         "silent": int("Clusters selected that have not reported."),
+                        "fields": { "type": "object", "description": "The numeric status fields over the clusters: sum, min and max of each.", "x-kubernetes-preserve-unknown-fields": true },
                         "observedGeneration": int("The object's generation once every selected cluster observed it; lower until then."),
                         "errors": { "type": "array", "description": "Recent failures, by cluster.", "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } },
                     }),
