@@ -5,7 +5,10 @@
 //! * A `Deployment`, `StatefulSet` or `DaemonSet` is `Progressing` for `ready_delay`
 //!   after each new revision, then `Available`, with `readyReplicas`, `updatedReplicas`
 //!   and `availableReplicas` = `spec.replicas`, as a Deployment whose rollout finished.
-//! * Any other kind is `Available` as soon as it is applied.
+//! * A `Job` runs for `ready_delay` (`active: 1`), then completes: `succeeded` =
+//!   `spec.completions` (1 by default), the `SuccessCriteriaMet` and `Complete`
+//!   conditions true, as the Job controller writes them; it is `Available` then.
+//! * Any other kind is `Available` as soon as it is applied, with an empty `.status`.
 //! * An object labelled `strata.dev/simulate-failure: <reason>`, or any object when the
 //!   cluster itself is configured to fail, reports `Failed` with that reason.
 
@@ -61,6 +64,9 @@ struct Held {
     /// When it was applied, on the wall clock (its Pods' creation time).
     applied_at: UnixMillis,
     workload: bool,
+    /// A Job: it runs for `ready_delay`, then completes.
+    job: bool,
+    /// A workload's `spec.replicas`; a Job's `spec.completions`.
     replicas: i64,
     failure: Option<String>,
     reported: Option<Health>,
@@ -127,7 +133,7 @@ impl SimulatedCluster {
     fn health(&self, held: &Held, now: Instant) -> Health {
         if held.failure.is_some() {
             Health::Failed
-        } else if held.workload && now < held.applied + self.config.ready_delay {
+        } else if (held.workload || held.job) && now < held.applied + self.config.ready_delay {
             Health::Progressing
         } else {
             Health::Available
@@ -153,8 +159,13 @@ impl ClusterBackend for SimulatedCluster {
             object.key().kind.as_str(),
             "Deployment" | "StatefulSet" | "DaemonSet"
         );
+        let job = object.key().kind == "Job" && object.key().group == "batch";
         let replicas = body
-            .pointer("/spec/replicas")
+            .pointer(if job {
+                "/spec/completions"
+            } else {
+                "/spec/replicas"
+            })
             .and_then(serde_json::Value::as_i64)
             .unwrap_or(1);
         let failure = object
@@ -172,6 +183,7 @@ impl ClusterBackend for SimulatedCluster {
                 applied: now,
                 applied_at: at,
                 workload,
+                job,
                 replicas,
                 failure,
                 reported: None,
@@ -210,28 +222,7 @@ impl ClusterBackend for SimulatedCluster {
                 continue;
             }
             held.reported = Some(health);
-            let ready = if health == Health::Available {
-                held.replicas
-            } else {
-                0
-            };
-            let numbers = if held.workload {
-                BTreeMap::from([
-                    ("replicas".to_owned(), held.replicas),
-                    ("readyReplicas".to_owned(), ready),
-                    ("updatedReplicas".to_owned(), ready),
-                    ("availableReplicas".to_owned(), ready),
-                ])
-            } else {
-                BTreeMap::new()
-            };
-            let status = serde_json::json!({
-                "observedGeneration": 1,
-                "replicas": held.replicas,
-                "readyReplicas": ready,
-                "updatedReplicas": ready,
-                "availableReplicas": ready,
-            });
+            let (numbers, status) = simulated_status(held, health, at);
             changed.push((
                 key,
                 Status {
@@ -255,10 +246,149 @@ impl ClusterBackend for SimulatedCluster {
     fn next_change(&self) -> Option<Instant> {
         self.objects
             .values()
-            .filter(|h| h.workload && h.failure.is_none() && h.reported != Some(Health::Available))
+            .filter(|h| {
+                (h.workload || h.job)
+                    && h.failure.is_none()
+                    && h.reported != Some(Health::Available)
+            })
             .map(|h| h.applied + self.config.ready_delay)
             .min()
     }
+}
+
+/// A condition as Kubernetes' controllers write them.
+fn condition(kind: &str, yes: bool, reason: &str, message: &str, at: &str) -> serde_json::Value {
+    serde_json::json!({
+        "type": kind,
+        "status": if yes { "True" } else { "False" },
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": at,
+        "lastUpdateTime": at,
+    })
+}
+
+/// What a real cluster's controllers would write in the object's `.status` (and its
+/// numeric fields), in the kind's own shape: a workload's replicas and conditions, a
+/// Job's counts and completion; other kinds `{}`.
+fn simulated_status(
+    held: &Held,
+    health: Health,
+    at: UnixMillis,
+) -> (BTreeMap<String, i64>, serde_json::Value) {
+    let when = rfc3339(at.0);
+    let started = rfc3339(held.applied_at.0);
+    let done = health == Health::Available;
+    if held.job {
+        let mut status = serde_json::json!({ "startTime": started });
+        let mut numbers = BTreeMap::new();
+        if let Some(why) = &held.failure {
+            status["failed"] = serde_json::json!(1);
+            status["conditions"] = serde_json::json!([
+                condition("FailureTarget", true, "BackoffLimitExceeded", why, &when),
+                condition("Failed", true, "BackoffLimitExceeded", why, &when),
+            ]);
+            numbers.insert("failed".to_owned(), 1);
+        } else if done {
+            status["succeeded"] = serde_json::json!(held.replicas);
+            status["ready"] = serde_json::json!(0);
+            status["completionTime"] = serde_json::json!(when);
+            status["conditions"] = serde_json::json!([
+                condition(
+                    "SuccessCriteriaMet",
+                    true,
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                    &when
+                ),
+                condition(
+                    "Complete",
+                    true,
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                    &when
+                ),
+            ]);
+            numbers.insert("succeeded".to_owned(), held.replicas);
+        } else {
+            status["active"] = serde_json::json!(1);
+            status["ready"] = serde_json::json!(1);
+            numbers.insert("active".to_owned(), 1);
+            numbers.insert("ready".to_owned(), 1);
+        }
+        return (numbers, status);
+    }
+    if !held.workload {
+        return (BTreeMap::new(), serde_json::json!({}));
+    }
+    let ready = if done { held.replicas } else { 0 };
+    let numbers = BTreeMap::from([
+        ("replicas".to_owned(), held.replicas),
+        ("readyReplicas".to_owned(), ready),
+        ("updatedReplicas".to_owned(), ready),
+        ("availableReplicas".to_owned(), ready),
+    ]);
+    let progressing = if held.failure.is_some() {
+        condition(
+            "Progressing",
+            false,
+            "ProgressDeadlineExceeded",
+            "ReplicaSet has timed out progressing.",
+            &when,
+        )
+    } else if done {
+        condition(
+            "Progressing",
+            true,
+            "NewReplicaSetAvailable",
+            "ReplicaSet has successfully progressed.",
+            &when,
+        )
+    } else {
+        condition(
+            "Progressing",
+            true,
+            "ReplicaSetUpdated",
+            "ReplicaSet is progressing.",
+            &when,
+        )
+    };
+    let status = serde_json::json!({
+        "observedGeneration": 1,
+        "replicas": held.replicas,
+        "readyReplicas": ready,
+        "updatedReplicas": ready,
+        "availableReplicas": ready,
+        "conditions": [
+            condition(
+                "Available",
+                done,
+                if done { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" },
+                if done { "Deployment has minimum availability." } else { "Deployment does not have minimum availability." },
+                &when,
+            ),
+            progressing,
+        ],
+    });
+    (numbers, status)
+}
+
+/// Milliseconds since the epoch as RFC 3339 (UTC, seconds).
+fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days.cast_signed() + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
 }
 
 #[cfg(test)]
@@ -310,6 +440,35 @@ mod tests {
         assert_eq!(s[0].1.health, Health::Available);
         assert_eq!(s[0].1.numbers["readyReplicas"], 3);
         assert_eq!(c.next_change(), None);
+    }
+
+    #[test]
+    fn a_job_runs_then_completes() {
+        let mut c = SimulatedCluster::new(SimulatedConfig::default());
+        let mut job = deployment(1, &[]);
+        job.meta = std::sync::Arc::new(ObjectMeta {
+            key: ObjectKey::new(ObjectKeyParts {
+                space: Space::default_space(),
+                group: "batch".into(),
+                version: "v1".into(),
+                kind: "Job".into(),
+                namespace: Some("pos".into()),
+                name: "migrate".into(),
+            }),
+            labels: Default::default(),
+        });
+        job.body = br#"{"spec":{"completions":2}}"#.as_slice().into();
+        c.apply(at(0), UnixMillis(0), &job).unwrap();
+        let s = c.poll_status(at(1), UnixMillis(1));
+        assert_eq!(s[0].1.health, Health::Progressing);
+        assert_eq!(s[0].1.numbers["active"], 1);
+        assert_eq!(c.next_change(), Some(at(500)));
+        let s = c.poll_status(at(500), UnixMillis(500));
+        assert_eq!(s[0].1.health, Health::Available);
+        assert_eq!(s[0].1.numbers["succeeded"], 2);
+        let status: serde_json::Value = serde_json::from_slice(&s[0].1.status).unwrap();
+        assert_eq!(status["conditions"][1]["type"], "Complete");
+        assert_eq!(status["conditions"][1]["status"], "True");
     }
 
     #[test]

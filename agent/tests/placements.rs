@@ -138,9 +138,10 @@ impl Root {
     }
 }
 
-/// (expected, available) of the Deployment as the root's status shows it.
+/// (expected, available) of the Deployment under the placement `web`, as its
+/// FleetStatus shows it.
 fn fleet(v: &Value) -> (u64, u64) {
-    let p = &v["status"]["strata"]["placements"]["web"];
+    let p = &v["summary"];
     (
         p["expected"].as_u64().unwrap_or(0),
         p["available"].as_u64().unwrap_or(0),
@@ -188,7 +189,8 @@ fn placements_choose_spread_drain_make_before_break_and_respect_capacity() {
     let tmp = tempfile::tempdir().unwrap();
     let (_up, root) = start(tmp.path());
     assert!(root.var("STRATA_TOKEN").is_some());
-    const DEPLOY: &str = "/spaces/default/apis/apps/v1/namespaces/shop/deployments/web";
+    const DEPLOY: &str =
+        "/spaces/default/apis/strata.dev/v1alpha1/namespaces/shop/fleetstatuses/deployment.web.web";
 
     // Links connect before the clusters' inventory has climbed to the root: a plan
     // made before then chooses among the clusters known, and keeps its choice.

@@ -283,10 +283,11 @@ fn three_tiers_deliver_by_placement_report_the_tree_and_resync_a_region_with_the
     let (status, one) = get("/spaces/default/apis/apps/v1/namespaces/pos/deployments/pos");
     assert_eq!(status, 200, "{one}");
     assert_eq!(one["kind"], "Deployment", "{one}");
-    assert_eq!(
-        one["status"]["strata"]["placements"]["pos-app"]["expected"], 2,
-        "{one}"
+    let (status, fleet) = get(
+        "/spaces/default/apis/strata.dev/v1alpha1/namespaces/pos/fleetstatuses/deployment.pos.pos-app",
     );
+    assert_eq!(status, 200, "{fleet}");
+    assert_eq!(fleet["summary"]["expected"], 2, "{fleet}");
     let (status, list) = get("/spaces/default/api/v1/namespaces/pos/configmaps");
     assert_eq!(status, 200);
     assert_eq!(list["items"].as_array().unwrap().len(), 11, "{list}");

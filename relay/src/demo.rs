@@ -126,6 +126,50 @@ async fn get(client: &ApiClient, path: &str) -> Option<Value> {
     }
 }
 
+/// The app's fleet status, read where every Kubernetes client reads it (its
+/// `FleetStatus` objects, one per placement), in the shape of the root's `/objects`
+/// items: `revision`, and per placement its `summary` and each region's (`by_child`).
+async fn shop_status(client: &ApiClient) -> Option<Value> {
+    let list = get(
+        client,
+        "/spaces/default/apis/strata.dev/v1alpha1/fleetstatuses?labelSelector=strata.dev/kind%3Ddeployment,strata.dev/name%3Dshop",
+    )
+    .await?;
+    let counts = |s: &Value| {
+        serde_json::json!({
+            "expected": s["expected"],
+            "reporting": s["reporting"],
+            "health": { "available": s["available"], "failed": s["failed"] },
+            "min_revision": s["observedRevision"],
+        })
+    };
+    let fleet = list["items"].as_array()?;
+    let placements: Vec<Value> = fleet
+        .iter()
+        .map(|f| {
+            let by_child: Vec<Value> = f["tiers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .chain(f["clusters"].as_array().into_iter().flatten())
+                .map(|t| serde_json::json!({ "child": t["name"], "summary": counts(t) }))
+                .collect();
+            serde_json::json!({
+                "placement": f["placement"],
+                "summary": counts(&f["summary"]),
+                "silent": f["summary"]["silent"],
+                "by_child": by_child,
+            })
+        })
+        .collect();
+    let first = fleet.first()?;
+    Some(serde_json::json!({ "items": [ {
+        "key": { "name": first["object"]["name"] },
+        "revision": first["object"]["revision"],
+        "placements": placements,
+    } ] }))
+}
+
 /// A relay and the clusters directly below it.
 type Site = (String, Vec<String>);
 
@@ -393,7 +437,7 @@ async fn roll(
     let mut gap = Duration::ZERO;
     let mut nowhere_since: Option<tokio::time::Instant> = None;
     for _ in 0..3600 {
-        let objects = get(client, "/spaces/default/objects?kind=deployment&name=shop").await;
+        let objects = shop_status(client).await;
         let item = objects.as_ref().map(|o| &o["items"][0]);
         let placement = item.map(|i| &i["placements"][0]);
         let lines: Vec<String> = map
@@ -474,7 +518,7 @@ fn bar(done: u64, of: u64) -> String {
 /// available when its summary counts as many clusters available as the topology puts
 /// below it (every one of them is selected by `region=...`), so none can be missing.
 async fn print_summary(client: &ApiClient, map: &Map, region: &str) {
-    let Some(v) = get(client, "/spaces/default/objects?kind=deployment&name=shop").await else {
+    let Some(v) = shop_status(client).await else {
         println!("  (the root did not answer)");
         return;
     };

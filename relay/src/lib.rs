@@ -40,6 +40,8 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod fleet_status;
+pub mod generation;
 mod http;
 pub mod join;
 pub mod join_limits;

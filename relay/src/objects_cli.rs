@@ -75,19 +75,11 @@ pub async fn get(api: &ApiArgs, what: Selection, output: Output) -> Result<(), C
         path.push_str(&format!("?labelSelector={}", kinds::encode(sel)));
     }
     let v = ask(&client, Method::GET, &path).await?;
-    let mut items: Vec<Value> = if what.name.is_some() {
+    let items: Vec<Value> = if what.name.is_some() {
         vec![v]
     } else {
         v["items"].as_array().cloned().unwrap_or_default()
     };
-    // `status.strata` (the per-placement summary, `-o summary` shows it in full) is no
-    // field of the kinds' own status: kubectl's client-side apply refuses a file that
-    // carries it, so it stays out of what is printed to be applied again.
-    for item in &mut items {
-        if let Some(status) = item.get_mut("status").and_then(Value::as_object_mut) {
-            status.remove("strata");
-        }
-    }
     let document = match (&what.name, items.first()) {
         (Some(_), Some(one)) => one.clone(),
         _ => {

@@ -36,17 +36,6 @@ pub fn content_type(version: &str) -> String {
     format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList")
 }
 
-const VERBS: [&str; 8] = [
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
-
 /// The built-in kinds with a `status` subresource.
 const WITH_STATUS: [&str; 18] = [
     "CronJob",
@@ -98,7 +87,7 @@ fn resource(t: &ResourceType) -> Value {
         "responseKind": kind,
         "scope": if t.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": t.singular,
-        "verbs": VERBS,
+        "verbs": t.verbs(),
     });
     if !t.short_names.is_empty() {
         r["shortNames"] = json!(t.short_names);

@@ -15,6 +15,27 @@ use crate::openapi::TypeSchema;
 
 pub use strata_kube_builtins::FieldCheck;
 
+/// The fleet's status of a namespaced object under one placement (read-only; the
+/// relay's `fleet_status` makes it).
+pub const FLEET_STATUS_KIND: &str = "FleetStatus";
+/// The same for a cluster-scoped object.
+pub const CLUSTER_FLEET_STATUS_KIND: &str = "ClusterFleetStatus";
+
+/// The verbs of a type anyone may write.
+pub const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// The verbs of a read-only type.
+pub const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
+
 /// One resource type as discovery describes it.
 #[derive(Debug, Clone)]
 pub struct ResourceType {
@@ -45,6 +66,22 @@ impl ResourceType {
     /// the relay's `kube::reads::clusters`).
     pub fn is_cluster(&self) -> bool {
         self.group == STRATA_GROUP && self.kind == CLUSTER_KIND
+    }
+
+    /// Whether this is one of our fleet status kinds (made from what the clusters
+    /// report, read-only).
+    pub fn is_fleet_status(&self) -> bool {
+        self.group == STRATA_GROUP
+            && (self.kind == FLEET_STATUS_KIND || self.kind == CLUSTER_FLEET_STATUS_KIND)
+    }
+
+    /// The verbs discovery lists for it.
+    pub fn verbs(&self) -> &'static [&'static str] {
+        if self.is_fleet_status() {
+            &READ_VERBS
+        } else {
+            &VERBS
+        }
     }
 
     /// `apps/v1`, or `v1` for the core group.
@@ -109,6 +146,30 @@ fn strata_types() -> Vec<ResourceType> {
             singular: "cluster".to_owned(),
             namespaced: false,
             short_names: Vec::new(),
+            categories: Vec::new(),
+            check: None,
+            schema: TypeSchema::Strata,
+        },
+        ResourceType {
+            group: STRATA_GROUP.to_owned(),
+            version: "v1alpha1".to_owned(),
+            kind: FLEET_STATUS_KIND.to_owned(),
+            plural: "fleetstatuses".to_owned(),
+            singular: "fleetstatus".to_owned(),
+            namespaced: true,
+            short_names: vec!["fst".to_owned()],
+            categories: Vec::new(),
+            check: None,
+            schema: TypeSchema::Strata,
+        },
+        ResourceType {
+            group: STRATA_GROUP.to_owned(),
+            version: "v1alpha1".to_owned(),
+            kind: CLUSTER_FLEET_STATUS_KIND.to_owned(),
+            plural: "clusterfleetstatuses".to_owned(),
+            singular: "clusterfleetstatus".to_owned(),
+            namespaced: false,
+            short_names: vec!["cfst".to_owned()],
             categories: Vec::new(),
             check: None,
             schema: TypeSchema::Strata,

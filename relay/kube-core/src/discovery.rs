@@ -72,17 +72,6 @@ pub fn group(catalog: &Catalog, group: &str) -> Option<Value> {
     }))
 }
 
-const VERBS: [&str; 8] = [
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
-
 /// `GET /api/v1` or `GET /apis/{group}/{version}`; `None` for an unknown one.
 pub fn resources(catalog: &Catalog, group: &str, version: &str) -> Option<Value> {
     let types: Vec<&ResourceType> = catalog.of_group_version(group, version).collect();
@@ -97,7 +86,7 @@ pub fn resources(catalog: &Catalog, group: &str, version: &str) -> Option<Value>
                 "singularName": t.singular,
                 "namespaced": t.namespaced,
                 "kind": t.kind,
-                "verbs": VERBS,
+                "verbs": t.verbs(),
                 "shortNames": t.short_names,
                 "categories": t.categories,
             })

@@ -16,7 +16,7 @@
 //! say (see [`to_v2`]).
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta};
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -212,6 +212,89 @@ pub fn strata_schema(kind: &str, g: &mut SchemaGenerator) -> Option<Value> {
             Some(json!({
                 "type": "object",
                 "description": "Cluster is a leaf cluster of the hierarchy, registered by its agent: its labels select it for placements.",
+                "properties": props,
+            }))
+        }
+        "FleetStatus" | "ClusterFleetStatus" => {
+            let int =
+                |what: &str| json!({ "type": "integer", "format": "int64", "description": what });
+            let counts = |what: &str, extra: Value| {
+                let mut p = json!({
+                    "expected": int("Clusters the placement selects."),
+                    "reporting": int("Clusters that reported a status."),
+                    "applied": int("Clusters where it is applied, nothing more known."),
+                    "available": int("Clusters where it is available."),
+                    "progressing": int("Clusters where it is progressing."),
+                    "degraded": int("Clusters where it runs below what was asked."),
+                    "failed": int("Clusters where it failed."),
+                    "observedRevision": int("The lowest root revision of the object a cluster reported."),
+                    "newestRevision": int("The highest root revision of the object a cluster reported."),
+                });
+                if let (Some(p), Value::Object(extra)) = (p.as_object_mut(), extra) {
+                    p.extend(extra);
+                }
+                json!({ "type": "object", "description": what, "properties": p })
+            };
+            let condition = reference(g, schema_of::<Condition>);
+            let part = |what: &str| {
+                json!({
+                    "type": "array",
+                    "description": what,
+                    "items": counts("One part of the fleet.", json!({
+                        "name": { "type": "string", "description": "The child relay or the cluster." },
+                        "health": { "type": "string", "description": "A cluster's health: Applied, Progressing, Available, Degraded, Failed or Unknown (not reported)." },
+                        "message": { "type": "string", "description": "What a cluster said about it." },
+                        "conditions": { "type": "array", "description": "A cluster's own conditions of the object.", "items": condition.clone() },
+                    })),
+                })
+            };
+            props.insert(
+                "object".into(),
+                json!({
+                    "type": "object",
+                    "description": "The object this status is of.",
+                    "properties": {
+                        "apiVersion": { "type": "string" },
+                        "group": { "type": "string", "description": "API group (empty: core)." },
+                        "kind": { "type": "string" },
+                        "namespace": { "type": "string" },
+                        "name": { "type": "string" },
+                        "revision": int("The root's revision of the object."),
+                        "generation": int("The object's metadata.generation."),
+                    },
+                }),
+            );
+            props.insert(
+                "placement".into(),
+                json!({ "type": "string", "description": "The placement that selects the object." }),
+            );
+            props.insert(
+                "summary".into(),
+                counts(
+                    "The object over every cluster the placement selects.",
+                    json!({
+                        "silent": int("Clusters selected that have not reported."),
+                        "fields": { "type": "object", "description": "The numeric status fields over the clusters: sum, min and max of each.", "x-kubernetes-preserve-unknown-fields": true },
+                        "observedGeneration": int("The object's generation once every selected cluster observed it; lower until then."),
+                        "errors": { "type": "array", "description": "Recent failures, by cluster.", "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } },
+                    }),
+                ),
+            );
+            props.insert(
+                "conditions".into(),
+                json!({ "type": "array", "description": "The object's conditions over the placement's clusters.", "items": condition }),
+            );
+            props.insert(
+                "tiers".into(),
+                part("Per child relay: its subtree's summary."),
+            );
+            props.insert(
+                "clusters".into(),
+                part("Per cluster reporting to the root directly."),
+            );
+            Some(json!({
+                "type": "object",
+                "description": "FleetStatus is what the clusters a placement selects report of one object, summarized (read-only; one per object and placement, named KIND.NAME.PLACEMENT).",
                 "properties": props,
             }))
         }

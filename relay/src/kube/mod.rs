@@ -400,6 +400,16 @@ impl ResourceOp {
             ),
             ("GET", Some(name), _) => self.get(core, &t, space, name),
             ("GET", None, None) => self.list(core, &t, space),
+            // What the clusters report: no one writes it.
+            (m, _, _) if t.is_fleet_status() => failure(
+                405,
+                "MethodNotAllowed",
+                format!(
+                    "{} are read-only: they show what the clusters report ({m} is not allowed)",
+                    t.plural
+                ),
+                None,
+            ),
             ("POST", None, None) => self.create(core, &t, space),
             ("PUT", Some(name), None) => self.update(core, &t, space, name),
             ("PATCH", Some(name), None) => self.patch(core, &t, space, name),

@@ -58,6 +58,17 @@ impl ResourceOp {
                 None => Self::missing(t, name),
             };
         }
+        if t.is_fleet_status() {
+            let head = core.log().head().0;
+            let ns = self.namespace.as_deref();
+            return match crate::fleet_status::find(core, space, t.namespaced, ns, name)
+                .and_then(|e| crate::fleet_status::render(core, &e, head))
+            {
+                Some(v) if self.table => (200, crate::fleet_status::table(&[v], head)),
+                Some(v) => (200, v),
+                None => Self::missing(t, name),
+            };
+        }
         let key = self.key(t, space, name);
         match Self::find(core, &key) {
             Some(o) if self.table => (200, render::table(core, &[o], core.log().head().0)),
@@ -158,6 +169,41 @@ impl ResourceOp {
         Ok(all)
     }
 
+    /// The space's fleet statuses a list asks for.
+    fn list_fleet_statuses(&self, core: &NodeCore, t: &ResourceType, space: &Space) -> Answer {
+        let head = core.log().head().0;
+        let all: Vec<Value> =
+            crate::fleet_status::entries(core, space, t.namespaced, self.namespace.as_deref())
+                .into_iter()
+                .filter(|e| self.list.fields.matches(&e.key))
+                .filter_map(|e| crate::fleet_status::render(core, &e, head))
+                .filter(|v| {
+                    let labels =
+                        serde_json::from_value(v["metadata"]["labels"].clone()).unwrap_or_default();
+                    self.list.labels.matches(&labels)
+                })
+                .collect();
+        // Made from reports, with no history: every page shows them as they are now.
+        let start = self.list.continue_at.map_or(0, |c| c.offset).min(all.len());
+        let end = self
+            .list
+            .limit
+            .map_or(all.len(), |l| (start + l).min(all.len()));
+        let next = (end < all.len()).then(|| Continue::token(head, end));
+        let page = all[start..end].to_vec();
+        if self.table {
+            let mut table = crate::fleet_status::table(&page, head);
+            if let Some(c) = next {
+                table["metadata"]["continue"] = json!(c);
+            }
+            return (200, table);
+        }
+        (
+            200,
+            render::list(&t.api_version(), &t.kind, head, page, next),
+        )
+    }
+
     /// The space's clusters a list asks for.
     fn list_clusters(&self, core: &NodeCore, t: &ResourceType, space: &Space) -> Answer {
         let all: Vec<Value> = clusters::all(core, space)
@@ -203,6 +249,9 @@ impl ResourceOp {
         };
         if t.is_cluster() {
             return self.list_clusters(core, t, space);
+        }
+        if t.is_fleet_status() {
+            return self.list_fleet_statuses(core, t, space);
         }
         let all = match self.matching_at(core, t, space, (at, continuing)) {
             Ok(all) => all,

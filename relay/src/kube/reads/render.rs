@@ -1,14 +1,15 @@
 //! Objects as the Kubernetes API shows them: the stored manifest with the metadata the
 //! root assigns (`resourceVersion` is the object's revision, a stable `uid`), and a
-//! `.status` written from what the selected clusters report, in Kubernetes' own shape;
-//! lists, and tables for `kubectl get`.
+//! `.status` written from what the selected clusters report, in the kind's own shape
+//! ([`crate::fleet_status::object_status`]; the fleet's per-placement view is the
+//! `FleetStatus` kind), `metadata.generation` as stamped at the write
+//! ([`crate::generation`]); lists, and tables for `kubectl get`.
 
 use serde_json::{Map, Value, json};
 use strata_protocol::model::{Object, ObjectKey, Space};
 use strata_protocol::overrides::is_cluster_object;
 use strata_protocol::route::{is_placement, is_strata_object};
 use strata_protocol::summary::Summary;
-use strata_protocol::user_summary::is_user_entry;
 
 use crate::node::core::{NodeCore, excluded_counts};
 
@@ -74,12 +75,24 @@ pub fn object(core: &NodeCore, object: &Object) -> Value {
     }
     v["metadata"]["resourceVersion"] = json!(object.revision.0.to_string());
     v["metadata"]["uid"] = json!(uid(object.key()));
-    // The revision moves on every change of the object: clients compare it with
-    // `status.observedGeneration` to see whether the fleet has caught up.
-    v["metadata"]["generation"] = json!(object.revision.0);
-    let sums = summaries(core, object);
-    if !sums.is_empty() {
-        v["status"] = status(&sums);
+    if is_strata_object(&object.meta) {
+        // Strata's own kinds: their revision.
+        v["metadata"]["generation"] = json!(object.revision.0);
+    } else {
+        // Stamped at the write, moved by spec changes only (`crate::generation`):
+        // clients compare it with `status.observedGeneration`.
+        let (generation, at) = crate::generation::of_body(&v);
+        crate::generation::hide(&mut v);
+        v["metadata"]["generation"] = json!(generation);
+        let k = object.key();
+        if let Some(status) = crate::fleet_status::object_status(
+            &k.group,
+            &k.kind,
+            (generation, at),
+            &summaries(core, object),
+        ) {
+            v["status"] = status;
+        }
     }
     if is_placement(&object.meta)
         && let Some(d) = decisions(core, &object.key().space, &object.key().name)
@@ -198,7 +211,13 @@ fn user_summary(core: &NodeCore, object: &Object, v: &mut Value) {
 
 /// A digest of what `.status` is made from, to notice that it changed.
 pub fn status_digest(core: &NodeCore, object: &Object) -> u64 {
-    let mut text = serde_json::to_string(&status(&summaries(core, object))).unwrap_or_default();
+    let k = object.key();
+    let stamped = serde_json::from_slice::<Value>(&object.body)
+        .map(|b| crate::generation::of_body(&b))
+        .unwrap_or((1, strata_protocol::model::Revision(0)));
+    let status =
+        crate::fleet_status::object_status(&k.group, &k.kind, stamped, &summaries(core, object));
+    let mut text = serde_json::to_string(&status).unwrap_or_default();
     let mut user = json!({});
     user_summary(core, object, &mut user);
     text.push_str(&user.to_string());
@@ -217,85 +236,6 @@ pub fn status_digest(core: &NodeCore, object: &Object) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&d.as_ref()[..8]);
     u64::from_be_bytes(b)
-}
-
-/// `.status` from the selected clusters: one cluster's exact status when a placement
-/// selects exactly one, else the numeric status fields summed over the clusters, the
-/// `Available` and `Progressing` conditions true only when true everywhere, and the
-/// per-placement summary under `strata`.
-fn status(sums: &[(String, Summary)]) -> Value {
-    let mut out = Map::new();
-    if let [(_, s)] = sums
-        && let Some(exact) = &s.exact
-        && let Ok(Value::Object(st)) = serde_json::from_slice::<Value>(&exact.status.status)
-    {
-        out = st;
-    } else {
-        for (_, s) in sums {
-            // User summaries are the Placement's, not status fields.
-            let fields = s.numbers.iter().filter(|(f, _)| !is_user_entry(f));
-            for (field, n) in fields {
-                let sum = out.get(field).and_then(Value::as_i64).map_or(0, i128::from) + n.sum;
-                out.insert(field.clone(), number(sum));
-            }
-        }
-        let expected: u64 = sums.iter().map(|(_, s)| s.expected).sum();
-        let available: u64 = sums.iter().map(|(_, s)| s.health.available).sum();
-        let progressing: u64 = sums.iter().map(|(_, s)| s.health.progressing).sum();
-        let failing: u64 = sums
-            .iter()
-            .map(|(_, s)| s.health.failed + s.health.degraded)
-            .sum();
-        let all_available = expected > 0 && available == expected;
-        out.insert(
-            "conditions".into(),
-            json!([
-                {
-                    "type": "Available",
-                    "status": if all_available { "True" } else { "False" },
-                    "reason": "StrataFleet",
-                    "message": format!("available on {available} of {expected} clusters"),
-                },
-                {
-                    "type": "Progressing",
-                    "status": if failing == 0 && (progressing > 0 || all_available) { "True" } else { "False" },
-                    "reason": if all_available { "NewReplicaSetAvailable" } else { "StrataFleet" },
-                    "message": format!("{progressing} progressing, {failing} failing"),
-                },
-            ]),
-        );
-    }
-    // Observed by the fleet only once every selected cluster reported, at the lowest
-    // revision any of them reported.
-    out.remove("observedGeneration");
-    let everyone = sums
-        .iter()
-        .all(|(_, s)| s.expected > 0 && s.reporting >= s.expected);
-    if everyone && let Some(low) = sums.iter().filter_map(|(_, s)| s.min_revision).min() {
-        out.insert("observedGeneration".into(), json!(low.0));
-    }
-    let per: Map<String, Value> = sums
-        .iter()
-        .map(|(p, s)| {
-            (
-                p.clone(),
-                json!({
-                    "expected": s.expected,
-                    "reporting": s.reporting,
-                    "available": s.health.available,
-                    "progressing": s.health.progressing,
-                    "degraded": s.health.degraded,
-                    "failed": s.health.failed,
-                }),
-            )
-        })
-        .collect();
-    out.insert("strata".into(), json!({ "placements": per }));
-    Value::Object(out)
-}
-
-fn number(x: i128) -> Value {
-    json!(i64::try_from(x).unwrap_or(i64::MAX))
 }
 
 /// A list of `kind`.

@@ -48,6 +48,9 @@ impl SharedJournal {
 /// oldest head, which is more than it needs, never less.
 const HEADS: usize = crate::node::core::WATCH_HISTORY as usize;
 
+/// How many vanished fleet statuses a type's journal remembers.
+const GONE: usize = 10_000;
+
 /// A type in a space: (space, group, kind).
 type TypeId = (Space, String, String);
 
@@ -63,6 +66,11 @@ struct TypeJournal {
     epoch: u64,
     /// Per object: its status digest and the epoch that stamped it.
     objects: BTreeMap<ObjectKey, (u64, u64)>,
+    /// Per object: the epoch that first saw it.
+    born: BTreeMap<ObjectKey, u64>,
+    /// Objects of a type made from reports (fleet statuses), which no write deletes:
+    /// the epoch that saw each go, the oldest dropped past [`GONE`].
+    gone: BTreeMap<ObjectKey, u64>,
     /// (head seen by a refresh, the epoch before that refresh's stamps), oldest first.
     heads: VecDeque<(u64, u64)>,
     /// When the last refresh ran.
@@ -97,6 +105,8 @@ impl StatusJournal {
         let journal = self.types.entry(id).or_insert_with(|| TypeJournal {
             epoch: 0,
             objects: BTreeMap::new(),
+            born: BTreeMap::new(),
+            gone: BTreeMap::new(),
             heads: VecDeque::new(),
             refreshed: tokio::time::Instant::now(),
         });
@@ -111,12 +121,26 @@ impl StatusJournal {
         let next = before + 1;
         let mut stamped = false;
         let mut objects = BTreeMap::new();
-        for o in core.log().live() {
-            let k = o.key();
-            if k.space != *space || k.group != t.group || k.kind != t.kind {
-                continue;
-            }
-            let digest = render::status_digest(core, o);
+        let members: Vec<(ObjectKey, u64)> = if t.is_fleet_status() {
+            crate::fleet_status::entries(core, space, t.namespaced, None)
+                .into_iter()
+                .filter_map(|e| {
+                    let v = crate::fleet_status::render(core, &e, head)?;
+                    Some((e.key, crate::fleet_status::digest(&v)))
+                })
+                .collect()
+        } else {
+            core.log()
+                .live()
+                .filter(|o| {
+                    let k = o.key();
+                    k.space == *space && k.group == t.group && k.kind == t.kind
+                })
+                .map(|o| (o.key().clone(), render::status_digest(core, o)))
+                .collect()
+        };
+        for (k, digest) in members {
+            let k = &k;
             let at = match journal.objects.get(k) {
                 Some((old, at)) if *old == digest => *at,
                 // A journal started by a read stamps nothing: the reader saw all of it.
@@ -127,7 +151,27 @@ impl StatusJournal {
                 }
             };
             objects.insert(k.clone(), (digest, at));
+            journal.born.entry(k.clone()).or_insert(at);
+            journal.gone.remove(k);
         }
+        if t.is_fleet_status() {
+            for k in journal.objects.keys().filter(|k| !objects.contains_key(*k)) {
+                journal.gone.insert(k.clone(), next);
+                stamped = true;
+            }
+            while journal.gone.len() > GONE {
+                let oldest = journal
+                    .gone
+                    .iter()
+                    .min_by_key(|(_, at)| **at)
+                    .map(|(k, _)| k.clone());
+                match oldest {
+                    Some(k) => journal.gone.remove(&k),
+                    None => break,
+                };
+            }
+        }
+        journal.born.retain(|k, _| objects.contains_key(k));
         journal.objects = objects;
         if stamped {
             journal.epoch = next;
@@ -165,6 +209,28 @@ impl StatusJournal {
                 .find(|(h, _)| *h >= revision)
                 .map_or(j.epoch, |(_, e)| *e),
         }
+    }
+
+    /// Whether the journal first saw `key` (of `t` in `space`) after `epoch`.
+    pub fn born_after(&self, space: &Space, t: &ResourceType, key: &ObjectKey, epoch: u64) -> bool {
+        self.types
+            .get(&type_id(space, t))
+            .and_then(|j| j.born.get(key))
+            .is_some_and(|at| *at > epoch)
+    }
+
+    /// The fleet statuses of `t` in `space` that went after `epoch`.
+    pub fn gone_since(&self, space: &Space, t: &ResourceType, epoch: u64) -> Vec<ObjectKey> {
+        self.types
+            .get(&type_id(space, t))
+            .map(|j| {
+                j.gone
+                    .iter()
+                    .filter(|(_, at)| **at > epoch)
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The objects of `t` in `space` whose status was stamped after `epoch`.

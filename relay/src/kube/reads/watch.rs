@@ -139,6 +139,81 @@ impl WatchSpec {
         json!({ "type": kind, "object": object })
     }
 
+    /// The fleet status `key` names as a client reads it, when the watch selects it
+    /// (a watch of `FleetStatus` or `ClusterFleetStatus`, made from reports).
+    fn fleet(&self, core: &NodeCore, key: &ObjectKey, head: u64) -> Option<Value> {
+        if !self.holds(key) || !self.fields.matches(key) {
+            return None;
+        }
+        let ns = key.namespace.as_deref();
+        let v =
+            crate::fleet_status::find(core, &key.space, self.resource.namespaced, ns, &key.name)
+                .and_then(|e| crate::fleet_status::render(core, &e, head))?;
+        let labels = serde_json::from_value(v["metadata"]["labels"].clone()).unwrap_or_default();
+        self.labels.matches(&labels).then_some(v)
+    }
+
+    /// One event of a fleet status: `v` as read (a table row for `kubectl get -w`), or
+    /// for `DELETED` with `v` gone, the name it had.
+    fn fleet_event(&self, kind: &str, key: &ObjectKey, v: Option<Value>, head: u64) -> Value {
+        let object = match v {
+            Some(v) if self.table => crate::fleet_status::table(&[v], head),
+            Some(v) => v,
+            None => {
+                let mut meta = json!({ "name": key.name, "resourceVersion": head.to_string() });
+                if let Some(ns) = &key.namespace {
+                    meta["namespace"] = json!(ns);
+                }
+                if self.table {
+                    render::deleted_table(&meta)
+                } else {
+                    json!({ "apiVersion": self.resource.api_version(), "kind": self.resource.kind, "metadata": meta })
+                }
+            }
+        };
+        json!({ "type": kind, "object": object })
+    }
+
+    /// The fleet statuses the watch selects, as `ADDED` events.
+    fn fleet_now(&self, core: &NodeCore, head: u64) -> Vec<Value> {
+        let ns = self.namespace.as_deref();
+        crate::fleet_status::entries(core, &self.space, self.resource.namespaced, ns)
+            .into_iter()
+            .filter_map(|e| {
+                let v = self.fleet(core, &e.key, head)?;
+                Some(self.fleet_event("ADDED", &e.key, Some(v), head))
+            })
+            .collect()
+    }
+
+    /// Events for the fleet statuses the journal saw appear, change or go after
+    /// `epoch`.
+    fn fleet_changes(&self, core: &NodeCore, journal: &StatusJournal, epoch: u64) -> Vec<Value> {
+        let head = core.log().head().0;
+        let (space, t) = (&self.space, &self.resource);
+        let mut out: Vec<Value> = journal
+            .changed_since(space, t, epoch)
+            .into_iter()
+            .filter_map(|k| {
+                let v = self.fleet(core, &k, head)?;
+                let kind = if journal.born_after(space, t, &k, epoch) {
+                    "ADDED"
+                } else {
+                    "MODIFIED"
+                };
+                Some(self.fleet_event(kind, &k, Some(v), head))
+            })
+            .collect();
+        out.extend(
+            journal
+                .gone_since(space, t, epoch)
+                .into_iter()
+                .filter(|k| self.holds(k) && self.fields.matches(k))
+                .map(|k| self.fleet_event("DELETED", &k, None, head)),
+        );
+        out
+    }
+
     /// A `BOOKMARK` at `rv`; the one that ends a streaming list's initial events is
     /// annotated so.
     fn bookmark(&self, rv: u64, initial_events_end: bool) -> Value {
@@ -184,6 +259,13 @@ impl WatchSpec {
         let initial = self
             .initial_events
             .unwrap_or(matches!(from, None | Some(0)));
+        if initial && self.resource.is_fleet_status() {
+            let mut events = self.fleet_now(core, head);
+            if self.initial_events == Some(true) && self.bookmarks {
+                events.push(self.bookmark(head, true));
+            }
+            return Ok((events, head, epoch));
+        }
         if initial {
             let mut objects: Vec<&Object> = core.log().live().filter(|o| self.selects(o)).collect();
             objects.sort_by(|a, b| {
@@ -240,6 +322,9 @@ impl WatchSpec {
         epoch: u64,
         sent: &[Value],
     ) -> Vec<Value> {
+        if self.resource.is_fleet_status() {
+            return self.fleet_changes(core, journal, epoch);
+        }
         let sent = events_name(sent);
         journal
             .changed_since(&self.space, &self.resource, epoch)

@@ -103,6 +103,24 @@ impl NodeCore {
         let mut changes = Vec::new();
         let mut unchanged = Vec::new();
         for m in manifests {
+            // A user's object carries its generation, from the version it replaces
+            // (Strata's own kinds keep theirs as they are).
+            let stamped;
+            let m = if strata_protocol::route::is_strata_object(&m.meta) {
+                m
+            } else {
+                let previous = self
+                    .log
+                    .get(&m.meta.key)
+                    .and_then(|held| serde_json::from_slice::<serde_json::Value>(&held.body).ok());
+                let mut value = m.value.clone();
+                crate::generation::stamp(&mut value, previous.as_ref(), rev);
+                stamped = strata_node::objects::Manifest {
+                    meta: m.meta.clone(),
+                    value,
+                };
+                &stamped
+            };
             let object = strata_node::objects::to_object(m, rev);
             match self.log.get(object.key()) {
                 Some(held) if held.hash == object.hash => unchanged.push(object.key().clone()),

@@ -370,6 +370,54 @@ impl NodeCore {
         self.sent.get(&(placement.to_owned(), object.clone()))
     }
 
+    /// Where [`NodeCore::summary`] comes from, child by child: each child relay's
+    /// summary of its subtree (a tier, `false`), and each selected cluster reporting
+    /// directly here (`true`) with its status as a one-cluster summary (or expected and
+    /// silent). Children with nothing selected are left out.
+    pub fn summary_parts(
+        &self,
+        placement: &Placement,
+        object: &ObjectKey,
+    ) -> Vec<(String, bool, Summary)> {
+        let mut out: Vec<(String, bool, Summary)> = Vec::new();
+        let mut summarized: BTreeSet<&str> = BTreeSet::new();
+        for ((from, key), value) in self.reports.iter() {
+            if let (
+                ReportKey::Summary {
+                    placement: p,
+                    object: o,
+                },
+                ReportValue::Summary(sum),
+            ) = (key, value)
+                && *p == placement.name
+                && o == object
+                && sum.expected > 0
+            {
+                summarized.insert(from.as_str());
+                out.push((from.clone(), false, (**sum).clone()));
+            }
+        }
+        let view = self.root_view.for_placement(placement);
+        for (from, cluster) in self.reports.inventory() {
+            if summarized.contains(from) || view.revision_for(cluster).is_none() {
+                continue;
+            }
+            let slot: ReportSlot = (
+                from.to_owned(),
+                ReportKey::Status {
+                    cluster: cluster.name.clone(),
+                    object: object.clone(),
+                },
+            );
+            let summary = match self.reports.get(&slot) {
+                Some(ReportValue::Status(status)) => Summary::of_status(&cluster.name, status),
+                _ => Summary::expected(1),
+            };
+            out.push((cluster.name.clone(), true, summary));
+        }
+        out
+    }
+
     /// [`NodeCore::summary`] leaving out the summaries of the children in `cut_off`, as
     /// [`SubtreeReports::summarize_without`] does (a rollout's gate, for children whose
     /// links are down).
