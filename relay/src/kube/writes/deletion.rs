@@ -248,11 +248,19 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// Whether any cluster still reports an object of namespace `ns` of `space`: a status,
-/// or a summary with a reporting cluster.
+/// or a summary with a reporting cluster under a placement that still exists (once a
+/// placement is gone its subtree removes what it delivered, and what was last summed
+/// under it is not taken back).
 fn reported(core: &NodeCore, space: &Space, ns: &str) -> bool {
+    let placed = |name: &str| {
+        core.placements()
+            .iter()
+            .any(|p| p.space == *space && p.name == name)
+    };
     core.reports().iter().any(|((_, key), value)| {
         let object = match key {
-            ReportKey::Status { object, .. } | ReportKey::Summary { object, .. } => object,
+            ReportKey::Status { object, .. } => object,
+            ReportKey::Summary { object, placement } if placed(placement) => object,
             _ => return false,
         };
         object.space == *space
