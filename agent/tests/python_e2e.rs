@@ -36,7 +36,7 @@ fn the_python_clients_own_e2e_suite_passes_against_the_root() {
     // Some objects on the clusters, as a fleet has: the suite's own must not mind them.
     let app = f.write(
         "app.yaml",
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: fleet-settings, labels: { app: fleet } }\ndata: { a: b }\n---\napiVersion: strata.dev/v1alpha1\nkind: Placement\nmetadata: { name: fleet }\nspec:\n  objects: [ { selector: { matchLabels: { app: fleet } } } ]\n  clusters: { selector: { matchLabels: { role: pos } } }\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: fleet-settings, namespace: default, labels: { app: fleet } }\ndata: { a: b }\n---\napiVersion: strata.dev/v1alpha1\nkind: Placement\nmetadata: { name: fleet }\nspec:\n  objects: [ { selector: { matchLabels: { app: fleet } } } ]\n  clusters: { selector: { matchLabels: { role: pos } } }\n",
     );
     f.ok("relay", &["apply", "-f", &app]);
     f.landed_on_pos("configmap", "default", "fleet-settings", "fleet")
@@ -83,7 +83,7 @@ fn the_python_clients_own_e2e_suite_passes_against_the_root() {
     let last = printed.lines().last().unwrap_or_default().trim().to_owned();
     let failures: Vec<&str> = printed
         .lines()
-        .filter(|l| l.starts_with("FAILED ") || l.starts_with("ERROR "))
+        .filter(|l| l.starts_with("FAILED kubernetes/") || l.starts_with("ERROR kubernetes/"))
         .collect();
     eprintln!("python client e2e (kubernetes==37.0.2, default subset): {last}");
     for l in &failures {
