@@ -156,6 +156,9 @@ fn chart(dir: &Path) -> String {
 
 const NS: &str = "helm";
 
+/// A step of the test: its name and what it runs.
+type Step<'a> = (&'static str, Box<dyn Fn() -> Result<(), String> + 'a>);
+
 /// `Err` unless the root holds `want` at `pointer` of the Deployment `name`.
 fn replicas(f: &Fleet, name: &str, want: &str) -> Result<(), String> {
     let v = f
@@ -230,7 +233,7 @@ fn helm_waits_for_the_fleet() {
         "--atomic"
     };
 
-    let steps: Vec<(&str, Box<dyn Fn() -> Result<(), String> + '_>)> = vec![
+    let steps: Vec<Step<'_>> = vec![
         ("install --wait", Box::new(|| install_wait(&f, chart))),
         (
             "upgrade --wait",
@@ -308,6 +311,7 @@ fn helm_waits_for_the_fleet() {
                     chart,
                     "-n",
                     NS,
+                    "--create-namespace",
                     "--set",
                     "failure=ImagePullBackOff",
                     rollback_on_failure,

@@ -14,7 +14,7 @@
 use crate::kube_fleet::{self, Fleet};
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -218,8 +218,9 @@ async fn a_kube_rs_controller_with_streaming_lists_works_against_the_root() {
     drop(events);
 
     // The controller: every app=demo ConfigMap gets a derived one it owns.
-    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
-    let seen = errors.clone();
+    // What the controller reports, each error once (the first few), for the steps' failures.
+    let (errors, reported) = std::sync::mpsc::channel::<String>();
+    let mut sent: Vec<String> = Vec::new();
     let controller = tokio::spawn(
         Controller::new(
             api.clone(),
@@ -242,29 +243,27 @@ async fn a_kube_rs_controller_with_streaming_lists_works_against_the_root() {
         )
         .for_each(move |r| {
             if let Err(e) = r {
-                let mut seen = seen.lock().unwrap();
-                // The first few, each once.
                 let e = format!(
                     "{e}: {:?}",
                     std::error::Error::source(&e).map(ToString::to_string)
                 );
-                if seen.len() < 10 && !seen.contains(&e) {
-                    seen.push(e);
+                if sent.len() < 10 && !sent.contains(&e) {
+                    sent.push(e.clone());
+                    let _ = errors.send(e);
                 }
             }
             futures::future::ready(())
         }),
     );
-    let errors_now = || {
-        let e = errors.lock().unwrap();
-        if e.is_empty() {
+    let mut controller_errors: Vec<String> = Vec::new();
+    let mut step = |name: &str, result: Result<(), String>| {
+        controller_errors.extend(reported.try_iter());
+        let said = if controller_errors.is_empty() {
             String::new()
         } else {
-            format!("; the controller reported: {:#?}", *e)
-        }
-    };
-    let mut step = |name: &str, result: Result<(), String>| {
-        record(name, result.map_err(|e| format!("{e}{}", errors_now())));
+            format!("; the controller reported: {controller_errors:#?}")
+        };
+        record(name, result.map_err(|e| format!("{e}{said}")));
     };
 
     let other = api
