@@ -1,5 +1,5 @@
 //! The external programs Strata's tests drive: Debian's etcd, proxies, balancers,
-//! nftables, iproute2 and promtool, and kubectl 1.33 and Helm 4 from npm.
+//! nftables, iproute2, promtool and python3-venv, and kubectl 1.33 and Helm 4 from npm.
 //!
 //! `cargo test --workspace` is the README's test command and must pass on a fresh
 //! machine, not only in CI. So a test never assumes a program is there, nor skips when
@@ -44,7 +44,16 @@ pub enum Tool {
     Ip,
     /// promtool, Prometheus' linter of a `/metrics` text: `.ci/install-prometheus`.
     Promtool,
+    /// Debian's python3 with its venv module and ensurepip (`python3-venv`, marked by
+    /// [`PYTHON3_VENV_DOC`]), which makes the virtual environment the Kubernetes Python
+    /// client's end-to-end tests run in: `.ci/install-python-venv`.
+    Python3Venv,
 }
+
+/// A directory of Debian's `python3-venv` package, present whenever [`Tool::Python3Venv`]
+/// is: the package itself holds nothing else, it pulls in the `ensurepip` of the default
+/// python3's version.
+pub const PYTHON3_VENV_DOC: &str = "/usr/share/doc/python3-venv";
 
 /// squid's Basic auth helper (Debian's path), present whenever [`Tool::Squid`] is.
 pub const SQUID_BASIC_AUTH: &str = "/usr/lib/squid/basic_ncsa_auth";
@@ -77,6 +86,7 @@ impl Tool {
             Tool::Nft => "nft",
             Tool::Ip => "ip",
             Tool::Promtool => "promtool",
+            Tool::Python3Venv => "python3",
         }
     }
 
@@ -87,6 +97,7 @@ impl Tool {
         match self {
             Tool::Etcd => vec![PathBuf::from("/usr/bin/etcd")],
             Tool::Promtool => vec![PathBuf::from("/usr/bin/promtool")],
+            Tool::Python3Venv => vec![PathBuf::from("/usr/bin/python3")],
             _ => SYSTEM_DIRS
                 .iter()
                 .map(|d| Path::new(d).join(self.program()))
@@ -99,6 +110,7 @@ impl Tool {
         match self {
             Tool::Squid => &[SQUID_BASIC_AUTH],
             Tool::Nginx => &[NGINX_STREAM_MODULE],
+            Tool::Python3Venv => &[PYTHON3_VENV_DOC],
             _ => &[],
         }
     }
@@ -122,6 +134,7 @@ impl Tool {
             | Tool::Nft
             | Tool::Ip => &PROXIES,
             Tool::Promtool => &PROMETHEUS,
+            Tool::Python3Venv => &PYTHON_VENV,
         }
     }
 }
@@ -190,6 +203,7 @@ struct Installer {
 static ETCD: Installer = Installer::new(".ci/install-etcd");
 static PROXIES: Installer = Installer::new(".ci/install-proxies");
 static PROMETHEUS: Installer = Installer::new(".ci/install-prometheus");
+static PYTHON_VENV: Installer = Installer::new(".ci/install-python-venv");
 static KUBE_CLIENTS: Installer = Installer::new(".ci/install-kube-clients");
 
 impl Installer {
@@ -283,6 +297,12 @@ fn install_lock() -> std::fs::File {
 /// The workspace's root, where the scripts are.
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The target directory of the running test binary, where tests keep what they install
+/// and reuse between runs (kube clients, virtual environments).
+pub fn target() -> PathBuf {
+    target_dir()
 }
 
 /// The target directory of the running test binary (`TARGET/debug/deps/NAME-HASH`, or
