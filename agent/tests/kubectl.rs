@@ -420,9 +420,27 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
         "kubectl",
         &["get", "deploy", "web", "-n", "shop", "-o", "yaml"],
     );
+    // Two clusters run two each: the Deployment's status reads as its weakest cluster
+    // shows it (kstatus compares it with spec.replicas), the fleet's totals are in its
+    // FleetStatus.
     assert!(
-        yaml.contains("availableReplicas: 4"),
+        yaml.contains("availableReplicas: 2"),
         "the fleet's status: {yaml}"
+    );
+    let fleet: Value = serde_json::from_str(&f.ok(
+        "kubectl",
+        &["get", "fleetstatuses", "-n", "shop", "-o", "json"],
+    ))
+    .unwrap();
+    let web = fleet["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["object"]["kind"] == "Deployment" && s["object"]["name"] == "web")
+        .unwrap_or_else(|| panic!("no FleetStatus of deployment web: {fleet}"));
+    assert_eq!(
+        web["summary"]["fields"]["availableReplicas"]["sum"], 4,
+        "the fleet's totals: {web}"
     );
     let again = f.write("again.yaml", &yaml);
     f.ok("kubectl", &["apply", "-f", &again]);
