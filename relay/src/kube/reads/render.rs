@@ -93,6 +93,9 @@ pub fn object(core: &NodeCore, object: &Object) -> Value {
         ) {
             v["status"] = status;
         }
+        if k.group == "apiextensions.k8s.io" && k.kind == "CustomResourceDefinition" {
+            crd_status(&mut v);
+        }
     }
     if is_placement(&object.meta)
         && let Some(d) = decisions(core, &object.key().space, &object.key().name)
@@ -113,6 +116,30 @@ pub fn object(core: &NodeCore, object: &Object) -> Value {
         strata_kube_core::deletion::namespace_view(&mut v);
     }
     v
+}
+
+/// A CRD's own status at the root, which serves its custom resources as soon as it is
+/// stored: its names accepted, `Established`, the storage version stored; what kstatus
+/// (`helm install --wait`) and `kubectl wait --for=condition=Established` read.
+fn crd_status(v: &mut Value) {
+    let storage: Vec<Value> = v["spec"]["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|ver| ver["storage"] == true)
+        .map(|ver| ver["name"].clone())
+        .collect();
+    let condition = |kind: &str, reason: &str, message: &str| json!({ "type": kind, "status": "True", "reason": reason, "message": message });
+    v["status"]["acceptedNames"] = v["spec"]["names"].clone();
+    v["status"]["storedVersions"] = json!(storage);
+    v["status"]["conditions"] = json!([
+        condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+        condition(
+            "Established",
+            "InitialNamesAccepted",
+            "the initial names have been accepted"
+        ),
+    ]);
 }
 
 /// A placement's rollout as its status shows it: `status.rollout` (revision, wave,
