@@ -85,13 +85,21 @@ pub fn write_manifests(
 /// `metadata.namespace` then stores what `kubectl get -n default` finds. Kinds the
 /// space does not know (a CRD applied in the same write) are left as they are.
 pub fn default_namespaces(core: &NodeCore, space: &Space, manifests: &mut [Manifest]) {
+    // The catalog reads every CRD of the log: built only when a manifest names no
+    // namespace, not on every apply.
+    if manifests.iter().all(|m| m.meta.key.namespace.is_some()) {
+        return;
+    }
     let catalog = crate::kube::catalog::Catalog::of_space(core.log(), space);
     for m in manifests.iter_mut() {
         let key = &m.meta.key;
+        if key.namespace.is_some() {
+            continue;
+        }
         let namespaced = catalog
             .by_kind(&key.group, &key.version, &key.kind)
             .is_some_and(|t| t.namespaced);
-        if key.namespace.is_some() || !namespaced {
+        if !namespaced {
             continue;
         }
         let mut value = m.value.clone();
