@@ -366,7 +366,31 @@ pub fn table(items: &[Value], head: u64) -> Value {
 
 /// The fields of a built-in kind's `.status` (`Some` of an empty set when it has a
 /// status without fields of its own); `None` for a kind without a status.
-type StatusFields = Option<BTreeSet<String>>;
+/// A built-in kind's `.status` from its schema: its fields, and the zero value of each
+/// field the schema requires (`DaemonSetStatus.numberReady`), which typed clients refuse
+/// to go without. `None`: the kind has no `.status`.
+type StatusFields = Option<StatusSchema>;
+
+#[derive(Debug, Default)]
+struct StatusSchema {
+    fields: BTreeSet<String>,
+    required: Vec<(String, Value)>,
+}
+
+/// The zero value of a schema's type, as Go's encoder writes a field that is not a pointer.
+fn zero_of(schema: &Value) -> Value {
+    let ty = match &schema["type"] {
+        Value::Array(types) => types.iter().find(|t| *t != "null").cloned(),
+        other => Some(other.clone()),
+    };
+    match ty.as_ref().and_then(Value::as_str) {
+        Some("integer" | "number") => json!(0),
+        Some("string") => json!(""),
+        Some("boolean") => json!(false),
+        Some("array") => json!([]),
+        _ => json!({}),
+    }
+}
 
 /// The `.status` fields of every built-in kind, from its schema.
 fn builtin_status_fields() -> &'static BTreeMap<(String, String), StatusFields> {
@@ -393,10 +417,24 @@ fn builtin_status_fields() -> &'static BTreeMap<(String, String), StatusFields> 
             .map(|(kind, schema)| {
                 let schema = resolve(&schema);
                 let fields = schema["properties"].get("status").map(|status| {
-                    resolve(status)["properties"]
-                        .as_object()
-                        .map(|p| p.keys().cloned().collect())
-                        .unwrap_or_default()
+                    let status = resolve(status);
+                    let properties = status["properties"].as_object();
+                    let required = status["required"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .map(|f| {
+                            let field = properties.and_then(|p| p.get(f)).map(&resolve);
+                            (f.to_owned(), zero_of(&field.unwrap_or(Value::Null)))
+                        })
+                        .collect();
+                    StatusSchema {
+                        fields: properties
+                            .map(|p| p.keys().cloned().collect())
+                            .unwrap_or_default(),
+                        required,
+                    }
                 });
                 (kind, fields)
             })
@@ -416,7 +454,7 @@ pub fn builtin_has_status(group: &str, kind: &str) -> Option<bool> {
 /// not built in).
 fn status_field(group: &str, kind: &str, field: &str) -> bool {
     match builtin_status_fields().get(&(group.to_owned(), kind.to_owned())) {
-        Some(Some(fields)) => fields.contains(field),
+        Some(Some(schema)) => schema.fields.contains(field),
         Some(None) => false,
         None => true,
     }
@@ -623,6 +661,11 @@ pub fn object_status(
     if group.is_empty() && kind == "Service" && !out.contains_key("loadBalancer") {
         out.insert("loadBalancer".into(), json!({}));
     }
+    if let Some(Some(schema)) = builtin_status_fields().get(&(group.to_owned(), kind.to_owned())) {
+        for (field, zero) in &schema.required {
+            out.entry(field.clone()).or_insert_with(|| zero.clone());
+        }
+    }
     Some(Value::Object(out))
 }
 
@@ -643,6 +686,20 @@ mod tests {
         assert_eq!(
             object_status("", "Service", (1, Revision(1)), &[]),
             Some(json!({ "loadBalancer": {} }))
+        );
+        // Fields the schema requires are there, zero, before any cluster reports.
+        let ds = object_status("apps", "DaemonSet", (1, Revision(1)), &[]).unwrap();
+        for field in [
+            "currentNumberScheduled",
+            "desiredNumberScheduled",
+            "numberMisscheduled",
+            "numberReady",
+        ] {
+            assert_eq!(ds[field], 0, "{ds}");
+        }
+        assert_eq!(
+            object_status("", "ReplicationController", (1, Revision(1)), &[]),
+            Some(json!({ "replicas": 0 }))
         );
     }
 

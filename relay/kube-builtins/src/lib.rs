@@ -27,9 +27,21 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// Finds the fields of a manifest its type does not know (strict validation): their
-/// paths (`spec.replicass`), or why the manifest does not fit the type at all.
+/// paths (`spec.replicass`), or the field that does not fit the type at all.
 #[cfg(feature = "types")]
-pub type FieldCheck = fn(&Value) -> Result<Vec<String>, String>;
+pub type FieldCheck = fn(&Value) -> Result<Vec<String>, Mismatch>;
+
+/// A manifest's field whose value its type cannot hold (a list where a string goes).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct Mismatch {
+    /// The field's path, `data.count` or `spec.containers[0].ports`; empty for the
+    /// whole manifest.
+    pub field: String,
+    /// What does not fit, in serde's words (`invalid type: sequence, expected a
+    /// string`).
+    pub message: String,
+}
 
 /// Adds a built-in type's schema (and those it refers to) to a generator; returns the
 /// reference to it.
@@ -85,9 +97,18 @@ pub fn schema_of<T: schemars::JsonSchema>(g: &mut SchemaGenerator) -> schemars::
 #[cfg(feature = "types")]
 pub fn unknown_fields<T: Serialize + DeserializeOwned>(
     value: &Value,
-) -> Result<Vec<String>, String> {
-    let typed: T = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
-    let back = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
+) -> Result<Vec<String>, Mismatch> {
+    let typed: T = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+        let field = e.path().to_string();
+        Mismatch {
+            field: if field == "." { String::new() } else { field },
+            message: e.into_inner().to_string(),
+        }
+    })?;
+    let back = serde_json::to_value(&typed).map_err(|e| Mismatch {
+        field: String::new(),
+        message: e.to_string(),
+    })?;
     let mut out = Vec::new();
     missing(value, &back, "", &mut out);
     Ok(out)
@@ -254,6 +275,13 @@ mod tests {
             (deployment.check)(&manifest),
             Ok(vec!["spec.replicass".to_owned()])
         );
+        let wrong = serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": "web" },
+            "spec": { "selector": {}, "template": { "spec": { "containers": [ { "name": 7 } ] } } },
+        });
+        let mismatch = (deployment.check)(&wrong).expect_err("a number is not a name");
+        assert_eq!(mismatch.field, "spec.template.spec.containers[0].name");
+        assert!(mismatch.message.contains("expected a string"), "{mismatch}");
     }
 
     #[test]

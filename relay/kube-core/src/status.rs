@@ -47,9 +47,14 @@ pub(crate) fn qualified(plural: &str, group: &str) -> String {
     }
 }
 
-/// The `details` naming one object (`kind` is the plural, as kube-apiserver sends it).
+/// The `details` naming one object (`kind` is the plural, as kube-apiserver sends it;
+/// `group` is left out for the core group, as Go's `omitempty` leaves it out).
 fn named(plural: &str, group: &str, name: &str) -> Value {
-    json!({ "name": name, "group": group, "kind": plural })
+    if group.is_empty() {
+        json!({ "name": name, "kind": plural })
+    } else {
+        json!({ "name": name, "group": group, "kind": plural })
+    }
 }
 
 impl Status {
@@ -171,16 +176,21 @@ impl Status {
         )
     }
 
-    /// The `metav1.Status` document.
+    /// The `metav1.Status` document, its fields in the order of kube-apiserver's (the
+    /// Go struct's): clients that print a failure's body show the same text.
     pub fn to_value(&self) -> Value {
-        let mut v = json!({
-            "kind": "Status", "apiVersion": "v1", "metadata": {},
-            "status": "Failure", "message": self.message, "reason": self.reason, "code": self.code,
-        });
+        let mut v = serde_json::Map::new();
+        v.insert("kind".into(), "Status".into());
+        v.insert("apiVersion".into(), "v1".into());
+        v.insert("metadata".into(), json!({}));
+        v.insert("status".into(), "Failure".into());
+        v.insert("message".into(), self.message.clone().into());
+        v.insert("reason".into(), self.reason.clone().into());
         if let Some(d) = &self.details {
-            v["details"] = Value::clone(d);
+            v.insert("details".into(), Value::clone(d));
         }
-        v
+        v.insert("code".into(), self.code.into());
+        Value::Object(v)
     }
 }
 
@@ -218,6 +228,10 @@ mod tests {
             Status::conflict("configmaps", "", "c")
                 .message
                 .starts_with("Operation cannot be fulfilled on configmaps \"c\": ")
+        );
+        assert_eq!(
+            Status::already_exists("services", "", "mock-2").to_value().to_string(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"services \"mock-2\" already exists","reason":"AlreadyExists","details":{"name":"mock-2","kind":"services"},"code":409}"#
         );
         let (code, body) = Status::bad_request("no").into();
         assert_eq!((code, body.get("details")), (400, None));

@@ -251,8 +251,10 @@ async fn public(req: &Request<Incoming>, state: &ApiState) -> Option<Response<Bo
     }
 }
 
+/// A JSON answer, ended by a newline as kube-apiserver's encoder ends it (clients that
+/// print a failure's body, as the Python client does, show it byte for byte).
 fn reply(status: StatusCode, body: Value) -> Response<Body> {
-    http::response(status, "application/json", body.to_string()).map(BodyExt::boxed_unsync)
+    http::response(status, "application/json", format!("{body}\n")).map(BodyExt::boxed_unsync)
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {

@@ -119,6 +119,10 @@ impl StatusJournal {
             }
         }
         let next = before + 1;
+        // A built-in kind without a `.status` (a ConfigMap) never changes but by a
+        // write: a new one is the history's `ADDED`, not a status change (a `MODIFIED`
+        // after it, with nothing modified, reads to an informer as an update).
+        let no_status = crate::fleet_status::builtin_has_status(&t.group, &t.kind) == Some(false);
         let mut stamped = false;
         let mut objects = BTreeMap::new();
         let members: Vec<(ObjectKey, u64)> = if t.is_fleet_status() {
@@ -144,7 +148,7 @@ impl StatusJournal {
             let at = match journal.objects.get(k) {
                 Some((old, at)) if *old == digest => *at,
                 // A journal started by a read stamps nothing: the reader saw all of it.
-                None if fresh && seen => 0,
+                None if (fresh && seen) || no_status => 0,
                 _ => {
                     stamped = true;
                     next

@@ -188,7 +188,7 @@ impl ResourceOp {
                     return schema_check::strict_refusal(&unknown);
                 }
                 Ok(unknown) => self.warn_unknown(&unknown),
-                Err(e) => return invalid("", e),
+                Err(e) => return invalid(&e.field, format!("Invalid value: {}", e.message)),
             }
         }
         render::strip_assigned(&mut value);
