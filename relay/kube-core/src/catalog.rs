@@ -179,13 +179,23 @@ fn strata_types() -> Vec<ResourceType> {
 
 /// The types the CRDs applied to `space` define (every served version).
 fn custom_types(log: &ObjectLog, space: &Space) -> Vec<ResourceType> {
+    const GROUP: &str = "apiextensions.k8s.io";
     let mut out = Vec::new();
-    for o in log.live() {
-        let k = o.key();
-        if k.space != *space
-            || k.group != "apiextensions.k8s.io"
-            || k.kind != "CustomResourceDefinition"
-        {
+    // The log is ordered by space, group, version and kind: the CRDs of `space` are one
+    // range, found without reading the other objects (every request builds a catalog).
+    let start = strata_protocol::model::ObjectKey::new(strata_protocol::model::ObjectKeyParts {
+        space: space.clone(),
+        group: GROUP.to_owned(),
+        version: String::new(),
+        kind: String::new(),
+        namespace: None,
+        name: String::new(),
+    });
+    let crds = log
+        .live_after(Some(&start))
+        .take_while(|o| o.key().space == *space && o.key().group == GROUP);
+    for o in crds {
+        if o.key().kind != "CustomResourceDefinition" {
             continue;
         }
         let Ok(crd) = serde_json::from_slice::<Value>(&o.body) else {

@@ -443,18 +443,40 @@ impl ResourceOp {
         })
     }
 
-    /// The stored object `key` names, whatever version it was written in.
+    /// The stored object `key` names, whatever version it was written in: one lookup
+    /// per version of its group the log holds (the log is ordered by space, group,
+    /// version, kind), never a scan of the group's objects.
     fn find<'a>(core: &'a NodeCore, key: &ObjectKey) -> Option<&'a Object> {
-        core.log().get(key).or_else(|| {
-            core.log().live().find(|o| {
-                let k = o.key();
-                k.space == key.space
-                    && k.group == key.group
-                    && k.kind == key.kind
-                    && k.namespace == key.namespace
-                    && k.name == key.name
-            })
-        })
+        let log = core.log();
+        if let Some(o) = log.get(key) {
+            return Some(o);
+        }
+        // Every key of this space and group sorts after this one.
+        let mut probe = ObjectKeyParts {
+            space: key.space.clone(),
+            group: key.group.clone(),
+            version: String::new(),
+            kind: String::new(),
+            namespace: None,
+            name: String::new(),
+        };
+        loop {
+            let next = log.live_after(Some(&ObjectKey::new(probe.clone()))).next()?;
+            let k = next.key();
+            if k.space != key.space || k.group != key.group {
+                return None;
+            }
+            if k.version != key.version {
+                let mut candidate = ObjectKeyParts::clone(key);
+                candidate.version = k.version.clone();
+                if let Some(o) = log.get(&ObjectKey::new(candidate)) {
+                    return Some(o);
+                }
+            }
+            // Past every key of that version: a kind sorts before U+10FFFF.
+            probe.version = k.version.clone();
+            probe.kind = char::MAX.to_string();
+        }
     }
 
     fn missing(t: &ResourceType, name: &str) -> Answer {

@@ -123,6 +123,11 @@ impl StatusJournal {
         // write: a new one is the history's `ADDED`, not a status change (a `MODIFIED`
         // after it, with nothing modified, reads to an informer as an update).
         let no_status = crate::fleet_status::builtin_has_status(&t.group, &t.kind) == Some(false);
+        if no_status {
+            // Nothing to stamp, ever: no object needs reading (a watch of ConfigMaps
+            // starts without going through each).
+            return journal.epoch;
+        }
         let mut stamped = false;
         let mut objects = BTreeMap::new();
         let members: Vec<(ObjectKey, u64)> = if t.is_fleet_status() {
@@ -148,7 +153,7 @@ impl StatusJournal {
             let at = match journal.objects.get(k) {
                 Some((old, at)) if *old == digest => *at,
                 // A journal started by a read stamps nothing: the reader saw all of it.
-                None if (fresh && seen) || no_status => 0,
+                None if fresh && seen => 0,
                 _ => {
                     stamped = true;
                     next

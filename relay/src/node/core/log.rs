@@ -27,7 +27,12 @@ impl NodeCore {
             let k = c.key();
             k.group == STRATA_GROUP && (k.kind == PLACEMENT_KIND || k.kind == CLUSTER_KIND)
         });
-        let before = self.parent.is_none().then(|| self.rollouts_before());
+        // What `reload_placements` reads (placements, rollouts, clusters, decisions,
+        // revocations) is all Strata's own kinds: a batch of users' objects leaves it as
+        // it is, and is not followed by reading every object of the log again.
+        let mut strata = changes.iter().any(|c| c.key().group == STRATA_GROUP);
+        let rollouts = strata || self.placements.iter().any(|p| p.rollout.is_some());
+        let before = (self.parent.is_none() && rollouts).then(|| self.rollouts_before());
         for change in changes {
             self.note_change(&change);
             self.stage(pos, change)?;
@@ -39,6 +44,7 @@ impl NodeCore {
             let writes = self.rollout_writes(before, wall, Revision(pos.0));
             if !writes.is_empty() {
                 decisive = true;
+                strata = true;
                 for change in writes {
                     self.note_change(&change);
                     self.stage(pos, change)?;
@@ -51,13 +57,16 @@ impl NodeCore {
         } else {
             Vec::new()
         };
+        strata |= !planned.is_empty();
         for change in planned {
             self.note_change(&change);
             self.stage(pos, change)?;
         }
         self.log.commit(pos);
         self.history.commit(pos.0);
-        self.reload_placements();
+        if strata {
+            self.reload_placements();
+        }
         Ok(pos)
     }
 
