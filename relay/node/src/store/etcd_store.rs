@@ -550,7 +550,7 @@ fn tls_config(config: &EtcdConfig) -> Result<Option<Arc<rustls::ClientConfig>>, 
             .add(cert)
             .map_err(|e| format!("{}: {e}", tls.ca.display()))?;
     }
-    let builder = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+    let builder = rustls::ClientConfig::builder_with_provider(crate::net::tls::provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots);
