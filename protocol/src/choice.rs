@@ -19,12 +19,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::model::{Cluster, Labels, ObjectMeta, Space};
 use crate::overrides::ClusterOverrides;
-use crate::placement::Placement;
-use crate::route::STRATA_GROUP;
+use crate::placement_spec::{Placement, STRATA_GROUP};
+pub use crate::placement_spec::{Seconds, Taint, TaintEffect, Toleration, TolerationOperator};
 use crate::time::UnixMillis;
 
 /// The kind of the root's decisions (one per placement that needs one, same name).
@@ -33,168 +33,6 @@ pub const DECISION_KIND: &str = "PlacementDecision";
 /// Whether an object is a placement decision (routed to every relay, never to agents).
 pub fn is_decision(meta: &ObjectMeta) -> bool {
     meta.key.group == STRATA_GROUP && meta.key.kind == DECISION_KIND
-}
-
-/// A length of time written as Kubernetes users write them: `90s`, `10m`, `1h30m`, or
-/// a number of seconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct Seconds(pub u64);
-
-impl Seconds {
-    /// Parses `10m`, `1h30m`, `45s`, `2d` or `600`.
-    pub fn parse(text: &str) -> Result<Seconds, String> {
-        let text = text.trim();
-        if let Ok(n) = text.parse::<u64>() {
-            return Ok(Seconds(n));
-        }
-        let mut total: u64 = 0;
-        let mut digits = String::new();
-        for ch in text.chars() {
-            if ch.is_ascii_digit() {
-                digits.push(ch);
-                continue;
-            }
-            let unit = match ch {
-                's' => 1,
-                'm' => 60,
-                'h' => 3600,
-                'd' => 86_400,
-                _ => return Err(format!("{text:?} is not a duration (like 90s, 10m, 1h30m)")),
-            };
-            let n: u64 = digits
-                .parse()
-                .map_err(|_| format!("{text:?} is not a duration (like 90s, 10m, 1h30m)"))?;
-            total = total.saturating_add(n.saturating_mul(unit));
-            digits.clear();
-        }
-        if !digits.is_empty() || text.is_empty() {
-            return Err(format!("{text:?} is not a duration (like 90s, 10m, 1h30m)"));
-        }
-        Ok(Seconds(total))
-    }
-
-    /// In milliseconds.
-    pub fn millis(self) -> u64 {
-        self.0.saturating_mul(1000)
-    }
-}
-
-impl fmt::Display for Seconds {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}s", self.0)
-    }
-}
-
-impl Serialize for Seconds {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for Seconds {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(u64),
-            S(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::N(n) => Ok(Seconds(n)),
-            Raw::S(s) => Seconds::parse(&s).map_err(serde::de::Error::custom),
-        }
-    }
-}
-
-/// What a taint does to placements that do not tolerate it (Kubernetes' effects).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum TaintEffect {
-    /// Not chosen anew; clusters already chosen stay.
-    NoSchedule,
-    /// Chosen only when no other cluster will do.
-    PreferNoSchedule,
-    /// Not chosen, and moved off (after `tolerationSeconds` for placements that
-    /// tolerate it for a while).
-    NoExecute,
-}
-
-/// A taint on a cluster, set at the root (`relay cordon`, `relay drain`, or the
-/// Cluster's `spec.taints`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Taint {
-    /// The taint's key.
-    pub key: String,
-    /// Its value (may be empty).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub value: String,
-    /// What it does.
-    pub effect: TaintEffect,
-    /// When it was added (Unix milliseconds; the root stamps it): `tolerationSeconds`
-    /// counts from here.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_added: Option<u64>,
-}
-
-/// How a toleration compares values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum TolerationOperator {
-    /// Key and value equal.
-    #[default]
-    Equal,
-    /// Key equal (or the toleration's key empty: every key), any value.
-    Exists,
-}
-
-/// A placement's toleration of taints, with Kubernetes' semantics.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Toleration {
-    /// The taint key; empty with `Exists` tolerates every taint.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub key: String,
-    /// `Equal` (default) or `Exists`.
-    #[serde(default)]
-    pub operator: TolerationOperator,
-    /// The value `Equal` compares with.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub value: String,
-    /// The effect tolerated; absent: every effect.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub effect: Option<TaintEffect>,
-    /// For `NoExecute`: how long after the taint was added the placement stays.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub toleration_seconds: Option<i64>,
-}
-
-impl Toleration {
-    /// Whether this toleration matches `taint` (Kubernetes' `ToleratesTaint`).
-    pub fn tolerates(&self, taint: &Taint) -> bool {
-        if self.effect.is_some_and(|e| e != taint.effect) {
-            return false;
-        }
-        match self.operator {
-            TolerationOperator::Exists => self.key.is_empty() || self.key == taint.key,
-            TolerationOperator::Equal => self.key == taint.key && self.value == taint.value,
-        }
-    }
-
-    /// Checks what Kubernetes' validation checks: an empty key needs `Exists`, `Exists`
-    /// takes no value, `tolerationSeconds` only with `NoExecute` (or any effect).
-    pub fn validate(&self) -> Result<(), String> {
-        if self.key.is_empty() && self.operator != TolerationOperator::Exists {
-            return Err("operator must be Exists when key is empty".into());
-        }
-        if self.operator == TolerationOperator::Exists && !self.value.is_empty() {
-            return Err("value must be empty when operator is Exists".into());
-        }
-        if self.toleration_seconds.is_some()
-            && self.effect.is_some_and(|e| e != TaintEffect::NoExecute)
-        {
-            return Err("tolerationSeconds is only for the NoExecute effect".into());
-        }
-        Ok(())
-    }
 }
 
 /// What the root decided for one placement. Relays route by it; the root keeps it in
@@ -283,6 +121,15 @@ impl RootView {
                 .decisions
                 .get(&(placement.space.clone(), placement.name.clone())),
         }
+    }
+}
+
+impl Placement {
+    /// Whether the placement places its objects on the cluster, as the root decided:
+    /// with the cluster's labels as this placement's space changed them, and the
+    /// placement's decision (count, taints, moves...) if it has one.
+    pub fn selects_cluster_with(&self, cluster: &Cluster, root: &RootView) -> bool {
+        root.selects(self, cluster)
     }
 }
 

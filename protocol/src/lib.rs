@@ -9,6 +9,9 @@
 //! * [`time`]: the [`time::Instant`] drivers pass in, and wall-clock stamps for reports.
 //! * [`model`]: spaces, object keys, objects, revisions, clusters, health and status.
 //! * [`selector`]: Kubernetes label selectors with Kubernetes' exact semantics.
+//! * [`placement_spec`]: the placement spec (what a Placement says: its selectors, rollout,
+//!   customize rules, tolerations) and the names of Strata's own objects; below every
+//!   algorithm that reads it.
 //! * [`placement`]: which objects go to which clusters.
 //! * [`choice`]: choosing clusters (count, spread, preference, taints, capacity) and
 //!   the decision relays route by.
@@ -30,6 +33,7 @@ pub mod customize;
 pub mod model;
 pub mod overrides;
 pub mod placement;
+pub mod placement_spec;
 pub mod rollout;
 pub mod route;
 pub mod selector;

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Cluster, Labels, ObjectMeta, Space};
-use crate::route::STRATA_GROUP;
+use crate::placement_spec::STRATA_GROUP;
 
 /// The kind of the root's cluster objects.
 pub const CLUSTER_KIND: &str = "Cluster";

@@ -1,4 +1,5 @@
 use super::*;
+use crate::placement_spec::Seconds;
 
 fn spec(on_failure: OnFailure) -> RolloutSpec {
     RolloutSpec {

@@ -14,13 +14,10 @@ use crate::choice::{RootView, is_decision};
 use crate::codec;
 use crate::model::{Cluster, ObjectMeta};
 use crate::overrides::is_cluster_object;
-use crate::placement::Placement;
+pub use crate::placement_spec::STRATA_GROUP;
+use crate::placement_spec::{Placement, pin_placement};
 use crate::sync::Route;
-use crate::waves::pin_placement;
 use crate::wire::RouteId;
-
-/// The API group of Strata's own kinds.
-pub const STRATA_GROUP: &str = "strata.dev";
 
 /// The kind of placement objects.
 pub const PLACEMENT_KIND: &str = "Placement";

@@ -25,22 +25,14 @@
 
 use std::collections::BTreeSet;
 
-use crate::customize::CustomizeRule;
 use crate::model::{Labels, ObjectKey, ObjectKeyParts, ObjectMeta};
-use crate::placement::{ClusterSelector, MovePolicy, ObjectSelector, Placement};
-use crate::rollout::{RolloutSpec, WaveSize};
-use crate::route::STRATA_GROUP;
-
-/// The kind of pinned copies of a previous revision.
-pub const PIN_KIND: &str = "PinnedRevision";
-
-/// The label naming the placement a pin belongs to.
-pub const PIN_PLACEMENT_LABEL: &str = "strata.dev/placement";
-
-/// The label holding, as JSON, the `customize` rules its placement had when a pin was
-/// written: the agent renders the pin with those, so a cluster outside the released
-/// waves keeps the previous rules too (they are part of the template).
-pub const PIN_CUSTOMIZE_LABEL: &str = "strata.dev/customize";
+use crate::placement_spec::{
+    ClusterSelector, CustomizeRule, MovePolicy, ObjectSelector, Placement, RolloutSpec,
+    STRATA_GROUP, WaveSize,
+};
+pub use crate::placement_spec::{
+    PIN_CUSTOMIZE_LABEL, PIN_KIND, PIN_PLACEMENT_LABEL, is_pin, pin_placement,
+};
 
 /// The `customize` rules a pin was written with (`None`: a pin that carries none, from
 /// before rules were part of the template: render it with the current rules).
@@ -82,19 +74,6 @@ pub fn placements_for_pin(pin: &ObjectMeta, placements: &[Placement]) -> Option<
     own.customize = rules;
     out.push(own);
     Some(out)
-}
-
-/// Whether an object is a pinned copy of a previous revision.
-pub fn is_pin(meta: &ObjectMeta) -> bool {
-    meta.key.group == STRATA_GROUP && meta.key.kind == PIN_KIND
-}
-
-/// The placement a pin belongs to.
-pub fn pin_placement(meta: &ObjectMeta) -> Option<&str> {
-    if !is_pin(meta) {
-        return None;
-    }
-    meta.labels.get(PIN_PLACEMENT_LABEL).map(String::as_str)
 }
 
 /// The key of the pinned copy of `key`: same space and namespace, a name that encodes

@@ -14,11 +14,12 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use strata_protocol::wire::{MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, ProtocolVersion};
 
-use crate::dial::{Connector, ParentAddress, QUIC_PROBE_EVERY, TransportMode};
-use crate::proxy::{Proxy, ProxyError};
-use crate::tcp::KEEP_ALIVE;
-use crate::tls::{Identity, client_config};
-use crate::transport::client_endpoint;
+pub use crate::net::cert_files::TlsFiles;
+use crate::net::dial::{Connector, ParentAddress, QUIC_PROBE_EVERY, TransportMode};
+use crate::net::proxy::{Proxy, ProxyError};
+use crate::net::tcp::KEEP_ALIVE;
+use crate::net::tls::{Identity, client_config};
+use crate::net::transport::client_endpoint;
 
 /// Node names are DNS labels: they appear in certificates and in cluster paths.
 pub use strata_topology::names::check_node_name;
@@ -94,10 +95,10 @@ pub struct ParentConfig {
 pub enum ConnectorError {
     /// The TLS configuration is unusable.
     #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
+    Tls(#[from] crate::net::tls::TlsError),
     /// The QUIC endpoint could not be bound.
     #[error(transparent)]
-    Transport(#[from] crate::transport::TransportError),
+    Transport(#[from] crate::net::transport::TransportError),
     /// `HTTPS_PROXY` holds an unusable proxy URL.
     #[error("HTTPS_PROXY: {0}")]
     Proxy(#[from] ProxyError),
@@ -134,33 +135,6 @@ impl ParentConfig {
         connector.probe_every = self.quic_probe_every;
         connector.keep_alive = self.keep_alive;
         Ok(connector)
-    }
-}
-
-/// Certificate files (PEM).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// This node's certificate chain.
-    pub cert: PathBuf,
-    /// This node's private key.
-    pub key: PathBuf,
-    /// The hierarchy's CA certificate, or several (a trust bundle, while the CA is
-    /// rotated).
-    pub ca: PathBuf,
-    /// When in its certificate's lifetime the node renews it through its parent, in
-    /// percent (`tls.renew_at_percent`, default
-    /// [`crate::renew::DEFAULT_RENEW_AT_PERCENT`]).
-    pub renew_at_percent: u8,
-}
-
-impl TlsFiles {
-    /// What the driver renews (see [`crate::renew`]) for node `node`.
-    pub fn renewal(&self, node: &str) -> crate::renew::RenewConfig {
-        crate::renew::RenewConfig {
-            node: node.to_owned(),
-            files: self.clone(),
-            at_percent: self.renew_at_percent,
-        }
     }
 }
 
@@ -269,9 +243,9 @@ impl RawTls {
             Some(p @ 1..=99) => p,
             Some(p) => {
                 faults.push(format!("tls.renew_at_percent: {p} is not between 1 and 99"));
-                crate::renew::DEFAULT_RENEW_AT_PERCENT
+                crate::net::cert_files::DEFAULT_RENEW_AT_PERCENT
             }
-            None => crate::renew::DEFAULT_RENEW_AT_PERCENT,
+            None => crate::net::cert_files::DEFAULT_RENEW_AT_PERCENT,
         };
         TlsFiles {
             cert: base.join(self.cert),

@@ -21,11 +21,11 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::clock::Clock;
-use crate::dial::{Connector, ParentAddress};
-use crate::link::Link;
+use crate::net::dial::{Connector, ParentAddress};
+use crate::net::link::Link;
+use crate::net::transport::{Sender, close_code};
 use crate::reconnect::{ParentEvent, keep_connected};
 use crate::store::{Batch, Store, commit_off_workers};
-use crate::transport::{Sender, close_code};
 
 /// How long the driver waits before retrying a store commit that failed (a full disk).
 pub const COMMIT_RETRY: Duration = Duration::from_millis(200);
@@ -74,7 +74,7 @@ pub trait Node: Send + 'static {
     }
     /// The node's certificate was renewed (see [`crate::renew`]): a node that serves
     /// children presents the new one from the next handshake on.
-    fn identity_renewed(&mut self, _identity: &crate::tls::Identity) {}
+    fn identity_renewed(&mut self, _identity: &crate::net::tls::Identity) {}
     /// The driver is stopping: say goodbye on the node's own connections.
     fn shutdown(&mut self) -> impl Future<Output = ()> + Send {
         async {}

@@ -16,8 +16,8 @@ use quinn::{Connection, VarInt};
 use strata_protocol::codec;
 use strata_protocol::wire::{JoinReply, JoinRequest};
 
-use crate::tls;
-use crate::transport::{self, close_code};
+use crate::net::tls;
+use crate::net::transport::{self, close_code};
 
 /// The largest join request or reply accepted, in bytes.
 const MAX_JOIN_FRAME: usize = 64 * 1024;

@@ -9,16 +9,17 @@
 //! * [`follower`]: [`follower::ParentFollower`], the child end of the link to the
 //!   parent and what the node keeps about it.
 //! * [`reconnect`]: keeping the connection to the parent up (backoff, hints).
-//! * [`transport`]: QUIC endpoints and framed messages, one stream per class.
-//! * [`link`]: a connection whichever transport carries it ([`link::Link`]).
-//! * [`tcp`]: the TLS/TCP transport, the classes multiplexed with per-class credit.
+//! * [`net`]: networking, below everything else here: [`transport`] (QUIC endpoints and
+//!   framed messages, one stream per class), [`link`] (a connection whichever
+//!   transport carries it, [`link::Link`]), [`tcp`] (the TLS/TCP transport, the classes
+//!   multiplexed with per-class credit), [`dial`] (reaching the parent: names resolved
+//!   at every connect, happy eyeballs, `auto | quic | tcp`, the proxy), [`proxy`] (HTTP
+//!   CONNECT proxies), [`tls`] (mutual TLS and the peer's node name), [`listener`] (a
+//!   QUIC listening endpoint), and the certificate files. The root re-exports those
+//!   modules under their former paths.
 //! * [`tunnel`]: debug tunnel streams (a user's Kubernetes request carried down to a
 //!   cluster): opening, the header, serving the parent's, per-link caps.
-//! * [`dial`]: reaching the parent: names resolved at every connect, happy eyeballs,
-//!   `auto | quic | tcp`, the proxy.
-//! * [`proxy`]: HTTP CONNECT proxies (`proxy:`, `HTTPS_PROXY`, `NO_PROXY`).
 //! * [`renew`]: renewing this node's certificate through its parent.
-//! * [`tls`]: mutual TLS (rustls, ring) and the peer's node name.
 //! * [`store`]: the durable [`store::Store`] (sled; etcd at a root of several
 //!   replicas; in memory for tests and the simulation).
 //! * [`clock`]: tokio's clock as the protocol's instants, and the wall clock.
@@ -64,23 +65,19 @@
 
 pub mod clock;
 pub mod config;
-pub mod dial;
 pub mod driver;
 pub mod exposition;
 pub mod follower;
 pub mod join;
-pub mod link;
-pub mod listener;
+pub mod net;
 pub mod ops;
 // Manifests are parsed by a crate without the runtime, which the fuzz targets use.
 pub use strata_manifest::objects;
-mod plain_udp;
 pub mod process;
-pub mod proxy;
 pub mod reconnect;
 pub mod renew;
 pub mod store;
-pub mod tcp;
-pub mod tls;
-pub mod transport;
 pub mod tunnel;
+
+// The networking modules under the paths they had before `net/` (other crates use them).
+pub use net::{dial, link, listener, proxy, tcp, tls, transport};

@@ -11,9 +11,9 @@ use strata_protocol::wire::{ChildToParent, ParentToChild};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::dial::{Connector, DialError, ParentAddress, TransportMode};
-use crate::link::{Link, TransportKind};
-use crate::transport::{self, Sender, close_code};
+use crate::net::dial::{Connector, DialError, ParentAddress, TransportMode};
+use crate::net::link::{Link, TransportKind};
+use crate::net::transport::{self, Sender, close_code};
 
 /// What the reconnect loop tells its driver.
 #[derive(Debug)]

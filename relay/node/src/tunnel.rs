@@ -13,7 +13,7 @@
 //! `metav1.Status` whichever tier refused.
 //!
 //! On the TLS/TCP transport the same streams are the multiplexer's tunnel streams
-//! (`crate::tcp`'s `streams`: per-stream credit, scheduled after control and taking
+//! (`crate::net::tcp`'s `streams`: per-stream credit, scheduled after control and taking
 //! turns with the protocol's data). Both are a [`TunnelStream`], so nothing above this
 //! module knows which transport a tunnel crosses. A child on TCP whose build does not
 //! carry them (it did not announce them) is refused with 503 saying so
@@ -32,7 +32,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
-use crate::link::Link;
+use crate::net::link::Link;
+pub use crate::net::windows::{
+    MAX_TUNNEL_STREAMS, PROTOCOL_SEND_WINDOW, SEND_WINDOW, STREAM_WINDOW,
+};
 
 /// One tunnel stream: read the child's (or parent's) bytes, write ours; shutting the
 /// write side down ends our direction, dropping it abandons both.
@@ -88,28 +91,6 @@ impl AsyncWrite for TunnelStream {
 /// that quinn sends heartbeats, downsync and reports first when both have data.
 pub const TUNNEL_PRIORITY: i32 = -1;
 
-/// How many tunnel streams a child accepts at once on one link: QUIC's own limit on
-/// the bidirectional streams the parent may open, whatever the parent's configured cap
-/// ([`TunnelSlots`], at most this). With [`STREAM_WINDOW`] it bounds the tunnel bytes
-/// in flight on a link (see [`crate::transport::transport_config`]).
-pub const MAX_TUNNEL_STREAMS: u32 = 32;
-
-/// Each QUIC stream's receive window (quinn's default, set here so the bound below is
-/// explicit): the most one tunnel stream can have sent and not yet read by its peer.
-pub const STREAM_WINDOW: u32 = 1_250_000;
-
-/// The send window the protocol's own streams (control, bulk, reports) always keep:
-/// quinn's default send window. Tunnel streams can fill at most
-/// `MAX_TUNNEL_STREAMS * STREAM_WINDOW` of a connection's send window, which is this
-/// much larger, so a stalled `logs -f` never blocks a heartbeat, a delta or a report
-/// from being written.
-pub const PROTOCOL_SEND_WINDOW: u64 = 8 * STREAM_WINDOW as u64;
-
-/// The connection's send window (bytes written and not yet acknowledged, all streams
-/// together): the protocol's share plus every tunnel's whole stream window.
-pub const SEND_WINDOW: u64 =
-    PROTOCOL_SEND_WINDOW + MAX_TUNNEL_STREAMS as u64 * STREAM_WINDOW as u64;
-
 /// How long a node waits for a tunnel stream's header.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -146,7 +127,7 @@ pub async fn open(link: &Link, peer: &str, open: &TunnelOpen) -> Result<TunnelSt
         }
         Link::Tcp(t) => match t.open_tunnel().await {
             Ok(s) => TunnelStream::Tcp(s),
-            Err(crate::tcp::OpenStreamError::NotSupported) => {
+            Err(crate::net::tcp::OpenStreamError::NotSupported) => {
                 return Err(TunnelError::NotCarried {
                     peer: peer.to_owned(),
                 });

@@ -19,7 +19,7 @@ use std::time::Duration;
 use super::etcd_client::{Client, WatchResponse};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::etcd_store::{campaign, keep_alive, retrying};
+use super::etcd_lease::{campaign, keep_alive, retrying};
 use super::records::{Followed, followed};
 
 /// What a follower hands the node.

@@ -8,6 +8,7 @@
 
 mod etcd_client;
 mod etcd_follow;
+mod etcd_lease;
 mod etcd_store;
 mod memory;
 mod records;
@@ -20,7 +21,8 @@ use strata_protocol::sync::{KeyEntry, LogMeta, ObjectLog};
 use strata_protocol::wire::{ReportKey, ReportValue, RouteId};
 
 pub use etcd_follow::FollowEvent;
-pub use etcd_store::{EtcdConfig, EtcdStore, EtcdTls, LOST_LEASE_EXIT};
+pub use etcd_lease::LOST_LEASE_EXIT;
+pub use etcd_store::{EtcdConfig, EtcdStore, EtcdTls};
 pub use memory::MemStore;
 pub use records::Followed;
 pub use records::STORE_FORMAT;

@@ -71,9 +71,9 @@ fn file_err(path: &Path, reason: impl Into<String>) -> TlsError {
 impl Identity {
     /// Loads PEM files: the node's certificate (chain), its private key, the CA (one
     /// or several CA certificates: a trust bundle). A renewal interrupted while it
-    /// replaced the files is finished or undone first ([`crate::renew::settle_files`]).
+    /// replaced the files is finished or undone first ([`super::cert_files::settle_files`]).
     pub fn load(cert: &Path, key: &Path, ca: &Path) -> Result<Identity, TlsError> {
-        crate::renew::settle_files(cert, key)
+        super::cert_files::settle_files(cert, key)
             .map_err(|e| file_err(cert, format!("cannot finish an interrupted renewal: {e}")))?;
         let read =
             |p: &Path| std::fs::read(p).map_err(|e| file_err(p, format!("cannot read: {e}")));

@@ -2,7 +2,7 @@
 //! connection from there found, and starts that peer's next connection at it.
 //!
 //! Path MTU discovery sends padded probes, each the size probed, on every new
-//! connection (two with our step, see [`crate::transport`]): about 2.8 KB that a child
+//! connection (two with our step, see [`crate::net::transport`]): about 2.8 KB that a child
 //! reconnecting to catch up on a few objects pays again and again, on the very links
 //! that drop most. A reconnect from an address whose path we measured a moment ago
 //! starts at the size found then, and the search has nothing left to probe. If the
@@ -170,7 +170,7 @@ impl QuicListener {
             return c.clone();
         }
         let mut server = configs.base.clone();
-        server.transport_config(crate::transport::parent_transport_starting_at(mtu));
+        server.transport_config(super::quic_config::parent_transport_starting_at(mtu));
         let server = Arc::new(server);
         configs.starting_at.push((mtu, server.clone()));
         server

@@ -13,180 +13,20 @@ use std::time::Duration;
 use quinn::Endpoint;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
-use tokio::task::JoinSet;
 
-use crate::link::Link;
-use crate::proxy::{Proxy, ProxyError};
-use crate::tcp;
+use super::cert_files::RenewConfig;
+use super::link::Link;
+use super::proxy::{Proxy, ProxyError};
+use super::resolve::race;
+pub use super::resolve::{ATTEMPT_DELAY, ParentAddress, tcp_happy_eyeballs};
+use super::tcp;
 
-/// How long after starting one address the next is started when the first has not
-/// answered yet (RFC 8305's connection attempt delay).
-pub const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
 /// How long `auto` lets QUIC try to complete a handshake before falling back to TCP.
 pub const QUIC_FALLBACK_AFTER: Duration = Duration::from_secs(3);
 /// How often `auto`, while on TCP, tries QUIC again in the background.
 pub const QUIC_PROBE_EVERY: Duration = Duration::from_secs(30);
 /// How long a TCP connect plus TLS handshake (through the proxy, if any) may take.
 pub const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Where the parent listens: an address, or a name resolved at every connect.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ParentAddress {
-    /// `IP:PORT`.
-    Socket(SocketAddr),
-    /// `host:port`, resolved (IPv6 and IPv4) at every connect.
-    Host {
-        /// The DNS name.
-        host: String,
-        /// The port (UDP for QUIC, TCP for the fallback).
-        port: u16,
-    },
-    /// Several replicas of the parent (`a:1,b:2`, each an address or a name): every
-    /// address of every one is tried at each connect, in the order given, the first to
-    /// answer wins; so a child whose replica died moves to another.
-    Any(Vec<ParentAddress>),
-}
-
-impl From<SocketAddr> for ParentAddress {
-    fn from(a: SocketAddr) -> Self {
-        ParentAddress::Socket(a)
-    }
-}
-
-impl fmt::Display for ParentAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ParentAddress::Socket(a) => write!(f, "{a}"),
-            ParentAddress::Host { host, port } => write!(f, "{host}:{port}"),
-            ParentAddress::Any(all) => {
-                let all: Vec<String> = all.iter().map(ToString::to_string).collect();
-                f.write_str(&all.join(","))
-            }
-        }
-    }
-}
-
-impl FromStr for ParentAddress {
-    type Err = String;
-
-    /// `IP:PORT`, `[IPv6]:PORT` or `host:port` (a DNS name); several, comma-separated,
-    /// for a parent of several replicas.
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s.contains(',') {
-            let all = s
-                .split(',')
-                .map(|one| one.trim().parse::<ParentAddress>())
-                .collect::<Result<Vec<_>, _>>()?;
-            return Ok(ParentAddress::Any(all));
-        }
-        if let Ok(a) = s.parse::<SocketAddr>() {
-            return Ok(ParentAddress::Socket(a));
-        }
-        let bad = || format!("{s:?} is not an address of the form IP:PORT or HOST:PORT");
-        let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
-        let port: u16 = port.parse().map_err(|_| bad())?;
-        let valid_label = |l: &str| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        };
-        let host = host.trim_end_matches('.');
-        if host.is_empty() || host.len() > 253 || !host.split('.').all(valid_label) {
-            return Err(bad());
-        }
-        Ok(ParentAddress::Host {
-            host: host.to_ascii_lowercase(),
-            port,
-        })
-    }
-}
-
-impl ParentAddress {
-    /// The host part, as a proxy's `NO_PROXY` compares it.
-    pub fn host(&self) -> String {
-        match self {
-            ParentAddress::Socket(a) => a.ip().to_string(),
-            ParentAddress::Host { host, .. } => host.clone(),
-            ParentAddress::Any(all) => all.first().map(Self::host).unwrap_or_default(),
-        }
-    }
-
-    /// Each replica's address (one for a single address or name).
-    pub fn each(&self) -> Vec<&ParentAddress> {
-        match self {
-            ParentAddress::Any(all) => all.iter().flat_map(Self::each).collect(),
-            one => vec![one],
-        }
-    }
-
-    /// What a proxy is asked to CONNECT to.
-    fn target(&self) -> String {
-        self.to_string()
-    }
-
-    /// Every address now, IPv6 and IPv4 interleaved starting with the family the
-    /// resolver put first.
-    pub async fn resolve(&self) -> Result<Vec<SocketAddr>, String> {
-        match self {
-            ParentAddress::Socket(a) => Ok(vec![*a]),
-            ParentAddress::Any(all) => {
-                // Every replica's addresses in the order given; a name that does not
-                // resolve now leaves the others.
-                let mut found = Vec::new();
-                let mut errors = Vec::new();
-                for one in all {
-                    match Box::pin(one.resolve()).await {
-                        Ok(addrs) => {
-                            for a in addrs {
-                                if !found.contains(&a) {
-                                    found.push(a);
-                                }
-                            }
-                        }
-                        Err(e) => errors.push(e),
-                    }
-                }
-                if found.is_empty() {
-                    return Err(errors.join("; "));
-                }
-                Ok(found)
-            }
-            ParentAddress::Host { host, port } => {
-                let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), *port))
-                    .await
-                    .map_err(|e| format!("cannot resolve {host}: {e}"))?
-                    .collect();
-                if found.is_empty() {
-                    return Err(format!("{host} resolves to no address"));
-                }
-                Ok(interleave(found))
-            }
-        }
-    }
-}
-
-/// RFC 8305 §4: alternate address families, the first family first; duplicates go.
-fn interleave(found: Vec<SocketAddr>) -> Vec<SocketAddr> {
-    let first_v6 = found.first().is_some_and(SocketAddr::is_ipv6);
-    let mut unique: Vec<SocketAddr> = Vec::new();
-    for a in found {
-        if !unique.contains(&a) {
-            unique.push(a);
-        }
-    }
-    let (mut a, mut b): (Vec<_>, Vec<_>) =
-        unique.into_iter().partition(|x| x.is_ipv6() == first_v6);
-    a.reverse();
-    b.reverse();
-    let mut out = Vec::new();
-    while !a.is_empty() || !b.is_empty() {
-        out.extend(a.pop());
-        out.extend(b.pop());
-    }
-    out
-}
 
 /// Which transport a parent link uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -299,12 +139,12 @@ pub struct Connector {
     pub keep_alive: Duration,
     /// The client TLS a certificate renewal put in place (shared by every clone), used
     /// by the next handshake on either transport.
-    renewed: crate::renew::RenewedTls,
+    renewed: RenewedTls,
     /// Renewing the node's certificate through the parent, if the node does.
-    renew: Option<crate::renew::RenewConfig>,
+    renew: Option<RenewConfig>,
     /// The clock a renewed identity's TLS checks validity against (`None`: the
     /// system's).
-    tls_time: Option<crate::tls::TlsTime>,
+    tls_time: Option<super::tls::TlsTime>,
 }
 
 impl fmt::Debug for Connector {
@@ -333,7 +173,7 @@ impl From<Endpoint> for Connector {
 
 impl Connector {
     /// A connector in `mode`; QUIC needs `quic`, TCP needs `tls` (the same identity as
-    /// the endpoint's, from [`crate::tls::client_config`]); `proxy` is used by TCP only.
+    /// the endpoint's, from [`crate::net::tls::client_config`]); `proxy` is used by TCP only.
     pub fn new(
         mode: TransportMode,
         quic: Option<Endpoint>,
@@ -358,25 +198,25 @@ impl Connector {
     /// The same connector, a renewed identity's TLS checking certificates' validity
     /// against `time` (as the identity it was built with does; the simulation's
     /// virtual time).
-    pub fn with_tls_time(mut self, time: Option<crate::tls::TlsTime>) -> Self {
+    pub fn with_tls_time(mut self, time: Option<super::tls::TlsTime>) -> Self {
         self.tls_time = time;
         self
     }
 
     /// The clock a renewed identity's TLS checks validity against, if not the system's.
-    pub fn tls_time(&self) -> Option<crate::tls::TlsTime> {
+    pub fn tls_time(&self) -> Option<super::tls::TlsTime> {
         self.tls_time.clone()
     }
 
     /// The same connector, renewing the node's certificate through the parent (the
     /// driver does it; see [`crate::renew`]).
-    pub fn with_renewal(mut self, config: crate::renew::RenewConfig) -> Self {
+    pub fn with_renewal(mut self, config: RenewConfig) -> Self {
         self.renew = Some(config);
         self
     }
 
     /// How the node renews its certificate, if it does.
-    pub fn renewal(&self) -> Option<&crate::renew::RenewConfig> {
+    pub fn renewal(&self) -> Option<&RenewConfig> {
         self.renew.as_ref()
     }
 
@@ -439,7 +279,7 @@ impl Connector {
             })?;
             let renewed = match self.renewed_tls() {
                 Some(tls) => {
-                    Some(crate::transport::client_configs(tls).map_err(|e| err(e.to_string()))?)
+                    Some(super::transport::client_configs(tls).map_err(|e| err(e.to_string()))?)
                 }
                 None => None,
             };
@@ -561,24 +401,6 @@ impl Connector {
     }
 }
 
-/// Connects TCP to `host:port` (a name or an address), every address tried.
-pub async fn tcp_happy_eyeballs(hostport: &str) -> Result<TcpStream, String> {
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(hostport)
-        .await
-        .map_err(|e| format!("cannot resolve {hostport}: {e}"))?
-        .collect();
-    if addrs.is_empty() {
-        return Err(format!("{hostport} resolves to no address"));
-    }
-    race(interleave(addrs), |a| async move {
-        TcpStream::connect(a).await.map_err(|e| format!("{a}: {e}"))
-    })
-    .await
-}
-
-/// Happy eyeballs: starts `attempt` on the first address, then on the next one every
-/// [`ATTEMPT_DELAY`] or as soon as one fails; the first success wins and the others
-/// are dropped. A single address is tried in place (no task).
 /// What a QUIC attempt refused before its handshake fails with (see [`DialError::Busy`]).
 const REFUSED: &str = "refused before the handshake";
 
@@ -589,117 +411,6 @@ fn is_refusal(e: &quinn::ConnectionError) -> bool {
         if c.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED)
 }
 
-async fn race<T, F, Fut>(addrs: Vec<SocketAddr>, attempt: F) -> Result<T, String>
-where
-    T: Send + 'static,
-    F: Fn(SocketAddr) -> Fut,
-    Fut: Future<Output = Result<T, String>> + Send + 'static,
-{
-    if let [one] = addrs.as_slice() {
-        return attempt(*one).await;
-    }
-    let mut running = JoinSet::new();
-    let mut next = addrs.into_iter();
-    let mut errors = Vec::new();
-    if let Some(a) = next.next() {
-        running.spawn(attempt(a));
-    }
-    let mut more = next.len() > 0;
-    loop {
-        if running.is_empty() && !more {
-            return Err(if errors.is_empty() {
-                "no address to try".into()
-            } else {
-                errors.join("; ")
-            });
-        }
-        let start_next = tokio::select! {
-            done = running.join_next(), if !running.is_empty() => match done {
-                Some(Ok(Ok(v))) => return Ok(v),
-                Some(Ok(Err(e))) => { errors.push(e); true }
-                Some(Err(e)) => { errors.push(e.to_string()); true }
-                None => true,
-            },
-            _ = tokio::time::sleep(ATTEMPT_DELAY), if more => true,
-        };
-        if start_next && let Some(a) = next.next() {
-            running.spawn(attempt(a));
-        }
-        more = next.len() > 0;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replica_lists_parse() {
-        let a = "127.0.0.1:1, root-1.example.net:2"
-            .parse::<ParentAddress>()
-            .unwrap();
-        assert_eq!(
-            a,
-            ParentAddress::Any(vec![
-                ParentAddress::Socket("127.0.0.1:1".parse().unwrap()),
-                ParentAddress::Host {
-                    host: "root-1.example.net".into(),
-                    port: 2
-                },
-            ])
-        );
-        assert_eq!(a.to_string(), "127.0.0.1:1,root-1.example.net:2");
-        assert_eq!(a.each().len(), 2);
-        assert!("127.0.0.1:1,nope".parse::<ParentAddress>().is_err());
-    }
-
-    #[tokio::test]
-    async fn a_replica_list_resolves_to_every_address_in_order() {
-        let a = "127.0.0.1:2,127.0.0.1:1,127.0.0.1:2"
-            .parse::<ParentAddress>()
-            .unwrap();
-        let got = a.resolve().await.unwrap();
-        assert_eq!(
-            got,
-            vec![
-                "127.0.0.1:2".parse().unwrap(),
-                "127.0.0.1:1".parse().unwrap()
-            ]
-        );
-    }
-
-    #[test]
-    fn addresses_and_names_parse() {
-        assert_eq!(
-            "127.0.0.1:7443".parse::<ParentAddress>().unwrap(),
-            ParentAddress::Socket("127.0.0.1:7443".parse().unwrap())
-        );
-        assert_eq!(
-            "EU-West.relays.example.com:7443"
-                .parse::<ParentAddress>()
-                .unwrap(),
-            ParentAddress::Host {
-                host: "eu-west.relays.example.com".into(),
-                port: 7443
-            }
-        );
-        assert!("[::1]:1".parse::<ParentAddress>().is_ok());
-        for bad in ["nowhere", "a b:1", "host:99999", ":1", "-x:1"] {
-            let e = bad.parse::<ParentAddress>().unwrap_err();
-            assert!(e.contains("HOST:PORT"), "{e}");
-        }
-    }
-
-    #[test]
-    fn families_alternate_starting_with_the_first() {
-        let v4a: SocketAddr = "10.0.0.1:1".parse().unwrap();
-        let v4b: SocketAddr = "10.0.0.2:1".parse().unwrap();
-        let v6a: SocketAddr = "[fd00::1]:1".parse().unwrap();
-        let v6b: SocketAddr = "[fd00::2]:1".parse().unwrap();
-        assert_eq!(
-            interleave(vec![v6a, v6b, v4a, v4b, v4a]),
-            vec![v6a, v4a, v6b, v4b]
-        );
-        assert_eq!(interleave(vec![v4a, v6a]), vec![v4a, v6a]);
-    }
-}
+/// Shared between a connector's clones: the client TLS configuration a renewal put in
+/// place of the one the connector was built with.
+pub(crate) type RenewedTls = Arc<std::sync::RwLock<Option<Arc<rustls::ClientConfig>>>>;

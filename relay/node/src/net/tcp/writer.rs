@@ -14,7 +14,7 @@ use super::{
     CHUNK, CLOSE, CLOSE_WRITE_TIMEOUT, CREDIT, DATA, Event, HEADER, Inner, PING, Stream, lossy,
     set_closed, streams,
 };
-use crate::transport::{ClassBytes, Queued, STREAM_CLASSES, WireMessage};
+use crate::net::message::{ClassBytes, Queued, STREAM_CLASSES, WireMessage};
 
 /// Appends one frame to `out`: the 8-byte header, then `payload`; returns its bytes.
 pub(super) fn push_frame(

@@ -9,7 +9,7 @@ use base64::Engine as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::dial;
+use super::resolve;
 
 /// The largest proxy response header read.
 const MAX_RESPONSE: usize = 16 * 1024;
@@ -152,7 +152,7 @@ impl Proxy {
     /// proxy): the TCP stream, ready for TLS.
     pub async fn tunnel(&self, target: &str) -> Result<TcpStream, ProxyError> {
         let proxy = self.to_string();
-        let mut stream = dial::tcp_happy_eyeballs(&self.address)
+        let mut stream = resolve::tcp_happy_eyeballs(&self.address)
             .await
             .map_err(|detail| ProxyError::Unreachable {
                 proxy: proxy.clone(),

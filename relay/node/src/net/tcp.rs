@@ -54,7 +54,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsStream;
 
-use crate::transport::{
+use super::message::{
     ClassBytes, Queued, Received, STREAM_CLASSES, TransportError, WireMessage, close_code,
 };
 

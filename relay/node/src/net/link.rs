@@ -1,5 +1,5 @@
 //! One connection between a child and its parent, whichever transport carries it: a
-//! QUIC connection, or TLS 1.3 over TCP ([`crate::tcp`]). The driver, the relay's
+//! QUIC connection, or TLS 1.3 over TCP ([`crate::net::tcp`]). The driver, the relay's
 //! runtime and the cores see a [`Link`] and never which transport it is, except where
 //! they say so to people (logs, metrics, `relay status`).
 
@@ -10,7 +10,7 @@ use quinn::VarInt;
 use rustls_pki_types::CertificateDer;
 use serde::{Deserialize, Serialize};
 
-use crate::tcp::TcpLink;
+use super::tcp::TcpLink;
 
 /// Which transport a link runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -65,7 +65,7 @@ impl Link {
     }
 
     /// Closes the connection with an application code (see
-    /// [`crate::transport::close_code`]) and a reason the peer is shown. Messages
+    /// [`crate::net::transport::close_code`]) and a reason the peer is shown. Messages
     /// already queued on a TCP link are written first; QUIC closes at once.
     pub fn close(&self, code: u32, reason: &[u8]) {
         match self {
@@ -85,7 +85,7 @@ impl Link {
     /// The certificates the peer presented (leaf first); `None` when it presented none.
     pub fn peer_chain(&self) -> Option<Vec<CertificateDer<'static>>> {
         match self {
-            Link::Quic(c) => crate::tls::peer_chain(c),
+            Link::Quic(c) => super::tls::peer_chain(c),
             Link::Tcp(t) => t.peer_chain(),
         }
     }

@@ -1,7 +1,7 @@
 //! Node links: QUIC endpoints, and framed messages on one unidirectional stream per
 //! [`StreamClass`] in each direction, so heartbeats and acks (control) never wait
 //! behind bulk downsync data. [`split`] takes either transport's [`Link`]; the TLS/TCP
-//! one multiplexes the same classes over one connection ([`crate::tcp`]).
+//! one multiplexes the same classes over one connection ([`crate::net::tcp`]).
 //!
 //! Nothing here creates sockets except the two endpoint constructors: the runtime can
 //! be handed any ready [`quinn::Endpoint`] (the simulator builds its own over turmoil).
@@ -14,140 +14,28 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::Poll;
-use std::time::Duration;
 
 use bytes::Bytes;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Connection, Endpoint, EndpointConfig, TokioRuntime, VarInt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use strata_protocol::codec::{self, FrameDecoder};
-use strata_protocol::wire::{ChildToParent, ParentToChild, StreamClass};
+use strata_protocol::wire::StreamClass;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::link::Link;
-pub use crate::listener::QuicListener;
-use crate::tcp::TcpLink;
-
-/// QUIC application close codes of node links.
-pub mod close_code {
-    /// A frame did not decode.
-    pub const MALFORMED: u32 = 1;
-    /// A frame exceeded the maximum size.
-    pub const OVERSIZED: u32 = 2;
-    /// The peer's certificate names no node allowed here.
-    pub const UNKNOWN_CHILD: u32 = 3;
-    /// A newer connection of the same child took over.
-    pub const REPLACED: u32 = 4;
-    /// The node is shutting down.
-    pub const SHUTDOWN: u32 = 5;
-    /// The peer broke the protocol (see the reason).
-    pub const PROTOCOL: u32 = 6;
-    /// The peer did not keep up.
-    pub const TOO_SLOW: u32 = 7;
-    /// The child's name was revoked at the root: it is refused for good.
-    pub const REVOKED: u32 = 8;
-}
+use super::link::Link;
+pub use super::listener::QuicListener;
+pub use super::message::{ClassBytes, STREAM_CLASSES, TransportError, WireMessage, close_code};
+use super::message::{Queued, Received, slot, tag};
+pub use super::quic_config::{
+    parent_transport_config, parent_transport_starting_at, transport_config,
+};
+use super::tcp::TcpLink;
 
 /// How many messages of one class may wait to be written or handled.
 const QUEUE: usize = 1024;
-
-/// Why a link failed: each variant names the address, the peer or the stream, and the
-/// cause.
-#[derive(Debug, thiserror::Error)]
-#[allow(missing_docs)] // each variant names the address, peer or stream, and the cause
-pub enum TransportError {
-    /// A socket could not be bound.
-    #[error("cannot bind {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    /// TLS configuration unusable for QUIC.
-    #[error("TLS configuration unusable for QUIC: {0}")]
-    Tls(String),
-    /// Connecting failed.
-    #[error("cannot connect to {name} at {addr}: {detail}")]
-    Connect {
-        name: String,
-        addr: SocketAddr,
-        detail: String,
-    },
-    /// The connection closed. When this happens on first use it may be the peer
-    /// refusing our certificate (TLS 1.3 reports that only then).
-    #[error(
-        "connection closed: {0} (if this is the first exchange, the peer may have refused our certificate)"
-    )]
-    Closed(String),
-    /// The peer sent a frame that does not decode; the connection was closed.
-    #[error("malformed {class:?} stream from the peer: {detail}")]
-    Malformed {
-        class: Option<StreamClass>,
-        detail: String,
-    },
-    /// A send queue is full: the peer does not keep up.
-    #[error("the {0:?} queue to the peer is full")]
-    TooSlow(StreamClass),
-}
-
-/// Transport tuning shared by both ends: keep-alives shorter than typical load-balancer
-/// idle timeouts, and an idle timeout that notices dead peers in seconds. This is the
-/// child's (the dialling side's), which accepts the debug tunnels its parent opens.
-pub fn transport_config() -> Arc<quinn::TransportConfig> {
-    Arc::new(tuned(crate::tunnel::MAX_TUNNEL_STREAMS))
-}
-
-/// The parent's (listening side's) tuning: as [`transport_config`], but a child may open
-/// no bidirectional stream (tunnels only go down the tree).
-pub fn parent_transport_config() -> Arc<quinn::TransportConfig> {
-    Arc::new(tuned(0))
-}
-
-/// The parent's tuning for a connection whose path MTU is known from the last one
-/// from the same address (see [`crate::listener`]): it starts at `mtu`, and the search
-/// probes only what lies above.
-pub fn parent_transport_starting_at(mtu: u16) -> Arc<quinn::TransportConfig> {
-    let mut t = tuned(0);
-    t.initial_mtu(mtu);
-    Arc::new(t)
-}
-
-fn tuned(tunnels: u32) -> quinn::TransportConfig {
-    let mut t = quinn::TransportConfig::default();
-    // Once a session is open its heartbeat (a ping after 5 s of silence, answered)
-    // keeps the link warm; QUIC's own keep-alive is the guard for the time before (a
-    // hello held while the relay catches up or admits others) and must not race the
-    // heartbeat: at 5 s both fired on every idle link, doubling an idle hierarchy's
-    // packets. Twice the heartbeat stays well inside the idle timeout below.
-    t.keep_alive_interval(Some(Duration::from_secs(10)));
-    t.max_idle_timeout(Some(VarInt::from_u32(20_000).into()));
-    t.max_concurrent_uni_streams(VarInt::from_u32(16));
-    // Debug tunnels: one bidirectional stream per request, opened by the parent
-    // (see `crate::tunnel`). quinn admits a write only while the connection's unacked
-    // bytes stay under the send window, all streams together: sized so that tunnels,
-    // each bounded by its stream window, can never take the protocol streams' share
-    // (a `logs -f` on a slow link would otherwise hold back heartbeats and reports).
-    t.max_concurrent_bidi_streams(VarInt::from_u32(tunnels));
-    t.stream_receive_window(VarInt::from_u32(crate::tunnel::STREAM_WINDOW));
-    t.send_window(crate::tunnel::SEND_WINDOW);
-    // Path MTU discovery: every probe is a padded packet of the size probed, sent once
-    // per new connection (and again every ten minutes). quinn's default search, from
-    // 1,200 to 1,452 bytes in steps of at least 20, sends four (5.6 KB): on a link that
-    // reconnects to catch up on a few objects, that was most of the reconnect's cost
-    // beyond the objects themselves. Steps of 126 probe 1,326, then 1,452: two probes,
-    // and a path between the two keeps 1,326.
-    let mut mtu = quinn::MtuDiscoveryConfig::default();
-    mtu.minimum_change(MTU_PROBE_STEP);
-    t.mtu_discovery_config(Some(mtu));
-    t
-}
-
-/// How far apart path MTU probes are: half the span from QUIC's minimum datagram (1,200
-/// bytes) to quinn's default upper bound (1,452), so that the search takes two probes.
-const MTU_PROBE_STEP: u16 = (1452 - 1200) / 2;
 
 /// The UDP receive buffer a listening endpoint asks the kernel for.
 ///
@@ -246,7 +134,7 @@ pub fn client_endpoint(
 ) -> Result<Endpoint, TransportError> {
     let client = client_configs(tls)?;
     let bound = |source| TransportError::Bind { addr: bind, source };
-    let socket = crate::plain_udp::PlainUdp::bind(bind).map_err(bound)?;
+    let socket = super::plain_udp::PlainUdp::bind(bind).map_err(bound)?;
     let mut endpoint = Endpoint::new_with_abstract_socket(
         EndpointConfig::default(),
         None,
@@ -275,71 +163,6 @@ pub async fn connect(
         .await
         .map_err(|e| err(e.to_string()))
 }
-
-/// A message that knows its stream class.
-pub trait WireMessage: Serialize + DeserializeOwned + Send + 'static {
-    /// The stream it travels on.
-    fn class(&self) -> StreamClass;
-}
-
-impl WireMessage for ChildToParent {
-    fn class(&self) -> StreamClass {
-        ChildToParent::class(self)
-    }
-}
-
-impl WireMessage for ParentToChild {
-    fn class(&self) -> StreamClass {
-        ParentToChild::class(self)
-    }
-}
-
-/// Every stream class, in tag order.
-pub const STREAM_CLASSES: [StreamClass; 3] = [
-    StreamClass::Control,
-    StreamClass::Bulk,
-    StreamClass::Reports,
-];
-
-fn tag(class: StreamClass) -> u8 {
-    match class {
-        StreamClass::Control => 0,
-        StreamClass::Bulk => 1,
-        StreamClass::Reports => 2,
-    }
-}
-
-fn slot(class: StreamClass) -> usize {
-    usize::from(tag(class))
-}
-
-/// Framed bytes (length prefix included) moved on one link, per [`StreamClass`].
-#[derive(Debug, Default)]
-pub struct ClassBytes {
-    pub(crate) sent: [AtomicU64; 3],
-    pub(crate) received: [AtomicU64; 3],
-}
-
-impl ClassBytes {
-    /// Bytes sent on `class`'s stream.
-    pub fn sent(&self, class: StreamClass) -> u64 {
-        self.sent[slot(class)].load(Ordering::Relaxed)
-    }
-
-    /// Bytes received on `class`'s stream.
-    pub fn received(&self, class: StreamClass) -> u64 {
-        self.received[slot(class)].load(Ordering::Relaxed)
-    }
-}
-
-/// What a link's queues carry: a boxed message. tokio's channel allocates its first
-/// block of 32 slots when it is made, and a link has six queues at each end, so slots
-/// the size of a message cost ~3 KiB per queue on every link, idle or not (20 KiB per
-/// connection end in the heap profile at 1,000 leaves); a box is 8 bytes.
-pub(crate) type Queued<M> = Box<M>;
-
-/// What a link's receiving queues carry.
-pub(crate) type Received<M> = Queued<Result<M, TransportError>>;
 
 /// The sending half of a link: one queue per class, and one writer task for them all
 /// (see `write_streams`).

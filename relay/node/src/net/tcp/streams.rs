@@ -34,7 +34,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::AbortHandle;
 
 use super::{CHUNK, Event};
-use crate::tunnel::MAX_TUNNEL_STREAMS;
+use crate::net::windows::MAX_TUNNEL_STREAMS;
 
 /// Bytes of one direction of one tunnel stream the sender may have unread at the
 /// receiver.
