@@ -26,7 +26,7 @@ impl ResourceOp {
         journal: &mut StatusJournal,
         space: &Space,
         params: WatchParams,
-    ) -> Result<(watch::WatchSpec, Vec<Value>, u64, u64), Answer> {
+    ) -> Result<(watch::WatchSpec, watch::First, u64, u64), Answer> {
         let resource = self.resource_type(core, space)?;
         self.check_fields(&resource)?;
         let spec = watch::WatchSpec {

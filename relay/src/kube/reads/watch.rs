@@ -86,6 +86,22 @@ pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 /// client-go fills with the initial events when it lists over a watch.
 pub const INITIAL_EVENTS_BLUEPRINT: &str = "k8s.io/initial-events-list-blueprint";
 
+/// What a watch sends before it follows the changes after its start.
+#[derive(Debug, Default)]
+pub struct First {
+    /// The objects at the start whose `ADDED` events open the watch, in order: rendered
+    /// [`INITIAL_BATCH`] at a time as the client reads them, so that a watch of 10,000
+    /// objects holds 10,000 keys, not 10,000 rendered objects, and the node renders them
+    /// between other work, not in one turn.
+    pub initial: VecDeque<ObjectKey>,
+    /// The events after those (the bookmark ending a streaming list), or every first
+    /// event of a watch from a `resourceVersion`.
+    pub then: Vec<Value>,
+}
+
+/// How many initial events a watch renders in one turn of the node.
+const INITIAL_BATCH: usize = 256;
+
 /// A watch that has started: what to send first, and where to continue from.
 #[derive(Debug)]
 pub struct Watch {
@@ -93,6 +109,8 @@ pub struct Watch {
     node: NodeClient,
     since: u64,
     pending: VecDeque<Value>,
+    /// The initial objects not rendered yet, and what is sent once they are.
+    first: First,
     /// Nothing follows what is pending (the history the watch needed is gone).
     ended: bool,
     /// The status journal, and the epoch delivered so far.
@@ -248,8 +266,12 @@ impl WatchSpec {
         core: &NodeCore,
         journal: &mut StatusJournal,
         from: Option<u64>,
-    ) -> Result<(Vec<Value>, u64, u64), Answer> {
+    ) -> Result<(First, u64, u64), Answer> {
         let head = core.log().head().0;
+        let events = |then: Vec<Value>| First {
+            initial: VecDeque::new(),
+            then,
+        };
         if let Some(rv) = from.filter(|rv| *rv > head) {
             return Err(crate::kube::Status::too_large_resource_version(rv, head).into());
         }
@@ -264,31 +286,40 @@ impl WatchSpec {
             if self.initial_events == Some(true) && self.bookmarks {
                 events.push(self.bookmark(head, true));
             }
-            return Ok((events, head, epoch));
+            return Ok((First { initial: VecDeque::new(), then: events }, head, epoch));
         }
         if initial {
             let mut objects: Vec<&Object> = core.log().live().filter(|o| self.selects(o)).collect();
             objects.sort_by(|a, b| {
                 (&a.key().namespace, &a.key().name).cmp(&(&b.key().namespace, &b.key().name))
             });
-            let mut events: Vec<Value> = objects
-                .into_iter()
-                .map(|o| self.event(core, "ADDED", o, o.revision.0))
-                .collect();
+            let mut then = Vec::new();
             if self.initial_events == Some(true) && self.bookmarks {
-                events.push(self.bookmark(head, true));
+                then.push(self.bookmark(head, true));
             }
-            return Ok((events, head, epoch));
+            let initial = objects.into_iter().map(|o| o.key().clone()).collect();
+            return Ok((First { initial, then }, head, epoch));
         }
         match from {
-            None | Some(0) => Ok((Vec::new(), head, epoch)),
+            None | Some(0) => Ok((events(Vec::new()), head, epoch)),
             Some(rv) => {
-                let mut events = self.changes(core, rv)?;
+                let mut changes = self.changes(core, rv)?;
                 let after = journal.epoch_at(&self.space, &self.resource, rv);
-                events.extend(self.status_changes(core, journal, after, &events));
-                Ok((events, head, epoch))
+                changes.extend(self.status_changes(core, journal, after, &changes));
+                Ok((events(changes), head, epoch))
             }
         }
+    }
+
+    /// The `ADDED` events of initial objects, as they are now. One deleted since the
+    /// watch started is left out, and one changed since is sent as it is now: either
+    /// way its change follows from the history, as the watch continues from its start.
+    fn initial_events(&self, core: &NodeCore, keys: &[ObjectKey]) -> Vec<Value> {
+        keys.iter()
+            .filter_map(|k| core.log().get(k))
+            .filter(|o| self.selects(o))
+            .map(|o| self.event(core, "ADDED", o, o.revision.0))
+            .collect()
     }
 
     /// What changed after revision `since` and status epoch `epoch`, looking at the
@@ -377,15 +408,21 @@ impl Watch {
         node: NodeClient,
         head: tokio::sync::watch::Receiver<u64>,
         journal: SharedJournal,
-        first: Vec<Value>,
+        mut first: First,
         (since, epoch): (u64, u64),
     ) -> Watch {
+        let pending = if first.initial.is_empty() {
+            std::mem::take(&mut first.then).into()
+        } else {
+            VecDeque::new()
+        };
         Watch {
             spec,
             head,
             node,
             since,
-            pending: first.into(),
+            pending,
+            first,
             ended: false,
             journal,
             epoch,
@@ -407,6 +444,20 @@ impl Watch {
                 }
                 if w.ended || tokio::time::Instant::now() >= deadline {
                     return None;
+                }
+                if !w.first.initial.is_empty() {
+                    let n = w.first.initial.len().min(INITIAL_BATCH);
+                    let batch: Vec<ObjectKey> = w.first.initial.drain(..n).collect();
+                    let spec = w.spec.clone();
+                    let events = w
+                        .node
+                        .query(move |core: &mut NodeCore| spec.initial_events(core, &batch))
+                        .await?;
+                    w.pending.extend(events);
+                    if w.first.initial.is_empty() {
+                        w.pending.extend(std::mem::take(&mut w.first.then));
+                    }
+                    continue;
                 }
                 tokio::select! {
                     // A new head: what changed goes out now.
