@@ -164,7 +164,9 @@ fn greeting_is(f: &Fleet, want: &str) -> Result<(), String> {
     if got == want {
         Ok(())
     } else {
-        Err(format!("the root's ConfigMap greeting reads {got:?}, not {want:?}"))
+        Err(format!(
+            "the root's ConfigMap greeting reads {got:?}, not {want:?}"
+        ))
     }
 }
 
@@ -214,7 +216,14 @@ fn helm_install_upgrade_rollback_uninstall_wait_for_the_fleet() {
 
     let upgrade = helm(
         &f,
-        &["upgrade", "shop", &chart, "--wait", "--set", "greeting=bonjour,replicas=3"],
+        &[
+            "upgrade",
+            "shop",
+            &chart,
+            "--wait",
+            "--set",
+            "greeting=bonjour,replicas=3",
+        ],
     )
     .map(drop)
     .and_then(|()| greeting_is(&f, "bonjour"))
@@ -253,16 +262,23 @@ fn helm_install_upgrade_rollback_uninstall_wait_for_the_fleet() {
             })
             .and_then(|()| chart_landed(&f)),
     };
-    outcomes.push(("upgrade --rollback-on-failure (fails, rolled back)", failing));
+    outcomes.push((
+        "upgrade --rollback-on-failure (fails, rolled back)",
+        failing,
+    ));
 
     let uninstall = helm(&f, &["uninstall", "shop", "--wait"])
         .map(drop)
         .and_then(|()| {
-            let left: Vec<&str> = [("deployment", "web"), ("configmap", "greeting"), ("service", "web")]
-                .into_iter()
-                .filter(|(kind, name)| f.object(kind, Some(NS), name).is_some())
-                .map(|(kind, _)| kind)
-                .collect();
+            let left: Vec<&str> = [
+                ("deployment", "web"),
+                ("configmap", "greeting"),
+                ("service", "web"),
+            ]
+            .into_iter()
+            .filter(|(kind, name)| f.object(kind, Some(NS), name).is_some())
+            .map(|(kind, _)| kind)
+            .collect();
             if left.is_empty() {
                 Ok(())
             } else {

@@ -42,7 +42,7 @@ import sys
 
 # The kinds strata_kube_builtins::builtins() serves (read from src/lib.rs, where each is
 # `builtin::<module::Kind>`), and the bodies of SelfSubjectAccessReview and of the
-# scale subresource.
+# scale subresource (and DeleteOptions, in roots()).
 EXTRA = [("authorization/v1", "SelfSubjectAccessReview"), ("autoscaling/v1", "Scale")]
 # k8s-openapi's module -> Go package directory.
 MODULES = {
@@ -58,7 +58,10 @@ def roots():
         *module, kind = path.split("::")
         godir = MODULES.get(module[0]) or "k8s.io/api/" + "/".join(module)
         out.append((godir, kind))
-    return out + [("k8s.io/api/" + d, k) for d, k in EXTRA]
+    # A delete's body: meta.k8s.io/v1 DeleteOptions (a client sends it in the version
+    # of the resource's group; the decoder reads any of them as this one).
+    return out + [("k8s.io/api/" + d, k) for d, k in EXTRA] + [
+        ("k8s.io/apimachinery/pkg/apis/meta/v1", "DeleteOptions")]
 
 META = "k8s.io.apimachinery.pkg.apis.meta.v1."
 AX = "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1."

@@ -175,8 +175,17 @@ pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
         return Err(DecodeError::NoTypeMeta);
     }
     let table = table()?;
-    let Some(&id) = table.kinds.get(&(api_version.as_str(), kind.as_str())) else {
-        return Err(DecodeError::UnknownKind { api_version, kind });
+    let id = match table.kinds.get(&(api_version.as_str(), kind.as_str())) {
+        Some(&id) => id,
+        // A delete's options come in the version of the resource's group (`apps/v1`),
+        // each the same message.
+        None if kind == "DeleteOptions" => {
+            match table.kinds.get(&("meta.k8s.io/v1", "DeleteOptions")) {
+                Some(&id) => id,
+                None => return Err(DecodeError::UnknownKind { api_version, kind }),
+            }
+        }
+        None => return Err(DecodeError::UnknownKind { api_version, kind }),
     };
     let mut out = Map::new();
     out.insert("apiVersion".into(), Value::String(api_version));

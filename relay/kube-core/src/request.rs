@@ -134,9 +134,20 @@ impl Operation {
         } else {
             None
         };
-        // kubectl and client-go may send DeleteOptions as protobuf: its options are then
-        // the query's (the defaults, for kubectl's usual delete).
+        // client-go's typed clients send DeleteOptions as protobuf when they speak it.
         let delete = match req.method {
+            "DELETE" if req.content_type.contains("protobuf") && !req.body.is_empty() => {
+                let options = crate::protobuf::decode(req.body).map_err(|e| {
+                    Status::bad_request(format!("the DeleteOptions body does not decode: {e}"))
+                })?;
+                if options["kind"] != "DeleteOptions" {
+                    return Err(Status::bad_request(format!(
+                        "a delete's body is a DeleteOptions, not a {}",
+                        options["kind"].as_str().unwrap_or_default()
+                    )));
+                }
+                DeleteOptions::parse(q, options.to_string().as_bytes())?
+            }
             "DELETE" if req.content_type.contains("protobuf") => DeleteOptions::parse(q, b"")?,
             "DELETE" => DeleteOptions::parse(q, req.body)?,
             _ => DeleteOptions::default(),
@@ -218,5 +229,56 @@ mod tests {
                 .code,
             400
         );
+    }
+
+    /// A length-delimited protobuf field.
+    fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![number << 3 | 2, u8::try_from(bytes.len()).unwrap()];
+        out.extend_from_slice(bytes);
+        out
+    }
+
+    #[test]
+    fn a_protobuf_delete_options_body_is_read() {
+        // client-go's typed client deleting a Deployment: DeleteOptions in apps/v1.
+        let type_meta = [field(1, b"apps/v1"), field(2, b"DeleteOptions")].concat();
+        let options = [field(2, &field(2, b"7")), field(4, b"Foreground")].concat();
+        let body = [b"k8s\0".to_vec(), field(1, &type_meta), field(2, &options)].concat();
+        let path = [
+            "apis",
+            "apps",
+            "v1",
+            "namespaces",
+            "ns",
+            "deployments",
+            "web",
+        ];
+        let delete = |body: &[u8]| {
+            Operation::parse(&ApiRequest {
+                method: "DELETE",
+                path: &path,
+                query: &[],
+                accept: "application/json",
+                content_type: "application/vnd.kubernetes.protobuf",
+                body,
+            })
+        };
+        let Ok(Operation::Resource(r)) = delete(&body) else {
+            panic!("a delete");
+        };
+        assert_eq!(
+            r.delete.propagation,
+            crate::deletion::Propagation::Foreground
+        );
+        assert_eq!(r.delete.resource_version.as_deref(), Some("7"));
+        let Ok(Operation::Resource(r)) = delete(b"") else {
+            panic!("a delete");
+        };
+        assert_eq!(
+            r.delete.propagation,
+            crate::deletion::Propagation::Background
+        );
+        let refused = delete(b"k8s\0\x0a\x05").map(|_| ()).unwrap_err();
+        assert_eq!(refused.code, 400, "{}", refused.message);
     }
 }

@@ -230,7 +230,9 @@ mod tests {
                 .starts_with("Operation cannot be fulfilled on configmaps \"c\": ")
         );
         assert_eq!(
-            Status::already_exists("services", "", "mock-2").to_value().to_string(),
+            Status::already_exists("services", "", "mock-2")
+                .to_value()
+                .to_string(),
             r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"services \"mock-2\" already exists","reason":"AlreadyExists","details":{"name":"mock-2","kind":"services"},"code":409}"#
         );
         let (code, body) = Status::bad_request("no").into();

@@ -461,7 +461,9 @@ impl ResourceOp {
             name: String::new(),
         };
         loop {
-            let next = log.live_after(Some(&ObjectKey::new(probe.clone()))).next()?;
+            let next = log
+                .live_after(Some(&ObjectKey::new(probe.clone())))
+                .next()?;
             let k = next.key();
             if k.space != key.space || k.group != key.group {
                 return None;

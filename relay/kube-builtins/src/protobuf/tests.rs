@@ -59,7 +59,12 @@ fn the_table_covers_every_builtin_kind() {
             .iter()
             .any(|(v, k, _)| (*v, *k) == ("autoscaling/v1", "Scale"))
     );
-    assert_eq!(kinds.len(), builtins().len() + 2);
+    assert!(
+        kinds
+            .iter()
+            .any(|(v, k, _)| (*v, *k) == ("meta.k8s.io/v1", "DeleteOptions"))
+    );
+    assert_eq!(kinds.len(), builtins().len() + 3);
 }
 
 /// Every field's JSON name is a property of the message's OpenAPI schema (fields of an
@@ -72,6 +77,7 @@ fn every_field_is_a_property_of_its_schema() {
     }
     crate::schema_of::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>(&mut g);
     crate::schema_of::<k8s_openapi::api::autoscaling::v1::Scale>(&mut g);
+    crate::schema_of::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>(&mut g);
     let defs = g.definitions().clone();
     let t = table().expect("table");
     // Which message inlines which.

@@ -416,7 +416,10 @@ mod tests {
             name: "api".into(),
         });
         let digest = ring::digest::digest(&ring::digest::SHA256, key.to_string().as_bytes());
-        let hex: String = digest.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect();
+        let hex: String = digest.as_ref()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         let want = format!(
             "{}-{}-{}-{}-{}",
             &hex[0..8],

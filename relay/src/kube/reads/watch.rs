@@ -286,7 +286,14 @@ impl WatchSpec {
             if self.initial_events == Some(true) && self.bookmarks {
                 events.push(self.bookmark(head, true));
             }
-            return Ok((First { initial: VecDeque::new(), then: events }, head, epoch));
+            return Ok((
+                First {
+                    initial: VecDeque::new(),
+                    then: events,
+                },
+                head,
+                epoch,
+            ));
         }
         if initial {
             let mut objects: Vec<&Object> = core.log().live().filter(|o| self.selects(o)).collect();
