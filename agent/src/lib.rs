@@ -28,3 +28,4 @@ pub mod runtime;
 pub mod simulated;
 pub mod simulated_api;
 pub mod tunnel;
+pub mod tunnel_body;

@@ -276,8 +276,8 @@ fn simulated_status(
     health: Health,
     at: UnixMillis,
 ) -> (BTreeMap<String, i64>, serde_json::Value) {
-    let when = rfc3339(at.0);
-    let started = rfc3339(held.applied_at.0);
+    let when = at.rfc3339();
+    let started = held.applied_at.rfc3339();
     let done = health == Health::Available;
     if held.job {
         let mut status = serde_json::json!({ "startTime": started });
@@ -371,24 +371,6 @@ fn simulated_status(
         ],
     });
     (numbers, status)
-}
-
-/// Milliseconds since the epoch as RFC 3339 (UTC, seconds).
-fn rfc3339(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days.cast_signed() + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use strata_protocol::time::UnixMillis;
 use tokio::sync::watch;
 
-use crate::tunnel::{TunnelBody, full, status};
+use crate::tunnel_body::{TunnelBody, full, status};
 
 /// A Pod of a simulated workload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,22 +69,6 @@ fn now_ms() -> u64 {
     strata_node::clock::Clock::start().wall().0
 }
 
-fn rfc3339(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
-    let z = i64::try_from(days).unwrap_or(0) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
-}
-
 fn json_response(v: &Value) -> Response<TunnelBody> {
     let mut r = Response::new(full(v.to_string()));
     r.headers_mut().insert(
@@ -107,7 +91,7 @@ fn age(created: UnixMillis) -> String {
 fn log_line(pod: &SimPod, i: u64) -> String {
     format!(
         "{} {} serving request {i} (simulated)\n",
-        rfc3339(pod.created.0 + i * 1000),
+        UnixMillis(pod.created.0 + i * 1000).rfc3339(),
         pod.name
     )
 }
@@ -126,15 +110,15 @@ impl SimulatedApi {
         json!({
             "kind": "Pod", "apiVersion": "v1",
             "metadata": { "name": p.name, "namespace": p.namespace, "uid": format!("sim-{}", p.name),
-                          "creationTimestamp": rfc3339(p.created.0),
+                          "creationTimestamp": UnixMillis(p.created.0).rfc3339(),
                           "annotations": { "strata.dev/simulated-by": p.owner } },
             "spec": { "containers": [ { "name": "main", "image": p.image } ], "nodeName": "simulated" },
-            "status": { "phase": phase, "startTime": rfc3339(p.created.0),
+            "status": { "phase": phase, "startTime": UnixMillis(p.created.0).rfc3339(),
                         "conditions": [ { "type": "Ready", "status": if ready { "True" } else { "False" } } ],
                         "containerStatuses": [ { "name": "main", "image": p.image, "ready": ready, "restartCount": 0,
                             "state": match &p.failure {
                                 Some(r) => json!({ "waiting": { "reason": r } }),
-                                None => json!({ "running": { "startedAt": rfc3339(p.created.0) } }),
+                                None => json!({ "running": { "startedAt": UnixMillis(p.created.0).rfc3339() } }),
                             } } ] },
         })
     }
@@ -148,10 +132,10 @@ impl SimulatedApi {
                         json!({
                             "kind": "Event", "apiVersion": "v1",
                             "metadata": { "name": format!("{}.{}", p.name, reason.to_lowercase()), "namespace": p.namespace,
-                                          "creationTimestamp": rfc3339(p.created.0) },
+                                          "creationTimestamp": UnixMillis(p.created.0).rfc3339() },
                             "involvedObject": { "kind": "Pod", "name": p.name, "namespace": p.namespace },
                             "reason": reason, "message": message, "type": "Normal", "count": 1,
-                            "firstTimestamp": rfc3339(p.created.0), "lastTimestamp": rfc3339(p.created.0),
+                            "firstTimestamp": UnixMillis(p.created.0).rfc3339(), "lastTimestamp": UnixMillis(p.created.0).rfc3339(),
                             "source": { "component": "strata-simulated" },
                         })
                     })

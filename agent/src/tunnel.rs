@@ -11,7 +11,6 @@
 
 use std::convert::Infallible;
 
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
@@ -21,8 +20,7 @@ use strata_protocol::tunnel::TunnelOpen;
 
 use crate::simulated_api::SimulatedApi;
 
-/// A response body toward the root.
-pub type TunnelBody = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+pub use crate::tunnel_body::{TunnelBody, full, status};
 
 /// Largest request body carried to the cluster (kubectl's are small; the root takes
 /// larger manifests itself).
@@ -44,29 +42,6 @@ impl std::fmt::Debug for TunnelTarget {
             TunnelTarget::Simulated(_) => "Simulated",
         })
     }
-}
-
-/// A `metav1.Status` answer.
-pub fn status(code: StatusCode, reason: &str, message: String) -> Response<TunnelBody> {
-    let body = serde_json::json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "code": code.as_u16(),
-    })
-    .to_string();
-    let mut r = Response::new(full(body));
-    *r.status_mut() = code;
-    r.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    r
-}
-
-/// A whole body.
-pub fn full(b: impl Into<Bytes>) -> TunnelBody {
-    http_body_util::Full::new(b.into())
-        .map_err(|e: Infallible| match e {})
-        .boxed_unsync()
 }
 
 /// Serves one tunnel stream from the parent: its header must name this cluster.

@@ -18,6 +18,17 @@ use strata_relay::kube::watch::WatchSpec;
 use strata_relay::node::core::NodeCore;
 use tree::{Tree, labels};
 
+/// Starts a watch; its first events all rendered, as its stream sends them.
+fn start(
+    spec: &WatchSpec,
+    core: &NodeCore,
+    journal: &mut StatusJournal,
+    from: Option<u64>,
+) -> Result<(Vec<Value>, u64, u64), (u16, Value)> {
+    spec.start(core, journal, from)
+        .map(|(first, since, epoch)| (spec.render_first(core, first), since, epoch))
+}
+
 /// A deployment placed on the point-of-sale cluster.
 const APP: &str = "
 apiVersion: apps/v1
@@ -157,7 +168,7 @@ fn a_watch_from_a_lists_version_sees_the_status_that_changed_since() {
 
     // The watch from the list's version starts with that change.
     let spec = watch(root, &space);
-    let (first, since, epoch) = spec.start(root, &mut journal, Some(rv)).unwrap();
+    let (first, since, epoch) = start(&spec, root, &mut journal, Some(rv)).unwrap();
     let types: Vec<_> = first
         .iter()
         .map(|e| {
@@ -175,7 +186,7 @@ fn a_watch_from_a_lists_version_sees_the_status_that_changed_since() {
     assert!(next.is_empty(), "{next:?}");
 
     // A watch from now sends the object once, as ADDED, and nothing more.
-    let (first, since, epoch) = spec.start(root, &mut journal, None).unwrap();
+    let (first, since, epoch) = start(&spec, root, &mut journal, None).unwrap();
     assert_eq!(first.len(), 1);
     assert_eq!(first[0]["type"], "ADDED");
     let (next, _, _) = spec.follow(root, &mut journal, since, epoch).unwrap();
@@ -196,7 +207,7 @@ fn a_watch_follows_status_changes_and_sends_each_change_once() {
     let mut journal = StatusJournal::default();
     let root = t.relay("center");
     let spec = watch(root, &space);
-    let (first, since, epoch) = spec.start(root, &mut journal, None).unwrap();
+    let (first, since, epoch) = start(&spec, root, &mut journal, None).unwrap();
     assert_eq!(first.len(), 1);
 
     t.connect_all();
@@ -237,7 +248,7 @@ fn a_watch_with_no_read_before_it_sends_every_status_once() {
     let space = Space("default".into());
     let mut journal = StatusJournal::default();
     let spec = watch(root, &space);
-    let (first, since, epoch) = spec.start(root, &mut journal, Some(rv)).unwrap();
+    let (first, since, epoch) = start(&spec, root, &mut journal, Some(rv)).unwrap();
     assert_eq!(first.len(), 1, "{first:?}");
     assert_eq!(first[0]["type"], "MODIFIED");
     assert_eq!(first[0]["object"]["status"]["readyReplicas"], 2);
@@ -261,7 +272,7 @@ fn a_watch_from_a_version_replays_every_write_in_order() {
     let deleted = root.log().head().0;
     let spec = config_maps(root, "app=web");
     let mut journal = StatusJournal::default();
-    let (first, since, _) = spec.start(root, &mut journal, Some(listed)).unwrap();
+    let (first, since, _) = start(&spec, root, &mut journal, Some(listed)).unwrap();
     assert_eq!(
         summary(&first),
         [
@@ -288,7 +299,7 @@ fn a_watch_from_a_version_replays_every_write_in_order() {
     );
     assert_eq!(since, deleted);
     // From the last of them: nothing.
-    let (first, _, _) = spec.start(root, &mut journal, Some(deleted)).unwrap();
+    let (first, _, _) = start(&spec, root, &mut journal, Some(deleted)).unwrap();
     assert!(first.is_empty(), "{first:?}");
 }
 
@@ -306,7 +317,7 @@ fn label_changes_add_and_delete_for_a_selecting_watch() {
     let root = t.relay("center");
     let spec = config_maps(root, "app=web");
     let mut journal = StatusJournal::default();
-    let (first, _, _) = spec.start(root, &mut journal, Some(from)).unwrap();
+    let (first, _, _) = start(&spec, root, &mut journal, Some(from)).unwrap();
     let types: Vec<(String, String)> = summary(&first)
         .into_iter()
         .map(|(t, _, _, k)| (t, k))
@@ -332,8 +343,8 @@ fn a_watch_from_before_the_history_expires() {
     let head = root.log().head().0;
     let mut spec = config_maps(root, "");
     let mut journal = StatusJournal::default();
-    assert!(spec.start(root, &mut journal, Some(head)).is_ok());
-    let (code, status) = spec.start(root, &mut journal, Some(head + 5)).unwrap_err();
+    assert!(start(&spec, root, &mut journal, Some(head)).is_ok());
+    let (code, status) = start(&spec, root, &mut journal, Some(head + 5)).unwrap_err();
     assert_eq!(code, 504, "{status}");
     // Keep one event: the floor moves past the first writes.
     t.apply(&config_map("a", "web", "1"));
@@ -342,7 +353,7 @@ fn a_watch_from_before_the_history_expires() {
     let root = t.relay("center");
     let floor = root.history().floor();
     assert_eq!(floor, head + 1);
-    let (code, status) = spec.start(root, &mut journal, Some(head)).unwrap_err();
+    let (code, status) = start(&spec, root, &mut journal, Some(head)).unwrap_err();
     assert_eq!(code, 410, "{status}");
     assert_eq!(status["reason"], "Expired");
     assert_eq!(
@@ -351,7 +362,7 @@ fn a_watch_from_before_the_history_expires() {
     );
     let head = floor;
     spec.bookmarks = true;
-    assert!(spec.start(root, &mut journal, Some(head)).is_ok());
+    assert!(start(&spec, root, &mut journal, Some(head)).is_ok());
 }
 
 /// A streaming list (`sendInitialEvents=true`): the current objects as ADDED, sorted by
@@ -369,7 +380,7 @@ fn a_streaming_list_sends_sorted_objects_then_the_end_bookmark() {
     spec.initial_events = Some(true);
     spec.bookmarks = true;
     let mut journal = StatusJournal::default();
-    let (first, since, epoch) = spec.start(root, &mut journal, None).unwrap();
+    let (first, since, epoch) = start(&spec, root, &mut journal, None).unwrap();
     let names: Vec<(String, String)> = summary(&first[..2])
         .into_iter()
         .map(|(t, n, _, _)| (t, n))
@@ -395,6 +406,6 @@ fn a_streaming_list_sends_sorted_objects_then_the_end_bookmark() {
     assert_eq!(summary(&next)[0].0, "MODIFIED");
     // sendInitialEvents=false: changes only.
     spec.initial_events = Some(false);
-    let (first, _, _) = spec.start(root, &mut journal, None).unwrap();
+    let (first, _, _) = start(&spec, root, &mut journal, None).unwrap();
     assert!(first.is_empty(), "{first:?}");
 }

@@ -56,3 +56,42 @@ impl Sub<Instant> for Instant {
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
 )]
 pub struct UnixMillis(pub u64);
+
+impl UnixMillis {
+    /// The time as RFC 3339 in UTC, to the second (`2026-11-24T00:00:00Z`), as
+    /// Kubernetes writes its timestamps.
+    pub fn rfc3339(self) -> String {
+        let secs = self.0 / 1000;
+        let (days, rem) = (secs / 86_400, secs % 86_400);
+        let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
+        // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+        let z = days.cast_signed() + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        format!("{year:04}-{month:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
+    }
+}
+
+#[cfg(test)]
+mod rfc3339_tests {
+    use super::UnixMillis;
+
+    #[test]
+    fn dates_are_rfc3339() {
+        assert_eq!(UnixMillis(0).rfc3339(), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            UnixMillis(1_795_478_400_000).rfc3339(),
+            "2026-11-24T00:00:00Z"
+        );
+        assert_eq!(
+            UnixMillis(951_782_400_000 + 3_723_000).rfc3339(),
+            "2000-02-29T01:02:03Z"
+        );
+    }
+}

@@ -52,7 +52,7 @@ pub struct NodeConfig {
     /// to be admitted while this relay catches up with its parent (`admission_hold_ms`).
     pub admission_hold: Duration,
     /// How many children connect and set up at once (`admission:`).
-    pub admission: crate::node::runtime::Admission,
+    pub admission: crate::limits::Admission,
     /// Which replica of a replicated relay tier this process is (`replica:`), if it is
     /// one: several processes with this node name behind one address.
     pub replica: Option<Replica>,
@@ -390,30 +390,29 @@ impl NodeConfig {
         let tunnels_per_link = match raw.tunnels_per_link {
             Some(0) => {
                 faults.push("tunnels_per_link: must be at least 1".to_owned());
-                crate::node::tunnel::DEFAULT_TUNNELS_PER_LINK
+                crate::limits::DEFAULT_TUNNELS_PER_LINK
             }
             Some(n) if n > strata_node::tunnel::MAX_TUNNEL_STREAMS as usize => {
                 faults.push(format!(
                     "tunnels_per_link: {n} is over {}, the tunnel streams a child accepts at once",
                     strata_node::tunnel::MAX_TUNNEL_STREAMS
                 ));
-                crate::node::tunnel::DEFAULT_TUNNELS_PER_LINK
+                crate::limits::DEFAULT_TUNNELS_PER_LINK
             }
             Some(n) => n,
-            None => crate::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
+            None => crate::limits::DEFAULT_TUNNELS_PER_LINK,
         };
-        let admission_hold = raw.admission_hold_ms.map_or(
-            crate::node::runtime::DEFAULT_ADMISSION_HOLD,
-            Duration::from_millis,
-        );
+        let admission_hold = raw
+            .admission_hold_ms
+            .map_or(crate::limits::DEFAULT_ADMISSION_HOLD, Duration::from_millis);
         let admission = {
-            let d = crate::node::runtime::Admission::default();
+            let d = crate::limits::Admission::default();
             let a = raw.admission.unwrap_or(RawAdmission {
                 handshakes: None,
                 queue: None,
                 setups: None,
             });
-            let admission = crate::node::runtime::Admission {
+            let admission = crate::limits::Admission {
                 handshakes: a.handshakes.unwrap_or(d.handshakes),
                 queue: a.queue.unwrap_or(d.queue),
                 setups: a.setups.unwrap_or(d.setups),

@@ -49,6 +49,7 @@ pub mod kinds;
 pub mod kube;
 pub mod kubeconfig_cli;
 pub mod lifecycle;
+pub mod limits;
 pub mod metrics;
 pub mod node;
 pub mod objects_cli;

@@ -11,9 +11,22 @@ use strata_protocol::overrides::CLUSTER_KIND;
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::ObjectLog;
 
-use crate::openapi::TypeSchema;
+use strata_kube_builtins::SchemaFn;
 
 pub use strata_kube_builtins::FieldCheck;
+
+/// Where a resource type's schema comes from.
+#[derive(Debug, Clone)]
+pub enum TypeSchema {
+    /// A built-in type: `k8s-openapi`'s generated schema.
+    Builtin(SchemaFn),
+    /// One of our own kinds: the schema `openapi` writes for each.
+    Strata,
+    /// A custom resource: its CRD version's `openAPIV3Schema`.
+    Custom(Value),
+    /// No schema is known.
+    None,
+}
 
 /// The fleet's status of a namespaced object under one placement (read-only; the
 /// relay's `fleet_status` makes it).

@@ -30,18 +30,7 @@ use crate::catalog::{Catalog, ResourceType};
 
 pub use strata_kube_builtins::SchemaFn;
 
-/// Where a resource type's schema comes from.
-#[derive(Debug, Clone)]
-pub enum TypeSchema {
-    /// A built-in type: `k8s-openapi`'s generated schema.
-    Builtin(SchemaFn),
-    /// One of our own kinds: [`strata_schema`] by kind.
-    Strata,
-    /// A custom resource: its CRD version's `openAPIV3Schema`.
-    Custom(Value),
-    /// No schema is known.
-    None,
-}
+pub use crate::catalog::TypeSchema;
 
 const V3_PREFIX: &str = "#/components/schemas/";
 const V2_PREFIX: &str = "#/definitions/";

@@ -95,7 +95,7 @@ pub fn parse_tokens(text: &str) -> Result<Vec<Grant>, String> {
                 ("debug", "*") => debug = Some(DebugGrant::All),
                 ("debug", "none") => debug = Some(DebugGrant::None),
                 ("debug", sel) => {
-                    crate::kube::selector::LabelQuery::parse(sel).map_err(|e| {
+                    strata_kube_core::selector::LabelQuery::parse(sel).map_err(|e| {
                         format!("line {}: debug={sel}: not a label selector: {e}", i + 1)
                     })?;
                     debug = Some(DebugGrant::Selector(sel.to_owned()));
@@ -150,7 +150,7 @@ impl Grant {
         match &self.debug {
             DebugGrant::All => Ok(()),
             DebugGrant::Selector(sel)
-                if crate::kube::selector::LabelQuery::parse(sel)
+                if strata_kube_core::selector::LabelQuery::parse(sel)
                     .is_ok_and(|q| q.matches(labels)) =>
             {
                 Ok(())

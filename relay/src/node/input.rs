@@ -5,7 +5,7 @@
 use strata_node::link::{Link, TransportKind};
 use strata_node::transport::Sender;
 use strata_protocol::wire::{ChildToParent, JoinReply, JoinRequest, ParentToChild, StreamClass};
-use tokio::sync::oneshot;
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
 use super::core::NodeCore;
 
@@ -53,7 +53,7 @@ pub enum RelayInput {
     /// from the parent).
     TunnelRoute {
         cluster: String,
-        reply: oneshot::Sender<Result<super::tunnel::TunnelRoute, super::tunnel::TunnelRefusal>>,
+        reply: oneshot::Sender<Result<TunnelRoute, TunnelRefusal>>,
     },
 }
 
@@ -89,4 +89,28 @@ pub struct LinkStats {
     pub parent_transport: Option<TransportKind>,
     /// UDP datagrams (sent, received) on every connected child's QUIC link together.
     pub child_datagrams: (u64, u64),
+}
+
+/// Where a cluster's tunnel goes from this node: the child's link, and the permit that
+/// counts it against the link's cap (held as long as the tunnel lasts).
+#[derive(Debug)]
+pub struct TunnelRoute {
+    /// The child whose subtree holds the cluster.
+    pub child: String,
+    /// Its live link.
+    pub link: Link,
+    /// This tunnel's place under the link's cap.
+    pub permit: OwnedSemaphorePermit,
+}
+
+/// Why a tunnel cannot go on from this node: an HTTP status and a `metav1.Status`
+/// reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunnelRefusal {
+    /// The HTTP status (404, 429, 503).
+    pub code: u16,
+    /// The `metav1.Status` reason.
+    pub reason: &'static str,
+    /// What the user is told.
+    pub message: String,
 }

@@ -6,6 +6,7 @@
 //!   connections; [`runtime::start`] starts a node.
 //! * [`tunnel`]: debug tunnels: which child a cluster's tunnel goes to, and forwarding
 //!   the parent's tunnel streams one tier down.
+//! * [`session_key`]: the key a child's session is kept under.
 //! * `accept`: the listener's accept loop, one task per incoming connection.
 //! * `input`: the relay's own inputs to the driver ([`runtime::RelayInput`]), and the
 //!   answers some of them wait for.
@@ -15,6 +16,7 @@ pub mod core;
 mod input;
 pub mod reports;
 pub mod runtime;
+pub mod session_key;
 #[cfg(test)]
 mod testing;
 pub mod tunnel;

@@ -13,37 +13,14 @@ use strata_node::transport::Sender;
 use strata_node::tunnel::{self, TunnelSlots, TunnelStream};
 use strata_protocol::tunnel::TunnelOpen;
 use strata_protocol::wire::{ParentToChild, ReportKey, ReportValue};
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::sync::mpsc;
 
 use super::core::{NodeCore, last_seen};
 use super::input::RelayInput;
 
-/// How many tunnels a relay carries at once on each link to a child, unless configured.
-pub const DEFAULT_TUNNELS_PER_LINK: usize = 32;
+pub use crate::limits::DEFAULT_TUNNELS_PER_LINK;
 
-/// Where a cluster's tunnel goes from this node: the child's link, and the permit that
-/// counts it against the link's cap (held as long as the tunnel lasts).
-#[derive(Debug)]
-pub struct TunnelRoute {
-    /// The child whose subtree holds the cluster.
-    pub child: String,
-    /// Its live link.
-    pub link: Link,
-    /// This tunnel's place under the link's cap.
-    pub permit: OwnedSemaphorePermit,
-}
-
-/// Why a tunnel cannot go on from this node: an HTTP status and a `metav1.Status`
-/// reason and message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TunnelRefusal {
-    /// The HTTP status (404, 429, 503).
-    pub code: u16,
-    /// The `metav1.Status` reason.
-    pub reason: &'static str,
-    /// What the user is told.
-    pub message: String,
-}
+pub use super::input::{TunnelRefusal, TunnelRoute};
 
 fn refusal(code: u16, reason: &'static str, message: String) -> TunnelRefusal {
     TunnelRefusal {
@@ -51,11 +28,6 @@ fn refusal(code: u16, reason: &'static str, message: String) -> TunnelRefusal {
         reason,
         message,
     }
-}
-
-/// Formats milliseconds since the epoch as RFC 3339 (UTC, seconds).
-fn rfc3339(ms: u64) -> String {
-    crate::kube::clusters::rfc3339(ms)
 }
 
 /// The route of a tunnel to `cluster`: the child that reported it, if its link and every
@@ -84,7 +56,9 @@ pub(crate) fn route(
     };
     let (reachable, seen) = last_seen(&record, &core.all_links(), Clock::start().wall());
     if !reachable {
-        let when = seen.map_or("never (unknown)".to_owned(), rfc3339);
+        let when = seen.map_or("never (unknown)".to_owned(), |ms| {
+            strata_protocol::time::UnixMillis(ms).rfc3339()
+        });
         return Err(refusal(
             503,
             "ServiceUnavailable",

@@ -124,7 +124,7 @@ fn render(core: &NodeCore, name: &str, entry: &Entry<'_>) -> Value {
         status["reachable"] = json!(reachable);
         status["properties"] = json!(c.properties);
         if let Some(ms) = seen {
-            status["lastSeen"] = json!(rfc3339(ms));
+            status["lastSeen"] = json!(strata_protocol::time::UnixMillis(ms).rfc3339());
         }
     }
     let mut metadata = json!({
@@ -132,7 +132,7 @@ fn render(core: &NodeCore, name: &str, entry: &Entry<'_>) -> Value {
         "labels": labels,
         // A cluster the space never changed has no object yet: version 0.
         "resourceVersion": entry.stored.map_or(0, |o| o.revision.0).to_string(),
-        "uid": super::render::uid(&key(&Space(String::new()), name)),
+        "uid": super::uid::uid(&key(&Space(String::new()), name)),
     });
     if let Some(o) = entry.stored {
         metadata["generation"] = json!(o.revision.0);
@@ -299,34 +299,4 @@ pub fn table(items: &[Value], head: u64) -> Value {
         "metadata": { "resourceVersion": head.to_string() },
         "columnDefinitions": columns, "rows": rows,
     })
-}
-
-/// Milliseconds since the epoch as RFC 3339 (UTC, seconds).
-pub(crate) fn rfc3339(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dates_are_rfc3339() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_795_478_400_000), "2026-11-24T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400_000 + 3_723_000), "2000-02-29T01:02:03Z");
-    }
 }

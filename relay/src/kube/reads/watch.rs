@@ -318,6 +318,15 @@ impl WatchSpec {
         }
     }
 
+    /// Every first event at once, as the stream sends them: the initial objects
+    /// rendered, then the rest (for a caller that holds the node, as tests do).
+    pub fn render_first(&self, core: &NodeCore, mut first: First) -> Vec<Value> {
+        let keys: Vec<ObjectKey> = first.initial.drain(..).collect();
+        let mut events = self.initial_events(core, &keys);
+        events.append(&mut first.then);
+        events
+    }
+
     /// The `ADDED` events of initial objects, as they are now. One deleted since the
     /// watch started is left out, and one changed since is sent as it is now: either
     /// way its change follows from the history, as the watch continues from its start.

@@ -38,7 +38,7 @@ use crate::node::runtime::NodeClient;
 
 /// The time now, as `deletionTimestamp` has it (the core's wall clock).
 fn now(core: &NodeCore) -> String {
-    crate::kube::clusters::rfc3339(core.wall_now().0)
+    core.wall_now().rfc3339()
 }
 
 /// What one delete leaves: the changes to commit, and how each deleted object ends.

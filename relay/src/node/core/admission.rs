@@ -45,8 +45,7 @@ impl Default for AdmissionConfig {
     }
 }
 
-/// Sessions a relay sets up at once by default.
-pub const DEFAULT_SETUPS: usize = 64;
+pub use crate::limits::DEFAULT_SETUPS;
 
 /// What one node is admitting.
 #[derive(Debug)]
