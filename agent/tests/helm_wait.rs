@@ -155,6 +155,13 @@ fn helm(f: &Fleet, args: &[&str]) -> Result<String, String> {
     f.try_ok("helm", &all)
 }
 
+/// Helm with the fleet's kubeconfig, in the namespace, for a command that does not wait.
+fn helm_now(f: &Fleet, args: &[&str]) -> Result<String, String> {
+    let mut all = args.to_vec();
+    all.extend(["-n", NS]);
+    f.try_ok("helm", &all)
+}
+
 /// `Err` unless the root's ConfigMap `greeting` reads `want`.
 fn greeting_is(f: &Fleet, want: &str) -> Result<(), String> {
     let got = f
@@ -186,7 +193,7 @@ fn chart_landed(f: &Fleet) -> Result<(), String> {
 
 /// The release's last revision's status in `helm history`.
 fn last_status(f: &Fleet) -> Result<String, String> {
-    let out = helm(f, &["history", "shop", "-o", "json"])?;
+    let out = helm_now(f, &["history", "shop", "-o", "json"])?;
     let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
     Ok(v.as_array()
         .and_then(|a| a.last())
