@@ -15,7 +15,7 @@
 
 use crate::kube_fleet::{self, Fleet, at};
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 const NS: &str = "shop";
 
