@@ -90,7 +90,7 @@ pub const INITIAL_EVENTS_BLUEPRINT: &str = "k8s.io/initial-events-list-blueprint
 #[derive(Debug, Default)]
 pub struct First {
     /// The objects at the start whose `ADDED` events open the watch, in order: rendered
-    /// [`INITIAL_BATCH`] at a time as the client reads them, so that a watch of 10,000
+    /// `INITIAL_BATCH` (256) at a time as the client reads them, so that a watch of 10,000
     /// objects holds 10,000 keys, not 10,000 rendered objects, and the node renders them
     /// between other work, not in one turn.
     pub initial: VecDeque<ObjectKey>,
