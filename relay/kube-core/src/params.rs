@@ -80,16 +80,16 @@ impl ListParams {
     /// `resourceVersion`.
     pub fn parse(query: &[(String, String)]) -> Result<ListParams, ParamError> {
         let labels = match param(query, "labelSelector") {
-            Some(s) => LabelQuery::parse(&decode(s)).map_err(|message| ParamError::Selector {
+            Some(s) => LabelQuery::parse(&decode(s)).map_err(|e| ParamError::Selector {
                 param: "labelSelector",
-                message,
+                message: e.to_string(),
             })?,
             None => LabelQuery::default(),
         };
         let fields = match param(query, "fieldSelector") {
-            Some(s) => FieldQuery::parse(&decode(s)).map_err(|message| ParamError::Selector {
+            Some(s) => FieldQuery::parse(&decode(s)).map_err(|e| ParamError::Selector {
                 param: "fieldSelector",
-                message,
+                message: e.to_string(),
             })?,
             None => FieldQuery::default(),
         };

@@ -2,21 +2,24 @@
 //! `app=web,tier!=db,env in (prod,stage),!canary` and `metadata.name=web`.
 
 use strata_protocol::model::{Labels, ObjectKey};
+use strata_protocol::selector::{LabelSelector, LabelSelectorRequirement, SelectorOperator};
 
-/// One requirement of a label selector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Requirement {
-    Equals(String, String),
-    NotEquals(String, String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    DoesNotExist(String),
+/// A selector query that does not parse: the requirement, as written, and what is
+/// wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{problem} {requirement:?}")]
+pub struct QueryError {
+    /// The requirement that does not parse (`tier in prod`).
+    pub requirement: String,
+    /// kube-apiserver's words for it (`unable to parse requirement`).
+    pub problem: &'static str,
 }
 
-/// A parsed label selector: every requirement must hold.
+/// A parsed `labelSelector`: the same model as a manifest's selector
+/// ([`LabelSelector`]), each requirement written as a set-based one (`a=b` is `a in
+/// (b)`, `a!=b` is `a notin (b)`), so that a query and a manifest select alike.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LabelQuery(Vec<Requirement>);
+pub struct LabelQuery(LabelSelector);
 
 /// Splits on commas outside parentheses.
 fn split_top(text: &str) -> Vec<&str> {
@@ -50,45 +53,59 @@ fn set_of(rest: &str) -> Option<Vec<String>> {
     )
 }
 
+fn requirement(key: &str, operator: SelectorOperator, values: Vec<String>) -> LabelSelectorRequirement {
+    LabelSelectorRequirement {
+        key: key.trim().to_owned(),
+        operator,
+        values,
+    }
+}
+
 impl LabelQuery {
     /// Parses `text`; the error names the requirement that does not parse.
-    pub fn parse(text: &str) -> Result<LabelQuery, String> {
+    pub fn parse(text: &str) -> Result<LabelQuery, QueryError> {
+        use SelectorOperator::{DoesNotExist, Exists, In, NotIn};
         let mut out = Vec::new();
         for part in split_top(text) {
-            let bad = || format!("unable to parse requirement {part:?}");
+            let bad = || QueryError {
+                requirement: part.to_owned(),
+                problem: "unable to parse requirement",
+            };
+            let one = |v: &str| vec![v.trim().to_owned()];
             let req = if let Some(key) = part.strip_prefix('!') {
-                Requirement::DoesNotExist(key.trim().to_owned())
+                requirement(key, DoesNotExist, Vec::new())
             } else if let Some((k, v)) = part.split_once("!=") {
-                Requirement::NotEquals(k.trim().to_owned(), v.trim().to_owned())
+                requirement(k, NotIn, one(v))
             } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
-                Requirement::Equals(k.trim().to_owned(), v.trim().to_owned())
+                requirement(k, In, one(v))
             } else if let Some((k, rest)) = part.split_once(" notin ") {
-                Requirement::NotIn(k.trim().to_owned(), set_of(rest).ok_or_else(bad)?)
+                requirement(k, NotIn, set_of(rest).ok_or_else(bad)?)
             } else if let Some((k, rest)) = part.split_once(" in ") {
-                Requirement::In(k.trim().to_owned(), set_of(rest).ok_or_else(bad)?)
+                requirement(k, In, set_of(rest).ok_or_else(bad)?)
             } else if part
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
             {
-                Requirement::Exists(part.to_owned())
+                requirement(part, Exists, Vec::new())
             } else {
                 return Err(bad());
             };
             out.push(req);
         }
-        Ok(LabelQuery(out))
+        Ok(LabelQuery(LabelSelector {
+            match_labels: std::collections::BTreeMap::new(),
+            match_expressions: out,
+        }))
     }
 
     /// Whether `labels` satisfy every requirement.
     pub fn matches(&self, labels: &Labels) -> bool {
-        self.0.iter().all(|r| match r {
-            Requirement::Equals(k, v) => labels.get(k) == Some(v),
-            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
-            Requirement::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
-            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::DoesNotExist(k) => !labels.contains_key(k),
-        })
+        self.0.matches(labels)
+    }
+
+    /// The selector this query is.
+    pub fn selector(&self) -> &LabelSelector {
+        &self.0
     }
 }
 
@@ -141,7 +158,7 @@ pub fn indexed_fields(group: &str, kind: &str) -> &'static [&'static str] {
 
 impl FieldQuery {
     /// Parses `text`; the error names the requirement that does not parse.
-    pub fn parse(text: &str) -> Result<FieldQuery, String> {
+    pub fn parse(text: &str) -> Result<FieldQuery, QueryError> {
         let mut out = Vec::new();
         for part in split_top(text) {
             let (field, equal, value) = if let Some((f, v)) = part.split_once("!=") {
@@ -149,11 +166,17 @@ impl FieldQuery {
             } else if let Some((f, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
                 (f, true, v)
             } else {
-                return Err(format!("invalid field selector {part:?}"));
+                return Err(QueryError {
+                    requirement: part.to_owned(),
+                    problem: "invalid field selector",
+                });
             };
             let field = field.trim();
             if field.is_empty() {
-                return Err(format!("invalid field selector {part:?}: no field"));
+                return Err(QueryError {
+                    requirement: part.to_owned(),
+                    problem: "invalid field selector (no field)",
+                });
             }
             out.push((field.to_owned(), equal, value.trim().to_owned()));
         }
