@@ -12,9 +12,6 @@
 
 #![allow(clippy::unwrap_used)] // a figures program
 
-#[path = "../tests/fake_apiserver/mod.rs"]
-mod fake_apiserver;
-
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read};
 use std::path::Path;
@@ -33,6 +30,7 @@ use strata_protocol::sync::ObjectLog;
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::Change;
 use strata_relay::certs::Ca;
+use strata_test_tools::fake_apiserver;
 
 fn configmap(i: usize, rev: u64) -> Object {
     let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",

@@ -1,10 +1,14 @@
 //! The Kubernetes backend against `FakeApiServer` (a FAKE API server over real HTTP on
 //! loopback): the real kube-rs client code runs, discovery, server-side apply, watch,
 //! delete included.
+//!
+//! The agent's own integration tests, its one test binary: what runs the agent with
+//! relays is in the system tests (`tests/system`). `FakeApiServer` is
+//! `strata_test_tools::fake_apiserver`, shared with them.
 
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
-use crate::fake_apiserver;
+use strata_test_tools::fake_apiserver;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -148,7 +148,7 @@ fn a_move_made_before_it_breaks_keeps_the_app_available_and_one_that_breaks_firs
 /// "no cluster loses an object the root still places on it"); and an agent whose log
 /// took an object away and back in one batch sent `Removed` with nothing after, so the
 /// relay counted one cluster fewer for good. With the first fixed, this seed no longer
-/// takes an agent through the second; `agent/tests/cores.rs`'s
+/// takes an agent through the second; `tests/system/tests/cores.rs`'s
 /// `a_removal_undone_within_one_batch_keeps_the_clusters_status` does.
 #[test]
 fn an_object_taken_away_and_back_in_one_batch_keeps_its_status() {

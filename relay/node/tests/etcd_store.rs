@@ -5,12 +5,10 @@
 #![allow(clippy::unwrap_used)]
 #![allow(clippy::disallowed_methods)] // a synchronous test that waits on threads
 
-use crate::etcd_cluster;
-
 use std::time::Duration;
 
-use etcd_cluster::EtcdCluster;
 use strata_node::store::{Batch, EtcdConfig, EtcdStore, STORE_FORMAT, Store, StoreError};
+use strata_test_tools::etcd_cluster::EtcdCluster;
 
 fn config(cluster: &EtcdCluster) -> EtcdConfig {
     EtcdConfig {

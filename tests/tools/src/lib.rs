@@ -14,6 +14,15 @@
 //! would otherwise run apt-get together, and the second would fail on dpkg's lock. In
 //! one process, each script runs at most once; when it fails, every later test that
 //! needs one of its programs fails with the same report instead of running it again.
+//!
+//! It also holds the fixtures the tests of more than one crate share, so that each lives
+//! in one place: [`etcd_cluster`] (three etcd members on loopback: `strata-node`'s etcd
+//! store tests and the system tests' HA root) and [`fake_apiserver`] (a fake Kubernetes
+//! API server: the agent's backend tests, its `kube_figures` example, and the system
+//! tests whose leaves drive a cluster's API).
+
+pub mod etcd_cluster;
+pub mod fake_apiserver;
 
 use std::ffi::OsString;
 use std::io::Read;

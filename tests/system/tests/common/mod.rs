@@ -20,34 +20,61 @@ use std::time::Duration;
 /// by `.ci/install-kube-clients` (from npm) the first time a test needs them.
 pub use strata_test_tools::kube_clients;
 
-static RELAY_BUILT: Once = Once::new();
+/// The sample app of the tests that apply one at the root and follow it to the clusters:
+/// a Deployment `pos` (2 replicas, namespace `pos`) and the Placement `pos-app` that
+/// puts it on every cluster labelled `role=pos`. A test that needs other objects or
+/// another selection names its own manifest after what it holds.
+pub const APP: &str = "
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: pos, namespace: pos, labels: { app: pos } }
+spec: { replicas: 2 }
+---
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: { name: pos-app }
+spec:
+  objects: [ { kinds: [Deployment], selector: { matchLabels: { app: pos } } } ]
+  clusters: { selector: { matchLabels: { role: pos } } }
+";
 
-/// The path of one of the workspace's binaries. The `relay` binary belongs to another
-/// package, which `cargo test -p strata-agent` does not rebuild: build it so a test
-/// never runs a stale binary. It is built the way `cargo test --workspace` (the README's
-/// test command) builds it, as the binary of `strata-relay`'s integration tests with
+static BINARIES_BUILT: Once = Once::new();
+
+/// The path of one of the workspace's binaries (`relay` or `agent`), next to the test
+/// binary's `deps/` directory (`target/debug/`). Both belong to other packages, which
+/// `cargo test -p strata-system-tests` does not build (`CARGO_BIN_EXE_*` is set only
+/// for a package's own binaries): build them so a test never runs a stale binary. They
+/// are built the way `cargo test --workspace` (the README's test command) builds them,
+/// as the binaries of `strata-relay`'s and `strata-agent`'s own integration tests with
 /// the whole workspace's features, so under that command this is a no-op; a plain
 /// `cargo build -p strata-relay` would unify other features and rebuild a dozen crates.
 pub fn bin(name: &str) -> PathBuf {
-    let agent = PathBuf::from(env!("CARGO_BIN_EXE_agent"));
-    if name == "relay" {
-        RELAY_BUILT.call_once(|| {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args([
-                    "test",
-                    "-q",
-                    "--workspace",
-                    "--no-run",
-                    "--test",
-                    "topology",
-                ])
-                .status()
-                .unwrap();
-            assert!(status.success(), "could not build the relay binary");
-        });
-    }
-    agent.with_file_name(name)
+    BINARIES_BUILT.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "test",
+                "-q",
+                "--workspace",
+                "--no-run",
+                "--test",
+                "topology",
+                "--test",
+                "kubernetes",
+            ])
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "could not build the relay and agent binaries"
+        );
+    });
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe
+        .ancestors()
+        .find(|a| a.file_name().is_some_and(|n| n == "deps"))
+        .unwrap_or_else(|| panic!("{} is not in a target's deps/", exe.display()));
+    deps.parent().unwrap().join(name)
 }
 
 pub fn free_port() -> u16 {

@@ -30,7 +30,7 @@ fn start(
 }
 
 /// A deployment placed on the point-of-sale cluster.
-const APP: &str = "
+const WEB: &str = "
 apiVersion: apps/v1
 kind: Deployment
 metadata: { name: web, namespace: shop, labels: { app: web } }
@@ -142,7 +142,7 @@ fn a_watch_from_a_lists_version_sees_the_status_that_changed_since() {
         .agent("pos", "center", labels! { role: pos })
         .watch_history(10_000)
         .build();
-    t.apply(APP);
+    t.apply(WEB);
     let space = Space("default".into());
     let mut journal = StatusJournal::default();
 
@@ -202,7 +202,7 @@ fn a_watch_follows_status_changes_and_sends_each_change_once() {
         .agent("pos", "center", labels! { role: pos })
         .watch_history(10_000)
         .build();
-    t.apply(APP);
+    t.apply(WEB);
     let space = Space("default".into());
     let mut journal = StatusJournal::default();
     let root = t.relay("center");
@@ -221,7 +221,7 @@ fn a_watch_follows_status_changes_and_sends_each_change_once() {
     assert_eq!(next[0]["object"]["status"]["readyReplicas"], 2);
 
     // Scale: the Deployment changes (a revision) and then its status.
-    t.apply(&APP.replace("replicas: 2", "replicas: 3"));
+    t.apply(&WEB.replace("replicas: 2", "replicas: 3"));
     t.advance(Duration::from_secs(2));
     let root = t.relay("center");
     journal.refresh(root, &space, &spec.resource);
@@ -240,7 +240,7 @@ fn a_watch_with_no_read_before_it_sends_every_status_once() {
         .agent("pos", "center", labels! { role: pos })
         .watch_history(10_000)
         .build();
-    t.apply(APP);
+    t.apply(WEB);
     let rv = t.relay("center").log().head().0;
     t.connect_all();
     t.advance(Duration::from_secs(2));

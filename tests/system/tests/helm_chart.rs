@@ -17,7 +17,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use serde_json::Value;
 
 fn chart() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/strata")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/strata")
 }
 
 /// Helm, installed into the target directory by `.ci/install-kube-clients` the first

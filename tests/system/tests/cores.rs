@@ -18,7 +18,7 @@ use strata_protocol::wire::{Change, ReportKey, ReportValue, Role};
 use tree::{Tree, labels};
 
 /// A deployment placed on the point-of-sale clusters of region eu.
-const APP: &str = "
+const WEB_EU: &str = "
 apiVersion: apps/v1
 kind: Deployment
 metadata: { name: web, namespace: shop, labels: { app: web } }
@@ -72,7 +72,7 @@ fn objects_reach_only_the_clusters_a_placement_selects() {
     // Inventory reaches the root before anything is placed.
     assert_eq!(t.relay("center").reports().clusters().count(), 3);
 
-    t.apply(APP);
+    t.apply(WEB_EU);
     t.advance(Duration::from_secs(1));
     assert!(holds_web(&t, "eu-pos"));
     // Unselected clusters receive nothing, not even the placement (agents do not route).
@@ -159,7 +159,7 @@ fn labels_learned_after_the_children_connected_reach_the_grandchildren() {
     // Children first: the store relay welcomes its agents, the country relay its store,
     // the continent relay its country, before anyone above them is connected.
     t.connect_in(&["paris-pos", "paris-kiosk", "paris", "fr", "emea"]);
-    t.apply(&APP.replace(
+    t.apply(&WEB_EU.replace(
         "region: eu, role: pos",
         "fleet: acme, continent: emea, country: fr, role: pos",
     ));
@@ -175,7 +175,7 @@ fn labels_learned_after_the_children_connected_reach_the_grandchildren() {
 fn summaries_and_link_records_of_the_whole_tree_reach_the_root() {
     let mut t = two_regions();
     t.connect_all();
-    t.apply(&APP.replace("region: eu, role: pos", "role: pos"));
+    t.apply(&WEB_EU.replace("region: eu, role: pos", "role: pos"));
     t.advance(Duration::from_secs(2));
     let s = web_summary(&t);
     assert_eq!((s.expected, s.health.available), (2, 2), "{s:?}");
@@ -232,8 +232,11 @@ fn placements_of_one_name_in_two_spaces_are_summarized_apart() {
     let mut t = two_regions();
     t.connect_all();
     let other = Space("other".into());
-    t.apply(&APP.replace("region: eu, role: pos", "role: pos"));
-    t.apply_in(&other, &APP.replace("region: eu, role: pos", "role: kiosk"));
+    t.apply(&WEB_EU.replace("region: eu, role: pos", "role: pos"));
+    t.apply_in(
+        &other,
+        &WEB_EU.replace("region: eu, role: pos", "role: kiosk"),
+    );
     t.advance(Duration::from_secs(2));
     let root = t.relay("center");
     for (space, expected) in [(Space::default_space(), 2), (other, 1)] {
@@ -265,7 +268,7 @@ fn placements_of_one_name_in_two_spaces_are_summarized_apart() {
 fn an_agent_keeps_its_desired_state_while_its_relay_is_gone() {
     let mut t = two_regions();
     t.connect_all();
-    t.apply(APP);
+    t.apply(WEB_EU);
     t.advance(Duration::from_secs(1));
     let held = t.held("eu-pos");
     assert_eq!(held.len(), 1);
@@ -297,7 +300,7 @@ fn a_full_disk_acknowledges_nothing_until_it_writes_again() {
     };
     let before = acked(&t);
     t.disk_full("eu", true);
-    let rev = t.apply(APP);
+    let rev = t.apply(WEB_EU);
     t.advance(Duration::from_secs(2));
     let stored = strata_node::store::Store::load(t.store("eu")).unwrap();
     assert!(stored.entries.is_empty(), "the full store took entries");
@@ -330,7 +333,7 @@ fn a_full_disk_acknowledges_nothing_until_it_writes_again() {
 fn compaction_keeps_the_history_a_cut_off_child_acknowledged() {
     let mut t = two_regions();
     t.connect_all();
-    t.apply(APP);
+    t.apply(WEB_EU);
     t.advance(Duration::from_secs(1));
     // Everyone acknowledged everything: nothing below the head is kept for them.
     let root = t.relay("center");
@@ -340,7 +343,7 @@ fn compaction_keeps_the_history_a_cut_off_child_acknowledged() {
     let stored = strata_node::store::Store::load(t.store("center")).unwrap();
     let us_acked = stored.child_acks["us"].position;
     for i in 0..20 {
-        t.apply(&APP.replace("replicas: 2", &format!("replicas: {}", 3 + i)));
+        t.apply(&WEB_EU.replace("replicas: 2", &format!("replicas: {}", 3 + i)));
         t.advance(Duration::from_millis(100));
     }
     let root = t.relay("center");
@@ -384,7 +387,7 @@ fn the_root_keeps_a_window_of_history_for_watches() {
         .build();
     t.connect_all();
     for i in 0..20 {
-        t.apply(&APP.replace("replicas: 2", &format!("replicas: {}", 3 + i)));
+        t.apply(&WEB_EU.replace("replicas: 2", &format!("replicas: {}", 3 + i)));
         t.advance(Duration::from_millis(100));
     }
     let web = web_key(&t);
@@ -478,7 +481,7 @@ fn a_restarted_relay_resyncs_only_the_delta_and_serves_from_cache_without_its_pa
 fn a_relay_that_lost_its_disk_rebuilds_without_its_agents_removing_anything() {
     let mut t = two_regions();
     t.connect_in(&["eu", "us", "eu-pos", "eu-kiosk", "us-pos"]);
-    t.apply(APP);
+    t.apply(WEB_EU);
     t.advance(Duration::from_secs(1));
     assert!(holds_web(&t, "eu-pos"));
     let deletes = t.agent("eu-pos").stats().deletes;
@@ -520,7 +523,7 @@ fn a_relay_that_lost_its_disk_rebuilds_without_its_agents_removing_anything() {
 fn a_removal_undone_within_one_batch_keeps_the_clusters_status() {
     let mut t = two_regions();
     t.connect_all();
-    t.apply(APP);
+    t.apply(WEB_EU);
     t.advance(Duration::from_secs(2));
     let available = |t: &Tree| {
         let s = web_summary(t);
@@ -530,9 +533,9 @@ fn a_removal_undone_within_one_batch_keeps_the_clusters_status() {
 
     // eu-pos's link holds everything back while the app goes and comes back.
     t.set_latency("eu-pos", Duration::from_secs(3600));
-    t.apply(&APP.replace("region: eu, role: pos", "region: eu, role: none"));
+    t.apply(&WEB_EU.replace("region: eu, role: pos", "region: eu, role: none"));
     t.advance(Duration::from_secs(1));
-    t.apply(APP);
+    t.apply(WEB_EU);
     t.advance(Duration::from_secs(1));
     t.set_latency("eu-pos", Duration::ZERO);
     let deletes = t.agent("eu-pos").stats().deletes;
@@ -575,7 +578,7 @@ fn cluster_labels_changed_at_the_root_move_workloads_at_every_tier() {
     let mut t = two_regions();
     t.connect_all();
     t.advance(Duration::from_millis(500));
-    t.apply(APP);
+    t.apply(WEB_EU);
     t.advance(Duration::from_secs(1));
     assert!(holds_web(&t, "eu-pos"));
     assert!(!holds_web(&t, "us-pos"));

@@ -32,7 +32,7 @@ spec:
     - { name: us-2, parent: us, labels: { role: kiosk } }
 ";
 
-const APP: &str = "
+const SHOP: &str = "
 apiVersion: v1
 kind: Namespace
 metadata: { name: shop }
@@ -273,7 +273,7 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
     );
 
     // Client-side apply of a whole app; it runs on exactly the eu pos clusters.
-    let app = f.write("app.yaml", APP);
+    let app = f.write("app.yaml", SHOP);
     f.ok("kubectl", &["apply", "-f", &app]);
     f.ok(
         "kubectl",
@@ -446,7 +446,7 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
     f.ok("kubectl", &["apply", "-f", &again]);
 
     // A misspelled field is refused, as a real cluster refuses it.
-    let bad = f.write("bad.yaml", &APP.replace("replicas: 2", "replica: 2"));
+    let bad = f.write("bad.yaml", &SHOP.replace("replicas: 2", "replica: 2"));
     let err = f.fails("kubectl", &["apply", "-f", &bad]);
     assert!(err.contains("unknown field \"spec.replica\""), "{err}");
 
@@ -550,7 +550,7 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
             "-f",
             &f.write(
                 "moved.yaml",
-                &APP.replace("region: eu, role: pos", "region: us, role: pos"),
+                &SHOP.replace("region: eu, role: pos", "region: us, role: pos"),
             ),
         ],
     );
@@ -613,7 +613,7 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
     oldest_kubectl(&f);
 
     // Helm: install, upgrade, rollback, uninstall; the chart runs on the us clusters.
-    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/charts/shop");
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/charts/shop");
     let chart = chart.to_str().unwrap();
     f.ok(
         "helm",
@@ -657,7 +657,7 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
 
     // Strata deploying Strata: its own chart (root and two regions) installs through
     // the root's API like any other.
-    let strata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/strata");
+    let strata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/strata");
     let values = strata.join("ci/hierarchy-values.yaml");
     let (strata, values) = (strata.to_str().unwrap(), values.to_str().unwrap());
     f.ok(

@@ -21,7 +21,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use crate::common;
-use crate::fake_apiserver;
+use strata_test_tools::fake_apiserver;
 
 use std::io::Read;
 use std::path::PathBuf;

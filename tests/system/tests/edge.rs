@@ -4,8 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use crate::fake_apiserver;
 use crate::tree;
+use strata_test_tools::fake_apiserver;
 
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use strata_protocol::model::ObjectKey;
 use tree::{Tree, labels};
 
 /// One Deployment for every point of sale, customized per store, summarized per region.
-const APP: &str = r#"
+const CUSTOMIZED: &str = r#"
 apiVersion: apps/v1
 kind: Deployment
 metadata: { name: pos, namespace: shop, labels: { app: pos } }
@@ -81,7 +81,7 @@ fn each_cluster_applies_its_own_rendering_and_a_missing_variable_fails_it() {
     let mut t = fleet();
     t.connect_all();
     t.advance(Duration::from_millis(500));
-    t.apply(APP);
+    t.apply(CUSTOMIZED);
     t.advance(Duration::from_secs(2));
     let key = pos_key(&t);
 
@@ -151,7 +151,7 @@ fn each_cluster_applies_its_own_rendering_and_a_missing_variable_fails_it() {
 fn user_summaries_merge_through_the_tiers_and_follow_a_changed_rule() {
     let mut t = fleet();
     t.connect_all();
-    t.apply(APP);
+    t.apply(CUSTOMIZED);
     t.advance(Duration::from_secs(2));
     let summary = |t: &Tree| {
         let root = t.relay("center");
@@ -170,7 +170,7 @@ fn user_summaries_merge_through_the_tiers_and_follow_a_changed_rule() {
     );
 
     // The property arrives by a rule change: store-3 renders, applies and counts.
-    t.apply(&APP.replace(
+    t.apply(&CUSTOMIZED.replace(
         "\"${cluster.properties.posReplicas}\"",
         "\"${cluster.labels.replicas}\"",
     ));
@@ -181,7 +181,7 @@ fn user_summaries_merge_through_the_tiers_and_follow_a_changed_rule() {
     let s = root.reports().summarize(p, &pos_key(&t), root.root_view());
     assert_eq!(s.health.failed, 3, "{s:?}");
 
-    t.apply(&APP.replace("\"${cluster.properties.posReplicas}\"", "2"));
+    t.apply(&CUSTOMIZED.replace("\"${cluster.properties.posReplicas}\"", "2"));
     t.advance(Duration::from_secs(2));
     assert_eq!(
         summary(&t),
@@ -229,7 +229,7 @@ async fn the_kubernetes_backend_applies_and_repairs_the_rendered_variant() {
         Clock::start(),
     );
     let mut log = ObjectLog::new(LogId(1));
-    for (i, m) in parse_manifests(APP, &Space::default_space())
+    for (i, m) in parse_manifests(CUSTOMIZED, &Space::default_space())
         .unwrap()
         .iter()
         .enumerate()

@@ -48,7 +48,7 @@ spec:
     - { name: br-rio-kitchen, parent: br-rio, labels: { role: kitchen } }
 ";
 
-const APP: &str = "
+const POS_EMEA: &str = "
 apiVersion: v1
 kind: Namespace
 metadata: { name: pos }
@@ -155,7 +155,7 @@ fn nodes_started_children_first_converge_on_a_placement_by_an_ancestors_label() 
         ok && out.lines().filter(|l| l.contains("role=")).count() == 8
     });
 
-    write(&dir.join("app.yaml"), APP);
+    write(&dir.join("app.yaml"), POS_EMEA);
     let (ok, _, err) = cli(&["apply", "-f", &dir.join("app.yaml").display().to_string()]);
     assert!(ok, "{err}");
     let summary = || -> Option<Value> {

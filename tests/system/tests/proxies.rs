@@ -14,9 +14,9 @@ use crate::common;
 use std::time::Duration;
 
 use common::balancers;
-use common::eventually;
 use common::hierarchy::{Hierarchy, LinkSpec};
 use common::proxies::{self, UdpGate};
+use common::{APP, eventually};
 use strata_node::dial::{Connector, TransportMode};
 use strata_node::link::TransportKind;
 use strata_node::objects::parse_manifests;
@@ -25,20 +25,6 @@ use strata_node::tls;
 use strata_protocol::model::Space;
 use strata_relay::node::runtime::NodeHandle;
 use strata_test_tools::{Tool, require};
-
-const APP: &str = "
-apiVersion: apps/v1
-kind: Deployment
-metadata: { name: pos, namespace: pos, labels: { app: pos } }
-spec: { replicas: 2 }
----
-apiVersion: strata.dev/v1alpha1
-kind: Placement
-metadata: { name: pos-app }
-spec:
-  objects: [ { kinds: [Deployment], selector: { matchLabels: { app: pos } } } ]
-  clusters: { selector: { matchLabels: { role: pos } } }
-";
 
 async fn apply(root: &NodeHandle, text: &str) {
     let manifests = parse_manifests(text, &Space::default_space()).unwrap();

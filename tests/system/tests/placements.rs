@@ -38,7 +38,7 @@ spec:
     - { name: solo, parent: us, labels: { role: kiosk, only: me } }
 ";
 
-const APP: &str = "
+const SPREAD: &str = "
 apiVersion: v1
 kind: Namespace
 metadata: { name: shop }
@@ -202,7 +202,7 @@ fn placements_choose_spread_drain_make_before_break_and_respect_capacity() {
     });
 
     // count 3 spread over two regions: 2 + 1, all available.
-    root.apply("app.yaml", APP);
+    root.apply("app.yaml", SPREAD);
     root.eventually("three clusters run the app", |r| {
         fleet(&r.get(DEPLOY)) == (3, 3)
     });

@@ -1,8 +1,10 @@
 //! Three etcd members on loopback (Debian's `etcd-server`, 3.4, installed by
 //! `.ci/install-etcd` the first time a test needs it), for the tests of the root's etcd
-//! store. Each member is a process killed when the cluster drops.
+//! store: `strata-node`'s etcd store tests and the system tests' HA root. Each member is a
+//! process killed when the cluster drops.
 
-#![allow(dead_code, unreachable_pub)] // each test binary uses its own part
+// A test fixture: it may unwrap, and it waits on the calling thread.
+#![allow(clippy::unwrap_used, clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -31,7 +33,7 @@ impl EtcdCluster {
     /// Starts three members with their data and logs under `dir`, and waits until
     /// the cluster answers.
     pub fn start(dir: &Path) -> EtcdCluster {
-        let etcd = strata_test_tools::require(strata_test_tools::Tool::Etcd);
+        let etcd = crate::require(crate::Tool::Etcd);
         let ports = free_tcp_ports(6);
         let (client, peer) = (ports[..3].to_vec(), ports[3..].to_vec());
         let initial: Vec<String> = (0..3)

@@ -37,7 +37,7 @@ spec:
     - { name: sim-1, parent: site-1, labels: { role: sim } }
 ";
 
-const APP: &str = "
+const CAFE: &str = "
 apiVersion: v1
 kind: Namespace
 metadata: { name: shop, labels: { app: cafe } }
@@ -194,7 +194,7 @@ fn a_link_carries_at_most_its_cap_of_tunnels_and_refuses_one_more_with_429() {
         ok && out.contains("sim-1")
     });
     let app = dir.join("app.yaml");
-    write(&app, APP);
+    write(&app, CAFE);
     let (ok, _, err) = relay_cli(&dir, api_port, &["apply", "-f", &app.display().to_string()]);
     assert!(ok, "{err}");
     f.eventually("sim-1 runs the app's Pod", |f| {

@@ -36,7 +36,7 @@ fn the_python_clients_own_e2e_suite_passes_against_the_root() {
         &["apply", "-f", &f.write("placement.yaml", PLACEMENT)],
     );
     let runner =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/peers/python-client-e2e/run.sh");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/peers/python-client-e2e/run.sh");
     // The client and pytest, installed once per target directory (pip from PyPI).
     let venv = strata_test_tools::target().join("python-client-e2e-venv");
     let path = format!(

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use base64::Engine as _;
 use http_body_util::BodyExt;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
@@ -70,7 +71,7 @@ fn accept_key(key: &str) -> String {
     let mut input = key.as_bytes().to_vec();
     input.extend_from_slice(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
     let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &input);
-    strata_relay::kube::kubeconfig::base64(digest.as_ref())
+    base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
 }
 
 /// A server frame (unmasked, binary) of the v5 channel protocol.

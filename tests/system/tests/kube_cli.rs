@@ -40,7 +40,7 @@ spec:
 const TOKENS: &str =
     "admin-token-0123456789\nalice-token-0123456789 user=alice role=edit spaces=team-a\n";
 
-const APP: &str = "apiVersion: v1
+const WEB_AND_SETTINGS: &str = "apiVersion: v1
 kind: Namespace
 metadata: { name: shop }
 ---
@@ -235,7 +235,7 @@ fn kubeconfig_namespaces_and_the_cli_follow_kubectl() {
 
     // The Namespace first in the same file: kubectl sends it first, relay apply takes
     // the batch whole.
-    let app = f.write("app.yaml", APP);
+    let app = f.write("app.yaml", WEB_AND_SETTINGS);
     f.ok("kubectl", &["apply", "-f", &app]);
     f.eventually("web runs on the two eu pos clusters only", |f| {
         f.placed("deploy", "shop", "web") == Some((2, 2))
@@ -627,7 +627,7 @@ async fn a_controller_lists_and_watches_through_the_root() {
             _ => {}
         }
     }
-    let app = f.write("app.yaml", APP);
+    let app = f.write("app.yaml", WEB_AND_SETTINGS);
     f.ok("relay", &["apply", "-f", &app]);
     // Two eu clusters, two replicas each: the fleet's status reads per cluster, as
     // the weakest cluster shows it (the totals are in its FleetStatus).

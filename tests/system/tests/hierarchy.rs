@@ -6,14 +6,14 @@
 
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
-use crate::fake_apiserver;
+use strata_test_tools::fake_apiserver;
 
 use crate::common;
 
 use std::time::Duration;
 
-use common::eventually;
 use common::hierarchy::Hierarchy;
+use common::{APP, eventually};
 use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
 use strata_node::clock::Clock;
 use strata_node::objects::parse_manifests;
@@ -21,20 +21,6 @@ use strata_node::store::MemStore;
 use strata_protocol::model::{Position, Space};
 use strata_protocol::wire::{ReportKey, ReportValue};
 use strata_relay::node::runtime::NodeHandle;
-
-const APP: &str = "
-apiVersion: apps/v1
-kind: Deployment
-metadata: { name: pos, namespace: pos, labels: { app: pos } }
-spec: { replicas: 2 }
----
-apiVersion: strata.dev/v1alpha1
-kind: Placement
-metadata: { name: pos-app }
-spec:
-  objects: [ { kinds: [Deployment], selector: { matchLabels: { app: pos } } } ]
-  clusters: { selector: { matchLabels: { role: pos } } }
-";
 
 /// Applies manifests at the root; returns the revision.
 async fn apply(root: &NodeHandle, text: &str) -> Position {

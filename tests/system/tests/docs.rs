@@ -33,7 +33,7 @@ struct Invocation {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// README.md and every Markdown file under deploy/, as (path from the root, text).

@@ -12,7 +12,7 @@
 #![allow(clippy::disallowed_methods)] // polls processes from a synchronous test
 
 use crate::common;
-use crate::etcd_cluster;
+use strata_test_tools::etcd_cluster;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
