@@ -10,7 +10,7 @@ use strata_agent::cli::{Cli, Command};
 use strata_agent::config::{AgentConfig, Backend};
 use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
 use strata_agent::ops::AgentOps;
-use strata_agent::runtime::{self, AgentParts};
+use strata_agent::runtime::{self, AgentOptions};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_agent::tunnel::TunnelTarget;
 use strata_node::clock::Clock;
@@ -81,7 +81,7 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
     tracing::info!(parent = %config.parent.name, address = %config.parent.address, transport = %connector.mode(), proxy = ?connector.proxy(), "parent link");
     let versions = strata_node::config::protocol_versions()?;
     let handle = runtime::start_speaking(
-        AgentParts {
+        AgentOptions {
             cluster: Cluster {
                 name: config.cluster.clone(),
                 labels: config.labels.clone(),

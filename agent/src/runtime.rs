@@ -24,7 +24,7 @@ use crate::tunnel::TunnelTarget;
 
 /// What an agent needs to run.
 #[allow(missing_docs)] // backend, clock and run are what they say
-pub struct AgentParts {
+pub struct AgentOptions {
     /// The cluster this agent manages (name, labels, properties).
     pub cluster: Cluster,
     /// The parent's name and address (or a name resolved at every connect).
@@ -166,14 +166,14 @@ impl Node for Agent {
 }
 
 /// Starts an agent from its store.
-pub fn start(parts: AgentParts) -> Result<AgentHandle, StoreError> {
+pub fn start(parts: AgentOptions) -> Result<AgentHandle, StoreError> {
     start_speaking(parts, (MIN_PROTOCOL_VERSION, MAX_PROTOCOL_VERSION))
 }
 
 /// [`start`], speaking only the protocol versions `versions` (lowest, highest) to its
 /// parent (see `strata_node::config::PROTOCOL_VERSIONS_ENV`).
 pub fn start_speaking(
-    parts: AgentParts,
+    parts: AgentOptions,
     versions: (ProtocolVersion, ProtocolVersion),
 ) -> Result<AgentHandle, StoreError> {
     let stored = parts.store.load()?;

@@ -29,7 +29,7 @@ use strata_protocol::route::{STRATA_GROUP, is_strata_object};
 use strata_protocol::summary::Summary;
 use strata_protocol::user_summary::is_user_entry;
 
-use crate::node::core::NodeCore;
+use crate::tier::core::NodeCore;
 
 /// The kind of a namespaced object's fleet status.
 pub const KIND: &str = strata_kube_core::catalog::FLEET_STATUS_KIND;

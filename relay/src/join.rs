@@ -33,7 +33,7 @@ use strata_protocol::wire::{JoinReply, JoinRequest};
 use crate::certs::Ca;
 use crate::config::{JoinFiles, check_node_name};
 use crate::join_limits::{JoinLimiter, TokenRule, parse_token_line};
-use crate::node::core::NodeCore;
+use crate::tier::core::NodeCore;
 pub use strata_node::join::{read_request, send_reply};
 use strata_node::store::{Batch, Store};
 

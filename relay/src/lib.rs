@@ -22,9 +22,10 @@
 //! * [`rollout_cli`]: `relay rollout status|pause|resume|abort|undo`: a placement's
 //!   rollout through its annotation and status.
 //! * [`metrics`]: Prometheus metrics, `/healthz` and `/readyz` (what readiness means).
-//! * [`node`]: the relay's sync core (`node::core`), what its children reported
-//!   (`node::reports`), and `node::runtime`: the core and its children's connections
-//!   as a [`strata_node::driver::Node`]; `node::accept`, the accept loop.
+//! * [`tier`]: the relay's tier logic: its sync core (`tier::core`), what its children
+//!   reported (`tier::reports`), and `tier::runtime`: the core and its children's
+//!   connections as a [`strata_node::driver::Node`]; `tier::accept`, the accept loop.
+//!   (Named apart from the node layer, the crate `strata-node` in `relay/node/`.)
 //! * [`objects_cli`]: `relay get` and `relay delete KIND NAME`, with kubectl's flags.
 //! * [`placement_summary`]: a placement's `statusSummary` values at the root.
 //! * [`renew`]: signing children's certificate renewals.
@@ -51,12 +52,12 @@ pub mod kubeconfig_cli;
 pub mod lifecycle;
 pub mod limits;
 pub mod metrics;
-pub mod node;
 pub mod objects_cli;
 pub mod placement_summary;
 pub mod renew;
 pub mod rollout_cli;
 pub mod serve;
+pub mod tier;
 pub mod topology_cli;
 pub mod up;
 pub mod views;

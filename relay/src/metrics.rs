@@ -19,7 +19,7 @@ use strata_protocol::wire::StreamClass;
 pub use strata_node::ops::OpsBindError as MetricsBindError;
 
 use crate::api_metrics::ApiMetrics;
-use crate::node::runtime::NodeClient;
+use crate::tier::runtime::NodeClient;
 
 /// The node's metric families, read from its core now (encoded by the caller with
 /// `prometheus-client`, in the format the scraper asks for).

@@ -10,7 +10,7 @@ use strata_protocol::route::is_placement;
 use strata_protocol::summary::Summary;
 use strata_protocol::user_summary::show_all;
 
-use crate::node::core::NodeCore;
+use crate::tier::core::NodeCore;
 
 /// The placement's `statusSummary` values over all its objects, or `None` when it asks
 /// for none.

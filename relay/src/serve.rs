@@ -10,7 +10,7 @@ use crate::api::ApiStartError;
 use crate::config::{ConfigError, NodeConfig, StoreConfig};
 use crate::join::{JoinSetupError, Joining};
 use crate::metrics::MetricsBindError;
-use crate::node::runtime::{self, NodeClient, NodeError, NodeHandle, NodeParts};
+use crate::tier::runtime::{self, NodeClient, NodeError, NodeHandle, NodeOptions};
 use strata_node::clock::Clock;
 use strata_node::process::{RandomSourceFailed, Signals, random_bytes, random_u64};
 use strata_node::store::{EtcdStore, SledStore, Store, StoreError};
@@ -197,7 +197,7 @@ pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle
         }
         None => None,
     };
-    let handle = runtime::start(NodeParts {
+    let handle = runtime::start(NodeOptions {
         name: config.node.clone(),
         labels: config.labels.clone(),
         children: config.children.clone(),

@@ -21,7 +21,7 @@ use rcgen::{
     KeyUsagePurpose,
 };
 use strata_agent::backend::{BackendError, ClusterBackend, UpsyncRule, Upsynced};
-use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
+use strata_agent::runtime::{self as agent, AgentHandle, AgentOptions};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_node::clock::Clock;
 use strata_node::dial::{Connector, TransportMode};
@@ -32,8 +32,8 @@ use strata_protocol::model::{Cluster, Labels, Object, ObjectKey, Revision, Statu
 use strata_protocol::sync::SessionConfig;
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_relay::join::Joining;
-use strata_relay::node::runtime::{self as node, NodeClient, NodeParts};
 use strata_relay::renew::Signer;
+use strata_relay::tier::runtime::{self as node, NodeClient, NodeOptions};
 
 use crate::certs::{CertFiles, Certificates, Recovery, sim_time};
 use crate::net::{self, Network, SimUdpSocket};
@@ -42,15 +42,15 @@ use crate::topology::{self, Topology};
 
 /// Admission control as relays run it, or none with `SIM_ADMISSION=off` (to see what
 /// it changes: `SIM_ADMISSION=off sim run sim/scenarios/large/storm-under-load.yaml`).
-fn admission() -> strata_relay::node::runtime::Admission {
+fn admission() -> strata_relay::tier::runtime::Admission {
     if std::env::var("SIM_ADMISSION").is_ok_and(|v| v == "off") {
-        strata_relay::node::runtime::Admission {
+        strata_relay::tier::runtime::Admission {
             handshakes: 0,
             queue: 0,
             setups: 0,
         }
     } else {
-        strata_relay::node::runtime::Admission::default()
+        strata_relay::tier::runtime::Admission::default()
     }
 }
 
@@ -405,7 +405,7 @@ impl SimHierarchy {
             }
             None => None,
         };
-        let mut handle = node::start(NodeParts {
+        let mut handle = node::start(NodeOptions {
             name: name.clone(),
             labels: self.labels_of(
                 &name,
@@ -428,14 +428,14 @@ impl SimHierarchy {
                 Some(j) => Some(Arc::new(Joining::load(&name, &j)?)),
                 None => None,
             },
-            tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
+            tunnels_per_link: strata_relay::tier::tunnel::DEFAULT_TUNNELS_PER_LINK,
             admission: admission(),
             replica: None,
             signer: match &self.cert_files {
                 Some(f) => Signer::load(&name, Some(&f.signing()), None)?,
                 None => None,
             },
-            admission_hold: strata_relay::node::runtime::DEFAULT_ADMISSION_HOLD,
+            admission_hold: strata_relay::tier::runtime::DEFAULT_ADMISSION_HOLD,
         })?;
         self.relays.borrow_mut().insert(name, handle.client());
         handle.wait().await?;
@@ -479,7 +479,7 @@ impl SimHierarchy {
             self.removals
                 .borrow_mut()
                 .insert(spec.name.clone(), removals);
-            let handle = agent::start(AgentParts {
+            let handle = agent::start(AgentOptions {
                 cluster: Cluster {
                     name: spec.name.clone(),
                     labels: self.labels_of(&spec.name, &spec.labels),

@@ -53,7 +53,11 @@ fn set_of(rest: &str) -> Option<Vec<String>> {
     )
 }
 
-fn requirement(key: &str, operator: SelectorOperator, values: Vec<String>) -> LabelSelectorRequirement {
+fn requirement(
+    key: &str,
+    operator: SelectorOperator,
+    values: Vec<String>,
+) -> LabelSelectorRequirement {
     LabelSelectorRequirement {
         key: key.trim().to_owned(),
         operator,

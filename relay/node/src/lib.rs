@@ -37,7 +37,7 @@
 //! An object, from a user to a cluster:
 //! 1. the root's API (`relay/src/api/`, or its Kubernetes API: `relay/src/kube/writes/`)
 //!    parses manifests ([`objects`]) and `NodeCore::apply_manifests`
-//!    (`relay/src/node/core/log.rs`) appends them to the object log
+//!    (`relay/src/tier/core/log.rs`) appends them to the object log
 //!    (`protocol/src/sync/log.rs`) in one revision;
 //! 2. the [`driver::Driver`] commits the log to the [`store`] before anything is sent;
 //! 3. `NodeCore::transmit` drains each child's `ChildSession`
@@ -57,9 +57,9 @@
 //!    link's report outbox (`protocol/src/sync/reports.rs`) and sent by
 //!    `ParentLink::poll_transmit` on the reports stream;
 //! 2. the relay's `ChildSession` takes them in (its events are handled in
-//!    `relay/src/node/core/children.rs`); `NodeCore` checks they lie in the child's
-//!    subtree (`relay/src/node/reports.rs`), stores them, and merges summaries
-//!    (`relay/src/node/core/upward.rs`, `protocol/src/summary.rs`);
+//!    `relay/src/tier/core/children.rs`); `NodeCore` checks they lie in the child's
+//!    subtree (`relay/src/tier/reports.rs`), stores them, and merges summaries
+//!    (`relay/src/tier/core/upward.rs`, `protocol/src/summary.rs`);
 //! 3. the relay pushes changed summaries, clusters and links to its own parent through
 //!    its follower, and so on up to the root, whose API answers from its reports.
 

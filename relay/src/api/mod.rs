@@ -35,8 +35,8 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::{ApiConfig, NodeConfig};
 use crate::http;
-use crate::node::core::NodeCore;
-use crate::node::runtime::NodeClient;
+use crate::tier::core::NodeCore;
+use crate::tier::runtime::NodeClient;
 use strata_node::objects::parse_manifests;
 
 mod audit;

@@ -1,12 +1,12 @@
 //! `POST /revocations/{name}` and `GET /revocations`: the root's record of revoked
-//! nodes (see `crate::node::core`'s revocations).
+//! nodes (see `crate::tier::core`'s revocations).
 
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use super::auth::{Grant, Role};
 use super::{ApiState, Body, error, reply};
-use crate::node::core::NodeCore;
+use crate::tier::core::NodeCore;
 
 /// Revokes `name`: an admin's write, recorded durably in the root's log.
 pub(super) async fn revoke(

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use strata_protocol::wire::{LinkRecord, LinkTransport, ReportKey, ReportValue, Role};
 
 use super::{ApiState, error, reply};
-use crate::node::core::NodeCore;
-use crate::node::core::last_seen;
+use crate::tier::core::NodeCore;
+use crate::tier::core::last_seen;
 use strata_node::clock::Clock;
 
 fn link_json(node: &str, l: &LinkRecord) -> Value {

@@ -1,6 +1,6 @@
 //! The root's end of the debug tunnel: `https://ROOT/clusters/{name}/...` (and
 //! `.../clusters/{name}/proxy/...`) is that cluster's own Kubernetes API, carried down
-//! the tiers ([`crate::node::tunnel`]) to its agent, which sends the request to its
+//! the tiers ([`crate::tier::tunnel`]) to its agent, which sends the request to its
 //! cluster with its own credentials. So a kubeconfig whose server is
 //! `https://ROOT/clusters/NAME` makes kubectl work unchanged (kubectl appends `/api/...`
 //! and `/apis/...` to the server's path).
@@ -25,8 +25,8 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::auth::Grant;
 use super::{ApiState, Body, reply};
-use crate::node::core::NodeCore;
-use crate::node::tunnel::{TunnelRefusal, open_next};
+use crate::tier::core::NodeCore;
+use crate::tier::tunnel::{TunnelRefusal, open_next};
 
 /// Request ids for the logs of every tier (unique per root run).
 static REQUESTS: AtomicU64 = AtomicU64::new(1);

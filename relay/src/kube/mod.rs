@@ -55,8 +55,8 @@ use serde_json::{Value, json};
 use strata_kube_core::{Operation, ResourceRequest, SCALABLE};
 use strata_protocol::model::{Object, ObjectKey, ObjectKeyParts, Space};
 
-use crate::node::core::NodeCore;
-use crate::node::runtime::NodeClient;
+use crate::tier::core::NodeCore;
+use crate::tier::runtime::NodeClient;
 use catalog::{Catalog, ResourceType};
 use status_journal::SharedJournal;
 

@@ -9,7 +9,7 @@ use strata_node::objects::parse_manifests;
 use strata_protocol::codec::encoded_len;
 use strata_protocol::model::{Revision, Space};
 use strata_protocol::summary::Summary;
-use strata_relay::node::runtime::{LinkStats, NodeClient};
+use strata_relay::tier::runtime::{LinkStats, NodeClient};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_agent::backend::{BackendError, ClusterBackend};
-use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
+use strata_agent::runtime::{self as agent, AgentHandle, AgentOptions};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_node::clock::Clock;
 use strata_node::dial::{Connector, TransportMode};
@@ -24,7 +24,7 @@ use strata_protocol::model::{Cluster, Object, ObjectKey, Status};
 use strata_protocol::sync::SessionConfig;
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_relay::certs::Ca;
-use strata_relay::node::runtime::{self as node, LinkStats, NodeClient, NodeHandle, NodeParts};
+use strata_relay::tier::runtime::{self as node, LinkStats, NodeClient, NodeHandle, NodeOptions};
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 
@@ -277,7 +277,7 @@ impl Tree {
             self.runs += 1;
             let slot = &self.agents[i];
             let connector = connector(&slot.name, &slot.identity, self.transport)?;
-            let handle = agent::start(AgentParts {
+            let handle = agent::start(AgentOptions {
                 cluster: Cluster {
                     name: slot.name.clone(),
                     labels: [("tier".to_owned(), "store".to_owned())].into(),
@@ -321,7 +321,7 @@ impl Tree {
             let connector = connector(&name, &identity, self.transport)?;
             let (tx, _) = mpsc::unbounded_channel();
             out.push(
-                agent::start(AgentParts {
+                agent::start(AgentOptions {
                     cluster: Cluster {
                         name: format!("orphan-{i}"),
                         labels: BTreeMap::new(),
@@ -506,7 +506,7 @@ fn start_node(
         Some(_) => Some(connector(&slot.name, identity, mode)?),
         None => None,
     };
-    let handle = node::start(NodeParts {
+    let handle = node::start(NodeOptions {
         name: slot.name.clone(),
         labels: BTreeMap::new(),
         children: slot.children.clone(),
@@ -520,8 +520,8 @@ fn start_node(
         clock: Clock::start(),
         run,
         joining: None,
-        tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
-        admission: strata_relay::node::runtime::Admission::default(),
+        tunnels_per_link: strata_relay::tier::tunnel::DEFAULT_TUNNELS_PER_LINK,
+        admission: strata_relay::tier::runtime::Admission::default(),
         replica: None,
         signer: None,
         admission_hold: std::time::Duration::ZERO,

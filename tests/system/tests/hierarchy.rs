@@ -20,7 +20,7 @@ use strata_node::objects::parse_manifests;
 use strata_node::store::MemStore;
 use strata_protocol::model::{Position, Space};
 use strata_protocol::wire::{ReportKey, ReportValue};
-use strata_relay::node::runtime::NodeHandle;
+use strata_relay::tier::runtime::NodeHandle;
 
 /// Applies manifests at the root; returns the revision.
 async fn apply(root: &NodeHandle, text: &str) -> Position {

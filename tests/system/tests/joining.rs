@@ -22,7 +22,7 @@ use strata_node::transport::{self, close_code};
 use strata_protocol::model::Space;
 use strata_relay::config::JoinFiles;
 use strata_relay::join::Joining;
-use strata_relay::node::runtime::NodeHandle;
+use strata_relay::tier::runtime::NodeHandle;
 
 async fn connected(node: &NodeHandle, child: &'static str) -> bool {
     node.query(move |c| c.children().any(|(n, _)| n == child))

@@ -15,7 +15,7 @@ use strata_relay::kube::render;
 use strata_relay::kube::selector::{FieldQuery, LabelQuery};
 use strata_relay::kube::status_journal::StatusJournal;
 use strata_relay::kube::watch::WatchSpec;
-use strata_relay::node::core::NodeCore;
+use strata_relay::tier::core::NodeCore;
 use tree::{Tree, labels};
 
 /// Starts a watch; its first events all rendered, as its stream sends them.

@@ -23,7 +23,7 @@ use strata_node::objects::parse_manifests;
 use strata_node::proxy::Proxy;
 use strata_node::tls;
 use strata_protocol::model::Space;
-use strata_relay::node::runtime::NodeHandle;
+use strata_relay::tier::runtime::NodeHandle;
 use strata_test_tools::{Tool, require};
 
 async fn apply(root: &NodeHandle, text: &str) {

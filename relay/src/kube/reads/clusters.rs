@@ -31,7 +31,7 @@ use strata_protocol::overrides::{CLUSTER_KIND, LabelOverride, is_cluster_object}
 use strata_protocol::route::STRATA_GROUP;
 
 use crate::kube::{Answer, failure};
-use crate::node::core::{NodeCore, last_seen};
+use crate::tier::core::{NodeCore, last_seen};
 
 /// The API version of the kind.
 pub const API_VERSION: &str = "strata.dev/v1alpha1";

@@ -17,7 +17,7 @@ use strata_protocol::model::{Object, Space};
 
 use super::ResourceOp;
 use super::catalog::ResourceType;
-use crate::node::core::NodeCore;
+use crate::tier::core::NodeCore;
 use status_journal::StatusJournal;
 
 impl ResourceOp {

@@ -11,7 +11,7 @@ use strata_protocol::overrides::is_cluster_object;
 use strata_protocol::route::{is_placement, is_strata_object};
 use strata_protocol::summary::Summary;
 
-use crate::node::core::{NodeCore, excluded_counts};
+use crate::tier::core::{NodeCore, excluded_counts};
 
 /// Metadata the root assigns, and `.status`, which the root writes: dropped from what
 /// clients send before it is stored.

@@ -17,7 +17,7 @@ use serde_json::json;
 use strata_protocol::model::Space;
 
 use crate::kube::{Answer, failure};
-use crate::node::core::NodeCore;
+use crate::tier::core::NodeCore;
 
 /// The space `/` serves, which always exists.
 pub const DEFAULT: &str = "default";

@@ -26,7 +26,7 @@ use strata_protocol::model::{ObjectKey, Space};
 
 use super::render;
 use crate::kube::catalog::ResourceType;
-use crate::node::core::NodeCore;
+use crate::tier::core::NodeCore;
 
 /// The journal as the API's requests and watches share it. It is used only inside the
 /// node's turns (the closures given to `NodeClient::query`), which run one at a time,
@@ -46,7 +46,7 @@ impl SharedJournal {
 /// How many heads a type's journal remembers (as many as the root keeps revisions for
 /// watches): a watch from an older version is told what changed since the journal's
 /// oldest head, which is more than it needs, never less.
-const HEADS: usize = crate::node::core::WATCH_HISTORY as usize;
+const HEADS: usize = crate::tier::core::WATCH_HISTORY as usize;
 
 /// How many vanished fleet statuses a type's journal remembers.
 const GONE: usize = 10_000;

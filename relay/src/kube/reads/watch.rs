@@ -41,9 +41,9 @@ use super::status_journal::{SharedJournal, StatusJournal};
 use crate::kube::catalog::ResourceType;
 use crate::kube::selector::{FieldQuery, LabelQuery};
 use crate::kube::{Answer, failure};
-use crate::node::core::NodeCore;
-use crate::node::core::history::{EventType, WatchHistory};
-use crate::node::runtime::NodeClient;
+use crate::tier::core::NodeCore;
+use crate::tier::core::history::{EventType, WatchHistory};
+use crate::tier::runtime::NodeClient;
 
 /// How often a watch asks the node what changed when no new head woke it.
 pub const POLL: Duration = Duration::from_millis(200);

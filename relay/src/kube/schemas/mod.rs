@@ -8,8 +8,8 @@ use strata_protocol::model::Space;
 
 use super::catalog::Catalog;
 use super::{Reply, Request, aggregated, discovery, failure, openapi_v2, stopping};
-use crate::node::core::NodeCore;
-use crate::node::runtime::NodeClient;
+use crate::tier::core::NodeCore;
+use crate::tier::runtime::NodeClient;
 
 /// A document in a given media type.
 fn raw(code: u16, content_type: &str, body: Vec<u8>) -> Reply {

@@ -11,7 +11,7 @@ use strata_protocol::sync::LogError;
 use super::{batch_check, namespaces};
 use crate::kube::Answer;
 use crate::kube::schema_check::FieldValidation;
-use crate::node::core::{Applied, NodeCore};
+use crate::tier::core::{Applied, NodeCore};
 
 /// How a write is admitted.
 #[derive(Debug, Clone, Copy)]

@@ -12,7 +12,7 @@ use crate::kube::Answer;
 use crate::kube::catalog::{Catalog, ResourceType, crd_types};
 use crate::kube::openapi::TypeSchema;
 use crate::kube::schema_check::{FieldValidation, enforce};
-use crate::node::core::NodeCore;
+use crate::tier::core::NodeCore;
 
 /// Checks and prunes the custom resources of `manifests` (for `space`) under
 /// `validation`: for each manifest, the fields pruned from it (`spec.foo`), or the

@@ -33,8 +33,8 @@ use strata_protocol::wire::{Change, ReportKey, ReportValue};
 
 use super::namespaces;
 use crate::kube::render;
-use crate::node::core::NodeCore;
-use crate::node::runtime::NodeClient;
+use crate::tier::core::NodeCore;
+use crate::tier::runtime::NodeClient;
 
 /// The time now, as `deletionTimestamp` has it (the core's wall clock).
 fn now(core: &NodeCore) -> String {
@@ -397,7 +397,7 @@ mod tests {
     }
 
     fn core_with(objects: &[Value]) -> NodeCore {
-        let mut core = crate::node::core::testing::root();
+        let mut core = crate::tier::core::testing::root();
         let ns = json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "shop" } });
         let manifests: Vec<_> = std::iter::once(&ns)
             .chain(objects)

@@ -20,7 +20,7 @@ use admit::{Admission, WriteError, write_manifests};
 use super::catalog::ResourceType;
 use super::schema_check::FieldValidation;
 use super::{Answer, ResourceOp, clusters, failure, patch, protobuf, render, schema_check, ssa};
-use crate::node::core::NodeCore;
+use crate::tier::core::NodeCore;
 
 impl ResourceOp {
     /// A patch document (JSON).

@@ -17,7 +17,7 @@ use serde_json::json;
 use strata_protocol::model::{ObjectKey, ObjectKeyParts, Space};
 
 use crate::kube::{Answer, failure};
-use crate::node::core::NodeCore;
+use crate::tier::core::NodeCore;
 
 /// The namespaces every space has without anyone creating them.
 pub const BUILT_IN: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];

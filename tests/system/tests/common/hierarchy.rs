@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_agent::backend::ClusterBackend;
-use strata_agent::runtime::{self as agent, AgentHandle, AgentParts};
+use strata_agent::runtime::{self as agent, AgentHandle, AgentOptions};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_node::clock::Clock;
 use strata_node::dial::{Connector, ParentAddress, TransportMode};
@@ -32,7 +32,7 @@ use strata_protocol::model::{Cluster, Labels};
 use strata_protocol::sync::SessionConfig;
 use strata_relay::certs::Ca;
 use strata_relay::join::Joining;
-use strata_relay::node::runtime::{self as node, NodeHandle, NodeParts};
+use strata_relay::tier::runtime::{self as node, NodeHandle, NodeOptions};
 
 /// The nodes a test starts, their CA and the directory for their files.
 pub struct Hierarchy {
@@ -318,7 +318,7 @@ impl RelaySpec<'_> {
         let connector = parent.as_ref().map(|_| link.connector(&id));
         let run = h.next_run(&self.name);
         let store = self.store.unwrap_or_else(|| MemStore::new(run));
-        node::start(NodeParts {
+        node::start(NodeOptions {
             name: self.name,
             labels: self.labels,
             children: self.children,
@@ -332,11 +332,11 @@ impl RelaySpec<'_> {
             clock: Clock::start(),
             run,
             joining: self.joining,
-            tunnels_per_link: strata_relay::node::tunnel::DEFAULT_TUNNELS_PER_LINK,
-            admission: strata_relay::node::runtime::Admission::default(),
+            tunnels_per_link: strata_relay::tier::tunnel::DEFAULT_TUNNELS_PER_LINK,
+            admission: strata_relay::tier::runtime::Admission::default(),
             replica: None,
             signer: None,
-            admission_hold: strata_relay::node::runtime::DEFAULT_ADMISSION_HOLD,
+            admission_hold: strata_relay::tier::runtime::DEFAULT_ADMISSION_HOLD,
         })
         .unwrap()
     }
@@ -405,7 +405,7 @@ impl AgentSpec<'_> {
             }))
         });
         let run = h.next_run(&self.name);
-        agent::start(AgentParts {
+        agent::start(AgentOptions {
             cluster: Cluster {
                 name: self.name,
                 labels: self.labels,

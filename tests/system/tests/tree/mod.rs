@@ -43,7 +43,7 @@ use strata_agent::core::AgentCore;
 use strata_node::store::{Batch, MemStore};
 use strata_protocol::model::{ObjectKey, Position, Revision, Space};
 use strata_protocol::time::Instant;
-use strata_relay::node::core::NodeCore;
+use strata_relay::tier::core::NodeCore;
 
 /// The one-way latency of a link unless the builder says otherwise.
 pub const LATENCY: Duration = Duration::from_millis(5);

@@ -1,6 +1,6 @@
 //! One node of the tree: what was declared of it ([`Spec`]), its core while it runs
 //! ([`Core`], one face for both kinds), its store, and the link to its parent. A core
-//! boots from whatever its store holds, the way `relay/src/node/runtime.rs` and
+//! boots from whatever its store holds, the way `relay/src/tier/runtime.rs` and
 //! `agent/src/runtime.rs` start one, so that a restart after a crash takes the same
 //! path as the first start (on an empty store).
 
@@ -13,8 +13,8 @@ use strata_protocol::model::{Cluster, Labels, LogId};
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{ParentToChild, Role};
-use strata_relay::node::core::{CoreSetup, NodeCore, Outgoing, new_log};
-use strata_relay::node::reports::SubtreeReports;
+use strata_relay::tier::core::{CoreSetup, NodeCore, Outgoing, new_log};
+use strata_relay::tier::reports::SubtreeReports;
 
 /// How often relays send summaries upward (the runtime's default is a second; shorter
 /// here so that a scenario settles in less virtual time).

@@ -9,7 +9,7 @@ use strata_protocol::time::Instant;
 use strata_protocol::wire::{Report, ReportKey, ReportValue};
 
 use super::{CLUSTER_GRACE, NodeCore, SUMMARY_PROGRESS_SPACING, Selections};
-use crate::node::reports::SubtreeReports;
+use crate::tier::reports::SubtreeReports;
 use strata_node::store::ReportSlot;
 use strata_protocol::choice::RootView;
 use strata_protocol::placement::Placement;
@@ -476,7 +476,7 @@ mod tests {
     use strata_protocol::wire::{ChildToParent, Report, ReportKey, ReportValue, Role};
 
     use super::*;
-    use crate::node::core::testing::{cluster, hello, hello_from, report, root, setup, turn};
+    use crate::tier::core::testing::{cluster, hello, hello_from, report, root, setup, turn};
 
     fn complete(run: u64) -> Report {
         Report {
@@ -574,7 +574,7 @@ mod tests {
             let mut region = Region::empty(t0, &["c1", "c2", "c3"]);
             for (conn, name) in [(11, "c1"), (12, "c2"), (13, "c3")] {
                 region.connect(t0, name, conn, Role::Agent);
-                let mut cluster = crate::node::testing::cluster(name, &[]);
+                let mut cluster = crate::tier::testing::cluster(name, &[]);
                 cluster.labels.insert("tier".into(), "store".into());
                 region.agent_reports(
                     t0,
@@ -732,7 +732,7 @@ data: { greeting: hello }
     /// an ACK back) apiece.
     #[test]
     fn relay_childrens_links_are_refreshed_together_once_the_first_is_due() {
-        use crate::node::core::LINK_REFRESH;
+        use crate::tier::core::LINK_REFRESH;
         let ms = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
         let links_in = |batches: &[Vec<ReportKey>]| -> Vec<Vec<String>> {
             batches

@@ -12,8 +12,8 @@ use strata_protocol::wire::{
 };
 
 use super::{CoreSetup, NodeCore, new_log};
-use crate::node::reports::SubtreeReports;
-use crate::node::testing;
+use crate::tier::reports::SubtreeReports;
+use crate::tier::testing;
 
 /// A root whose only allowed child is the relay `eu`.
 pub(crate) fn root() -> NodeCore {

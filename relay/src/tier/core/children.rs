@@ -27,8 +27,8 @@ pub(super) struct Child {
 /// of the clusters below it (see [`ChildSession::hold_downsync`]).
 const ROUTE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
-use crate::node::session_key::REPLICA_SEPARATOR;
-pub use crate::node::session_key::{node_of, session_key};
+use crate::tier::session_key::REPLICA_SEPARATOR;
+pub use crate::tier::session_key::{node_of, session_key};
 
 /// Whether two distinct session keys are replicas of one node.
 pub(super) fn sibling_replicas(a: &str, b: &str) -> bool {

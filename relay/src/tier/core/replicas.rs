@@ -153,7 +153,7 @@ mod tests {
     use strata_protocol::wire::{ErrorCode, ParentToChild, REPLICA_VERSION};
 
     use super::*;
-    use crate::node::core::testing::{cluster, hello, link, report, root, turn};
+    use crate::tier::core::testing::{cluster, hello, link, report, root, turn};
 
     /// A root with replicas `a` (connection 1) and `b` (connection 2) of `eu` connected.
     fn two_replicas() -> (NodeCore, Instant) {

@@ -31,7 +31,7 @@ use crate::join::{Admissions, Joining};
 
 /// What a node needs to run.
 #[allow(missing_docs)] // name, store, sessions and clock are what they say
-pub struct NodeParts {
+pub struct NodeOptions {
     pub name: String,
     /// Labels clusters below inherit.
     pub labels: strata_protocol::model::Labels,
@@ -67,15 +67,15 @@ pub struct NodeParts {
     /// [`CoreSetup::admission_hold`](super::core::CoreSetup::admission_hold)).
     pub admission_hold: Duration,
     /// How many children connect and set up at once (the rest are told when to come
-    /// back): see [`crate::node::core::AdmissionConfig`] and `accept.rs`.
+    /// back): see [`crate::tier::core::AdmissionConfig`] and `accept.rs`.
     pub admission: Admission,
 }
 
 pub use crate::limits::{Admission, DEFAULT_HANDSHAKE_QUEUE, DEFAULT_HANDSHAKES};
 
-impl std::fmt::Debug for NodeParts {
+impl std::fmt::Debug for NodeOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeParts")
+        f.debug_struct("NodeOptions")
             .field("name", &self.name)
             .finish_non_exhaustive()
     }
@@ -181,7 +181,7 @@ impl NodeHandle {
 }
 
 /// Starts a node from its store and returns its handle.
-pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
+pub fn start(parts: NodeOptions) -> Result<NodeHandle, NodeError> {
     let stored = parts.store.load()?;
     let now = parts.clock.now();
     let root = parts.parent.is_none();
@@ -237,12 +237,12 @@ pub fn start(parts: NodeParts) -> Result<NodeHandle, NodeError> {
             summary_interval: parts.summary_interval,
             run: parts.run,
             wall_origin: parts.clock.wall_origin(),
-            watch_history: crate::node::core::WATCH_HISTORY,
+            watch_history: crate::tier::core::WATCH_HISTORY,
             standby: root && !parts.store.writes_log(),
             admission_hold: parts.admission_hold,
         },
     );
-    core.set_admission(crate::node::core::AdmissionConfig {
+    core.set_admission(crate::tier::core::AdmissionConfig {
         setups: parts.admission.setups,
     });
     let gate = Arc::new(super::accept::HandshakeGate::new(

@@ -242,7 +242,7 @@ impl SubtreeReports {
 
     /// Every slot `child` reported.
     pub fn slots_of(&self, child: &str) -> Vec<ReportSlot> {
-        self.of_node(crate::node::session_key::node_of(child))
+        self.of_node(crate::tier::session_key::node_of(child))
             .map(|(slot, _)| slot)
             .filter(|(from, _)| from == child)
             .cloned()
@@ -295,7 +295,7 @@ impl SubtreeReports {
     /// How many clusters `child` reported (without copying them: a relay child's link
     /// record carries the count, and is made at every change of that link).
     pub fn cluster_count_below(&self, child: &str) -> usize {
-        self.inventory_of(crate::node::session_key::node_of(child))
+        self.inventory_of(crate::tier::session_key::node_of(child))
             .filter(|(from, _)| *from == child)
             .count()
     }
@@ -305,7 +305,7 @@ impl SubtreeReports {
     pub fn clusters_below_node(&self, node: &str) -> Vec<Cluster> {
         let mut seen = BTreeSet::new();
         self.inventory_of(node)
-            .filter(|(from, _)| crate::node::session_key::node_of(from) == node)
+            .filter(|(from, _)| crate::tier::session_key::node_of(from) == node)
             .filter(|(_, c)| seen.insert(c.name.as_str()))
             .map(|(_, c)| c.clone())
             .collect()
@@ -637,7 +637,7 @@ mod tests {
 
     use super::*;
 
-    use crate::node::testing::{cluster_report as cluster, link_report};
+    use crate::tier::testing::{cluster_report as cluster, link_report};
 
     #[test]
     fn a_nodes_reports_are_found_by_range_with_its_replicas_and_no_neighbour() {
@@ -679,7 +679,7 @@ mod tests {
     }
 
     fn link(node: &str, path: &[&str]) -> Report {
-        let record = crate::node::testing::link(strata_protocol::wire::Role::Relay, path, true, 1);
+        let record = crate::tier::testing::link(strata_protocol::wire::Role::Relay, path, true, 1);
         link_report(node, record)
     }
 

@@ -337,10 +337,10 @@ pub fn last_seen(
 mod tests {
     use super::*;
 
-    use crate::node::testing::cluster;
+    use crate::tier::testing::cluster;
 
     fn link(path: &[&str], connected: bool, since: u64) -> LinkRecord {
-        crate::node::testing::link(Role::Relay, path, connected, since)
+        crate::tier::testing::link(Role::Relay, path, connected, since)
     }
 
     #[test]
