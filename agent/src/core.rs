@@ -1,6 +1,20 @@
 //! The agent's sync core: its link to the parent, its desired state (an object log, so
 //! deltas arriving in parts and snapshots work as at every tier), and the cluster it
 //! keeps in that state. No I/O; the runtime drives it like a relay's core.
+//!
+//! Call order after every input (as for the relay's `NodeCore`, mirroring the
+//! protocol's state machines):
+//! 1. an input method ([`AgentCore::parent_connected`], [`AgentCore::parent_message`],
+//!    [`AgentCore::parent_gone`], [`AgentCore::handle_timeout`]), or the backend's wake
+//!    ([`AgentCore::backend_wake`]: the cluster changed);
+//! 2. [`AgentCore::process`]: applies what the log now wants to the cluster, takes the
+//!    cluster's statuses and upsynced objects; commit the returned batch durably;
+//! 3. [`AgentCore::transmit`], and send what it returns (reports go up only once what
+//!    they acknowledge is on disk);
+//! 4. sleep until [`AgentCore::poll_timeout`] or the backend's wake.
+//!
+//! While the parent is away, steps 2 to 4 go on: the cluster is kept in the state the
+//! log holds (drift repaired), and reports wait in the follower until it is back.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -184,17 +198,17 @@ impl AgentCore {
     }
 
     /// The connection to the parent is up.
-    pub fn upstream_connected(&mut self, now: Instant) {
+    pub fn parent_connected(&mut self, now: Instant) {
         self.parent.handle_connected(now);
     }
 
     /// A message from the parent.
-    pub fn upstream_message(&mut self, now: Instant, msg: ParentToChild) {
+    pub fn parent_message(&mut self, now: Instant, msg: ParentToChild) {
         self.parent.handle_message(now, msg);
     }
 
     /// The connection to the parent is gone.
-    pub fn upstream_gone(&mut self) {
+    pub fn parent_gone(&mut self) {
         self.parent.handle_disconnected();
     }
 

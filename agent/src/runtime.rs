@@ -134,7 +134,7 @@ impl Node for Agent {
     }
 
     fn parent_connected(&mut self, now: Instant) {
-        self.core.upstream_connected(now);
+        self.core.parent_connected(now);
     }
 
     fn parent_link(&mut self, link: &Link) {
@@ -142,14 +142,14 @@ impl Node for Agent {
     }
 
     fn parent_message(&mut self, now: Instant, msg: ParentToChild) {
-        self.core.upstream_message(now, msg);
+        self.core.parent_message(now, msg);
     }
 
     fn parent_gone(&mut self) {
         if self.core.connected() {
             tracing::info!("keeping the cluster in its last desired state meanwhile");
         }
-        self.core.upstream_gone();
+        self.core.parent_gone();
     }
 
     fn process(&mut self, now: Instant) -> Batch {

@@ -44,7 +44,7 @@ pub async fn render(
                 (c.log().floor().0, c.history().floor(), c.history().len()),
                 c.log().live_len(),
                 lags,
-                c.upstream_open(),
+                c.parent_open(),
                 c.stats().clone(),
                 (c.snapshots_received(), c.is_standby()),
                 c.propagation_lag().histogram(),

@@ -458,15 +458,15 @@ impl Node for Relay {
     }
 
     fn parent_connected(&mut self, now: Instant) {
-        self.core.upstream_connected(now);
+        self.core.parent_connected(now);
     }
 
     fn parent_message(&mut self, now: Instant, msg: ParentToChild) {
-        self.core.upstream_message(now, msg);
+        self.core.parent_message(now, msg);
     }
 
     fn parent_gone(&mut self) {
-        self.core.upstream_gone();
+        self.core.parent_gone();
     }
 
     fn process(&mut self, now: Instant) -> strata_node::store::Batch {

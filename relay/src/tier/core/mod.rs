@@ -3,7 +3,7 @@
 //! runtime feeds it inputs, commits the [`Batch`] it hands out, then sends what it says.
 //!
 //! Call order after every input (mirrors the protocol's state machines):
-//! 1. an input method (`child_*`, `upstream_*`, `apply`, `handle_timeout`);
+//! 1. an input method (`child_*`, `parent_*`, `apply`, `handle_timeout`);
 //! 2. [`NodeCore::process`], then commit the returned batch durably;
 //! 3. [`NodeCore::transmit`], and send what it returns;
 //! 4. sleep until [`NodeCore::poll_timeout`].
@@ -15,7 +15,7 @@
 //!   `process`, `transmit`);
 //! * `children.rs`: the children's inputs (`child_*`, `admit_child`), their sessions'
 //!   events, and the routes they are sent by;
-//! * `parent.rs`: the parent's inputs (`upstream_*`) and what the follower's events
+//! * `parent.rs`: the parent's inputs (`parent_*`) and what the follower's events
 //!   mean here;
 //! * `log.rs`: the root's writes (`apply`, `apply_manifests`), changed keys, placements
 //!   and compaction;
@@ -415,7 +415,7 @@ impl NodeCore {
     }
 
     /// Whether the upstream link is open.
-    pub fn upstream_open(&self) -> bool {
+    pub fn parent_open(&self) -> bool {
         self.parent.as_ref().is_some_and(ParentFollower::is_open)
     }
 

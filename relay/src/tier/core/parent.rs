@@ -12,7 +12,7 @@ use super::{NodeCore, all_labels};
 
 impl NodeCore {
     /// The connection to the parent is up.
-    pub fn upstream_connected(&mut self, now: Instant) {
+    pub fn parent_connected(&mut self, now: Instant) {
         if let Some(parent) = &mut self.parent {
             parent.handle_connected(now);
         }
@@ -20,14 +20,14 @@ impl NodeCore {
     }
 
     /// A message from the parent.
-    pub fn upstream_message(&mut self, now: Instant, msg: ParentToChild) {
+    pub fn parent_message(&mut self, now: Instant, msg: ParentToChild) {
         if let Some(parent) = &mut self.parent {
             parent.handle_message(now, msg);
         }
     }
 
     /// The connection to the parent is gone.
-    pub fn upstream_gone(&mut self) {
+    pub fn parent_gone(&mut self) {
         if let Some(parent) = &mut self.parent {
             parent.handle_disconnected();
         }

@@ -610,7 +610,7 @@ mod tests {
                 batches: Vec::new(),
             };
             region.root.child_connected(t0, "eu", 1).unwrap();
-            region.eu.upstream_connected(t0);
+            region.eu.parent_connected(t0);
             let text = "apiVersion: strata.dev/v1alpha1
 kind: Placement
 metadata: { name: shop }
@@ -712,7 +712,7 @@ data: { greeting: hello }
                     return;
                 }
                 for (_, _, msg) in down {
-                    self.eu.upstream_message(now, msg);
+                    self.eu.parent_message(now, msg);
                 }
             }
             panic!("the nodes kept talking");

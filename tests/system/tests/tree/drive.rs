@@ -210,7 +210,7 @@ impl Tree {
                 .expect("a whole frame");
             if let Some(core) = &mut self.node_mut(&m.child).core {
                 let _span = span(now, &m.child).entered();
-                core.upstream_message(now, msg);
+                core.parent_message(now, msg);
             }
             self.dirty.insert(m.child);
         } else {

@@ -181,7 +181,7 @@ impl Tree {
         self.link_mut(child).conn = Some(conn);
         if let Some(core) = &mut self.node_mut(child).core {
             let _span = span(now, child).entered();
-            core.upstream_connected(now);
+            core.parent_connected(now);
         }
         self.dirty.insert(child.to_owned());
         self.dirty.insert(parent);
@@ -254,7 +254,7 @@ impl Tree {
             .retain(|m| !(m.child == child && m.conn == conn));
         if let Some(core) = &mut self.node_mut(child).core {
             let _span = span(now, child).entered();
-            core.upstream_gone();
+            core.parent_gone();
         }
         if let Some(p) = self.parent_core(child) {
             let _span = span(now, &parent).entered();

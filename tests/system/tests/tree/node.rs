@@ -105,24 +105,24 @@ pub enum Core {
 }
 
 impl Core {
-    pub fn upstream_connected(&mut self, now: Instant) {
+    pub fn parent_connected(&mut self, now: Instant) {
         match self {
-            Core::Relay(c) => c.upstream_connected(now),
-            Core::Agent(c) => c.upstream_connected(now),
+            Core::Relay(c) => c.parent_connected(now),
+            Core::Agent(c) => c.parent_connected(now),
         }
     }
 
-    pub fn upstream_message(&mut self, now: Instant, msg: ParentToChild) {
+    pub fn parent_message(&mut self, now: Instant, msg: ParentToChild) {
         match self {
-            Core::Relay(c) => c.upstream_message(now, msg),
-            Core::Agent(c) => c.upstream_message(now, msg),
+            Core::Relay(c) => c.parent_message(now, msg),
+            Core::Agent(c) => c.parent_message(now, msg),
         }
     }
 
-    pub fn upstream_gone(&mut self) {
+    pub fn parent_gone(&mut self) {
         match self {
-            Core::Relay(c) => c.upstream_gone(),
-            Core::Agent(c) => c.upstream_gone(),
+            Core::Relay(c) => c.parent_gone(),
+            Core::Agent(c) => c.parent_gone(),
         }
     }
 
