@@ -116,13 +116,13 @@ pub fn start_with_store(config: &NodeConfig) -> Result<(NodeHandle, Arc<dyn Stor
 
 /// Opens the store the configuration names. A root replica on etcd becomes the writer
 /// if no replica is, else a standby that serves what the writer commits (once the
-/// writer has created the store: call it off the async workers); start following it
-/// with [`follow`].
+/// writer has created the store: call it off the async workers); start taking in what
+/// the other replicas commit with [`replicate`].
 pub fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StartError> {
     Ok(open_replica(config)?.0)
 }
 
-/// An open store, and the etcd store itself when it is one (to follow it).
+/// An open store, and the etcd store itself when it is one (to replicate from it).
 type Opened = (Arc<dyn Store>, Option<Arc<EtcdStore>>);
 
 /// [`open_store`], and the etcd store itself when it is one.
@@ -142,12 +142,12 @@ fn open_replica(config: &NodeConfig) -> Result<Opened, StartError> {
 
 /// Feeds `node` what other root replicas commit to `store` (and its takeover, at a
 /// standby), until the node stops; the task is the caller's to abort.
-pub fn follow(store: &EtcdStore, node: NodeClient) -> tokio::task::JoinHandle<()> {
+pub fn replicate(store: &EtcdStore, node: NodeClient) -> tokio::task::JoinHandle<()> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    store.follow(tx);
+    store.replicate(tx);
     tokio::spawn(async move {
         while let Some(event) = rx.recv().await {
-            if !node.follow(event).await {
+            if !node.replicated(event).await {
                 return;
             }
         }
@@ -252,7 +252,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let mut signals = Signals::new();
     let handle = start_on(&config, store.clone())?;
     // Other replicas' commits: the writer's log at a standby, children's reports at all.
-    let following = etcd.as_deref().map(|s| follow(s, handle.client()));
+    let replicating = etcd.as_deref().map(|s| replicate(s, handle.client()));
     tracing::info!(
         node = %config.node,
         listen = ?config.listen,
@@ -292,7 +292,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     };
     signals.recv().await;
     tracing::info!("shutting down");
-    for task in [api, metrics, following, sweeper].into_iter().flatten() {
+    for task in [api, metrics, replicating, sweeper].into_iter().flatten() {
         task.abort();
     }
     match tokio::time::timeout(SHUTDOWN_DEADLINE, handle.shutdown()).await {

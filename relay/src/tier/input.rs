@@ -43,7 +43,7 @@ pub enum RelayInput {
     /// Bytes on the node's connections.
     LinkStats(oneshot::Sender<LinkStats>),
     /// What other root replicas committed, or this replica's takeover.
-    Follow(strata_node::store::FollowEvent),
+    Replica(strata_node::store::ReplicaEvent),
     /// An agent asks to join with a token.
     Join {
         request: JoinRequest,
@@ -67,7 +67,7 @@ impl std::fmt::Debug for RelayInput {
             RelayInput::LinkStats(_) => "LinkStats",
             RelayInput::Join { .. } => "Join",
             RelayInput::TunnelRoute { .. } => "TunnelRoute",
-            RelayInput::Follow(_) => "Follow",
+            RelayInput::Replica(_) => "Replica",
         })
     }
 }

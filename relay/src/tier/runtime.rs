@@ -12,7 +12,7 @@ use strata_node::clock::Clock;
 use strata_node::dial::{Connector, ParentAddress};
 use strata_node::driver::{self, Driver, Input, Node, ParentAddr, ParentConn, ToParent};
 use strata_node::link::Link;
-use strata_node::store::{FollowEvent, Store, StoreError};
+use strata_node::store::{ReplicaEvent, Store, StoreError};
 use strata_node::transport::{self, QuicListener, Sender, close_code};
 use strata_node::tunnel::{self, TunnelSlots};
 use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
@@ -127,10 +127,10 @@ impl NodeClient {
     }
 
     /// Hands the core what other root replicas committed (see
-    /// [`strata_node::store::EtcdStore::follow`]); `false` once the node has stopped.
-    pub async fn follow(&self, event: FollowEvent) -> bool {
+    /// [`strata_node::store::EtcdStore::replicate`]); `false` once the node has stopped.
+    pub async fn replicated(&self, event: ReplicaEvent) -> bool {
         self.inputs
-            .send(Input::Node(RelayInput::Follow(event)))
+            .send(Input::Node(RelayInput::Replica(event)))
             .await
             .is_ok()
     }
@@ -412,10 +412,10 @@ impl Node for Relay {
                 );
                 let _ = reply.send(route);
             }
-            RelayInput::Follow(FollowEvent::Records { records, full }) => {
-                self.core.follow(records, full);
+            RelayInput::Replica(ReplicaEvent::Records { records, full }) => {
+                self.core.take_replicated(records, full);
             }
-            RelayInput::Follow(FollowEvent::Promoted(writer)) => {
+            RelayInput::Replica(ReplicaEvent::Promoted(writer)) => {
                 self.core.promote();
                 // The store fences the log's writes from the next commit on.
                 writer.store(true, std::sync::atomic::Ordering::SeqCst);

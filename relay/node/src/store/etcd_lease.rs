@@ -1,7 +1,7 @@
 //! The writer lease of root replicas that share an etcd store: the campaign for it,
 //! keeping it alive (and ending the process when etcd ends it), and retrying etcd calls
 //! while it elects a leader or a member is unreachable. Both the writer
-//! ([`super::EtcdStore`]) and a standby's follower (`etcd_follow`) use it.
+//! ([`super::EtcdStore`]) and every replica's replicator (`etcd_replica`) use it.
 
 use std::time::Duration;
 

@@ -14,7 +14,7 @@
 //! one, with deltas only, and revisions keep growing across failovers.
 //!
 //! Every replica serves: [`EtcdStore::open_replica`] returns at once as a standby when
-//! another replica writes, and [`EtcdStore::follow`] then feeds the node what the writer
+//! another replica writes, and [`EtcdStore::replicate`] then feeds the node what the writer
 //! commits (an etcd watch), and campaigns for the lease in the background; a standby
 //! that wins catches up with everything committed before it and becomes the writer in
 //! place. A standby writes only its own children's records (reports, acks, runs),
@@ -29,8 +29,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use super::etcd_client::{Client, Compare, EtcdError, Op};
-use super::etcd_follow::{FollowEvent, Follower};
 use super::etcd_lease::{campaign, keep_alive, retrying};
+use super::etcd_replica::{ReplicaEvent, Replicator};
 use super::records::{
     FORMAT, NODE_ID, PROBE, STORE_FORMAT, batch_writes, fixed, stored_from, without_log,
 };
@@ -75,7 +75,7 @@ pub struct EtcdStore {
     /// Names the store in errors (endpoints and prefix).
     at: String,
     /// Whether this replica holds the writer key (false: a standby). Set by the node
-    /// when it takes over ([`FollowEvent::Promoted`]), never cleared: a writer that
+    /// when it takes over ([`ReplicaEvent::Promoted`]), never cleared: a writer that
     /// loses its lease exits.
     writer: Arc<AtomicBool>,
     /// The writer lease's TTL in seconds.
@@ -111,7 +111,7 @@ impl EtcdStore {
 
     /// Connects to etcd and becomes the writer if no replica is, else returns at once
     /// as a standby (once the writer has stamped the store) that serves what it reads;
-    /// see [`EtcdStore::follow`].
+    /// see [`EtcdStore::replicate`].
     pub fn open_replica(config: &EtcdConfig) -> Result<EtcdStore, StoreError> {
         Self::open_as(config, false)
     }
@@ -124,10 +124,10 @@ impl EtcdStore {
     /// Starts following the store from the last [`Store::load`]: what other replicas
     /// commit reaches `events` (the log's records at a standby, children's reports at
     /// every replica), and a standby campaigns for the writer lease, announcing with
-    /// [`FollowEvent::Promoted`] that it won (after a full catch-up). The task runs on
+    /// [`ReplicaEvent::Promoted`] that it won (after a full catch-up). The task runs on
     /// the store's runtime and ends with the store or when `events` closes.
-    pub fn follow(&self, events: tokio::sync::mpsc::UnboundedSender<FollowEvent>) {
-        let follower = Follower {
+    pub fn replicate(&self, events: tokio::sync::mpsc::UnboundedSender<ReplicaEvent>) {
+        let follower = Replicator {
             client: self.client.clone(),
             prefix: self.prefix.clone(),
             writer_key: self.writer_key.clone(),

@@ -7,8 +7,8 @@
 //! are how we hold it to its word); [`MemStore`] serves tests and the simulator.
 
 mod etcd_client;
-mod etcd_follow;
 mod etcd_lease;
+mod etcd_replica;
 mod etcd_store;
 mod memory;
 mod records;
@@ -20,11 +20,11 @@ use strata_protocol::model::{Cursor, ObjectKey};
 use strata_protocol::sync::{KeyEntry, LogMeta, ObjectLog};
 use strata_protocol::wire::{ReportKey, ReportValue, RouteId};
 
-pub use etcd_follow::FollowEvent;
 pub use etcd_lease::LOST_LEASE_EXIT;
+pub use etcd_replica::ReplicaEvent;
 pub use etcd_store::{EtcdConfig, EtcdStore, EtcdTls};
 pub use memory::MemStore;
-pub use records::Followed;
+pub use records::Replicated;
 pub use records::STORE_FORMAT;
 pub use sled_store::{SledStore, open_db as open_sled_db};
 
@@ -197,7 +197,7 @@ pub trait Store: Send + Sync + 'static {
         Ok(())
     }
     /// Whether this node writes its own log; `false` for a standby root replica whose
-    /// log is another replica's, read back (see [`EtcdStore::follow`]).
+    /// log is another replica's, read back (see [`EtcdStore::replicate`]).
     fn writes_log(&self) -> bool {
         true
     }

@@ -151,7 +151,7 @@ pub(super) fn batch_writes(
 /// One record another replica wrote (or removed) in a shared store, as a follower of
 /// that store takes it.
 #[derive(Debug, Clone)]
-pub enum Followed {
+pub enum Replicated {
     /// The log's scalar state.
     LogMeta(strata_protocol::sync::LogMeta),
     /// A log entry (`None`: removed).
@@ -165,10 +165,10 @@ pub enum Followed {
 
 /// What a record's key and value (`None`: the key was removed) mean to a follower;
 /// `None` for records a follower has no use for (acks, runs, the writer key).
-pub(super) fn followed(k: &[u8], v: Option<&[u8]>) -> Result<Option<Followed>, StoreError> {
+pub(super) fn replicated(k: &[u8], v: Option<&[u8]>) -> Result<Option<Replicated>, StoreError> {
     Ok(if k == LOG_META {
         match v {
-            Some(v) => Some(Followed::LogMeta(dec(|| "log meta".into(), v)?)),
+            Some(v) => Some(Replicated::LogMeta(dec(|| "log meta".into(), v)?)),
             None => None,
         }
     } else if let Some(rest) = k.strip_prefix(ENTRY) {
@@ -177,14 +177,14 @@ pub(super) fn followed(k: &[u8], v: Option<&[u8]>) -> Result<Option<Followed>, S
             Some(v) => Some(dec(|| format!("object entry {key:?}"), v)?),
             None => None,
         };
-        Some(Followed::Entry(key, entry))
+        Some(Replicated::Entry(key, entry))
     } else if let Some(rest) = k.strip_prefix(REPORT) {
         let slot: ReportSlot = dec(|| format!("report key {k:?}"), rest)?;
         let value = match v {
             Some(v) => Some(Box::new(dec(|| format!("report {slot:?}"), v)?)),
             None => None,
         };
-        Some(Followed::Report(slot, value))
+        Some(Replicated::Report(slot, value))
     } else {
         None
     })

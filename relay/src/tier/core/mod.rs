@@ -38,7 +38,6 @@ use strata_protocol::wire::{ChildToParent, ParentToChild, Report};
 mod admission;
 mod children;
 mod choose;
-mod follow;
 pub mod history;
 #[cfg(test)]
 mod history_model;
@@ -48,6 +47,7 @@ mod log;
 mod parent;
 mod polling;
 mod replicas;
+mod replicated;
 mod revoke;
 mod rollout;
 #[cfg(test)]
@@ -257,7 +257,7 @@ pub struct CoreSetup {
     /// node; 0 keeps only what children need).
     pub watch_history: u64,
     /// A root replica that serves the writer's log without writing it (its records
-    /// come in through [`NodeCore::follow`]) until [`NodeCore::promote`].
+    /// come in through [`NodeCore::take_replicated`]) until [`NodeCore::promote`].
     pub standby: bool,
     /// After a start or a reconnect to its parent, how long at most new children wait
     /// to be admitted while this node catches up with its parent (learning the

@@ -1,15 +1,15 @@
-//! A root replica following the shared store ([`super::EtcdStore::follow`]): an etcd
+//! A root replica following the shared store ([`super::EtcdStore::replicate`]): an etcd
 //! watch on the prefix from the revision the node loaded at, decoded into records the
 //! node takes in; and, at a standby, the campaign for the writer lease.
 //!
 //! Whenever the watch breaks (a member gone, a compacted start revision) the follower
 //! reads everything again at one revision and hands it over whole
-//! ([`FollowEvent::Records`] with `full`), then watches from there: events at or below
+//! ([`ReplicaEvent::Records`] with `full`), then watches from there: events at or below
 //! that revision are skipped, so nothing is ever taken back to an older value.
 //!
 //! A standby that wins the lease first reads everything (the old writer is fenced by
 //! then, so this is all it ever wrote), hands it over whole, then sends
-//! [`FollowEvent::Promoted`]; the node sets the flag it carries once it has taken the
+//! [`ReplicaEvent::Promoted`]; the node sets the flag it carries once it has taken the
 //! records in, and only then do the log's records go through the fence.
 
 use std::sync::Arc;
@@ -20,16 +20,16 @@ use super::etcd_client::{Client, WatchResponse};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::etcd_lease::{campaign, keep_alive, retrying};
-use super::records::{Followed, followed};
+use super::records::{Replicated, replicated};
 
 /// What a follower hands the node.
 #[derive(Debug)]
-pub enum FollowEvent {
+pub enum ReplicaEvent {
     /// Records other replicas committed. With `full`, every record there is: what the
     /// node holds and is not among them is gone.
     Records {
         /// The records, in commit order.
-        records: Vec<Followed>,
+        records: Vec<Replicated>,
         /// Whether this is everything (after a break of the watch, or a takeover).
         full: bool,
     },
@@ -40,7 +40,7 @@ pub enum FollowEvent {
 }
 
 /// The follower's state; runs on the store's runtime.
-pub(super) struct Follower {
+pub(super) struct Replicator {
     pub(super) client: Client,
     pub(super) prefix: Vec<u8>,
     pub(super) writer_key: Vec<u8>,
@@ -52,9 +52,9 @@ pub(super) struct Follower {
     pub(super) from: i64,
 }
 
-impl Follower {
+impl Replicator {
     /// Follows until `events` closes.
-    pub(super) async fn run(self, events: UnboundedSender<FollowEvent>) {
+    pub(super) async fn run(self, events: UnboundedSender<ReplicaEvent>) {
         let mut through = self.from;
         // The writer's log records are its own; a standby's are the writer's.
         let mut writing = self.writer.load(Ordering::SeqCst);
@@ -103,7 +103,7 @@ impl Follower {
                             for e in &r.events {
                                 through = through.max(e.kv.mod_revision);
                             }
-                            if !records.is_empty() && events.send(FollowEvent::Records { records, full: false }).is_err() {
+                            if !records.is_empty() && events.send(ReplicaEvent::Records { records, full: false }).is_err() {
                                 return;
                             }
                         }
@@ -118,7 +118,7 @@ impl Follower {
                         writing = true;
                         tokio::spawn(keep_alive(self.client.clone(), lease, self.ttl_s, self.at.clone()));
                         tracing::info!(lease, revision = rev, "won the writer lease: this replica writes now");
-                        if events.send(FollowEvent::Promoted(self.writer.clone())).is_err() {
+                        if events.send(ReplicaEvent::Promoted(self.writer.clone())).is_err() {
                             return;
                         }
                     }
@@ -135,7 +135,7 @@ impl Follower {
     /// Reads every record at one revision and hands them over whole (the log's only
     /// if this replica does not write it). Returns the revision, or `None` once the
     /// node is gone.
-    async fn resync(&self, events: &UnboundedSender<FollowEvent>, writing: bool) -> Option<i64> {
+    async fn resync(&self, events: &UnboundedSender<ReplicaEvent>, writing: bool) -> Option<i64> {
         loop {
             let got = retrying(|| {
                 let (c, p) = (self.client.clone(), self.prefix.clone());
@@ -161,7 +161,7 @@ impl Follower {
                 .filter(|kv| kv.key.len() >= n)
                 .filter_map(|kv| decoded(&kv.key[n..], Some(&kv.value), writing))
                 .collect();
-            let full = FollowEvent::Records {
+            let full = ReplicaEvent::Records {
                 records,
                 full: true,
             };
@@ -169,7 +169,7 @@ impl Follower {
         }
     }
 
-    fn decode(&self, r: &WatchResponse, through: i64, writing: bool) -> Vec<Followed> {
+    fn decode(&self, r: &WatchResponse, through: i64, writing: bool) -> Vec<Replicated> {
         let n = self.prefix.len();
         r.events
             .iter()
@@ -187,9 +187,9 @@ impl Follower {
 
 /// A record as the node takes it: the log's only at a replica that does not write it;
 /// an undecodable record is logged and skipped (the next full read has it again).
-fn decoded(key: &[u8], value: Option<&[u8]>, writing: bool) -> Option<Followed> {
-    match followed(key, value) {
-        Ok(Some(Followed::LogMeta(_) | Followed::Entry(..))) if writing => None,
+fn decoded(key: &[u8], value: Option<&[u8]>, writing: bool) -> Option<Replicated> {
+    match replicated(key, value) {
+        Ok(Some(Replicated::LogMeta(_) | Replicated::Entry(..))) if writing => None,
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(error = %e, "skipping a record that does not decode");

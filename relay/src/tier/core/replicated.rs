@@ -1,12 +1,12 @@
 //! A root replica on etcd taking in what other replicas commit
-//! ([`strata_node::store::FollowEvent`]): at a standby, the writer's log, which its
+//! ([`strata_node::store::ReplicaEvent`]): at a standby, the writer's log, which its
 //! children are served from with the same revisions (so a child moves between replicas
 //! with its cursor and a delta); at every replica, the reports of children connected
 //! to another one, so that inventory, routes and status are the same everywhere.
 
 use std::collections::BTreeSet;
 
-use strata_node::store::{Followed, ReportSlot};
+use strata_node::store::{Replicated, ReportSlot};
 use strata_protocol::model::ObjectKey;
 use strata_protocol::sync::{KeyEntry, LogMeta};
 use strata_protocol::wire::{Report, ReportKey, ReportValue};
@@ -23,15 +23,15 @@ impl NodeCore {
     /// there is, and what is held here but not among them is gone. The log's records
     /// are taken only at a standby; reports only for children not connected here
     /// (this replica is the one that writes those).
-    pub fn follow(&mut self, records: Vec<Followed>, full: bool) {
+    pub fn take_replicated(&mut self, records: Vec<Replicated>, full: bool) {
         let mut meta: Option<LogMeta> = None;
         let mut entries: Vec<(ObjectKey, Option<KeyEntry>)> = Vec::new();
         let mut reports: Vec<(ReportSlot, Option<ReportValue>)> = Vec::new();
         for r in records {
             match r {
-                Followed::LogMeta(m) => meta = Some(m),
-                Followed::Entry(k, e) => entries.push((k, e)),
-                Followed::Report(slot, v) => reports.push((slot, v.map(|v| *v))),
+                Replicated::LogMeta(m) => meta = Some(m),
+                Replicated::Entry(k, e) => entries.push((k, e)),
+                Replicated::Report(slot, v) => reports.push((slot, v.map(|v| *v))),
             }
         }
         if self.standby {
@@ -51,7 +51,7 @@ impl NodeCore {
                 .filter(|(k, e)| self.log.entry(k) != e.as_ref())
                 .map(|(k, _)| k.clone())
                 .collect();
-            self.follow_history(full, meta.as_ref(), &entries);
+            self.replicated_history(full, meta.as_ref(), &entries);
             self.log.install(meta, entries);
             for key in changed {
                 self.note_key(key);
@@ -70,7 +70,7 @@ impl NodeCore {
             reports.extend(gone.into_iter().map(|s| (s, None)));
         }
         for (slot, value) in reports {
-            self.follow_report(slot, value);
+            self.replicated_report(slot, value);
         }
     }
 
@@ -78,7 +78,7 @@ impl NodeCore {
     /// event per changed key at the position of its change. A full copy (a standby
     /// that starts or was away) is not a sequence of writes: the history starts again
     /// at its head, and older watches are answered 410 as after a restart.
-    fn follow_history(
+    fn replicated_history(
         &mut self,
         full: bool,
         meta: Option<&LogMeta>,
@@ -106,7 +106,7 @@ impl NodeCore {
     }
 
     /// Another replica's child reported (or its report went).
-    fn follow_report(&mut self, slot: ReportSlot, value: Option<ReportValue>) {
+    fn replicated_report(&mut self, slot: ReportSlot, value: Option<ReportValue>) {
         let (child, key) = slot;
         if self.children.contains_key(&child) {
             return;
