@@ -59,5 +59,6 @@ pub mod rollout_cli;
 pub mod serve;
 pub mod tier;
 pub mod topology_cli;
+pub mod uid;
 pub mod up;
 pub mod views;

@@ -132,7 +132,7 @@ fn render(core: &NodeCore, name: &str, entry: &Entry<'_>) -> Value {
         "labels": labels,
         // A cluster the space never changed has no object yet: version 0.
         "resourceVersion": entry.stored.map_or(0, |o| o.revision.0).to_string(),
-        "uid": super::uid::uid(&key(&Space(String::new()), name)),
+        "uid": crate::uid::uid(&key(&Space(String::new()), name)),
     });
     if let Some(o) = entry.stored {
         metadata["generation"] = json!(o.revision.0);

@@ -7,7 +7,6 @@ pub mod clusters;
 pub mod render;
 pub mod spaces;
 pub mod status_journal;
-mod uid;
 pub mod watch;
 
 use serde_json::{Value, json};

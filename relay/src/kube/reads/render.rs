@@ -33,7 +33,7 @@ pub fn strip_assigned(value: &mut Value) {
     }
 }
 
-pub(crate) use super::uid::uid;
+pub(crate) use crate::uid::uid;
 
 /// The summaries of `object` under every placement that selects it.
 pub fn summaries(core: &NodeCore, object: &Object) -> Vec<(String, Summary)> {

@@ -3,7 +3,7 @@
 use strata_protocol::model::ObjectKey;
 
 /// A stable identifier for the object's key (Kubernetes' `uid` shape).
-pub(crate) fn uid(key: &ObjectKey) -> String {
+pub fn uid(key: &ObjectKey) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = ring::digest::digest(&ring::digest::SHA256, key.to_string().as_bytes());
     // Every object of every list and watch event has one: written in one allocation.
