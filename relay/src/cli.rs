@@ -1,17 +1,14 @@
 //! The `relay` command line: run a node, or talk to the root's API.
 
-use std::fmt;
 use std::io::Read;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use hyper::{Method, StatusCode};
 use serde_json::Value;
-use strata_node::tls::TlsError;
 
-use crate::client::{ApiClient, RequestError};
+pub use crate::cli_api::{ApiArgs, CallError, ManifestError, Output};
 use crate::serve::ServeError;
 use crate::topology_cli::TopologyCliError;
 
@@ -232,51 +229,6 @@ pub enum Command {
     },
 }
 
-/// Output formats of `get`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Output {
-    /// A table.
-    Table,
-    /// The table with error samples and versions.
-    Wide,
-    /// YAML.
-    Yaml,
-    /// JSON.
-    Json,
-    /// `kind.group/name`, one a line.
-    Name,
-    /// Strata's own view as JSON: each object with its rollout and status summary per
-    /// placement (what the table shows, in full; one cluster's exact status).
-    Summary,
-}
-
-/// How to reach the root's API.
-#[derive(Debug, Args)]
-pub struct ApiArgs {
-    /// The API's address.
-    #[arg(long, env = "STRATA_SERVER", default_value = "127.0.0.1:8443")]
-    pub server: SocketAddr,
-    /// The root's node name, which its certificate must carry.
-    #[arg(long, env = "STRATA_SERVER_NAME", default_value = "center")]
-    pub server_name: String,
-    /// The hierarchy's CA certificate.
-    #[arg(long, env = "STRATA_CA", value_name = "FILE")]
-    pub ca: PathBuf,
-    /// A bearer token from the root's tokens file.
-    #[arg(long, env = "STRATA_TOKEN", hide_env_values = true)]
-    pub token: String,
-    /// The space.
-    #[arg(long, env = "STRATA_SPACE", default_value = "default")]
-    pub space: String,
-}
-
-impl ApiArgs {
-    /// The API client these arguments describe.
-    pub fn client(&self) -> Result<ApiClient, TlsError> {
-        ApiClient::new(self.server, &self.server_name, &self.ca, &self.token)
-    }
-}
-
 /// Why a command failed. The binary prints it with its causes, one after another.
 #[derive(Debug, thiserror::Error)]
 #[allow(missing_docs)] // `NotFound` names what was asked for
@@ -308,14 +260,9 @@ pub enum CliError {
     /// `relay delete` was given neither a file nor a kind and a name.
     #[error("give -f FILE, or KIND and NAME")]
     DeleteWhat,
-    /// `relay get KIND NAME` found nothing.
-    #[error("{kind} {name:?} not found in space {space:?}{}", namespace.as_ref().map(|n| format!(", namespace {n:?}")).unwrap_or_default())]
-    NotFound {
-        kind: String,
-        name: String,
-        space: String,
-        namespace: Option<String>,
-    },
+    /// `relay get` or `relay delete KIND NAME`.
+    #[error(transparent)]
+    Objects(#[from] crate::objects_cli::ObjectsError),
     /// `relay cordon|uncordon|drain`.
     #[error(transparent)]
     Lifecycle(#[from] crate::lifecycle::LifecycleError),
@@ -331,60 +278,6 @@ pub enum CliError {
     /// The answer could not be written as YAML.
     #[error(transparent)]
     Yaml(#[from] serde_saphyr::ser::Error),
-}
-
-/// Why a call to the API failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CallError {
-    /// The CA file is unusable.
-    #[error(transparent)]
-    Client(#[from] TlsError),
-    /// No answer.
-    #[error(transparent)]
-    Request(#[from] RequestError),
-    /// The API answered with an error status.
-    #[error("{status}: {message}{}", Indented(errors))]
-    Refused {
-        /// The answer's status.
-        status: StatusCode,
-        /// The answer's `error`.
-        message: String,
-        /// The answer's `errors`, each fault of a refused request.
-        errors: Vec<String>,
-    },
-}
-
-/// Why manifests were not sent: nothing is sent unless every document is valid.
-#[derive(Debug, thiserror::Error)]
-#[allow(missing_docs)] // each variant names the file or directory as given, and the cause
-pub enum ManifestError {
-    /// Standard input could not be read.
-    #[error("reading standard input")]
-    Stdin(#[source] std::io::Error),
-    /// The directory given could not be listed.
-    #[error("{dir}: cannot list")]
-    List { dir: String, source: std::io::Error },
-    /// A file could not be read.
-    #[error("{file}: cannot read")]
-    Read {
-        file: String,
-        source: std::io::Error,
-    },
-    /// Some documents are invalid.
-    #[error("nothing was sent:{}", Indented(faults))]
-    Invalid {
-        /// Each fault, naming the file, the document and the field.
-        faults: Vec<String>,
-    },
-}
-
-/// Each line on a line of its own, indented under the message.
-struct Indented<'a>(&'a [String]);
-
-impl fmt::Display for Indented<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|line| write!(f, "\n  {line}"))
-    }
 }
 
 /// Runs a command.
@@ -451,7 +344,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 Ok(())
             }
             (None, Some(kind), Some(name)) => {
-                crate::objects_cli::delete(&api, &kind, &name, &namespace).await
+                Ok(crate::objects_cli::delete(&api, &kind, &name, &namespace).await?)
             }
             _ => Err(CliError::DeleteWhat),
         },
@@ -471,7 +364,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 all_namespaces,
                 selector,
             };
-            crate::objects_cli::get(&api, what, output).await
+            Ok(crate::objects_cli::get(&api, what, output).await?)
         }
         Command::Rollout {
             action,

@@ -38,6 +38,7 @@ pub mod api;
 pub mod api_metrics;
 pub mod certs;
 pub mod cli;
+pub mod cli_api;
 pub mod client;
 pub mod config;
 pub mod demo;

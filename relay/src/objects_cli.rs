@@ -9,9 +9,35 @@
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::cli::{ApiArgs, CallError, CliError, Output};
+use crate::cli_api::{ApiArgs, CallError, Output};
 use crate::client::ApiClient;
 use crate::kinds::{self, Kind};
+
+/// Why `relay get` or `relay delete KIND NAME` failed.
+#[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // `NotFound` names what was asked for
+pub enum ObjectsError {
+    /// The API could not be asked, or refused.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// The KIND could not be resolved.
+    #[error(transparent)]
+    Kind(#[from] crate::kinds::ResolveError),
+    /// `relay get KIND NAME` found nothing.
+    #[error("{kind} {name:?} not found in space {space:?}{}", namespace.as_ref().map(|n| format!(", namespace {n:?}")).unwrap_or_default())]
+    NotFound {
+        kind: String,
+        name: String,
+        space: String,
+        namespace: Option<String>,
+    },
+    /// The answer could not be written as JSON.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// The answer could not be written as YAML.
+    #[error(transparent)]
+    Yaml(#[from] serde_saphyr::ser::Error),
+}
 
 /// Which objects `relay get` or `relay delete` is about.
 #[derive(Debug, Clone)]
@@ -28,18 +54,18 @@ pub struct Selection {
     pub selector: Option<String>,
 }
 
-fn client(api: &ApiArgs) -> Result<ApiClient, CliError> {
+fn client(api: &ApiArgs) -> Result<ApiClient, ObjectsError> {
     api.client()
-        .map_err(|e| CliError::Call(CallError::Client(e)))
+        .map_err(|e| ObjectsError::Call(CallError::Client(e)))
 }
 
-async fn resolve(client: &ApiClient, api: &ApiArgs, word: &str) -> Result<Kind, CliError> {
+async fn resolve(client: &ApiClient, api: &ApiArgs, word: &str) -> Result<Kind, ObjectsError> {
     Ok(kinds::resolve(client, &api.space, word).await?)
 }
 
 /// A refusal from the Kubernetes API (a `metav1.Status`) as an error.
-fn refused(status: StatusCode, v: &Value) -> CliError {
-    CliError::Call(CallError::Refused {
+fn refused(status: StatusCode, v: &Value) -> ObjectsError {
+    ObjectsError::Call(CallError::Refused {
         status,
         message: v["message"]
             .as_str()
@@ -50,11 +76,11 @@ fn refused(status: StatusCode, v: &Value) -> CliError {
     })
 }
 
-async fn ask(client: &ApiClient, method: Method, path: &str) -> Result<Value, CliError> {
+async fn ask(client: &ApiClient, method: Method, path: &str) -> Result<Value, ObjectsError> {
     let (status, v) = client
         .request(method, path, None)
         .await
-        .map_err(|e| CliError::Call(CallError::Request(e)))?;
+        .map_err(|e| ObjectsError::Call(CallError::Request(e)))?;
     if status.is_success() {
         Ok(v)
     } else {
@@ -63,7 +89,7 @@ async fn ask(client: &ApiClient, method: Method, path: &str) -> Result<Value, Cl
 }
 
 /// `relay get`.
-pub async fn get(api: &ApiArgs, what: Selection, output: Output) -> Result<(), CliError> {
+pub async fn get(api: &ApiArgs, what: Selection, output: Output) -> Result<(), ObjectsError> {
     let client = client(api)?;
     let kind = resolve(&client, api, &what.kind).await?;
     let namespace = (kind.namespaced && !what.all_namespaces).then_some(what.namespace.as_str());
@@ -118,7 +144,7 @@ async fn table(
     what: &Selection,
     namespace: Option<&str>,
     output: Output,
-) -> Result<(), CliError> {
+) -> Result<(), ObjectsError> {
     let mut path = format!(
         "/spaces/{}/objects?kind={}&group={}",
         api.space,
@@ -137,7 +163,7 @@ async fn table(
     let v = ask(client, Method::GET, &path).await?;
     let items = v["items"].as_array().cloned().unwrap_or_default();
     if let (Some(name), true) = (&what.name, items.is_empty()) {
-        return Err(CliError::NotFound {
+        return Err(ObjectsError::NotFound {
             kind: kind.name_prefix(),
             name: name.clone(),
             space: api.space.clone(),
@@ -183,7 +209,7 @@ pub async fn delete(
     kind: &str,
     name: &str,
     namespace: &str,
-) -> Result<(), CliError> {
+) -> Result<(), ObjectsError> {
     let client = client(api)?;
     let kind = resolve(&client, api, kind).await?;
     let ns = kind.namespaced.then_some(namespace);
