@@ -82,7 +82,7 @@ pub enum ReportValue {
     /// For [`ReportKey::Complete`].
     Complete,
     /// For [`ReportKey::Link`], with the child's certificate expiry (protocol version
-    /// 4, [`RENEW_VERSION`]).
+    /// 4, [`RENEW_VERSION`](super::RENEW_VERSION)).
     LinkExpiring(LinkRecord),
 }
 
