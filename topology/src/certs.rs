@@ -12,7 +12,6 @@
 //! [`crate::files`] says (each node's files in its own directory) and refuses to give a
 //! node the CA key: no node file is the CA key's path, and no node key is the CA's key.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
@@ -24,54 +23,15 @@ use crate::files::{self, ConfinementError, Holder};
 use crate::names::check_node_name;
 
 mod api;
+mod expiry;
+mod io;
 mod renew;
 use crate::Topology;
 pub use api::api_sans;
+pub use expiry::{Expiring, expiring, not_after, pem_not_after, unix_now, utc_date};
+use io::read;
+pub use io::{CertError, write, write_secret};
 pub use renew::{RenewRefusal, chain_matches_key, pem_validity};
-
-/// Why a certificate could not be issued or written.
-#[derive(Debug, thiserror::Error)]
-pub enum CertError {
-    /// The node name cannot go into a certificate.
-    #[error("cannot issue a certificate for {name:?}: {reason}")]
-    BadName {
-        /// The name.
-        name: String,
-        /// Why.
-        reason: String,
-    },
-    /// rcgen refused.
-    #[error("certificate generation failed: {0}")]
-    Generate(#[from] rcgen::Error),
-    /// A file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A PEM file holds no usable CA certificate or key.
-    #[error("{path}: {reason}")]
-    BadFile {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
-    /// A node would be given, or would reference, what it must not hold (the CA key,
-    /// another node's file).
-    #[error(transparent)]
-    Confinement(#[from] ConfinementError),
-    /// Going on would replace a key or the CA; `--force` allows it.
-    #[error("{path}: {reason}; pass --force to replace it")]
-    WouldReplace {
-        /// The file.
-        path: PathBuf,
-        /// What would be replaced.
-        reason: String,
-    },
-}
 
 /// Node certificates are valid this many days unless the topology says otherwise.
 pub const DEFAULT_NODE_DAYS: u32 = 365;
@@ -347,38 +307,6 @@ impl NodeCert {
     }
 }
 
-/// Writes a file, naming it in the error.
-pub fn write(path: &Path, contents: &str) -> Result<(), CertError> {
-    std::fs::write(path, contents).map_err(|source| CertError::Io {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-/// Writes a file only its owner may read (keys, tokens).
-pub fn write_secret(path: &Path, contents: &str) -> Result<(), CertError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let io = |source| CertError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io)?;
-    f.write_all(contents.as_bytes()).map_err(io)
-}
-
-fn read(path: &Path) -> Result<String, CertError> {
-    std::fs::read_to_string(path).map_err(|source| CertError::Io {
-        path: path.to_owned(),
-        source,
-    })
-}
-
 /// Where the CA comes from.
 #[derive(Debug, Clone, Default)]
 pub struct CertOptions {
@@ -629,64 +557,4 @@ pub fn random_token() -> Result<String, CertError> {
             reason: "the system random source failed".to_owned(),
         })?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
-}
-
-/// When a certificate (DER) stops being valid: its `notAfter`, in seconds since the Unix
-/// epoch; `None` when it does not parse.
-pub fn not_after(der: &[u8]) -> Option<i64> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    Some(cert.validity().not_after.timestamp())
-}
-
-/// The `notAfter` of the first certificate of a PEM file (a chain's leaf), in seconds
-/// since the Unix epoch; `None` when it holds none that parses.
-pub fn pem_not_after(pem: &str) -> Option<i64> {
-    let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
-    not_after(&block.contents)
-}
-
-/// The wall clock, in seconds since the Unix epoch: certificates are dated by it (this
-/// crate issues certificates; it never runs inside the simulation).
-pub fn unix_now() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp()
-}
-
-/// A date (UTC, `2027-11-24`) from seconds since the Unix epoch.
-pub fn utc_date(secs: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp(secs)
-        .map(|t| t.date().to_string())
-        .unwrap_or_else(|_| format!("@{secs}"))
-}
-
-/// A certificate that expires soon (or has).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Expiring {
-    /// The certificate file.
-    pub path: PathBuf,
-    /// Its `notAfter`, seconds since the Unix epoch.
-    pub not_after: i64,
-    /// Whole days left at `now` (negative: expired that many days ago).
-    pub days_left: i64,
-}
-
-/// The certificates among `files` (`.crt` files issued by [`issue_all`]; others are
-/// ignored) that expire within `within_days` of `now` (seconds since the Unix epoch),
-/// soonest first.
-pub fn expiring(files: &[PathBuf], now: i64, within_days: u32) -> Vec<Expiring> {
-    let horizon = now + i64::from(within_days) * 86_400;
-    let mut out: Vec<Expiring> = files
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "crt"))
-        .filter_map(|p| {
-            let pem = std::fs::read_to_string(p).ok()?;
-            let not_after = pem_not_after(&pem)?;
-            (not_after <= horizon).then(|| Expiring {
-                path: p.clone(),
-                not_after,
-                days_left: (not_after - now).div_euclid(86_400),
-            })
-        })
-        .collect();
-    out.sort_by_key(|e| e.not_after);
-    out
 }

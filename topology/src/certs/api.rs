@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use rcgen::{ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose};
 
-use super::{Action, Ca, CertError, named, read, refuse_ca_key, valid_for, write, write_secret};
+use super::io::{CertError, read, write, write_secret};
+use super::{Action, Ca, named, refuse_ca_key, valid_for};
 use crate::files::{self, Holder};
 use crate::{Addr, Relay, Topology};
 

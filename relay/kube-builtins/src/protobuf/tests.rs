@@ -1,3 +1,6 @@
+use std::collections::BTreeMap;
+
+use super::special::civil;
 use super::*;
 use crate::builtins;
 use serde_json::json;

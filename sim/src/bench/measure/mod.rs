@@ -2,18 +2,22 @@
 //! bytes per tier, P3 status to the root's summary, P4 region resync and reconnect
 //! storm, P6 memory, and CPU per tier.
 
+mod arrivals;
+mod summaries;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use strata_node::objects::parse_manifests;
 use strata_protocol::codec::encoded_len;
-use strata_protocol::model::{Revision, Space};
-use strata_protocol::summary::Summary;
+use strata_protocol::model::Space;
 use strata_relay::tier::runtime::{LinkStats, NodeClient};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::tree::{Applied, TIER_THREADS, Tree};
+pub(crate) use self::arrivals::Arrivals;
+use self::summaries::{SUMMARY_POLL, Seen, shows_all, summary_complete};
+use super::tree::{TIER_THREADS, Tree};
 use super::{
     BenchError, Dist, Memory, Options, P3Hops, Resync, Storm, StormRefusals, TierBytes, TierHop,
     TopologyReport, calibrate, procstat,
@@ -107,153 +111,6 @@ async fn encoded(root: &NodeClient, name: impl Into<String>) -> usize {
     .unwrap_or(0)
 }
 
-/// How often [`Arrivals::wait`] looks for applies.
-const ARRIVALS_POLL: Duration = Duration::from_millis(10);
-
-/// Applies seen by the harness, per leaf.
-pub(crate) struct Arrivals {
-    rx: mpsc::UnboundedReceiver<Applied>,
-}
-
-impl Arrivals {
-    pub(crate) fn new(rx: mpsc::UnboundedReceiver<Applied>) -> Self {
-        Arrivals { rx }
-    }
-
-    /// Waits until every leaf in `leaves` applied revision `rev` or later; returns each
-    /// leaf's first such apply, as time since `start`.
-    pub(crate) async fn wait(
-        &mut self,
-        leaves: std::ops::Range<usize>,
-        rev: u64,
-        start: Instant,
-        limit: Duration,
-    ) -> Result<Vec<(usize, Duration)>, BenchError> {
-        let total = leaves.len();
-        let (got, missing) = self.wait_partial(leaves, rev, start, limit).await;
-        if missing > 0 {
-            return Err(BenchError::Timeout {
-                what: format!("revision {rev} at every leaf"),
-                secs: limit.as_secs(),
-                detail: format!("{missing} of {total} leaves never applied it"),
-            });
-        }
-        Ok(got)
-    }
-
-    /// Like [`Arrivals::wait`], but gives up at the limit with what arrived and how
-    /// many leaves are missing.
-    async fn wait_partial(
-        &mut self,
-        leaves: std::ops::Range<usize>,
-        rev: u64,
-        start: Instant,
-        limit: Duration,
-    ) -> (Vec<(usize, Duration)>, usize) {
-        let mut seen: Vec<Option<Duration>> = vec![None; leaves.len()];
-        let mut missing = leaves.len();
-        let deadline = start + limit;
-        while missing > 0 {
-            // Polled, not awaited: a task waiting on the channel is woken by every
-            // apply, a cross-thread wake-up from the agents' runtime each (20,000 per
-            // two updates at 10,000 leaves), a cost taken from what is measured. Each
-            // apply carries its own time, so polling late changes no figure.
-            let a = match self.rx.try_recv() {
-                Ok(a) => a,
-                Err(mpsc::error::TryRecvError::Empty) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        break;
-                    }
-                    tokio::time::sleep(ARRIVALS_POLL.min(deadline - now)).await;
-                    continue;
-                }
-                Err(mpsc::error::TryRecvError::Disconnected) => break,
-            };
-            let leaf = a.leaf as usize;
-            if a.revision >= rev && leaves.contains(&leaf) {
-                let slot = &mut seen[leaf - leaves.start];
-                if slot.is_none() {
-                    *slot = Some(a.at.saturating_duration_since(start));
-                    missing -= 1;
-                }
-            }
-        }
-        let got = seen
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, d)| d.map(|d| (i + leaves.start, d)))
-            .collect();
-        (got, missing)
-    }
-
-    /// Forgets applies reported so far.
-    pub(crate) fn drain(&mut self) {
-        while self.rx.try_recv().is_ok() {}
-    }
-
-    /// The next apply reported before `until`.
-    pub(crate) async fn next_until(
-        &mut self,
-        until: Instant,
-    ) -> Result<Option<Applied>, tokio::time::error::Elapsed> {
-        tokio::time::timeout_at(until, self.rx.recv()).await
-    }
-}
-
-/// Which summary of the payload [`shows_all`] looks at.
-#[derive(Debug, Clone, Copy)]
-enum Seen {
-    /// The one the node computes over its subtree (the root's, which users ask for).
-    Computed,
-    /// The one a relay last pushed to its parent: the hop's end as the parent sees it,
-    /// and a lookup where computing costs a seek per cluster below. Polling relays
-    /// every 25 ms for computed summaries was ~3 % of the CPU of an update at 10,000
-    /// leaves, taken from what it measured.
-    Pushed,
-}
-
-/// Whether `node`'s summary of the payload shows `leaves` leaves available at `rev`.
-async fn shows_all(node: &NodeClient, seen: Seen, leaves: usize, rev: u64) -> bool {
-    node.query(move |c| {
-        let placement = c.placements().first()?;
-        let key = c.log().live().find(|o| o.key().name == "payload")?.key();
-        let complete = |s: &Summary| {
-            s.health.available as usize == leaves && s.min_revision == Some(Revision(rev))
-        };
-        Some(match seen {
-            Seen::Computed => complete(&c.summary(placement, key)),
-            Seen::Pushed => c.pushed_summary(&placement.name, key).is_some_and(complete),
-        })
-    })
-    .await
-    .flatten()
-    .unwrap_or(false)
-}
-
-/// Waits until the root's summary of `name` shows every leaf available at `rev`.
-async fn summary_complete(
-    root: &NodeClient,
-    leaves: usize,
-    rev: u64,
-    limit: Duration,
-) -> Result<Instant, BenchError> {
-    let start = Instant::now();
-    loop {
-        if shows_all(root, Seen::Computed, leaves, rev).await {
-            return Ok(Instant::now());
-        }
-        if start.elapsed() > limit {
-            return Err(BenchError::Timeout {
-                what: format!("root summary at revision {rev}"),
-                secs: limit.as_secs(),
-                detail: "not every leaf reported".into(),
-            });
-        }
-        tokio::time::sleep(SUMMARY_POLL).await;
-    }
-}
-
 /// When each relay of one tier pushed a summary showing all of its leaves at `rev` to its
 /// parent, after `start`: every relay not yet complete is asked at each poll, so that one late
 /// relay does not delay the others' times. Gives up at `limit`.
@@ -294,12 +151,6 @@ async fn tier_complete(
         },
     }
 }
-
-/// How often the harness asks the root for its summary (P3's resolution). Each ask
-/// computes the summary over every cluster at the root: at 10,000 leaves, asking every
-/// 5 ms took about a third of the CPU of the whole hierarchy during an update, slowing
-/// what it measured.
-const SUMMARY_POLL: Duration = Duration::from_millis(25);
 
 fn sent(s: &LinkStats) -> u64 {
     s.children.iter().map(|c| c.1).sum()

@@ -1,63 +1,29 @@
 //! The parent's side of one child's connection.
 
+mod config;
+mod downsync;
+
+pub use self::config::SessionConfig;
+
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use self::downsync::{Stream, Subscription};
 use super::liveness::{Liveness, LivenessAction};
 use super::log::ObjectLog;
 use super::reports::ReportInbox;
-use super::upstream::Translation;
-use super::{SessionError, SharedRoute, wire_estimate};
-use crate::model::{Cursor, ObjectKey, Position};
+use super::{SessionError, SharedRoute};
+use crate::model::{Cursor, Position};
 use crate::time::Instant;
 use crate::wire::{
-    Change, ChildToParent, Delta, ErrorCode, Hello, LABELS_VERSION, MAX_PROTOCOL_VERSION,
-    MIN_PROTOCOL_VERSION, ParentToChild, ProtocolVersion, REPLICA_VERSION, Report, RouteId,
-    Snapshot, StreamMark, Welcome,
+    ChildToParent, ErrorCode, Hello, LABELS_VERSION, ParentToChild, ProtocolVersion,
+    REPLICA_VERSION, Report, RouteId, StreamMark, Welcome,
 };
-
-/// Tuning of a parent's sessions.
-#[derive(Debug, Clone)]
-pub struct SessionConfig {
-    /// The parent's node name, told to children in the welcome.
-    pub parent: String,
-    /// Identifies the parent's durable state (see [`Welcome::incarnation`]).
-    pub incarnation: u64,
-    /// Labels every cluster below this parent carries (see [`Welcome::labels`]).
-    pub labels: crate::model::Labels,
-    /// Heartbeat interval when a side is otherwise silent.
-    pub heartbeat: Duration,
-    /// Silence after which the peer is considered gone.
-    pub idle_timeout: Duration,
-    /// Most unacknowledged downsync bytes (estimated) in flight to one child.
-    pub window_bytes: usize,
-    /// Soft limit of one downsync frame; a part closes once it reaches this size.
-    pub part_bytes: usize,
-    /// The protocol versions this parent speaks, lowest and highest:
-    /// [`MIN_PROTOCOL_VERSION`] and [`MAX_PROTOCOL_VERSION`] unless narrowed (tests of
-    /// a hierarchy of mixed versions).
-    pub versions: (ProtocolVersion, ProtocolVersion),
-}
 
 /// The longest a parent lets a report ack wait for a message to ride with (it rides
 /// with the heartbeat at the latest): half of how long a child waits for an ack before
 /// it resends ([`crate::sync::ReportsConfig::retransmit_after`], 10 s by default).
 const MAX_ACK_DEFERRAL: Duration = Duration::from_secs(5);
-
-impl Default for SessionConfig {
-    fn default() -> Self {
-        SessionConfig {
-            parent: String::new(),
-            incarnation: 0,
-            labels: crate::model::Labels::new(),
-            heartbeat: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(20),
-            window_bytes: 4 << 20,
-            part_bytes: 256 << 10,
-            versions: (MIN_PROTOCOL_VERSION, MAX_PROTOCOL_VERSION),
-        }
-    }
-}
 
 /// What a [`ChildSession`] tells its driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,47 +53,6 @@ enum Phase {
     AwaitHello,
     Open,
     Closed,
-}
-
-/// What the downsync stream is doing.
-#[derive(Debug)]
-enum Stream {
-    /// Subscribed, but the log is not serving yet (a relay that has not synced with its
-    /// own parent since it lost its disk): how to start is decided once it is.
-    Undecided {
-        after: Cursor,
-        route: Option<RouteId>,
-        /// The grandparent cursor the child's view stands for, when it named one.
-        upstream: Option<Cursor>,
-    },
-    /// Sent through `sent`; waits for the log to move.
-    CaughtUp,
-    /// Sending a snapshot of the log at `at`, in key order after `resume`.
-    Snapshot {
-        at: Position,
-        resume: Option<ObjectKey>,
-        part: u32,
-    },
-    /// Sending the delta `(sent, to]`: the keys changed in that range, frozen when the
-    /// delta started, each sent in its latest state.
-    Delta {
-        to: Position,
-        keys: VecDeque<ObjectKey>,
-        part: u32,
-    },
-}
-
-#[derive(Debug)]
-struct Subscription {
-    epoch: u32,
-    next_seq: u64,
-    /// The child's position once everything sent so far is applied.
-    sent: Position,
-    /// What the child has durably applied: its cursor when it subscribed, then its acks.
-    durable: Cursor,
-    stream: Stream,
-    inflight: VecDeque<(u64, usize)>,
-    inflight_bytes: usize,
 }
 
 /// The parent's side of one child's session: handshake, downsync of the child's routed
@@ -589,149 +514,16 @@ impl ChildSession {
         if let Some(frame) = self.after_hint.take() {
             return Some(frame);
         }
-        let part_bytes = self.config.part_bytes;
-        let route = self.route.clone();
         let sub = self.sub.as_mut()?;
         if sub.inflight_bytes >= self.config.window_bytes || !log.is_serving() {
             return None;
         }
-        if let Stream::Undecided {
-            after,
-            route: child_route,
-            upstream,
-        } = sub.stream
-        {
-            if self.hold.is_some() {
-                return None;
-            }
-            // Deltas are sound only from a position of this very log that is still
-            // covered by its history, for a view cut with the same route; or from a
-            // position that stands for the grandparent cursor a child coming from
-            // another replica of this tier named (see `upstream.rs`).
-            let same_route = child_route == Some(route.id());
-            let deltas_ok = after.log == log.id()
-                && after.position <= log.head()
-                && after.position >= log.floor()
-                && same_route;
-            let moved_from = upstream
-                .filter(|_| same_route && after.log != log.id())
-                .map(|u| log.upstream().translate(u));
-            sub.stream = match moved_from {
-                // A delta even when empty: the child learns it holds everything this
-                // node held at its subscription (a relay admits its own children only
-                // then, having learned every revocation).
-                _ if deltas_ok => Stream::Delta {
-                    to: log.head(),
-                    keys: log.keys_changed(after.position, log.head()).into(),
-                    part: 0,
-                },
-                // This replica has not followed its parent that far yet: wait for it
-                // rather than move the child back with a snapshot.
-                Some(Translation::Behind) => return None,
-                Some(Translation::At(from)) if from >= log.floor() && from <= log.head() => {
-                    // A delta even when empty: it moves the child's cursor onto this log.
-                    sub.sent = from;
-                    sub.durable = Cursor {
-                        log: log.id(),
-                        position: from,
-                    };
-                    Stream::Delta {
-                        to: log.head(),
-                        keys: log.keys_changed(from, log.head()).into(),
-                        part: 0,
-                    }
-                }
-                _ => Stream::Snapshot {
-                    at: log.head(),
-                    resume: None,
-                    part: 0,
-                },
-            };
-        }
-        if matches!(sub.stream, Stream::CaughtUp) {
-            if log.head() <= sub.sent {
-                return None;
-            }
-            sub.stream = Stream::Delta {
-                to: log.head(),
-                keys: log.keys_changed(sub.sent, log.head()).into(),
-                part: 0,
-            };
-        }
-        let mut reached = None;
-        let (msg, bytes) = match &mut sub.stream {
-            Stream::CaughtUp | Stream::Undecided { .. } => return None,
-            Stream::Snapshot { at, resume, part } => {
-                let mut objects = Vec::new();
-                let mut bytes = 64;
-                let mut last = true;
-                for object in log.live_after(resume.as_ref()) {
-                    if bytes >= part_bytes {
-                        last = false;
-                        break;
-                    }
-                    *resume = Some(object.key().clone());
-                    if route.includes(&object.meta) {
-                        let change = Change::Upsert(object.clone());
-                        bytes += wire_estimate(&change);
-                        if let Change::Upsert(o) = change {
-                            objects.push(o);
-                        }
-                    }
-                }
-                let msg = ParentToChild::Snapshot(Snapshot {
-                    epoch: sub.epoch,
-                    seq: sub.next_seq,
-                    part: *part,
-                    at: Cursor {
-                        log: log.id(),
-                        position: *at,
-                    },
-                    route: route.id(),
-                    last,
-                    objects,
-                });
-                *part += 1;
-                if last {
-                    sub.sent = *at;
-                    reached = Some(*at);
-                    sub.stream = Stream::CaughtUp;
-                }
-                (msg, bytes)
-            }
-            Stream::Delta { to, keys, part } => {
-                let mut changes = Vec::new();
-                let mut bytes = 64;
-                while bytes < part_bytes {
-                    let Some(key) = keys.pop_front() else { break };
-                    if let Some(change) = delta_change(log, &route, key) {
-                        bytes += wire_estimate(&change);
-                        changes.push(change);
-                    }
-                }
-                let last = keys.is_empty();
-                let msg = ParentToChild::Delta(Delta {
-                    epoch: sub.epoch,
-                    seq: sub.next_seq,
-                    part: *part,
-                    log: log.id(),
-                    from: sub.sent,
-                    to: *to,
-                    last,
-                    changes,
-                });
-                *part += 1;
-                if last {
-                    sub.sent = *to;
-                    reached = Some(*to);
-                    sub.stream = Stream::CaughtUp;
-                }
-                (msg, bytes)
-            }
-        };
-        sub.inflight.push_back((sub.next_seq, bytes));
-        sub.inflight_bytes += bytes;
-        sub.next_seq += 1;
+        let (msg, reached) = sub.next_frame(
+            log,
+            &self.route,
+            self.config.part_bytes,
+            self.hold.is_some(),
+        )?;
         // A replica tells the child what the position it reached stands for upstream,
         // so that the child can move to another replica with a delta. The hint goes
         // first, on the same stream: whoever applies the frame has the hint.
@@ -747,21 +539,6 @@ impl ChildSession {
             });
         }
         Some(msg)
-    }
-}
-
-/// What the child must be told about `key`, whose latest change lies in the delta: its
-/// latest version if the route selects it, a delete if the child may hold some version
-/// the route selected, nothing otherwise (routing: unselected subtrees hear nothing).
-fn delta_change(log: &ObjectLog, route: &SharedRoute, key: ObjectKey) -> Option<Change> {
-    let Some(entry) = log.entry(&key) else {
-        // Compacted away while the delta was under way: it was a tombstone.
-        return Some(Change::Delete(key));
-    };
-    match entry.object() {
-        Some(object) if route.includes(&object.meta) => Some(Change::Upsert(object.clone())),
-        _ if entry.ever_selected(|meta| route.includes(meta)) => Some(Change::Delete(key)),
-        _ => None,
     }
 }
 

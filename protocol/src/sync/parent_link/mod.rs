@@ -1,111 +1,23 @@
 //! The child's side of the link to its parent.
 
+mod config;
+mod events;
+
+pub use self::config::LinkConfig;
+pub use self::events::LinkEvent;
+
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use super::SessionError;
 use super::liveness::{Liveness, LivenessAction};
-use super::reports::{ReportOutbox, ReportsConfig};
+use super::reports::ReportOutbox;
 use crate::model::{Cursor, ObjectKey, Position};
 use crate::time::Instant;
 use crate::wire::{
-    Change, ChildToParent, Delta, ErrorCode, Hello, MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION,
-    ParentToChild, ProtocolVersion, REPLICA_VERSION, Report, Role, RouteId, Snapshot, StreamMark,
+    Change, ChildToParent, Delta, ErrorCode, Hello, ParentToChild, ProtocolVersion,
+    REPLICA_VERSION, Report, RouteId, Snapshot, StreamMark,
 };
-
-/// Tuning of a child's link.
-#[derive(Debug, Clone)]
-pub struct LinkConfig {
-    /// This node's name, as its certificate states it.
-    pub node: String,
-    /// Relay or agent.
-    pub role: Role,
-    /// Identifies this run of the node, new at every start (see [`Hello::run`]).
-    pub run: u64,
-    /// Heartbeat interval until the parent's welcome sets it.
-    pub heartbeat: Duration,
-    /// Idle timeout until the parent's welcome sets it; also bounds the wait for the
-    /// welcome itself.
-    pub idle_timeout: Duration,
-    /// How long the parent may appear ahead of what arrived (its heartbeat names frames
-    /// not received) before the child subscribes again.
-    pub resubscribe_after: Duration,
-    /// The report stream.
-    pub reports: ReportsConfig,
-    /// This node's replica id when it is one replica of a replicated tier: the link then
-    /// opens with a [`ChildToParent::ReplicaHello`] (protocol version 3 and up).
-    pub replica: Option<String>,
-    /// The protocol versions this child speaks, lowest and highest:
-    /// [`MIN_PROTOCOL_VERSION`] and [`MAX_PROTOCOL_VERSION`] unless narrowed (tests of
-    /// a hierarchy of mixed versions).
-    pub versions: (crate::wire::ProtocolVersion, crate::wire::ProtocolVersion),
-}
-
-impl LinkConfig {
-    /// Defaults for a node of this name and role.
-    pub fn new(node: impl Into<String>, role: Role) -> Self {
-        LinkConfig {
-            node: node.into(),
-            role,
-            run: 0,
-            heartbeat: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(20),
-            resubscribe_after: Duration::from_secs(2),
-            reports: ReportsConfig::default(),
-            replica: None,
-            versions: (MIN_PROTOCOL_VERSION, MAX_PROTOCOL_VERSION),
-        }
-    }
-}
-
-/// What a [`ParentLink`] tells its driver. Apply and persist each event before the next
-/// [`ParentLink::poll_transmit`]: that call acknowledges everything handed out so far.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LinkEvent {
-    /// The parent welcomed us.
-    Connected {
-        /// The parent's node name.
-        parent: String,
-        /// The negotiated version.
-        version: ProtocolVersion,
-        /// The parent's incarnation: when it differs from the one last seen, push every
-        /// current report again.
-        incarnation: u64,
-        /// Labels the parent and its ancestors give every cluster below.
-        labels: crate::model::Labels,
-    },
-    /// The labels the parent and its ancestors give every cluster below changed while
-    /// connected: they replace those of [`LinkEvent::Connected`].
-    Labels(crate::model::Labels),
-    /// Apply this change now. It belongs to a delta or snapshot that is not complete
-    /// yet: the cursor does not move until [`LinkEvent::Advanced`] or
-    /// [`LinkEvent::SnapshotDone`].
-    Apply(Change),
-    /// A delta is complete: persist the new cursor.
-    Advanced(Cursor),
-    /// A snapshot begins: persist "no route" before applying its parts. A snapshot
-    /// applied in part matches no route; should the link drop before it completes, the
-    /// next subscription must ask for a snapshot again.
-    SnapshotStarted,
-    /// A snapshot is complete: remove every object whose key is not in `keep`, then
-    /// persist the cursor and the route.
-    SnapshotDone {
-        /// The new cursor.
-        cursor: Cursor,
-        /// The route the snapshot was cut with.
-        route: RouteId,
-        /// Every key the snapshot named.
-        keep: BTreeSet<ObjectKey>,
-    },
-    /// The session ended. Reconnect after `retry_after` if the parent named one,
-    /// otherwise after the driver's own backoff.
-    Closed {
-        /// Why.
-        error: SessionError,
-        /// The parent's hint.
-        retry_after: Option<Duration>,
-    },
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
