@@ -41,12 +41,12 @@
 //!    (`protocol/src/sync/log.rs`) in one revision;
 //! 2. the [`driver::Driver`] commits the log to the [`store`] before anything is sent;
 //! 3. `NodeCore::transmit` drains each child's `ChildSession`
-//!    (`protocol/src/sync/child_session.rs`), which routes by placement
+//!    (`protocol/src/sync/child_session/`), which routes by placement
 //!    (`protocol/src/route.rs`) and cuts deltas or snapshots;
 //! 4. frames cross the wire ([`transport`]: `protocol/src/codec.rs` framing, one QUIC
 //!    stream per class);
 //! 5. a relay's [`reconnect`] loop hands them to its driver, its
-//!    [`follower::ParentFollower`] (`ParentLink`, `protocol/src/sync/parent_link.rs`)
+//!    [`follower::ParentFollower`] (`ParentLink`, `protocol/src/sync/parent_link/`)
 //!    applies them to the relay's own log, and steps 2 to 4 repeat one tier down;
 //! 6. an agent's follower applies them to its log, and `AgentCore`
 //!    (`agent/src/core.rs`) hands them to its cluster backend (`agent/src/kubernetes/`
@@ -58,7 +58,7 @@
 //!    `ParentLink::poll_transmit` on the reports stream;
 //! 2. the relay's `ChildSession` takes them in (its events are handled in
 //!    `relay/src/tier/core/children.rs`); `NodeCore` checks they lie in the child's
-//!    subtree (`relay/src/tier/reports.rs`), stores them, and merges summaries
+//!    subtree (`relay/src/tier/reports/`), stores them, and merges summaries
 //!    (`relay/src/tier/core/upward.rs`, `protocol/src/summary.rs`);
 //! 3. the relay pushes changed summaries, clusters and links to its own parent through
 //!    its follower, and so on up to the root, whose API answers from its reports.
