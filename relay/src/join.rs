@@ -135,7 +135,10 @@ impl Joining {
     }
 
     /// Takes one join attempt from `source`, or says why it is refused (too many).
-    pub async fn check_rate(&self, source: std::net::IpAddr) -> Result<(), String> {
+    pub async fn check_rate(
+        &self,
+        source: std::net::IpAddr,
+    ) -> Result<(), crate::join_limits::TooMany> {
         let result = self
             .limiter
             .lock()
@@ -262,7 +265,7 @@ impl Admissions {
         };
         let name = request.cluster.as_str();
         if let Err(why) = check_node_name(name) {
-            return refuse(why);
+            return refuse(why.to_string());
         }
         if core.is_revoked(name) {
             return refuse(format!("the name {name:?} was revoked at the root"));

@@ -126,6 +126,21 @@ pub struct JoinLimiter {
     all: Option<Bucket>,
 }
 
+/// A join attempt refused by the rate limit: from one address, or overall.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "too many join attempts {} (at most {per_second}/s): retry in {retry_in:.1}s",
+    from.map_or_else(|| "overall".to_owned(), |ip| format!("from {ip}"))
+)]
+pub struct TooMany {
+    /// The address over its own limit; `None` when all addresses together are.
+    pub from: Option<IpAddr>,
+    /// The limit it is over, attempts per second.
+    pub per_second: u32,
+    /// Seconds until an attempt would be taken.
+    pub retry_in: f64,
+}
+
 impl JoinLimiter {
     /// A limiter allowing `per_source` attempts per second from one address and
     /// `global` from all (bursts of twice as many).
@@ -139,7 +154,7 @@ impl JoinLimiter {
     }
 
     /// Takes one attempt from `source` at `now`, or says why it is refused.
-    pub fn check(&mut self, source: IpAddr, now: Instant) -> Result<(), String> {
+    pub fn check(&mut self, source: IpAddr, now: Instant) -> Result<(), TooMany> {
         let all = self.all.get_or_insert(Bucket::full(self.global, now));
         all.refill(self.global, now);
         if self.sources.len() >= MAX_SOURCES {
@@ -155,18 +170,18 @@ impl JoinLimiter {
             .or_insert(Bucket::full(self.per_source, now));
         mine.refill(self.per_source, now);
         if mine.tokens < 1.0 {
-            return Err(format!(
-                "too many join attempts from {source} (at most {}/s): retry in {:.1}s",
-                self.per_source,
-                mine.wait(self.per_source)
-            ));
+            return Err(TooMany {
+                from: Some(source),
+                per_second: self.per_source,
+                retry_in: mine.wait(self.per_source),
+            });
         }
         if all.tokens < 1.0 {
-            return Err(format!(
-                "too many join attempts overall (at most {}/s): retry in {:.1}s",
-                self.global,
-                all.wait(self.global)
-            ));
+            return Err(TooMany {
+                from: None,
+                per_second: self.global,
+                retry_in: all.wait(self.global),
+            });
         }
         mine.tokens -= 1.0;
         all.tokens -= 1.0;
@@ -217,15 +232,27 @@ mod tests {
         let mut l = JoinLimiter::new(1, 2);
         assert!(l.check(a, now).is_ok() && l.check(a, now).is_ok());
         let e = l.check(a, now).unwrap_err();
-        assert!(e.starts_with("too many join attempts from 10.0.0.1"), "{e}");
+        assert_eq!((e.from, e.per_second), (Some(a), 1));
+        assert!(
+            e.to_string()
+                .starts_with("too many join attempts from 10.0.0.1"),
+            "{e}"
+        );
         // Another source has its own bucket, within the global one.
         assert!(l.check(b, now).is_ok() && l.check(b, now).is_ok());
         let e = l.check(c, now).unwrap_err();
-        assert!(e.starts_with("too many join attempts overall"), "{e}");
+        assert_eq!((e.from, e.per_second), (None, 2));
+        assert!(
+            e.to_string().starts_with("too many join attempts overall"),
+            "{e}"
+        );
         // A second later each source may try again, as far as the global rate allows.
         let later = now + Duration::from_secs(1);
         assert!(l.check(a, later).is_ok() && l.check(b, later).is_ok());
         let e = l.check(c, later).unwrap_err();
-        assert!(e.starts_with("too many join attempts overall"), "{e}");
+        assert!(
+            e.to_string().starts_with("too many join attempts overall"),
+            "{e}"
+        );
     }
 }

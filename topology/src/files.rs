@@ -151,7 +151,7 @@ pub enum ConfinementError {
         /// The name.
         node: String,
         /// Why.
-        reason: String,
+        reason: crate::names::NameError,
     },
     /// A file the node would be given is the CA's private key.
     #[error("node {node:?}: {field} ({path}) is the CA's private key")]

@@ -118,25 +118,40 @@ pub fn parse_tokens(text: &str) -> Result<Vec<Grant>, String> {
 impl Grant {
     /// Whether this grant allows a request in `space` (`None`: not about a space) that
     /// reads or, with `write`, writes; the refusal says why.
-    pub fn allows(&self, space: Option<&str>, write: bool) -> Result<(), String> {
+    pub fn allows(&self, space: Option<&str>, write: bool) -> Result<(), Denied> {
         if let (Some(space), Some(spaces)) = (space, &self.spaces)
             && self.role != Role::Admin
             && !spaces.iter().any(|s| s == space)
         {
-            return Err(format!(
-                "user {:?} may not use space {space:?} (its spaces: {})",
-                self.user,
-                spaces.join(", ")
-            ));
+            return Err(Denied::Space {
+                user: self.user.clone(),
+                space: space.to_owned(),
+                spaces: spaces.join(", "),
+            });
         }
         if write && self.role == Role::View {
-            return Err(format!(
-                "user {:?} has role view: it may read, not write",
-                self.user
-            ));
+            return Err(Denied::ReadOnly {
+                user: self.user.clone(),
+            });
         }
         Ok(())
     }
+}
+
+/// Why a grant refuses a request (the 403's message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)] // the fields are the user, the space asked and the user's spaces
+pub enum Denied {
+    /// The space is not one of the grant's.
+    #[error("user {user:?} may not use space {space:?} (its spaces: {spaces})")]
+    Space {
+        user: String,
+        space: String,
+        spaces: String,
+    },
+    /// A write by a token of role view.
+    #[error("user {user:?} has role view: it may read, not write")]
+    ReadOnly { user: String },
 }
 
 impl Grant {
@@ -190,11 +205,12 @@ mod tests {
         assert_eq!(g[0].role, Role::Admin);
         assert!(g[0].allows(Some("any"), true).is_ok());
         assert!(g[1].allows(Some("team-a"), true).is_ok());
-        let e = g[1].allows(Some("team-b"), false).unwrap_err();
+        let e = g[1].allows(Some("team-b"), false).unwrap_err().to_string();
         assert!(e.contains("may not use space \"team-b\""), "{e}");
         assert!(g[2].allows(Some("default"), false).is_ok());
         let e = g[2].allows(Some("default"), true).unwrap_err();
-        assert!(e.contains("role view"), "{e}");
+        assert!(matches!(e, Denied::ReadOnly { .. }), "{e}");
+        assert!(e.to_string().contains("role view"), "{e}");
         let e = parse_tokens("t3 role=root\n").unwrap_err();
         assert_eq!(e, "line 1: role \"root\" is not view, edit or admin");
         assert_eq!(space_of(&["spaces", "x", "objects"]), Some("x"));

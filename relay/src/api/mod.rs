@@ -355,7 +355,7 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
         if write {
             audit::api_write(&grant.user, &method, &p, &body, StatusCode::FORBIDDEN);
         }
-        let (_, status) = crate::kube::failure(403, "Forbidden", why, None);
+        let (_, status) = crate::kube::failure(403, "Forbidden", why.to_string(), None);
         return reply(StatusCode::FORBIDDEN, status);
     }
     if write && state.node.query(|c| c.is_standby()).await == Some(true) {

@@ -259,7 +259,7 @@ fn access_review(req: &Request<'_>, space: &str) -> Answer {
             true,
             format!("user {:?} may {verb} in space {space:?}", req.grant.user),
         ),
-        Err(why) => (false, why),
+        Err(why) => (false, why.to_string()),
     };
     review["status"] = json!({ "allowed": allowed, "reason": reason });
     (201, review)

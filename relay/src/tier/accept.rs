@@ -295,10 +295,10 @@ async fn serve_join(
     joining: &Joining,
     tx: &mpsc::Sender<Input<RelayInput>>,
 ) {
-    if let Err(reason) = joining.check_rate(conn.remote_address().ip()).await {
+    if let Err(too_many) = joining.check_rate(conn.remote_address().ip()).await {
         let refusal = JoinReply::Refused {
             relay: joining.relay().to_owned(),
-            reason,
+            reason: too_many.to_string(),
         };
         join::send_reply(conn, &refusal).await;
         return;

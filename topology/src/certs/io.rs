@@ -15,7 +15,7 @@ pub enum CertError {
         /// The name.
         name: String,
         /// Why.
-        reason: String,
+        reason: crate::names::NameError,
     },
     /// rcgen refused.
     #[error("certificate generation failed: {0}")]

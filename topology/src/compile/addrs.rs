@@ -146,14 +146,14 @@ pub(crate) fn parent_link(
 /// Checks a name the API's certificate is to carry: an IP address, or a DNS name
 /// (labels of 1-63 letters, digits and '-', not starting or ending with '-', at most
 /// 253 characters; `*.` as the first label for a wildcard).
-pub fn check_api_name(name: &str) -> Result<(), String> {
+pub fn check_api_name(name: &str) -> Result<(), crate::names::NameError> {
     if name.parse::<std::net::IpAddr>().is_ok() {
         return Ok(());
     }
-    let bad = || {
-        format!(
-            "{name:?} is neither an IP address nor a DNS name (labels of 1-63 letters, digits and '-', at most 253 characters)"
-        )
+    let bad = || crate::names::NameError {
+        name: name.to_owned(),
+        what: "neither an IP address nor a DNS name",
+        rule: "labels of 1-63 letters, digits and '-', at most 253 characters",
     };
     let rest = name.strip_prefix("*.").unwrap_or(name);
     if rest.is_empty() || name.len() > 253 {
