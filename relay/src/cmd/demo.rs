@@ -25,7 +25,7 @@ use crate::client::ApiClient;
 use crate::cmd::up::{Hierarchy, TempDir, UpOptions};
 
 /// The demo's topology, embedded in the binary.
-pub const TOPOLOGY: &str = include_str!("../../deploy/examples/demo.yaml");
+pub const TOPOLOGY: &str = include_str!("../../../deploy/examples/demo.yaml");
 
 fn app(region: &str, strategy: &str) -> String {
     format!(
