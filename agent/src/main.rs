@@ -138,8 +138,7 @@ async fn join_once(config: &AgentConfig, token: &str) -> anyhow::Result<()> {
     let addr = *parent
         .address
         .resolve()
-        .await
-        .map_err(anyhow::Error::msg)?
+        .await?
         .first()
         .context("the parent's address resolves to nothing")?;
     let joined =

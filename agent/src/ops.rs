@@ -173,7 +173,9 @@ impl OpsSource for AgentOps {
     fn ready(&self) -> OpsFuture<'_, Result<String, String>> {
         Box::pin(async move {
             let s = self.snapshot().await.ok_or("the agent has stopped")?;
-            ops::store_writable(self.store.clone()).await?;
+            ops::store_writable(self.store.clone())
+                .await
+                .map_err(|e| e.to_string())?;
             match (s.connected, s.synced_before) {
                 (true, _) => Ok("parent connected".to_owned()),
                 (false, true) => Ok("parent away, enforcing the stored desired state".to_owned()),

@@ -48,7 +48,7 @@ pub enum CustomizeError {
         /// The rule (`placement P customize[i]`).
         rule: String,
         /// What is missing or wrong.
-        reason: String,
+        reason: VariableError,
     },
     /// A JSON patch operation did not apply.
     #[error("{rule} jsonPatch[{op}]: {reason}")]
@@ -65,6 +65,45 @@ pub enum CustomizeError {
     Manifest(String),
 }
 
+/// Why a variable could not be filled ([`substitute`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VariableError {
+    /// A filter other than `string`.
+    #[error("unknown filter {filter:?} in ${{{expr}}}")]
+    UnknownFilter {
+        /// The filter.
+        filter: String,
+        /// The variable's expression.
+        expr: String,
+    },
+    /// The cluster has no such label or property.
+    #[error("cluster {cluster} has no {what} {key:?} (in ${{{expr}}})")]
+    Missing {
+        /// The cluster.
+        cluster: String,
+        /// `label` or `property`.
+        what: &'static str,
+        /// The label's or property's key.
+        key: String,
+        /// The variable's expression.
+        expr: String,
+    },
+    /// A name that is no variable.
+    #[error(
+        "unknown variable ${{{expr}}} (cluster.name, cluster.labels.KEY and cluster.properties.KEY exist)"
+    )]
+    Unknown {
+        /// The variable's expression.
+        expr: String,
+    },
+    /// A `${` without its `}`.
+    #[error("unterminated variable in {text:?}")]
+    Unterminated {
+        /// The string it is in.
+        text: String,
+    },
+}
+
 impl CustomizeRule {
     /// Checks what can be checked without a cluster: variable syntax and pointers.
     /// Returns the field at fault (relative to the rule) and why.
@@ -76,7 +115,7 @@ impl CustomizeRule {
         let check = |v: &Value, field: String| -> Result<(), (String, String)> {
             substitute(v, &empty, true)
                 .map(|_| ())
-                .map_err(|e| (field, e))
+                .map_err(|e| (field, e.to_string()))
         };
         if let Some(m) = &self.merge_patch {
             check(m, "mergePatch".into())?;
@@ -147,7 +186,7 @@ pub fn render(
 ) -> Result<Value, CustomizeError> {
     let mut doc = manifest.clone();
     for (name, rule) in rules {
-        let variable = |reason: String| CustomizeError::Variable {
+        let variable = |reason: VariableError| CustomizeError::Variable {
             rule: name.clone(),
             reason,
         };
@@ -200,7 +239,11 @@ impl PatchOp {
 
 /// Fills variables in every string of `value` (object keys are left alone). With
 /// `check_only`, variables are checked for syntax and left unfilled.
-pub fn substitute(value: &Value, vars: &ClusterVars, check_only: bool) -> Result<Value, String> {
+pub fn substitute(
+    value: &Value,
+    vars: &ClusterVars,
+    check_only: bool,
+) -> Result<Value, VariableError> {
     Ok(match value {
         Value::String(s) => substitute_str(s, vars, check_only)?,
         Value::Array(items) => Value::Array(
@@ -212,24 +255,33 @@ pub fn substitute(value: &Value, vars: &ClusterVars, check_only: bool) -> Result
         Value::Object(map) => Value::Object(
             map.iter()
                 .map(|(k, v)| Ok((k.clone(), substitute(v, vars, check_only)?)))
-                .collect::<Result<Map<_, _>, String>>()?,
+                .collect::<Result<Map<_, _>, VariableError>>()?,
         ),
         other => other.clone(),
     })
 }
 
 /// One variable's value, and whether it must stay a string (`| string`).
-fn lookup(expr: &str, vars: &ClusterVars, check_only: bool) -> Result<(String, bool), String> {
+fn lookup(
+    expr: &str,
+    vars: &ClusterVars,
+    check_only: bool,
+) -> Result<(String, bool), VariableError> {
     let (name, as_string) = match expr.split_once('|') {
         Some((n, f)) if f.trim() == "string" => (n.trim(), true),
-        Some((_, f)) => return Err(format!("unknown filter {:?} in ${{{expr}}}", f.trim())),
+        Some((_, f)) => {
+            return Err(VariableError::UnknownFilter {
+                filter: f.trim().to_owned(),
+                expr: expr.to_owned(),
+            });
+        }
         None => (expr.trim(), false),
     };
-    let missing = |what: &str, key: &str| {
-        format!(
-            "cluster {} has no {what} {key:?} (in ${{{expr}}})",
-            vars.name
-        )
+    let missing = |what: &'static str, key: &str| VariableError::Missing {
+        cluster: vars.name.clone(),
+        what,
+        key: key.to_owned(),
+        expr: expr.to_owned(),
     };
     let value = if name == "cluster.name" {
         vars.name.clone()
@@ -252,14 +304,14 @@ fn lookup(expr: &str, vars: &ClusterVars, check_only: bool) -> Result<(String, b
                 .ok_or_else(|| missing("property", key))?
         }
     } else {
-        return Err(format!(
-            "unknown variable ${{{expr}}} (cluster.name, cluster.labels.KEY and cluster.properties.KEY exist)"
-        ));
+        return Err(VariableError::Unknown {
+            expr: expr.to_owned(),
+        });
     };
     Ok((value, as_string))
 }
 
-fn substitute_str(s: &str, vars: &ClusterVars, check_only: bool) -> Result<Value, String> {
+fn substitute_str(s: &str, vars: &ClusterVars, check_only: bool) -> Result<Value, VariableError> {
     if !s.contains("${") {
         return Ok(Value::String(s.to_owned()));
     }
@@ -288,7 +340,7 @@ fn substitute_str(s: &str, vars: &ClusterVars, check_only: bool) -> Result<Value
         } else if let Some(after) = tail.strip_prefix("${") {
             let end = after
                 .find('}')
-                .ok_or_else(|| format!("unterminated variable in {s:?}"))?;
+                .ok_or_else(|| VariableError::Unterminated { text: s.to_owned() })?;
             let (value, _) = lookup(&after[..end], vars, check_only)?;
             out.push_str(&value);
             rest = &after[end + 1..];
@@ -522,7 +574,10 @@ mod tests {
     fn missing_and_unknown_variables_are_errors() {
         let v = vars();
         let e = substitute(&json!("${cluster.labels.region}"), &v, false).unwrap_err();
-        assert!(e.contains("store-1 has no label \"region\""), "{e}");
+        assert!(
+            e.to_string().contains("store-1 has no label \"region\""),
+            "{e}"
+        );
         assert!(substitute(&json!("${cluster.zone}"), &v, false).is_err());
         assert!(substitute(&json!("a ${cluster.name"), &v, false).is_err());
     }

@@ -67,18 +67,26 @@ pub enum Command {
 impl Command {
     /// Reads an annotation value: `pause`, `resume`, `abort`, `undo`, each optionally
     /// followed by `@` and anything.
-    pub fn parse(value: &str) -> Result<Command, String> {
+    pub fn parse(value: &str) -> Result<Command, NotACommand> {
         let verb = value.split('@').next().unwrap_or("").trim();
         match verb {
             "pause" => Ok(Command::Pause),
             "resume" => Ok(Command::Resume),
             "abort" => Ok(Command::Abort),
             "undo" => Ok(Command::Undo),
-            _ => Err(format!(
-                "{value:?} is not a rollout command (pause, resume, abort, undo)"
-            )),
+            _ => Err(NotACommand {
+                value: value.to_owned(),
+            }),
         }
     }
+}
+
+/// A command annotation's value that names no [`Command`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{value:?} is not a rollout command (pause, resume, abort, undo)")]
+pub struct NotACommand {
+    /// The annotation's value.
+    pub value: String,
 }
 
 /// The health of the clusters released so far, over the template's objects: each
@@ -194,7 +202,7 @@ impl RolloutState {
     /// A command annotation's value (`None`: no annotation). Acts once per value; a
     /// command that does not apply to the phase is recorded and does nothing. Returns
     /// whether the value was new, or why it is refused (recorded too: refused once).
-    pub fn handle_command(&mut self, value: Option<&str>, now: u64) -> Result<bool, String> {
+    pub fn handle_command(&mut self, value: Option<&str>, now: u64) -> Result<bool, NotACommand> {
         let Some(value) = value else {
             return Ok(false);
         };

@@ -96,15 +96,18 @@ impl LabelSelector {
         let mut errors = Vec::new();
         for (k, v) in &self.match_labels {
             if let Err(reason) = validate_key(k) {
-                errors.push(err(format!("matchLabels[{k:?}]"), reason));
+                errors.push(err(format!("matchLabels[{k:?}]"), reason.to_string()));
             }
             if let Err(reason) = validate_value(v) {
-                errors.push(err(format!("matchLabels[{k:?}]"), reason));
+                errors.push(err(format!("matchLabels[{k:?}]"), reason.to_string()));
             }
         }
         for (i, r) in self.match_expressions.iter().enumerate() {
             if let Err(reason) = validate_key(&r.key) {
-                errors.push(err(format!("matchExpressions[{i}].key"), reason));
+                errors.push(err(
+                    format!("matchExpressions[{i}].key"),
+                    reason.to_string(),
+                ));
             }
             let field = format!("matchExpressions[{i}].values");
             match r.operator {
@@ -124,7 +127,10 @@ impl LabelSelector {
                 _ => {
                     for (j, v) in r.values.iter().enumerate() {
                         if let Err(reason) = validate_value(v) {
-                            errors.push(err(format!("matchExpressions[{i}].values[{j}]"), reason));
+                            errors.push(err(
+                                format!("matchExpressions[{i}].values[{j}]"),
+                                reason.to_string(),
+                            ));
                         }
                     }
                 }
@@ -157,14 +163,16 @@ fn err(field: String, reason: String) -> SelectorError {
 
 /// A label key: an optional DNS-subdomain prefix and `/`, then a name of at most 63
 /// characters of `[A-Za-z0-9_.-]` that starts and ends alphanumeric.
-pub fn validate_key(key: &str) -> Result<(), String> {
+pub fn validate_key(key: &str) -> Result<(), LabelError> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
     if let Some(p) = prefix {
         if p.is_empty() || p.len() > 253 {
-            return Err(format!("key {key:?}: prefix must be 1-253 characters"));
+            return Err(LabelError::PrefixLength {
+                key: key.to_owned(),
+            });
         }
         let ok = p.split('.').all(|label| {
             !label.is_empty()
@@ -176,40 +184,102 @@ pub fn validate_key(key: &str) -> Result<(), String> {
                 && !label.ends_with('-')
         });
         if !ok {
-            return Err(format!(
-                "key {key:?}: prefix must be a lowercase DNS subdomain"
-            ));
+            return Err(LabelError::PrefixNotDns {
+                key: key.to_owned(),
+            });
         }
     }
     if name.is_empty() {
-        return Err(format!("key {key:?}: name part must not be empty"));
+        return Err(LabelError::EmptyName {
+            key: key.to_owned(),
+        });
     }
-    check_name_part(name).map_err(|r| format!("key {key:?}: {r}"))
+    check_name_part(name).map_err(|part| LabelError::Key {
+        key: key.to_owned(),
+        part,
+    })
 }
 
 /// A label value: empty, or at most 63 characters of `[A-Za-z0-9_.-]` that start and end
 /// alphanumeric.
-pub fn validate_value(value: &str) -> Result<(), String> {
+pub fn validate_value(value: &str) -> Result<(), LabelError> {
     if value.is_empty() {
         return Ok(());
     }
-    check_name_part(value).map_err(|r| format!("value {value:?}: {r}"))
+    check_name_part(value).map_err(|part| LabelError::Value {
+        value: value.to_owned(),
+        part,
+    })
 }
 
-fn check_name_part(s: &str) -> Result<(), String> {
+/// Why a label key or value is invalid ([`validate_key`], [`validate_value`]); each
+/// names the key or value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    /// A key's prefix is empty or longer than 253 characters.
+    #[error("key {key:?}: prefix must be 1-253 characters")]
+    PrefixLength {
+        /// The key.
+        key: String,
+    },
+    /// A key's prefix is not a lowercase DNS subdomain.
+    #[error("key {key:?}: prefix must be a lowercase DNS subdomain")]
+    PrefixNotDns {
+        /// The key.
+        key: String,
+    },
+    /// A key's name part is empty.
+    #[error("key {key:?}: name part must not be empty")]
+    EmptyName {
+        /// The key.
+        key: String,
+    },
+    /// A key's name part is malformed.
+    #[error("key {key:?}: {part}")]
+    Key {
+        /// The key.
+        key: String,
+        /// What is wrong with its name part.
+        part: NamePartError,
+    },
+    /// A value is malformed.
+    #[error("value {value:?}: {part}")]
+    Value {
+        /// The value.
+        value: String,
+        /// What is wrong with it.
+        part: NamePartError,
+    },
+}
+
+/// What is wrong with a label's name part or value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NamePartError {
+    /// Over 63 characters.
+    #[error("must be at most 63 characters")]
+    TooLong,
+    /// Starts or ends with something other than a letter or digit.
+    #[error("must start and end with an alphanumeric character")]
+    Edges,
+    /// Holds a character other than letters, digits, `-`, `_` and `.`.
+    #[error("may contain only alphanumerics, '-', '_' and '.'")]
+    Characters,
+}
+
+fn check_name_part(s: &str) -> Result<(), NamePartError> {
     if s.len() > 63 {
-        return Err("must be at most 63 characters".to_owned());
+        return Err(NamePartError::TooLong);
     }
     let bytes = s.as_bytes();
     let alnum = |b: &u8| b.is_ascii_alphanumeric();
     if !bytes.first().is_some_and(alnum) || !bytes.last().is_some_and(alnum) {
-        return Err("must start and end with an alphanumeric character".to_owned());
+        return Err(NamePartError::Edges);
     }
     if !bytes
         .iter()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
     {
-        return Err("may contain only alphanumerics, '-', '_' and '.'".to_owned());
+        return Err(NamePartError::Characters);
     }
     Ok(())
 }

@@ -85,25 +85,63 @@ pub enum Step {
     All,
 }
 
+/// Why a path does not parse ([`parse_path`]); each but [`PathError::Empty`] names the
+/// path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// No step at all.
+    #[error("a path needs at least one step, e.g. .status.readyReplicas")]
+    Empty,
+    /// A `.` not followed by a name.
+    #[error("{path:?}: empty field name")]
+    EmptyField {
+        /// The path.
+        path: String,
+    },
+    /// A `[` not closed.
+    #[error("{path:?}: '[' without ']'")]
+    Unclosed {
+        /// The path.
+        path: String,
+    },
+    /// Brackets around something that is neither an index, `*` nor a quoted name.
+    #[error("{path:?}: [{inner}] is neither an index, [*] nor a quoted field")]
+    Bracket {
+        /// The path.
+        path: String,
+        /// Between the brackets.
+        inner: String,
+    },
+    /// Neither `.` nor `[` where a step starts.
+    #[error("{path:?}: expected '.' or '[' at {rest:?} (paths look like .status.readyReplicas)")]
+    Unexpected {
+        /// The path.
+        path: String,
+        /// The rest of the path from there.
+        rest: String,
+    },
+}
+
 /// Parses a path (see the module doc).
-pub fn parse_path(path: &str) -> Result<Vec<Step>, String> {
+pub fn parse_path(path: &str) -> Result<Vec<Step>, PathError> {
     let mut rest = path.strip_prefix('$').unwrap_or(path);
     let mut steps = Vec::new();
     if rest.is_empty() {
-        return Err("a path needs at least one step, e.g. .status.readyReplicas".into());
+        return Err(PathError::Empty);
     }
+    let path_owned = || path.to_owned();
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix('.') {
             let end = r.find(['.', '[']).unwrap_or(r.len());
             if end == 0 {
-                return Err(format!("{path:?}: empty field name"));
+                return Err(PathError::EmptyField { path: path_owned() });
             }
             steps.push(Step::Field(r[..end].to_owned()));
             rest = &r[end..];
         } else if let Some(r) = rest.strip_prefix('[') {
             let end = r
                 .find(']')
-                .ok_or_else(|| format!("{path:?}: '[' without ']'"))?;
+                .ok_or_else(|| PathError::Unclosed { path: path_owned() })?;
             let inner = &r[..end];
             let quoted = inner
                 .strip_prefix('"')
@@ -114,15 +152,17 @@ pub fn parse_path(path: &str) -> Result<Vec<Step>, String> {
             } else if let Some(q) = quoted {
                 Step::Field(q.to_owned())
             } else {
-                Step::Index(inner.parse().map_err(|_| {
-                    format!("{path:?}: [{inner}] is neither an index, [*] nor a quoted field")
+                Step::Index(inner.parse().map_err(|_| PathError::Bracket {
+                    path: path_owned(),
+                    inner: inner.to_owned(),
                 })?)
             });
             rest = &r[end + 1..];
         } else {
-            return Err(format!(
-                "{path:?}: expected '.' or '[' at {rest:?} (paths look like .status.readyReplicas)"
-            ));
+            return Err(PathError::Unexpected {
+                path: path_owned(),
+                rest: rest.to_owned(),
+            });
         }
     }
     Ok(steps)
@@ -163,7 +203,7 @@ impl SummarySpec {
                 "must be 1 to 63 letters, digits, '-' or '_'".into(),
             ));
         }
-        parse_path(&self.path).map_err(|e| ("path".into(), e))?;
+        parse_path(&self.path).map_err(|e| ("path".into(), e.to_string()))?;
         if self.top.is_some() && self.op != SummaryOp::CountBy {
             return Err(("top".into(), "only countBy takes top".into()));
         }

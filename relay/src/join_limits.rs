@@ -22,11 +22,37 @@ pub struct TokenRule {
     pub recover: Option<String>,
 }
 
+/// Why a line of a tokens file does not parse ([`parse_token_line`]): the attribute at
+/// fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenLineError {
+    /// No token.
+    #[error("an empty line")]
+    Empty,
+    /// `uses=` not a positive number.
+    #[error("uses={0}: not a positive number")]
+    Uses(String),
+    /// `expires=` neither a date nor Unix seconds.
+    #[error("expires={0}: neither YYYY-MM-DD nor Unix seconds")]
+    Expires(String),
+    /// `recover=` not a node name.
+    #[error("recover={name}: {why}")]
+    Recover {
+        /// The name as written.
+        name: String,
+        /// Why it is no node name.
+        why: strata_topology::names::NameError,
+    },
+    /// A word that is none of the attributes.
+    #[error("{0:?} is none of uses=N, expires=DATE, recover=NAME")]
+    Unknown(String),
+}
+
 /// Parses one line of a tokens file: the token and its rule; the error names the
 /// attribute at fault.
-pub fn parse_token_line(line: &str) -> Result<(String, TokenRule), String> {
+pub fn parse_token_line(line: &str) -> Result<(String, TokenRule), TokenLineError> {
     let mut words = line.split_whitespace();
-    let token = words.next().ok_or("an empty line")?.to_owned();
+    let token = words.next().ok_or(TokenLineError::Empty)?.to_owned();
     let mut rule = TokenRule {
         uses: 1,
         expires: None,
@@ -39,23 +65,21 @@ pub fn parse_token_line(line: &str) -> Result<(String, TokenRule), String> {
                     .parse()
                     .ok()
                     .filter(|n| *n > 0)
-                    .ok_or(format!("uses={n}: not a positive number"))?;
+                    .ok_or_else(|| TokenLineError::Uses(n.to_owned()))?;
             }
             Some(("expires", t)) => {
-                rule.expires = Some(
-                    parse_time(t)
-                        .ok_or(format!("expires={t}: neither YYYY-MM-DD nor Unix seconds"))?,
-                );
+                rule.expires =
+                    Some(parse_time(t).ok_or_else(|| TokenLineError::Expires(t.to_owned()))?);
             }
             Some(("recover", name)) => {
-                crate::config::check_node_name(name)
-                    .map_err(|why| format!("recover={name}: {why}"))?;
+                crate::config::check_node_name(name).map_err(|why| TokenLineError::Recover {
+                    name: name.to_owned(),
+                    why,
+                })?;
                 rule.recover = Some(name.to_owned());
             }
             _ => {
-                return Err(format!(
-                    "{word:?} is none of uses=N, expires=DATE, recover=NAME"
-                ));
+                return Err(TokenLineError::Unknown(word.to_owned()));
             }
         }
     }
@@ -214,7 +238,7 @@ mod tests {
         assert_eq!(parse_time("1970-01-01"), Some(0));
         assert_eq!(parse_time("2000-03-01"), Some(951_868_800));
         assert_eq!(
-            parse_token_line("t3 uses=0").unwrap_err(),
+            parse_token_line("t3 uses=0").unwrap_err().to_string(),
             "uses=0: not a positive number"
         );
         assert!(parse_token_line("t4 expires=soon").is_err());

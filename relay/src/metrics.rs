@@ -380,7 +380,9 @@ impl OpsSource for RelayOps {
                         .to_owned(),
                 );
             }
-            ops::store_writable(self.store.clone()).await?;
+            ops::store_writable(self.store.clone())
+                .await
+                .map_err(|e| e.to_string())?;
             match (link, &self.api) {
                 (Some((true, _)), _) => Ok("parent connected".to_owned()),
                 (Some((false, true)), _) => Ok("parent away, serving from the store".to_owned()),

@@ -22,6 +22,7 @@ use strata_node::driver::ToParent;
 use strata_node::follower::{Followed, ParentFollower};
 use strata_node::objects::placements_in;
 use strata_node::store::{Batch, ParentState};
+use strata_protocol::customize::CustomizeError;
 use strata_protocol::model::{
     Cluster, ContentHash, Health, Labels, Object, ObjectKey, ObjectMeta, Status,
 };
@@ -33,6 +34,7 @@ use strata_protocol::waves::{pin_key, pinned_key, placements_for_pin};
 use strata_protocol::wire::{Change, ParentToChild, Report, ReportKey, ReportValue};
 
 use crate::backend::{ClusterBackend, UpsyncRule};
+
 use crate::customize::{cluster_vars, render_object, set_user_entries, summarized};
 
 /// The state of one agent.
@@ -467,10 +469,10 @@ impl AgentCore {
 
     /// The manifest this agent applies for `key` on its cluster now (rendered when a
     /// placement customizes it), or why it cannot be rendered.
-    pub fn desired(&self, key: &ObjectKey) -> Option<Result<Object, String>> {
+    pub fn desired(&self, key: &ObjectKey) -> Option<Result<Object, CustomizeError>> {
         let object = held_as(&self.log, key)?;
         let vars = cluster_vars(&self.cluster, &self.inherited);
-        Some(render_object(&object, &self.placements, &vars).map_err(|e| e.to_string()))
+        Some(render_object(&object, &self.placements, &vars))
     }
 
     fn push_upsynced(&mut self, now: Instant, key: ObjectKey, body: Option<Vec<u8>>) {

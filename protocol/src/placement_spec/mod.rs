@@ -34,5 +34,5 @@ pub use placement::{
     UpsyncSelector,
 };
 pub use rollout_spec::{Amount, Gate, OnFailure, Percent, RolloutSpec, Wave, WaveSize};
-pub use seconds::Seconds;
-pub use taints::{Taint, TaintEffect, Toleration, TolerationOperator};
+pub use seconds::{NotADuration, Seconds};
+pub use taints::{Taint, TaintEffect, Toleration, TolerationError, TolerationOperator};

@@ -11,7 +11,7 @@ pub struct Seconds(pub u64);
 
 impl Seconds {
     /// Parses `10m`, `1h30m`, `45s`, `2d` or `600`.
-    pub fn parse(text: &str) -> Result<Seconds, String> {
+    pub fn parse(text: &str) -> Result<Seconds, NotADuration> {
         let text = text.trim();
         if let Ok(n) = text.parse::<u64>() {
             return Ok(Seconds(n));
@@ -28,16 +28,14 @@ impl Seconds {
                 'm' => 60,
                 'h' => 3600,
                 'd' => 86_400,
-                _ => return Err(format!("{text:?} is not a duration (like 90s, 10m, 1h30m)")),
+                _ => return Err(NotADuration::new(text)),
             };
-            let n: u64 = digits
-                .parse()
-                .map_err(|_| format!("{text:?} is not a duration (like 90s, 10m, 1h30m)"))?;
+            let n: u64 = digits.parse().map_err(|_| NotADuration::new(text))?;
             total = total.saturating_add(n.saturating_mul(unit));
             digits.clear();
         }
         if !digits.is_empty() || text.is_empty() {
-            return Err(format!("{text:?} is not a duration (like 90s, 10m, 1h30m)"));
+            return Err(NotADuration::new(text));
         }
         Ok(Seconds(total))
     }
@@ -45,6 +43,22 @@ impl Seconds {
     /// In milliseconds.
     pub fn millis(self) -> u64 {
         self.0.saturating_mul(1000)
+    }
+}
+
+/// A text that [`Seconds::parse`] does not read as a length of time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a duration (like 90s, 10m, 1h30m)")]
+pub struct NotADuration {
+    /// The text, trimmed.
+    pub text: String,
+}
+
+impl NotADuration {
+    fn new(text: &str) -> Self {
+        NotADuration {
+            text: text.to_owned(),
+        }
     }
 }
 

@@ -78,18 +78,32 @@ impl Toleration {
 
     /// Checks what Kubernetes' validation checks: an empty key needs `Exists`, `Exists`
     /// takes no value, `tolerationSeconds` only with `NoExecute` (or any effect).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), TolerationError> {
         if self.key.is_empty() && self.operator != TolerationOperator::Exists {
-            return Err("operator must be Exists when key is empty".into());
+            return Err(TolerationError::EmptyKeyNeedsExists);
         }
         if self.operator == TolerationOperator::Exists && !self.value.is_empty() {
-            return Err("value must be empty when operator is Exists".into());
+            return Err(TolerationError::ExistsTakesNoValue);
         }
         if self.toleration_seconds.is_some()
             && self.effect.is_some_and(|e| e != TaintEffect::NoExecute)
         {
-            return Err("tolerationSeconds is only for the NoExecute effect".into());
+            return Err(TolerationError::SecondsOnlyForNoExecute);
         }
         Ok(())
     }
+}
+
+/// Why a [`Toleration`] is invalid ([`Toleration::validate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TolerationError {
+    /// An empty key with `Equal`.
+    #[error("operator must be Exists when key is empty")]
+    EmptyKeyNeedsExists,
+    /// `Exists` with a value.
+    #[error("value must be empty when operator is Exists")]
+    ExistsTakesNoValue,
+    /// `tolerationSeconds` with an effect other than `NoExecute`.
+    #[error("tolerationSeconds is only for the NoExecute effect")]
+    SecondsOnlyForNoExecute,
 }

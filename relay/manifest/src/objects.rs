@@ -271,7 +271,11 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
     }
     for (i, t) in spec.clusters.tolerations.iter().enumerate() {
         if let Err(why) = t.validate() {
-            return Err(fault(0, &format!("spec.clusters.tolerations[{i}]"), why));
+            return Err(fault(
+                0,
+                &format!("spec.clusters.tolerations[{i}]"),
+                why.to_string(),
+            ));
         }
     }
     if spec.clusters.count == Some(0) {

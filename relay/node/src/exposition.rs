@@ -320,7 +320,7 @@ impl HistogramVec {
 /// well-formed, values parse, counters' samples end in `_total`, and a histogram's
 /// buckets are cumulative and end at `+Inf` equal to `_count`. For tests of every
 /// node's `/metrics`.
-pub fn check(text: &str) -> Result<(), String> {
+pub fn check(text: &str) -> Result<(), ExpositionError> {
     let open_metrics = text.ends_with("# EOF\n");
     let mut kinds: BTreeMap<String, String> = BTreeMap::new();
     let mut helps: BTreeMap<String, ()> = BTreeMap::new();
@@ -329,7 +329,11 @@ pub fn check(text: &str) -> Result<(), String> {
     let (mut inf, mut counts) = (BTreeMap::new(), BTreeMap::new());
     let lines = text.lines().count();
     for (n, line) in text.lines().enumerate() {
-        let at = |why: String| format!("line {}: {why}: {line:?}", n + 1);
+        let at = |why: String| ExpositionError::Line {
+            line: n + 1,
+            why,
+            text: line.to_owned(),
+        };
         if line == "# EOF" && open_metrics && n + 1 == lines {
             continue;
         }
@@ -422,11 +426,33 @@ pub fn check(text: &str) -> Result<(), String> {
         }
     }
     if inf != counts {
-        return Err(format!(
-            "a histogram's _count differs from its +Inf bucket: +Inf {inf:?}, _count {counts:?}"
-        ));
+        return Err(ExpositionError::Histogram { inf, counts });
     }
     Ok(())
+}
+
+/// What [`check`] found wrong with an exposition.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ExpositionError {
+    /// A line is malformed or out of place.
+    #[error("line {line}: {why}: {text:?}")]
+    Line {
+        /// Its number, from 1.
+        line: usize,
+        /// What is wrong.
+        why: String,
+        /// The line.
+        text: String,
+    },
+    /// A histogram series' `_count` differs from its `+Inf` bucket (or one of them is
+    /// missing): per series, each.
+    #[error("a histogram's _count differs from its +Inf bucket: +Inf {inf:?}, _count {counts:?}")]
+    Histogram {
+        /// The `+Inf` buckets.
+        inf: BTreeMap<String, f64>,
+        /// The `_count`s.
+        counts: BTreeMap<String, f64>,
+    },
 }
 
 fn check_name(name: &str) -> Result<(), String> {

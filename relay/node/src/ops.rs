@@ -138,12 +138,23 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 
 /// Whether `store` takes a durable write now (off the async workers): the store half
 /// of every node's readiness.
-pub async fn store_writable(store: Arc<dyn Store>) -> Result<(), String> {
+pub async fn store_writable(store: Arc<dyn Store>) -> Result<(), StoreProbeError> {
     match tokio::task::spawn_blocking(move || store.probe_write()).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(format!("store not writable: {e}")),
-        Err(e) => Err(format!("store probe did not finish: {e}")),
+        Ok(Err(e)) => Err(StoreProbeError::NotWritable(e)),
+        Err(e) => Err(StoreProbeError::Unfinished(e)),
     }
+}
+
+/// Why [`store_writable`] says no.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreProbeError {
+    /// The probe's write failed.
+    #[error("store not writable: {0}")]
+    NotWritable(crate::store::StoreError),
+    /// The probe's task panicked or was cancelled.
+    #[error("store probe did not finish: {0}")]
+    Unfinished(tokio::task::JoinError),
 }
 
 /// Whether something accepts TCP connections on `addr` (an unspecified IP is tried on

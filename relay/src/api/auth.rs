@@ -56,8 +56,40 @@ pub enum DebugGrant {
     Selector(String),
 }
 
+/// Why a tokens file does not parse ([`parse_tokens`]): the line (from 1) and what is
+/// wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokensError {
+    /// A word that is none of the attributes.
+    #[error("line {line}: {word:?} is not user=, role=, spaces= or debug=")]
+    Attribute {
+        /// The line.
+        line: usize,
+        /// The word.
+        word: String,
+    },
+    /// A role that is none of the three.
+    #[error("line {line}: role {role:?} is not view, edit or admin")]
+    Role {
+        /// The line.
+        line: usize,
+        /// The role as written.
+        role: String,
+    },
+    /// A `debug=` value that is not a label selector.
+    #[error("line {line}: debug={selector}: not a label selector: {reason}")]
+    Debug {
+        /// The line.
+        line: usize,
+        /// The value as written.
+        selector: String,
+        /// Why it does not parse.
+        reason: String,
+    },
+}
+
 /// Parses the tokens file; an error names the line and what is wrong with it.
-pub fn parse_tokens(text: &str) -> Result<Vec<Grant>, String> {
+pub fn parse_tokens(text: &str) -> Result<Vec<Grant>, TokensError> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -75,11 +107,9 @@ pub fn parse_tokens(text: &str) -> Result<Vec<Grant>, String> {
         };
         let mut debug = None;
         for word in words {
-            let bad = || {
-                format!(
-                    "line {}: {word:?} is not user=, role=, spaces= or debug=",
-                    i + 1
-                )
+            let bad = || TokensError::Attribute {
+                line: i + 1,
+                word: word.to_owned(),
             };
             match word.split_once('=').ok_or_else(bad)? {
                 ("user", u) => grant.user = u.to_owned(),
@@ -87,16 +117,20 @@ pub fn parse_tokens(text: &str) -> Result<Vec<Grant>, String> {
                 ("role", "edit") => grant.role = Role::Edit,
                 ("role", "admin") => grant.role = Role::Admin,
                 ("role", r) => {
-                    return Err(format!(
-                        "line {}: role {r:?} is not view, edit or admin",
-                        i + 1
-                    ));
+                    return Err(TokensError::Role {
+                        line: i + 1,
+                        role: r.to_owned(),
+                    });
                 }
                 ("debug", "*") => debug = Some(DebugGrant::All),
                 ("debug", "none") => debug = Some(DebugGrant::None),
                 ("debug", sel) => {
                     strata_kube_core::selector::LabelQuery::parse(sel).map_err(|e| {
-                        format!("line {}: debug={sel}: not a label selector: {e}", i + 1)
+                        TokensError::Debug {
+                            line: i + 1,
+                            selector: sel.to_owned(),
+                            reason: e.to_string(),
+                        }
                     })?;
                     debug = Some(DebugGrant::Selector(sel.to_owned()));
                 }
@@ -152,6 +186,18 @@ pub enum Denied {
     /// A write by a token of role view.
     #[error("user {user:?} has role view: it may read, not write")]
     ReadOnly { user: String },
+    /// A debug tunnel to a cluster the grant's `debug=` selector does not match.
+    #[error(
+        "user {user:?} may debug the clusters matching {selector:?}, and cluster {cluster:?} does not"
+    )]
+    DebugOutside {
+        user: String,
+        selector: String,
+        cluster: String,
+    },
+    /// A debug tunnel by a token without `debug=` permission.
+    #[error("user {user:?} may not debug clusters (its token has no debug= permission)")]
+    NoDebug { user: String },
 }
 
 impl Grant {
@@ -161,7 +207,7 @@ impl Grant {
         &self,
         name: &str,
         labels: &strata_protocol::model::Labels,
-    ) -> Result<(), String> {
+    ) -> Result<(), Denied> {
         match &self.debug {
             DebugGrant::All => Ok(()),
             DebugGrant::Selector(sel)
@@ -170,14 +216,14 @@ impl Grant {
             {
                 Ok(())
             }
-            DebugGrant::Selector(sel) => Err(format!(
-                "user {:?} may debug the clusters matching {sel:?}, and cluster {name:?} does not",
-                self.user
-            )),
-            DebugGrant::None => Err(format!(
-                "user {:?} may not debug clusters (its token has no debug= permission)",
-                self.user
-            )),
+            DebugGrant::Selector(sel) => Err(Denied::DebugOutside {
+                user: self.user.clone(),
+                selector: sel.clone(),
+                cluster: name.to_owned(),
+            }),
+            DebugGrant::None => Err(Denied::NoDebug {
+                user: self.user.clone(),
+            }),
         }
     }
 }
@@ -212,7 +258,10 @@ mod tests {
         assert!(matches!(e, Denied::ReadOnly { .. }), "{e}");
         assert!(e.to_string().contains("role view"), "{e}");
         let e = parse_tokens("t3 role=root\n").unwrap_err();
-        assert_eq!(e, "line 1: role \"root\" is not view, edit or admin");
+        assert_eq!(
+            e.to_string(),
+            "line 1: role \"root\" is not view, edit or admin"
+        );
         assert_eq!(space_of(&["spaces", "x", "objects"]), Some("x"));
         assert_eq!(space_of(&["apis", "apps", "v1"]), Some("default"));
         assert_eq!(space_of(&["clusters"]), None);
@@ -228,12 +277,12 @@ mod tests {
         let us: strata_protocol::model::Labels = [("region".to_owned(), "us".to_owned())].into();
         assert!(g[0].may_debug("c", &us).is_ok());
         assert!(g[1].may_debug("c", &eu).is_ok());
-        let e = g[1].may_debug("c", &us).unwrap_err();
+        let e = g[1].may_debug("c", &us).unwrap_err().to_string();
         assert!(e.contains("\"region=eu\""), "{e}");
-        let e = g[2].may_debug("c", &eu).unwrap_err();
+        let e = g[2].may_debug("c", &eu).unwrap_err().to_string();
         assert!(e.contains("no debug= permission"), "{e}");
         assert!(g[3].may_debug("c", &eu).is_err());
-        let e = parse_tokens("t4 debug=a%b\n").unwrap_err();
+        let e = parse_tokens("t4 debug=a%b\n").unwrap_err().to_string();
         assert!(
             e.starts_with("line 1: debug=a%b: not a label selector"),
             "{e}"

@@ -107,7 +107,7 @@ pub fn spawn(
     })?;
     let tokens = auth::parse_tokens(&text).map_err(|reason| ApiStartError::BadTokens {
         path: api.tokens.clone(),
-        reason,
+        reason: reason.to_string(),
     })?;
     if tokens.is_empty() {
         return Err(ApiStartError::NoTokens {

@@ -93,7 +93,7 @@ pub(super) async fn serve(
         .unwrap_or_default();
     if let Err(why) = grant.may_debug(&cluster, &labels) {
         audit(&open, &method, &path, 403);
-        return status(403, "Forbidden", why);
+        return status(403, "Forbidden", why.to_string());
     }
     let route = match state.node.tunnel_route(&cluster).await {
         Ok(r) => r,

@@ -88,7 +88,7 @@ fn credentials(args: &KubeconfigArgs) -> Result<(String, Option<String>), Kubeco
                 })?;
             crate::api::auth::parse_tokens(&text).map_err(|reason| KubeconfigError::BadTokens {
                 path: path.clone(),
-                reason,
+                reason: reason.to_string(),
             })?
         }
         None => Vec::new(),

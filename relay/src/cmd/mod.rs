@@ -427,7 +427,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             let wait = wait
                 .map(|w| strata_protocol::choice::Seconds::parse(&w))
                 .transpose()
-                .map_err(CliError::Usage)?;
+                .map_err(|e| CliError::Usage(e.to_string()))?;
             lifecycle(&api, &cluster, crate::cmd::lifecycle::Action::Drain, wait).await
         }
         Command::Clusters { api } => {

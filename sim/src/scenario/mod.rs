@@ -34,6 +34,11 @@ use strata_protocol::model::{Labels, ObjectKey, ObjectKeyParts, Space};
 
 use crate::topology::{self, Topology, TopologySource};
 
+mod durations;
+pub(crate) use durations::duration;
+pub use durations::{DurationError, parse_duration};
+use durations::opt_duration;
+
 /// A scenario: as written, `T` is where its topology comes from; once loaded, the
 /// compiled topology.
 #[derive(Debug, Clone, Deserialize)]
@@ -528,50 +533,6 @@ impl Fault {
     }
 }
 
-/// Parses `250ms`, `3s`, `2m`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map(|i| s.split_at(i))
-        .ok_or_else(|| format!("{s:?}: a duration needs a unit (ms, s, m)"))?;
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: not a number of {unit}"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m)")),
-    };
-    Ok(Duration::from_secs_f64(secs))
-}
-
-pub(crate) mod duration {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer};
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        super::parse_duration(&s).map_err(serde::de::Error::custom)
-    }
-}
-
-mod opt_duration {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer};
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<Duration>, D::Error> {
-        let s = Option::<String>::deserialize(d)?;
-        s.map(|s| super::parse_duration(&s).map_err(serde::de::Error::custom))
-            .transpose()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,7 +541,12 @@ mod tests {
     fn durations_parse_and_bad_units_are_named() {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("5h").unwrap_err().contains("unknown unit"));
+        assert!(
+            parse_duration("5h")
+                .unwrap_err()
+                .to_string()
+                .contains("unknown unit")
+        );
     }
 
     const TINY: &str = "

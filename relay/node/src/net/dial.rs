@@ -78,7 +78,7 @@ pub enum DialError {
     Resolve {
         name: String,
         target: String,
-        detail: String,
+        detail: super::resolve::ResolveError,
     },
     /// No QUIC handshake completed on any address.
     #[error("cannot reach {name} at {target} over QUIC: {detail}")]

@@ -154,9 +154,9 @@ impl Proxy {
         let proxy = self.to_string();
         let mut stream = resolve::tcp_happy_eyeballs(&self.address)
             .await
-            .map_err(|detail| ProxyError::Unreachable {
+            .map_err(|e| ProxyError::Unreachable {
                 proxy: proxy.clone(),
-                detail,
+                detail: e.to_string(),
             })?;
         let mut request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
         if let Some((user, pass)) = &self.credentials {

@@ -15,6 +15,42 @@ use tokio::task::JoinSet;
 /// answered yet (RFC 8305's connection attempt delay).
 pub const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
 
+/// Why a name gave no address ([`ParentAddress::resolve`], [`tcp_happy_eyeballs`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The lookup failed.
+    #[error("cannot resolve {host}: {error}")]
+    Lookup {
+        /// The name (with its port, as it was looked up).
+        host: String,
+        /// The resolver's error.
+        error: std::io::Error,
+    },
+    /// The name resolves, but to no address.
+    #[error("{host} resolves to no address")]
+    NoAddress {
+        /// The name.
+        host: String,
+    },
+    /// No replica's name resolved: each one's error, in order.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Each(Vec<ResolveError>),
+}
+
+/// Why [`tcp_happy_eyeballs`] did not connect.
+#[derive(Debug, thiserror::Error)]
+pub enum TcpConnectError {
+    /// The name gave no address.
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    /// No address answered: each one's error (`ADDRESS: ERROR; ...`).
+    #[error("{detail}")]
+    Connect {
+        /// Each address's error.
+        detail: String,
+    },
+}
+
 /// Where the parent listens: an address, or a name resolved at every connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParentAddress {
@@ -114,7 +150,7 @@ impl ParentAddress {
 
     /// Every address now, IPv6 and IPv4 interleaved starting with the family the
     /// resolver put first.
-    pub async fn resolve(&self) -> Result<Vec<SocketAddr>, String> {
+    pub async fn resolve(&self) -> Result<Vec<SocketAddr>, ResolveError> {
         match self {
             ParentAddress::Socket(a) => Ok(vec![*a]),
             ParentAddress::Any(all) => {
@@ -135,17 +171,20 @@ impl ParentAddress {
                     }
                 }
                 if found.is_empty() {
-                    return Err(errors.join("; "));
+                    return Err(ResolveError::Each(errors));
                 }
                 Ok(found)
             }
             ParentAddress::Host { host, port } => {
                 let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), *port))
                     .await
-                    .map_err(|e| format!("cannot resolve {host}: {e}"))?
+                    .map_err(|error| ResolveError::Lookup {
+                        host: host.clone(),
+                        error,
+                    })?
                     .collect();
                 if found.is_empty() {
-                    return Err(format!("{host} resolves to no address"));
+                    return Err(ResolveError::NoAddress { host: host.clone() });
                 }
                 Ok(interleave(found))
             }
@@ -175,18 +214,25 @@ fn interleave(found: Vec<SocketAddr>) -> Vec<SocketAddr> {
 }
 
 /// Connects TCP to `host:port` (a name or an address), every address tried.
-pub async fn tcp_happy_eyeballs(hostport: &str) -> Result<TcpStream, String> {
+pub async fn tcp_happy_eyeballs(hostport: &str) -> Result<TcpStream, TcpConnectError> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host(hostport)
         .await
-        .map_err(|e| format!("cannot resolve {hostport}: {e}"))?
+        .map_err(|error| ResolveError::Lookup {
+            host: hostport.to_owned(),
+            error,
+        })?
         .collect();
     if addrs.is_empty() {
-        return Err(format!("{hostport} resolves to no address"));
+        return Err(ResolveError::NoAddress {
+            host: hostport.to_owned(),
+        }
+        .into());
     }
     race(interleave(addrs), |a| async move {
         TcpStream::connect(a).await.map_err(|e| format!("{a}: {e}"))
     })
     .await
+    .map_err(|detail| TcpConnectError::Connect { detail })
 }
 
 /// Happy eyeballs: starts `attempt` on the first address, then on the next one every
