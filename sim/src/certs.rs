@@ -1,7 +1,7 @@
 //! Certificates under virtual time.
 //!
 //! Every TLS configuration of the simulation checks certificates' validity against
-//! [`SimTime`]: the simulation's wall clock (`hosts::wall_now`), not the machine's.
+//! [`SimTime`]: the simulation's wall clock (`clock::wall_now`), not the machine's.
 //!
 //! A scenario with `certificates:` ([`Certificates`]) gives every node a certificate
 //! valid for `lifetime` of virtual time (the root's, which nothing above it renews, a
@@ -37,7 +37,8 @@ use strata_node::tls::{self, Identity, TlsTime};
 use strata_relay::config::{JoinFiles, RenewSigning};
 
 use crate::check::{Violation, secs};
-use crate::hosts::{EPOCH_MS, SimHierarchy, wall_now};
+use crate::clock::{EPOCH_MS, wall_now};
+use crate::net::Network;
 use crate::rng::{hash, mix};
 use crate::topology::Topology;
 
@@ -100,9 +101,18 @@ impl Certificates {
     }
 }
 
-/// Why the certificate files could not be made.
-fn cert_err(what: &str, e: &dyn std::fmt::Display) -> crate::hosts::BuildError {
-    crate::hosts::BuildError::Cert {
+/// Why the hierarchy (its certificates) could not be built.
+#[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // `node` is the node, `detail` what the generator said
+pub enum BuildError {
+    /// Certificate generation failed.
+    #[error("certificate for {node}: {detail}")]
+    Cert { node: String, detail: String },
+}
+
+/// Why a certificate (or key, or file) for `what` could not be made.
+pub(crate) fn cert_err(what: &str, e: &dyn std::fmt::Display) -> BuildError {
+    BuildError::Cert {
         node: what.to_owned(),
         detail: e.to_string(),
     }
@@ -138,7 +148,7 @@ impl CertFiles {
         topology: &Topology,
         seed: u64,
         config: &Certificates,
-    ) -> Result<CertFiles, crate::hosts::BuildError> {
+    ) -> Result<CertFiles, BuildError> {
         let dir = tempfile::Builder::new()
             .prefix("strata-sim-certs-")
             .tempdir()
@@ -340,24 +350,25 @@ async fn probe(
 /// At an agent's start: when its certificate has expired (virtual time) and it has a
 /// recovery token, dials its parent with the expired certificate (recording the
 /// refusal), then enrolls again with the token, writing key and certificate in place
-/// of the expired ones, over a fresh endpoint of `ip`.
+/// of the expired ones, over a fresh endpoint of `ip` on `network`: what happened
+/// (`None`: nothing to recover).
 pub(crate) async fn recover_if_expired(
-    hierarchy: &SimHierarchy,
+    network: &Arc<Network>,
     files: &CertFiles,
     cluster: &str,
     (relay, addr): (&str, SocketAddr),
     ip: std::net::IpAddr,
     rng: &mut crate::rng::SimRng,
-) -> std::io::Result<()> {
+) -> std::io::Result<Option<Recovery>> {
     let f = files.tls_files(cluster);
     let Some(token) = files.token(cluster) else {
-        return Ok(());
+        return Ok(None);
     };
     if !strata_node::renew::expired_at(&f.cert, wall_secs()) {
-        return Ok(());
+        return Ok(None);
     }
-    let socket = crate::net::SimUdpSocket::bind(ip, 0, hierarchy.network.clone()).await?;
-    let mut endpoint = crate::hosts::seeded_endpoint(socket, rng)?;
+    let socket = crate::net::SimUdpSocket::bind(ip, 0, network.clone()).await?;
+    let mut endpoint = crate::net::seeded_endpoint(socket, rng)?;
     let old = files.identity(cluster).map_err(std::io::Error::other)?;
     let (expired, detail) = probe(
         &endpoint,
@@ -388,17 +399,15 @@ pub(crate) async fn recover_if_expired(
         }
         Err(e) => record.failed = Some(e.to_string()),
     }
-    hierarchy
-        .recoveries
-        .borrow_mut()
-        .insert(cluster.to_owned(), record);
-    Ok(())
+    Ok(Some(record))
 }
 
-/// The end-of-run checks of short-lived certificates at `ended` (virtual time since
-/// the start): lines for the trace and summary, and the first violation.
+/// The end-of-run checks of short-lived certificates of `topology`'s nodes at `ended`
+/// (virtual time since the start), with what became of the clusters that started with
+/// an expired certificate: lines for the trace and summary, and the first violation.
 pub(crate) fn check_end(
-    hierarchy: &SimHierarchy,
+    topology: &Topology,
+    recoveries: &BTreeMap<String, Recovery>,
     files: &CertFiles,
     ended: Duration,
 ) -> (Vec<String>, Option<Violation>) {
@@ -411,10 +420,10 @@ pub(crate) fn check_end(
     };
     let end = i64::try_from((EPOCH_MS + u64::try_from(ended.as_millis()).unwrap_or(0)) / 1000)
         .unwrap_or(i64::MAX);
-    let root = hierarchy.topology.root().name.clone();
+    let root = topology.root().name.clone();
     let recovering = |n: &str| files.config.recover.iter().any(|c| c == n);
     let (mut renewed, mut renewing) = (0, 0);
-    for name in hierarchy.topology.node_names().filter(|n| *n != root) {
+    for name in topology.node_names().filter(|n| *n != root) {
         let pem = std::fs::read_to_string(files.tls_files(name).cert).unwrap_or_default();
         if !recovering(name) {
             renewing += 1;
@@ -442,7 +451,6 @@ pub(crate) fn check_end(
     lines.push(format!(
         "{renewed} of the {renewing} certificates to renew on disk were renewed during the run; all valid at the end"
     ));
-    let recoveries = hierarchy.recoveries.borrow();
     for cluster in &files.config.recover {
         let Some(r) = recoveries.get(cluster) else {
             violate(

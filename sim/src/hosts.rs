@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
-use quinn::EndpointConfig;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
@@ -35,7 +34,8 @@ use strata_relay::join::Joining;
 use strata_relay::renew::Signer;
 use strata_relay::tier::runtime::{self as node, NodeClient, NodeOptions};
 
-use crate::certs::{CertFiles, Certificates, Recovery, sim_time};
+use crate::certs::{BuildError, CertFiles, Certificates, Recovery, cert_err, sim_time};
+use crate::clock::wall_now;
 use crate::net::{self, Network, SimUdpSocket};
 use crate::rng::{SimRng, hash, mix};
 use crate::topology::{self, Topology};
@@ -56,21 +56,10 @@ fn admission() -> strata_relay::tier::runtime::Admission {
 
 /// The port every relay listens on.
 pub const RELAY_PORT: u16 = 7443;
-/// The wall clock's origin (2026-01-01), fixed so that stamps are reproducible.
-pub const EPOCH_MS: u64 = 1_767_225_600_000;
 /// How long a simulated workload takes to become available.
 pub const READY_DELAY: Duration = Duration::from_millis(200);
 /// How often relays send summaries upward.
 pub const SUMMARY_INTERVAL: Duration = Duration::from_millis(500);
-
-/// Why the hierarchy could not be built.
-#[derive(Debug, thiserror::Error)]
-#[allow(missing_docs)] // `node` is the node, `detail` what the generator said
-pub enum BuildError {
-    /// Certificate generation failed.
-    #[error("certificate for {node}: {detail}")]
-    Cert { node: String, detail: String },
-}
 
 /// TLS configurations of one node, made once before the simulation starts.
 struct Tls {
@@ -136,10 +125,6 @@ impl SimHierarchy {
         let cert_files = certificates
             .map(|c| CertFiles::write(&topology, seed, c))
             .transpose()?;
-        let cert_err = |node: &str, e: &dyn std::fmt::Display| BuildError::Cert {
-            node: node.to_owned(),
-            detail: e.to_string(),
-        };
         let ca_key = KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(|e| cert_err("ca", &e))?;
         let mut params =
             CertificateParams::new(Vec::<String>::new()).map_err(|e| cert_err("ca", &e))?;
@@ -354,7 +339,7 @@ impl SimHierarchy {
         socket: SimUdpSocket,
         rng: &mut SimRng,
     ) -> std::io::Result<Connector> {
-        let mut endpoint = seeded_endpoint(socket, rng)?;
+        let mut endpoint = net::seeded_endpoint(socket, rng)?;
         endpoint.set_default_client_config(
             transport::client_configs(tls.client.clone()).map_err(std::io::Error::other)?,
         );
@@ -469,8 +454,14 @@ impl SimHierarchy {
             let mut rng = self.next_start(&spec.name);
             if let Some(files) = &self.cert_files {
                 let parent = (relay.as_str(), parent_addr);
-                crate::certs::recover_if_expired(&self, files, &spec.name, parent, ip, &mut rng)
-                    .await?;
+                let network = &self.network;
+                let recovery = crate::certs::recover_if_expired(
+                    network, files, &spec.name, parent, ip, &mut rng,
+                )
+                .await?;
+                if let Some(r) = recovery {
+                    self.recoveries.borrow_mut().insert(spec.name.clone(), r);
+                }
             }
             let socket = SimUdpSocket::bind(ip, 0, self.network.clone()).await?;
             let tls = self.tls_for(&spec.name, false)?;
@@ -559,27 +550,8 @@ impl ClusterBackend for RecordingCluster {
     }
 }
 
-/// A QUIC endpoint on `socket` whose connection ids and randomness come from `rng`.
-pub(crate) fn seeded_endpoint(
-    socket: SimUdpSocket,
-    rng: &mut SimRng,
-) -> std::io::Result<quinn::Endpoint> {
-    let mut config = EndpointConfig::default();
-    let cid_key = rng.next_u64();
-    config.cid_generator(move || {
-        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
-    });
-    net::endpoint(socket, config, None, rng.bytes32())
-}
-
 fn missing(name: &str) -> std::io::Error {
     std::io::Error::other(format!("no certificate for {name}"))
-}
-
-/// The wall clock: the fixed origin plus simulated time.
-pub fn wall_now() -> UnixMillis {
-    let elapsed = turmoil::sim_elapsed().unwrap_or_default();
-    UnixMillis(EPOCH_MS + u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Registers every host of the hierarchy with `sim`.

@@ -11,6 +11,7 @@
 //! * [`scenario`]: scenario files (topology, workload, faults, checks).
 //! * [`certs`]: certificates checked against virtual time; short-lived ones renewed
 //!   over the links and recovered with a one-time token.
+//! * [`clock`]: the wall clock, a fixed origin plus simulated time.
 //! * [`hosts`]: relays and agents as turmoil hosts built from factories; disks kept or
 //!   lost across crashes.
 //! * [`check`]: the invariant checkers.
@@ -27,6 +28,7 @@
 pub mod bench;
 pub mod certs;
 pub mod check;
+pub mod clock;
 pub mod hosts;
 pub mod net;
 mod observe;

@@ -23,7 +23,7 @@ use quinn::{AsyncUdpSocket, Endpoint, EndpointConfig, TokioRuntime, UdpPoller};
 use strata_node::dial::TcpDial;
 use strata_node::tcp;
 
-use crate::rng::mix;
+use crate::rng::{SimRng, mix};
 
 /// Traffic of one direction between two hosts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -255,6 +255,16 @@ pub fn endpoint(
 ) -> io::Result<Endpoint> {
     config.rng_seed(Some(seed));
     Endpoint::new_with_abstract_socket(config, server, Arc::new(socket), Arc::new(TokioRuntime))
+}
+
+/// A QUIC endpoint on `socket` whose connection ids and randomness come from `rng`.
+pub(crate) fn seeded_endpoint(socket: SimUdpSocket, rng: &mut SimRng) -> io::Result<Endpoint> {
+    let mut config = EndpointConfig::default();
+    let cid_key = rng.next_u64();
+    config.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    endpoint(socket, config, None, rng.bytes32())
 }
 
 /// A relay's TLS/TCP listener on turmoil's TCP.

@@ -56,7 +56,7 @@ pub struct Outcome {
 pub enum RunError {
     /// Building the hierarchy failed.
     #[error(transparent)]
-    Build(#[from] hosts::BuildError),
+    Build(#[from] crate::certs::BuildError),
     /// turmoil stopped (a host failed or the time limit passed).
     #[error("the simulation stopped at {at}: {detail}")]
     Sim { at: String, detail: String },
@@ -182,7 +182,10 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
     let ended = sim.elapsed();
     let mut certificates = Vec::new();
     if let Some(files) = &hierarchy.cert_files {
-        let (lines, violation) = crate::certs::check_end(&hierarchy, files, ended);
+        let recoveries = hierarchy.recoveries.borrow();
+        let (lines, violation) =
+            crate::certs::check_end(&hierarchy.topology, &recoveries, files, ended);
+        drop(recoveries);
         let mut rec = record.borrow_mut();
         rec.trace.extend(lines.iter().cloned());
         if rec.violation.is_none() {
