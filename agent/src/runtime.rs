@@ -10,16 +10,15 @@ use strata_node::link::Link;
 use strata_node::store::{Batch, Store, StoreError};
 use strata_node::tunnel;
 use strata_protocol::model::Cluster;
-use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink};
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{
-    MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, ParentToChild, ProtocolVersion, Role,
+    MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, ParentToChild, ProtocolVersion,
 };
 use tokio::sync::{Notify, oneshot, watch};
 use tracing::Instrument;
 
 use crate::backend::ClusterBackend;
-use crate::core::{AgentCore, AgentSetup};
+use crate::core::{AgentBootOptions, AgentCore};
 use crate::tunnel::TunnelTarget;
 
 /// What an agent needs to run.
@@ -178,27 +177,17 @@ pub fn start_speaking(
 ) -> Result<AgentHandle, StoreError> {
     let stored = parts.store.load()?;
     let now = parts.clock.now();
-    let log = match stored.log_meta {
-        Some(meta) => ObjectLog::restore(meta, stored.entries),
-        None => ObjectLog::new(strata_protocol::model::LogId(stored.node_id)),
-    };
-    let parent_state = stored.parent.unwrap_or_default();
-    let mut config = LinkConfig::new(parts.cluster.name.clone(), Role::Agent);
-    config.run = parts.run;
-    config.versions = versions;
-    let link = ParentLink::new(now, config, parent_state.cursor, parent_state.route);
     let span = tracing::info_span!("agent", cluster = %parts.cluster.name);
     let (cluster, target) = (parts.cluster.name.clone(), parts.tunnel);
-    let core = AgentCore::new(
+    let core = AgentCore::restore(
         now,
         parts.clock.wall(),
-        AgentSetup {
+        stored,
+        AgentBootOptions {
             cluster: parts.cluster,
-            link,
-            log,
-            parent_state,
             backend: parts.backend,
             run: parts.run,
+            versions,
         },
     );
     let (name, addr) = parts.parent;

@@ -15,6 +15,8 @@
 //!
 //! While the parent is away, steps 2 to 4 go on: the cluster is kept in the state the
 //! log holds (drift repaired), and reports wait in the follower until it is back.
+//!
+//! A core boots from its store with [`AgentCore::restore`] (in `restore.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -34,8 +36,10 @@ use strata_protocol::waves::{pin_key, pinned_key, placements_for_pin};
 use strata_protocol::wire::{Change, ParentToChild, Report, ReportKey, ReportValue};
 
 use crate::backend::{ClusterBackend, UpsyncRule};
-
 use crate::customize::{cluster_vars, render_object, set_user_entries, summarized};
+
+mod restore;
+pub use restore::AgentBootOptions;
 
 /// The state of one agent.
 pub struct AgentCore {

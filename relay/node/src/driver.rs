@@ -7,7 +7,8 @@
 //! One turn of the loop: wait for the first of shutdown, an input, the node's timer or
 //! its wake-up; [`Node::process`]; commit the batch durably (retried while the store
 //! fails, acknowledging nothing meanwhile); [`Node::transmit`]; deliver what it has for
-//! the parent.
+//! the parent. The middle of it (process, commit, transmit) is [`turn`], which the
+//! system tests' `Tree` runs too.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,6 +80,29 @@ pub trait Node: Send + 'static {
     fn shutdown(&mut self) -> impl Future<Output = ()> + Send {
         async {}
     }
+}
+
+/// The sans-I/O part of a turn once the inputs are handled, the same for the [`Driver`]
+/// and for a test fixture that drives cores in virtual time: `process` the core's
+/// pending events into the batch not yet durable (`unsaved`), `commit` that batch, and
+/// only once it is durable `transmit`. A failed commit keeps the batch (committed with
+/// whatever else changes at the next try) and transmits nothing: nothing is
+/// acknowledged before it is durable. The caller retries after [`COMMIT_RETRY`] and
+/// delivers what `transmit` returned.
+pub fn turn<C: ?Sized, T, E>(
+    core: &mut C,
+    now: Instant,
+    unsaved: &mut Batch,
+    process: impl FnOnce(&mut C, Instant) -> Batch,
+    commit: impl FnOnce(&Batch) -> Result<(), E>,
+    transmit: impl FnOnce(&mut C, Instant) -> T,
+) -> Result<T, E> {
+    unsaved.merge(process(core, now));
+    if !unsaved.is_empty() {
+        commit(unsaved)?;
+        *unsaved = Batch::default();
+    }
+    Ok(transmit(core, now))
 }
 
 /// What reaches a driver: the parent's connection events, or the node's own inputs.
@@ -345,9 +369,17 @@ impl<N: Node> Driver<N> {
                 _ = woken(&wake) => {}
             }
             let now = self.clock.now();
-            self.unsaved.merge(self.node.process(now));
-            if !self.unsaved.is_empty() {
-                if let Err(e) = commit_off_workers(self.store.as_ref(), &self.unsaved) {
+            let store = self.store.as_ref();
+            let out = match turn(
+                &mut self.node,
+                now,
+                &mut self.unsaved,
+                N::process,
+                |batch| commit_off_workers(store, batch),
+                N::transmit,
+            ) {
+                Ok(out) => out,
+                Err(e) => {
                     // Nothing is acknowledged until the write succeeds: the batch is
                     // kept, the node keeps serving from memory, and the write is
                     // retried shortly (with whatever else changed meanwhile).
@@ -355,9 +387,7 @@ impl<N: Node> Driver<N> {
                     tokio::time::sleep(COMMIT_RETRY).await;
                     continue;
                 }
-                self.unsaved = Batch::default();
-            }
-            let out = self.node.transmit(now);
+            };
             if self.parent.deliver(out) {
                 self.node.parent_gone();
             }

@@ -49,7 +49,7 @@
 //!    [`follower::ParentFollower`] (`ParentLink`, `protocol/src/sync/parent_link/`)
 //!    applies them to the relay's own log, and steps 2 to 4 repeat one tier down;
 //! 6. an agent's follower applies them to its log, and `AgentCore`
-//!    (`agent/src/core.rs`) hands them to its cluster backend (`agent/src/kubernetes/`
+//!    (`agent/src/core/mod.rs`) hands them to its cluster backend (`agent/src/kubernetes/`
 //!    or `agent/src/simulated.rs`).
 //!
 //! A report, from a cluster back up:

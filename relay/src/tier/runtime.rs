@@ -15,18 +15,17 @@ use strata_node::link::Link;
 use strata_node::store::{ReplicaEvent, Store, StoreError};
 use strata_node::transport::{self, QuicListener, Sender, close_code};
 use strata_node::tunnel::{self, TunnelSlots};
-use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
+use strata_protocol::sync::SessionConfig;
 use strata_protocol::time::Instant;
-use strata_protocol::wire::{ErrorCode, JoinReply, ParentToChild, Role};
+use strata_protocol::wire::{ErrorCode, JoinReply, ParentToChild};
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
 mod admit;
 
 use super::accept::{accept_loop, tcp_accept_loop};
-use super::core::{CoreSetup, NodeCore, Outgoing, new_log};
+use super::core::{BootOptions, NodeCore, Outgoing};
 pub use super::input::{LinkStats, Query, RelayInput};
-use super::reports::SubtreeReports;
 use crate::join::{Admissions, Joining};
 
 /// What a node needs to run.
@@ -185,57 +184,27 @@ pub fn start(parts: NodeOptions) -> Result<NodeHandle, NodeError> {
     let stored = parts.store.load()?;
     let now = parts.clock.now();
     let root = parts.parent.is_none();
-    let mut log = match stored.log_meta {
-        Some(meta) => {
-            let mut log = ObjectLog::restore(meta, stored.entries);
-            if root {
-                log.mark_serving();
-            }
-            log
-        }
-        None => new_log(stored.node_id, root),
-    };
-    // A replica of a replicated tier remembers what its positions stand for in its parent's log,
-    // so that children can move to it from another replica with a delta.
-    if parts.replica.is_some() {
-        log.parent_index_mut().enable();
-    }
-    let parent_state = stored.parent.unwrap_or_default();
-    let parent_link = parts.parent.as_ref().map(|_| {
-        let mut config = LinkConfig::new(parts.name.clone(), Role::Relay);
-        config.run = parts.run;
-        config.replica = parts.replica.as_ref().map(|r| r.id(stored.node_id));
-        // One process speaks one range of versions, to its parent and its children.
-        config.versions = parts.sessions.versions;
-        ParentLink::new(now, config, parent_state.cursor, parent_state.route)
-    });
-    let reports = SubtreeReports::restore(stored.reports);
-    // Agents admitted by join token are children like the configured ones.
-    let mut children = parts.children.clone();
-    children.extend(stored.joined.values().cloned());
     let admissions = parts.joining.clone().map(|j| {
         Admissions::new(
             j,
             parts.parent.as_ref().map(|(n, _)| n.clone()),
             parts.store.clone(),
-            stored.joined,
+            stored.joined.clone(),
         )
     });
-    let mut core = NodeCore::new(
+    let replica = parts.replica.as_ref().map(|r| r.id(stored.node_id));
+    let mut core = NodeCore::restore(
         now,
-        CoreSetup {
+        stored,
+        BootOptions {
             name: parts.name.clone(),
             labels: parts.labels.clone(),
-            children,
+            children: parts.children.clone(),
             sessions: parts.sessions.clone(),
-            log,
-            reports,
-            acked: stored.child_acks,
-            child_runs: stored.child_runs,
-            parent_link,
-            parent_state,
-            summary_interval: parts.summary_interval,
+            has_parent: !root,
+            replica,
             run: parts.run,
+            summary_interval: parts.summary_interval,
             wall_origin: parts.clock.wall_origin(),
             watch_history: crate::tier::core::WATCH_HISTORY,
             standby: root && !parts.store.writes_log(),

@@ -13,6 +13,7 @@
 //! The methods of [`NodeCore`], by responsibility:
 //! * this file: setup, getters, timers and processing (`handle_timeout`, `poll_timeout`,
 //!   `process`, `transmit`);
+//! * `restore.rs`: [`NodeCore::restore`], the core booted from what its store holds;
 //! * `children.rs`: the children's inputs (`child_*`, `admit_child`), their sessions'
 //!   events, and the routes they are sent by;
 //! * `parent.rs`: the parent's inputs (`parent_*`) and what the follower's events
@@ -48,6 +49,7 @@ mod parent;
 mod polling;
 mod replicas;
 mod replicated;
+mod restore;
 mod revoke;
 mod rollout;
 #[cfg(test)]
@@ -60,6 +62,7 @@ pub use children::{node_of, session_key};
 pub use choose::{CAPACITY_PROPERTY, PlanStatus, decision_key, excluded_counts};
 pub use lag::{LAG_BUCKETS, PropagationLag};
 pub use links::{LINK_REFRESH, last_seen};
+pub use restore::BootOptions;
 pub use revoke::revocation_key;
 pub use rollout::{is_rollout, rollout_key, rollouts_in, template_hash};
 use strata_node::follower::ParentFollower;

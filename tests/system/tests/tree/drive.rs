@@ -4,12 +4,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use strata_node::driver::COMMIT_RETRY;
-use strata_node::store::{Batch, Store};
+use strata_node::driver::{COMMIT_RETRY, turn};
+use strata_node::store::Store;
 use strata_protocol::codec::{self, DEFAULT_MAX_FRAME};
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{ChildToParent, ParentToChild};
 
+use super::node::Core;
 use super::{Tree, span};
 
 /// Steps [`Tree::drive`] and [`Tree::advance`] allow before calling it a livelock.
@@ -226,25 +227,32 @@ impl Tree {
         }
     }
 
-    /// One node's turn, as the driver takes it: process; commit (a failed commit keeps
-    /// the batch, transmits nothing, and is retried after [`COMMIT_RETRY`]); transmit;
-    /// close what the core gave up on.
+    /// One node's turn, as the driver takes it, through the driver's own [`turn`]:
+    /// process; commit (a failed commit keeps the batch, transmits nothing, and is
+    /// retried after [`COMMIT_RETRY`]); transmit; then deliver, and close what the core
+    /// gave up on.
     fn take_turn(&mut self, name: &str) {
         let now = self.now;
         let node = self.node_mut(name);
         let Some(core) = &mut node.core else {
             return;
         };
-        node.unsaved.merge(core.process(now));
-        if !node.unsaved.is_empty() {
-            if let Err(e) = node.store.commit(&node.unsaved) {
+        let store = &node.store;
+        let out = match turn(
+            core,
+            now,
+            &mut node.unsaved,
+            Core::process,
+            |batch| store.commit(batch),
+            Core::transmit,
+        ) {
+            Ok(out) => out,
+            Err(e) => {
                 tracing::warn!(error = %e, "commit failed; nothing transmitted");
                 node.retry_commit_at = Some(now + COMMIT_RETRY);
                 return;
             }
-            node.unsaved = Batch::default();
-        }
-        let out = node.core.as_mut().unwrap().transmit(now);
+        };
         if let Some(conn) = node.link.as_ref().and_then(|l| l.conn) {
             for msg in out.to_parent {
                 self.send(name, conn, false, &msg);

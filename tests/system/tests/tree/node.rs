@@ -1,20 +1,20 @@
 //! One node of the tree: what was declared of it ([`Spec`]), its core while it runs
 //! ([`Core`], one face for both kinds), its store, and the link to its parent. A core
-//! boots from whatever its store holds, the way `relay/src/tier/runtime.rs` and
-//! `agent/src/runtime.rs` start one, so that a restart after a crash takes the same
-//! path as the first start (on an empty store).
+//! boots from whatever its store holds through the cores' own boot (`NodeCore::restore`,
+//! `AgentCore::restore`), the one `relay/src/tier/runtime.rs` and `agent/src/runtime.rs`
+//! use, so that a restart after a crash takes the same path as the first start (on an
+//! empty store).
 
 use std::time::Duration;
 
-use strata_agent::core::{AgentCore, AgentSetup};
+use strata_agent::core::{AgentBootOptions, AgentCore};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
 use strata_node::store::{Batch, MemStore, Store};
-use strata_protocol::model::{Cluster, Labels, LogId};
-use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink, SessionConfig};
+use strata_protocol::model::{Cluster, Labels};
+use strata_protocol::sync::SessionConfig;
 use strata_protocol::time::{Instant, UnixMillis};
-use strata_protocol::wire::{ParentToChild, Role};
-use strata_relay::tier::core::{CoreSetup, NodeCore, Outgoing, new_log};
-use strata_relay::tier::reports::SubtreeReports;
+use strata_protocol::wire::{MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, ParentToChild};
+use strata_relay::tier::core::{BootOptions, NodeCore, Outgoing};
 
 /// How often relays send summaries upward (the runtime's default is a second; shorter
 /// here so that a scenario settles in less virtual time).
@@ -163,82 +163,53 @@ impl Core {
     }
 }
 
-/// A node's core, started from what `store` holds (nothing at the first start), as the
-/// runtimes start one; `runs` counts the earlier runs, so that each run has its own id.
+/// A node's core, started from what `store` holds (nothing at the first start) by the
+/// cores' own boot, as the runtimes start one ([`NodeCore::restore`],
+/// [`AgentCore::restore`]); `runs` counts the earlier runs, so that each run has its
+/// own id.
 pub fn boot(now: Instant, spec: &Spec, store: &MemStore, runs: u64) -> Core {
     let stored = store.load().expect("the in-memory store loads");
     let run = spec.id * 1000 + runs;
-    let parent_state = stored.parent.unwrap_or_default();
-    let link = |role| {
-        let mut config = LinkConfig::new(spec.name.clone(), role);
-        config.run = run;
-        ParentLink::new(now, config, parent_state.cursor, parent_state.route)
-    };
     match spec.kind {
-        Kind::Relay => {
-            let root = spec.parent.is_none();
-            let log = match stored.log_meta {
-                Some(meta) => {
-                    let mut log = ObjectLog::restore(meta, stored.entries);
-                    if root {
-                        log.mark_serving();
-                    }
-                    log
-                }
-                None => new_log(stored.node_id, root),
-            };
-            let mut children = spec.children.clone();
-            children.extend(stored.joined.values().cloned());
-            Core::Relay(Box::new(NodeCore::new(
-                now,
-                CoreSetup {
+        Kind::Relay => Core::Relay(Box::new(NodeCore::restore(
+            now,
+            stored,
+            BootOptions {
+                name: spec.name.clone(),
+                labels: spec.labels.clone(),
+                children: spec.children.clone(),
+                sessions: SessionConfig::default(),
+                has_parent: spec.parent.is_some(),
+                replica: None,
+                run,
+                summary_interval: SUMMARY_INTERVAL,
+                wall_origin: UnixMillis(0),
+                watch_history: spec.watch_history,
+                standby: false,
+                admission_hold: Duration::ZERO,
+            },
+        ))),
+        Kind::Agent => Core::Agent(Box::new(AgentCore::restore(
+            now,
+            wall(now),
+            stored,
+            AgentBootOptions {
+                cluster: Cluster {
                     name: spec.name.clone(),
                     labels: spec.labels.clone(),
-                    children,
-                    sessions: SessionConfig::default(),
-                    log,
-                    reports: SubtreeReports::restore(stored.reports),
-                    acked: stored.child_acks,
-                    child_runs: stored.child_runs,
-                    parent_link: spec.parent.as_ref().map(|_| link(Role::Relay)),
-                    parent_state: parent_state.clone(),
-                    summary_interval: SUMMARY_INTERVAL,
-                    run,
-                    wall_origin: UnixMillis(0),
-                    watch_history: spec.watch_history,
-                    standby: false,
-                    admission_hold: std::time::Duration::ZERO,
+                    properties: spec.properties.clone(),
+                    path: Vec::new(),
                 },
-            )))
-        }
-        Kind::Agent => {
-            let log = match stored.log_meta {
-                Some(meta) => ObjectLog::restore(meta, stored.entries),
-                None => ObjectLog::new(LogId(stored.node_id)),
-            };
-            Core::Agent(Box::new(AgentCore::new(
-                now,
-                wall(now),
-                AgentSetup {
-                    cluster: Cluster {
-                        name: spec.name.clone(),
-                        labels: spec.labels.clone(),
-                        properties: spec.properties.clone(),
-                        path: Vec::new(),
-                    },
-                    link: link(Role::Agent),
-                    log,
-                    parent_state: parent_state.clone(),
-                    // The cluster itself does not survive in the fixture: a restarted
-                    // agent applies everything it held again, to a new one.
-                    backend: Box::new(SimulatedCluster::new(SimulatedConfig {
-                        ready_delay: READY_DELAY,
-                        fail_all: None,
-                    })),
-                    run,
-                },
-            )))
-        }
+                // The cluster itself does not survive in the fixture: a restarted
+                // agent applies everything it held again, to a new one.
+                backend: Box::new(SimulatedCluster::new(SimulatedConfig {
+                    ready_delay: READY_DELAY,
+                    fail_all: None,
+                })),
+                run,
+                versions: (MIN_PROTOCOL_VERSION, MAX_PROTOCOL_VERSION),
+            },
+        ))),
     }
 }
 
