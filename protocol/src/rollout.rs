@@ -185,12 +185,7 @@ impl RolloutState {
         self.template = template;
         self.previous = previous;
         self.revision += 1;
-        self.wave = 0;
-        self.wave_since = now;
-        self.healthy_since = None;
-        self.message = None;
-        self.released.clear();
-        self.pending = 0;
+        self.start_over(now);
         self.phase = if previous == Some(template) {
             Phase::Complete
         } else {
@@ -223,12 +218,7 @@ impl RolloutState {
             }
             Command::Resume if self.phase == Phase::RolledBack && self.previous.is_some() => {
                 self.phase = Phase::Progressing;
-                self.wave = 0;
-                self.wave_since = now;
-                self.healthy_since = None;
-                self.message = None;
-                self.released.clear();
-                self.pending = 0;
+                self.start_over(now);
             }
             Command::Abort if matches!(self.phase, Phase::Progressing | Phase::Paused) => {
                 self.roll_back("aborted by the user");
@@ -239,6 +229,16 @@ impl RolloutState {
             _ => {}
         }
         Ok(true)
+    }
+
+    /// Back to the first wave at `now`, nothing released yet.
+    fn start_over(&mut self, now: u64) {
+        self.wave = 0;
+        self.wave_since = now;
+        self.healthy_since = None;
+        self.message = None;
+        self.released.clear();
+        self.pending = 0;
     }
 
     fn roll_back(&mut self, why: &str) {

@@ -64,18 +64,23 @@ impl UnixMillis {
         let secs = self.0 / 1000;
         let (days, rem) = (secs / 86_400, secs % 86_400);
         let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
-        // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-        let z = days.cast_signed() + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let d = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
+        let (year, month, d) = civil_from_days(days.cast_signed());
         format!("{year:04}-{month:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
     }
+}
+
+/// Days since 1970-01-01 (negative before) to the civil date (year, month, day), in the
+/// proleptic Gregorian calendar (Howard Hinnant's `civil_from_days`).
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 #[cfg(test)]

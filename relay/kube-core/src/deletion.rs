@@ -41,17 +41,16 @@ pub struct DeleteOptions {
     pub dry_run: bool,
 }
 
-fn unsupported_policy(value: &str) -> Status {
+/// 422 on a `DeleteOptions`' `propagationPolicy`, as kube-apiserver words it.
+fn invalid_policy(reason: &'static str, message: String) -> Status {
     Status::invalid(
         "DeleteOptions",
         "meta.k8s.io",
         "",
         &[Cause {
-            reason: "FieldValueNotSupported",
+            reason,
             field: "propagationPolicy".into(),
-            message: format!(
-                "Unsupported value: {value:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
-            ),
+            message,
         }],
     )
 }
@@ -67,6 +66,12 @@ impl DeleteOptions {
                 Status::bad_request(format!("the DeleteOptions body does not parse: {e}"))
             })?
         };
+        DeleteOptions::from_value(query, &body)
+    }
+
+    /// [`DeleteOptions::parse`] of a body already decoded (a protobuf `DeleteOptions` as
+    /// JSON).
+    pub fn from_value(query: &[(String, String)], body: &Value) -> Result<DeleteOptions, Status> {
         if !body.is_object() {
             return Err(Status::bad_request(
                 "the DeleteOptions body is not an object",
@@ -84,17 +89,11 @@ impl DeleteOptions {
         };
         let propagation = match (policy.as_deref(), orphan) {
             (Some(p), Some(_)) => {
-                return Err(Status::invalid(
-                    "DeleteOptions",
-                    "meta.k8s.io",
-                    "",
-                    &[Cause {
-                        reason: "FieldValueInvalid",
-                        field: "propagationPolicy".into(),
-                        message: format!(
-                            "Invalid value: {p:?}: orphanDependents and deletionPropagation cannot be both set"
-                        ),
-                    }],
+                return Err(invalid_policy(
+                    "FieldValueInvalid",
+                    format!(
+                        "Invalid value: {p:?}: orphanDependents and deletionPropagation cannot be both set"
+                    ),
                 ));
             }
             (Some("Orphan"), None) | (None, Some(true)) => Propagation::Orphan,
@@ -102,7 +101,14 @@ impl DeleteOptions {
                 Propagation::Background
             }
             (Some("Foreground"), None) => Propagation::Foreground,
-            (Some(other), None) => return Err(unsupported_policy(other)),
+            (Some(other), None) => {
+                return Err(invalid_policy(
+                    "FieldValueNotSupported",
+                    format!(
+                        "Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+                    ),
+                ));
+            }
         };
         let text = |v: &Value| v.as_str().map(str::to_owned);
         let dry_run = body["dryRun"]

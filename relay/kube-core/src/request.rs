@@ -146,7 +146,7 @@ impl Operation {
                         options["kind"].as_str().unwrap_or_default()
                     )));
                 }
-                DeleteOptions::parse(q, options.to_string().as_bytes())?
+                DeleteOptions::from_value(q, &options)?
             }
             "DELETE" if req.content_type.contains("protobuf") => DeleteOptions::parse(q, b"")?,
             "DELETE" => DeleteOptions::parse(q, req.body)?,

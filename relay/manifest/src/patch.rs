@@ -274,25 +274,25 @@ fn merge_list(
         .and_then(Value::as_object)
         .and_then(|m| m.keys().next().cloned())
         .or_else(|| merge_key(field, items).map(str::to_owned));
+    // The patch's items, without its directives, in place of the list.
+    let replaced = || {
+        Value::Array(
+            items
+                .iter()
+                .filter(|i| i.get("$patch").is_none())
+                .cloned()
+                .collect(),
+        )
+    };
     let Some(key) = key else {
         // No merge key: the list is atomic, as for a JSON merge patch.
-        let replaced: Vec<Value> = items
-            .iter()
-            .filter(|i| i.get("$patch").is_none())
-            .cloned()
-            .collect();
-        return Ok(Value::Array(replaced));
+        return Ok(replaced());
     };
     if items
         .iter()
         .any(|i| i.get("$patch").and_then(Value::as_str) == Some("replace"))
     {
-        let replaced: Vec<Value> = items
-            .iter()
-            .filter(|i| i.get("$patch").is_none())
-            .cloned()
-            .collect();
-        return Ok(Value::Array(replaced));
+        return Ok(replaced());
     }
     let mut out = have;
     for item in items {

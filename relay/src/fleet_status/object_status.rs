@@ -88,18 +88,22 @@ fn builtin_status_fields() -> &'static BTreeMap<(String, String), StatusFields> 
     })
 }
 
+/// A kind's status schema: `None` for a kind that is not built in (a custom resource,
+/// or one of Strata's), `Some(None)` for a built-in kind without a `.status`.
+fn status_schema(group: &str, kind: &str) -> Option<&'static StatusFields> {
+    builtin_status_fields().get(&(group.to_owned(), kind.to_owned()))
+}
+
 /// Whether a built-in kind has a `.status` in its schema; `None` for a kind that is not
 /// built in (a custom resource, or one of Strata's).
 pub fn builtin_has_status(group: &str, kind: &str) -> Option<bool> {
-    builtin_status_fields()
-        .get(&(group.to_owned(), kind.to_owned()))
-        .map(Option::is_some)
+    status_schema(group, kind).map(Option::is_some)
 }
 
-/// Whether a status field belongs to the kind's `.status` (any field of a kind that is
-/// not built in).
-fn status_field(group: &str, kind: &str, field: &str) -> bool {
-    match builtin_status_fields().get(&(group.to_owned(), kind.to_owned())) {
+/// Whether a status field belongs to the `.status` of the kind whose [`status_schema`]
+/// this is (any field of a kind that is not built in).
+fn status_field(schema: Option<&StatusFields>, field: &str) -> bool {
+    match schema {
         Some(Some(schema)) => schema.fields.contains(field),
         Some(None) => false,
         None => true,
@@ -253,8 +257,9 @@ pub fn object_status(
     (generation, at): (u64, Revision),
     sums: &[(String, Summary)],
 ) -> Option<Value> {
-    let builtin = builtin_has_status(group, kind);
-    if builtin == Some(false) {
+    // The kind's schema, looked up once.
+    let schema = status_schema(group, kind);
+    if let Some(None) = schema {
         return None;
     }
     let mut out = Map::new();
@@ -298,16 +303,16 @@ pub fn object_status(
     }
     out.remove("observedGeneration");
     if let Some(g) = observed_generation(generation, at, sums)
-        && status_field(group, kind, "observedGeneration")
+        && status_field(schema, "observedGeneration")
     {
         out.insert("observedGeneration".into(), json!(g));
     }
     // Only fields of the kind's own status: typed clients refuse any other.
-    out.retain(|field, _| status_field(group, kind, field));
+    out.retain(|field, _| status_field(schema, field));
     if group.is_empty() && kind == "Service" && !out.contains_key("loadBalancer") {
         out.insert("loadBalancer".into(), json!({}));
     }
-    if let Some(Some(schema)) = builtin_status_fields().get(&(group.to_owned(), kind.to_owned())) {
+    if let Some(Some(schema)) = schema {
         for (field, zero) in &schema.required {
             out.entry(field.clone()).or_insert_with(|| zero.clone());
         }

@@ -82,4 +82,3 @@ pub(super) mod opt_duration {
             .transpose()
     }
 }
-

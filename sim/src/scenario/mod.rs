@@ -36,8 +36,8 @@ use crate::topology::{self, Topology, TopologySource};
 
 mod durations;
 pub(crate) use durations::duration;
-pub use durations::{DurationError, parse_duration};
 use durations::opt_duration;
+pub use durations::{DurationError, parse_duration};
 
 /// A scenario: as written, `T` is where its topology comes from; once loaded, the
 /// compiled topology.

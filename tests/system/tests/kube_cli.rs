@@ -10,10 +10,9 @@
 // Tests driving processes: a sleep between polls blocks nothing else.
 #![allow(clippy::disallowed_methods)]
 
-use crate::common;
+use crate::kube_fleet::{self, Fleet};
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::path::Path;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -67,125 +66,10 @@ spec:
   clusters: { selector: { matchLabels: { region: eu, role: pos } } }
 ";
 
-struct Up {
-    child: Child,
-    dir: PathBuf,
-    env: Vec<(String, String)>,
-    kubeconfig: PathBuf,
-    clients: PathBuf,
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        common::stop_relay_up(&mut self.child);
-    }
-}
-
-/// Starts the hierarchy in `tmp`; returns it once `relay up` printed how to reach it.
-fn up(tmp: &Path) -> Up {
-    let file = tmp.join("topology.yaml");
-    std::fs::write(&file, TOPOLOGY).unwrap();
-    let dir = tmp.join("data");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("api.tokens"), TOKENS).unwrap();
-    let clients = common::kube_clients();
-    let (child, rx) = common::relay_up(&file, &dir);
-    let (mut env, mut kubeconfig) = (None, None);
-    for _ in 0..1200 {
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
-            if line.contains("export STRATA_SERVER=") {
-                env = Some(common::export_env(&line));
-            }
-            if let Some(path) = line.trim().strip_prefix("export KUBECONFIG=") {
-                kubeconfig = Some(PathBuf::from(path));
-            }
-        }
-        if env.is_some() && kubeconfig.is_some() {
-            break;
-        }
-    }
-    Up {
-        child,
-        dir,
-        env: env.expect("relay up printed its STRATA_* variables"),
-        kubeconfig: kubeconfig.expect("relay up printed export KUBECONFIG="),
-        clients,
-    }
-}
-
-impl Up {
-    fn run(&self, program: &str, args: &[&str]) -> Output {
-        let path = if program == "relay" {
-            common::bin("relay")
-        } else {
-            self.clients.join(program)
-        };
-        Command::new(path)
-            .args(args)
-            .envs(self.env.iter().cloned())
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("HOME", &self.dir)
-            .current_dir(&self.dir)
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, program: &str, args: &[&str]) -> String {
-        let out = self.run(program, args);
-        assert!(
-            out.status.success(),
-            "{program} {args:?} failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn fails(&self, program: &str, args: &[&str]) -> String {
-        let out = self.run(program, args);
-        assert!(!out.status.success(), "{program} {args:?} succeeded");
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
-
-    fn write(&self, name: &str, text: &str) -> String {
-        let path = self.dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    }
-
-    /// (expected, available) clusters of the first placement of `kind/name` in `ns`.
-    fn placed(&self, kind: &str, ns: &str, name: &str) -> Option<(u64, u64)> {
-        let out = self.run("relay", &["get", kind, name, "-n", ns, "-o", "summary"]);
-        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-        let s = &v.as_array()?.first()?["placements"][0]["summary"];
-        Some((s["expected"].as_u64()?, s["health"]["available"].as_u64()?))
-    }
-
-    fn eventually(&self, what: &str, check: impl Fn(&Up) -> bool) {
-        for _ in 0..300 {
-            if check(self) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("timed out waiting until {what}");
-    }
-
-    /// A kube client of the space `default` from `relay up`'s kubeconfig, with `token`
-    /// in place of the admin's when given.
-    async fn client(&self, token: Option<&str>) -> kube::Client {
-        let mut text = std::fs::read_to_string(&self.kubeconfig).unwrap();
-        if let Some(t) = token {
-            text = text.replace("admin-token-0123456789", t);
-        }
-        let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
-        let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        // Each refusal is to be seen as answered, not retried.
-        config.default_retry = false;
-        kube::Client::try_from(config).unwrap()
-    }
+/// The hierarchy started in `tmp` (the shared fixture, with this file's topology and
+/// tokens and the real clients).
+fn up(tmp: &Path) -> Fleet {
+    kube_fleet::start(tmp, TOPOLOGY, TOKENS, true)
 }
 
 fn lines(text: &str) -> Vec<&str> {
@@ -316,7 +200,7 @@ fn kubeconfig_namespaces_and_the_cli_follow_kubectl() {
 /// A space nothing made is refused by name; one a token names is there while empty;
 /// the first write makes a space. `--validate=warn` applies and prints what is
 /// unknown. `relay apply` checks custom resources against their CRD.
-fn spaces_warnings_and_custom_resources(f: &Up, alice: &str) {
+fn spaces_warnings_and_custom_resources(f: &Fleet, alice: &str) {
     let nope = f.write(
         "nope.kubeconfig",
         &f.ok("relay", &["kubeconfig", "--space", "nope"]),
@@ -445,7 +329,7 @@ fn request(method: &str, path: &str, content_type: &str, body: Vec<u8>) -> hyper
 async fn bad_input_gets_a_status_and_changes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let f = up(tmp.path());
-    let admin = f.client(None).await;
+    let admin = f.kube_client(None).await;
     let cms = "/api/v1/namespaces/default/configmaps";
     let good =
         br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"kept"},"data":{"a":"b"}}"#;
@@ -500,7 +384,7 @@ async fn bad_input_gets_a_status_and_changes_nothing() {
     assert!(message.contains("does not apply"), "{message}");
 
     let (code, reason, _) = refused(
-        &f.client(Some("wrong-token")).await,
+        &f.kube_client(Some("wrong-token")).await,
         request("GET", cms, "application/json", Vec::new()),
     )
     .await;
@@ -534,7 +418,7 @@ async fn bad_input_gets_a_status_and_changes_nothing() {
         message.contains("space \"nothing-here\" does not exist"),
         "{message}"
     );
-    let alice = f.client(Some("alice-token-0123456789")).await;
+    let alice = f.kube_client(Some("alice-token-0123456789")).await;
     let (code, _, message) = refused(
         &alice,
         request(

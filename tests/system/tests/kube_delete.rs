@@ -10,10 +10,9 @@
 // Tests driving processes: a sleep between polls blocks nothing else.
 #![allow(clippy::disallowed_methods)]
 
-use crate::common;
+use crate::kube_fleet::{self, Fleet};
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -38,87 +37,10 @@ spec:
   clusters: { selector: { matchLabels: { role: pos } } }
 ";
 
-struct Up {
-    child: Child,
-    dir: PathBuf,
-    env: Vec<(String, String)>,
-    kubeconfig: PathBuf,
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        common::stop_relay_up(&mut self.child);
-    }
-}
-
-fn up(tmp: &Path) -> Up {
-    let file = tmp.join("topology.yaml");
-    std::fs::write(&file, TOPOLOGY).unwrap();
-    let dir = tmp.join("data");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("api.tokens"), "admin-token-0123456789\n").unwrap();
-    let (child, rx) = common::relay_up(&file, &dir);
-    let (mut env, mut kubeconfig) = (None, None);
-    for _ in 0..1200 {
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
-            if line.contains("export STRATA_SERVER=") {
-                env = Some(common::export_env(&line));
-            }
-            if let Some(path) = line.trim().strip_prefix("export KUBECONFIG=") {
-                kubeconfig = Some(PathBuf::from(path));
-            }
-        }
-        if env.is_some() && kubeconfig.is_some() {
-            break;
-        }
-    }
-    Up {
-        child,
-        dir,
-        env: env.expect("relay up printed its STRATA_* variables"),
-        kubeconfig: kubeconfig.expect("relay up printed export KUBECONFIG="),
-    }
-}
-
-impl Up {
-    fn relay(&self, args: &[&str]) -> String {
-        let out = Command::new(common::bin("relay"))
-            .args(args)
-            .envs(self.env.iter().cloned())
-            .env("HOME", &self.dir)
-            .current_dir(&self.dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "relay {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    async fn client(&self) -> kube::Client {
-        let text = std::fs::read_to_string(&self.kubeconfig).unwrap();
-        let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
-        let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        config.default_retry = false;
-        kube::Client::try_from(config).unwrap()
-    }
-
-    /// (expected, available) clusters of the Deployment `name` in `shop`.
-    fn placed(&self, name: &str) -> Option<(u64, u64)> {
-        let out = Command::new(common::bin("relay"))
-            .args(["get", "deployment", name, "-n", "shop", "-o", "summary"])
-            .envs(self.env.iter().cloned())
-            .env("HOME", &self.dir)
-            .output()
-            .ok()?;
-        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-        let s = &v.as_array()?.first()?["placements"][0]["summary"];
-        Some((s["expected"].as_u64()?, s["health"]["available"].as_u64()?))
-    }
+/// The hierarchy started in `tmp` (the shared fixture, with this file's topology; no
+/// Kubernetes client but kube-rs is needed).
+fn up(tmp: &Path) -> Fleet {
+    kube_fleet::start(tmp, TOPOLOGY, "admin-token-0123456789\n", false)
 }
 
 /// One request: (HTTP status, body as JSON).
@@ -178,7 +100,7 @@ async fn until_gone(c: &kube::Client, path: &str) {
 async fn deletes_answer_as_kube_apiserver_does() {
     let tmp = tempfile::tempdir().unwrap();
     let f = up(tmp.path());
-    let c = f.client().await;
+    let c = f.kube_client(None).await;
 
     // The Python client's create_namespace sends no apiVersion and kind: the path's.
     let (code, ns) = call(
@@ -451,18 +373,25 @@ async fn deletes_answer_as_kube_apiserver_does() {
 
     // A Namespace is Terminating until nothing of it remains at the root and on the
     // clusters; nothing can be created in it meanwhile.
-    f.relay(&["apply", "-f", &{
-        let p = f.dir.join("placement.yaml");
-        std::fs::write(&p, PLACEMENT).unwrap();
-        p.display().to_string()
-    }]);
+    f.ok(
+        "relay",
+        &["apply", "-f", &{
+            let p = f.dir.join("placement.yaml");
+            std::fs::write(&p, PLACEMENT).unwrap();
+            p.display().to_string()
+        }],
+    );
     for _ in 0..300 {
-        if f.placed("web") == Some((2, 2)) {
+        if f.placed("deployment", "shop", "web") == Some((2, 2)) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(f.placed("web"), Some((2, 2)), "web runs on both clusters");
+    assert_eq!(
+        f.placed("deployment", "shop", "web"),
+        Some((2, 2)),
+        "web runs on both clusters"
+    );
     let (code, ns) = call(&c, "DELETE", "/api/v1/namespaces/shop", JSON, Value::Null).await;
     assert_eq!(
         (code, ns["kind"].as_str()),

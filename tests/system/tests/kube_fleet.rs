@@ -2,7 +2,9 @@
 //! `helm_wait`, `kube_controller`): a `relay up` hierarchy of processes with four
 //! simulated clusters, three of them `role=pos`, its kubeconfig, the real clients, and
 //! the root's own view of where an object runs (`relay get -o summary`), which is how
-//! each test checks that the selected clusters, and only those, hold a result.
+//! each test checks that the selected clusters, and only those, hold a result. The
+//! Kubernetes API tests with a topology of their own (`kube_cli`, `kube_delete`) start
+//! it with [`start`].
 
 #![allow(clippy::unwrap_used)]
 // Synchronous helpers driving processes: a sleep between polls blocks nothing else.
@@ -44,8 +46,8 @@ pub(crate) struct Fleet {
     pub(crate) env: Vec<(String, String)>,
     /// The kubeconfig `relay up` wrote (`DATA/kubeconfig`).
     pub(crate) kubeconfig: PathBuf,
-    /// kubectl 1.33, Helm 4 and, when it could be had, kubectl 1.20.
-    pub(crate) clients: PathBuf,
+    /// kubectl 1.33, Helm 4 and, when it could be had, kubectl 1.20 (when asked for).
+    clients: Option<PathBuf>,
 }
 
 impl Drop for Fleet {
@@ -54,15 +56,28 @@ impl Drop for Fleet {
     }
 }
 
-/// Starts [`TOPOLOGY`] in `tmp` with an admin token; returns once `relay up` printed
-/// its credentials and the kubeconfig's path.
+/// Starts [`TOPOLOGY`] in `tmp` with an admin token and the real clients; returns once
+/// `relay up` printed its credentials and the kubeconfig's path and all four clusters
+/// report to the root.
 pub(crate) fn up(tmp: &Path) -> Fleet {
-    let clients = common::kube_clients();
+    let f = start(tmp, TOPOLOGY, "admin-token-0123456789\n", true);
+    f.eventually("all four clusters report to the root", |f| {
+        let out = f.run("kubectl", &["get", "clusters", "-o", "name"]);
+        String::from_utf8_lossy(&out.stdout).lines().count() == 4
+    });
+    f
+}
+
+/// Starts `topology` with the tokens file `tokens` in `tmp` (`relay up`'s data in
+/// `tmp/data`), with the real Kubernetes clients when `clients`; returns once `relay up`
+/// printed its credentials and the kubeconfig's path.
+pub(crate) fn start(tmp: &Path, topology: &str, tokens: &str, clients: bool) -> Fleet {
+    let clients = clients.then(common::kube_clients);
     let file = tmp.join("topology.yaml");
-    std::fs::write(&file, TOPOLOGY).unwrap();
+    std::fs::write(&file, topology).unwrap();
     let data = tmp.join("data");
     std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(data.join("api.tokens"), "admin-token-0123456789\n").unwrap();
+    std::fs::write(data.join("api.tokens"), tokens).unwrap();
     let (child, rx) = common::relay_up(&file, &data);
     let (mut env, mut kubeconfig) = (None, None);
     for _ in 0..1200 {
@@ -78,18 +93,13 @@ pub(crate) fn up(tmp: &Path) -> Fleet {
             break;
         }
     }
-    let f = Fleet {
+    Fleet {
         child,
         dir: tmp.to_owned(),
         env: env.expect("relay up printed its STRATA_* variables"),
         kubeconfig: kubeconfig.expect("relay up printed export KUBECONFIG="),
         clients,
-    };
-    f.eventually("all four clusters report to the root", |f| {
-        let out = f.run("kubectl", &["get", "clusters", "-o", "name"]);
-        String::from_utf8_lossy(&out.stdout).lines().count() == 4
-    });
-    f
+    }
 }
 
 impl Fleet {
@@ -99,7 +109,7 @@ impl Fleet {
         let path = if program == "relay" {
             common::bin("relay")
         } else {
-            self.clients.join(program)
+            self.clients().join(program)
         };
         let mut c = Command::new(path);
         c.envs(self.env.iter().cloned())
@@ -109,8 +119,42 @@ impl Fleet {
         c
     }
 
+    /// Where the real clients are.
+    ///
+    /// # Panics
+    ///
+    /// When the fleet was started without them.
+    pub(crate) fn clients(&self) -> &Path {
+        self.clients
+            .as_deref()
+            .expect("this fleet was started without the Kubernetes clients")
+    }
+
     pub(crate) fn run(&self, program: &str, args: &[&str]) -> Output {
         self.command(program).args(args).output().unwrap()
+    }
+
+    /// Runs a program that must fail; returns its stderr.
+    pub(crate) fn fails(&self, program: &str, args: &[&str]) -> String {
+        let out = self.run(program, args);
+        assert!(!out.status.success(), "{program} {args:?} succeeded");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// A kube client of the space `default` from `relay up`'s kubeconfig, with `token`
+    /// in place of the admin's when given; it does not retry, so that each refusal is
+    /// seen as answered.
+    pub(crate) async fn kube_client(&self, token: Option<&str>) -> kube::Client {
+        let mut text = std::fs::read_to_string(&self.kubeconfig).unwrap();
+        if let Some(t) = token {
+            text = text.replace("admin-token-0123456789", t);
+        }
+        let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+        let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        config.default_retry = false;
+        kube::Client::try_from(config).unwrap()
     }
 
     /// Runs a program; `Ok(stdout)` when it succeeds, else `Err` with the command,
@@ -172,6 +216,13 @@ impl Fleet {
                 )
             })
             .collect()
+    }
+
+    /// (expected, available) clusters of the first placement that selects `kind/name`
+    /// in `ns`, if one does.
+    pub(crate) fn placed(&self, kind: &str, ns: &str, name: &str) -> Option<(u64, u64)> {
+        let first = self.placements(kind, ns, name).into_iter().next()?;
+        Some((first.1, first.2))
     }
 
     /// The clusters a Placement chose, as the root's decisions name them, sorted.

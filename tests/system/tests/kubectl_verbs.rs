@@ -520,10 +520,10 @@ fn kubectl_verbs_work_against_the_root() {
     let tmp = tempfile::tempdir().unwrap();
     let f = kube_fleet::up(tmp.path());
     let mut versions = vec![("1.33", "kubectl")];
-    if f.clients.join("kubectl-1.20").exists() {
+    if f.clients().join("kubectl-1.20").exists() {
         versions.push(("1.20", "kubectl-1.20"));
     } else {
-        let why = std::fs::read_to_string(f.clients.join("kubectl-1.20.missing"))
+        let why = std::fs::read_to_string(f.clients().join("kubectl-1.20.missing"))
             .unwrap_or_else(|_| "not installed".into());
         eprintln!(
             "kubectl 1.20: not run, it could not be installed ({})",

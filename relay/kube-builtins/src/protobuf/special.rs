@@ -2,6 +2,7 @@
 //! RFC 3339, and `Duration` as Go prints it.
 
 use serde_json::Value;
+use strata_protocol::time::civil_from_days;
 
 use super::error::DecodeError;
 use super::wire::{Reader, Wire};
@@ -23,7 +24,7 @@ pub(super) fn time(buf: &[u8], at: usize, path: &str, micro: bool) -> Result<Val
     }
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
-    let (y, mo, d) = civil(days);
+    let (y, mo, d) = civil_from_days(days);
     let (h, mi, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
     Ok(Value::String(if micro {
         let us = nanos.clamp(0, 999_999_999) / 1000;
@@ -31,19 +32,6 @@ pub(super) fn time(buf: &[u8], at: usize, path: &str, micro: bool) -> Result<Val
     } else {
         format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
     }))
-}
-
-/// Days since 1970-01-01 to (year, month, day) (Howard Hinnant's civil_from_days).
-pub(super) fn civil(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// Go's `time.Duration.String()`: `1h2m3.5s`, `1.5ms`, `0s`.

@@ -1,9 +1,9 @@
 use std::collections::BTreeMap;
 
-use super::special::civil;
 use super::*;
 use crate::builtins;
 use serde_json::json;
+use strata_protocol::time::civil_from_days as civil;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 

@@ -77,6 +77,18 @@ impl ResourceOp {
         }
     }
 
+    /// Whether the request selects `o`: of type `t` in `space`, in the request's
+    /// namespace (any without one), matching its label and field selectors.
+    fn selects(&self, t: &ResourceType, space: &Space, o: &Object) -> bool {
+        let k = o.key();
+        k.space == *space
+            && k.group == t.group
+            && k.kind == t.kind
+            && (self.namespace.is_none() || k.namespace == self.namespace)
+            && self.list.labels.matches(&o.meta.labels)
+            && self.list.fields.matches_object(k, &o.body)
+    }
+
     pub(super) fn matching<'a>(
         &self,
         core: &'a NodeCore,
@@ -85,15 +97,7 @@ impl ResourceOp {
     ) -> Vec<&'a Object> {
         core.log()
             .live()
-            .filter(|o| {
-                let k = o.key();
-                k.space == *space
-                    && k.group == t.group
-                    && k.kind == t.kind
-                    && (self.namespace.is_none() || k.namespace == self.namespace)
-                    && self.list.labels.matches(&o.meta.labels)
-                    && self.list.fields.matches_object(k, &o.body)
-            })
+            .filter(|o| self.selects(t, space, o))
             .collect()
     }
 
@@ -155,15 +159,7 @@ impl ResourceOp {
             .live()
             .filter(|o| !undone.contains_key(o.key()))
             .chain(undone.values().filter_map(|o| *o))
-            .filter(|o| {
-                let k = o.key();
-                k.space == *space
-                    && k.group == t.group
-                    && k.kind == t.kind
-                    && (self.namespace.is_none() || k.namespace == self.namespace)
-                    && self.list.labels.matches(&o.meta.labels)
-                    && self.list.fields.matches_object(k, &o.body)
-            })
+            .filter(|o| self.selects(t, space, o))
             .collect();
         all.sort_by(|a, b| a.key().cmp(b.key()));
         Ok(all)

@@ -136,14 +136,7 @@ impl Plan {
                 m.remove("deletionGracePeriodSeconds");
             }
             self.put(core, key, value.clone());
-            let inside: Vec<ObjectKey> = core
-                .log()
-                .live()
-                .map(Object::key)
-                .filter(|k| k.space == key.space && k.namespace.as_deref() == Some(&key.name))
-                .cloned()
-                .collect();
-            for k in inside {
+            for k in inside(core, key) {
                 self.delete(core, &k, Propagation::Background);
             }
             return Some(Ending::Kept(value));
@@ -243,6 +236,16 @@ impl Plan {
     }
 }
 
+/// The keys of the objects the root holds in the Namespace `namespace` names.
+fn inside(core: &NodeCore, namespace: &ObjectKey) -> Vec<ObjectKey> {
+    core.log()
+        .live()
+        .map(Object::key)
+        .filter(|k| k.space == namespace.space && k.namespace.as_deref() == Some(&namespace.name))
+        .cloned()
+        .collect()
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     memchr::memmem::find(haystack, needle).is_some()
 }
@@ -293,15 +296,8 @@ pub fn sweep(core: &mut NodeCore) -> bool {
     let mut plan = Plan::new(core);
     for (key, mut value) in deleting {
         if namespaces::is_namespace(&key) {
-            let inside: Vec<ObjectKey> = core
-                .log()
-                .live()
-                .map(Object::key)
-                .filter(|k| k.space == key.space && k.namespace.as_deref() == Some(&key.name))
-                .cloned()
-                .collect();
             let mut left = false;
-            for k in inside {
+            for k in inside(core, &key) {
                 if let Some(Ending::Kept(_)) = plan.delete(core, &k, Propagation::Background) {
                     left = true;
                 }
