@@ -180,13 +180,7 @@ impl ResourceOp {
                 })
                 .collect();
         // Made from reports, with no history: every page shows them as they are now.
-        let start = self.list.continue_at.map_or(0, |c| c.offset).min(all.len());
-        let end = self
-            .list
-            .limit
-            .map_or(all.len(), |l| (start + l).min(all.len()));
-        let next = (end < all.len()).then(|| Continue::token(head, end));
-        let page = all[start..end].to_vec();
+        let (page, next) = self.page_now(all, head);
         if self.table {
             let mut table = crate::fleet_status::table(&page, head);
             if let Some(c) = next {
@@ -198,6 +192,19 @@ impl ResourceOp {
             200,
             render::list(&t.api_version(), &t.kind, head, page, next),
         )
+    }
+
+    /// The page of `all` (a list with no history, as it is now at `head`) the request's
+    /// `limit` and `continue` ask for, and the token of the next page, if any.
+    fn page_now(&self, mut all: Vec<Value>, head: u64) -> (Vec<Value>, Option<String>) {
+        let start = self.list.continue_at.map_or(0, |c| c.offset).min(all.len());
+        let end = self
+            .list
+            .limit
+            .map_or(all.len(), |l| (start + l).min(all.len()));
+        let next = (end < all.len()).then(|| Continue::token(head, end));
+        all.truncate(end);
+        (all.split_off(start), next)
     }
 
     /// The space's clusters a list asks for.
@@ -214,13 +221,7 @@ impl ResourceOp {
             .collect();
         let head = core.log().head().0;
         // The inventory has no history: every page shows it as it is now.
-        let start = self.list.continue_at.map_or(0, |c| c.offset).min(all.len());
-        let end = self
-            .list
-            .limit
-            .map_or(all.len(), |l| (start + l).min(all.len()));
-        let next = (end < all.len()).then(|| Continue::token(head, end));
-        let page = all[start..end].to_vec();
+        let (page, next) = self.page_now(all, head);
         if self.table {
             let mut table = clusters::table(&page, head);
             if let Some(c) = next {
