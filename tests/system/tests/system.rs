@@ -8,7 +8,8 @@
 //!
 //! The fixtures the modules share: `common` (nodes in this process or as processes,
 //! the binaries, proxies, balancers, the sample app `APP`), `kube_fleet` (a `relay up`
-//! fleet for the real Kubernetes clients of the API conformance tests) and `tree` (a
+//! fleet for the real Kubernetes clients: the API conformance tests' and, with a
+//! topology of their own, `kube_cli`'s and `kube_delete`'s) and `tree` (a
 //! hierarchy of cores in this process). Two more live in `strata-test-tools`, because
 //! other crates' tests use them too: `etcd_cluster` (three etcd members on loopback,
 //! shared with `strata-node`'s tests) and `fake_apiserver` (the fake Kubernetes API
