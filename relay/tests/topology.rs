@@ -37,6 +37,7 @@ fn rendered_relay_configs_load_and_re_rendering_is_idempotent() {
         metrics_everywhere: true,
         summary_interval_ms: Some(100),
         simulated_ready_delay_ms: None,
+        simulate_unset: false,
     };
     let first = render(&t, dir, &options).unwrap();
     let relays: Vec<NodeConfig> = first

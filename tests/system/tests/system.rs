@@ -47,6 +47,7 @@ mod processes;
 mod proxies;
 mod proxy_processes;
 mod python_e2e;
+mod real_clusters;
 mod renewal;
 mod replicas;
 mod revocation;
