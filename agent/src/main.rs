@@ -161,17 +161,11 @@ async fn join_once(config: &AgentConfig, token: &str) -> anyhow::Result<()> {
         tracing::warn!(cert = %config.tls.cert.display(), "the certificate expired while the agent was offline; enrolling again with the configured (recovery) token");
     }
     let parent = &config.parent;
-    tracing::info!(relay = %parent.name, cluster = %config.cluster, "joining with a token");
-    // Joining runs over QUIC, to the first address the parent's name resolves to.
-    let addr = *parent
-        .address
-        .resolve()
-        .await
-        .map_err(anyhow::Error::msg)?
-        .first()
-        .context("the parent's address resolves to nothing")?;
+    tracing::info!(relay = %parent.name, cluster = %config.cluster, transport = %parent.transport, "joining with a token");
+    // Over the parent link's own transport and proxy: a site whose firewall drops UDP
+    // joins over TLS/TCP as it then connects.
     let joined =
-        strata_node::join::join(&parent.name, addr, &config.tls.ca, &config.cluster, token).await?;
+        strata_node::join::join_parent(parent, &config.tls.ca, &config.cluster, token).await?;
     std::fs::create_dir_all(&config.data)
         .with_context(|| format!("cannot create {}", config.data.display()))?;
     joined.write(&config.tls.key, &config.tls.cert)?;

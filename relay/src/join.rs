@@ -34,7 +34,7 @@ use crate::certs::Ca;
 use crate::config::{JoinFiles, check_node_name};
 use crate::join_limits::{JoinLimiter, TokenRule, parse_token_line};
 use crate::tier::core::NodeCore;
-pub use strata_node::join::{read_request, send_reply};
+pub use strata_node::join::JoinConnection;
 use strata_node::store::{Batch, Store};
 
 /// Why a relay cannot admit agents by token: a `join:` file is unusable.

@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::input::RelayInput;
-use crate::join::{self, Joining};
+use crate::join::{self, JoinConnection, Joining};
 
 /// How long a TLS handshake on an accepted TCP connection may take.
 const TCP_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -154,7 +154,7 @@ pub(super) async fn accept_loop(
                 // TLS, and such a connection may do one join exchange and nothing else.
                 if tls::peer_chain(&conn).is_none() {
                     if let Some(joining) = &joining {
-                        serve_join(conn, joining, &tx).await;
+                        serve_join(JoinConnection::new(Link::Quic(conn)), joining, &tx).await;
                     } else {
                         conn.close(
                             VarInt::from_u32(close_code::UNKNOWN_CHILD),
@@ -175,8 +175,8 @@ pub(super) async fn accept_loop(
     conns.shutdown().await;
 }
 
-/// Accepts TLS/TCP connections until the node stops; the same checks as QUIC's, except
-/// that joining with a token needs QUIC.
+/// Accepts TLS/TCP connections until the node stops; the same checks as QUIC's (a
+/// connection without a certificate may join with a token, at a relay admitting joins).
 pub(super) async fn tcp_accept_loop(
     listener: tcp::Listener,
     joining: Option<Arc<Joining>>,
@@ -222,12 +222,13 @@ pub(super) async fn tcp_accept_loop(
                     }
                 };
                 if link.peer_chain().is_none() {
-                    let reason: &[u8] = if joining.is_some() {
-                        b"joining with a token needs QUIC; TLS/TCP links need a client certificate"
-                    } else {
-                        b"a client certificate is required"
-                    };
-                    link.close(close_code::UNKNOWN_CHILD, reason);
+                    match &joining {
+                        Some(joining) => serve_join(JoinConnection::new(link), joining, &tx).await,
+                        None => link.close(
+                            close_code::UNKNOWN_CHILD,
+                            b"a client certificate is required",
+                        ),
+                    }
                     return;
                 }
                 serve_connection(link, conn_id, joining, tx).await;
@@ -291,7 +292,7 @@ async fn serve_connection(
 /// One join exchange on a connection without a client certificate; over the rate of
 /// join attempts, a refusal saying so before the request is even read.
 async fn serve_join(
-    conn: quinn::Connection,
+    mut conn: JoinConnection,
     joining: &Joining,
     tx: &mpsc::Sender<Input<RelayInput>>,
 ) {
@@ -300,10 +301,10 @@ async fn serve_join(
             relay: joining.relay().to_owned(),
             reason: too_many.to_string(),
         };
-        join::send_reply(conn, &refusal).await;
+        conn.send_reply(&refusal).await;
         return;
     }
-    let Some(request) = join::read_request(&conn).await else {
+    let Some(request) = conn.read_request().await else {
         return;
     };
     let (reply_tx, reply_rx) = oneshot::channel();
@@ -315,7 +316,7 @@ async fn serve_join(
         return;
     }
     if let Ok(reply) = reply_rx.await {
-        join::send_reply(conn, &reply).await;
+        conn.send_reply(&reply).await;
     }
 }
 
