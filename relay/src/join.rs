@@ -52,8 +52,11 @@ pub struct JoinSetupError {
 /// of join attempts it takes.
 pub struct Joining {
     relay: String,
-    /// SHA-256 (hex) of every token, and its rule.
-    tokens: BTreeMap<String, TokenRule>,
+    /// SHA-256 (hex) of every token, and its rule: as loaded, or as the tokens file
+    /// holds it now ([`Joining::reload_tokens`]).
+    tokens: JoinTokens,
+    /// The tokens file.
+    tokens_path: PathBuf,
     ca: Ca,
     ca_der: Vec<u8>,
     limiter: tokio::sync::Mutex<JoinLimiter>,
@@ -63,9 +66,40 @@ impl std::fmt::Debug for Joining {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Joining")
             .field("relay", &self.relay)
-            .field("tokens", &self.tokens.len())
+            .field("tokens", &self.tokens().len())
             .finish_non_exhaustive()
     }
+}
+
+/// The join tokens of a relay.
+enum JoinTokens {
+    /// As loaded at start (the simulation, tests).
+    Fixed(Arc<BTreeMap<String, TokenRule>>),
+    /// As the file holds them now.
+    Reloading(crate::reload::Reloading<BTreeMap<String, TokenRule>>),
+}
+
+/// Parses a join tokens file (one token a line, with its rule): the tokens by id, and
+/// a summary for the logs. An error names the line, or says that the file holds no
+/// token.
+pub fn parse_join_tokens(
+    text: &str,
+) -> Result<crate::reload::Parsed<BTreeMap<String, TokenRule>>, String> {
+    let mut tokens = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (token, rule) =
+            parse_token_line(line).map_err(|why| format!("line {}: {why}", i + 1))?;
+        tokens.insert(token_id(&token), rule);
+    }
+    if tokens.is_empty() {
+        return Err("holds no token".into());
+    }
+    let summary = format!("{} join token(s)", tokens.len());
+    Ok((tokens, summary))
 }
 
 /// A token's id: its SHA-256 in hex (what the store keeps).
@@ -84,19 +118,8 @@ impl Joining {
         };
         let text = std::fs::read_to_string(&files.tokens)
             .map_err(|e| err("tokens", &files.tokens, format!("cannot read: {e}")))?;
-        let mut tokens = BTreeMap::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (token, rule) = parse_token_line(line)
-                .map_err(|why| err("tokens", &files.tokens, format!("line {}: {why}", i + 1)))?;
-            tokens.insert(token_id(&token), rule);
-        }
-        if tokens.is_empty() {
-            return Err(err("tokens", &files.tokens, "holds no token".into()));
-        }
+        let (tokens, _) =
+            parse_join_tokens(&text).map_err(|why| err("tokens", &files.tokens, why))?;
         for (field, path) in [("ca_cert", &files.ca_cert), ("ca_key", &files.ca_key)] {
             if let Err(e) = std::fs::metadata(path) {
                 return Err(err(field, path, format!("cannot read: {e}")));
@@ -119,7 +142,8 @@ impl Joining {
             .to_vec();
         Ok(Joining {
             relay: relay.to_owned(),
-            tokens,
+            tokens: JoinTokens::Fixed(Arc::new(tokens)),
+            tokens_path: files.tokens.clone(),
             ca,
             ca_der,
             limiter: tokio::sync::Mutex::new(JoinLimiter::new(
@@ -132,6 +156,32 @@ impl Joining {
     /// The relay's name.
     pub fn relay(&self) -> &str {
         &self.relay
+    }
+
+    /// From now on, the tokens the file holds whenever it changes (see
+    /// [`crate::reload`]): a token added is good at once, one removed refused. Needs a
+    /// tokio runtime.
+    pub fn reload_tokens(mut self, every: std::time::Duration) -> Joining {
+        let JoinTokens::Fixed(now) = &self.tokens else {
+            return self;
+        };
+        let now = BTreeMap::clone(now);
+        self.tokens = JoinTokens::Reloading(crate::reload::Reloading::spawn(
+            self.tokens_path.clone(),
+            "join.tokens",
+            now,
+            parse_join_tokens,
+            every,
+        ));
+        self
+    }
+
+    /// The tokens as they are now, by id.
+    fn tokens(&self) -> Arc<BTreeMap<String, TokenRule>> {
+        match &self.tokens {
+            JoinTokens::Fixed(t) => t.clone(),
+            JoinTokens::Reloading(r) => r.current(),
+        }
     }
 
     /// Takes one join attempt from `source`, or says why it is refused (too many).
@@ -222,7 +272,7 @@ impl Admissions {
             }
         };
         let id = token_id(&request.token);
-        let Some(rule) = self.joining.tokens.get(&id).cloned() else {
+        let Some(rule) = self.joining.tokens().get(&id).cloned() else {
             return refuse("unknown join token".into());
         };
         if let Some(expires) = rule.expires
@@ -362,6 +412,47 @@ mod tests {
         );
         std::fs::write(&files.ca_key, ca.key_pem()).unwrap();
         let joining = Joining::load("eu", &files).unwrap();
-        assert!(joining.tokens.contains_key(&token_id("t1")));
+        assert!(joining.tokens().contains_key(&token_id("t1")));
+    }
+
+    #[tokio::test]
+    async fn join_tokens_added_to_the_file_count_and_a_broken_file_keeps_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let ca = Ca::generate("test").unwrap().issue_join_ca("eu").unwrap();
+        let files = JoinFiles {
+            tokens: d.join("eu.tokens"),
+            ca_cert: d.join("eu.ca.crt"),
+            ca_key: d.join("eu.ca.key"),
+            node_days: 365,
+            rate_per_source: 5,
+            rate_global: 50,
+        };
+        std::fs::write(&files.ca_cert, ca.cert_pem()).unwrap();
+        std::fs::write(&files.ca_key, ca.key_pem()).unwrap();
+        std::fs::write(&files.tokens, "t1\n").unwrap();
+        let joining = Joining::load("eu", &files)
+            .unwrap()
+            .reload_tokens(std::time::Duration::from_millis(20));
+        let holds = |joining: &Joining, t: &str| joining.tokens().contains_key(&token_id(t));
+        std::fs::write(&files.tokens, "t1\nt2 uses=3\n").unwrap();
+        for _ in 0..200 {
+            if holds(&joining, "t2") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(holds(&joining, "t1") && holds(&joining, "t2"));
+        std::fs::write(&files.tokens, "t3 uses=x\n").unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(holds(&joining, "t2") && !holds(&joining, "t3"));
+        std::fs::write(&files.tokens, "t3\n").unwrap();
+        for _ in 0..200 {
+            if holds(&joining, "t3") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(holds(&joining, "t3") && !holds(&joining, "t1"));
     }
 }

@@ -55,6 +55,7 @@ pub mod limits;
 pub mod metrics;
 pub mod objects_cli;
 pub mod placement_summary;
+pub mod reload;
 pub mod renew;
 pub mod rollout_cli;
 pub mod serve;

@@ -55,5 +55,6 @@ mod rollout_processes;
 mod rollouts;
 mod start_order;
 mod tiers;
+mod token_reload;
 mod tunnel_cap;
 mod up;
