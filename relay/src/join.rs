@@ -202,13 +202,30 @@ impl Joining {
 }
 
 /// Whether a verified peer chain (leaf first) may be used on this node's links: every
-/// certificate after the leaf must be this node's join CA (none when it admits no
-/// joining agents). Node certificates come straight from the hierarchy's CA.
-pub fn chain_allowed(chain: &[CertificateDer<'_>], joining: Option<&Joining>) -> bool {
+/// certificate after the leaf must be one of this node's own intermediates (`own`,
+/// from [`own_intermediates`]: its join CA, the CA it signs renewals with). Node
+/// certificates issued by `relay topology certs` come straight from the hierarchy's
+/// CA; a child's renewed one may chain through its parent's intermediate.
+pub fn chain_allowed(chain: &[CertificateDer<'_>], own: &[Vec<u8>]) -> bool {
     chain
         .iter()
         .skip(1)
-        .all(|c| joining.is_some_and(|j| c.as_ref() == j.ca_der.as_slice()))
+        .all(|c| own.iter().any(|o| c.as_ref() == o.as_slice()))
+}
+
+/// The intermediates [`chain_allowed`] accepts at a relay: its join CA and the
+/// intermediate its renewals are signed with, if any (usually the same one).
+pub fn own_intermediates(
+    joining: Option<&Joining>,
+    signer: Option<&crate::renew::Signer>,
+) -> Vec<Vec<u8>> {
+    let mut own: Vec<Vec<u8>> = joining.map(|j| j.ca_der.clone()).into_iter().collect();
+    if let Some(der) = signer.and_then(crate::renew::Signer::intermediate_der)
+        && !own.contains(&der)
+    {
+        own.push(der);
+    }
+    own
 }
 
 /// The admissions a relay has made, kept by its core task; see the module docs.

@@ -228,6 +228,21 @@ pub fn render(
                 },
             );
         }
+        // Every relay with children signs their renewals with its intermediate CA, once
+        // `certs` issued it (a directory from before has none: nothing written).
+        let signing_ca = files::join_ca_cert(dir, &r.name);
+        if crate::certs::signs(r) && signing_ca.exists() {
+            let _ = writeln!(
+                y,
+                "# signs its children's certificate renewals with its intermediate CA\nrenew: {{ ca_cert: {}, ca_key: {}{} }}",
+                reference(dir, &r.name, &signing_ca),
+                reference(dir, &r.name, &files::join_ca_key(dir, &r.name)),
+                match topology.certificates.node_days {
+                    crate::certs::DEFAULT_NODE_DAYS => String::new(),
+                    days => format!(", lifetime_s: {}", u64::from(days) * 86_400),
+                },
+            );
+        }
         let path = write_config(dir, &r.name, &y, &mut written)?;
         nodes.push(NodeFile {
             name: r.name.clone(),

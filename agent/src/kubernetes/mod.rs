@@ -347,13 +347,7 @@ impl KubeCluster {
         let (tx, mut rx) = tokio::sync::watch::channel(initial);
         // The initial value is news too: the agent reports it once.
         rx.mark_changed();
-        let task = tokio::spawn(reach::run(
-            client,
-            server,
-            every,
-            tx,
-            self.wake.clone(),
-        ));
+        let task = tokio::spawn(reach::run(client, server, every, tx, self.wake.clone()));
         self.reach = Some((rx, task));
     }
 

@@ -118,6 +118,7 @@ impl HandshakeGate {
 pub(super) async fn accept_loop(
     listener: QuicListener,
     joining: Option<Arc<Joining>>,
+    own: Arc<Vec<Vec<u8>>>,
     tx: mpsc::Sender<Input<RelayInput>>,
     ids: Arc<AtomicU64>,
     gate: Arc<HandshakeGate>,
@@ -132,6 +133,7 @@ pub(super) async fn accept_loop(
         let conn_id = ids.fetch_add(1, Ordering::Relaxed) + 1;
         let tx = tx.clone();
         let joining = joining.clone();
+        let own = own.clone();
         let gate = gate.clone();
         let listener = listener.clone();
         conns.spawn(
@@ -163,7 +165,7 @@ pub(super) async fn accept_loop(
                     }
                     return;
                 }
-                serve_connection(Link::Quic(conn.clone()), conn_id, joining, tx).await;
+                serve_connection(Link::Quic(conn.clone()), conn_id, &own, tx).await;
                 // The next connection from there starts at the size this one found.
                 listener.remember(&conn);
             }
@@ -180,6 +182,7 @@ pub(super) async fn accept_loop(
 pub(super) async fn tcp_accept_loop(
     listener: tcp::Listener,
     joining: Option<Arc<Joining>>,
+    own: Arc<Vec<Vec<u8>>>,
     tx: mpsc::Sender<Input<RelayInput>>,
     ids: Arc<AtomicU64>,
     gate: Arc<HandshakeGate>,
@@ -201,7 +204,7 @@ pub(super) async fn tcp_accept_loop(
             continue;
         }
         let conn_id = ids.fetch_add(1, Ordering::Relaxed) + 1;
-        let (tx, joining, gate) = (tx.clone(), joining.clone(), gate.clone());
+        let (tx, joining, gate, own) = (tx.clone(), joining.clone(), gate.clone(), own.clone());
         conns.spawn(
             async move {
                 let Ok(slot) = gate.slot().await else {
@@ -231,7 +234,7 @@ pub(super) async fn tcp_accept_loop(
                     }
                     return;
                 }
-                serve_connection(link, conn_id, joining, tx).await;
+                serve_connection(link, conn_id, &own, tx).await;
             }
             .in_current_span(),
         );
@@ -244,16 +247,16 @@ pub(super) async fn tcp_accept_loop(
 async fn serve_connection(
     conn: Link,
     conn_id: u64,
-    joining: Option<Arc<Joining>>,
+    own: &[Vec<u8>],
     tx: mpsc::Sender<Input<RelayInput>>,
 ) {
     let Some(chain) = conn.peer_chain() else {
         return;
     };
-    if !join::chain_allowed(&chain, joining.as_deref()) {
+    if !join::chain_allowed(&chain, own) {
         conn.close(
             close_code::UNKNOWN_CHILD,
-            b"the certificate was issued by an intermediate that is not this relay's join CA",
+            b"the certificate was issued by an intermediate that is not this relay's own (join or renewal) CA",
         );
         return;
     }
