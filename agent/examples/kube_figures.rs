@@ -194,7 +194,7 @@ async fn main() {
         restart.1 - after.1
     );
 
-    let client = kubernetes::connect(&Connect::Kubeconfig(d.join("kubeconfig")))
+    let client = kubernetes::connect(&Connect::kubeconfig(d.join("kubeconfig")))
         .await
         .unwrap();
     let mut backend = KubeCluster::start(client, KubeOptions::default(), Clock::start());

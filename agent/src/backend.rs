@@ -45,6 +45,21 @@ pub trait ClusterBackend {
     fn poll_upsync(&mut self) -> Vec<Upsynced> {
         Vec::new()
     }
+    /// Whether the cluster's API server answers, when that changed since the last call
+    /// (the first call says it if it is known). A backend that cannot lose its cluster
+    /// (the simulated one) says nothing.
+    fn poll_reach(&mut self) -> Option<Reach> {
+        None
+    }
+}
+
+/// Whether the agent reaches its cluster's API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reach {
+    /// It answers.
+    Reached,
+    /// It does not: why (the server's address and the cause).
+    Unreachable(String),
 }
 
 /// Which leaf-born objects to copy to the center (from a placement's `upsync`).

@@ -9,6 +9,10 @@ use serde::Deserialize;
 use strata_node::config::{
     ConfigError, ParentConfig, RawParent, RawTls, TlsFiles, check_node_name, read_yaml,
 };
+use strata_protocol::model::AGENT_PROPERTY_PREFIX;
+
+/// The backends an agent configuration may name, for messages.
+pub const NAME_A_BACKEND: &str = "`kubernetes: { in_cluster: true }` (the pod's service account), `kubernetes: { kubeconfig: PATH, context: NAME }`, or `simulated: {}` (a simulated cluster, for tests and demos)";
 
 /// An agent's configuration, validated.
 #[derive(Debug, Clone)]
@@ -34,10 +38,11 @@ pub struct AgentConfig {
     pub metrics: Option<std::net::SocketAddr>,
 }
 
-/// Which cluster the agent keeps.
+/// Which cluster the agent keeps. The file must name one: an agent never simulates a
+/// cluster unless told to.
 #[derive(Debug, Clone)]
 pub enum Backend {
-    /// A simulated cluster (the default when the file names no backend).
+    /// A simulated cluster (`simulated:`), for tests and demos.
     Simulated(Simulated),
     /// A real cluster through its Kubernetes API.
     Kubernetes(Kubernetes),
@@ -100,6 +105,9 @@ struct RawKubernetes {
     /// Use the pod's service account.
     #[serde(default)]
     in_cluster: bool,
+    /// The kubeconfig's context (its current context when absent).
+    #[serde(default)]
+    context: Option<String>,
     #[serde(default)]
     force_conflicts: Option<bool>,
 }
@@ -130,15 +138,33 @@ impl AgentConfig {
             faults.push(format!("cluster: {e}"));
         }
         let parent = raw.parent.check(&raw.cluster, &mut faults);
-        if raw.simulated.is_some() && raw.kubernetes.is_some() {
-            faults.push("simulated, kubernetes: name one cluster backend, not both".to_owned());
+        match (&raw.simulated, &raw.kubernetes) {
+            (Some(_), Some(_)) => faults
+                .push("simulated, kubernetes: name one cluster backend, not both".to_owned()),
+            (None, None) => faults.push(format!(
+                "cluster {:?} names no backend: say how the agent reaches its cluster with {NAME_A_BACKEND}",
+                raw.cluster
+            )),
+            _ => {}
         }
-        if let Some(k) = &raw.kubernetes
-            && k.in_cluster
-            && k.kubeconfig.is_some()
-        {
-            faults
-                .push("kubernetes: kubeconfig and in_cluster: true exclude each other".to_owned());
+        if let Some(k) = &raw.kubernetes {
+            if k.in_cluster && k.kubeconfig.is_some() {
+                faults.push(
+                    "kubernetes: kubeconfig and in_cluster: true exclude each other".to_owned(),
+                );
+            }
+            if k.in_cluster && k.context.is_some() {
+                faults.push(
+                    "kubernetes: context names a kubeconfig's context; it does not go with in_cluster: true".to_owned(),
+                );
+            }
+        }
+        for key in raw.properties.keys() {
+            if key.starts_with(AGENT_PROPERTY_PREFIX) {
+                faults.push(format!(
+                    "properties: {key:?} is reserved: properties under {AGENT_PROPERTY_PREFIX:?} are what the agent reports"
+                ));
+            }
         }
         let metrics = raw
             .metrics
@@ -174,24 +200,30 @@ impl AgentConfig {
                 faults,
             });
         };
-        let backend = match raw.kubernetes {
-            Some(k) => Backend::Kubernetes(Kubernetes {
+        let backend = match (raw.kubernetes, raw.simulated) {
+            (Some(k), _) => Backend::Kubernetes(Kubernetes {
                 connect: match (k.kubeconfig, k.in_cluster) {
-                    (Some(p), _) => crate::kubernetes::Connect::Kubeconfig(base.join(p)),
+                    (Some(p), _) => crate::kubernetes::Connect::Kubeconfig {
+                        path: base.join(p),
+                        context: k.context,
+                    },
                     (None, true) => crate::kubernetes::Connect::InCluster,
-                    (None, false) => crate::kubernetes::Connect::KubeconfigFromEnv,
+                    (None, false) => {
+                        crate::kubernetes::Connect::KubeconfigFromEnv { context: k.context }
+                    }
                 },
                 force_conflicts: k.force_conflicts.unwrap_or(true),
             }),
-            None => {
-                let simulated = raw.simulated.unwrap_or(RawSimulated {
-                    ready_delay_ms: None,
-                    fail: None,
+            (None, Some(simulated)) => Backend::Simulated(Simulated {
+                ready_delay: Duration::from_millis(simulated.ready_delay_ms.unwrap_or(500)),
+                fail: simulated.fail,
+            }),
+            // Refused above.
+            (None, None) => {
+                return Err(ConfigError::Invalid {
+                    path: path.to_owned(),
+                    faults,
                 });
-                Backend::Simulated(Simulated {
-                    ready_delay: Duration::from_millis(simulated.ready_delay_ms.unwrap_or(500)),
-                    fail: simulated.fail,
-                })
             }
         };
         Ok(AgentConfig {
@@ -252,9 +284,31 @@ mod tests {
             panic!("not kubernetes")
         };
         assert!(
-            matches!(&k.connect, crate::kubernetes::Connect::Kubeconfig(p) if p.ends_with("kc"))
+            matches!(&k.connect, crate::kubernetes::Connect::Kubeconfig { path, context: None } if path.ends_with("kc"))
         );
         assert!(k.force_conflicts);
+        let c = load(&format!(
+            "{BASE}kubernetes: {{ kubeconfig: kc, context: lab-1 }}\n"
+        ))
+        .unwrap();
+        let Backend::Kubernetes(k) = c.backend else {
+            panic!("not kubernetes")
+        };
+        assert_eq!(
+            k.connect,
+            crate::kubernetes::Connect::Kubeconfig {
+                path: c.data.parent().unwrap().join("kc"),
+                context: Some("lab-1".into())
+            }
+        );
+        let c = load(&format!("{BASE}kubernetes: {{ context: lab-2 }}\n")).unwrap();
+        assert!(matches!(
+            c.backend,
+            Backend::Kubernetes(Kubernetes {
+                connect: crate::kubernetes::Connect::KubeconfigFromEnv { context: Some(ref c) },
+                ..
+            }) if c == "lab-2"
+        ));
         let c = load(&format!("{BASE}kubernetes: {{ in_cluster: true }}\n")).unwrap();
         assert!(matches!(
             c.backend,
@@ -263,7 +317,39 @@ mod tests {
                 ..
             })
         ));
-        assert!(matches!(load(BASE).unwrap().backend, Backend::Simulated(_)));
+        assert!(matches!(
+            load(&format!("{BASE}simulated: {{}}\n")).unwrap().backend,
+            Backend::Simulated(_)
+        ));
+    }
+
+    #[test]
+    fn a_file_without_a_backend_is_refused_naming_the_cluster_and_the_choices() {
+        let e = load(BASE).unwrap_err().to_string();
+        assert!(
+            e.ends_with(&format!(
+                "cluster \"leaf\" names no backend: say how the agent reaches its cluster with {NAME_A_BACKEND}"
+            )),
+            "{e}"
+        );
+        assert!(e.contains("agent.yaml"), "the file is named: {e}");
+    }
+
+    #[test]
+    fn reserved_properties_and_a_context_in_cluster_are_refused() {
+        let e = load(&format!(
+            "{BASE}properties: {{ strata.dev/backend: real }}\nkubernetes: {{ in_cluster: true, context: x }}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("properties: \"strata.dev/backend\" is reserved"),
+            "{e}"
+        );
+        assert!(
+            e.contains("kubernetes: context names a kubeconfig's context"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -277,8 +363,7 @@ mod tests {
         assert!(e.contains("exclude each other"), "{e}");
     }
 
-    const JOIN_BASE: &str =
-        "cluster: store-1\nparent: { name: fr, address: \"127.0.0.1:7443\" }\ndata: data/store-1\n";
+    const JOIN_BASE: &str = "cluster: store-1\nparent: { name: fr, address: \"127.0.0.1:7443\" }\ndata: data/store-1\nsimulated: {}\n";
 
     fn load_in(dir: &Path, extra: &str) -> anyhow::Result<AgentConfig> {
         let path = dir.join("agent.yaml");

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use strata_agent::backend::ClusterBackend;
+use strata_agent::backend::{ClusterBackend, Reach};
 use strata_agent::cli::{Cli, Command};
 use strata_agent::config::{AgentConfig, Backend};
 use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
@@ -16,7 +16,7 @@ use strata_agent::tunnel::TunnelTarget;
 use strata_node::clock::Clock;
 use strata_node::store::{SledStore, Store};
 use strata_node::tls::Identity;
-use strata_protocol::model::Cluster;
+use strata_protocol::model::{BACKEND_PROPERTY, Cluster};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -39,7 +39,14 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
     }
     if let Some(kc) = kubeconfig {
         match &mut config.backend {
-            Backend::Kubernetes(k) => k.connect = Connect::Kubeconfig(kc),
+            Backend::Kubernetes(k) => {
+                let context = match &k.connect {
+                    Connect::Kubeconfig { context, .. }
+                    | Connect::KubeconfigFromEnv { context } => context.clone(),
+                    Connect::InCluster => None,
+                };
+                k.connect = Connect::Kubeconfig { path: kc, context };
+            }
             Backend::Simulated(_) => anyhow::bail!(
                 "--kubeconfig: {} names no `kubernetes:` backend (it runs a simulated cluster)",
                 path.display()
@@ -59,17 +66,38 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
             (Box::new(cluster), "simulated cluster")
         }
         Backend::Kubernetes(k) => {
-            let client = kubernetes::connect(&k.connect).await?;
+            let (client, server) = kubernetes::client(&k.connect).await?;
+            // An API server that does not answer yet is reported (the cluster shows
+            // unreachable at the root, with the cause), not a reason to stay away from
+            // the parent; a wrong kubeconfig or a refusal stops the agent here.
+            let initial = match kubernetes::probe(&client, &server).await {
+                Ok(()) => Reach::Reached,
+                Err(e) if e.is_unreachable() => {
+                    tracing::warn!(error = %e, "starting anyway: the cluster is reported unreachable until its API server answers");
+                    Reach::Unreachable(e.to_string())
+                }
+                Err(e) => return Err(e.into()),
+            };
             tunnel = Some(TunnelTarget::Kube(client.clone()));
             let options = KubeOptions {
                 force_conflicts: k.force_conflicts,
                 ..KubeOptions::default()
             };
-            let cluster = KubeCluster::start(client, options, clock);
+            let mut cluster = KubeCluster::start(client.clone(), options, clock);
+            cluster.probe_reach(client, server, initial, kubernetes::reach::PROBE_EVERY);
             kube_counters = Some(cluster.counters());
             (Box::new(cluster), "Kubernetes API")
         }
     };
+    let mut properties = config.properties.clone();
+    properties.insert(
+        BACKEND_PROPERTY.to_owned(),
+        match &config.backend {
+            Backend::Simulated(_) => "simulated",
+            Backend::Kubernetes(_) => "kubernetes",
+        }
+        .to_owned(),
+    );
     // From here on a SIGTERM waits for the agent to start and then stops it cleanly.
     let mut signals = strata_node::process::Signals::new();
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
@@ -85,7 +113,7 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
             cluster: Cluster {
                 name: config.cluster.clone(),
                 labels: config.labels.clone(),
-                properties: config.properties.clone(),
+                properties,
                 path: Vec::new(),
             },
             parent: (config.parent.name.clone(), config.parent.address.clone()),
@@ -133,16 +161,11 @@ async fn join_once(config: &AgentConfig, token: &str) -> anyhow::Result<()> {
         tracing::warn!(cert = %config.tls.cert.display(), "the certificate expired while the agent was offline; enrolling again with the configured (recovery) token");
     }
     let parent = &config.parent;
-    tracing::info!(relay = %parent.name, cluster = %config.cluster, "joining with a token");
-    // Joining runs over QUIC, to the first address the parent's name resolves to.
-    let addr = *parent
-        .address
-        .resolve()
-        .await?
-        .first()
-        .context("the parent's address resolves to nothing")?;
+    tracing::info!(relay = %parent.name, cluster = %config.cluster, transport = %parent.transport, "joining with a token");
+    // Over the parent link's own transport and proxy: a site whose firewall drops UDP
+    // joins over TLS/TCP as it then connects.
     let joined =
-        strata_node::join::join(&parent.name, addr, &config.tls.ca, &config.cluster, token).await?;
+        strata_node::join::join_parent(parent, &config.tls.ca, &config.cluster, token).await?;
     std::fs::create_dir_all(&config.data)
         .with_context(|| format!("cannot create {}", config.data.display()))?;
     joined.write(&config.tls.key, &config.tls.cert)?;

@@ -73,7 +73,7 @@ fn options() -> KubeOptions {
 }
 
 async fn backend(fake: &FakeApiServer, dir: &std::path::Path) -> KubeCluster {
-    let client = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(dir)))
+    let client = kubernetes::connect(&Connect::kubeconfig(fake.write_kubeconfig(dir)))
         .await
         .unwrap();
     KubeCluster::start(client, options(), Clock::start())
@@ -309,7 +309,7 @@ async fn a_conflict_is_reported_when_not_forcing() {
         "helm",
     )
     .await;
-    let client = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(dir.path())))
+    let client = kubernetes::connect(&Connect::kubeconfig(fake.write_kubeconfig(dir.path())))
         .await
         .unwrap();
     let mut b = KubeCluster::start(
@@ -335,7 +335,7 @@ async fn a_conflict_is_reported_when_not_forcing() {
 async fn a_wrong_kubeconfig_or_a_denied_api_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope");
-    let e = kubernetes::connect(&Connect::Kubeconfig(missing.clone()))
+    let e = kubernetes::connect(&Connect::kubeconfig(missing.clone()))
         .await
         .err()
         .unwrap()
@@ -348,7 +348,7 @@ async fn a_wrong_kubeconfig_or_a_denied_api_is_a_clear_error() {
          users:\n- name: u\n  user: {}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
     )
     .unwrap();
-    let e = kubernetes::connect(&Connect::Kubeconfig(dir.path().join("bad")))
+    let e = kubernetes::connect(&Connect::kubeconfig(dir.path().join("bad")))
         .await
         .err()
         .unwrap()
@@ -360,7 +360,7 @@ async fn a_wrong_kubeconfig_or_a_denied_api_is_a_clear_error() {
     assert!(e.contains("Connection refused"), "the cause is said: {e}");
     let fake = FakeApiServer::start().await;
     fake.deny("get", "*").await;
-    let e = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(dir.path())))
+    let e = kubernetes::connect(&Connect::kubeconfig(fake.write_kubeconfig(dir.path())))
         .await
         .err()
         .unwrap()
@@ -477,7 +477,7 @@ fn pod(
 async fn a_deployment_reports_its_replicasets_and_pods() {
     let fake = FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let client = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(dir.path())))
+    let client = kubernetes::connect(&Connect::kubeconfig(fake.write_kubeconfig(dir.path())))
         .await
         .unwrap();
     let mut b = KubeCluster::start(

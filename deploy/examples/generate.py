@@ -31,10 +31,11 @@ def demo():
     for r in ["eu", "us"]:
         for s in range(1, 4):
             for c in range(1, 5):
-                lines.append(f"    - {{ name: {r}-site-{s}-c{c}, parent: {r}-site-{s}, labels: {{ tier: store }} }}")
+                lines.append(f"    - {{ name: {r}-site-{s}-c{c}, parent: {r}-site-{s}, labels: {{ tier: store }}, simulated: {{}} }}")
     write("demo.yaml", """# The demo hierarchy (`relay demo` embeds this file): a root, 2 regional relays, 3 site
-# relays each and 4 simulated clusters per site. No addresses are given: every port is
-# assigned on loopback when the configs are rendered (kept in ports.yaml).
+# relays each and 4 simulated clusters per site (`simulated: {}`: said, never assumed). No
+# addresses are given: every port is assigned on loopback when the configs are rendered
+# (kept in ports.yaml).
 #   relay topology validate deploy/examples/demo.yaml
 #   relay up deploy/examples/demo.yaml
 """, lines)
@@ -56,15 +57,16 @@ def telco():
             for si in range(1, 4):
                 site = f"{metro}-cell-{si}"
                 lines.append(f"    - {{ name: {site}, parent: {metro}, listen: 0.0.0.0:7443, address: 10.{ri}.{mi}.{10 + si}:7443, labels: {{ site: {site} }} }}")
-                clusters.append(f"    - {{ name: {site}-ran, parent: {site}, labels: {{ workload: ran, vendor: acme }} }}")
-                clusters.append(f"    - {{ name: {site}-mec, parent: {site}, labels: {{ workload: edge-compute }}, properties: {{ cpus: \"64\" }} }}")
+                clusters.append(f"    - {{ name: {site}-ran, parent: {site}, labels: {{ workload: ran, vendor: acme }}, kubernetes: {{ inCluster: true }} }}")
+                clusters.append(f"    - {{ name: {site}-mec, parent: {site}, labels: {{ workload: edge-compute }}, properties: {{ cpus: \"64\" }}, kubernetes: {{ inCluster: true }} }}")
     lines.append("  clusters:")
     lines.extend(clusters)
     lines.append("  joining:")
     lines.append("    - { parent: par, tokens: 20 }  # small cells added in Paris later")
     write("telco.yaml", """# A telco-style hierarchy in 4 tiers: the core, 3 regions, 2 metros each, 3 cell sites
 # per metro, and at each site a RAN cluster and an edge-compute cluster. Every relay runs
-# on its own host: it listens on all interfaces and its children dial `address`.
+# on its own host: it listens on all interfaces and its children dial `address`. Every
+# agent runs in its cluster and reaches the API server with its pod's service account.
 """, lines)
 
 
@@ -82,13 +84,14 @@ def retail():
     lines.append("  clusters:")
     for c in countries:
         for s in range(1, stores + 1):
-            lines.append(f"    - {{ name: {c}-store-{s:04}, parent: {c}, labels: {{ role: pos, store: \"{s:04}\" }} }}")
+            lines.append(f"    - {{ name: {c}-store-{s:04}, parent: {c}, labels: {{ role: pos, store: \"{s:04}\" }}, kubernetes: {{ inCluster: true }} }}")
     lines.append("  joining:")
     for c in countries:
         lines.append(f"    - {{ parent: {c}, tokens: 50 }}")
     write("retail.yaml", f"""# A retail chain: the center, one relay per country, {len(countries) * stores:,} stores as agents (one
 # small cluster per store, connected straight to its country's relay), and 50 join tokens
-# per country for stores that open later.
+# per country for stores that open later. Each store's agent runs in its cluster
+# (`kubernetes: {{ inCluster: true }}`).
 """, lines)
 
 

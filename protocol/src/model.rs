@@ -351,6 +351,18 @@ impl Object {
     }
 }
 
+/// Properties under this prefix are the agent's own report about its cluster (which
+/// backend it drives, whether it reaches the cluster's API server); topologies and agent
+/// configurations may not set them. They travel in [`Cluster::properties`], so every
+/// relay on the way forwards them as it forwards the rest of the record.
+pub const AGENT_PROPERTY_PREFIX: &str = "strata.dev/";
+/// Which backend the agent drives: `kubernetes` or `simulated`.
+pub const BACKEND_PROPERTY: &str = "strata.dev/backend";
+/// Present while the agent cannot reach its cluster's API server: why.
+pub const UNREACHABLE_PROPERTY: &str = "strata.dev/unreachable";
+/// With [`UNREACHABLE_PROPERTY`]: since when (Unix milliseconds, the agent's clock).
+pub const UNREACHABLE_SINCE_PROPERTY: &str = "strata.dev/unreachable-since";
+
 /// A leaf cluster as the inventory knows it (our SyncTarget). Registered by its agent and
 /// known to every relay on its path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -363,6 +375,41 @@ pub struct Cluster {
     pub properties: BTreeMap<String, String>,
     /// Relay names from the root down to the cluster's own parent.
     pub path: Vec<String>,
+}
+
+impl Cluster {
+    /// Why its agent cannot reach the cluster's API server, and since when, as the
+    /// agent last reported ([`UNREACHABLE_PROPERTY`]); `None` while it reaches it.
+    pub fn backend_unreachable(&self) -> Option<(&str, Option<UnixMillis>)> {
+        let why = self.properties.get(UNREACHABLE_PROPERTY)?;
+        let since = self
+            .properties
+            .get(UNREACHABLE_SINCE_PROPERTY)
+            .and_then(|s| s.parse().ok())
+            .map(UnixMillis);
+        Some((why, since))
+    }
+
+    /// Records what the agent found of its cluster's API server: reached (`None`), or
+    /// not, with why and since when. Returns whether the record changed.
+    pub fn set_backend_unreachable(&mut self, unreachable: Option<(&str, UnixMillis)>) -> bool {
+        let before = self.properties.clone();
+        match unreachable {
+            None => {
+                self.properties.remove(UNREACHABLE_PROPERTY);
+                self.properties.remove(UNREACHABLE_SINCE_PROPERTY);
+            }
+            Some((why, since)) => {
+                self.properties
+                    .insert(UNREACHABLE_PROPERTY.to_owned(), why.to_owned());
+                // The first time it went, kept while the reason changes.
+                self.properties
+                    .entry(UNREACHABLE_SINCE_PROPERTY.to_owned())
+                    .or_insert_with(|| since.0.to_string());
+            }
+        }
+        before != self.properties
+    }
 }
 
 /// The health of one object on one cluster, from least to most settled. `Degraded` and

@@ -34,7 +34,7 @@ use crate::certs::Ca;
 use crate::config::{JoinFiles, check_node_name};
 use crate::join_limits::{JoinLimiter, TokenRule, parse_token_line};
 use crate::tier::core::NodeCore;
-pub use strata_node::join::{read_request, send_reply};
+pub use strata_node::join::JoinConnection;
 use strata_node::store::{Batch, Store};
 
 /// Why a relay cannot admit agents by token: a `join:` file is unusable.
@@ -52,8 +52,11 @@ pub struct JoinSetupError {
 /// of join attempts it takes.
 pub struct Joining {
     relay: String,
-    /// SHA-256 (hex) of every token, and its rule.
-    tokens: BTreeMap<String, TokenRule>,
+    /// SHA-256 (hex) of every token, and its rule: as loaded, or as the tokens file
+    /// holds it now ([`Joining::reload_tokens`]).
+    tokens: JoinTokens,
+    /// The tokens file.
+    tokens_path: PathBuf,
     ca: Ca,
     ca_der: Vec<u8>,
     limiter: tokio::sync::Mutex<JoinLimiter>,
@@ -63,9 +66,58 @@ impl std::fmt::Debug for Joining {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Joining")
             .field("relay", &self.relay)
-            .field("tokens", &self.tokens.len())
+            .field("tokens", &self.tokens().len())
             .finish_non_exhaustive()
     }
+}
+
+/// The join tokens of a relay.
+enum JoinTokens {
+    /// As loaded at start (the simulation, tests).
+    Fixed(Arc<BTreeMap<String, TokenRule>>),
+    /// As the file holds them now.
+    Reloading(crate::reload::Reloading<BTreeMap<String, TokenRule>>),
+}
+
+/// Why a join tokens file does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JoinTokensError {
+    /// A line does not parse.
+    #[error("line {line}: {error}")]
+    Line {
+        /// The line, from 1.
+        line: usize,
+        /// What is wrong with it.
+        error: crate::join_limits::TokenLineError,
+    },
+    /// The file holds no token.
+    #[error("holds no token")]
+    Empty,
+}
+
+/// Parses a join tokens file (one token a line, with its rule): the tokens by id, and
+/// a summary for the logs. An error names the line, or says that the file holds no
+/// token.
+pub fn parse_join_tokens(
+    text: &str,
+) -> Result<crate::reload::Parsed<BTreeMap<String, TokenRule>>, JoinTokensError> {
+    let mut tokens = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (token, rule) = parse_token_line(line).map_err(|error| JoinTokensError::Line {
+            line: i + 1,
+            error,
+        })?;
+        tokens.insert(token_id(&token), rule);
+    }
+    if tokens.is_empty() {
+        return Err(JoinTokensError::Empty);
+    }
+    let summary = format!("{} join token(s)", tokens.len());
+    Ok((tokens, summary))
 }
 
 /// A token's id: its SHA-256 in hex (what the store keeps).
@@ -84,19 +136,8 @@ impl Joining {
         };
         let text = std::fs::read_to_string(&files.tokens)
             .map_err(|e| err("tokens", &files.tokens, format!("cannot read: {e}")))?;
-        let mut tokens = BTreeMap::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (token, rule) = parse_token_line(line)
-                .map_err(|why| err("tokens", &files.tokens, format!("line {}: {why}", i + 1)))?;
-            tokens.insert(token_id(&token), rule);
-        }
-        if tokens.is_empty() {
-            return Err(err("tokens", &files.tokens, "holds no token".into()));
-        }
+        let (tokens, _) =
+            parse_join_tokens(&text).map_err(|why| err("tokens", &files.tokens, why.to_string()))?;
         for (field, path) in [("ca_cert", &files.ca_cert), ("ca_key", &files.ca_key)] {
             if let Err(e) = std::fs::metadata(path) {
                 return Err(err(field, path, format!("cannot read: {e}")));
@@ -119,7 +160,8 @@ impl Joining {
             .to_vec();
         Ok(Joining {
             relay: relay.to_owned(),
-            tokens,
+            tokens: JoinTokens::Fixed(Arc::new(tokens)),
+            tokens_path: files.tokens.clone(),
             ca,
             ca_der,
             limiter: tokio::sync::Mutex::new(JoinLimiter::new(
@@ -132,6 +174,32 @@ impl Joining {
     /// The relay's name.
     pub fn relay(&self) -> &str {
         &self.relay
+    }
+
+    /// From now on, the tokens the file holds whenever it changes (see
+    /// [`crate::reload`]): a token added is good at once, one removed refused. Needs a
+    /// tokio runtime.
+    pub fn reload_tokens(mut self, every: std::time::Duration) -> Joining {
+        let JoinTokens::Fixed(now) = &self.tokens else {
+            return self;
+        };
+        let now = BTreeMap::clone(now);
+        self.tokens = JoinTokens::Reloading(crate::reload::Reloading::spawn(
+            self.tokens_path.clone(),
+            "join.tokens",
+            now,
+            parse_join_tokens,
+            every,
+        ));
+        self
+    }
+
+    /// The tokens as they are now, by id.
+    fn tokens(&self) -> Arc<BTreeMap<String, TokenRule>> {
+        match &self.tokens {
+            JoinTokens::Fixed(t) => t.clone(),
+            JoinTokens::Reloading(r) => r.current(),
+        }
     }
 
     /// Takes one join attempt from `source`, or says why it is refused (too many).
@@ -152,13 +220,30 @@ impl Joining {
 }
 
 /// Whether a verified peer chain (leaf first) may be used on this node's links: every
-/// certificate after the leaf must be this node's join CA (none when it admits no
-/// joining agents). Node certificates come straight from the hierarchy's CA.
-pub fn chain_allowed(chain: &[CertificateDer<'_>], joining: Option<&Joining>) -> bool {
+/// certificate after the leaf must be one of this node's own intermediates (`own`,
+/// from [`own_intermediates`]: its join CA, the CA it signs renewals with). Node
+/// certificates issued by `relay topology certs` come straight from the hierarchy's
+/// CA; a child's renewed one may chain through its parent's intermediate.
+pub fn chain_allowed(chain: &[CertificateDer<'_>], own: &[Vec<u8>]) -> bool {
     chain
         .iter()
         .skip(1)
-        .all(|c| joining.is_some_and(|j| c.as_ref() == j.ca_der.as_slice()))
+        .all(|c| own.iter().any(|o| c.as_ref() == o.as_slice()))
+}
+
+/// The intermediates [`chain_allowed`] accepts at a relay: its join CA and the
+/// intermediate its renewals are signed with, if any (usually the same one).
+pub fn own_intermediates(
+    joining: Option<&Joining>,
+    signer: Option<&crate::renew::Signer>,
+) -> Vec<Vec<u8>> {
+    let mut own: Vec<Vec<u8>> = joining.map(|j| j.ca_der.clone()).into_iter().collect();
+    if let Some(der) = signer.and_then(crate::renew::Signer::intermediate_der)
+        && !own.contains(&der)
+    {
+        own.push(der);
+    }
+    own
 }
 
 /// The admissions a relay has made, kept by its core task; see the module docs.
@@ -222,7 +307,7 @@ impl Admissions {
             }
         };
         let id = token_id(&request.token);
-        let Some(rule) = self.joining.tokens.get(&id).cloned() else {
+        let Some(rule) = self.joining.tokens().get(&id).cloned() else {
             return refuse("unknown join token".into());
         };
         if let Some(expires) = rule.expires
@@ -362,6 +447,47 @@ mod tests {
         );
         std::fs::write(&files.ca_key, ca.key_pem()).unwrap();
         let joining = Joining::load("eu", &files).unwrap();
-        assert!(joining.tokens.contains_key(&token_id("t1")));
+        assert!(joining.tokens().contains_key(&token_id("t1")));
+    }
+
+    #[tokio::test]
+    async fn join_tokens_added_to_the_file_count_and_a_broken_file_keeps_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let ca = Ca::generate("test").unwrap().issue_join_ca("eu").unwrap();
+        let files = JoinFiles {
+            tokens: d.join("eu.tokens"),
+            ca_cert: d.join("eu.ca.crt"),
+            ca_key: d.join("eu.ca.key"),
+            node_days: 365,
+            rate_per_source: 5,
+            rate_global: 50,
+        };
+        std::fs::write(&files.ca_cert, ca.cert_pem()).unwrap();
+        std::fs::write(&files.ca_key, ca.key_pem()).unwrap();
+        std::fs::write(&files.tokens, "t1\n").unwrap();
+        let joining = Joining::load("eu", &files)
+            .unwrap()
+            .reload_tokens(std::time::Duration::from_millis(20));
+        let holds = |joining: &Joining, t: &str| joining.tokens().contains_key(&token_id(t));
+        std::fs::write(&files.tokens, "t1\nt2 uses=3\n").unwrap();
+        for _ in 0..200 {
+            if holds(&joining, "t2") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(holds(&joining, "t1") && holds(&joining, "t2"));
+        std::fs::write(&files.tokens, "t3 uses=x\n").unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(holds(&joining, "t2") && !holds(&joining, "t3"));
+        std::fs::write(&files.tokens, "t3\n").unwrap();
+        for _ in 0..200 {
+            if holds(&joining, "t3") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(holds(&joining, "t3") && !holds(&joining, "t1"));
     }
 }

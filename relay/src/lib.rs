@@ -44,6 +44,7 @@ pub mod kube;
 pub mod limits;
 pub mod metrics;
 pub mod placement_summary;
+pub mod reload;
 pub mod renew;
 pub mod tier;
 pub mod uid;

@@ -66,7 +66,7 @@ impl Signer {
             let ca = if joining {
                 Ca::load_join_ca(cert, key)
             } else {
-                Ca::load(cert, key)
+                Ca::load_signing(cert, key)
             };
             ca.map_err(|e| SignerError {
                 path: cert.to_owned(),
@@ -89,6 +89,19 @@ impl Signer {
             lifetime,
             which,
         }))
+    }
+
+    /// The certificate (DER) of the CA that signs, when it is an intermediate (a relay's
+    /// own): a child renewed by it presents it in its chain, and this relay accepts it
+    /// there (see [`crate::join::chain_allowed`]).
+    pub fn intermediate_der(&self) -> Option<Vec<u8>> {
+        use rustls_pki_types::pem::PemObject;
+        if !self.ca.is_intermediate() {
+            return None;
+        }
+        rustls_pki_types::CertificateDer::from_pem_slice(self.ca.cert_pem().as_bytes())
+            .ok()
+            .map(|c| c.to_vec())
     }
 
     /// Answers child `node`'s (authenticated) renewal request with a certificate valid
@@ -143,4 +156,59 @@ pub fn no_signer(relay: &str, node: &str) -> RenewReply {
             "{relay} signs no renewals (give it a `renew:` section with the hierarchy's CA, or renew with `relay topology certs`)"
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+
+    #[test]
+    fn a_relay_signing_with_its_intermediate_gives_chains_only_it_accepts_besides_the_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let ca = Ca::generate("test").unwrap();
+        let write_ca = |relay: &str| {
+            let int = ca.issue_join_ca(relay).unwrap();
+            let (cert, key) = (
+                d.join(format!("{relay}.crt")),
+                d.join(format!("{relay}.key")),
+            );
+            std::fs::write(&cert, int.cert_pem()).unwrap();
+            std::fs::write(&key, int.key_pem()).unwrap();
+            RenewSigning {
+                ca: Some((cert, key)),
+                lifetime: Duration::from_secs(3600),
+            }
+        };
+        let (eu, us) = (write_ca("eu"), write_ca("us"));
+        let eu = Signer::load("eu", Some(&eu), None).unwrap().unwrap();
+        let us = Signer::load("us", Some(&us), None).unwrap().unwrap();
+        let (_, csr) = strata_topology::certs::join_request("site-1").unwrap();
+        let RenewReply::Granted { chain_pem } = eu.answer("site-1", &csr, 1_800_000_000) else {
+            panic!("refused")
+        };
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .unwrap();
+        assert_eq!(chain.len(), 2, "the leaf, then eu's intermediate");
+        let eu_own = crate::join::own_intermediates(None, Some(&eu));
+        assert_eq!(eu_own, vec![chain[1].to_vec()]);
+        assert!(crate::join::chain_allowed(&chain, &eu_own));
+        let us_own = crate::join::own_intermediates(None, Some(&us));
+        assert!(!crate::join::chain_allowed(&chain, &us_own));
+        // The hierarchy's CA itself is no intermediate: what it signs chains straight.
+        let ca_cert = d.join("ca.crt");
+        let ca_key = d.join("ca.key");
+        std::fs::write(&ca_cert, ca.cert_pem()).unwrap();
+        std::fs::write(&ca_key, ca.key_pem()).unwrap();
+        let root = RenewSigning {
+            ca: Some((ca_cert, ca_key)),
+            lifetime: Duration::from_secs(3600),
+        };
+        let root = Signer::load("center", Some(&root), None).unwrap().unwrap();
+        assert_eq!(root.intermediate_der(), None);
+    }
 }

@@ -37,6 +37,7 @@ fn rendered_relay_configs_load_and_re_rendering_is_idempotent() {
         metrics_everywhere: true,
         summary_interval_ms: Some(100),
         simulated_ready_delay_ms: None,
+        simulate_unset: false,
     };
     let first = render(&t, dir, &options).unwrap();
     let relays: Vec<NodeConfig> = first
@@ -140,8 +141,9 @@ fn certs_and_render_commands_are_idempotent() {
     let (f, o) = (file.to_str().unwrap(), out.to_str().unwrap());
     let (ok, first, err) = relay(&["topology", "certs", f, "-o", o]);
     assert!(ok, "{err}");
+    // The first files are listed (then "... and N more"); eu's join tokens among all.
     assert!(
-        first.contains("created") && first.contains("nodes/eu/join.tokens"),
+        first.contains("created") && files::join_tokens(&out, "eu").exists(),
         "{first}"
     );
     let key = std::fs::read(files::node_key(&out, "eu")).unwrap();
@@ -204,6 +206,22 @@ fn relays_named_ca_ports_and_api_get_their_own_identity_and_leave_the_hierarchys
             assert_ne!(std::fs::canonicalize(&join.ca_key).unwrap(), ca_key);
             assert_ne!(read(&join.ca_key), read(&ca_key));
         }
+        // Every relay here has children: it signs their renewals with its own
+        // intermediate CA, never the hierarchy's key.
+        let renew = c
+            .renew
+            .as_ref()
+            .unwrap_or_else(|| panic!("{}: no renew:", node.name));
+        let (renew_cert, renew_key) = renew.ca.as_ref().unwrap();
+        assert_eq!(
+            std::fs::canonicalize(renew_cert).unwrap(),
+            std::fs::canonicalize(files::join_ca_cert(dir, &node.name)).unwrap()
+        );
+        assert_ne!(std::fs::canonicalize(renew_key).unwrap(), ca_key);
+        let signer = strata_relay::renew::Signer::load(&node.name, Some(renew), c.join.as_ref())
+            .unwrap()
+            .unwrap();
+        assert!(signer.intermediate_der().is_some(), "{}", node.name);
         strata_node::tls::Identity::load(&c.tls.cert, &c.tls.key, &c.tls.ca)
             .unwrap_or_else(|e| panic!("{}: {e}", node.name));
     }

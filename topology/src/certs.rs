@@ -160,6 +160,33 @@ impl Ca {
         self
     }
 
+    /// A CA that signs from its files: a self-signed one (the hierarchy's CA) as
+    /// [`Ca::load`], an intermediate (a relay's join CA) as [`Ca::load_join_ca`], so that
+    /// what it issues carries it as the chain's second certificate.
+    pub fn load_signing(cert_path: &Path, key_path: &Path) -> Result<Ca, CertError> {
+        let ca = Ca::load(cert_path, key_path)?;
+        let self_signed = x509_parser::pem::parse_x509_pem(ca.pem.as_bytes())
+            .ok()
+            .and_then(|(_, block)| {
+                let (_, cert) = x509_parser::parse_x509_certificate(&block.contents).ok()?;
+                Some(cert.issuer() == cert.subject())
+            })
+            .unwrap_or(true);
+        Ok(if self_signed {
+            ca
+        } else {
+            Ca {
+                chain: ca.pem.clone(),
+                ..ca
+            }
+        })
+    }
+
+    /// Whether what this CA issues chains through it (an intermediate).
+    pub fn is_intermediate(&self) -> bool {
+        !self.chain.is_empty()
+    }
+
     /// A relay's join CA (issued by [`Ca::issue_join_ca`]) from its files: what it
     /// issues carries it as the chain's second certificate.
     pub fn load_join_ca(cert_path: &Path, key_path: &Path) -> Result<Ca, CertError> {
@@ -253,6 +280,12 @@ impl Ca {
             pem,
         })
     }
+}
+
+/// Whether `relay` gets an intermediate CA of its own (`nodes/NAME/join-ca.crt`): it
+/// has children (relays or clusters, whose renewals it signs) or admits joining agents.
+pub fn signs(relay: &crate::Relay) -> bool {
+    relay.join_tokens > 0 || !relay.relays.is_empty() || !relay.clusters.is_empty()
 }
 
 /// A new key and a certificate signing request naming `node`, for joining a relay:
@@ -427,9 +460,10 @@ pub fn issue_all(
         files::check_reference(dir, node, "tls.ca", &copy, Holder::Node)?;
         done.push(copy_of_ca(&copy, &ca)?);
     }
-    // A relay that admits agents joining with a token gets an intermediate CA to sign
-    // their certificates with, and the tokens, all in its own directory.
-    for relay in topology.relays.iter().filter(|r| r.join_tokens > 0) {
+    // A relay with children, or that admits agents joining with a token, gets an
+    // intermediate CA to sign its children's renewals and the joining agents'
+    // certificates with (and the tokens), all in its own directory.
+    for relay in topology.relays.iter().filter(|r| signs(r)) {
         let name = relay.name.as_str();
         let (cert, key) = (
             files::join_ca_cert(dir, name),

@@ -27,7 +27,7 @@ pub mod names;
 pub mod raw;
 pub mod render;
 
-pub use compile::{Addr, Cluster, Diagnostics, Relay, Topology, compile};
+pub use compile::{Addr, Cluster, ClusterBackend, Diagnostics, Relay, Topology, compile};
 
 /// A topology that compiled, with its warnings.
 #[derive(Debug, Clone)]
@@ -71,9 +71,20 @@ pub enum LoadError {
 
 /// Parses and compiles topology text (`path` only names it in errors).
 pub fn parse(text: &str, path: &Path) -> Result<Checked, LoadError> {
-    let raw: raw::RawTopology = serde_saphyr::from_str(text).map_err(|e| LoadError::Parse {
-        path: path.to_owned(),
-        detail: e.to_string(),
+    let raw: raw::RawTopology = serde_saphyr::from_str(text).map_err(|e| {
+        // The parser names the field and the line; a list entry is named too, so that
+        // a fault in one of 3,000 clusters says which.
+        let entry = e
+            .location()
+            .and_then(|l| usize::try_from(l.line()).ok())
+            .and_then(|line| entry_at(text, line));
+        LoadError::Parse {
+            path: path.to_owned(),
+            detail: match entry {
+                Some((list, name)) => format!("{list} entry {name:?}: {e}"),
+                None => e.to_string(),
+            },
+        }
     })?;
     match compile(raw) {
         (Some(topology), d) => Ok(Checked {
@@ -86,6 +97,43 @@ pub fn parse(text: &str, path: &Path) -> Result<Checked, LoadError> {
             warnings: d.warnings,
         }),
     }
+}
+
+/// The list (`relays`, `clusters`) and `name` of the entry of `spec` that line `line`
+/// (from 1) of `text` falls in, when it falls in one that has a name.
+fn entry_at(text: &str, line: usize) -> Option<(&str, &str)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let at = line.checked_sub(1).filter(|&i| i < lines.len())?;
+    // The entry starts at the nearest `- ` at or above the line.
+    let start = (0..=at)
+        .rev()
+        .find(|&i| lines[i].trim_start().starts_with("- "))?;
+    let depth = indent(lines[start]);
+    // Its name: on its first line or a line of the entry below it.
+    let name = lines[start..]
+        .iter()
+        .enumerate()
+        .take_while(|(k, l)| *k == 0 || indent(l) > depth)
+        .find_map(|(_, l)| {
+            let after = &l[l.find("name:")? + "name:".len()..];
+            let value = after
+                .trim_start()
+                .split([',', '}', '#'])
+                .next()?
+                .trim()
+                .trim_matches(['"', '\'']);
+            (!value.is_empty()).then_some(value)
+        })?;
+    // The list it belongs to: the nearest key above that is not an entry of it.
+    let list = lines[..start]
+        .iter()
+        .rev()
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .find(|l| indent(l) < depth || (indent(l) == depth && !l.trim_start().starts_with("- ")))
+        .map(|l| l.trim().trim_end_matches(':'))
+        .filter(|k| ["relays", "clusters", "joining"].contains(k))?;
+    Some((list, name))
 }
 
 /// Reads, parses and compiles a topology file.

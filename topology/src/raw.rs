@@ -111,7 +111,7 @@ pub struct RawRelay {
     /// (`host:port` allowed, resolved at every connect), e.g. a load balancer's name.
     #[serde(default, rename = "parentAddress")]
     pub parent_address: Option<String>,
-    /// `auto | quic | tcp` (QUIC when absent).
+    /// `auto | quic | tcp` (absent: the node's default, `auto`).
     #[serde(default)]
     pub transport: Option<String>,
     /// An HTTP CONNECT proxy for TLS/TCP, `http://user:pass@host:port`.
@@ -141,7 +141,7 @@ pub struct RawCluster {
     /// (`host:port` allowed, resolved at every connect), e.g. a load balancer's name.
     #[serde(default, rename = "parentAddress")]
     pub parent_address: Option<String>,
-    /// `auto | quic | tcp` (QUIC when absent).
+    /// `auto | quic | tcp` (absent: the node's default, `auto`).
     #[serde(default)]
     pub transport: Option<String>,
     /// An HTTP CONNECT proxy for TLS/TCP, `http://user:pass@host:port`.
@@ -151,6 +151,38 @@ pub struct RawCluster {
     /// timeout of every proxy and balancer on the way).
     #[serde(default, rename = "keepaliveMs")]
     pub keepalive_ms: Option<u64>,
+    /// How its agent reaches a real cluster's API server (one backend: this or
+    /// `simulated`).
+    #[serde(default)]
+    pub kubernetes: Option<RawKubernetes>,
+    /// A simulated cluster (tests and demos), only when said.
+    #[serde(default)]
+    pub simulated: Option<RawSimulated>,
+}
+
+/// `spec.clusters[].kubernetes`: `{ inCluster: true }`, or `{ kubeconfig: PATH,
+/// context: NAME }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawKubernetes {
+    /// Use the service account of the pod the agent runs in.
+    #[serde(default)]
+    pub in_cluster: Option<bool>,
+    /// A kubeconfig file on the agent's host (relative: to the agent's configuration).
+    #[serde(default)]
+    pub kubeconfig: Option<String>,
+    /// The kubeconfig's context to use (its current context when absent).
+    #[serde(default)]
+    pub context: Option<String>,
+}
+
+/// `spec.clusters[].simulated`: `{}`, or `{ readyDelayMs: N }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawSimulated {
+    /// How long a simulated Deployment takes to become available.
+    #[serde(default)]
+    pub ready_delay_ms: Option<u64>,
 }
 
 /// One entry of `spec.joining`.

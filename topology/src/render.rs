@@ -13,7 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use crate::certs::Action;
-use crate::compile::ParentLink;
+use crate::compile::{ClusterBackend, ParentLink};
 use crate::files::{self, ConfinementError};
 use crate::names::check_node_name;
 use crate::{Addr, Topology};
@@ -60,8 +60,15 @@ pub struct RenderOptions {
     pub metrics_everywhere: bool,
     /// `summary_interval_ms` of every relay (the relay's default when `None`).
     pub summary_interval_ms: Option<u64>,
-    /// Render agents with a simulated cluster taking this long to become available.
+    /// How long (ms) a simulated cluster's Deployments take to become available, for
+    /// the simulated clusters whose topology entry does not say (the agent's default
+    /// when `None`).
     pub simulated_ready_delay_ms: Option<u64>,
+    /// Render the agents of clusters the topology names no backend for with a
+    /// simulated cluster (`relay up`, `relay demo`, tests). `false`: render them
+    /// without a backend, so their agents refuse to start until their configuration
+    /// names one.
+    pub simulate_unset: bool,
 }
 
 /// What kind of process runs a node.
@@ -99,6 +106,9 @@ pub struct Rendered {
     pub api: SocketAddr,
     /// What was written or kept, per file.
     pub files: Vec<(PathBuf, Action)>,
+    /// Clusters rendered simulated: said so by the topology, or named no backend
+    /// there ([`RenderOptions::simulate_unset`]).
+    pub simulated: Vec<String>,
 }
 
 /// Writes every node's configuration into its directory under `dir`.
@@ -145,6 +155,7 @@ pub fn render(
 
     let mut nodes = Vec::new();
     let mut written = Vec::new();
+    let mut simulated = Vec::new();
     let parent_of = |name: &str, link: &ParentLink| -> String {
         let (_, dial, _) = resolved[name];
         let address = link.address.clone().unwrap_or_else(|| dial.to_string());
@@ -217,6 +228,21 @@ pub fn render(
                 },
             );
         }
+        // Every relay with children signs their renewals with its intermediate CA, once
+        // `certs` issued it (a directory from before has none: nothing written).
+        let signing_ca = files::join_ca_cert(dir, &r.name);
+        if crate::certs::signs(r) && signing_ca.exists() {
+            let _ = writeln!(
+                y,
+                "# signs its children's certificate renewals with its intermediate CA\nrenew: {{ ca_cert: {}, ca_key: {}{} }}",
+                reference(dir, &r.name, &signing_ca),
+                reference(dir, &r.name, &files::join_ca_key(dir, &r.name)),
+                match topology.certificates.node_days {
+                    crate::certs::DEFAULT_NODE_DAYS => String::new(),
+                    days => format!(", lifetime_s: {}", u64::from(days) * 86_400),
+                },
+            );
+        }
         let path = write_config(dir, &r.name, &y, &mut written)?;
         nodes.push(NodeFile {
             name: r.name.clone(),
@@ -235,8 +261,21 @@ pub fn render(
         }
         y.push_str(&parent_of(&c.parent, &c.link));
         y.push_str(&tls(dir, &c.name));
-        if let Some(ms) = options.simulated_ready_delay_ms {
-            let _ = writeln!(y, "simulated: {{ ready_delay_ms: {ms} }}");
+        let delay = options.simulated_ready_delay_ms;
+        match (&c.backend, options.simulate_unset) {
+            (Some(ClusterBackend::Simulated { ready_delay_ms }), _) => {
+                simulated.push(c.name.clone());
+                y.push_str(&simulated_section(ready_delay_ms.or(delay)));
+            }
+            (Some(b), _) => y.push_str(&backend(b)),
+            (None, true) => {
+                simulated.push(c.name.clone());
+                y.push_str("# simulated: the topology names no backend for this cluster\n");
+                y.push_str(&simulated_section(delay));
+            }
+            (None, false) => y.push_str(
+                "# the topology names no backend for this cluster: the agent refuses to start until\n# this file says kubernetes: { in_cluster: true }, kubernetes: { kubeconfig: PATH }, or simulated: {}\n",
+            ),
         }
         let path = write_config(dir, &c.name, &y, &mut written)?;
         nodes.push(NodeFile {
@@ -252,7 +291,32 @@ pub fn render(
         root: root.name.clone(),
         api,
         files: written,
+        simulated,
     })
+}
+
+/// A simulated cluster's section, its Deployments available after `ms` if given.
+fn simulated_section(ms: Option<u64>) -> String {
+    match ms {
+        Some(ms) => format!("simulated: {{ ready_delay_ms: {ms} }}\n"),
+        None => "simulated: {}\n".to_owned(),
+    }
+}
+
+/// A real cluster's section, as the topology names it.
+fn backend(b: &ClusterBackend) -> String {
+    match b {
+        ClusterBackend::InCluster => "kubernetes: { in_cluster: true }\n".to_owned(),
+        ClusterBackend::Kubeconfig { path, context } => format!(
+            "kubernetes: {{ kubeconfig: {}{} }}\n",
+            quote(path),
+            context
+                .as_deref()
+                .map(|c| format!(", context: {}", quote(c)))
+                .unwrap_or_default()
+        ),
+        ClusterBackend::Simulated { ready_delay_ms } => simulated_section(*ready_delay_ms),
+    }
 }
 
 /// The node's certificate, key, CA certificate and store: all in its own directory.

@@ -164,10 +164,10 @@ fn a_relay_admitting_joiners_gets_an_intermediate_ca_whose_certificates_chain_to
         files::join_ca_cert(dir, "eu"),
         files::join_ca_key(dir, "eu"),
     );
-    assert!(
-        !files::join_ca_cert(dir, "center").exists(),
-        "only relays with joining entries"
-    );
+    // The root has a child: it gets an intermediate too, to sign that child's
+    // renewals, but no join tokens (no joining entry names it).
+    assert!(files::join_ca_cert(dir, "center").exists());
+    assert!(!files::join_tokens(dir, "center").exists());
     let join_ca = Ca::load(&cert, &key).unwrap();
     // What a joining agent would be given: its certificate, then the intermediate.
     let joined = join_ca.issue("shop-99").unwrap();

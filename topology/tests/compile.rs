@@ -25,7 +25,7 @@ fn a_good_topology_compiles_in_tree_order() {
     - {{ name: eu-1, parent: eu, listen: 127.0.0.1:7445 }}
     - {{ name: eu, parent: center, labels: {{ region: eu }} }}
   clusters:
-    - {{ name: c1, parent: eu-1, labels: {{ role: pos, gpu: \"false\" }} }}
+    - {{ name: c1, parent: eu-1, labels: {{ role: pos, gpu: \"false\" }}, simulated: {{}} }}
   joining:
     - {{ parent: eu, tokens: 5 }}
 "
@@ -242,7 +242,7 @@ fn api_names_must_be_dns_names_or_ip_addresses() {
 
 #[test]
 fn certificate_lifetimes_are_checked() {
-    let base = "spec:\n  root: { name: center }\n  clusters:\n    - { name: c1, parent: center }\n";
+    let base = "spec:\n  root: { name: center }\n  clusters:\n    - { name: c1, parent: center, simulated: {} }\n";
     let zero = format!("{HEAD}{base}  certificates: {{ nodeDays: 0, caDays: 0 }}\n");
     assert_eq!(
         errors(&zero),
@@ -265,4 +265,110 @@ fn certificate_lifetimes_are_checked() {
         none.topology.certificates,
         strata_topology::certs::Lifetimes::default()
     );
+}
+
+#[test]
+fn a_cluster_says_how_its_agent_reaches_it() {
+    use strata_topology::ClusterBackend;
+    let text = format!(
+        "{HEAD}spec:
+  root: {{ name: center }}
+  clusters:
+    - {{ name: store-1, parent: center, kubernetes: {{ inCluster: true }} }}
+    - {{ name: lab-1, parent: center, kubernetes: {{ kubeconfig: /etc/strata/lab-1.kubeconfig, context: lab-1 }} }}
+    - {{ name: lab-2, parent: center, kubernetes: {{ kubeconfig: lab-2.kubeconfig }} }}
+    - {{ name: sim-1, parent: center, simulated: {{}} }}
+    - {{ name: sim-2, parent: center, simulated: {{ readyDelayMs: 50 }} }}
+"
+    );
+    let c = parse(&text, Path::new("t.yaml")).unwrap();
+    assert_eq!(c.warnings, Vec::<String>::new());
+    let backends: Vec<_> = c
+        .topology
+        .clusters
+        .iter()
+        .map(|c| c.backend.clone().unwrap())
+        .collect();
+    assert_eq!(
+        backends,
+        [
+            ClusterBackend::InCluster,
+            ClusterBackend::Kubeconfig {
+                path: "/etc/strata/lab-1.kubeconfig".into(),
+                context: Some("lab-1".into())
+            },
+            ClusterBackend::Kubeconfig {
+                path: "lab-2.kubeconfig".into(),
+                context: None
+            },
+            ClusterBackend::Simulated {
+                ready_delay_ms: None
+            },
+            ClusterBackend::Simulated {
+                ready_delay_ms: Some(50)
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_wrong_backend_is_refused_naming_the_cluster_and_none_is_one_warning() {
+    let text = format!(
+        "{HEAD}spec:
+  root: {{ name: center }}
+  clusters:
+    - {{ name: both, parent: center, kubernetes: {{ inCluster: true }}, simulated: {{}} }}
+    - {{ name: twice, parent: center, kubernetes: {{ inCluster: true, kubeconfig: k }} }}
+    - {{ name: empty, parent: center, kubernetes: {{}} }}
+    - {{ name: ctx, parent: center, kubernetes: {{ inCluster: true, context: x }} }}
+    - {{ name: blank, parent: center, kubernetes: {{ kubeconfig: \" \" }} }}
+    - {{ name: mine, parent: center, simulated: {{}}, properties: {{ strata.dev/backend: real }} }}
+"
+    );
+    assert_eq!(
+        errors(&text),
+        [
+            "cluster \"both\": kubernetes and simulated exclude each other: name one backend (kubernetes: { inCluster: true }, kubernetes: { kubeconfig: PATH, context: NAME }, or simulated: {})",
+            "cluster \"twice\": kubernetes.inCluster and kubernetes.kubeconfig exclude each other",
+            "cluster \"empty\": kubernetes: give kubeconfig: PATH (and context: NAME) or inCluster: true",
+            "cluster \"ctx\": kubernetes.context names a context of a kubeconfig; it does not go with inCluster",
+            "cluster \"blank\": kubernetes.kubeconfig: empty",
+            "cluster \"mine\": properties: \"strata.dev/backend\" is reserved: properties under \"strata.dev/\" are what the agent reports",
+        ]
+    );
+    let names: Vec<String> = (1..=7)
+        .map(|i| format!("    - {{ name: c{i}, parent: center }}\n"))
+        .collect();
+    let text = format!(
+        "{HEAD}spec:\n  root: {{ name: center }}\n  clusters:\n{}",
+        names.concat()
+    );
+    let c = parse(&text, Path::new("t.yaml")).unwrap();
+    assert_eq!(
+        c.warnings,
+        [
+            "7 cluster(s) name no backend (\"c1\", \"c2\", \"c3\", \"c4\", \"c5\" and 2 more): their rendered agents refuse to start until their configuration names one (`relay up` and `relay demo` simulate them); say how each agent reaches its cluster with kubernetes: { inCluster: true }, kubernetes: { kubeconfig: PATH, context: NAME }, or simulated: {}"
+        ]
+    );
+    assert!(c.topology.clusters.iter().all(|c| c.backend.is_none()));
+}
+
+#[test]
+fn an_unknown_backend_field_is_refused_naming_the_field_and_the_cluster() {
+    let text = format!(
+        "{HEAD}spec:
+  root: {{ name: center }}
+  clusters:
+    - name: lab-1
+      parent: center
+      kubernetes: {{ kubeconfig: k, contxt: lab }}
+"
+    );
+    match parse(&text, Path::new("t.yaml")) {
+        Err(LoadError::Parse { detail, .. }) => {
+            assert!(detail.contains("contxt"), "{detail}");
+            assert!(detail.contains("lab-1"), "the cluster is named: {detail}");
+        }
+        other => panic!("accepted an unknown field: {other:?}"),
+    }
 }

@@ -35,7 +35,7 @@ use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::waves::{pin_key, pinned_key, placements_for_pin};
 use strata_protocol::wire::{Change, ParentToChild, Report, ReportKey, ReportValue};
 
-use crate::backend::{ClusterBackend, UpsyncRule};
+use crate::backend::{ClusterBackend, Reach, UpsyncRule};
 use crate::customize::{cluster_vars, render_object, set_user_entries, summarized};
 
 mod restore;
@@ -284,6 +284,9 @@ impl AgentCore {
         for u in self.backend.poll_upsync() {
             self.push_upsynced(now, u.key, u.body);
         }
+        if let Some(reach) = self.backend.poll_reach() {
+            self.handle_reach(now, at, &reach);
+        }
         let mut batch = std::mem::take(&mut self.batch);
         batch.merge(Batch::log_changes(&mut self.log));
         batch
@@ -299,6 +302,20 @@ impl AgentCore {
         ToParent {
             messages,
             close: self.close_parent.take(),
+        }
+    }
+
+    /// The cluster's API server answers again, or stopped answering: the cluster's
+    /// record says so ([`Cluster::set_backend_unreachable`]), and goes up, so that the
+    /// root shows the cluster unreachable with the cause and never as available.
+    fn handle_reach(&mut self, now: Instant, at: UnixMillis, reach: &Reach) {
+        let unreachable = match reach {
+            Reach::Reached => None,
+            Reach::Unreachable(why) => Some((why.as_str(), at)),
+        };
+        if self.cluster.set_backend_unreachable(unreachable) {
+            let report = self.cluster_report();
+            self.parent.push_report(now, report);
         }
     }
 

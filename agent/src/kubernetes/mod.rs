@@ -22,6 +22,7 @@
 
 pub mod associated;
 pub mod health;
+pub mod reach;
 pub mod upsync;
 mod watch;
 mod worker;
@@ -38,7 +39,7 @@ use strata_protocol::model::{Object, ObjectKey, Status};
 use strata_protocol::time::{Instant, UnixMillis};
 use tokio::sync::{Notify, mpsc};
 
-use crate::backend::{BackendError, ClusterBackend};
+use crate::backend::{BackendError, ClusterBackend, Reach};
 
 /// The field manager of every server-side apply.
 pub const FIELD_MANAGER: &str = "strata";
@@ -52,12 +53,31 @@ pub const HASH_ANNOTATION: &str = "strata.dev/content-hash";
 /// How to reach the API server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Connect {
-    /// This kubeconfig file (its current context).
-    Kubeconfig(PathBuf),
-    /// `KUBECONFIG`, else `~/.kube/config` (kube-rs's rules).
-    KubeconfigFromEnv,
+    /// This kubeconfig file.
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// The context to use; the file's current context when `None`.
+        context: Option<String>,
+    },
+    /// `KUBECONFIG`, else `~/.kube/config` (kube-rs's rules), in this context (the
+    /// current one when `None`).
+    KubeconfigFromEnv {
+        /// The context to use.
+        context: Option<String>,
+    },
     /// The pod's service account (`KUBERNETES_SERVICE_HOST`, the mounted token and CA).
     InCluster,
+}
+
+impl Connect {
+    /// A kubeconfig file, in its current context.
+    pub fn kubeconfig(path: PathBuf) -> Connect {
+        Connect::Kubeconfig {
+            path,
+            context: None,
+        }
+    }
 }
 
 /// The API server could not be reached or refused the agent. Each variant's message
@@ -103,23 +123,49 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
+impl ConnectError {
+    /// Whether the API server did not answer (as opposed to a wrong configuration or
+    /// a refusal): the agent then starts anyway and reports its cluster unreachable.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            ConnectError::Probe {
+                what: "is unreachable",
+                ..
+            }
+        )
+    }
+}
+
 /// Builds a client and checks that the API server answers (`GET /api`), so a wrong
 /// kubeconfig or missing rights fail at start with the server's name.
 pub async fn connect(how: &Connect) -> Result<kube::Client, ConnectError> {
+    let (client, server) = client(how).await?;
+    probe(&client, &server).await?;
+    Ok(client)
+}
+
+/// Builds a client from the kubeconfig or the pod's service account, without asking
+/// the API server anything; with the API server's URL.
+pub async fn client(how: &Connect) -> Result<(kube::Client, String), ConnectError> {
+    let options = |context: &Option<String>| KubeConfigOptions {
+        context: context.clone(),
+        ..KubeConfigOptions::default()
+    };
     let config = match how {
-        Connect::Kubeconfig(path) => {
+        Connect::Kubeconfig { path, context } => {
             let kc = Kubeconfig::read_from(path).map_err(|source| ConnectError::Kubeconfig {
                 path: path.clone(),
                 reason: chain(&source),
             })?;
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            kube::Config::from_custom_kubeconfig(kc, &options(context))
                 .await
                 .map_err(|source| ConnectError::Kubeconfig {
                     path: path.clone(),
                     reason: chain(&source),
                 })?
         }
-        Connect::KubeconfigFromEnv => kube::Config::from_kubeconfig(&KubeConfigOptions::default())
+        Connect::KubeconfigFromEnv { context } => kube::Config::from_kubeconfig(&options(context))
             .await
             .map_err(|e| ConnectError::NoKubeconfig(chain(&e)))?,
         Connect::InCluster => {
@@ -131,18 +177,24 @@ pub async fn connect(how: &Connect) -> Result<kube::Client, ConnectError> {
         server: server.clone(),
         reason: chain(&source),
     })?;
-    if let Err(source) = client.list_core_api_versions().await {
-        let what = match &source {
-            kube::Error::Api(s) if s.code == 401 || s.code == 403 => "denied access",
-            _ => "is unreachable",
-        };
-        return Err(ConnectError::Probe {
-            server,
-            what,
-            reason: chain(&source),
-        });
-    }
-    Ok(client)
+    Ok((client, server))
+}
+
+/// Asks the API server for its core API versions (`GET /api`): answered, refused
+/// (401, 403), or unreachable, with the cause.
+pub async fn probe(client: &kube::Client, server: &str) -> Result<(), ConnectError> {
+    let Err(source) = client.list_core_api_versions().await else {
+        return Ok(());
+    };
+    let what = match &source {
+        kube::Error::Api(s) if s.code == 401 || s.code == 403 => "denied access",
+        _ => "is unreachable",
+    };
+    Err(ConnectError::Probe {
+        server: server.to_owned(),
+        what,
+        reason: chain(&source),
+    })
 }
 
 /// How the backend behaves.
@@ -224,6 +276,12 @@ pub struct KubeCluster {
     wake: Arc<Notify>,
     counters: Arc<KubeCounters>,
     task: tokio::task::JoinHandle<()>,
+    /// The API server's reach as the probe last found it, with its task (aborted on
+    /// drop), when [`KubeCluster::probe_reach`] started one.
+    reach: Option<(
+        tokio::sync::watch::Receiver<Reach>,
+        tokio::task::JoinHandle<()>,
+    )>,
 }
 
 impl std::fmt::Debug for Command {
@@ -239,6 +297,9 @@ impl std::fmt::Debug for Command {
 impl Drop for KubeCluster {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some((_, probe)) = &self.reach {
+            probe.abort();
+        }
     }
 }
 
@@ -269,7 +330,25 @@ impl KubeCluster {
             wake,
             counters,
             task,
+            reach: None,
         }
+    }
+
+    /// Asks the API server at `server` (through `client`) every `every` whether it
+    /// answers, and reports every change through [`ClusterBackend::poll_reach`],
+    /// starting from `initial` (what the agent found at start).
+    pub fn probe_reach(
+        &mut self,
+        client: kube::Client,
+        server: String,
+        initial: Reach,
+        every: Duration,
+    ) {
+        let (tx, mut rx) = tokio::sync::watch::channel(initial);
+        // The initial value is news too: the agent reports it once.
+        rx.mark_changed();
+        let task = tokio::spawn(reach::run(client, server, every, tx, self.wake.clone()));
+        self.reach = Some((rx, task));
     }
 
     /// The requests made so far.
@@ -336,5 +415,13 @@ impl ClusterBackend for KubeCluster {
 
     fn poll_upsync(&mut self) -> Vec<upsync::Upsynced> {
         KubeCluster::poll_upsync(self)
+    }
+
+    fn poll_reach(&mut self) -> Option<Reach> {
+        let (rx, _) = self.reach.as_mut()?;
+        if !rx.has_changed().unwrap_or(false) {
+            return None;
+        }
+        Some(rx.borrow_and_update().clone())
     }
 }

@@ -8,6 +8,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -109,7 +110,17 @@ impl ParentConfig {
     /// for TCP (unless `quic`), and the proxy: the file's `proxy:`, else the one
     /// `HTTPS_PROXY` names unless `NO_PROXY` exempts the parent's host.
     pub fn connector(&self, identity: &Identity) -> Result<Connector, ConnectorError> {
-        let tls = client_config(identity)?;
+        self.connector_with(client_config(identity)?)
+    }
+
+    /// The connector of an agent joining this parent with a token: as
+    /// [`ParentConfig::connector`] (transport, proxy), presenting no certificate and
+    /// checking the parent's against the CA in `ca`.
+    pub fn join_connector(&self, ca: &Path) -> Result<Connector, ConnectorError> {
+        self.connector_with(crate::net::tls::join_client_config(ca)?)
+    }
+
+    fn connector_with(&self, tls: Arc<rustls::ClientConfig>) -> Result<Connector, ConnectorError> {
         let quic = match self.transport {
             TransportMode::Tcp => None,
             _ => {

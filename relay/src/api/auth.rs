@@ -86,6 +86,50 @@ pub enum TokensError {
         /// Why it does not parse.
         reason: String,
     },
+    /// The file holds no token: the API would serve no one.
+    #[error("holds no token; the API serves no one anonymously")]
+    Empty,
+}
+
+/// The tokens file as the API serves it: every grant, and the spaces they name.
+#[derive(Debug, Clone, Default)]
+pub struct Tokens {
+    /// Every token's grant, in file order.
+    pub grants: Vec<Grant>,
+    /// The spaces the grants name (see `crate::kube::spaces`).
+    pub named_spaces: std::collections::BTreeSet<String>,
+}
+
+impl Tokens {
+    /// Parses the tokens file; an error names the line, or says that the file holds no
+    /// token (the API would serve no one). With a summary for the logs: how many
+    /// tokens, and their users.
+    pub fn parse(text: &str) -> Result<(Tokens, String), TokensError> {
+        let grants = parse_tokens(text)?;
+        if grants.is_empty() {
+            return Err(TokensError::Empty);
+        }
+        let named_spaces = grants
+            .iter()
+            .filter_map(|g| g.spaces.as_ref())
+            .flatten()
+            .cloned()
+            .collect();
+        let users: std::collections::BTreeSet<&str> =
+            grants.iter().map(|g| g.user.as_str()).collect();
+        let summary = format!(
+            "{} token(s), users {}",
+            grants.len(),
+            users.into_iter().collect::<Vec<_>>().join(", ")
+        );
+        Ok((
+            Tokens {
+                grants,
+                named_spaces,
+            },
+            summary,
+        ))
+    }
 }
 
 /// Parses the tokens file; an error names the line and what is wrong with it.

@@ -55,11 +55,10 @@ pub const MAX_BODY: usize = 16 << 20;
 
 /// What every request handler reads: the tokens the API accepts and the node it serves.
 struct ApiState {
-    tokens: Vec<auth::Grant>,
+    /// The tokens file, read again whenever it changes.
+    tokens: crate::reload::Reloading<auth::Tokens>,
     node: NodeClient,
     metrics: Arc<crate::api_metrics::ApiMetrics>,
-    /// The spaces the tokens name (see [`crate::kube::spaces`]).
-    named_spaces: std::collections::BTreeSet<String>,
     /// Status changes, for watches (see [`crate::kube::status_journal`]).
     journal: crate::kube::status_journal::SharedJournal,
     /// What `/livez`, `/healthz` and `/readyz` answer (the metrics listener's checks).
@@ -105,15 +104,15 @@ pub fn spawn(
         path: api.tokens.clone(),
         source,
     })?;
-    let tokens = auth::parse_tokens(&text).map_err(|reason| ApiStartError::BadTokens {
-        path: api.tokens.clone(),
-        reason: reason.to_string(),
-    })?;
-    if tokens.is_empty() {
-        return Err(ApiStartError::NoTokens {
+    let (tokens, _) = auth::Tokens::parse(&text).map_err(|e| match e {
+        auth::TokensError::Empty => ApiStartError::NoTokens {
             path: api.tokens.clone(),
-        });
-    }
+        },
+        e => ApiStartError::BadTokens {
+            path: api.tokens.clone(),
+            reason: e.to_string(),
+        },
+    })?;
     let (cert, key) = match &api.tls {
         Some((cert, key)) => (cert, key),
         None => (&config.tls.cert, &config.tls.key),
@@ -125,15 +124,16 @@ pub fn spawn(
         source,
     })?;
     tracing::info!(listen = %api.listen, "user API serving");
-    let named_spaces = tokens
-        .iter()
-        .filter_map(|g| g.spaces.as_ref())
-        .flatten()
-        .cloned()
-        .collect();
+    // Users added to or taken from the file count from its next reading on.
+    let tokens = crate::reload::Reloading::spawn(
+        api.tokens.clone(),
+        "api.tokens",
+        tokens,
+        auth::Tokens::parse,
+        crate::reload::POLL_EVERY,
+    );
     let state = Arc::new(ApiState {
         tokens,
-        named_spaces,
         node,
         metrics,
         journal: crate::kube::status_journal::SharedJournal::default(),
@@ -298,14 +298,15 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
     if let Some(resp) = public(&req, state).await {
         return resp;
     }
+    let tokens = state.tokens.current();
     let grant = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .and_then(|t| {
-            state
-                .tokens
+            tokens
+                .grants
                 .iter()
                 .find(|g| constant_time_eq(g.token.as_bytes(), t.as_bytes()))
         });
@@ -370,7 +371,7 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
             crate::kube::failure(503, "ServiceUnavailable", STANDBY_REFUSAL.into(), None);
         return reply(StatusCode::SERVICE_UNAVAILABLE, status);
     }
-    let resp = route(state, grant, &method, &p, &query, &headers, &body).await;
+    let resp = route(state, &tokens, grant, &method, &p, &query, &headers, &body).await;
     if write {
         audit::api_write(&grant.user, &method, &p, &body, resp.status());
     }
@@ -378,8 +379,10 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
 }
 
 /// Serves an authorized request.
+#[allow(clippy::too_many_arguments)] // the request's parts, as the handler took them apart
 async fn route(
     state: &ApiState,
+    tokens: &auth::Tokens,
     grant: &auth::Grant,
     method: &Method,
     p: &[&str],
@@ -397,7 +400,7 @@ async fn route(
             content_type: header(headers, hyper::header::CONTENT_TYPE),
             body,
         },
-        named_spaces: &state.named_spaces,
+        named_spaces: &tokens.named_spaces,
     };
     match crate::kube::handle(&state.node, &state.journal, kube).await {
         Some(crate::kube::Reply::Json((code, value))) => {

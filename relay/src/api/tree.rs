@@ -9,7 +9,7 @@ use strata_protocol::wire::{LinkRecord, LinkTransport, ReportKey, ReportValue, R
 
 use super::{ApiState, error, reply};
 use crate::tier::core::NodeCore;
-use crate::tier::core::last_seen;
+use crate::tier::core::{backend_reason, last_seen};
 use strata_node::clock::Clock;
 
 fn link_json(node: &str, l: &LinkRecord) -> Value {
@@ -45,6 +45,7 @@ pub(super) async fn clusters(state: &ApiState) -> Response<super::Body> {
                         "name": c.name, "path": c.path, "labels": c.labels,
                         "properties": c.properties,
                         "reachable": reachable, "lastSeen": seen,
+                        "reason": backend_reason(c),
                     })
                 })
                 .collect::<Vec<_>>()

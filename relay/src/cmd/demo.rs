@@ -78,10 +78,13 @@ pub async fn run(dir: Option<PathBuf>, strategy: &str) -> anyhow::Result<()> {
     let (relays, agents) = h.counts();
     let regions = h.topology.root().relays.len();
     println!(
-        "started 1 root, {} regional relays, {} site relays and {agents} agents (simulated clusters)",
+        "started 1 root, {} regional relays, {} site relays and {agents} agents",
         regions,
         relays - 1 - regions
     );
+    if let Some(note) = h.simulated_note() {
+        println!("{note}");
+    }
     let tty = std::io::stdout().is_terminal();
     let result = match h
         .wait_connected(|n, total| {

@@ -159,7 +159,9 @@ pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
     let secret = endpoint_secret(&config.data)?;
     let joining = match &config.join {
-        Some(files) => Some(Arc::new(Joining::load(&config.node, files)?)),
+        Some(files) => Some(Arc::new(
+            Joining::load(&config.node, files)?.reload_tokens(crate::reload::POLL_EVERY),
+        )),
         None => None,
     };
     // Only a relay admitting joins lets a client in without a certificate.

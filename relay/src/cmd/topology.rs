@@ -224,7 +224,8 @@ mod tests {
 
     use strata_node::config::{field_names, reference_example, undocumented_fields};
     use strata_topology::raw::{
-        RawApiFull, RawCluster, RawJoining, RawMetadata, RawRelay, RawRoot, RawSpec, RawTopology,
+        RawApiFull, RawCluster, RawJoining, RawKubernetes, RawMetadata, RawRelay, RawRoot,
+        RawSimulated, RawSpec, RawTopology,
     };
 
     const REFERENCE: &str =
@@ -241,6 +242,11 @@ mod tests {
             ("spec.relays[].", field_names::<RawRelay>()),
             ("spec.clusters[].", field_names::<RawCluster>()),
             ("spec.joining[].", field_names::<RawJoining>()),
+            (
+                "spec.clusters[].kubernetes.",
+                field_names::<RawKubernetes>(),
+            ),
+            ("spec.clusters[].simulated.", field_names::<RawSimulated>()),
         ];
         // The catcher sees serde's names (renamed ones included), not Rust's.
         assert!(sections[0].1.contains(&"apiVersion"), "{sections:?}");
@@ -262,6 +268,13 @@ mod tests {
             fr.link.proxy.as_deref(),
             Some("http://proxy.fr.example.com:3128")
         );
-        assert_eq!(checked.topology.clusters.len(), 1);
+        assert_eq!(checked.topology.clusters.len(), 3);
+        assert_eq!(
+            checked.topology.clusters[1].backend,
+            Some(strata_topology::ClusterBackend::Kubeconfig {
+                path: "/etc/strata/lab-1.kubeconfig".into(),
+                context: Some("lab-1".into())
+            })
+        );
     }
 }

@@ -25,7 +25,9 @@ use crate::client::ApiClient;
 pub struct UpOptions {
     /// `summary_interval_ms` of every relay (their default when `None`).
     pub summary_interval_ms: Option<u64>,
-    /// How long simulated workloads take to become available.
+    /// How long simulated workloads take to become available (the agent's default when
+    /// `None`), where the topology does not say. Clusters the topology names no backend
+    /// for are simulated too: `relay up` and `relay demo` say so.
     pub simulated_ready_delay_ms: Option<u64>,
     /// The `RUST_LOG` of the nodes (`warn` when `None`).
     pub log: Option<String>,
@@ -81,6 +83,7 @@ impl Hierarchy {
                 metrics_everywhere: true,
                 summary_interval_ms: options.summary_interval_ms,
                 simulated_ready_delay_ms: options.simulated_ready_delay_ms,
+                simulate_unset: true,
             },
         )?;
         let token_file = files::api_tokens(dir);
@@ -128,6 +131,25 @@ impl Hierarchy {
     pub fn counts(&self) -> (usize, usize) {
         let relays = self.topology.relays.len();
         (relays, self.procs.len().saturating_sub(relays))
+    }
+
+    /// What `relay up` and `relay demo` say about the clusters they simulate (the
+    /// topology says `simulated`, or names no backend); `None` when none is.
+    pub fn simulated_note(&self) -> Option<String> {
+        let simulated = &self.rendered.simulated;
+        if simulated.is_empty() {
+            return None;
+        }
+        const SHOWN: usize = 5;
+        let mut names = simulated[..simulated.len().min(SHOWN)].join(", ");
+        if simulated.len() > SHOWN {
+            names.push_str(&format!(" and {} more", simulated.len() - SHOWN));
+        }
+        Some(format!(
+            "{} of {} clusters are simulated ({names}): nothing is applied to a real cluster there; give a cluster `kubernetes:` in the topology to drive a real one",
+            simulated.len(),
+            self.topology.clusters.len()
+        ))
     }
 
     /// Links in the hierarchy (one per child).
@@ -380,10 +402,13 @@ pub async fn run(file: &Path, data: Option<PathBuf>, log: Option<String>) -> any
     let mut h = Hierarchy::start(checked.topology, &dir, &options)?;
     let (relays, agents) = h.counts();
     println!(
-        "topology {:?} in {}: started {relays} relays and {agents} agents (simulated clusters)",
+        "topology {:?} in {}: started {relays} relays and {agents} agents",
         h.topology.name,
         dir.display()
     );
+    if let Some(note) = h.simulated_note() {
+        println!("{note}");
+    }
     let connected = tokio::select! {
         r = h.wait_connected(|n, total| println!("links connected: {n}/{total}")) => r,
         _ = signals.recv() => {

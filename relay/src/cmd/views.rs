@@ -289,6 +289,9 @@ pub fn clusters_table(v: &Value) -> String {
             text(c, "name"),
             labels.join(",")
         );
+        if let Some(why) = c["reason"].as_str() {
+            let _ = writeln!(out, "  unreachable: {why}");
+        }
     }
     out
 }
@@ -416,11 +419,21 @@ agents: 1/1 connected (relay status --agents lists them)
               "reachable": false, "lastSeen": 40_000 },
             { "name": "c1", "path": ["center", "eu"], "labels": {}, "reachable": true,
               "lastSeen": 100_000 },
+            { "name": "c3", "path": ["center", "us"], "labels": {}, "reachable": false,
+              "lastSeen": 90_000, "reason": "its agent cannot reach the cluster's API server: refused" },
         ]});
         let text = clusters_table(&v);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[1].starts_with("center/eu") && lines[1].contains(" now "));
         assert!(lines[2].contains("60s ago") && lines[2].ends_with("region=us"));
+        assert!(
+            lines[3].contains(" c3 ") && lines[3].contains("10s ago"),
+            "{text}"
+        );
+        assert_eq!(
+            lines[4],
+            "  unreachable: its agent cannot reach the cluster's API server: refused"
+        );
     }
 
     #[test]

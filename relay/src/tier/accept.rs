@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::input::RelayInput;
-use crate::join::{self, Joining};
+use crate::join::{self, JoinConnection, Joining};
 
 /// How long a TLS handshake on an accepted TCP connection may take.
 const TCP_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -118,6 +118,7 @@ impl HandshakeGate {
 pub(super) async fn accept_loop(
     listener: QuicListener,
     joining: Option<Arc<Joining>>,
+    own: Arc<Vec<Vec<u8>>>,
     tx: mpsc::Sender<Input<RelayInput>>,
     ids: Arc<AtomicU64>,
     gate: Arc<HandshakeGate>,
@@ -132,6 +133,7 @@ pub(super) async fn accept_loop(
         let conn_id = ids.fetch_add(1, Ordering::Relaxed) + 1;
         let tx = tx.clone();
         let joining = joining.clone();
+        let own = own.clone();
         let gate = gate.clone();
         let listener = listener.clone();
         conns.spawn(
@@ -154,7 +156,7 @@ pub(super) async fn accept_loop(
                 // TLS, and such a connection may do one join exchange and nothing else.
                 if tls::peer_chain(&conn).is_none() {
                     if let Some(joining) = &joining {
-                        serve_join(conn, joining, &tx).await;
+                        serve_join(JoinConnection::new(Link::Quic(conn)), joining, &tx).await;
                     } else {
                         conn.close(
                             VarInt::from_u32(close_code::UNKNOWN_CHILD),
@@ -163,7 +165,7 @@ pub(super) async fn accept_loop(
                     }
                     return;
                 }
-                serve_connection(Link::Quic(conn.clone()), conn_id, joining, tx).await;
+                serve_connection(Link::Quic(conn.clone()), conn_id, &own, tx).await;
                 // The next connection from there starts at the size this one found.
                 listener.remember(&conn);
             }
@@ -175,11 +177,12 @@ pub(super) async fn accept_loop(
     conns.shutdown().await;
 }
 
-/// Accepts TLS/TCP connections until the node stops; the same checks as QUIC's, except
-/// that joining with a token needs QUIC.
+/// Accepts TLS/TCP connections until the node stops; the same checks as QUIC's (a
+/// connection without a certificate may join with a token, at a relay admitting joins).
 pub(super) async fn tcp_accept_loop(
     listener: tcp::Listener,
     joining: Option<Arc<Joining>>,
+    own: Arc<Vec<Vec<u8>>>,
     tx: mpsc::Sender<Input<RelayInput>>,
     ids: Arc<AtomicU64>,
     gate: Arc<HandshakeGate>,
@@ -201,7 +204,7 @@ pub(super) async fn tcp_accept_loop(
             continue;
         }
         let conn_id = ids.fetch_add(1, Ordering::Relaxed) + 1;
-        let (tx, joining, gate) = (tx.clone(), joining.clone(), gate.clone());
+        let (tx, joining, gate, own) = (tx.clone(), joining.clone(), gate.clone(), own.clone());
         conns.spawn(
             async move {
                 let Ok(slot) = gate.slot().await else {
@@ -222,15 +225,16 @@ pub(super) async fn tcp_accept_loop(
                     }
                 };
                 if link.peer_chain().is_none() {
-                    let reason: &[u8] = if joining.is_some() {
-                        b"joining with a token needs QUIC; TLS/TCP links need a client certificate"
-                    } else {
-                        b"a client certificate is required"
-                    };
-                    link.close(close_code::UNKNOWN_CHILD, reason);
+                    match &joining {
+                        Some(joining) => serve_join(JoinConnection::new(link), joining, &tx).await,
+                        None => link.close(
+                            close_code::UNKNOWN_CHILD,
+                            b"a client certificate is required",
+                        ),
+                    }
                     return;
                 }
-                serve_connection(link, conn_id, joining, tx).await;
+                serve_connection(link, conn_id, &own, tx).await;
             }
             .in_current_span(),
         );
@@ -243,16 +247,16 @@ pub(super) async fn tcp_accept_loop(
 async fn serve_connection(
     conn: Link,
     conn_id: u64,
-    joining: Option<Arc<Joining>>,
+    own: &[Vec<u8>],
     tx: mpsc::Sender<Input<RelayInput>>,
 ) {
     let Some(chain) = conn.peer_chain() else {
         return;
     };
-    if !join::chain_allowed(&chain, joining.as_deref()) {
+    if !join::chain_allowed(&chain, own) {
         conn.close(
             close_code::UNKNOWN_CHILD,
-            b"the certificate was issued by an intermediate that is not this relay's join CA",
+            b"the certificate was issued by an intermediate that is not this relay's own (join or renewal) CA",
         );
         return;
     }
@@ -291,7 +295,7 @@ async fn serve_connection(
 /// One join exchange on a connection without a client certificate; over the rate of
 /// join attempts, a refusal saying so before the request is even read.
 async fn serve_join(
-    conn: quinn::Connection,
+    mut conn: JoinConnection,
     joining: &Joining,
     tx: &mpsc::Sender<Input<RelayInput>>,
 ) {
@@ -300,10 +304,10 @@ async fn serve_join(
             relay: joining.relay().to_owned(),
             reason: too_many.to_string(),
         };
-        join::send_reply(conn, &refusal).await;
+        conn.send_reply(&refusal).await;
         return;
     }
-    let Some(request) = join::read_request(&conn).await else {
+    let Some(request) = conn.read_request().await else {
         return;
     };
     let (reply_tx, reply_rx) = oneshot::channel();
@@ -315,7 +319,7 @@ async fn serve_join(
         return;
     }
     if let Ok(reply) = reply_rx.await {
-        join::send_reply(conn, &reply).await;
+        conn.send_reply(&reply).await;
     }
 }
 

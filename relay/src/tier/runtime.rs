@@ -221,6 +221,10 @@ pub fn start(parts: NodeOptions) -> Result<NodeHandle, NodeError> {
     let span = tracing::info_span!("node", node = %parts.name);
     let (head_tx, head) = watch::channel(core.log().head().0);
     let (parent_links, parent_links_rx) = watch::channel(None);
+    let own = Arc::new(crate::join::own_intermediates(
+        parts.joining.as_deref(),
+        parts.signer.as_ref(),
+    ));
     let relay = Relay {
         core,
         children: BTreeMap::new(),
@@ -256,13 +260,16 @@ pub fn start(parts: NodeOptions) -> Result<NodeHandle, NodeError> {
             let ids = Arc::new(std::sync::atomic::AtomicU64::new(0));
             if let Some(listener) = tcp_listener {
                 let (joining, inputs, ids) = (joining.clone(), inputs.clone(), ids.clone());
-                let gate = gate.clone();
-                tasks
-                    .spawn(tcp_accept_loop(listener, joining, inputs, ids, gate).in_current_span());
+                let (gate, own) = (gate.clone(), own.clone());
+                tasks.spawn(
+                    tcp_accept_loop(listener, joining, own, inputs, ids, gate).in_current_span(),
+                );
             }
             if let Some(listener) = listener {
                 let inputs = inputs.clone();
-                tasks.spawn(accept_loop(listener, joining, inputs, ids, gate).in_current_span());
+                tasks.spawn(
+                    accept_loop(listener, joining, own, inputs, ids, gate).in_current_span(),
+                );
             }
             if !root {
                 // Tunnels the parent opens go one tier down (see `super::tunnel`).

@@ -63,9 +63,12 @@ pub(crate) fn route(
             503,
             "ServiceUnavailable",
             format!(
-                "cluster {cluster:?} is unreachable from {} (path {}): last seen {when}",
+                "cluster {cluster:?} is unreachable from {} (path {}): last seen {when}{}",
                 core.name(),
-                record.path.join("/")
+                record.path.join("/"),
+                crate::tier::core::backend_reason(&record)
+                    .map(|why| format!(" ({why})"))
+                    .unwrap_or_default()
             ),
         ));
     }

@@ -214,7 +214,7 @@ async fn the_kubernetes_backend_applies_and_repairs_the_rendered_variant() {
 
     let fake = fake_apiserver::FakeApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let client = strata_agent::kubernetes::connect(&strata_agent::kubernetes::Connect::Kubeconfig(
+    let client = strata_agent::kubernetes::connect(&strata_agent::kubernetes::Connect::kubeconfig(
         fake.write_kubeconfig(dir.path()),
     ))
     .await

@@ -163,7 +163,7 @@ async fn a_full_disk_holds_acknowledgements_back_until_there_is_room() {
 async fn a_kubernetes_cluster_is_kept_and_reports_through_the_hierarchy() {
     let h = Hierarchy::new();
     let fake = fake_apiserver::FakeApiServer::start().await;
-    let client = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(h.dir())))
+    let client = kubernetes::connect(&Connect::kubeconfig(fake.write_kubeconfig(h.dir())))
         .await
         .unwrap();
     let root = h.relay("center").children(&["pos-k"]).start().await;
@@ -228,7 +228,7 @@ async fn a_kubernetes_cluster_is_kept_and_reports_through_the_hierarchy() {
 async fn leaf_born_objects_reach_the_root_through_a_relay_and_follow_their_cluster() {
     let h = Hierarchy::new();
     let fake = fake_apiserver::FakeApiServer::start().await;
-    let client = kubernetes::connect(&Connect::Kubeconfig(fake.write_kubeconfig(h.dir())))
+    let client = kubernetes::connect(&Connect::kubeconfig(fake.write_kubeconfig(h.dir())))
         .await
         .unwrap();
     let cm = |name: &str, report: Option<&str>, pass: u32| {

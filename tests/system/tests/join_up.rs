@@ -153,3 +153,69 @@ fn an_agent_run_joins_once_with_its_token_and_restarts_on_its_saved_certificate(
     assert!(agent.terminate().success());
     drop(up);
 }
+
+/// A site whose network passes only TCP through its proxy: the agent, forced to TLS/TCP
+/// through tinyproxy, joins with its token over that link (the request and answer as
+/// control messages), then connects with its new certificate the same way.
+#[test]
+fn an_agent_joins_with_its_token_over_tls_tcp_through_tinyproxy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let proxy = rt.block_on(common::proxies::tinyproxy(&t.join("proxy"), 600));
+    let file = t.join("joins.yaml");
+    write(&file, TOPOLOGY);
+    let dir = t.join("data");
+    let (child, lines) = common::relay_up(&file, &dir);
+    let up = Up(child);
+    lines
+        .iter()
+        .find(|line| line.contains("every link is connected"))
+        .expect("relay up never connected every link");
+    let eu = strata_relay::config::NodeConfig::load(&files::node_config(&dir, "eu")).unwrap();
+    let eu_addr = eu.listen.unwrap();
+    let tokens = std::fs::read_to_string(files::join_tokens(&dir, "eu")).unwrap();
+    let token = tokens.lines().next().unwrap().trim().to_owned();
+    let config = t.join("joined-tcp.yaml");
+    write(
+        &config,
+        &format!(
+            "cluster: joined-tcp\nparent: {{ name: eu, address: \"{eu_addr}\", transport: tcp, proxy: \"{}\" }}\njoin: {{ token: \"{token}\", ca: data/ca.crt }}\ndata: joined-tcp-data\nsimulated: {{}}\n",
+            proxy.url(None)
+        ),
+    );
+    let metrics = eu.metrics.unwrap().port();
+    let agent = Proc::spawn(
+        t,
+        "joined-tcp",
+        &bin("agent"),
+        &["run", "--config", &config.display().to_string()],
+    );
+    eventually(
+        "eu admits joined-tcp",
+        || {
+            common::http_get(metrics, "/metrics")
+                .contains("strata_child_lag{node=\"eu\",child=\"joined-tcp\"}")
+        },
+        t,
+    );
+    assert!(t.join("joined-tcp-data/joined-tcp.crt").exists());
+    let log = std::fs::read_to_string(t.join("joined-tcp.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("joining") && l.contains("transport=tcp") && l.contains("remote=")),
+        "the join went over TLS/TCP:\n{log}"
+    );
+    // Two tunnels to eu through the proxy: the join's, then the link's.
+    let tunnels = proxy
+        .log_text()
+        .matches(&format!("CONNECT {eu_addr}"))
+        .count();
+    assert!(
+        tunnels >= 2,
+        "{tunnels} tunnels to {eu_addr}:\n{}",
+        proxy.log_text()
+    );
+    assert!(agent.terminate().success());
+    drop(up);
+}

@@ -26,10 +26,10 @@ spec:
     - { name: eu, parent: center, labels: { region: eu } }
     - { name: us, parent: center, labels: { region: us } }
   clusters:
-    - { name: eu-1, parent: eu, labels: { role: pos } }
-    - { name: eu-2, parent: eu, labels: { role: pos } }
-    - { name: us-1, parent: us, labels: { role: pos } }
-    - { name: us-2, parent: us, labels: { role: pos } }
+    - { name: eu-1, parent: eu, labels: { role: pos }, simulated: {} }
+    - { name: eu-2, parent: eu, labels: { role: pos }, simulated: {} }
+    - { name: us-1, parent: us, labels: { role: pos }, simulated: {} }
+    - { name: us-2, parent: us, labels: { role: pos }, simulated: {} }
 ";
 
 /// The namespace the Deployment lives in at the root (not placed: simulated clusters

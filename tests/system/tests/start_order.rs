@@ -91,6 +91,7 @@ fn nodes_started_children_first_converge_on_a_placement_by_an_ancestors_label() 
         &RenderOptions {
             summary_interval_ms: Some(200),
             simulated_ready_delay_ms: Some(100),
+            simulate_unset: true,
             ..RenderOptions::default()
         },
     )

@@ -149,6 +149,7 @@ fn render_with_cap(dir: &Path) -> render::Rendered {
         &RenderOptions {
             summary_interval_ms: Some(100),
             simulated_ready_delay_ms: Some(100),
+            simulate_unset: true,
             ..RenderOptions::default()
         },
     )

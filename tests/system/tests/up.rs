@@ -144,6 +144,12 @@ fn relay_up_connects_every_link_and_stops_every_process() {
 
     let mut up = Up::start(&file, &dir);
     up.until("started 3 relays and 3 agents", &dir);
+    // The topology names no backend: `relay up` simulates the clusters, and says so.
+    let said = up.until("clusters are simulated", &dir);
+    assert!(
+        said.starts_with("3 of 3 clusters are simulated (shop-1, shop-2, depot)"),
+        "{said}"
+    );
     up.until("links connected: 5/5", &dir);
     up.until("every link is connected", &dir);
     let export = up.until("export STRATA_SERVER=", &dir);
@@ -213,6 +219,7 @@ fn rendered_agent_configs_load_with_the_agents_parser() {
         .topology;
     let options = RenderOptions {
         simulated_ready_delay_ms: Some(42),
+        simulate_unset: true,
         ..RenderOptions::default()
     };
     let rendered = render(&t, tmp.path(), &options).unwrap();
@@ -241,4 +248,58 @@ fn rendered_agent_configs_load_with_the_agents_parser() {
     }
     assert_eq!(shop.tls.ca, files::node_ca_cert(tmp.path(), "shop-1"));
     assert_eq!(agents[2].properties["size"], "large");
+}
+
+#[test]
+fn rendered_agents_drive_the_backend_the_topology_names_and_none_without_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = "apiVersion: strata.dev/v1alpha1
+kind: Topology
+metadata: { name: real }
+spec:
+  root: { name: center }
+  clusters:
+    - { name: store-1, parent: center, kubernetes: { inCluster: true } }
+    - { name: lab-1, parent: center, kubernetes: { kubeconfig: lab-1.kubeconfig, context: lab } }
+    - { name: sim-1, parent: center, simulated: { readyDelayMs: 7 } }
+    - { name: sim-2, parent: center, simulated: {} }
+    - { name: unsaid, parent: center }
+";
+    let t = strata_topology::parse(text, Path::new("real.yaml"))
+        .unwrap()
+        .topology;
+    let options = RenderOptions {
+        simulated_ready_delay_ms: Some(42),
+        ..RenderOptions::default()
+    };
+    let rendered = render(&t, tmp.path(), &options).unwrap();
+    assert_eq!(rendered.simulated, ["sim-1", "sim-2"]);
+    let load = |name: &str| AgentConfig::load(&files::node_config(tmp.path(), name));
+    use strata_agent::config::Backend;
+    use strata_agent::kubernetes::Connect;
+    assert!(matches!(
+        load("store-1").unwrap().backend,
+        Backend::Kubernetes(ref k) if k.connect == Connect::InCluster
+    ));
+    match load("lab-1").unwrap().backend {
+        Backend::Kubernetes(k) => assert_eq!(
+            k.connect,
+            Connect::Kubeconfig {
+                path: files::node_dir(tmp.path(), "lab-1").join("lab-1.kubeconfig"),
+                context: Some("lab".into())
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+    for (name, ms) in [("sim-1", 7), ("sim-2", 42)] {
+        match load(name).unwrap().backend {
+            Backend::Simulated(s) => assert_eq!(s.ready_delay, Duration::from_millis(ms)),
+            other => panic!("{other:?}"),
+        }
+    }
+    let refused = load("unsaid").unwrap_err().to_string();
+    assert!(
+        refused.contains("cluster \"unsaid\" names no backend: say how the agent reaches its cluster with `kubernetes: { in_cluster: true }`"),
+        "{refused}"
+    );
 }

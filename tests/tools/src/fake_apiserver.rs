@@ -77,7 +77,7 @@ struct Inner {
     rv: watch::Sender<u64>,
 }
 
-/// The fake API server; stops when dropped.
+/// The fake API server; stops when dropped, closing every connection.
 #[derive(Debug)]
 pub struct FakeApiServer {
     pub addr: SocketAddr,
@@ -209,12 +209,17 @@ impl FakeApiServer {
         });
         let served = inner.clone();
         let task = tokio::spawn(async move {
+            // The connections are the accept loop's: dropping the fake (which aborts
+            // this task) closes them too, so a client with a kept-alive connection
+            // sees the server go, as it would a real one.
+            let mut connections = tokio::task::JoinSet::new();
             loop {
+                while connections.try_join_next().is_some() {}
                 let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
                 let inner = served.clone();
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
                         let inner = inner.clone();
                         async move { Ok::<_, std::convert::Infallible>(handle(&inner, req).await) }

@@ -2,11 +2,12 @@
 //! error (each naming the node and the fault) and, apart, every warning.
 
 mod addrs;
+mod backend;
 mod model;
 
 pub(crate) use self::addrs::parent_link;
 pub use self::addrs::{check_api_name, fmt_addr};
-pub use self::model::{Addr, Cluster, Diagnostics, ParentLink, Relay, Topology};
+pub use self::model::{Addr, Cluster, ClusterBackend, Diagnostics, ParentLink, Relay, Topology};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -137,6 +138,16 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
             errors,
         );
     }
+    let backends: Vec<Option<ClusterBackend>> = spec
+        .clusters
+        .iter()
+        .map(|c| {
+            backend::reserved_properties(c, errors);
+            backend::cluster_backend(c, errors)
+        })
+        .collect();
+    d.warnings.extend(backend::unset_warning(&spec.clusters));
+    let errors = &mut d.errors;
     let mut join_tokens: BTreeMap<&str, u32> = BTreeMap::new();
     let mut join_seen: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, j) in spec.joining.iter().enumerate() {
@@ -338,17 +349,23 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
     let clusters = spec
         .clusters
         .into_iter()
+        .zip(backends)
         .map(
-            |RawCluster {
-                 name,
-                 parent,
-                 labels,
-                 properties,
-                 parent_address,
-                 transport,
-                 proxy,
-                 keepalive_ms,
-             }| Cluster {
+            |(
+                RawCluster {
+                    name,
+                    parent,
+                    labels,
+                    properties,
+                    parent_address,
+                    transport,
+                    proxy,
+                    keepalive_ms,
+                    kubernetes: _,
+                    simulated: _,
+                },
+                backend,
+            )| Cluster {
                 name,
                 parent,
                 labels,
@@ -359,6 +376,7 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
                     proxy,
                     keepalive_ms,
                 },
+                backend,
             },
         )
         .collect();

@@ -86,6 +86,32 @@ pub struct Cluster {
     pub properties: BTreeMap<String, String>,
     /// How its agent reaches its relay.
     pub link: ParentLink,
+    /// How its agent reaches the cluster; `None` when the topology does not say (the
+    /// rendered agent then refuses to start until its configuration names one).
+    pub backend: Option<ClusterBackend>,
+}
+
+/// How an agent reaches the cluster it keeps (`spec.clusters[].kubernetes` or
+/// `simulated`), checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterBackend {
+    /// The service account of the pod the agent runs in.
+    InCluster,
+    /// A kubeconfig file on the agent's host, and a context of it (its current context
+    /// when `None`).
+    Kubeconfig {
+        /// The file, as written (relative paths are relative to the agent's
+        /// configuration).
+        path: String,
+        /// The context.
+        context: Option<String>,
+    },
+    /// A simulated cluster.
+    Simulated {
+        /// How long a simulated Deployment takes to become available (the agent's
+        /// default when `None`).
+        ready_delay_ms: Option<u64>,
+    },
 }
 
 /// What compiling found: errors (the topology is refused) and warnings (it is not).

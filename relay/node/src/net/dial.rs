@@ -252,6 +252,11 @@ impl Connector {
         self.proxy.as_ref()
     }
 
+    /// The QUIC endpoint, if this connector has one (not with `tcp`).
+    pub fn quic_endpoint(&self) -> Option<&Endpoint> {
+        self.quic.as_ref()
+    }
+
     /// Connects over QUIC, every resolved address tried; `timeout` bounds the whole
     /// attempt (none: quinn's own idle timeout decides).
     pub async fn connect_quic(

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use strata_protocol::wire::{ChildToParent, ParentToChild, StreamClass};
+use strata_protocol::wire::{ChildToParent, JoinReply, JoinRequest, ParentToChild, StreamClass};
 
 /// QUIC application close codes of node links.
 pub mod close_code {
@@ -84,6 +84,21 @@ impl WireMessage for ChildToParent {
 impl WireMessage for ParentToChild {
     fn class(&self) -> StreamClass {
         ParentToChild::class(self)
+    }
+}
+
+/// On a TLS/TCP link without a client certificate, the join exchange's two messages
+/// travel on the control stream (over QUIC they have unidirectional streams of their
+/// own: see `crate::join`).
+impl WireMessage for JoinRequest {
+    fn class(&self) -> StreamClass {
+        StreamClass::Control
+    }
+}
+
+impl WireMessage for JoinReply {
+    fn class(&self) -> StreamClass {
+        StreamClass::Control
     }
 }
 

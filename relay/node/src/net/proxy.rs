@@ -265,17 +265,24 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Whether `NO_PROXY` (comma-separated: `*`, host names matching themselves and their
-/// subdomains, with or without a leading dot, IP addresses, an optional `:port`
-/// ignored) exempts `host`.
+/// Whether `NO_PROXY` exempts `host`, as curl reads it: comma-separated entries, each
+/// `*` (everything), a domain name matching itself and its subdomains (`example.com`
+/// and `.example.com` both match `example.com` and `eu.example.com`), an IP address,
+/// or a CIDR block (`10.0.0.0/8`, `fd00::/8`) matching the IP addresses in it. A
+/// `:port` after an entry is ignored. A host given by name is compared by name only
+/// (as curl does, nothing is resolved for a CIDR block).
 pub fn bypass(no_proxy: &str, host: &str) -> bool {
     let host = host
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_ascii_lowercase();
+    let host_ip = host.parse::<std::net::IpAddr>().ok();
     no_proxy.split(',').map(str::trim).any(|entry| {
         if entry == "*" {
             return true;
+        }
+        if let Some((net, bits)) = entry.split_once('/') {
+            return host_ip.is_some_and(|ip| in_block(ip, net, bits));
         }
         let entry = entry.to_ascii_lowercase();
         // Strip a port (but not the colons of an IPv6 address).
@@ -287,6 +294,31 @@ pub fn bypass(no_proxy: &str, host: &str) -> bool {
         let domain = entry.trim_start_matches('.');
         !domain.is_empty() && (host == domain || host.ends_with(&format!(".{domain}")))
     })
+}
+
+/// Whether `ip` lies in the block `net/bits` (both of one family; a block that does
+/// not parse matches nothing).
+fn in_block(ip: std::net::IpAddr, net: &str, bits: &str) -> bool {
+    use std::net::IpAddr;
+    let net = net.trim().trim_start_matches('[').trim_end_matches(']');
+    let (Ok(net), Ok(bits)) = (net.parse::<IpAddr>(), bits.trim().parse::<u32>()) else {
+        return false;
+    };
+    // The same prefix of `bits` bits, as numbers of the family's width.
+    let same = |a: u128, b: u128, width: u32| {
+        bits <= width && (bits == 0 || (a ^ b) >> (width - bits) == 0)
+    };
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            same(u128::from(u32::from(a)), u128::from(u32::from(n)), 32)
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => same(u128::from(a), u128::from(n), 128),
+        // An IPv4 address written as IPv6 (`::ffff:10.1.2.3`) against an IPv4 block.
+        (IpAddr::V6(a), IpAddr::V4(n)) => a
+            .to_ipv4_mapped()
+            .is_some_and(|a| same(u128::from(u32::from(a)), u128::from(u32::from(n)), 32)),
+        (IpAddr::V4(_), IpAddr::V6(_)) => false,
+    }
 }
 
 #[cfg(test)]
@@ -326,5 +358,39 @@ mod tests {
         assert!(bypass("*", "anything"));
         assert!(bypass("127.0.0.1, ::1", "::1"));
         assert!(!bypass("", "x"));
+        assert!(bypass(".example.com", "example.com"));
+        assert!(bypass("EXAMPLE.com", "Eu.Example.COM"));
+    }
+
+    #[test]
+    fn no_proxy_matches_ip_addresses_in_cidr_blocks_of_their_family() {
+        let no_proxy = "localhost, 10.0.0.0/8, 192.168.1.128/25, fd00::/8, [2001:db8::]/32";
+        for inside in [
+            "10.0.0.1",
+            "10.255.255.255",
+            "192.168.1.200",
+            "fd12::1",
+            "[2001:db8::7]",
+        ] {
+            assert!(bypass(no_proxy, inside), "{inside}");
+        }
+        for outside in [
+            "11.0.0.1",
+            "192.168.1.127",
+            "fe80::1",
+            "2001:db9::1",
+            "10.example.com",
+        ] {
+            assert!(!bypass(no_proxy, outside), "{outside}");
+        }
+        // An IPv4 address written as IPv6 is in its IPv4 block; families do not mix.
+        assert!(bypass("10.0.0.0/8", "::ffff:10.1.2.3"));
+        assert!(!bypass("::/0", "10.0.0.1"));
+        // Every address, and the edges of a prefix length.
+        assert!(bypass("0.0.0.0/0", "203.0.113.9"));
+        assert!(bypass("203.0.113.9/32", "203.0.113.9"));
+        assert!(!bypass("203.0.113.9/32", "203.0.113.8"));
+        // A block that does not parse matches nothing (and not by name either).
+        assert!(!bypass("10.0.0.0/33, 10.0.0.0/x, nonsense/8", "10.0.0.1"));
     }
 }

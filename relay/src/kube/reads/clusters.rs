@@ -122,6 +122,9 @@ fn render(core: &NodeCore, name: &str, entry: &Entry<'_>) -> Value {
         let (reachable, seen) = last_seen(c, &core.all_links(), Clock::start().wall());
         status["path"] = json!(c.path);
         status["reachable"] = json!(reachable);
+        if let Some(why) = crate::tier::core::backend_reason(c) {
+            status["reason"] = json!(why);
+        }
         status["properties"] = json!(c.properties);
         if let Some(ms) = seen {
             status["lastSeen"] = json!(strata_protocol::time::UnixMillis(ms).rfc3339());
@@ -247,7 +250,11 @@ pub fn prepare_manifests(
 pub fn table(items: &[Value], head: u64) -> Value {
     let columns: Vec<Value> = [
         ("Name", "name", "metadata.name"),
-        ("Reachable", "", "whether every link on its path is up"),
+        (
+            "Reachable",
+            "",
+            "whether every link on its path is up and its agent reaches the cluster's API server",
+        ),
         ("Last-Seen", "", "when it was last seen, if not now"),
         ("Path", "", "the relays between the root and the cluster"),
         ("Changed", "", "labels this space changed at the root"),

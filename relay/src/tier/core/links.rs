@@ -300,8 +300,18 @@ impl LinkLookup for BTreeMap<&str, Reach> {
     }
 }
 
+/// Why a cluster is unreachable although every link to it may be up: its agent
+/// reported that it cannot reach the cluster's API server.
+pub fn backend_reason(cluster: &Cluster) -> Option<String> {
+    cluster
+        .backend_unreachable()
+        .map(|(why, _)| format!("its agent cannot reach the cluster's API server: {why}"))
+}
+
 /// Whether a cluster is reachable from this node, and when it was last seen: now when
-/// every link on its path is up, else when the first link on its path went down.
+/// every link on its path is up and its agent reaches the cluster's API server, else
+/// when the first link on its path went down or the agent lost its API server
+/// ([`Cluster::backend_unreachable`]), whichever came first.
 pub fn last_seen(
     cluster: &Cluster,
     links: &impl LinkLookup,
@@ -315,6 +325,10 @@ pub fn last_seen(
         .chain(std::iter::once(&cluster.name));
     let mut seen = Some(now.0);
     let mut reachable = true;
+    if let Some((_, since)) = cluster.backend_unreachable() {
+        reachable = false;
+        seen = Some(since.map_or(now.0, |s| s.0.min(now.0)));
+    }
     for end in ends {
         match links.reach(end) {
             Some(l) if l.connected => {}
@@ -366,5 +380,33 @@ mod tests {
         );
         links.remove("site");
         assert_eq!(last_seen(&c, &links, UnixMillis(9_000)), (false, None));
+    }
+
+    #[test]
+    fn a_cluster_whose_agent_lost_its_api_server_is_unreachable_since_then() {
+        let mut links = BTreeMap::new();
+        links.insert("c1".to_owned(), link(&["root"], true, 500));
+        let mut c = cluster("c1", &["root"]);
+        assert_eq!(
+            last_seen(&c, &links, UnixMillis(9_000)),
+            (true, Some(9_000))
+        );
+        assert!(c.set_backend_unreachable(Some(("connection refused", UnixMillis(4_000)))));
+        assert_eq!(
+            last_seen(&c, &links, UnixMillis(9_000)),
+            (false, Some(4_000))
+        );
+        // The link going down earlier still counts first.
+        links.insert("c1".to_owned(), link(&["root"], false, 3_000));
+        assert_eq!(
+            last_seen(&c, &links, UnixMillis(9_000)),
+            (false, Some(3_000))
+        );
+        links.insert("c1".to_owned(), link(&["root"], true, 5_000));
+        assert!(c.set_backend_unreachable(None));
+        assert_eq!(
+            last_seen(&c, &links, UnixMillis(9_000)),
+            (true, Some(9_000))
+        );
     }
 }
