@@ -40,7 +40,7 @@ impl<T> Drop for Reloading<T> {
 impl<T: Send + Sync + 'static> Reloading<T> {
     /// Watches `path`, whose content `initial` was parsed from, with `parse` (an error
     /// names the line). `what` names the file in logs and audit lines (`api.tokens`).
-    pub fn spawn<E: std::fmt::Display>(
+    pub fn spawn<E: std::fmt::Display + 'static>(
         path: PathBuf,
         what: &'static str,
         initial: T,
