@@ -42,6 +42,7 @@ pub mod paths;
 mod revoke;
 mod tree;
 mod tunnel;
+mod ui;
 
 use crate::kube::selector::LabelQuery;
 use paths::ObjectFilter;
@@ -64,6 +65,17 @@ struct ApiState {
     journal: crate::kube::status_journal::SharedJournal,
     /// What `/livez`, `/healthz` and `/readyz` answer (the metrics listener's checks).
     health: Arc<dyn strata_node::ops::OpsSource>,
+    /// The web view's login codes and sessions.
+    ui: ui::Sessions,
+}
+
+impl ApiState {
+    /// The grant of a bearer token, if the tokens hold it.
+    fn grant(&self, token: &str) -> Option<&auth::Grant> {
+        self.tokens
+            .iter()
+            .find(|g| constant_time_eq(g.token.as_bytes(), token.as_bytes()))
+    }
 }
 
 /// Why the API could not be started.
@@ -138,6 +150,7 @@ pub fn spawn(
         metrics,
         journal: crate::kube::status_journal::SharedJournal::default(),
         health,
+        ui: ui::Sessions::default(),
     });
     Ok(tokio::spawn(http::accept_loop(
         listener,
@@ -298,27 +311,53 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
     if let Some(resp) = public(&req, state).await {
         return resp;
     }
-    let grant = req
+    if let Some(resp) = ui::public(&req, state).await {
+        return resp;
+    }
+    // A bearer token, or the web view's session cookie standing for one.
+    let bearer = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .and_then(|t| {
-            state
-                .tokens
-                .iter()
-                .find(|g| constant_time_eq(g.token.as_bytes(), t.as_bytes()))
-        });
-    let Some(grant) = grant else {
+        .map(str::to_owned);
+    let session = match bearer {
+        Some(_) => None,
+        None => req
+            .headers()
+            .get_all(hyper::header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(ui::sessions::from_cookie)
+            .map(str::to_owned),
+    };
+    let token = match (bearer, &session) {
+        (Some(t), _) => Some(t),
+        (None, Some(s)) => state.ui.token(s, tokio::time::Instant::now()).await,
+        (None, None) => None,
+    };
+    let Some(grant) = token.as_deref().and_then(|t| state.grant(t)) else {
         // A metav1.Status, so that Kubernetes clients say what is wrong.
-        let (_, status) = crate::kube::failure(
-            401,
-            "Unauthorized",
-            "missing or unknown bearer token".into(),
-            None,
-        );
+        let message = if session.is_some() {
+            "the web view's session has ended; run `relay ui` for a new login link"
+        } else {
+            "missing or unknown bearer token"
+        };
+        let (_, status) = crate::kube::failure(401, "Unauthorized", message.into(), None);
         return reply(StatusCode::UNAUTHORIZED, status);
     };
+    if !ui::csrf_ok(session.is_some(), req.method(), req.headers()) {
+        let (_, status) = crate::kube::failure(
+            403,
+            "Forbidden",
+            format!(
+                "a write with the web view's session cookie must carry the {} header",
+                ui::CSRF_HEADER
+            ),
+            None,
+        );
+        return reply(StatusCode::FORBIDDEN, status);
+    }
     if let Some((cluster, path)) = tunnel::target(req.uri().path()) {
         return tunnel::serve(req, grant, state, cluster, path).await;
     }
@@ -347,6 +386,9 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
         }
     };
     let p: Vec<&str> = path.iter().map(String::as_str).collect();
+    if let Some(resp) = ui::api(state, grant, session.as_deref(), &method, &p, &query).await {
+        return resp;
+    }
     // Asking what one may do is a read, whatever its method.
     let review = p.ends_with(&["selfsubjectaccessreviews"]);
     let write = method != Method::GET && method != Method::HEAD && !review;
