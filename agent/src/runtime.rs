@@ -182,11 +182,11 @@ pub fn start_speaking(
         Some(meta) => ObjectLog::restore(meta, stored.entries),
         None => ObjectLog::new(strata_protocol::model::LogId(stored.node_id)),
     };
-    let upstream = stored.upstream.unwrap_or_default();
+    let parent_state = stored.parent.unwrap_or_default();
     let mut config = LinkConfig::new(parts.cluster.name.clone(), Role::Agent);
     config.run = parts.run;
     config.versions = versions;
-    let link = ParentLink::new(now, config, upstream.cursor, upstream.route);
+    let link = ParentLink::new(now, config, parent_state.cursor, parent_state.route);
     let span = tracing::info_span!("agent", cluster = %parts.cluster.name);
     let (cluster, target) = (parts.cluster.name.clone(), parts.tunnel);
     let core = AgentCore::new(
@@ -196,7 +196,7 @@ pub fn start_speaking(
             cluster: parts.cluster,
             link,
             log,
-            upstream,
+            parent_state,
             backend: parts.backend,
             run: parts.run,
         },

@@ -21,7 +21,7 @@ use strata_agent::kubernetes::{
     self, Connect, KubeCluster, KubeCounters, KubeOptions, MANAGED_LABEL, MANAGED_VALUE,
 };
 use strata_node::clock::Clock;
-use strata_node::store::UpstreamState;
+use strata_node::store::ParentState;
 use strata_protocol::model::{
     Cluster, ContentHash, Cursor, Health, LogId, Object, ObjectKey, ObjectKeyParts, ObjectMeta,
     Position, Revision, Space, Status,
@@ -412,7 +412,7 @@ async fn drift_is_repaired_while_disconnected() {
                 None,
             ),
             log,
-            upstream: UpstreamState::default(),
+            parent_state: ParentState::default(),
             backend: Box::new(b),
             run: 1,
         },

@@ -29,7 +29,7 @@ pub type ProtocolVersion = u16;
 ///   learns them from the welcome when it reconnects).
 /// - 3: adds [`ChildToParent::ReplicaHello`], the hello of one replica of a replicated
 ///   tier (several processes with one node name behind one address), and
-///   [`ParentToChild::Upstream`] / [`ChildToParent::Resume`], with which a child moves
+///   [`ParentToChild::GrandparentCursor`] / [`ChildToParent::Resume`], with which a child moves
 ///   between replicas with a delta. A child sends a replica hello only when it is
 ///   configured as a replica, so an unreplicated child still opens with
 ///   [`ChildToParent::Hello`] and works with a version-1 or -2 parent; a replica needs a
@@ -290,13 +290,13 @@ pub enum ChildToParent {
         replica: String,
     },
     /// Sent just before a [`ChildToParent::Subscribe`] (protocol version 3): the child's
-    /// view is its grandparent's log at `upstream`, as a replica of this tier told it
-    /// ([`ParentToChild::Upstream`]). A replica whose own log followed that far
+    /// view is its grandparent's log at `grandparent`, as a replica of this tier told it
+    /// ([`ParentToChild::GrandparentCursor`]). A replica whose own log followed that far
     /// answers the subscription with a delta although the cursor names another
     /// replica's log.
     Resume {
         /// The cursor into the parent's own parent's log.
-        upstream: Cursor,
+        grandparent: Cursor,
     },
     /// Asks the parent for a new certificate for a new key (protocol version 4,
     /// [`RENEW_VERSION`]), well before the current one expires. The parent answers
@@ -377,16 +377,16 @@ pub enum ParentToChild {
         labels: BTreeMap<String, String>,
     },
     /// Position `position` of this parent's log `log` stands for its own parent's log at
-    /// `upstream` (protocol version 3, sent by a replica of a replicated tier after a
+    /// `grandparent` (protocol version 3, sent by a replica of a replicated tier after a
     /// delta or snapshot): kept by the child to name in a [`ChildToParent::Resume`]
     /// should it move to another replica.
-    Upstream {
+    GrandparentCursor {
         /// This parent's log.
         log: crate::model::LogId,
         /// A position of it the child reached.
         position: Position,
         /// What that position stands for in the parent's own parent's log.
-        upstream: Cursor,
+        grandparent: Cursor,
     },
     /// The answer to a [`ChildToParent::Renew`] (protocol version 4).
     Renewal(RenewReply),
@@ -424,12 +424,12 @@ impl ParentToChild {
     /// The stream class this message travels on.
     pub fn class(&self) -> StreamClass {
         match self {
-            // A replica's upstream hint travels just before the frame that reaches the
+            // A replica's grandparent-cursor hint travels just before the frame that reaches the
             // position it names, on the same ordered stream: a child that applied the
             // frame holds the hint, even when the replica died right after sending it.
             ParentToChild::Delta(_)
             | ParentToChild::Snapshot(_)
-            | ParentToChild::Upstream { .. } => StreamClass::Bulk,
+            | ParentToChild::GrandparentCursor { .. } => StreamClass::Bulk,
             _ => StreamClass::Control,
         }
     }

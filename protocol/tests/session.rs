@@ -817,12 +817,12 @@ fn replica_hello() -> ChildToParent {
 }
 
 #[test]
-fn a_new_child_is_sent_a_snapshot_by_a_replica_even_when_it_names_an_upstream_cursor() {
+fn a_new_child_is_sent_a_snapshot_by_a_replica_even_when_it_names_a_grandparent_cursor() {
     // A replica of a replicated tier that followed its parent (log 9) with deltas, so
     // its index translates parent cursors into positions of its own log (42).
     let mut log = root_log(3, 8);
-    log.upstream_mut().enable();
-    log.upstream_mut().record(
+    log.parent_index_mut().enable();
+    log.parent_index_mut().record(
         Position(1),
         Cursor {
             log: LogId(9),
@@ -830,7 +830,7 @@ fn a_new_child_is_sent_a_snapshot_by_a_replica_even_when_it_names_an_upstream_cu
         },
         false,
     );
-    log.upstream_mut().record(
+    log.parent_index_mut().record(
         Position(3),
         Cursor {
             log: LogId(9),
@@ -840,9 +840,9 @@ fn a_new_child_is_sent_a_snapshot_by_a_replica_even_when_it_names_an_upstream_cu
     );
     // A child with no view (no route: it never completed a snapshot) is sent every
     // object in a snapshot, whatever cursor it names: an empty cursor, a position of
-    // this very log, or an upstream cursor that would translate here. Only a view cut
+    // this very log, or a grandparent cursor that would translate here. Only a view cut
     // with this route can be brought up to date by a delta.
-    for (after, upstream) in [
+    for (after, grandparent) in [
         (Cursor::default(), None),
         (
             Cursor {
@@ -864,8 +864,8 @@ fn a_new_child_is_sent_a_snapshot_by_a_replica_even_when_it_names_an_upstream_cu
     ] {
         let mut s = session(SessionConfig::default());
         s.handle_message(at(1), replica_hello());
-        if let Some(upstream) = upstream {
-            s.handle_message(at(1), ChildToParent::Resume { upstream });
+        if let Some(grandparent) = grandparent {
+            s.handle_message(at(1), ChildToParent::Resume { grandparent });
         }
         s.handle_message(
             at(1),
@@ -878,7 +878,7 @@ fn a_new_child_is_sent_a_snapshot_by_a_replica_even_when_it_names_an_upstream_cu
         let sent = drain(&mut s, at(1), &log);
         assert!(
             !sent.iter().any(|m| matches!(m, ParentToChild::Delta(_))),
-            "{after:?} {upstream:?}: {sent:?}"
+            "{after:?} {grandparent:?}: {sent:?}"
         );
         let objects: usize = sent
             .iter()
@@ -887,17 +887,18 @@ fn a_new_child_is_sent_a_snapshot_by_a_replica_even_when_it_names_an_upstream_cu
                 _ => None,
             })
             .sum();
-        assert_eq!(objects, 3, "{after:?} {upstream:?}: {sent:?}");
+        assert_eq!(objects, 3, "{after:?} {grandparent:?}: {sent:?}");
     }
 }
 
 #[test]
-fn a_replicas_upstream_hint_precedes_the_frame_reaching_its_position_on_the_same_stream() {
+fn a_replicas_grandparent_cursor_hint_precedes_the_frame_reaching_its_position_on_the_same_stream()
+{
     // A replica that followed its parent (log 9): position 3 of its log stands for the
     // parent's position 12.
     let mut log = root_log(3, 8);
-    log.upstream_mut().enable();
-    log.upstream_mut().record(
+    log.parent_index_mut().enable();
+    log.parent_index_mut().record(
         Position(3),
         Cursor {
             log: LogId(9),
@@ -925,7 +926,7 @@ fn a_replicas_upstream_hint_precedes_the_frame_reaching_its_position_on_the_same
     let hint = bulk
         .iter()
         .position(
-            |m| matches!(m, ParentToChild::Upstream { position, .. } if *position == Position(3)),
+            |m| matches!(m, ParentToChild::GrandparentCursor { position, .. } if *position == Position(3)),
         )
         .unwrap_or_else(|| panic!("no hint on the bulk stream: {bulk:?}"));
     let frame = bulk

@@ -10,7 +10,7 @@ fn main() -> anyhow::Result<()> {
     let stored = SledStore::open(std::path::Path::new(&dir))?.load()?;
     println!("node id {}", stored.node_id);
     println!("log {:?}", stored.log_meta);
-    println!("upstream {:?}", stored.upstream);
+    println!("parent {:?}", stored.parent);
     for (k, e) in &stored.entries {
         println!(
             "entry {k} at {} live={}",

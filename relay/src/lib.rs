@@ -7,59 +7,43 @@
 //!
 //! * [`api`]: the root's HTTPS user API (bearer tokens); [`api_metrics`]: its request
 //!   counts and latency.
-//! * [`cli`]: the `relay` command line.
 //! * [`certs`]: issuing the hierarchy's CA and node certificates (rcgen).
 //! * [`client`]: the CLI's HTTPS client of the API.
+//! * [`cmd`]: the command layer, the one home of `anyhow`: the `relay` command line
+//!   (`cmd::Cli`, `cmd::run`), `serve` (a node from its configuration file until a
+//!   signal), `up` and `demo` (a whole hierarchy as processes on this machine),
+//!   `topology`, `kubeconfig`, `objects` (`relay get`, `relay delete`), `rollout`,
+//!   `lifecycle` (`cordon|uncordon|drain`), `api` (the flags and errors of the commands
+//!   that call the root's API), `kinds` (what a KIND argument names) and `views` (the
+//!   text views of the tier tree and the inventory).
 //! * [`config`]: the node configuration file, validated with every fault named.
-//! * [`demo`]: `relay demo`, a whole hierarchy of processes on this machine.
 //! * `http`: what the API and the metrics server share (listener, accept loop).
 //! * [`join`]: agents that are not in the topology join a relay with a single-use token.
-//! * [`kinds`]: what the CLI's KIND argument names, from the root's discovery.
 //! * [`kube`]: the Kubernetes API of each space (kubectl, client libraries), the async
 //!   door (`reads/`, `writes/`, `schemas/`) over the pure crate `strata-kube-core`.
-//! * [`kubeconfig_cli`]: `relay kubeconfig`.
-//! * [`lifecycle`]: `relay cordon|uncordon|drain`: taints on a cluster at the root.
-//! * [`rollout_cli`]: `relay rollout status|pause|resume|abort|undo`: a placement's
-//!   rollout through its annotation and status.
 //! * [`metrics`]: Prometheus metrics, `/healthz` and `/readyz` (what readiness means).
 //! * [`tier`]: the relay's tier logic: its sync core (`tier::core`), what its children
 //!   reported (`tier::reports`), and `tier::runtime`: the core and its children's
 //!   connections as a [`strata_node::driver::Node`]; `tier::accept`, the accept loop.
 //!   (Named apart from the node layer, the crate `strata-node` in `relay/node/`.)
-//! * [`objects_cli`]: `relay get` and `relay delete KIND NAME`, with kubectl's flags.
 //! * [`placement_summary`]: a placement's `statusSummary` values at the root.
 //! * [`renew`]: signing children's certificate renewals.
-//! * [`serve`]: `relay serve`: a node from its configuration file until a signal.
-//! * [`topology_cli`]: `relay topology validate|certs|render` over [`strata_topology`].
-//! * [`up`]: `relay up`: a whole topology as processes on this machine.
-//! * [`views`]: the CLI's text views of the tier tree and the inventory.
 
 pub mod api;
 pub mod api_metrics;
 pub mod certs;
-pub mod cli;
-pub mod cli_api;
 pub mod client;
+pub mod cmd;
 pub mod config;
-pub mod demo;
 pub mod fleet_status;
 pub mod generation;
 mod http;
 pub mod join;
 pub mod join_limits;
-pub mod kinds;
 pub mod kube;
-pub mod kubeconfig_cli;
-pub mod lifecycle;
 pub mod limits;
 pub mod metrics;
-pub mod objects_cli;
 pub mod placement_summary;
 pub mod renew;
-pub mod rollout_cli;
-pub mod serve;
 pub mod tier;
-pub mod topology_cli;
 pub mod uid;
-pub mod up;
-pub mod views;

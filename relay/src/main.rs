@@ -4,9 +4,9 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = strata_relay::cli::Cli::parse();
+    let cli = strata_relay::cmd::Cli::parse();
     strata_node::process::init_logging(&cli.logging);
-    match strata_relay::cli::run(cli).await {
+    match strata_relay::cmd::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // The error, then each of its causes: "cannot write x: permission denied".

@@ -366,7 +366,9 @@ impl OpsSource for RelayOps {
             let (link, standby) = self
                 .node
                 .query(|c| {
-                    let link = c.upstream().map(|l| (l.is_open(), l.cursor().log.0 != 0));
+                    let link = c
+                        .parent_link()
+                        .map(|l| (l.is_open(), l.cursor().log.0 != 0));
                     (link, c.is_standby())
                 })
                 .await

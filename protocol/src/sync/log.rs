@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{LogId, Object, ObjectKey, ObjectKeyParts, ObjectMeta, Position};
 use crate::wire::Change;
 
-use super::upstream::UpstreamIndex;
+use super::parent_index::ParentIndex;
 
 /// Why the log refused a change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -120,7 +120,7 @@ pub struct ObjectLog {
     /// Keys changed since the last [`ObjectLog::take_dirty`].
     dirty: BTreeSet<ObjectKey>,
     /// Which positions stand for which cursors of the parent's log (a replica's only).
-    upstream: UpstreamIndex,
+    parent_index: ParentIndex,
     /// See [`ObjectLog::generation`].
     generation: u64,
 }
@@ -137,7 +137,7 @@ impl ObjectLog {
             keys: BTreeMap::new(),
             index: BTreeSet::new(),
             dirty: BTreeSet::new(),
-            upstream: UpstreamIndex::default(),
+            parent_index: ParentIndex::default(),
             generation: 0,
         }
     }
@@ -158,7 +158,7 @@ impl ObjectLog {
             keys,
             index,
             dirty: BTreeSet::new(),
-            upstream: UpstreamIndex::default(),
+            parent_index: ParentIndex::default(),
             generation: 0,
         }
     }
@@ -174,7 +174,7 @@ impl ObjectLog {
     }
 
     /// A counter that every change of the log moves (staging, commit, snapshot,
-    /// compaction, serving, the upstream index): what sessions read in their
+    /// compaction, serving, the parent index): what sessions read in their
     /// `poll_transmit` changes only when it does. A driver that polls only the sessions
     /// an input or a timer touched polls them all when it moved.
     pub fn generation(&self) -> u64 {
@@ -200,14 +200,14 @@ impl ObjectLog {
     }
 
     /// Which positions of this log stand for which cursors of the parent's log.
-    pub fn upstream(&self) -> &UpstreamIndex {
-        &self.upstream
+    pub fn parent_index(&self) -> &ParentIndex {
+        &self.parent_index
     }
 
     /// The index of parent cursors, to enable or record into.
-    pub fn upstream_mut(&mut self) -> &mut UpstreamIndex {
+    pub fn parent_index_mut(&mut self) -> &mut ParentIndex {
         self.generation += 1;
-        &mut self.upstream
+        &mut self.parent_index
     }
 
     /// This log's identity.
@@ -395,7 +395,7 @@ impl ObjectLog {
         }
     }
 
-    /// Ends a snapshot received from upstream, whose objects were staged at `at`:
+    /// Ends a snapshot received from the parent, whose objects were staged at `at`:
     /// deletes (at `at`) every live key not in `keep`, then commits `at`. Children see
     /// the snapshot as an ordinary delta: only what actually changed.
     pub fn finish_snapshot(
@@ -426,7 +426,7 @@ impl ObjectLog {
         }
         self.generation += 1;
         self.floor = floor;
-        self.upstream.forget_below(floor);
+        self.parent_index.forget_below(floor);
         let dead: Vec<ObjectKey> = self
             .index
             .range(..(floor.next(), min_key()))

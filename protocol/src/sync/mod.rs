@@ -12,7 +12,7 @@
 //! * [`ReportOutbox`] / [`ReportInbox`]: the inward report stream, coalesced to the
 //!   latest value per key while unsent.
 //! * [`Liveness`]: heartbeats and the idle timeout.
-//! * [`UpstreamIndex`]: which positions of a replica's log stand for which cursors of
+//! * [`ParentIndex`]: which positions of a replica's log stand for which cursors of
 //!   its parent's, so that a child moves between replicas with a delta.
 //!
 //! # Guarantees
@@ -25,9 +25,9 @@
 mod child_session;
 mod liveness;
 mod log;
+mod parent_index;
 mod parent_link;
 mod reports;
-mod upstream;
 
 use std::fmt;
 use std::sync::Arc;
@@ -35,9 +35,9 @@ use std::sync::Arc;
 pub use child_session::{ChildSession, SessionConfig, SessionEvent};
 pub use liveness::{Liveness, LivenessAction};
 pub use log::{KeyEntry, LogError, LogMeta, ObjectLog};
+pub use parent_index::{PARENT_INDEX_MARKS, ParentIndex, Translation};
 pub use parent_link::{LinkConfig, LinkEvent, ParentLink};
 pub use reports::{ReportInbox, ReportOutbox, ReportsConfig};
-pub use upstream::{Translation, UPSTREAM_MARKS, UpstreamIndex};
 
 use crate::model::ObjectMeta;
 use crate::wire::{ErrorCode, RouteId};

@@ -293,7 +293,7 @@ impl World {
         self.repush_reports(i);
     }
 
-    /// Pushes every current report of node `i` into its upstream outbox.
+    /// Pushes every current report of node `i` into its parent link's outbox.
     fn repush_reports(&mut self, i: usize) {
         let now = self.now;
         let n = &mut self.nodes[i];
@@ -578,11 +578,11 @@ impl World {
     }
 
     fn pump(&mut self, i: usize) {
-        self.pump_upstream(i);
+        self.pump_parent_link(i);
         self.pump_sessions(i);
     }
 
-    fn pump_upstream(&mut self, i: usize) {
+    fn pump_parent_link(&mut self, i: usize) {
         let now = self.now;
         let Some(mut link) = self.nodes[i].link.take() else {
             return;

@@ -1,5 +1,5 @@
 //! Following a parent: the [`ParentLink`] (the protocol's child end of a connection),
-//! the durable [`UpstreamState`] it resumes from, and what this run has reported. A
+//! the durable [`ParentState`] it resumes from, and what this run has reported. A
 //! relay's core and an agent's core both hold one and ask it what the parent's events
 //! mean for them.
 
@@ -11,7 +11,7 @@ use strata_protocol::sync::{LinkEvent, ObjectLog, ParentLink, SessionError};
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{Change, ChildToParent, ParentToChild, Report};
 
-use crate::store::{Batch, UpstreamState};
+use crate::store::{Batch, ParentState};
 
 /// What a parent's events mean for the node following it, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub enum Followed {
 #[derive(Debug)]
 pub struct ParentFollower {
     link: ParentLink,
-    state: UpstreamState,
+    state: ParentState,
     /// Whether everything was reported since this run started.
     reported_this_run: bool,
     pending: VecDeque<Followed>,
@@ -56,7 +56,7 @@ pub struct ParentFollower {
 
 impl ParentFollower {
     /// A follower of a link, resuming from `state` (as restored from the store).
-    pub fn new(link: ParentLink, state: UpstreamState) -> Self {
+    pub fn new(link: ParentLink, state: ParentState) -> Self {
         ParentFollower {
             link,
             state,
@@ -86,7 +86,7 @@ impl ParentFollower {
     }
 
     /// What the node keeps about its parent.
-    pub fn state(&self) -> &UpstreamState {
+    pub fn state(&self) -> &ParentState {
         &self.state
     }
 
@@ -170,7 +170,7 @@ impl ParentFollower {
                 if self.state.parent_incarnation != Some(incarnation) || !self.reported_this_run {
                     self.reported_this_run = true;
                     self.state.parent_incarnation = Some(incarnation);
-                    batch.upstream = Some(self.state.clone());
+                    batch.parent = Some(self.state.clone());
                     self.pending.push_back(Followed::ReportAll);
                 }
             }
@@ -184,15 +184,15 @@ impl ParentFollower {
             }
             LinkEvent::Advanced(cursor) => {
                 log.commit(next);
-                log.upstream_mut().record(next, cursor, true);
+                log.parent_index_mut().record(next, cursor, true);
                 self.caught_up = true;
                 self.state.cursor = cursor;
-                batch.upstream = Some(self.state.clone());
+                batch.parent = Some(self.state.clone());
             }
             LinkEvent::SnapshotStarted => {
                 self.snapshots += 1;
                 self.state.route = None;
-                batch.upstream = Some(self.state.clone());
+                batch.parent = Some(self.state.clone());
             }
             LinkEvent::SnapshotDone {
                 cursor,
@@ -209,11 +209,11 @@ impl ParentFollower {
                         .map(|k| Followed::Changed(Change::Delete(k))),
                 );
                 let _ = log.finish_snapshot(next, &keep);
-                log.upstream_mut().record(next, cursor, false);
+                log.parent_index_mut().record(next, cursor, false);
                 self.caught_up = true;
                 self.state.cursor = cursor;
                 self.state.route = Some(route);
-                batch.upstream = Some(self.state.clone());
+                batch.parent = Some(self.state.clone());
             }
             LinkEvent::Closed { error, retry_after } => {
                 self.pending
@@ -225,7 +225,7 @@ impl ParentFollower {
     fn inherit(&mut self, labels: Labels, batch: &mut Batch) {
         if labels != self.state.inherited {
             self.state.inherited = labels.clone();
-            batch.upstream = Some(self.state.clone());
+            batch.parent = Some(self.state.clone());
             self.pending.push_back(Followed::Labels(labels));
         }
     }

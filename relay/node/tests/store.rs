@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use strata_node::store::{Batch, MemStore, SledStore, Store, UpstreamState};
+use strata_node::store::{Batch, MemStore, ParentState, SledStore, Store};
 use strata_protocol::model::{
     Cluster, ContentHash, Cursor, LogId, Object, ObjectKey, ObjectKeyParts, ObjectMeta, Position,
     Revision, Space,
@@ -44,7 +44,7 @@ fn cursor(p: u64) -> Cursor {
 
 fn suite(store: &dyn Store) {
     let empty = store.load().unwrap();
-    assert!(empty.log_meta.is_none() && empty.entries.is_empty() && empty.upstream.is_none());
+    assert!(empty.log_meta.is_none() && empty.entries.is_empty() && empty.parent.is_none());
 
     let mut log = ObjectLog::new(LogId(empty.node_id));
     log.mark_serving();
@@ -57,7 +57,7 @@ fn suite(store: &dyn Store) {
     log.commit(Position(4));
     log.compact(Position(4));
     let mut batch = Batch::log_changes(&mut log);
-    batch.upstream = Some(UpstreamState {
+    batch.parent = Some(ParentState {
         cursor: cursor(7),
         route: Some(RouteId(5)),
         parent_incarnation: Some(11),
@@ -91,7 +91,7 @@ fn suite(store: &dyn Store) {
         restored.get(&key(2)).is_none(),
         "the deleted object stays deleted"
     );
-    assert_eq!(loaded.upstream.unwrap().cursor, cursor(7));
+    assert_eq!(loaded.parent.unwrap().cursor, cursor(7));
     assert_eq!(loaded.child_acks["site-1"], cursor(3));
     assert_eq!(loaded.child_runs["site-1"], 77);
     assert!(matches!(loaded.reports[&report], ReportValue::Cluster(_)));

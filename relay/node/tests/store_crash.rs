@@ -4,7 +4,7 @@
 //!
 //! The test runs itself again as a writer process (the ignored test below, selected by
 //! an environment variable), reads the writer's "acked N" lines, kills it with SIGKILL
-//! at varying points, reopens the store and checks it. Each batch N moves the upstream
+//! at varying points, reopens the store and checks it. Each batch N moves the parent
 //! cursor to N and writes [`KEYS_PER_BATCH`] reports, so a partial batch shows as a
 //! cursor without all its reports, or reports beyond the cursor.
 
@@ -13,7 +13,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use strata_node::store::{Batch, SledStore, Store, UpstreamState};
+use strata_node::store::{Batch, ParentState, SledStore, Store};
 use strata_protocol::model::{Cursor, LogId, Position};
 use strata_protocol::wire::{ReportKey, ReportValue};
 
@@ -44,11 +44,11 @@ fn crash_writer() {
     let start = store
         .load()
         .unwrap()
-        .upstream
+        .parent
         .map_or(0, |u| u.cursor.position.0);
     for n in start + 1..start + 100_000 {
         let mut batch = Batch {
-            upstream: Some(UpstreamState {
+            parent: Some(ParentState {
                 cursor: Cursor {
                     log: LogId(1),
                     position: Position(n),
@@ -142,7 +142,7 @@ fn kill_rounds(chain: u64, rounds: u64) {
         child.kill().unwrap(); // SIGKILL, while the next commit is under way
         child.wait().unwrap();
         let stored = SledStore::open(dir.path()).unwrap().load().unwrap();
-        let durable = stored.upstream.map_or(0, |u| u.cursor.position.0);
+        let durable = stored.parent.map_or(0, |u| u.cursor.position.0);
         assert!(
             durable >= last_acked,
             "{round}: acked {last_acked} but only {durable} survived kill -9"

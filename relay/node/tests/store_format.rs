@@ -102,7 +102,7 @@ mod fixture {
     use std::collections::BTreeMap;
     use std::path::{Path, PathBuf};
 
-    use strata_node::store::{Batch, SledStore, Store, UpstreamState};
+    use strata_node::store::{Batch, ParentState, SledStore, Store};
     use strata_protocol::model::{
         Cluster, ContentHash, Cursor, LogId, Object, ObjectKey, ObjectKeyParts, ObjectMeta,
         Position, Revision, Space,
@@ -150,7 +150,7 @@ mod fixture {
             log.commit(Position(u64::from(n)));
         }
         let mut batch = Batch::log_changes(&mut log);
-        batch.upstream = Some(UpstreamState {
+        batch.parent = Some(ParentState {
             cursor: cursor(7),
             route: Some(RouteId(5)),
             parent_incarnation: Some(11),
@@ -204,12 +204,9 @@ mod fixture {
             restored.entries().collect::<Vec<_>>(),
             log.entries().collect::<Vec<_>>()
         );
-        let upstream = loaded.upstream.unwrap();
-        assert_eq!(
-            (upstream.cursor, upstream.route),
-            (cursor(7), Some(RouteId(5)))
-        );
-        assert_eq!(upstream.inherited["region"], "eu");
+        let parent = loaded.parent.unwrap();
+        assert_eq!((parent.cursor, parent.route), (cursor(7), Some(RouteId(5))));
+        assert_eq!(parent.inherited["region"], "eu");
         assert_eq!(
             (loaded.child_acks["site-1"], loaded.child_runs["site-1"]),
             (cursor(3), 77)

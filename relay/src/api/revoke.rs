@@ -32,7 +32,7 @@ pub(super) async fn revoke(
     let result = state
         .node
         .query(move |core: &mut NodeCore| {
-            if core.upstream().is_some() {
+            if core.parent_link().is_some() {
                 return Err("only the root records revocations".to_owned());
             }
             core.revoke(&target, &who, &why).map_err(|e| e.to_string())

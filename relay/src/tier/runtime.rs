@@ -195,19 +195,19 @@ pub fn start(parts: NodeOptions) -> Result<NodeHandle, NodeError> {
         }
         None => new_log(stored.node_id, root),
     };
-    // A replica of a replicated tier remembers what its positions stand for upstream,
+    // A replica of a replicated tier remembers what its positions stand for in its parent's log,
     // so that children can move to it from another replica with a delta.
     if parts.replica.is_some() {
-        log.upstream_mut().enable();
+        log.parent_index_mut().enable();
     }
-    let upstream_state = stored.upstream.unwrap_or_default();
-    let upstream = parts.parent.as_ref().map(|_| {
+    let parent_state = stored.parent.unwrap_or_default();
+    let parent_link = parts.parent.as_ref().map(|_| {
         let mut config = LinkConfig::new(parts.name.clone(), Role::Relay);
         config.run = parts.run;
         config.replica = parts.replica.as_ref().map(|r| r.id(stored.node_id));
         // One process speaks one range of versions, to its parent and its children.
         config.versions = parts.sessions.versions;
-        ParentLink::new(now, config, upstream_state.cursor, upstream_state.route)
+        ParentLink::new(now, config, parent_state.cursor, parent_state.route)
     });
     let reports = SubtreeReports::restore(stored.reports);
     // Agents admitted by join token are children like the configured ones.
@@ -232,8 +232,8 @@ pub fn start(parts: NodeOptions) -> Result<NodeHandle, NodeError> {
             reports,
             acked: stored.child_acks,
             child_runs: stored.child_runs,
-            upstream,
-            upstream_state,
+            parent_link,
+            parent_state,
             summary_interval: parts.summary_interval,
             run: parts.run,
             wall_origin: parts.clock.wall_origin(),
@@ -559,7 +559,7 @@ impl Relay {
         }
         ToParent {
             messages: out.to_parent,
-            close: out.close_upstream,
+            close: out.close_parent,
         }
     }
 }

@@ -6,7 +6,7 @@
 //! the parser's error.
 //!
 //! The same mechanism as the configuration reference's tests (`deploy/CONFIG.md`, in
-//! `relay/src/config.rs`, `relay/src/topology_cli.rs` and `agent/src/config.rs`, which
+//! `relay/src/config.rs`, `relay/src/cmd/topology.rs` and `agent/src/config.rs`, which
 //! also check that its tables name every field): the blocks are read with
 //! [`strata_node::config::fenced_blocks`] and given to the real parsers. Both binaries'
 //! command lines are reachable here, the relay's as a dev-dependency.
@@ -377,7 +377,7 @@ fn shown_commands() -> Shown {
 /// The binary's command line as clap defines it.
 fn definition(bin: Bin) -> clap::Command {
     let mut cmd = match bin {
-        Bin::Relay => strata_relay::cli::Cli::command(),
+        Bin::Relay => strata_relay::cmd::Cli::command(),
         Bin::Agent => strata_agent::cli::Cli::command(),
     };
     // Global options (`--log`) reach the subcommands.
@@ -437,7 +437,7 @@ fn parse(bin: Bin, args: &[String]) -> Result<(), clap::Error> {
         Err(e) => return Err(e),
     };
     match bin {
-        Bin::Relay => strata_relay::cli::Cli::from_arg_matches(&matches).map(drop),
+        Bin::Relay => strata_relay::cmd::Cli::from_arg_matches(&matches).map(drop),
         Bin::Agent => strata_agent::cli::Cli::from_arg_matches(&matches).map(drop),
     }
 }

@@ -206,7 +206,7 @@ async fn the_kubernetes_backend_applies_and_repairs_the_rendered_variant() {
     use strata_agent::core::{AgentCore, AgentSetup};
     use strata_node::clock::Clock;
     use strata_node::objects::{parse_manifests, to_object};
-    use strata_node::store::UpstreamState;
+    use strata_node::store::ParentState;
     use strata_protocol::model::{Cluster, Cursor, LogId, Position, Revision, Space};
     use strata_protocol::sync::{LinkConfig, ObjectLog, ParentLink};
     use strata_protocol::time::{Instant, UnixMillis};
@@ -257,9 +257,9 @@ async fn the_kubernetes_backend_applies_and_repairs_the_rendered_variant() {
                 None,
             ),
             log,
-            upstream: UpstreamState {
+            parent_state: ParentState {
                 inherited: labels! { region: eu },
-                ..UpstreamState::default()
+                ..ParentState::default()
             },
             backend: Box::new(backend),
             run: 1,

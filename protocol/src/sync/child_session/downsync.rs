@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use super::super::log::ObjectLog;
-use super::super::upstream::Translation;
+use super::super::parent_index::Translation;
 use super::super::{SharedRoute, wire_estimate};
 use crate::model::{Cursor, ObjectKey, Position};
 use crate::wire::{Change, Delta, ParentToChild, RouteId, Snapshot};
@@ -18,7 +18,7 @@ pub(super) enum Stream {
         after: Cursor,
         route: Option<RouteId>,
         /// The grandparent cursor the child's view stands for, when it named one.
-        upstream: Option<Cursor>,
+        grandparent: Option<Cursor>,
     },
     /// Sent through `sent`; waits for the log to move.
     CaughtUp,
@@ -64,7 +64,7 @@ impl Subscription {
         if let Stream::Undecided {
             after,
             route: child_route,
-            upstream,
+            grandparent,
         } = self.stream
         {
             if held {
@@ -73,15 +73,15 @@ impl Subscription {
             // Deltas are sound only from a position of this very log that is still
             // covered by its history, for a view cut with the same route; or from a
             // position that stands for the grandparent cursor a child coming from
-            // another replica of this tier named (see `upstream.rs`).
+            // another replica of this tier named (see `parent_index.rs`).
             let same_route = child_route == Some(route.id());
             let deltas_ok = after.log == log.id()
                 && after.position <= log.head()
                 && after.position >= log.floor()
                 && same_route;
-            let moved_from = upstream
+            let moved_from = grandparent
                 .filter(|_| same_route && after.log != log.id())
-                .map(|u| log.upstream().translate(u));
+                .map(|u| log.parent_index().translate(u));
             self.stream = match moved_from {
                 // A delta even when empty: the child learns it holds everything this
                 // node held at its subscription (a relay admits its own children only

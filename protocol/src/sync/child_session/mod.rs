@@ -83,7 +83,7 @@ pub struct ChildSession {
     /// Until when to hold the decision between delta and snapshot (see
     /// [`ChildSession::hold_downsync`]).
     hold: Option<Instant>,
-    /// A downsync frame built but sent after the [`ParentToChild::Upstream`] hint
+    /// A downsync frame built but sent after the [`ParentToChild::GrandparentCursor`] hint
     /// naming the position it reaches (see `next_bulk`).
     after_hint: Option<ParentToChild>,
     acked: Option<Cursor>,
@@ -266,9 +266,9 @@ impl ChildSession {
                 self.on_subscribe(epoch, after, route);
                 Ok(())
             }
-            (_, ChildToParent::Resume { upstream }) => {
+            (_, ChildToParent::Resume { grandparent }) => {
                 if self.version >= REPLICA_VERSION {
-                    self.resume = Some(upstream);
+                    self.resume = Some(grandparent);
                 }
                 Ok(())
             }
@@ -354,7 +354,7 @@ impl ChildSession {
             stream: Stream::Undecided {
                 after,
                 route,
-                upstream: self.resume.take(),
+                grandparent: self.resume.take(),
             },
             inflight: VecDeque::new(),
             inflight_bytes: 0,
@@ -524,18 +524,18 @@ impl ChildSession {
             self.config.part_bytes,
             self.hold.is_some(),
         )?;
-        // A replica tells the child what the position it reached stands for upstream,
+        // A replica tells the child what the position it reached stands for in this node's parent's log,
         // so that the child can move to another replica with a delta. The hint goes
         // first, on the same stream: whoever applies the frame has the hint.
         if let Some(position) = reached
             && self.version >= REPLICA_VERSION
-            && let Some(upstream) = log.upstream().parent_at(position)
+            && let Some(grandparent) = log.parent_index().parent_at(position)
         {
             self.after_hint = Some(msg);
-            return Some(ParentToChild::Upstream {
+            return Some(ParentToChild::GrandparentCursor {
                 log: log.id(),
                 position,
-                upstream,
+                grandparent,
             });
         }
         Some(msg)

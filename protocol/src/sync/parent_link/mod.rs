@@ -79,15 +79,15 @@ pub struct ParentLink {
     ping_nonce: u64,
     /// The version the parent chose (0 before its first welcome).
     version: ProtocolVersion,
-    /// What positions of a replicated parent's log stand for upstream
-    /// ([`ParentToChild::Upstream`]), newest last: `(parent cursor, upstream cursor)`.
+    /// What positions of a replicated parent's log stand for in its own
+    /// ([`ParentToChild::GrandparentCursor`]), newest last: `(parent cursor, grandparent cursor)`.
     hints: VecDeque<(Cursor, Cursor)>,
-    /// The epoch whose subscription named an upstream cursor ([`ChildToParent::Resume`]):
+    /// The epoch whose subscription named a grandparent cursor ([`ChildToParent::Resume`]):
     /// its first delta may start from another replica's log.
     resumed_epoch: Option<u32>,
 }
 
-/// How many [`ParentToChild::Upstream`] hints a link keeps.
+/// How many [`ParentToChild::GrandparentCursor`] hints a link keeps.
 const HINTS: usize = 16;
 
 impl ParentLink {
@@ -271,14 +271,15 @@ impl ParentLink {
             }
             (
                 Phase::Open,
-                ParentToChild::Upstream {
+                ParentToChild::GrandparentCursor {
                     log,
                     position,
-                    upstream,
+                    grandparent,
                 },
             ) => {
                 self.hints.retain(|(c, _)| c.log == log);
-                self.hints.push_back((Cursor { log, position }, upstream));
+                self.hints
+                    .push_back((Cursor { log, position }, grandparent));
                 while self.hints.len() > HINTS {
                     self.hints.pop_front();
                 }
@@ -305,12 +306,14 @@ impl ParentLink {
         self.behind = None;
         self.subscribed_at = now;
         // Moving between replicas of a replicated parent: name what the view stands for
-        // upstream, so that another replica can answer with a delta.
+        // grandparent, so that another replica can answer with a delta.
         self.resumed_epoch = None;
         if self.version >= REPLICA_VERSION
-            && let Some(&(_, upstream)) = self.hints.iter().rev().find(|(c, _)| *c == self.cursor)
+            && let Some(&(_, grandparent)) =
+                self.hints.iter().rev().find(|(c, _)| *c == self.cursor)
         {
-            self.control.push_back(ChildToParent::Resume { upstream });
+            self.control
+                .push_back(ChildToParent::Resume { grandparent });
             self.resumed_epoch = Some(self.epoch);
         }
         self.control.push_back(ChildToParent::Subscribe {
@@ -348,7 +351,7 @@ impl ParentLink {
         }
         let in_order = if d.part == 0 {
             (d.log == self.cursor.log && d.from == self.cursor.position)
-                // The first answer to a subscription that named an upstream cursor: a
+                // The first answer to a subscription that named a grandparent cursor: a
                 // replica that translated it resumes us on its own log.
                 || (d.log != self.cursor.log
                     && self.resumed_epoch == Some(d.epoch)
@@ -567,7 +570,7 @@ fn parent_msg_name(msg: &ParentToChild) -> &'static str {
         ParentToChild::Pong { .. } => "pong",
         ParentToChild::Goodbye { .. } => "goodbye",
         ParentToChild::Labels { .. } => "labels",
-        ParentToChild::Upstream { .. } => "upstream",
+        ParentToChild::GrandparentCursor { .. } => "grandparent cursor",
         ParentToChild::Renewal(_) => "renewal",
     }
 }

@@ -8,14 +8,14 @@ use strata_protocol::model::{Cursor, ObjectKey};
 use strata_protocol::sync::{KeyEntry, LogMeta};
 use strata_protocol::wire::ReportValue;
 
-use super::{Batch, ReportSlot, Store, StoreError, Stored, UpstreamState};
+use super::{Batch, ParentState, ReportSlot, Store, StoreError, Stored};
 
 #[derive(Debug, Default)]
 struct Data {
     node_id: u64,
     log_meta: Option<LogMeta>,
     entries: BTreeMap<ObjectKey, KeyEntry>,
-    upstream: Option<UpstreamState>,
+    parent: Option<ParentState>,
     child_acks: BTreeMap<String, Cursor>,
     child_runs: BTreeMap<String, u64>,
     reports: BTreeMap<ReportSlot, ReportValue>,
@@ -79,7 +79,7 @@ impl Store for MemStore {
                 .iter()
                 .map(|(k, e)| (k.clone(), e.clone()))
                 .collect(),
-            upstream: d.upstream.clone(),
+            parent: d.parent.clone(),
             child_acks: d.child_acks.clone(),
             child_runs: d.child_runs.clone(),
             reports: d.reports.clone(),
@@ -100,8 +100,8 @@ impl Store for MemStore {
         for (k, e) in &batch.entries {
             apply(&mut d.entries, k.clone(), e.clone());
         }
-        if let Some(u) = &batch.upstream {
-            d.upstream = Some(u.clone());
+        if let Some(u) = &batch.parent {
+            d.parent = Some(u.clone());
         }
         d.child_acks.extend(batch.child_acks.iter().cloned());
         d.child_runs.extend(batch.child_runs.iter().cloned());

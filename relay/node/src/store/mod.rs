@@ -30,7 +30,7 @@ pub use sled_store::{SledStore, open_db as open_sled_db};
 
 /// A node's position in its parent's log.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct UpstreamState {
+pub struct ParentState {
     /// How far the parent's log is applied.
     pub cursor: Cursor,
     /// The route the view was cut with (`None`: no settled view).
@@ -56,7 +56,7 @@ pub struct Stored {
     /// The log's entries.
     pub entries: Vec<(ObjectKey, KeyEntry)>,
     /// Position in the parent's log.
-    pub upstream: Option<UpstreamState>,
+    pub parent: Option<ParentState>,
     /// Per child: the last cursor it acknowledged.
     pub child_acks: BTreeMap<String, Cursor>,
     /// Per child: its last run id (a new run means its reports start over).
@@ -76,7 +76,7 @@ pub struct Batch {
     /// Entries to write (`None` removes).
     pub entries: Vec<(ObjectKey, Option<KeyEntry>)>,
     /// Position in the parent's log.
-    pub upstream: Option<UpstreamState>,
+    pub parent: Option<ParentState>,
     /// Children's acknowledged cursors.
     pub child_acks: Vec<(String, Cursor)>,
     /// Children's run ids.
@@ -110,8 +110,8 @@ impl Batch {
             self.log_meta = other.log_meta;
         }
         self.entries.extend(other.entries);
-        if other.upstream.is_some() {
-            self.upstream = other.upstream;
+        if other.parent.is_some() {
+            self.parent = other.parent;
         }
         self.child_acks.extend(other.child_acks);
         self.child_runs.extend(other.child_runs);
@@ -123,7 +123,7 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.log_meta.is_none()
             && self.entries.is_empty()
-            && self.upstream.is_none()
+            && self.parent.is_none()
             && self.child_acks.is_empty()
             && self.child_runs.is_empty()
             && self.reports.is_empty()

@@ -14,7 +14,7 @@ pub(super) const FORMAT: &[u8] = b"format";
 pub(super) const PROBE: &[u8] = b"probe";
 pub(super) const NODE_ID: &[u8] = b"id";
 const LOG_META: &[u8] = b"m";
-const UPSTREAM: &[u8] = b"u";
+const PARENT: &[u8] = b"u";
 const ENTRY: &[u8] = b"o/";
 const ACK: &[u8] = b"a/";
 const RUN: &[u8] = b"n/";
@@ -81,8 +81,8 @@ where
             stored.node_id = u64::from_be_bytes(fixed("node id", v)?);
         } else if k == LOG_META {
             stored.log_meta = Some(dec(|| "log meta".into(), v)?);
-        } else if k == UPSTREAM {
-            stored.upstream = Some(dec(|| "upstream cursor".into(), v)?);
+        } else if k == PARENT {
+            stored.parent = Some(dec(|| "parent cursor".into(), v)?);
         } else if let Some(rest) = k.strip_prefix(ENTRY) {
             let key = dec(|| format!("object key {k:?}"), rest)?;
             let entry = dec(|| format!("object entry {key:?}"), v)?;
@@ -129,8 +129,8 @@ pub(super) fn batch_writes(
         let value = entry.as_ref().map(enc).transpose()?;
         out.insert(prefixed(ENTRY, &enc(key)?), value);
     }
-    if let Some(u) = &batch.upstream {
-        out.insert(UPSTREAM.to_vec(), Some(enc(u)?));
+    if let Some(u) = &batch.parent {
+        out.insert(PARENT.to_vec(), Some(enc(u)?));
     }
     for (child, cursor) in &batch.child_acks {
         out.insert(prefixed(ACK, child.as_bytes()), Some(enc(cursor)?));
@@ -196,7 +196,7 @@ pub(super) fn without_log(batch: &Batch) -> Batch {
     Batch {
         log_meta: None,
         entries: Vec::new(),
-        upstream: batch.upstream.clone(),
+        parent: batch.parent.clone(),
         child_acks: batch.child_acks.clone(),
         child_runs: batch.child_runs.clone(),
         reports: batch.reports.clone(),

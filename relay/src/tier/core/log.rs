@@ -234,8 +234,8 @@ impl NodeCore {
             .unwrap_or(head);
         // The root keeps history for watches; a replica of a replicated tier for the
         // children of its sibling replicas, which may move here with a cursor that only
-        // a delta from some way back can serve (see `UpstreamIndex`).
-        let floor = if self.parent.is_none() || self.log.upstream().is_enabled() {
+        // a delta from some way back can serve (see `ParentIndex`).
+        let floor = if self.parent.is_none() || self.log.parent_index().is_enabled() {
             floor.min(Position(head.0.saturating_sub(self.watch_history)))
         } else {
             floor

@@ -63,7 +63,7 @@ pub use links::{LINK_REFRESH, last_seen};
 pub use revoke::revocation_key;
 pub use rollout::{is_rollout, rollout_key, rollouts_in, template_hash};
 use strata_node::follower::ParentFollower;
-use strata_node::store::{Batch, ReportSlot, UpstreamState};
+use strata_node::store::{Batch, ParentState, ReportSlot};
 
 /// What the runtime must send after a [`NodeCore::transmit`].
 #[derive(Debug, Default)]
@@ -74,9 +74,9 @@ pub struct Outgoing {
     pub to_parent: Vec<ChildToParent>,
     /// Child connections to close after sending what is queued for them.
     pub close_children: Vec<(String, u64, SessionError)>,
-    /// The upstream connection must be closed (the link gave up on it), with the
+    /// The connection to the parent must be closed (the link gave up on it), with the
     /// parent's hint of when to come back.
-    pub close_upstream: Option<(SessionError, Option<Duration>)>,
+    pub close_parent: Option<(SessionError, Option<Duration>)>,
 }
 
 /// What an apply did.
@@ -242,9 +242,9 @@ pub struct CoreSetup {
     /// Restored per-child run ids.
     pub child_runs: BTreeMap<String, u64>,
     /// The link to the parent, if any.
-    pub upstream: Option<ParentLink>,
-    /// Restored upstream state.
-    pub upstream_state: UpstreamState,
+    pub parent_link: Option<ParentLink>,
+    /// Restored position in the parent's log.
+    pub parent_state: ParentState,
     /// How often summaries go upward.
     pub summary_interval: Duration,
     /// This run's id (as in the hello to the parent).
@@ -272,12 +272,12 @@ impl NodeCore {
         config.parent = setup.name.clone();
         config.incarnation = setup.log.id().0;
         let mut reports = setup.reports;
-        let all = all_labels(&setup.labels, &setup.upstream_state.inherited);
+        let all = all_labels(&setup.labels, &setup.parent_state.inherited);
         let lag = PropagationLag::new(&setup.name, setup.log.id(), setup.log.head());
         let head = setup.log.head();
         let parent = setup
-            .upstream
-            .map(|link| ParentFollower::new(link, setup.upstream_state));
+            .parent_link
+            .map(|link| ParentFollower::new(link, setup.parent_state));
         config.labels = all.clone();
         reports.set_labels(all);
         let mut core = NodeCore {
@@ -414,13 +414,13 @@ impl NodeCore {
             .map(|(n, c)| (n.as_str(), c.session.acked().or(self.acked.get(n).copied())))
     }
 
-    /// Whether the upstream link is open.
+    /// Whether the link to the parent is open.
     pub fn parent_open(&self) -> bool {
         self.parent.as_ref().is_some_and(ParentFollower::is_open)
     }
 
-    /// The upstream link, if this node has a parent.
-    pub fn upstream(&self) -> Option<&ParentLink> {
+    /// The link to the parent, if this node has a parent.
+    pub fn parent_link(&self) -> Option<&ParentLink> {
         self.parent.as_ref().map(ParentFollower::link)
     }
 

@@ -45,7 +45,7 @@ impl NodeCore {
                 Followed::Labels(labels) => self.inherit(labels),
                 Followed::Changed(change) => self.note_key(change.key().clone()),
                 Followed::Closed { error, retry_after } => {
-                    self.outgoing.close_upstream = Some((error, retry_after));
+                    self.outgoing.close_parent = Some((error, retry_after));
                 }
             }
         }

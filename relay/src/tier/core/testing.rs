@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use strata_node::store::UpstreamState;
+use strata_node::store::ParentState;
 use strata_protocol::sync::{ParentLink, SessionConfig};
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::wire::{
@@ -27,9 +27,9 @@ pub(crate) fn root() -> NodeCore {
     )
 }
 
-/// The set-up of a node `name` that admits `children`, below `upstream` (none: a
+/// The set-up of a node `name` that admits `children`, below `parent` (none: a
 /// root), with an empty store: log 2, not serving, summaries every 100 ms.
-pub(super) fn setup(name: &str, children: &[&str], upstream: Option<ParentLink>) -> CoreSetup {
+pub(super) fn setup(name: &str, children: &[&str], parent: Option<ParentLink>) -> CoreSetup {
     CoreSetup {
         name: name.into(),
         labels: BTreeMap::new(),
@@ -39,8 +39,8 @@ pub(super) fn setup(name: &str, children: &[&str], upstream: Option<ParentLink>)
         reports: SubtreeReports::new(),
         acked: BTreeMap::new(),
         child_runs: BTreeMap::new(),
-        upstream,
-        upstream_state: UpstreamState::default(),
+        parent_link: parent,
+        parent_state: ParentState::default(),
         summary_interval: Duration::from_millis(100),
         run: 1,
         wall_origin: UnixMillis(0),

@@ -596,13 +596,13 @@ mod tests {
             use strata_protocol::model::Cursor;
             use strata_protocol::sync::{LinkConfig, ParentLink};
 
-            let upstream = ParentLink::new(
+            let parent = ParentLink::new(
                 t0,
                 LinkConfig::new("eu", Role::Relay),
                 Cursor::default(),
                 None,
             );
-            let eu = NodeCore::new(t0, setup("eu", children, Some(upstream)));
+            let eu = NodeCore::new(t0, setup("eu", children, Some(parent)));
             let mut region = Region {
                 root: root(),
                 eu,

@@ -259,7 +259,7 @@ impl Tree {
                 self.disconnect(&child, None);
             }
         }
-        if let Some((error, retry_after)) = out.close_upstream {
+        if let Some((error, retry_after)) = out.close_parent {
             tracing::info!(reason = %error.reason, "closing the link to the parent");
             self.disconnect(name, retry_after);
         }

@@ -155,7 +155,7 @@ impl Core {
                 let out = c.transmit(now);
                 Outgoing {
                     to_parent: out.messages,
-                    close_upstream: out.close,
+                    close_parent: out.close,
                     ..Outgoing::default()
                 }
             }
@@ -168,11 +168,11 @@ impl Core {
 pub fn boot(now: Instant, spec: &Spec, store: &MemStore, runs: u64) -> Core {
     let stored = store.load().expect("the in-memory store loads");
     let run = spec.id * 1000 + runs;
-    let upstream_state = stored.upstream.unwrap_or_default();
+    let parent_state = stored.parent.unwrap_or_default();
     let link = |role| {
         let mut config = LinkConfig::new(spec.name.clone(), role);
         config.run = run;
-        ParentLink::new(now, config, upstream_state.cursor, upstream_state.route)
+        ParentLink::new(now, config, parent_state.cursor, parent_state.route)
     };
     match spec.kind {
         Kind::Relay => {
@@ -200,8 +200,8 @@ pub fn boot(now: Instant, spec: &Spec, store: &MemStore, runs: u64) -> Core {
                     reports: SubtreeReports::restore(stored.reports),
                     acked: stored.child_acks,
                     child_runs: stored.child_runs,
-                    upstream: spec.parent.as_ref().map(|_| link(Role::Relay)),
-                    upstream_state: upstream_state.clone(),
+                    parent_link: spec.parent.as_ref().map(|_| link(Role::Relay)),
+                    parent_state: parent_state.clone(),
                     summary_interval: SUMMARY_INTERVAL,
                     run,
                     wall_origin: UnixMillis(0),
@@ -228,7 +228,7 @@ pub fn boot(now: Instant, spec: &Spec, store: &MemStore, runs: u64) -> Core {
                     },
                     link: link(Role::Agent),
                     log,
-                    upstream: upstream_state.clone(),
+                    parent_state: parent_state.clone(),
                     // The cluster itself does not survive in the fixture: a restarted
                     // agent applies everything it held again, to a new one.
                     backend: Box::new(SimulatedCluster::new(SimulatedConfig {

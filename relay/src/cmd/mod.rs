@@ -1,4 +1,31 @@
-//! The `relay` command line: run a node, or talk to the root's API.
+//! The command layer: the `relay` command line ([`Cli`], [`run`]), run a node or talk to
+//! the root's API. The one place in the relay where errors become `anyhow` chains; the
+//! library below it returns typed errors.
+//!
+//! * [`serve`]: `relay serve`: a node from its configuration file until a signal.
+//! * [`up`]: `relay up`: a whole topology as processes on this machine; [`demo`]:
+//!   `relay demo`, a whole hierarchy brought up that way and walked through a move.
+//! * [`topology`]: `relay topology validate|certs|render` over [`strata_topology`].
+//! * [`kubeconfig`]: `relay kubeconfig`.
+//! * [`api`]: what the commands that call the root's API share (flags, output, errors).
+//! * [`objects`]: `relay get` and `relay delete KIND NAME`, with kubectl's flags;
+//!   [`kinds`]: what their KIND argument names, from the root's discovery.
+//! * [`rollout`]: `relay rollout status|pause|resume|abort|undo`: a placement's rollout
+//!   through its annotation and status.
+//! * [`lifecycle`](mod@lifecycle): `relay cordon|uncordon|drain`: taints on a cluster at the root.
+//! * [`views`]: the text views of the tier tree and the inventory.
+
+pub mod api;
+pub mod demo;
+pub mod kinds;
+pub mod kubeconfig;
+pub mod lifecycle;
+pub mod objects;
+pub mod rollout;
+pub mod serve;
+pub mod topology;
+pub mod up;
+pub mod views;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -8,9 +35,9 @@ use clap::{Parser, Subcommand};
 use hyper::{Method, StatusCode};
 use serde_json::Value;
 
-pub use crate::cli_api::{ApiArgs, CallError, ManifestError, Output};
-use crate::serve::ServeError;
-use crate::topology_cli::TopologyCliError;
+pub use crate::cmd::api::{ApiArgs, CallError, ManifestError, Output};
+use crate::cmd::serve::ServeError;
+use crate::cmd::topology::TopologyCliError;
 
 /// Strata relay: one binary at every tier of the hierarchy.
 ///
@@ -55,7 +82,7 @@ pub enum Command {
     Topology {
         /// What to do with it.
         #[command(subcommand)]
-        command: crate::topology_cli::TopologyCommand,
+        command: crate::cmd::topology::TopologyCommand,
     },
     /// Start the whole hierarchy a topology file describes on this machine (a process
     /// per relay, an agent with a simulated cluster per cluster), wait until every link
@@ -201,7 +228,7 @@ pub enum Command {
     Kubeconfig {
         /// How to reach the API, and whose token to use.
         #[command(flatten)]
-        args: crate::kubeconfig_cli::KubeconfigArgs,
+        args: crate::cmd::kubeconfig::KubeconfigArgs,
     },
     /// Show the tier tree: every relay link's state (up or DOWN, since when), its lag in
     /// revisions and its last heartbeat, as each parent last reported it. Deeper links
@@ -253,22 +280,22 @@ pub enum CliError {
     Call(#[from] CallError),
     /// `relay kubeconfig` failed.
     #[error(transparent)]
-    Kubeconfig(#[from] crate::kubeconfig_cli::KubeconfigError),
+    Kubeconfig(#[from] crate::cmd::kubeconfig::KubeconfigError),
     /// A KIND could not be resolved.
     #[error(transparent)]
-    Kind(#[from] crate::kinds::ResolveError),
+    Kind(#[from] crate::cmd::kinds::ResolveError),
     /// `relay delete` was given neither a file nor a kind and a name.
     #[error("give -f FILE, or KIND and NAME")]
     DeleteWhat,
     /// `relay get` or `relay delete KIND NAME`.
     #[error(transparent)]
-    Objects(#[from] crate::objects_cli::ObjectsError),
+    Objects(#[from] crate::cmd::objects::ObjectsError),
     /// `relay cordon|uncordon|drain`.
     #[error(transparent)]
-    Lifecycle(#[from] crate::lifecycle::LifecycleError),
+    Lifecycle(#[from] crate::cmd::lifecycle::LifecycleError),
     /// `relay rollout`.
     #[error(transparent)]
-    Rollout(#[from] crate::rollout_cli::RolloutCliError),
+    Rollout(#[from] crate::cmd::rollout::RolloutCliError),
     /// A command-line value is wrong.
     #[error("{0}")]
     Usage(String),
@@ -283,19 +310,19 @@ pub enum CliError {
 /// Runs a command.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
-        Command::Serve { config } => Ok(crate::serve::serve(&config).await?),
+        Command::Serve { config } => Ok(crate::cmd::serve::serve(&config).await?),
         Command::Demo {
             data,
             move_strategy,
-        } => crate::demo::run(data, &move_strategy)
+        } => crate::cmd::demo::run(data, &move_strategy)
             .await
             .map_err(CliError::Demo),
-        Command::Topology { command } => Ok(crate::topology_cli::run(command)?),
-        Command::Up { file, data } => crate::up::run(&file, data, cli.logging.log)
+        Command::Topology { command } => Ok(crate::cmd::topology::run(command)?),
+        Command::Up { file, data } => crate::cmd::up::run(&file, data, cli.logging.log)
             .await
             .map_err(CliError::Up),
         Command::Kubeconfig { args } => {
-            print!("{}", crate::kubeconfig_cli::run(&args).await?);
+            print!("{}", crate::cmd::kubeconfig::run(&args).await?);
             Ok(())
         }
         Command::Apply { file, api } => {
@@ -344,7 +371,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 Ok(())
             }
             (None, Some(kind), Some(name)) => {
-                Ok(crate::objects_cli::delete(&api, &kind, &name, &namespace).await?)
+                Ok(crate::cmd::objects::delete(&api, &kind, &name, &namespace).await?)
             }
             _ => Err(CliError::DeleteWhat),
         },
@@ -357,14 +384,14 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             output,
             api,
         } => {
-            let what = crate::objects_cli::Selection {
+            let what = crate::cmd::objects::Selection {
                 kind,
                 name,
                 namespace,
                 all_namespaces,
                 selector,
             };
-            Ok(crate::objects_cli::get(&api, what, output).await?)
+            Ok(crate::cmd::objects::get(&api, what, output).await?)
         }
         Command::Rollout {
             action,
@@ -374,32 +401,38 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         } => {
             let client = api.client().map_err(CallError::from)?;
             if action == "status" {
-                crate::rollout_cli::status(&client, &api.space, &placement, watch).await?;
+                crate::cmd::rollout::status(&client, &api.space, &placement, watch).await?;
             } else {
                 let stamp = strata_node::clock::Clock::start().wall().0;
                 let said =
-                    crate::rollout_cli::command(&client, &api.space, &placement, &action, stamp)
+                    crate::cmd::rollout::command(&client, &api.space, &placement, &action, stamp)
                         .await?;
                 println!("{said}");
             }
             Ok(())
         }
         Command::Cordon { cluster, api } => {
-            lifecycle(&api, &cluster, crate::lifecycle::Action::Cordon, None).await
+            lifecycle(&api, &cluster, crate::cmd::lifecycle::Action::Cordon, None).await
         }
         Command::Uncordon { cluster, api } => {
-            lifecycle(&api, &cluster, crate::lifecycle::Action::Uncordon, None).await
+            lifecycle(
+                &api,
+                &cluster,
+                crate::cmd::lifecycle::Action::Uncordon,
+                None,
+            )
+            .await
         }
         Command::Drain { cluster, wait, api } => {
             let wait = wait
                 .map(|w| strata_protocol::choice::Seconds::parse(&w))
                 .transpose()
                 .map_err(CliError::Usage)?;
-            lifecycle(&api, &cluster, crate::lifecycle::Action::Drain, wait).await
+            lifecycle(&api, &cluster, crate::cmd::lifecycle::Action::Drain, wait).await
         }
         Command::Clusters { api } => {
             let v = call(&api, Method::GET, "/clusters", None).await?;
-            print!("{}", crate::views::clusters_table(&v));
+            print!("{}", crate::cmd::views::clusters_table(&v));
             Ok(())
         }
         Command::Upsynced {
@@ -416,14 +449,14 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&v["items"])?),
                 Output::Yaml => print!("{}", serde_saphyr::to_string(&v["items"])?),
                 Output::Table | Output::Wide | Output::Name | Output::Summary => {
-                    print!("{}", crate::views::upsynced_table(&v))
+                    print!("{}", crate::cmd::views::upsynced_table(&v))
                 }
             }
             Ok(())
         }
         Command::Status { api, agents } => {
             let v = call(&api, Method::GET, "/status", None).await?;
-            print!("{}", crate::views::status_tree(&v, agents));
+            print!("{}", crate::cmd::views::status_tree(&v, agents));
             Ok(())
         }
         Command::Revoke { name, reason, api } => {
@@ -448,14 +481,14 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
 async fn lifecycle(
     api: &ApiArgs,
     cluster: &str,
-    action: crate::lifecycle::Action,
+    action: crate::cmd::lifecycle::Action,
     wait: Option<strata_protocol::choice::Seconds>,
 ) -> Result<(), CliError> {
     let client = api.client().map_err(CallError::from)?;
-    let said = crate::lifecycle::run(&client, &api.space, cluster, action).await?;
+    let said = crate::cmd::lifecycle::run(&client, &api.space, cluster, action).await?;
     println!("{said}");
     if let Some(limit) = wait {
-        let took = crate::lifecycle::wait_drained(
+        let took = crate::cmd::lifecycle::wait_drained(
             &client,
             &api.space,
             cluster,

@@ -1,6 +1,6 @@
 //! `relay get` and `relay delete KIND NAME`, with kubectl's habits: `-n/--namespace`
 //! (default `default`), `-A/--all-namespaces`, `-l/--selector`, `-o
-//! name|yaml|json|wide`, kinds resolved by the root's discovery ([`crate::kinds`]).
+//! name|yaml|json|wide`, kinds resolved by the root's discovery ([`crate::cmd::kinds`]).
 //!
 //! `-o yaml` and `-o json` print the objects as the Kubernetes API serves them (one
 //! object; several as YAML documents, or a JSON `List`), without `status.strata`, so the output can be applied again with `relay apply -f` or
@@ -9,9 +9,9 @@
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::cli_api::{ApiArgs, CallError, Output};
 use crate::client::ApiClient;
-use crate::kinds::{self, Kind};
+use crate::cmd::api::{ApiArgs, CallError, Output};
+use crate::cmd::kinds::{self, Kind};
 
 /// Why `relay get` or `relay delete KIND NAME` failed.
 #[derive(Debug, thiserror::Error)]
@@ -22,7 +22,7 @@ pub enum ObjectsError {
     Call(#[from] CallError),
     /// The KIND could not be resolved.
     #[error(transparent)]
-    Kind(#[from] crate::kinds::ResolveError),
+    Kind(#[from] crate::cmd::kinds::ResolveError),
     /// `relay get KIND NAME` found nothing.
     #[error("{kind} {name:?} not found in space {space:?}{}", namespace.as_ref().map(|n| format!(", namespace {n:?}")).unwrap_or_default())]
     NotFound {
@@ -176,7 +176,7 @@ async fn table(
     }
     print!(
         "{}",
-        crate::views::objects_table(
+        crate::cmd::views::objects_table(
             &items,
             matches!(output, Output::Wide),
             strata_node::clock::Clock::start().wall().0,
@@ -195,7 +195,7 @@ async fn table(
             if v["status"]["rollout"].is_object() {
                 println!(
                     "  rollout: {}",
-                    crate::rollout_cli::status_line(name, &v["status"], false)
+                    crate::cmd::rollout::status_line(name, &v["status"], false)
                 );
             }
         }

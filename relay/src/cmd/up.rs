@@ -180,7 +180,7 @@ impl Hierarchy {
             .ok()
             .and_then(|grants| grants.into_iter().find(|g| g.token == self.token))
             .map(|g| g.user);
-        let covered = crate::kubeconfig_cli::covers_address(self.rendered.api, &ca_path).await;
+        let covered = crate::cmd::kubeconfig::covers_address(self.rendered.api, &ca_path).await;
         let text = crate::kube::kubeconfig::kubeconfig(&crate::kube::kubeconfig::KubeconfigSpec {
             server: self.rendered.api,
             tls_server_name: (!covered).then_some(self.rendered.root.as_str()),

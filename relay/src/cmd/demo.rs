@@ -1,5 +1,5 @@
 //! `relay demo`: the embedded demo topology (`deploy/examples/demo.yaml`: a root, 2
-//! regions, 3 sites each, 4 simulated clusters per site) brought up with [`crate::up`],
+//! regions, 3 sites each, 4 simulated clusters per site) brought up with [`crate::cmd::up`],
 //! a sample application rolled out to one region, then moved to the other by changing
 //! one label in its placement, make-before-break: the first region keeps the app until
 //! the second runs it, and the demo prints the longest time the app was available on
@@ -22,10 +22,10 @@ use hyper::Method;
 use serde_json::Value;
 
 use crate::client::ApiClient;
-use crate::up::{Hierarchy, TempDir, UpOptions};
+use crate::cmd::up::{Hierarchy, TempDir, UpOptions};
 
 /// The demo's topology, embedded in the binary.
-pub const TOPOLOGY: &str = include_str!("../../deploy/examples/demo.yaml");
+pub const TOPOLOGY: &str = include_str!("../../../deploy/examples/demo.yaml");
 
 fn app(region: &str, strategy: &str) -> String {
     format!(

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use strata_node::driver::ToParent;
 use strata_node::follower::{Followed, ParentFollower};
 use strata_node::objects::placements_in;
-use strata_node::store::{Batch, UpstreamState};
+use strata_node::store::{Batch, ParentState};
 use strata_protocol::model::{
     Cluster, ContentHash, Health, Labels, Object, ObjectKey, ObjectMeta, Status,
 };
@@ -44,7 +44,7 @@ pub struct AgentCore {
     /// The last status reported per object.
     statuses: BTreeMap<ObjectKey, Status>,
     batch: Batch,
-    close_upstream: Option<(SessionError, Option<std::time::Duration>)>,
+    close_parent: Option<(SessionError, Option<std::time::Duration>)>,
     /// This run's id (as in the hello).
     run: u64,
     /// Upsynced objects as last reported (reported again to a parent that may have
@@ -98,7 +98,7 @@ pub struct AgentSetup {
     /// The restored desired state.
     pub log: ObjectLog,
     /// The restored position in the parent's log.
-    pub upstream: UpstreamState,
+    pub parent_state: ParentState,
     /// The cluster's backend.
     pub backend: Box<dyn ClusterBackend + Send>,
     /// This run's id.
@@ -114,11 +114,11 @@ impl AgentCore {
             cluster,
             link,
             log,
-            upstream,
+            parent_state,
             backend,
             run,
         } = setup;
-        let inherited = upstream.inherited.clone();
+        let inherited = parent_state.inherited.clone();
         let placements = placements_in(&log);
         let mut core = AgentCore {
             run,
@@ -128,12 +128,12 @@ impl AgentCore {
             applied: BTreeMap::new(),
             customize_stale: false,
             deferred: Vec::new(),
-            parent: ParentFollower::new(link, upstream),
+            parent: ParentFollower::new(link, parent_state),
             log,
             backend,
             statuses: BTreeMap::new(),
             batch: Batch::default(),
-            close_upstream: None,
+            close_parent: None,
             upsynced: BTreeMap::new(),
             upsync_stale: true,
             stats: AgentStats::default(),
@@ -242,7 +242,7 @@ impl AgentCore {
                 }
                 Followed::Changed(change) => changes.push(change),
                 Followed::Closed { error, retry_after } => {
-                    self.close_upstream = Some((error, retry_after));
+                    self.close_parent = Some((error, retry_after));
                 }
             }
         }
@@ -292,7 +292,7 @@ impl AgentCore {
         }
         ToParent {
             messages,
-            close: self.close_upstream.take(),
+            close: self.close_parent.take(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! How the `relay` commands reach the root's API: the connection's arguments, the
 //! output formats, and why a call or the manifests it would send failed. Below the
-//! command layer (`cli`) and the commands that call the API (`objects_cli`).
+//! command line (`cmd`) and the commands that call the API (`objects`).
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -8,7 +8,7 @@ use strata_topology::LoadError;
 use strata_topology::certs::{self, Action, CertError, CertOptions};
 use strata_topology::render::{self, RenderError, RenderOptions};
 
-use crate::up::print_warnings;
+use crate::cmd::up::print_warnings;
 
 /// The `relay topology` commands.
 #[derive(Debug, Subcommand)]

@@ -4,7 +4,7 @@
 //! Replicas of one tier follow the same parent log but number their own logs
 //! independently (each relay numbers the batches it commits), so a child's cursor into
 //! one replica means nothing to another. A replica that knows which parent cursor a
-//! position of its log stands for tells its children ([`ParentToChild::Upstream`]); a
+//! position of its log stands for tells its children ([`ParentToChild::GrandparentCursor`]); a
 //! child that moves to another replica names that parent cursor when it subscribes
 //! ([`ChildToParent::Resume`]), and the other replica translates it back into a position
 //! of its own log from which a delta is sound.
@@ -20,7 +20,7 @@
 //! it has followed its parent again, and children that move to it meanwhile are sent a
 //! snapshot.
 //!
-//! [`ParentToChild::Upstream`]: crate::wire::ParentToChild::Upstream
+//! [`ParentToChild::GrandparentCursor`]: crate::wire::ParentToChild::GrandparentCursor
 //! [`ChildToParent::Resume`]: crate::wire::ChildToParent::Resume
 
 use std::collections::VecDeque;
@@ -29,7 +29,7 @@ use crate::model::{Cursor, LogId, Position};
 
 /// How many positions the index remembers; older ones are forgotten (a child that
 /// moves from so far behind is sent a snapshot).
-pub const UPSTREAM_MARKS: usize = 4096;
+pub const PARENT_INDEX_MARKS: usize = 4096;
 
 /// What a parent cursor named by a child means in this log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,17 +45,17 @@ pub enum Translation {
 }
 
 /// The positions of a log and the parent cursors they stand for, in order. Empty and
-/// inert unless [`UpstreamIndex::enable`] was called (only a replica of a replicated
+/// inert unless [`ParentIndex::enable`] was called (only a replica of a replicated
 /// tier keeps one).
 #[derive(Debug, Clone, Default)]
-pub struct UpstreamIndex {
+pub struct ParentIndex {
     enabled: bool,
     parent_log: Option<LogId>,
     /// `(local, parent)` positions, both strictly increasing.
     marks: VecDeque<(Position, Position)>,
 }
 
-impl UpstreamIndex {
+impl ParentIndex {
     /// Starts recording.
     pub fn enable(&mut self) {
         self.enabled = true;
@@ -91,7 +91,7 @@ impl UpstreamIndex {
             self.marks.pop_back();
         }
         self.marks.push_back((local, parent.position));
-        while self.marks.len() > UPSTREAM_MARKS {
+        while self.marks.len() > PARENT_INDEX_MARKS {
             self.marks.pop_front();
         }
     }
@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn translates_to_the_last_mark_at_or_below_the_parent_cursor() {
-        let mut ix = UpstreamIndex::default();
+        let mut ix = ParentIndex::default();
         ix.record(Position(1), at(9, 10), true);
         assert_eq!(ix.parent_at(Position(1)), None, "disabled records nothing");
         ix.enable();
@@ -167,7 +167,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_or_another_parent_log_starts_over() {
-        let mut ix = UpstreamIndex::default();
+        let mut ix = ParentIndex::default();
         ix.enable();
         ix.record(Position(1), at(9, 10), false);
         ix.record(Position(2), at(9, 14), true);
