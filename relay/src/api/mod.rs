@@ -7,15 +7,18 @@
 //! | DELETE | `/spaces/{space}/objects/{kind}/{name}[?namespace=NS]` | delete one object |
 //! | GET | `/spaces/{space}/objects?kind=K[&name=N][&namespace=NS]` | objects with per-placement summaries |
 //! | any | `/spaces/{space}/{api,apis,version,openapi}/...`, and `/{api,apis,version,openapi}/...` for the space `default` | the Kubernetes API (see [`crate::kube`]) |
-//! | GET | `/clusters` | the inventory, with each cluster's link state and last-seen |
+//! | GET | `/clusters[?space=S]` | the inventory, with each cluster's link state and last-seen (and its taints in space `S`) |
 //! | any | `/clusters/{name}/[proxy/]...` | that cluster's own Kubernetes API, through the tiers (see `tunnel`; needs `debug`) |
 //! | GET | `/status` | the tier tree: every link's state, lag and last heartbeat |
 //! | GET | `/upsynced[?cluster=C]` | objects born on clusters that placements upsync, by cluster |
+//! | GET, POST | `/ui/...` | the web view and its login (see [`ui`]) |
 //! | POST | `/revocations/{name}` | revoke a node (admin only; body `{"reason": "..."}`): every tier refuses it |
 //! | GET | `/revocations` | the revoked names |
 //!
 //! Every request needs `Authorization: Bearer <token>` with a token from the tokens
-//! file; nothing is served anonymously. What each token may do is [`auth`]'s.
+//! file, or the web view's session cookie that stands for one; nothing but the web
+//! view's page itself (which holds no data) is served anonymously. What each token
+//! may do is [`auth`]'s.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -523,7 +526,13 @@ async fn route(
         }
         (&Method::POST, ["revocations", name]) => revoke::revoke(state, grant, name, body).await,
         (&Method::GET, ["revocations"]) => revoke::list(state).await,
-        (&Method::GET, ["clusters"]) => tree::clusters(state).await,
+        (&Method::GET, ["clusters"]) => {
+            // Taints are the space's: shown only for a space the grant may read.
+            let space = param(query, "space")
+                .filter(|s| grant.allows(Some(s), false).is_ok())
+                .and_then(|s| space_of(&s).ok());
+            tree::clusters(state, space).await
+        }
         (&Method::GET, ["status"]) => tree::status(state).await,
         (&Method::GET, ["upsynced"]) => tree::upsynced(state, param(query, "cluster")).await,
         _ => not_found(method, p),

@@ -57,12 +57,22 @@ impl Drop for Fleet {
 /// Starts [`TOPOLOGY`] in `tmp` with an admin token; returns once `relay up` printed
 /// its credentials and the kubeconfig's path.
 pub(crate) fn up(tmp: &Path) -> Fleet {
+    up_with_tokens(tmp, "")
+}
+
+/// [`up`], with more lines for the tokens file (`TOKEN user=NAME role=view`, ...)
+/// after the admin's.
+pub(crate) fn up_with_tokens(tmp: &Path, more: &str) -> Fleet {
     let clients = common::kube_clients();
     let file = tmp.join("topology.yaml");
     std::fs::write(&file, TOPOLOGY).unwrap();
     let data = tmp.join("data");
     std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(data.join("api.tokens"), "admin-token-0123456789\n").unwrap();
+    std::fs::write(
+        data.join("api.tokens"),
+        format!("admin-token-0123456789\n{more}"),
+    )
+    .unwrap();
     let (child, rx) = common::relay_up(&file, &data);
     let (mut env, mut kubeconfig) = (None, None);
     for _ in 0..1200 {

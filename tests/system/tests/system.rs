@@ -56,3 +56,4 @@ mod start_order;
 mod tiers;
 mod tunnel_cap;
 mod up;
+mod web_ui;

@@ -19,7 +19,6 @@ use std::hash::{Hash, Hasher};
 
 use serde_json::{Value, json};
 use strata_protocol::model::{Cluster, Space};
-use strata_protocol::overrides::is_cluster_object;
 use strata_protocol::time::UnixMillis;
 use strata_protocol::wire::{LinkRecord, LinkTransport, Role};
 
@@ -163,19 +162,6 @@ pub(super) fn tiers(core: &NodeCore, now: UnixMillis) -> Value {
     })
 }
 
-/// The taints the space's `Cluster` objects set, by cluster.
-fn taints(core: &NodeCore, space: &Space) -> BTreeMap<String, Value> {
-    core.log()
-        .live()
-        .filter(|o| is_cluster_object(&o.meta) && o.key().space == *space)
-        .filter_map(|o| {
-            let body: Value = serde_json::from_slice(&o.body).ok()?;
-            let t = body.pointer("/spec/taints")?.clone();
-            Some((o.key().name.clone(), t))
-        })
-        .collect()
-}
-
 /// The placements of `space` routed to each cluster (chosen, or being moved off).
 fn placements(core: &NodeCore, space: &Space) -> BTreeMap<String, Vec<Value>> {
     let mut out: BTreeMap<String, Vec<Value>> = BTreeMap::new();
@@ -201,7 +187,7 @@ fn placements(core: &NodeCore, space: &Space) -> BTreeMap<String, Vec<Value>> {
 pub(super) fn clusters_of(core: &NodeCore, relay: &str, space: &Space, now: UnixMillis) -> Value {
     let root = core.name().to_owned();
     let links = core.all_links();
-    let taints = taints(core, space);
+    let taints = crate::kube::clusters::taints(core, space);
     let routed = placements(core, space);
     let items: Vec<Value> = core
         .reports()

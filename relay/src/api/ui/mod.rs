@@ -47,9 +47,9 @@ pub(crate) const CSRF_HEADER: &str = "x-strata-csrf";
 
 /// How often the event stream looks for a change.
 const EVENT_TICK: Duration = Duration::from_secs(1);
-/// A comment goes out after this long without an event, so that proxies keep the
-/// stream open and the page notices a dead one.
-const KEEPALIVE: Duration = Duration::from_secs(15);
+/// The tiers go out again after this long even if only heartbeats moved, so that the
+/// page's "heard 3s ago" stays true and proxies keep the stream open.
+const REFRESH: Duration = Duration::from_secs(10);
 
 const INDEX: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
@@ -66,18 +66,24 @@ fn asset(content_type: &'static str, body: &'static str) -> Response<Body> {
         crate::http::response(StatusCode::OK, content_type, body).map(BodyExt::boxed_unsync);
     let h = resp.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     resp
 }
 
 fn redirect(to: &'static str) -> Response<Body> {
-    let mut resp = crate::http::response(StatusCode::SEE_OTHER, "text/plain", "")
-        .map(BodyExt::boxed_unsync);
+    let mut resp =
+        crate::http::response(StatusCode::SEE_OTHER, "text/plain", "").map(BodyExt::boxed_unsync);
     resp.headers_mut()
         .insert(header::LOCATION, HeaderValue::from_static(to));
     resp
@@ -89,10 +95,12 @@ fn page(status: StatusCode, text: &str) -> Response<Body> {
          <link rel=stylesheet href=/ui/app.css><main class=notice><h1>Strata</h1><p>{}</p></main>",
         text.replace('&', "&amp;").replace('<', "&lt;")
     );
-    let mut resp = crate::http::response(status, "text/html; charset=utf-8", html)
-        .map(BodyExt::boxed_unsync);
-    resp.headers_mut()
-        .insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    let mut resp =
+        crate::http::response(status, "text/html; charset=utf-8", html).map(BodyExt::boxed_unsync);
+    resp.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
     resp
 }
 
@@ -136,8 +144,10 @@ async fn login(state: &ApiState, code: &str) -> Response<Body> {
             if let Ok(v) = HeaderValue::from_str(&cookie) {
                 resp.headers_mut().insert(header::SET_COOKIE, v);
             }
-            resp.headers_mut()
-                .insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+            resp.headers_mut().insert(
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("no-referrer"),
+            );
             resp
         }
         Ok(None) => page(
@@ -177,7 +187,7 @@ pub(super) async fn api(
                 Ok(code) => {
                     super::audit::ui_code(&grant.user);
                     reply(
-                        StatusCode::CREATED,
+                        StatusCode::OK,
                         json!({
                             "code": code,
                             "path": format!("/ui/login?code={code}"),
@@ -268,20 +278,35 @@ fn tiers_now(core: &mut NodeCore) -> Value {
     v
 }
 
+/// The tiers without what moves at every heartbeat (each link's `lastHeard`): what
+/// the event stream compares to decide whether anything changed.
+fn without_heartbeats(tiers: &Value) -> Value {
+    let mut v = tiers.clone();
+    if let Some(relays) = v["relays"].as_array_mut() {
+        for r in relays {
+            if let Some(link) = r["link"].as_object_mut() {
+                link.remove("lastHeard");
+            }
+        }
+    }
+    v
+}
+
 /// The tiers as server-sent events: one `tiers` event at once, then one each time they
-/// change (looked at every [`EVENT_TICK`]), and a comment after [`KEEPALIVE`] of quiet.
-/// Ends when the node stops or the page goes away (the body is dropped).
+/// change (looked at every [`EVENT_TICK`]; heartbeats alone do not count) and at least
+/// every [`REFRESH`]. Ends when the node stops or the page goes away (the body is
+/// dropped).
 fn events(node: crate::tier::runtime::NodeClient) -> Response<Body> {
     struct Follow {
         node: crate::tier::runtime::NodeClient,
         last: Option<Value>,
-        quiet_since: tokio::time::Instant,
+        sent_at: tokio::time::Instant,
         first: bool,
     }
     let start = Follow {
         node,
         last: None,
-        quiet_since: tokio::time::Instant::now(),
+        sent_at: tokio::time::Instant::now(),
         first: true,
     };
     let stream = futures::stream::unfold(start, |mut f| async move {
@@ -291,19 +316,14 @@ fn events(node: crate::tier::runtime::NodeClient) -> Response<Body> {
             }
             f.first = false;
             let now = Clock::start().wall();
-            let tiers = f.node.query(move |core| fleet::tiers(core, now)).await?;
-            if f.last.as_ref() != Some(&tiers) {
-                let mut sent = tiers.clone();
-                sent["now"] = json!(now.0);
-                f.last = Some(tiers);
-                f.quiet_since = tokio::time::Instant::now();
-                let frame = format!("event: tiers\ndata: {sent}\n\n");
+            let mut tiers = f.node.query(move |core| fleet::tiers(core, now)).await?;
+            let key = without_heartbeats(&tiers);
+            if f.last.as_ref() != Some(&key) || f.sent_at.elapsed() >= REFRESH {
+                tiers["now"] = json!(now.0);
+                f.last = Some(key);
+                f.sent_at = tokio::time::Instant::now();
+                let frame = format!("event: tiers\ndata: {tiers}\n\n");
                 return Some((Ok::<_, Infallible>(Frame::data(Bytes::from(frame))), f));
-            }
-            if f.quiet_since.elapsed() >= KEEPALIVE {
-                f.quiet_since = tokio::time::Instant::now();
-                let frame = Frame::data(Bytes::from_static(b": keepalive\n\n"));
-                return Some((Ok(frame), f));
             }
         }
     });
@@ -340,7 +360,11 @@ mod tests {
 
     #[test]
     fn the_assets_ask_for_nothing_outside_the_root() {
-        for (name, text) in [("index.html", INDEX), ("app.js", APP_JS), ("app.css", APP_CSS)] {
+        for (name, text) in [
+            ("index.html", INDEX),
+            ("app.js", APP_JS),
+            ("app.css", APP_CSS),
+        ] {
             for far in ["http://", "https://", "//cdn", "@import"] {
                 let hits: Vec<&str> = text
                     .lines()

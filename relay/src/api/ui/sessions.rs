@@ -161,7 +161,11 @@ mod tests {
         let s = Sessions::default();
         let t = Instant::now();
         let code = s.new_code("t0", t).await.expect("code");
-        let session = s.redeem(&code, t).await.expect("redeem").expect("a session");
+        let session = s
+            .redeem(&code, t)
+            .await
+            .expect("redeem")
+            .expect("a session");
         assert_eq!(s.token(&session, t).await.as_deref(), Some("t0"));
         // Used once: a second trade fails.
         assert!(s.redeem(&code, t).await.expect("redeem").is_none());
@@ -173,7 +177,11 @@ mod tests {
         // So does a session.
         assert!(s.token(&session, t + SESSION_TTL).await.is_none());
         let other = s.new_code("t2", t).await.expect("code");
-        let live = s.redeem(&other, t).await.expect("redeem").expect("a session");
+        let live = s
+            .redeem(&other, t)
+            .await
+            .expect("redeem")
+            .expect("a session");
         s.end(&live).await;
         assert!(s.token(&live, t).await.is_none());
     }

@@ -285,10 +285,10 @@ async function refreshOpen(force) {
   await Promise.all(
     wanted.map(async (r) => {
       const have = state.clusters.get(r.name);
-      if (!force && have && have.digest === r.digest && have.space === state.space) return;
+      if (!force && have && have.digest === r.digest && have.head === t.head && have.space === state.space) return;
       try {
         const v = await api("GET", "/ui/api/clusters?relay=" + encodeURIComponent(r.name) + "&space=" + encodeURIComponent(state.space));
-        state.clusters.set(r.name, { digest: r.digest, space: state.space, items: v.items, now: v.now });
+        state.clusters.set(r.name, { digest: r.digest, head: t.head, space: state.space, items: v.items, now: v.now });
       } catch (e) {
         showNotice("clusters of " + r.name + ": " + e.message);
       }
@@ -361,7 +361,7 @@ async function loadPlacements() {
   }
   const byPlacement = new Map();
   for (const s of [...(statuses.items || []), ...(clusterStatuses.items || [])]) {
-    const p = s.metadata && s.metadata.labels && s.metadata.labels["strata.dev/placement"];
+    const p = s.placement || (s.metadata && s.metadata.labels && s.metadata.labels["strata.dev/placement"]);
     if (!byPlacement.has(p)) byPlacement.set(p, []);
     byPlacement.get(p).push(s);
   }
@@ -381,10 +381,12 @@ function placementCard(p, statuses) {
   const chosen = d.clusters || [];
   const excluded = Object.entries(d.excluded || {}).map(([why, n]) => n + " " + why);
   const spec = p.spec || {};
+  const sel = spec.clusters || {};
   const how = [
-    spec.clusters !== undefined ? "count " + spec.clusters : null,
-    spec.spread ? "spread by " + (spec.spread.by || JSON.stringify(spec.spread)) : null,
-    spec.prefer ? "prefer " + JSON.stringify(spec.prefer) : null,
+    sel.count !== undefined ? "at most " + sel.count + " clusters" : "every matching cluster",
+    sel.spreadBy ? "spread by " + sel.spreadBy : null,
+    sel.prefer ? "preferring " + sel.prefer.length + " selector" + (sel.prefer.length === 1 ? "" : "s") + " in order" : null,
+    sel.failoverAfter ? "failover after " + sel.failoverAfter : null,
   ].filter(Boolean);
   return h(
     "article",
@@ -419,7 +421,7 @@ function rolloutView(p) {
     : [];
   return h(
     "div",
-    { class: "rollout", "data-phase": phase, "data-wave-index": current },
+    { class: "rollout", "data-phase": phase, "data-wave-index": current, "data-revision": r.revision ?? "" },
     h("p", {}, "rollout revision " + (r.revision ?? "?") + ": ", h("b", {}, phase), r.wave ? " at wave " + r.wave : "", r.available ? ", " + r.available + " available" : "", r.failed ? ", " + r.failed + " failed" : "", r.message ? " — " + r.message : ""),
     h("ol", { class: "waves" }, steps),
     h("span", { class: "actions" }, actions),
@@ -443,8 +445,9 @@ async function rolloutAction(placement, verb) {
 function statusTable(statuses) {
   const rows = statuses.map((s) => {
     const o = s.object || {};
-    const t = s.total || s.status || {};
-    const tiers = (s.tiers || []).map((x) => h("span", { class: "badge tier", title: "expected " + x.expected }, x.name + " " + (x.available ?? 0) + "/" + (x.expected ?? 0)));
+    const t = s.summary || {};
+    const tiers = (s.tiers || []).map((x) => h("span", { class: "badge tier", title: "available/expected in this subtree" }, x.name + " " + (x.available ?? 0) + "/" + (x.expected ?? 0)));
+    const clusters = (s.clusters || []).map((x) => h("span", { class: "badge " + String(x.health || "").toLowerCase(), title: x.message || x.health || "" }, x.name + " " + (x.health || "")));
     return h(
       "tr",
       { "data-object": (o.kind || "") + "/" + (o.name || "") },
@@ -454,13 +457,13 @@ function statusTable(statuses) {
       h("td", { "data-count": "progressing" }, t.progressing ?? 0),
       h("td", { "data-count": "degraded", class: "behind" }, t.degraded ?? 0),
       h("td", { "data-count": "failed", class: "unreachable" }, t.failed ?? 0),
-      h("td", {}, tiers),
+      h("td", {}, tiers, clusters),
     );
   });
   return h(
     "table",
     { class: "status" },
-    h("thead", {}, h("tr", {}, ["object", "expected", "available", "progressing", "degraded", "failed", "per tier"].map((c) => h("th", {}, c)))),
+    h("thead", {}, h("tr", {}, ["object", "expected", "available", "progressing", "degraded", "failed", "per tier and cluster"].map((c) => h("th", {}, c)))),
     h("tbody", {}, rows),
   );
 }
