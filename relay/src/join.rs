@@ -107,10 +107,8 @@ pub fn parse_join_tokens(
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let (token, rule) = parse_token_line(line).map_err(|error| JoinTokensError::Line {
-            line: i + 1,
-            error,
-        })?;
+        let (token, rule) =
+            parse_token_line(line).map_err(|error| JoinTokensError::Line { line: i + 1, error })?;
         tokens.insert(token_id(&token), rule);
     }
     if tokens.is_empty() {
@@ -136,8 +134,8 @@ impl Joining {
         };
         let text = std::fs::read_to_string(&files.tokens)
             .map_err(|e| err("tokens", &files.tokens, format!("cannot read: {e}")))?;
-        let (tokens, _) =
-            parse_join_tokens(&text).map_err(|why| err("tokens", &files.tokens, why.to_string()))?;
+        let (tokens, _) = parse_join_tokens(&text)
+            .map_err(|why| err("tokens", &files.tokens, why.to_string()))?;
         for (field, path) in [("ca_cert", &files.ca_cert), ("ca_key", &files.ca_key)] {
             if let Err(e) = std::fs::metadata(path) {
                 return Err(err(field, path, format!("cannot read: {e}")));

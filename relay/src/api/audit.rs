@@ -29,6 +29,16 @@ pub(super) fn api_write(user: &str, method: &Method, path: &[&str], body: &[u8],
     );
 }
 
+/// Logs a login code given for the web view (`relay ui`).
+pub(super) fn ui_code(user: &str) {
+    tracing::info!(target: "audit", who = %user, action = "ui-login-code", "{user} asked for a web view login code");
+}
+
+/// Logs a login code traded for a web view session.
+pub(super) fn ui_login(user: &str) {
+    tracing::info!(target: "audit", who = %user, action = "ui-login", "{user} logged in to the web view");
+}
+
 /// `Kind namespace/name` of every object a JSON or YAML body names (nothing for a
 /// patch or anything else that names no object), and how many were left off.
 pub(super) fn named_objects(body: &[u8]) -> (Vec<String>, usize) {

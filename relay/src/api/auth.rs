@@ -101,6 +101,13 @@ pub struct Tokens {
 }
 
 impl Tokens {
+    /// The grant of a bearer token, if the file holds it (compared in constant time).
+    pub fn grant(&self, token: &str) -> Option<&Grant> {
+        self.grants
+            .iter()
+            .find(|g| constant_time_eq(g.token.as_bytes(), token.as_bytes()))
+    }
+
     /// Parses the tokens file; an error names the line, or says that the file holds no
     /// token (the API would serve no one). With a summary for the logs: how many
     /// tokens, and their users.
@@ -130,6 +137,11 @@ impl Tokens {
             summary,
         ))
     }
+}
+
+/// Whether two byte strings are equal, in a time that depends on their length only.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Parses the tokens file; an error names the line and what is wrong with it.

@@ -7,15 +7,18 @@
 //! | DELETE | `/spaces/{space}/objects/{kind}/{name}[?namespace=NS]` | delete one object |
 //! | GET | `/spaces/{space}/objects?kind=K[&name=N][&namespace=NS]` | objects with per-placement summaries |
 //! | any | `/spaces/{space}/{api,apis,version,openapi}/...`, and `/{api,apis,version,openapi}/...` for the space `default` | the Kubernetes API (see [`crate::kube`]) |
-//! | GET | `/clusters` | the inventory, with each cluster's link state and last-seen |
+//! | GET | `/clusters[?space=S]` | the inventory, with each cluster's link state and last-seen (and its taints in space `S`) |
 //! | any | `/clusters/{name}/[proxy/]...` | that cluster's own Kubernetes API, through the tiers (see `tunnel`; needs `debug`) |
 //! | GET | `/status` | the tier tree: every link's state, lag and last heartbeat |
 //! | GET | `/upsynced[?cluster=C]` | objects born on clusters that placements upsync, by cluster |
+//! | GET, POST | `/ui/...` | the web view and its login (see [`ui`]) |
 //! | POST | `/revocations/{name}` | revoke a node (admin only; body `{"reason": "..."}`): every tier refuses it |
 //! | GET | `/revocations` | the revoked names |
 //!
 //! Every request needs `Authorization: Bearer <token>` with a token from the tokens
-//! file; nothing is served anonymously. What each token may do is [`auth`]'s.
+//! file, or the web view's session cookie that stands for one; nothing but the web
+//! view's page itself (which holds no data) is served anonymously. What each token
+//! may do is [`auth`]'s.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -42,6 +45,7 @@ pub mod paths;
 mod revoke;
 mod tree;
 mod tunnel;
+mod ui;
 
 use crate::kube::selector::LabelQuery;
 use paths::ObjectFilter;
@@ -63,6 +67,8 @@ struct ApiState {
     journal: crate::kube::status_journal::SharedJournal,
     /// What `/livez`, `/healthz` and `/readyz` answer (the metrics listener's checks).
     health: Arc<dyn strata_node::ops::OpsSource>,
+    /// The web view's login codes and sessions.
+    ui: ui::Sessions,
 }
 
 /// Why the API could not be started.
@@ -138,6 +144,7 @@ pub fn spawn(
         metrics,
         journal: crate::kube::status_journal::SharedJournal::default(),
         health,
+        ui: ui::Sessions::default(),
     });
     Ok(tokio::spawn(http::accept_loop(
         listener,
@@ -298,28 +305,54 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
     if let Some(resp) = public(&req, state).await {
         return resp;
     }
+    if let Some(resp) = ui::public(&req, state).await {
+        return resp;
+    }
     let tokens = state.tokens.current();
-    let grant = req
+    // A bearer token, or the web view's session cookie standing for one.
+    let bearer = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .and_then(|t| {
-            tokens
-                .grants
-                .iter()
-                .find(|g| constant_time_eq(g.token.as_bytes(), t.as_bytes()))
-        });
-    let Some(grant) = grant else {
+        .map(str::to_owned);
+    let session = match bearer {
+        Some(_) => None,
+        None => req
+            .headers()
+            .get_all(hyper::header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(ui::sessions::from_cookie)
+            .map(str::to_owned),
+    };
+    let token = match (bearer, &session) {
+        (Some(t), _) => Some(t),
+        (None, Some(s)) => state.ui.token(s, tokio::time::Instant::now()).await,
+        (None, None) => None,
+    };
+    let Some(grant) = token.as_deref().and_then(|t| tokens.grant(t)) else {
         // A metav1.Status, so that Kubernetes clients say what is wrong.
-        let (_, status) = crate::kube::failure(
-            401,
-            "Unauthorized",
-            "missing or unknown bearer token".into(),
-            None,
-        );
+        let message = if session.is_some() {
+            "the web view's session has ended; run `relay ui` for a new login link"
+        } else {
+            "missing or unknown bearer token"
+        };
+        let (_, status) = crate::kube::failure(401, "Unauthorized", message.into(), None);
         return reply(StatusCode::UNAUTHORIZED, status);
     };
+    if !ui::csrf_ok(session.is_some(), req.method(), req.headers()) {
+        let (_, status) = crate::kube::failure(
+            403,
+            "Forbidden",
+            format!(
+                "a write with the web view's session cookie must carry the {} header",
+                ui::CSRF_HEADER
+            ),
+            None,
+        );
+        return reply(StatusCode::FORBIDDEN, status);
+    }
     if let Some((cluster, path)) = tunnel::target(req.uri().path()) {
         return tunnel::serve(req, grant, state, cluster, path).await;
     }
@@ -348,6 +381,9 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
         }
     };
     let p: Vec<&str> = path.iter().map(String::as_str).collect();
+    if let Some(resp) = ui::api(state, grant, session.as_deref(), &method, &p, &query).await {
+        return resp;
+    }
     // Asking what one may do is a read, whatever its method.
     let review = p.ends_with(&["selfsubjectaccessreviews"]);
     let write = method != Method::GET && method != Method::HEAD && !review;
@@ -484,7 +520,13 @@ async fn route(
         }
         (&Method::POST, ["revocations", name]) => revoke::revoke(state, grant, name, body).await,
         (&Method::GET, ["revocations"]) => revoke::list(state).await,
-        (&Method::GET, ["clusters"]) => tree::clusters(state).await,
+        (&Method::GET, ["clusters"]) => {
+            // Taints are the space's: shown only for a space the grant may read.
+            let space = param(query, "space")
+                .filter(|s| grant.allows(Some(s), false).is_ok())
+                .and_then(|s| space_of(&s).ok());
+            tree::clusters(state, space).await
+        }
         (&Method::GET, ["status"]) => tree::status(state).await,
         (&Method::GET, ["upsynced"]) => tree::upsynced(state, param(query, "cluster")).await,
         _ => not_found(method, p),
@@ -503,10 +545,6 @@ fn header(headers: &hyper::HeaderMap, name: hyper::header::HeaderName) -> &str {
         .get(name)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn parse_query(q: &str) -> Vec<(String, String)> {

@@ -5,6 +5,7 @@
 
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
+use strata_protocol::model::Space;
 use strata_protocol::wire::{LinkRecord, LinkTransport, ReportKey, ReportValue, Role};
 
 use super::{ApiState, error, reply};
@@ -31,12 +32,17 @@ fn link_json(node: &str, l: &LinkRecord) -> Value {
     })
 }
 
-pub(super) async fn clusters(state: &ApiState) -> Response<super::Body> {
+/// The inventory; with `space` (one the grant may read), each cluster's taints in
+/// that space too (`relay cordon` and `relay drain` set them per space).
+pub(super) async fn clusters(state: &ApiState, space: Option<Space>) -> Response<super::Body> {
     let now = Clock::start().wall();
     let items = state
         .node
         .query(move |core: &mut NodeCore| {
             let links = core.all_links();
+            let taints = space
+                .map(|s| crate::kube::clusters::taints(core, &s))
+                .unwrap_or_default();
             core.reports()
                 .clusters()
                 .map(|c| {
@@ -46,6 +52,7 @@ pub(super) async fn clusters(state: &ApiState) -> Response<super::Body> {
                         "properties": c.properties,
                         "reachable": reachable, "lastSeen": seen,
                         "reason": backend_reason(c),
+                        "taints": taints.get(&c.name).cloned().unwrap_or(json!([])),
                     })
                 })
                 .collect::<Vec<_>>()

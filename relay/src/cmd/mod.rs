@@ -204,6 +204,20 @@ pub enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Open the root's web view (`https://ROOT/ui/`): the tiers live, placements and
+    /// rollouts, and the actions your token's role allows. Prints a login link, good
+    /// once and for two minutes, that trades itself for a session cookie, so no token
+    /// is pasted into a page; opens it in a browser when one is at hand (`$BROWSER`,
+    /// `xdg-open` or `open`). The browser must trust the root's API certificate (the
+    /// hierarchy's CA, or the certificate `api.tls` names).
+    Ui {
+        /// Only print the link.
+        #[arg(long)]
+        print: bool,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Show objects born on clusters that placements copy to the center (`upsync:`),
     /// under their cluster's name.
     Upsynced {
@@ -431,8 +445,19 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             lifecycle(&api, &cluster, crate::cmd::lifecycle::Action::Drain, wait).await
         }
         Command::Clusters { api } => {
-            let v = call(&api, Method::GET, "/clusters", None).await?;
+            let path = format!("/clusters?space={}", api.space);
+            let v = call(&api, Method::GET, &path, None).await?;
             print!("{}", crate::cmd::views::clusters_table(&v));
+            Ok(())
+        }
+        Command::Ui { print, api } => {
+            let v = call(&api, Method::POST, "/ui/login-codes", None).await?;
+            let path = v["path"].as_str().unwrap_or("/ui/");
+            let url = format!("https://{}{path}", api.server);
+            println!("{url}");
+            if !print {
+                open_browser(&url);
+            }
             Ok(())
         }
         Command::Upsynced {
@@ -501,6 +526,37 @@ async fn lifecycle(
         );
     }
     Ok(())
+}
+
+/// Starts a browser on `url` without waiting for it: `$BROWSER`, else the desktop's
+/// opener; says so on standard error when there is none.
+fn open_browser(url: &str) {
+    let mut tried = Vec::new();
+    let candidates = std::env::var("BROWSER")
+        .ok()
+        .filter(|b| !b.trim().is_empty())
+        .into_iter()
+        .chain(["xdg-open".to_owned(), "open".to_owned()]);
+    for program in candidates {
+        match std::process::Command::new(&program)
+            .arg(url)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+        {
+            Ok(_) => {
+                eprintln!("opened in {program}; the link works once, for two minutes");
+                return;
+            }
+            Err(_) => tried.push(program),
+        }
+    }
+    eprintln!(
+        "no browser to open it ({} not found): open the link above in one; it works once, \
+         for two minutes",
+        tried.join(", ")
+    );
 }
 
 async fn call(

@@ -258,8 +258,24 @@ fn user_summary_line(out: &mut String, summary: &Value) {
     let _ = writeln!(out, "  summary: {}", shown.join(" "));
 }
 
-/// The inventory as a table by relay path: labels, and whether each cluster is
-/// reachable now or when it was last seen.
+/// What `relay cordon|drain` did to a cluster (in the space asked): `drained`,
+/// `cordoned`, or `ready`; `tainted` for other `NoSchedule`/`NoExecute` taints.
+fn schedule(c: &Value) -> &'static str {
+    let taints: Vec<&Value> = c["taints"].as_array().into_iter().flatten().collect();
+    let has = |key: &str| taints.iter().any(|t| t["key"] == key);
+    if has(crate::cmd::lifecycle::DRAINED) {
+        "drained"
+    } else if has(crate::cmd::lifecycle::CORDONED) {
+        "cordoned"
+    } else if taints.is_empty() {
+        "ready"
+    } else {
+        "tainted"
+    }
+}
+
+/// The inventory as a table by relay path (`relay clusters`): whether each cluster is
+/// reachable now or when it was last seen, whether placements may choose it, labels.
 pub fn clusters_table(v: &Value) -> String {
     let now = v["now"].as_u64().unwrap_or(0);
     let mut items: Vec<&Value> = v["items"].as_array().into_iter().flatten().collect();
@@ -267,8 +283,8 @@ pub fn clusters_table(v: &Value) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<32} {:<24} {:<12} LABELS",
-        "PATH", "CLUSTER", "LAST-SEEN"
+        "{:<32} {:<24} {:<12} {:<10} LABELS",
+        "PATH", "CLUSTER", "LAST-SEEN", "SCHEDULE"
     );
     for c in items {
         let labels: Vec<String> = c["labels"]
@@ -284,9 +300,10 @@ pub fn clusters_table(v: &Value) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<32} {:<24} {seen:<12} {}",
+            "{:<32} {:<24} {seen:<12} {:<10} {}",
             path_of(c),
             text(c, "name"),
+            schedule(c),
             labels.join(",")
         );
         if let Some(why) = c["reason"].as_str() {
@@ -418,13 +435,16 @@ agents: 1/1 connected (relay status --agents lists them)
             { "name": "c2", "path": ["center", "us"], "labels": { "region": "us" },
               "reachable": false, "lastSeen": 40_000 },
             { "name": "c1", "path": ["center", "eu"], "labels": {}, "reachable": true,
-              "lastSeen": 100_000 },
+              "lastSeen": 100_000,
+              "taints": [{ "key": "strata.dev/cordoned", "effect": "NoSchedule" }] },
             { "name": "c3", "path": ["center", "us"], "labels": {}, "reachable": false,
               "lastSeen": 90_000, "reason": "its agent cannot reach the cluster's API server: refused" },
         ]});
         let text = clusters_table(&v);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[1].starts_with("center/eu") && lines[1].contains(" now "));
+        assert!(lines[1].contains(" cordoned "), "{text}");
+        assert!(lines[2].contains(" ready "), "{text}");
         assert!(lines[2].contains("60s ago") && lines[2].ends_with("region=us"));
         assert!(
             lines[3].contains(" c3 ") && lines[3].contains("10s ago"),

@@ -60,7 +60,14 @@ impl Drop for Fleet {
 /// `relay up` printed its credentials and the kubeconfig's path and all four clusters
 /// report to the root.
 pub(crate) fn up(tmp: &Path) -> Fleet {
-    let f = start(tmp, TOPOLOGY, "admin-token-0123456789\n", true);
+    up_with_tokens(tmp, "")
+}
+
+/// [`up`], with more lines for the tokens file (`TOKEN user=NAME role=view`, ...)
+/// after the admin's.
+pub(crate) fn up_with_tokens(tmp: &Path, more: &str) -> Fleet {
+    let tokens = format!("admin-token-0123456789\n{more}");
+    let f = start(tmp, TOPOLOGY, &tokens, true);
     f.eventually("all four clusters report to the root", |f| {
         let out = f.run("kubectl", &["get", "clusters", "-o", "name"]);
         String::from_utf8_lossy(&out.stdout).lines().count() == 4

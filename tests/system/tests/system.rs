@@ -59,3 +59,4 @@ mod tiers;
 mod token_reload;
 mod tunnel_cap;
 mod up;
+mod web_ui;

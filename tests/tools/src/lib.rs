@@ -23,6 +23,7 @@
 
 pub mod etcd_cluster;
 pub mod fake_apiserver;
+pub mod webdriver;
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -57,7 +58,13 @@ pub enum Tool {
     /// [`PYTHON3_VENV_DOC`]), which makes the virtual environment the Kubernetes Python
     /// client's end-to-end tests run in: `.ci/install-python-venv`.
     Python3Venv,
+    /// Debian's chromium with its ChromeDriver ([`CHROMEDRIVER`]), the real browser
+    /// the web view's tests drive: `.ci/install-chromium`.
+    Chromium,
 }
+
+/// ChromeDriver (Debian's `chromium-driver`), present whenever [`Tool::Chromium`] is.
+pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
 /// A directory of Debian's `python3-venv` package, present whenever [`Tool::Python3Venv`]
 /// is: the package itself holds nothing else, it pulls in the `ensurepip` of the default
@@ -96,6 +103,7 @@ impl Tool {
             Tool::Ip => "ip",
             Tool::Promtool => "promtool",
             Tool::Python3Venv => "python3",
+            Tool::Chromium => "chromium",
         }
     }
 
@@ -120,6 +128,7 @@ impl Tool {
             Tool::Squid => &[SQUID_BASIC_AUTH],
             Tool::Nginx => &[NGINX_STREAM_MODULE],
             Tool::Python3Venv => &[PYTHON3_VENV_DOC],
+            Tool::Chromium => &[CHROMEDRIVER],
             _ => &[],
         }
     }
@@ -144,6 +153,7 @@ impl Tool {
             | Tool::Ip => &PROXIES,
             Tool::Promtool => &PROMETHEUS,
             Tool::Python3Venv => &PYTHON_VENV,
+            Tool::Chromium => &CHROMIUM,
         }
     }
 }
@@ -213,6 +223,7 @@ static ETCD: Installer = Installer::new(".ci/install-etcd");
 static PROXIES: Installer = Installer::new(".ci/install-proxies");
 static PROMETHEUS: Installer = Installer::new(".ci/install-prometheus");
 static PYTHON_VENV: Installer = Installer::new(".ci/install-python-venv");
+static CHROMIUM: Installer = Installer::new(".ci/install-chromium");
 static KUBE_CLIENTS: Installer = Installer::new(".ci/install-kube-clients");
 
 impl Installer {

@@ -70,6 +70,20 @@ fn entries<'a>(core: &'a NodeCore, space: &Space) -> BTreeMap<String, Entry<'a>>
     out
 }
 
+/// The taints the space's `Cluster` objects set (`relay cordon`, `relay drain`,
+/// `kubectl edit cluster`), by cluster; clusters without any are absent.
+pub fn taints(core: &NodeCore, space: &Space) -> BTreeMap<String, Value> {
+    core.log()
+        .live()
+        .filter(|o| is_cluster_object(&o.meta) && o.key().space == *space)
+        .filter_map(|o| {
+            let body: Value = serde_json::from_slice(&o.body).ok()?;
+            let t = body.pointer("/spec/taints")?;
+            (t.as_array().is_some_and(|a| !a.is_empty())).then(|| (o.key().name.clone(), t.clone()))
+        })
+        .collect()
+}
+
 /// The key of the space's object for `name`.
 pub fn key(space: &Space, name: &str) -> ObjectKey {
     ObjectKey::new(ObjectKeyParts {
