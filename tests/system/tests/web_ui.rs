@@ -153,7 +153,7 @@ fn agent_pid(f: &Fleet, cluster: &str) -> String {
         .args(["-f", &pattern])
         .output()
         .unwrap();
-    let pid = String::from_utf8_lossy(&out.stdout)
+    String::from_utf8_lossy(&out.stdout)
         .lines()
         .next()
         .unwrap_or_else(|| {
@@ -162,8 +162,7 @@ fn agent_pid(f: &Fleet, cluster: &str) -> String {
                 f.dir.display()
             )
         })
-        .to_owned();
-    pid
+        .to_owned()
 }
 
 fn signal(pid: &str, sig: &str) {

@@ -337,7 +337,7 @@ pub fn inspect_png(png: &[u8]) -> Result<PngFacts, WebDriverError> {
         return Err(bad("fewer pixels than the header says"));
     }
     let mut prev = vec![0u8; stride];
-    let mut counts: std::collections::HashMap<[u8; 3], u64> = std::collections::HashMap::new();
+    let mut counts: std::collections::BTreeMap<[u8; 3], u64> = std::collections::BTreeMap::new();
     for y in 0..height as usize {
         let line = &raw[y * (stride + 1)..(y + 1) * (stride + 1)];
         let filter = line[0];

@@ -227,12 +227,10 @@ pub(super) async fn api(
                 },
             }),
         ),
-        (&Method::GET, ["ui", "api", "tiers"]) => {
-            match state.node.query(|core| tiers_now(core)).await {
-                Some(v) => reply(StatusCode::OK, v),
-                None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
-            }
-        }
+        (&Method::GET, ["ui", "api", "tiers"]) => match state.node.query(tiers_now).await {
+            Some(v) => reply(StatusCode::OK, v),
+            None => error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
+        },
         (&Method::GET, ["ui", "api", "clusters"]) => {
             let space = param(query, "space").unwrap_or_else(|| "default".to_owned());
             let Some(relay) = param(query, "relay") else {

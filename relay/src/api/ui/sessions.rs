@@ -12,7 +12,7 @@
 //! Codes and sessions live in the root's memory only: a restarted root asks for a new
 //! `relay ui`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::Mutex;
@@ -55,8 +55,8 @@ struct Entry {
 /// The codes and sessions of the web view.
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
-    codes: Mutex<HashMap<String, Entry>>,
-    sessions: Mutex<HashMap<String, Entry>>,
+    codes: Mutex<BTreeMap<String, Entry>>,
+    sessions: Mutex<BTreeMap<String, Entry>>,
 }
 
 /// 256 random bits, hex.
@@ -70,7 +70,7 @@ fn secret() -> Result<String, SessionError> {
 }
 
 fn insert(
-    map: &mut HashMap<String, Entry>,
+    map: &mut BTreeMap<String, Entry>,
     token: &str,
     ttl: Duration,
     what: &'static str,
