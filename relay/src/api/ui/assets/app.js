@@ -422,7 +422,7 @@ function rolloutView(p) {
   return h(
     "div",
     { class: "rollout", "data-phase": phase, "data-wave-index": current, "data-revision": r.revision ?? "" },
-    h("p", {}, "rollout revision " + (r.revision ?? "?") + ": ", h("b", {}, phase), r.wave ? " at wave " + r.wave : "", r.available ? ", " + r.available + " available" : "", r.failed ? ", " + r.failed + " failed" : "", r.message ? " — " + r.message : ""),
+    h("p", {}, "rollout revision " + (r.revision ?? "?") + ": ", h("b", {}, phase), r.wave ? " at wave " + r.wave : "", r.available && r.available !== "0/0" ? ", " + r.available + " available" : "", r.failed ? ", " + r.failed + " failed" : "", r.message ? " — " + r.message : ""),
     h("ol", { class: "waves" }, steps),
     h("span", { class: "actions" }, actions),
   );

@@ -1,0 +1,192 @@
+//! The web view's figures (issue 48), printed, never asserted: start a topology with
+//! `relay up` (the demo's 24 clusters unless a file is given), open the view in
+//! headless chromium through a `relay ui` link, and print first paint, the time until
+//! the tree is drawn with its data, the bytes of the first view, the page's JavaScript
+//! heap, and the update latency from a cordon at the root (`relay cordon`, answered
+//! once durable) to the page showing it, over several rounds.
+//!
+//! ```text
+//! cargo build --bin relay --bin agent
+//! cargo run -p strata-system-tests --example ui_figures [-- TOPOLOGY.yaml [ROUNDS]]
+//! ```
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::disallowed_methods,
+    clippy::disallowed_types
+)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use strata_test_tools::webdriver::Browser;
+
+struct Up {
+    child: Child,
+    env: Vec<(String, String)>,
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn bin(name: &str) -> PathBuf {
+    strata_test_tools::target().join("debug").join(name)
+}
+
+fn up(topology: &Path, data: &Path) -> Up {
+    let mut child = Command::new(bin("relay"))
+        .args(["up", &topology.display().to_string(), "--data"])
+        .arg(data)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin("").display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    for line in out.lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.trim().strip_prefix("export STRATA_SERVER=") {
+            let env = format!("STRATA_SERVER={rest}")
+                .split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+            return Up { child, env };
+        }
+    }
+    panic!("relay up ended before it printed its credentials");
+}
+
+fn relay(up: &Up, args: &[&str]) -> String {
+    let out = Command::new(bin("relay"))
+        .args(args)
+        .envs(up.env.iter().cloned())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "relay {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let topology = args
+        .first()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("deploy/examples/demo.yaml"));
+    let rounds: usize = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(10);
+    let tmp = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let up = up(&topology, &tmp.path().join("data"));
+    println!(
+        "relay up {}: every link connected in {:.1?}",
+        topology.display(),
+        started.elapsed()
+    );
+    let clusters: Vec<String> = relay(&up, &["clusters"])
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        .collect();
+    let url = relay(&up, &["ui", "--print"]).trim().to_owned();
+    let b = Browser::start(1280, 900).unwrap();
+    b.goto(&url).unwrap();
+    b.wait_for("return document.body.dataset.ready === 'true'", 600)
+        .unwrap();
+    let first = b
+        .script(
+            "const p = performance.getEntriesByName('first-contentful-paint')[0];
+             const r = performance.getEntriesByName('strata-ready')[0];
+             const entries = performance.getEntriesByType('resource')
+                 .concat(performance.getEntriesByType('navigation'));
+             const bytes = entries.reduce((n, e) => n + (e.transferSize || 0), 0);
+             const body = entries.reduce((n, e) => n + (e.decodedBodySize || 0), 0);
+             return { firstPaintMs: p && p.startTime, readyMs: r && r.startTime,
+                      transferred: bytes, decoded: body, requests: entries.length,
+                      heapBytes: performance.memory && performance.memory.usedJSHeapSize,
+                      rows: document.querySelectorAll('[data-cluster]').length };",
+            json!([]),
+        )
+        .unwrap();
+    println!("clusters: {}", clusters.len());
+    println!(
+        "first view: first paint {:.0} ms, tree drawn with data {:.0} ms, {} requests, {} bytes transferred ({} decoded), JS heap {:.1} MiB, {} cluster rows",
+        first["firstPaintMs"].as_f64().unwrap_or(f64::NAN),
+        first["readyMs"].as_f64().unwrap_or(f64::NAN),
+        first["requests"],
+        first["transferred"],
+        first["decoded"],
+        first["heapBytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+        first["rows"],
+    );
+    // Update latency: cordon at the root, then watch the page until it shows it.
+    let Some(target) = clusters.first() else {
+        println!("no cluster to cordon");
+        return;
+    };
+    let selector = format!("[data-cluster='{target}'] [data-taint='cordoned']");
+    let mut latencies = Vec::new();
+    for round in 0..rounds {
+        let cordon = round % 2 == 0;
+        relay(&up, &[if cordon { "cordon" } else { "uncordon" }, target]);
+        let t0 = Instant::now();
+        let script = format!("return !!document.querySelector(\"{selector}\") === {cordon}");
+        let mut shown = false;
+        while t0.elapsed() < Duration::from_secs(30) {
+            if b.script(&script, json!([])).unwrap() == Value::Bool(true) {
+                shown = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if shown {
+            latencies.push(t0.elapsed().as_secs_f64() * 1000.0);
+        } else {
+            println!("round {round}: the page did not show the change within 30 s");
+        }
+    }
+    latencies.sort_by(f64::total_cmp);
+    if !latencies.is_empty() {
+        println!(
+            "update latency (relay cordon/uncordon answered -> page shows it), {} rounds: p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms",
+            latencies.len(),
+            percentile(&latencies, 0.5),
+            percentile(&latencies, 0.9),
+            latencies[latencies.len() - 1],
+        );
+    }
+    let heap = b
+        .script(
+            "return performance.memory && performance.memory.usedJSHeapSize",
+            json!([]),
+        )
+        .unwrap();
+    println!(
+        "JS heap after the rounds: {:.1} MiB",
+        heap.as_f64().unwrap_or(0.0) / 1048576.0
+    );
+}
