@@ -42,6 +42,8 @@ fn bin(name: &str) -> PathBuf {
     strata_test_tools::target().join("debug").join(name)
 }
 
+// The child is waited for by `Up`'s drop; on the panic path the bench exits with it.
+#[allow(clippy::zombie_processes)]
 fn up(topology: &Path, data: &Path) -> Up {
     let mut child = Command::new(bin("relay"))
         .args(["up", &topology.display().to_string(), "--data"])
