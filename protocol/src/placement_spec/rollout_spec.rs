@@ -83,14 +83,16 @@ pub enum Amount {
     Percent(u32),
 }
 
+/// A number or a text, as a count or a percentage may be written.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Raw {
+    N(u32),
+    S(String),
+}
+
 impl<'de> Deserialize<'de> for Amount {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(u32),
-            S(String),
-        }
         match Raw::deserialize(d)? {
             Raw::N(n) => Ok(Amount::Count(n)),
             Raw::S(s) => parse_percent(&s)
@@ -106,12 +108,6 @@ pub struct Percent(pub u32);
 
 impl<'de> Deserialize<'de> for Percent {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(u32),
-            S(String),
-        }
         let p = match Raw::deserialize(d)? {
             Raw::N(n) => n,
             Raw::S(s) => parse_percent(&s).map_err(serde::de::Error::custom)?,

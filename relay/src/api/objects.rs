@@ -4,8 +4,8 @@
 
 use hyper::StatusCode;
 use serde_json::{Value, json};
-use strata_node::objects::parse_manifests;
-use strata_protocol::model::ObjectKey;
+use strata_node::objects::{Manifest, parse_manifests};
+use strata_protocol::model::{ObjectKey, Space};
 use strata_protocol::route::is_strata_object;
 use strata_protocol::wire::{Change, ReportKey, ReportValue};
 
@@ -22,19 +22,9 @@ pub(super) async fn apply(state: &ApiState, space: &str, body: &[u8]) -> Respons
         Ok(s) => s,
         Err(r) => return *r,
     };
-    let text = match std::str::from_utf8(body) {
-        Ok(t) => t,
-        Err(_) => return error(StatusCode::BAD_REQUEST, "the body is not UTF-8 YAML"),
-    };
-    let manifests = match parse_manifests(text, &space) {
+    let manifests = match body_manifests(&space, body, "applied") {
         Ok(m) => m,
-        Err(errors) => {
-            let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            return reply(
-                StatusCode::BAD_REQUEST,
-                json!({ "error": "nothing was applied", "errors": errors }),
-            );
-        }
+        Err(refused) => return *refused,
     };
     // What the API assigns (resourceVersion, uid, managedFields, status) is the root's:
     // output of `get -o yaml` applies again as it was written.
@@ -150,19 +140,33 @@ pub(super) async fn delete_manifests(state: &ApiState, space: &str, body: &[u8])
         Ok(s) => s,
         Err(r) => return *r,
     };
-    let Ok(text) = std::str::from_utf8(body) else {
-        return error(StatusCode::BAD_REQUEST, "the body is not UTF-8 YAML");
-    };
-    match parse_manifests(text, &space) {
+    match body_manifests(&space, body, "deleted") {
         Ok(m) => delete_keys(state, m.into_iter().map(|m| m.meta.key).collect()).await,
-        Err(errors) => {
-            let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            reply(
-                StatusCode::BAD_REQUEST,
-                json!({ "error": "nothing was deleted", "errors": errors }),
-            )
-        }
+        Err(refused) => *refused,
     }
+}
+
+/// The manifests of a request's body (YAML) in `space`, or the 400 that refuses it
+/// (the body is not UTF-8, or manifests do not parse: each named), saying that nothing
+/// was `done`.
+fn body_manifests(
+    space: &Space,
+    body: &[u8],
+    done: &str,
+) -> Result<Vec<Manifest>, Box<Response<Body>>> {
+    let Ok(text) = std::str::from_utf8(body) else {
+        return Err(Box::new(error(
+            StatusCode::BAD_REQUEST,
+            "the body is not UTF-8 YAML",
+        )));
+    };
+    parse_manifests(text, space).map_err(|errors| {
+        let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        Box::new(reply(
+            StatusCode::BAD_REQUEST,
+            json!({ "error": format!("nothing was {done}"), "errors": errors }),
+        ))
+    })
 }
 
 pub(super) async fn delete_one(
