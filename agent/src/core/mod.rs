@@ -25,20 +25,20 @@ use strata_node::follower::{Followed, ParentFollower};
 use strata_node::objects::placements_in;
 use strata_node::store::{Batch, ParentState};
 use strata_protocol::customize::CustomizeError;
-use strata_protocol::model::{
-    Cluster, ContentHash, Health, Labels, Object, ObjectKey, ObjectMeta, Status,
-};
+use strata_protocol::model::{Cluster, ContentHash, Health, Labels, Object, ObjectKey, Status};
 use strata_protocol::placement::Placement;
 use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::{ObjectLog, ParentLink, SessionError};
 use strata_protocol::time::{Instant, UnixMillis};
-use strata_protocol::waves::{pin_key, pinned_key, placements_for_pin};
+use strata_protocol::waves::pinned_key;
 use strata_protocol::wire::{Change, ParentToChild, Report, ReportKey, ReportValue};
 
 use crate::backend::{ClusterBackend, Reach, UpsyncRule};
 use crate::customize::{cluster_vars, render_object, set_user_entries, summarized};
 
+mod pins;
 mod restore;
+use pins::{held_as, pinned_rules, report_key};
 pub use restore::AgentBootOptions;
 
 /// The state of one agent.
@@ -541,52 +541,6 @@ impl AgentCore {
                 value,
             },
         );
-    }
-}
-
-/// What the cluster holds as `key`: the object itself, or else its pinned previous
-/// revision (with the object's identity and the labels its manifest carries).
-fn held_as(log: &ObjectLog, key: &ObjectKey) -> Option<Object> {
-    if let Some(o) = log.get(key) {
-        return Some(o.clone());
-    }
-    let pin = log.get(&pin_key(key))?;
-    let labels = serde_json::from_slice::<serde_json::Value>(&pin.body)
-        .ok()
-        .and_then(|v| serde_json::from_value::<Labels>(v.pointer("/metadata/labels")?.clone()).ok())
-        .unwrap_or_default();
-    Some(Object {
-        meta: std::sync::Arc::new(ObjectMeta {
-            key: key.clone(),
-            labels,
-        }),
-        revision: pin.revision,
-        hash: pin.hash,
-        body: pin.body.clone(),
-    })
-}
-
-/// The placements as they render `key` when the cluster holds its pin and the pin
-/// carries its placement's previous `customize` rules; `None`: the current ones.
-fn pinned_rules(
-    log: &ObjectLog,
-    key: &ObjectKey,
-    placements: &[Placement],
-) -> Option<Vec<Placement>> {
-    if log.get(key).is_some() {
-        return None;
-    }
-    placements_for_pin(&log.get(&pin_key(key))?.meta, placements)
-}
-
-/// The key the agent reports the status of `key` under: the object's own, or its pin's
-/// when the cluster holds the pinned previous revision (so that summaries of the new
-/// revision count only the clusters released).
-fn report_key(log: &ObjectLog, key: &ObjectKey) -> ObjectKey {
-    if log.get(key).is_none() && log.get(&pin_key(key)).is_some() {
-        pin_key(key)
-    } else {
-        key.clone()
     }
 }
 
