@@ -18,6 +18,7 @@
 pub mod api;
 pub mod demo;
 pub mod kinds;
+pub mod kube_context;
 pub mod kubeconfig;
 pub mod lifecycle;
 pub mod objects;
@@ -307,6 +308,34 @@ pub enum CliError {
     Yaml(#[from] serde_saphyr::ser::Error),
 }
 
+/// The name a kubectl plugin's file has: kubectl runs `kubectl-strata ARGS` for
+/// `kubectl strata ARGS`.
+pub const KUBECTL_PLUGIN: &str = "kubectl-strata";
+
+impl Cli {
+    /// Parses `args` (the first is the program): as `relay`, or as `kubectl strata`
+    /// when the program's file is named [`KUBECTL_PLUGIN`] (help and errors then say
+    /// `kubectl strata`). Exits on `--help`, `--version` and errors, as clap does.
+    pub fn parse_invoked<I, T>(args: I) -> Cli
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        let plugin = args
+            .first()
+            .and_then(|a| std::path::Path::new(a).file_name())
+            .is_some_and(|n| n == KUBECTL_PLUGIN);
+        let mut command = Cli::command();
+        if plugin {
+            command = command.name("kubectl strata").bin_name("kubectl strata");
+        }
+        let matches = command.get_matches_from(args);
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
 /// Runs a command.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
@@ -326,11 +355,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Apply { file, api } => {
-            let body = read_manifests(&file, &api.space)?;
+            let body = read_manifests(&file, &api.space())?;
             let v = call(
                 &api,
                 Method::POST,
-                &format!("/spaces/{}/apply", api.space),
+                &format!("/spaces/{}/apply", api.space()),
                 Some(body),
             )
             .await?;
@@ -357,11 +386,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             api,
         } => match (file, kind, name) {
             (Some(file), _, _) => {
-                let body = read_manifests(&file, &api.space)?;
+                let body = read_manifests(&file, &api.space())?;
                 let v = call(
                     &api,
                     Method::POST,
-                    &format!("/spaces/{}/delete", api.space),
+                    &format!("/spaces/{}/delete", api.space()),
                     Some(body),
                 )
                 .await?;
@@ -401,11 +430,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         } => {
             let client = api.client().map_err(CallError::from)?;
             if action == "status" {
-                crate::cmd::rollout::status(&client, &api.space, &placement, watch).await?;
+                crate::cmd::rollout::status(&client, &api.space(), &placement, watch).await?;
             } else {
                 let stamp = strata_node::clock::Clock::start().wall().0;
                 let said =
-                    crate::cmd::rollout::command(&client, &api.space, &placement, &action, stamp)
+                    crate::cmd::rollout::command(&client, &api.space(), &placement, &action, stamp)
                         .await?;
                 println!("{said}");
             }
@@ -485,12 +514,12 @@ async fn lifecycle(
     wait: Option<strata_protocol::choice::Seconds>,
 ) -> Result<(), CliError> {
     let client = api.client().map_err(CallError::from)?;
-    let said = crate::cmd::lifecycle::run(&client, &api.space, cluster, action).await?;
+    let said = crate::cmd::lifecycle::run(&client, &api.space(), cluster, action).await?;
     println!("{said}");
     if let Some(limit) = wait {
         let took = crate::cmd::lifecycle::wait_drained(
             &client,
-            &api.space,
+            &api.space(),
             cluster,
             Duration::from_secs(limit.0),
         )
