@@ -231,6 +231,14 @@ pub enum Command {
         #[command(flatten)]
         args: crate::cmd::kubeconfig::KubeconfigArgs,
     },
+    /// Print a shell completion script for `relay` to standard output, e.g.
+    /// `relay completion bash > /etc/bash_completion.d/relay`, or
+    /// `source <(relay completion zsh)` in `~/.zshrc`.
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Show the tier tree: every relay link's state (up or DOWN, since when), its lag in
     /// revisions and its last heartbeat, as each parent last reported it. Deeper links
     /// are refreshed upward every few seconds, so their heartbeats can be that old.
@@ -350,6 +358,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Up { file, data } => crate::cmd::up::run(&file, data, cli.logging.log)
             .await
             .map_err(CliError::Up),
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "relay", &mut std::io::stdout());
+            Ok(())
+        }
         Command::Kubeconfig { args } => {
             print!("{}", crate::cmd::kubeconfig::run(&args).await?);
             Ok(())
@@ -610,4 +623,33 @@ fn read_manifests(source: &str, space: &str) -> Result<Vec<u8>, ManifestError> {
         body.push('\n');
     }
     Ok(body.into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn completion_scripts_name_the_commands_for_each_shell() {
+        for (shell, marker) in [
+            ("bash", "complete -F"),
+            ("zsh", "#compdef relay"),
+            ("fish", "complete -c relay"),
+        ] {
+            let cli = Cli::try_parse_from(["relay", "completion", shell]).unwrap();
+            let Command::Completion { shell } = cli.command else {
+                panic!("not the completion command")
+            };
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "relay", &mut out);
+            let script = String::from_utf8(out).unwrap();
+            assert!(script.contains(marker), "{shell}: {script}");
+            assert!(
+                script.contains("clusters") && script.contains("rollout"),
+                "{shell}"
+            );
+        }
+        assert!(Cli::try_parse_from(["relay", "completion", "tcsh"]).is_err());
+    }
 }

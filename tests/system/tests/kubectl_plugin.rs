@@ -73,7 +73,12 @@ fn kubectl_strata_and_relay_read_a_kubeconfig_context_with_a_dns_named_server() 
     let rendered = render::render(&topology, &dir, &RenderOptions::default()).unwrap();
     let port = rendered.api.port();
     let config = rendered.nodes[0].config.display().to_string();
-    let root = Proc::spawn(&dir, "center", &bin("relay"), &["serve", "--config", &config]);
+    let root = Proc::spawn(
+        &dir,
+        "center",
+        &bin("relay"),
+        &["serve", "--config", &config],
+    );
     let kc = dir.join("kubeconfig");
     write(&kc, &kubeconfig(&dir, port, "s3cret"));
     let relay = bin("relay");
@@ -82,7 +87,11 @@ fn kubectl_strata_and_relay_read_a_kubeconfig_context_with_a_dns_named_server() 
     // relay with the kubeconfig's context: the root by the name localhost.
     let mut ok = None;
     for _ in 0..150 {
-        let o = run(&relay, &["clusters", "--context", "strata"], &kubeconfig_env);
+        let o = run(
+            &relay,
+            &["clusters", "--context", "strata"],
+            &kubeconfig_env,
+        );
         if o.status.success() {
             ok = Some(o);
             break;
@@ -161,7 +170,11 @@ fn kubectl_strata_and_relay_read_a_kubeconfig_context_with_a_dns_named_server() 
     env.push(("PATH", path));
     let o = run(&kubectl, &["plugin", "list"], &env);
     assert!(text(&o).contains("kubectl-strata"), "{}", text(&o));
-    let o = run(&kubectl, &["strata", "clusters", "--context", "strata"], &env);
+    let o = run(
+        &kubectl,
+        &["strata", "clusters", "--context", "strata"],
+        &env,
+    );
     assert!(
         o.status.success() && text(&o).contains("CLUSTER"),
         "{}",
