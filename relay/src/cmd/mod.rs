@@ -441,7 +441,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             watch,
             api,
         } => {
-            let client = api.client().map_err(CallError::from)?;
+            let client = api.client()?;
             if action == "status" {
                 crate::cmd::rollout::status(&client, &api.space(), &placement, watch).await?;
             } else {
@@ -526,7 +526,7 @@ async fn lifecycle(
     action: crate::cmd::lifecycle::Action,
     wait: Option<strata_protocol::choice::Seconds>,
 ) -> Result<(), CliError> {
-    let client = api.client().map_err(CallError::from)?;
+    let client = api.client()?;
     let said = crate::cmd::lifecycle::run(&client, &api.space(), cluster, action).await?;
     println!("{said}");
     if let Some(limit) = wait {
