@@ -10,6 +10,7 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
 use serde_json::Value;
+use strata_node::dial::ParentAddress;
 use strata_node::proxy::Proxy;
 use tokio_rustls::TlsConnector;
 
@@ -19,12 +20,9 @@ use tokio_rustls::TlsConnector;
 #[derive(Debug, thiserror::Error)]
 #[allow(missing_docs)] // the fields are the address, the name and the cause
 pub enum RequestError {
-    /// No TCP connection to the API's address.
-    #[error("cannot reach the API at {addr}")]
-    Connect {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    /// No TCP connection to the API's address (a name resolved at every request).
+    #[error("cannot reach the API at {addr}: {detail}")]
+    Connect { addr: String, detail: String },
     /// The root's name cannot be checked against a certificate.
     #[error("{name:?} is not a valid server name")]
     ServerName {
@@ -34,7 +32,7 @@ pub enum RequestError {
     /// The TLS handshake failed: most often the wrong root name or CA.
     #[error("TLS with the API at {addr} (is {name:?} the root's name, and --ca its CA?)")]
     Tls {
-        addr: SocketAddr,
+        addr: String,
         name: String,
         source: std::io::Error,
     },
@@ -50,7 +48,7 @@ pub enum RequestError {
     /// The proxy `HTTPS_PROXY` names refused or failed (it is named in the message).
     #[error("reaching the API at {addr}: {source}")]
     Proxy {
-        addr: SocketAddr,
+        addr: String,
         source: strata_node::proxy::ProxyError,
     },
 }
@@ -58,7 +56,7 @@ pub enum RequestError {
 /// Where the API is and how to prove who we are.
 #[derive(Debug, Clone)]
 pub struct ApiClient {
-    addr: SocketAddr,
+    addr: ParentAddress,
     server_name: String,
     tls: Arc<rustls::ClientConfig>,
     token: String,
@@ -68,6 +66,34 @@ impl ApiClient {
     /// A client of the API at `addr`, whose certificate must name `server_name`.
     pub fn new(
         addr: SocketAddr,
+        server_name: &str,
+        ca: &std::path::Path,
+        token: &str,
+    ) -> Result<Self, strata_node::tls::TlsError> {
+        Self::at(addr.into(), server_name, ca, token)
+    }
+
+    /// [`ApiClient::at`] with the CA as PEM (a kubeconfig's
+    /// `certificate-authority-data`; `from` names the kubeconfig in errors).
+    pub fn at_with_ca_pem(
+        addr: ParentAddress,
+        server_name: &str,
+        ca_pem: &[u8],
+        from: &std::path::Path,
+        token: &str,
+    ) -> Result<Self, strata_node::tls::TlsError> {
+        Ok(ApiClient {
+            addr,
+            server_name: server_name.to_owned(),
+            tls: strata_node::tls::api_client_config_pem(ca_pem, from)?,
+            token: token.to_owned(),
+        })
+    }
+
+    /// A client of the API at `addr`: `IP:PORT`, or `host:port` resolved at every
+    /// request (a load balancer's DNS name), its certificate naming `server_name`.
+    pub fn at(
+        addr: ParentAddress,
         server_name: &str,
         ca: &std::path::Path,
         token: &str,
@@ -89,20 +115,19 @@ impl ApiClient {
     ) -> Result<(StatusCode, Value), RequestError> {
         // Through the proxy `HTTPS_PROXY` names unless `NO_PROXY` exempts the root; TLS
         // runs end to end inside the tunnel.
+        let addr = self.addr.to_string();
         let proxy_err = |source| RequestError::Proxy {
-            addr: self.addr,
+            addr: addr.clone(),
             source,
         };
-        let tcp = match Proxy::from_env(&self.addr.ip().to_string()).map_err(proxy_err)? {
-            Some(proxy) => proxy
-                .tunnel(&self.addr.to_string())
+        let tcp = match Proxy::from_env(&self.addr.host()).map_err(proxy_err)? {
+            Some(proxy) => proxy.tunnel(&addr).await.map_err(proxy_err)?,
+            // A name is resolved now, every address tried (happy eyeballs).
+            None => strata_node::dial::tcp_happy_eyeballs(&addr)
                 .await
-                .map_err(proxy_err)?,
-            None => tokio::net::TcpStream::connect(self.addr)
-                .await
-                .map_err(|source| RequestError::Connect {
-                    addr: self.addr,
-                    source,
+                .map_err(|detail| RequestError::Connect {
+                    addr: addr.clone(),
+                    detail,
                 })?,
         };
         let name = ServerName::try_from(self.server_name.clone()).map_err(|source| {
@@ -115,7 +140,7 @@ impl ApiClient {
             .connect(name, tcp)
             .await
             .map_err(|source| RequestError::Tls {
-                addr: self.addr,
+                addr: addr.clone(),
                 name: self.server_name.clone(),
                 source,
             })?;

@@ -1,10 +1,10 @@
-//! The `relay` binary: parses the command line and hands over to the library.
-
-use clap::Parser;
+//! The `relay` binary: parses the command line and hands over to the library. Installed
+//! (or linked) as `kubectl-strata` on the PATH, it is a kubectl plugin: `kubectl strata
+//! clusters` runs `relay clusters`.
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = strata_relay::cmd::Cli::parse();
+    let cli = strata_relay::cmd::Cli::parse_invoked(std::env::args_os());
     strata_node::process::init_logging(&cli.logging);
     match strata_relay::cmd::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

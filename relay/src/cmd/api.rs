@@ -3,11 +3,11 @@
 //! command line (`cmd`) and the commands that call the API (`objects`).
 
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use hyper::StatusCode;
+use strata_node::dial::ParentAddress;
 use strata_node::tls::TlsError;
 
 use crate::client::{ApiClient, RequestError};
@@ -30,30 +30,114 @@ pub enum Output {
     Summary,
 }
 
-/// How to reach the root's API.
+/// How to reach the root's API: each of `--server`, `--server-name`, `--ca`, `--token`
+/// and `--space` (or its `STRATA_*` variable) when given, else what the kubeconfig's
+/// context says (`--kubeconfig`, `KUBECONFIG`, `~/.kube/config`; `--context`, else its
+/// current context; see [`super::kube_context`]), else the defaults. With both
+/// `STRATA_CA` and `STRATA_TOKEN` set, no kubeconfig is read.
 #[derive(Debug, Args)]
 pub struct ApiArgs {
-    /// The API's address.
-    #[arg(long, env = "STRATA_SERVER", default_value = "127.0.0.1:8443")]
-    pub server: SocketAddr,
-    /// The root's node name, which its certificate must carry.
-    #[arg(long, env = "STRATA_SERVER_NAME", default_value = "center")]
-    pub server_name: String,
-    /// The hierarchy's CA certificate.
+    /// The API's address: `IP:PORT`, or `host:port` (a DNS name, e.g. a load
+    /// balancer's, resolved at every connect) [default: the kubeconfig's server, else
+    /// 127.0.0.1:8443]
+    #[arg(long, env = "STRATA_SERVER")]
+    pub server: Option<ParentAddress>,
+    /// The name the API's certificate must carry [default: the kubeconfig's
+    /// tls-server-name or server host, else center, the root's node name]
+    #[arg(long, env = "STRATA_SERVER_NAME")]
+    pub server_name: Option<String>,
+    /// The hierarchy's CA certificate [default: the kubeconfig's]
     #[arg(long, env = "STRATA_CA", value_name = "FILE")]
-    pub ca: PathBuf,
-    /// A bearer token from the root's tokens file.
+    pub ca: Option<PathBuf>,
+    /// A bearer token from the root's tokens file [default: the kubeconfig user's]
     #[arg(long, env = "STRATA_TOKEN", hide_env_values = true)]
-    pub token: String,
-    /// The space.
-    #[arg(long, env = "STRATA_SPACE", default_value = "default")]
-    pub space: String,
+    pub token: Option<String>,
+    /// The space [default: the kubeconfig server's /spaces/NAME, else default]
+    #[arg(long, env = "STRATA_SPACE")]
+    pub space: Option<String>,
+    /// A kubeconfig to read the rest from (as kubectl: else KUBECONFIG, else
+    /// ~/.kube/config), e.g. one `relay kubeconfig` wrote
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig's context [default: its current-context]
+    #[arg(long)]
+    pub context: Option<String>,
+    /// The kubeconfig's context, read once.
+    #[arg(skip)]
+    read: std::sync::OnceLock<Result<super::kube_context::Context, String>>,
 }
 
 impl ApiArgs {
+    /// Whether the kubeconfig is needed: some of the CA and token are not given.
+    fn needs_kubeconfig(&self) -> bool {
+        self.ca.is_none() || self.token.is_none()
+    }
+
+    /// The kubeconfig's context, when needed (read once).
+    fn context(&self) -> Option<Result<&super::kube_context::Context, &str>> {
+        if !self.needs_kubeconfig() {
+            return None;
+        }
+        let read = self.read.get_or_init(|| {
+            super::kube_context::read(self.kubeconfig.as_deref(), self.context.as_deref())
+                .map_err(|e| e.to_string())
+        });
+        Some(read.as_ref().map_err(String::as_str))
+    }
+
+    /// The space: `--space` / `STRATA_SPACE`, else the kubeconfig server's, else
+    /// `default`.
+    pub fn space(&self) -> String {
+        if let Some(s) = &self.space {
+            return s.clone();
+        }
+        self.context()
+            .and_then(|c| c.ok()?.space.clone())
+            .unwrap_or_else(|| "default".to_owned())
+    }
+
     /// The API client these arguments describe.
-    pub fn client(&self) -> Result<ApiClient, TlsError> {
-        ApiClient::new(self.server, &self.server_name, &self.ca, &self.token)
+    pub fn client(&self) -> Result<ApiClient, CallError> {
+        use super::kube_context::Ca;
+        let context = match self.context() {
+            None => None,
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => return Err(CallError::Kubeconfig(e.to_owned())),
+        };
+        let server = self
+            .server
+            .clone()
+            .or_else(|| context.map(|c| c.server.clone()))
+            .unwrap_or_else(|| {
+                ParentAddress::from(std::net::SocketAddr::from(([127, 0, 0, 1], 8443)))
+            });
+        let server_name = self
+            .server_name
+            .clone()
+            .or_else(|| context.map(|c| c.server_name.clone()))
+            .unwrap_or_else(|| "center".to_owned());
+        let token = match (&self.token, context) {
+            (Some(t), _) => t.clone(),
+            (None, Some(c)) => c.token.clone(),
+            (None, None) => String::new(),
+        };
+        Ok(match (&self.ca, context) {
+            (Some(ca), _) => ApiClient::at(server, &server_name, ca, &token)?,
+            (None, Some(c)) => match &c.ca {
+                Ca::File(f) => ApiClient::at(server, &server_name, f, &token)?,
+                Ca::Pem(pem) => {
+                    ApiClient::at_with_ca_pem(server, &server_name, pem, &c.file, &token)?
+                }
+                Ca::None => {
+                    return Err(CallError::Kubeconfig(format!(
+                        "{}: the context's cluster has no certificate-authority(-data): give --ca",
+                        c.file.display()
+                    )));
+                }
+            },
+            // Without --ca the kubeconfig is read: not reached.
+            (None, None) => return Err(CallError::Kubeconfig("give --ca".to_owned())),
+        })
     }
 }
 
@@ -63,6 +147,9 @@ pub enum CallError {
     /// The CA file is unusable.
     #[error(transparent)]
     Client(#[from] TlsError),
+    /// No kubeconfig context gives what the flags and `STRATA_*` variables did not.
+    #[error("{0}")]
+    Kubeconfig(String),
     /// No answer.
     #[error(transparent)]
     Request(#[from] RequestError),

@@ -18,6 +18,7 @@
 pub mod api;
 pub mod demo;
 pub mod kinds;
+pub mod kube_context;
 pub mod kubeconfig;
 pub mod lifecycle;
 pub mod objects;
@@ -244,6 +245,14 @@ pub enum Command {
         #[command(flatten)]
         args: crate::cmd::kubeconfig::KubeconfigArgs,
     },
+    /// Print a shell completion script for `relay` to standard output, e.g.
+    /// `relay completion bash > /etc/bash_completion.d/relay`, or
+    /// `source <(relay completion zsh)` in `~/.zshrc`.
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Show the tier tree: every relay link's state (up or DOWN, since when), its lag in
     /// revisions and its last heartbeat, as each parent last reported it. Deeper links
     /// are refreshed upward every few seconds, so their heartbeats can be that old.
@@ -321,6 +330,34 @@ pub enum CliError {
     Yaml(#[from] serde_saphyr::ser::Error),
 }
 
+/// The name a kubectl plugin's file has: kubectl runs `kubectl-strata ARGS` for
+/// `kubectl strata ARGS`.
+pub const KUBECTL_PLUGIN: &str = "kubectl-strata";
+
+impl Cli {
+    /// Parses `args` (the first is the program): as `relay`, or as `kubectl strata`
+    /// when the program's file is named [`KUBECTL_PLUGIN`] (help and errors then say
+    /// `kubectl strata`). Exits on `--help`, `--version` and errors, as clap does.
+    pub fn parse_invoked<I, T>(args: I) -> Cli
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        let plugin = args
+            .first()
+            .and_then(|a| std::path::Path::new(a).file_name())
+            .is_some_and(|n| n == KUBECTL_PLUGIN);
+        let mut command = Cli::command();
+        if plugin {
+            command = command.name("kubectl strata").bin_name("kubectl strata");
+        }
+        let matches = command.get_matches_from(args);
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
 /// Runs a command.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
@@ -335,16 +372,21 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Up { file, data } => crate::cmd::up::run(&file, data, cli.logging.log)
             .await
             .map_err(CliError::Up),
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "relay", &mut std::io::stdout());
+            Ok(())
+        }
         Command::Kubeconfig { args } => {
             print!("{}", crate::cmd::kubeconfig::run(&args).await?);
             Ok(())
         }
         Command::Apply { file, api } => {
-            let body = read_manifests(&file, &api.space)?;
+            let body = read_manifests(&file, &api.space())?;
             let v = call(
                 &api,
                 Method::POST,
-                &format!("/spaces/{}/apply", api.space),
+                &format!("/spaces/{}/apply", api.space()),
                 Some(body),
             )
             .await?;
@@ -371,11 +413,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             api,
         } => match (file, kind, name) {
             (Some(file), _, _) => {
-                let body = read_manifests(&file, &api.space)?;
+                let body = read_manifests(&file, &api.space())?;
                 let v = call(
                     &api,
                     Method::POST,
-                    &format!("/spaces/{}/delete", api.space),
+                    &format!("/spaces/{}/delete", api.space()),
                     Some(body),
                 )
                 .await?;
@@ -413,13 +455,13 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             watch,
             api,
         } => {
-            let client = api.client().map_err(CallError::from)?;
+            let client = api.client()?;
             if action == "status" {
-                crate::cmd::rollout::status(&client, &api.space, &placement, watch).await?;
+                crate::cmd::rollout::status(&client, &api.space(), &placement, watch).await?;
             } else {
                 let stamp = strata_node::clock::Clock::start().wall().0;
                 let said =
-                    crate::cmd::rollout::command(&client, &api.space, &placement, &action, stamp)
+                    crate::cmd::rollout::command(&client, &api.space(), &placement, &action, stamp)
                         .await?;
                 println!("{said}");
             }
@@ -509,13 +551,13 @@ async fn lifecycle(
     action: crate::cmd::lifecycle::Action,
     wait: Option<strata_protocol::choice::Seconds>,
 ) -> Result<(), CliError> {
-    let client = api.client().map_err(CallError::from)?;
-    let said = crate::cmd::lifecycle::run(&client, &api.space, cluster, action).await?;
+    let client = api.client()?;
+    let said = crate::cmd::lifecycle::run(&client, &api.space(), cluster, action).await?;
     println!("{said}");
     if let Some(limit) = wait {
         let took = crate::cmd::lifecycle::wait_drained(
             &client,
-            &api.space,
+            &api.space(),
             cluster,
             Duration::from_secs(limit.0),
         )
@@ -637,4 +679,33 @@ fn read_manifests(source: &str, space: &str) -> Result<Vec<u8>, ManifestError> {
         body.push('\n');
     }
     Ok(body.into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn completion_scripts_name_the_commands_for_each_shell() {
+        for (shell, marker) in [
+            ("bash", "complete -F"),
+            ("zsh", "#compdef relay"),
+            ("fish", "complete -c relay"),
+        ] {
+            let cli = Cli::try_parse_from(["relay", "completion", shell]).unwrap();
+            let Command::Completion { shell } = cli.command else {
+                panic!("not the completion command")
+            };
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "relay", &mut out);
+            let script = String::from_utf8(out).unwrap();
+            assert!(script.contains(marker), "{shell}: {script}");
+            assert!(
+                script.contains("clusters") && script.contains("rollout"),
+                "{shell}"
+            );
+        }
+        assert!(Cli::try_parse_from(["relay", "completion", "tcsh"]).is_err());
+    }
 }

@@ -55,12 +55,11 @@ pub struct Selection {
 }
 
 fn client(api: &ApiArgs) -> Result<ApiClient, ObjectsError> {
-    api.client()
-        .map_err(|e| ObjectsError::Call(CallError::Client(e)))
+    api.client().map_err(ObjectsError::Call)
 }
 
 async fn resolve(client: &ApiClient, api: &ApiArgs, word: &str) -> Result<Kind, ObjectsError> {
-    Ok(kinds::resolve(client, &api.space, word).await?)
+    Ok(kinds::resolve(client, &api.space(), word).await?)
 }
 
 /// A refusal from the Kubernetes API (a `metav1.Status`) as an error.
@@ -96,7 +95,7 @@ pub async fn get(api: &ApiArgs, what: Selection, output: Output) -> Result<(), O
     if let Output::Table | Output::Wide | Output::Summary = output {
         return table(&client, api, &kind, &what, namespace, output).await;
     }
-    let mut path = kind.path(&api.space, namespace, what.name.as_deref());
+    let mut path = kind.path(&api.space(), namespace, what.name.as_deref());
     if let (None, Some(sel)) = (&what.name, &what.selector) {
         path.push_str(&format!("?labelSelector={}", kinds::encode(sel)));
     }
@@ -147,7 +146,7 @@ async fn table(
 ) -> Result<(), ObjectsError> {
     let mut path = format!(
         "/spaces/{}/objects?kind={}&group={}",
-        api.space,
+        api.space(),
         kind.kind,
         kinds::encode(&kind.group)
     );
@@ -166,7 +165,7 @@ async fn table(
         return Err(ObjectsError::NotFound {
             kind: kind.name_prefix(),
             name: name.clone(),
-            space: api.space.clone(),
+            space: api.space(),
             namespace: namespace.map(str::to_owned),
         });
     }
@@ -189,7 +188,7 @@ async fn table(
             let v = ask(
                 client,
                 Method::GET,
-                &kind.path(&api.space, None, Some(name)),
+                &kind.path(&api.space(), None, Some(name)),
             )
             .await?;
             if v["status"]["rollout"].is_object() {
@@ -216,7 +215,7 @@ pub async fn delete(
     ask(
         &client,
         Method::DELETE,
-        &kind.path(&api.space, ns, Some(name)),
+        &kind.path(&api.space(), ns, Some(name)),
     )
     .await?;
     match ns {

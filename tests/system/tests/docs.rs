@@ -408,8 +408,10 @@ fn with_environment(bin: Bin, args: &[String]) -> Vec<String> {
     };
     let from_env = command.get_arguments().filter_map(|a| {
         let long = a.get_long()?;
+        // A value every option parses: a file name, a token, and `host:port` for
+        // `--server` (which takes a name).
         (a.get_env().is_some() && a.get_default_values().is_empty() && !given(long, a.get_short()))
-            .then(|| format!("--{long}=FROM-THE-ENVIRONMENT"))
+            .then(|| format!("--{long}=from-the-environment:1"))
     });
     let mut out = args[..after].to_vec();
     out.extend(from_env);

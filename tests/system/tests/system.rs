@@ -40,6 +40,7 @@ mod kube_controller;
 mod kube_delete;
 mod kube_watch;
 mod kubectl;
+mod kubectl_plugin;
 mod kubectl_verbs;
 mod mixed_versions;
 mod operability;

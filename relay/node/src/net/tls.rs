@@ -332,7 +332,19 @@ pub fn api_server_config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, Tls
 
 /// TLS for API clients: the root verified against the CA, no client certificate.
 pub fn api_client_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>, TlsError> {
-    let roots = roots_from(ca)?;
+    api_client_config_with(roots_from(ca)?)
+}
+
+/// [`api_client_config`] with the CA as PEM (a kubeconfig's
+/// `certificate-authority-data`); `what` names where it came from in errors.
+pub fn api_client_config_pem(
+    pem: &[u8],
+    what: &Path,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    api_client_config_with(roots_in(pem, what)?)
+}
+
+fn api_client_config_with(roots: RootCertStore) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     let mut config = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Config(e.to_string()))?
@@ -344,8 +356,12 @@ pub fn api_client_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>, TlsErro
 
 fn roots_from(ca: &Path) -> Result<RootCertStore, TlsError> {
     let pem = std::fs::read(ca).map_err(|e| file_err(ca, format!("cannot read: {e}")))?;
+    roots_in(&pem, ca)
+}
+
+fn roots_in(pem: &[u8], ca: &Path) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(&pem) {
+    for c in CertificateDer::pem_slice_iter(pem) {
         let c = c.map_err(|e| file_err(ca, format!("not a PEM certificate: {e}")))?;
         roots
             .add(c)
