@@ -63,6 +63,11 @@ pub struct ApiClient {
 }
 
 impl ApiClient {
+    /// The API's address (a name is resolved at each connection).
+    pub fn addr(&self) -> &ParentAddress {
+        &self.addr
+    }
+
     /// A client of the API at `addr`, whose certificate must name `server_name`.
     pub fn new(
         addr: SocketAddr,
@@ -127,7 +132,7 @@ impl ApiClient {
                 .await
                 .map_err(|detail| RequestError::Connect {
                     addr: addr.clone(),
-                    detail,
+                    detail: detail.to_string(),
                 })?,
         };
         let name = ServerName::try_from(self.server_name.clone()).map_err(|source| {

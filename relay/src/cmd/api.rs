@@ -3,10 +3,12 @@
 //! command line (`cmd`) and the commands that call the API (`objects`).
 
 use std::fmt;
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use hyper::StatusCode;
+use hyper::{Method, StatusCode};
+use serde_json::Value;
 use strata_node::dial::ParentAddress;
 use strata_node::tls::TlsError;
 
@@ -196,4 +198,83 @@ impl fmt::Display for Indented<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.iter().try_for_each(|line| write!(f, "\n  {line}"))
     }
+}
+pub(crate) async fn call(
+    api: &ApiArgs,
+    method: Method,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<Value, CallError> {
+    let (status, v) = api.client()?.request(method, path, body).await?;
+    if status == StatusCode::OK {
+        return Ok(v);
+    }
+    Err(CallError::Refused {
+        status,
+        message: v["error"]
+            .as_str()
+            .or(v["message"].as_str())
+            .unwrap_or("request refused")
+            .to_owned(),
+        errors: v["errors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| e.as_str().unwrap_or_default().to_owned())
+            .collect(),
+    })
+}
+
+/// Reads a file, every *.yaml / *.yml of a directory (sorted), or standard input, and
+/// checks every document before anything is sent, naming the file, the document and
+/// the field of each fault. The root checks again; this is for the user's sake.
+pub(crate) fn read_manifests(source: &str, space: &str) -> Result<Vec<u8>, ManifestError> {
+    let mut files: Vec<(String, String)> = Vec::new();
+    if source == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(ManifestError::Stdin)?;
+        files.push(("<stdin>".into(), s));
+    } else if Path::new(source).is_dir() {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(source)
+            .map_err(|e| ManifestError::List {
+                dir: source.to_owned(),
+                source: e,
+            })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+            .collect();
+        paths.sort();
+        for p in paths {
+            let file = p.display().to_string();
+            match std::fs::read_to_string(&p) {
+                Ok(text) => files.push((file, text)),
+                Err(source) => return Err(ManifestError::Read { file, source }),
+            }
+        }
+    } else {
+        let text = std::fs::read_to_string(source).map_err(|e| ManifestError::Read {
+            file: source.to_owned(),
+            source: e,
+        })?;
+        files.push((source.to_owned(), text));
+    }
+    let space = strata_protocol::model::Space(space.to_owned());
+    let mut faults = Vec::new();
+    for (name, text) in &files {
+        if let Err(errors) = strata_node::objects::parse_manifests(text, &space) {
+            faults.extend(errors.iter().map(|e| format!("{name}: {e}")));
+        }
+    }
+    if !faults.is_empty() {
+        return Err(ManifestError::Invalid { faults });
+    }
+    let mut body = String::new();
+    for (_, text) in files {
+        body.push_str("---\n");
+        body.push_str(&text);
+        body.push('\n');
+    }
+    Ok(body.into_bytes())
 }

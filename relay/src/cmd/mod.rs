@@ -25,18 +25,18 @@ pub mod objects;
 pub mod rollout;
 pub mod serve;
 pub mod topology;
+pub mod ui;
 pub mod up;
 pub mod views;
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use hyper::{Method, StatusCode};
-use serde_json::Value;
+use hyper::Method;
 
 pub use crate::cmd::api::{ApiArgs, CallError, ManifestError, Output};
+use crate::cmd::api::{call, read_manifests};
 use crate::cmd::serve::ServeError;
 use crate::cmd::topology::TopologyCliError;
 
@@ -487,7 +487,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             lifecycle(&api, &cluster, crate::cmd::lifecycle::Action::Drain, wait).await
         }
         Command::Clusters { api } => {
-            let path = format!("/clusters?space={}", api.space);
+            let path = format!("/clusters?space={}", api.space());
             let v = call(&api, Method::GET, &path, None).await?;
             print!("{}", crate::cmd::views::clusters_table(&v));
             Ok(())
@@ -495,10 +495,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Ui { print, api } => {
             let v = call(&api, Method::POST, "/ui/login-codes", None).await?;
             let path = v["path"].as_str().unwrap_or("/ui/");
-            let url = format!("https://{}{path}", api.server);
+            let url = format!("https://{}{path}", api.client()?.addr());
             println!("{url}");
             if !print {
-                open_browser(&url);
+                ui::open_browser(&url);
             }
             Ok(())
         }
@@ -568,117 +568,6 @@ async fn lifecycle(
         );
     }
     Ok(())
-}
-
-/// Starts a browser on `url` without waiting for it: `$BROWSER`, else the desktop's
-/// opener; says so on standard error when there is none.
-fn open_browser(url: &str) {
-    let mut tried = Vec::new();
-    let candidates = std::env::var("BROWSER")
-        .ok()
-        .filter(|b| !b.trim().is_empty())
-        .into_iter()
-        .chain(["xdg-open".to_owned(), "open".to_owned()]);
-    for program in candidates {
-        match std::process::Command::new(&program)
-            .arg(url)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-        {
-            Ok(_) => {
-                eprintln!("opened in {program}; the link works once, for two minutes");
-                return;
-            }
-            Err(_) => tried.push(program),
-        }
-    }
-    eprintln!(
-        "no browser to open it ({} not found): open the link above in one; it works once, \
-         for two minutes",
-        tried.join(", ")
-    );
-}
-
-async fn call(
-    api: &ApiArgs,
-    method: Method,
-    path: &str,
-    body: Option<Vec<u8>>,
-) -> Result<Value, CallError> {
-    let (status, v) = api.client()?.request(method, path, body).await?;
-    if status == StatusCode::OK {
-        return Ok(v);
-    }
-    Err(CallError::Refused {
-        status,
-        message: v["error"]
-            .as_str()
-            .or(v["message"].as_str())
-            .unwrap_or("request refused")
-            .to_owned(),
-        errors: v["errors"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|e| e.as_str().unwrap_or_default().to_owned())
-            .collect(),
-    })
-}
-
-/// Reads a file, every *.yaml / *.yml of a directory (sorted), or standard input, and
-/// checks every document before anything is sent, naming the file, the document and
-/// the field of each fault. The root checks again; this is for the user's sake.
-fn read_manifests(source: &str, space: &str) -> Result<Vec<u8>, ManifestError> {
-    let mut files: Vec<(String, String)> = Vec::new();
-    if source == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .map_err(ManifestError::Stdin)?;
-        files.push(("<stdin>".into(), s));
-    } else if Path::new(source).is_dir() {
-        let mut paths: Vec<PathBuf> = std::fs::read_dir(source)
-            .map_err(|e| ManifestError::List {
-                dir: source.to_owned(),
-                source: e,
-            })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-            .collect();
-        paths.sort();
-        for p in paths {
-            let file = p.display().to_string();
-            match std::fs::read_to_string(&p) {
-                Ok(text) => files.push((file, text)),
-                Err(source) => return Err(ManifestError::Read { file, source }),
-            }
-        }
-    } else {
-        let text = std::fs::read_to_string(source).map_err(|e| ManifestError::Read {
-            file: source.to_owned(),
-            source: e,
-        })?;
-        files.push((source.to_owned(), text));
-    }
-    let space = strata_protocol::model::Space(space.to_owned());
-    let mut faults = Vec::new();
-    for (name, text) in &files {
-        if let Err(errors) = strata_node::objects::parse_manifests(text, &space) {
-            faults.extend(errors.iter().map(|e| format!("{name}: {e}")));
-        }
-    }
-    if !faults.is_empty() {
-        return Err(ManifestError::Invalid { faults });
-    }
-    let mut body = String::new();
-    for (_, text) in files {
-        body.push_str("---\n");
-        body.push_str(&text);
-        body.push('\n');
-    }
-    Ok(body.into_bytes())
 }
 
 #[cfg(test)]
