@@ -60,6 +60,15 @@ impl std::fmt::Debug for Hierarchy {
 /// How long `relay up` waits for every link.
 const CONNECT_DEADLINE: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(200);
+/// `println!` that ignores a closed standard output: `relay up | head`, or a caller
+/// that stopped reading, must not bring the hierarchy down (`println!` panics then).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// How many of its last log lines an error names when a process exits.
 const LOG_TAIL: usize = 12;
 
@@ -401,18 +410,18 @@ pub async fn run(file: &Path, data: Option<PathBuf>, log: Option<String>) -> any
     let mut signals = strata_node::process::Signals::new();
     let mut h = Hierarchy::start(checked.topology, &dir, &options)?;
     let (relays, agents) = h.counts();
-    println!(
+    say!(
         "topology {:?} in {}: started {relays} relays and {agents} agents",
         h.topology.name,
         dir.display()
     );
     if let Some(note) = h.simulated_note() {
-        println!("{note}");
+        say!("{note}");
     }
     let connected = tokio::select! {
-        r = h.wait_connected(|n, total| println!("links connected: {n}/{total}")) => r,
+        r = h.wait_connected(|n, total| say!("links connected: {n}/{total}")) => r,
         _ = signals.recv() => {
-            println!("stopping");
+            say!("stopping");
             report_stop(h.stop().await);
             return Ok(());
         }
@@ -428,7 +437,7 @@ pub async fn run(file: &Path, data: Option<PathBuf>, log: Option<String>) -> any
             return Err(e);
         }
     };
-    println!(
+    say!(
         "every link is connected. The root {:?} serves its API on {}:\n  {}\n  relay clusters\nkubectl and Helm (space default):\n  export KUBECONFIG={}\n  kubectl get deploy -A\nCtrl-C or SIGTERM stops every process.",
         h.rendered.root,
         h.rendered.api,
@@ -445,16 +454,16 @@ pub async fn run(file: &Path, data: Option<PathBuf>, log: Option<String>) -> any
             }
         }
     };
-    println!("stopping");
+    say!("stopping");
     report_stop(h.stop().await);
     died.map_or(Ok(()), Err)
 }
 
 fn report_stop(killed: Vec<String>) {
     if killed.is_empty() {
-        println!("stopped every process");
+        say!("stopped every process");
     } else {
-        println!(
+        say!(
             "stopped every process ({} did not stop on SIGTERM and were killed: {})",
             killed.len(),
             killed.join(", ")

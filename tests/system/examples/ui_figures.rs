@@ -61,14 +61,17 @@ fn up(topology: &Path, data: &Path) -> Up {
         .spawn()
         .unwrap();
     let out = BufReader::new(child.stdout.take().unwrap());
-    for line in out.lines() {
-        let line = line.unwrap();
+    let mut lines = out.lines().map_while(Result::ok);
+    while let Some(line) = lines.next() {
         if let Some(rest) = line.trim().strip_prefix("export STRATA_SERVER=") {
             let env = format!("STRATA_SERVER={rest}")
                 .split_whitespace()
                 .filter_map(|kv| kv.split_once('='))
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect();
+            // Keep reading what relay up prints, so that it never writes to a closed
+            // pipe.
+            std::thread::spawn(move || for _ in lines.by_ref() {});
             return Up { child, env };
         }
     }
@@ -109,11 +112,23 @@ fn main() {
         topology.display(),
         started.elapsed()
     );
-    let clusters: Vec<String> = relay(&up, &["clusters"])
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned))
-        .collect();
+    // The inventory climbs to the root after the links connect: wait until it holds
+    // still for a few reads.
+    let list = || -> Vec<String> {
+        relay(&up, &["clusters"])
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned))
+            .collect()
+    };
+    let mut clusters = list();
+    let mut still = 0;
+    while still < 4 {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = list();
+        still = if now == clusters { still + 1 } else { 0 };
+        clusters = now;
+    }
     let url = relay(&up, &["ui", "--print"]).trim().to_owned();
     let b = Browser::start(1280, 900).unwrap();
     b.goto(&url).unwrap();

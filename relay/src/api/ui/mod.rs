@@ -45,8 +45,12 @@ pub(crate) use sessions::Sessions;
 /// The header a write from the page carries (see the module's doc).
 pub(crate) const CSRF_HEADER: &str = "x-strata-csrf";
 
-/// How often the event stream looks for a change.
+/// How often the event stream looks for a change in what clusters report (a write at
+/// the root wakes it at once).
 const EVENT_TICK: Duration = Duration::from_secs(1);
+/// The least time between two events, so that a burst of writes costs one event per
+/// gap, not one per write.
+const EVENT_GAP: Duration = Duration::from_millis(200);
 /// The tiers go out again after this long even if only heartbeats moved, so that the
 /// page's "heard 3s ago" stays true and proxies keep the stream open.
 const REFRESH: Duration = Duration::from_secs(10);
@@ -293,17 +297,19 @@ fn without_heartbeats(tiers: &Value) -> Value {
 }
 
 /// The tiers as server-sent events: one `tiers` event at once, then one each time they
-/// change (looked at every [`EVENT_TICK`]; heartbeats alone do not count) and at least
-/// every [`REFRESH`]. Ends when the node stops or the page goes away (the body is
+/// change (looked at every [`EVENT_TICK`] and at each commit at the root, at most once
+/// per [`EVENT_GAP`]; heartbeats alone do not count) and at least every [`REFRESH`]. Ends when the node stops or the page goes away (the body is
 /// dropped).
 fn events(node: crate::tier::runtime::NodeClient) -> Response<Body> {
     struct Follow {
         node: crate::tier::runtime::NodeClient,
+        head: tokio::sync::watch::Receiver<u64>,
         last: Option<Value>,
         sent_at: tokio::time::Instant,
         first: bool,
     }
     let start = Follow {
+        head: node.head_changes(),
         node,
         last: None,
         sent_at: tokio::time::Instant::now(),
@@ -312,7 +318,14 @@ fn events(node: crate::tier::runtime::NodeClient) -> Response<Body> {
     let stream = futures::stream::unfold(start, |mut f| async move {
         loop {
             if !f.first {
-                tokio::time::sleep(EVENT_TICK).await;
+                tokio::time::sleep_until(f.sent_at + EVENT_GAP).await;
+                tokio::select! {
+                    changed = f.head.changed() => if changed.is_err() {
+                        // The node is stopping: the query below ends the stream.
+                        tokio::time::sleep(EVENT_TICK).await;
+                    },
+                    () = tokio::time::sleep(EVENT_TICK) => {}
+                }
             }
             f.first = false;
             let now = Clock::start().wall();
