@@ -11,7 +11,7 @@
 //! | any | `/clusters/{name}/[proxy/]...` | that cluster's own Kubernetes API, through the tiers (see `tunnel`; needs `debug`) |
 //! | GET | `/status` | the tier tree: every link's state, lag and last heartbeat |
 //! | GET | `/upsynced[?cluster=C]` | objects born on clusters that placements upsync, by cluster |
-//! | GET, POST | `/ui/...` | the web view and its login (see [`ui`]) |
+//! | GET, POST | `/ui/...` | the web view and its login (`relay/src/api/ui/`) |
 //! | POST | `/revocations/{name}` | revoke a node (admin only; body `{"reason": "..."}`): every tier refuses it |
 //! | GET | `/revocations` | the revoked names |
 //!
