@@ -1,8 +1,6 @@
 //! A kubeconfig for a space: the server URL (with the space's path), the hierarchy's
 //! CA inline, the name the root's certificate carries, and a bearer token.
 
-use std::net::SocketAddr;
-
 /// Standard base64 with padding (kubeconfig's `certificate-authority-data`).
 pub fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -25,8 +23,9 @@ pub fn base64(bytes: &[u8]) -> String {
     out
 }
 
-/// The kubeconfig's server URL for `space` (`default` is served at the root path too).
-pub fn server_url(server: SocketAddr, space: &str) -> String {
+/// The kubeconfig's server URL for `space` (`default` is served at the root path too);
+/// `server` is `IP:PORT` (`[IPv6]:PORT`) or `host:port`.
+pub fn server_url(server: &str, space: &str) -> String {
     if space == "default" {
         format!("https://{server}")
     } else {
@@ -37,8 +36,8 @@ pub fn server_url(server: SocketAddr, space: &str) -> String {
 /// What a kubeconfig for one space and one user says.
 #[derive(Debug, Clone)]
 pub struct KubeconfigSpec<'a> {
-    /// The root's API address.
-    pub server: SocketAddr,
+    /// The root's API address: `IP:PORT` (`[IPv6]:PORT`) or `host:port` (a DNS name).
+    pub server: &'a str,
     /// The name to check the root's certificate against when its address is not on it
     /// (`tls-server-name`); `None` when the certificate covers the address.
     pub tls_server_name: Option<&'a str>,
@@ -117,7 +116,7 @@ mod tests {
 
     #[test]
     fn a_space_other_than_default_is_a_path() {
-        let a: SocketAddr = "127.0.0.1:8443".parse().unwrap();
+        let a = "127.0.0.1:8443";
         assert_eq!(server_url(a, "default"), "https://127.0.0.1:8443");
         assert_eq!(
             server_url(a, "team-a"),

@@ -2,8 +2,8 @@
 //! API through the tiers) and a user, whose `server:` the root's
 //! API certificate covers when it can (then without `tls-server-name`).
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use strata_node::dial::ParentAddress;
 
 use clap::Args;
 use rustls_pki_types::ServerName;
@@ -14,9 +14,10 @@ use crate::kube::kubeconfig::{KubeconfigSpec, kubeconfig};
 /// How to reach the API, and whose token a kubeconfig carries.
 #[derive(Debug, Args)]
 pub struct KubeconfigArgs {
-    /// The API's address.
+    /// The API's address: `IP:PORT`, or `host:port` (a DNS name, written as it is into
+    /// the kubeconfig's server)
     #[arg(long, env = "STRATA_SERVER", default_value = "127.0.0.1:8443")]
-    pub server: SocketAddr,
+    pub server: ParentAddress,
     /// The root's node name, which its certificate carries (`tls-server-name` when the
     /// certificate does not cover the address).
     #[arg(long, env = "STRATA_SERVER_NAME", default_value = "center")]
@@ -115,16 +116,18 @@ fn credentials(args: &KubeconfigArgs) -> Result<(String, Option<String>), Kubeco
     Ok((token, user))
 }
 
-/// Whether the root's API certificate at `server` is valid for its IP address: a TLS
-/// handshake naming the address, checked against the CA.
-pub async fn covers_address(server: SocketAddr, ca: &Path) -> bool {
+/// Whether the root's API certificate at `server` is valid for its IP address or DNS
+/// name: a TLS handshake naming it, checked against the CA.
+pub async fn covers_address(server: &ParentAddress, ca: &Path) -> bool {
     let Ok(config) = strata_node::tls::api_client_config(ca) else {
         return false;
     };
-    let Ok(tcp) = tokio::net::TcpStream::connect(server).await else {
+    let Ok(tcp) = strata_node::dial::tcp_happy_eyeballs(&server.to_string()).await else {
         return false;
     };
-    let name = ServerName::IpAddress(server.ip().into());
+    let Ok(name) = ServerName::try_from(server.host()) else {
+        return false;
+    };
     TlsConnector::from(config).connect(name, tcp).await.is_ok()
 }
 
@@ -135,9 +138,10 @@ pub async fn run(args: &KubeconfigArgs) -> Result<String, KubeconfigError> {
         source,
     })?;
     let (token, user) = credentials(args)?;
-    let covered = covers_address(args.server, &args.ca).await;
+    let covered = covers_address(&args.server, &args.ca).await;
+    let server = args.server.to_string();
     Ok(kubeconfig(&KubeconfigSpec {
-        server: args.server,
+        server: &server,
         tls_server_name: (!covered).then_some(args.server_name.as_str()),
         ca_pem: &ca,
         token: &token,

@@ -17,6 +17,7 @@
 
 pub mod api;
 pub mod demo;
+pub mod invoke;
 pub mod kinds;
 pub mod kube_context;
 pub mod kubeconfig;
@@ -328,34 +329,6 @@ pub enum CliError {
     /// The answer could not be written as YAML.
     #[error(transparent)]
     Yaml(#[from] serde_saphyr::ser::Error),
-}
-
-/// The name a kubectl plugin's file has: kubectl runs `kubectl-strata ARGS` for
-/// `kubectl strata ARGS`.
-pub const KUBECTL_PLUGIN: &str = "kubectl-strata";
-
-impl Cli {
-    /// Parses `args` (the first is the program): as `relay`, or as `kubectl strata`
-    /// when the program's file is named [`KUBECTL_PLUGIN`] (help and errors then say
-    /// `kubectl strata`). Exits on `--help`, `--version` and errors, as clap does.
-    pub fn parse_invoked<I, T>(args: I) -> Cli
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
-        use clap::{CommandFactory, FromArgMatches};
-        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
-        let plugin = args
-            .first()
-            .and_then(|a| std::path::Path::new(a).file_name())
-            .is_some_and(|n| n == KUBECTL_PLUGIN);
-        let mut command = Cli::command();
-        if plugin {
-            command = command.name("kubectl strata").bin_name("kubectl strata");
-        }
-        let matches = command.get_matches_from(args);
-        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
-    }
 }
 
 /// Runs a command.

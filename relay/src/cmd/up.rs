@@ -211,9 +211,11 @@ impl Hierarchy {
             .ok()
             .and_then(|grants| grants.into_iter().find(|g| g.token == self.token))
             .map(|g| g.user);
-        let covered = crate::cmd::kubeconfig::covers_address(self.rendered.api, &ca_path).await;
+        let covered =
+            crate::cmd::kubeconfig::covers_address(&self.rendered.api.into(), &ca_path).await;
+        let server = self.rendered.api.to_string();
         let text = crate::kube::kubeconfig::kubeconfig(&crate::kube::kubeconfig::KubeconfigSpec {
-            server: self.rendered.api,
+            server: &server,
             tls_server_name: (!covered).then_some(self.rendered.root.as_str()),
             ca_pem: &ca,
             token: &self.token,

@@ -147,6 +147,29 @@ fn kubectl_strata_and_relay_read_a_kubeconfig_context_with_a_dns_named_server() 
         &[],
     );
     assert!(o.status.success(), "{}", text(&o));
+    // relay kubeconfig writes the name as given; the API's certificate covers
+    // localhost, so no tls-server-name.
+    let o = run(
+        &relay,
+        &[
+            "kubeconfig",
+            "--server",
+            &format!("localhost:{port}"),
+            "--ca",
+            &ca,
+            "--token",
+            "s3cret",
+        ],
+        &[],
+    );
+    let written = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success()
+            && written.contains(&format!("    server: https://localhost:{port}\n"))
+            && !written.contains("tls-server-name"),
+        "{}",
+        text(&o)
+    );
 
     // kubectl itself, through the same context.
     let kubectl = kube_clients().join("kubectl");
