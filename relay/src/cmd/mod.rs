@@ -542,32 +542,3 @@ async fn lifecycle(
     }
     Ok(())
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::{CommandFactory, Parser};
-
-    #[test]
-    fn completion_scripts_name_the_commands_for_each_shell() {
-        for (shell, marker) in [
-            ("bash", "complete -F"),
-            ("zsh", "#compdef relay"),
-            ("fish", "complete -c relay"),
-        ] {
-            let cli = Cli::try_parse_from(["relay", "completion", shell]).unwrap();
-            let Command::Completion { shell } = cli.command else {
-                panic!("not the completion command")
-            };
-            let mut out = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "relay", &mut out);
-            let script = String::from_utf8(out).unwrap();
-            assert!(script.contains(marker), "{shell}: {script}");
-            assert!(
-                script.contains("clusters") && script.contains("rollout"),
-                "{shell}"
-            );
-        }
-        assert!(Cli::try_parse_from(["relay", "completion", "tcsh"]).is_err());
-    }
-}

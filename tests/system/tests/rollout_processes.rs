@@ -34,7 +34,7 @@ spec:
 
 /// The namespace the Deployment lives in at the root (not placed: simulated clusters
 /// need none).
-const NAMESPACE: &str = "apiVersion: v1
+pub(crate) const NAMESPACE: &str = "apiVersion: v1
 kind: Namespace
 metadata: { name: shop }
 ";
@@ -51,7 +51,7 @@ spec:
     gate: { available: 100%, for: 1s, timeout: 60s }
 ";
 
-fn app(image: &str) -> String {
+pub(crate) fn app(image: &str) -> String {
     format!(
         "
 apiVersion: apps/v1
@@ -258,7 +258,7 @@ fn pause_resume_undo_and_abort_from_the_cli_and_kubectl() {
 }
 
 /// The placement of the root-restart test: three waves, each held 2 s once healthy.
-const THREE_WAVES: &str = "
+pub(crate) const THREE_WAVES: &str = "
 apiVersion: strata.dev/v1alpha1
 kind: Placement
 metadata: { name: web }

@@ -23,40 +23,11 @@ use serde_json::{Value, json};
 use strata_test_tools::webdriver::{Browser, PngFacts};
 
 use crate::kube_fleet::{self, Fleet};
+// Three waves over the three `role=pos` clusters, each held 2 s once healthy, so that
+// the page has time to show each.
+use crate::rollout_processes::{NAMESPACE, THREE_WAVES, app};
 
 const VIEW_TOKEN: &str = "view-token-0123456789";
-
-/// Three waves over the three `role=pos` clusters, each held 2 s once healthy, so that
-/// the page has time to show each.
-const PLACEMENT: &str = "apiVersion: v1
-kind: Namespace
-metadata: { name: shop }
----
-apiVersion: strata.dev/v1alpha1
-kind: Placement
-metadata: { name: web }
-spec:
-  objects: [ { selector: { matchLabels: { app: web } } } ]
-  clusters: { selector: { matchLabels: { role: pos } } }
-  rollout:
-    waves: [ { name: canary, clusters: 1 }, { name: second, clusters: 1 }, { percent: 100 } ]
-    gate: { available: 100%, for: 2s, timeout: 120s }
-";
-
-fn app(image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata: {{ name: web, namespace: shop, labels: {{ app: web }} }}
-spec:
-  replicas: 1
-  selector: {{ matchLabels: {{ app: web }} }}
-  template:
-    metadata: {{ labels: {{ app: web }} }}
-    spec: {{ containers: [ {{ name: web, image: \"{image}\" }} ] }}
-"
-    )
-}
 
 /// A login link from `relay ui --print`, for the admin or for `token`.
 fn login_url(f: &Fleet, token: Option<&str>) -> String {
@@ -274,7 +245,11 @@ fn the_web_view_shows_the_fleet_and_acts_for_its_role() {
     // A rollout's progress moves on the page while it runs.
     f.ok(
         "relay",
-        &["apply", "-f", &f.write("placement.yaml", PLACEMENT)],
+        &["apply", "-f", &f.write("namespace.yaml", NAMESPACE)],
+    );
+    f.ok(
+        "relay",
+        &["apply", "-f", &f.write("placement.yaml", THREE_WAVES)],
     );
     f.ok(
         "relay",
