@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Lays out the image's root file system from built binaries: relay and agent, the
-# shared libraries they load (from ldd: the glibc loader, libc, libm, libgcc_s), a
-# passwd/group naming the unprivileged user strata (65532), and its state directory.
+# Lays out the image's root file system from built binaries: relay and agent (their
+# debug information stripped), the shared libraries they load (from ldd: the glibc
+# loader, libc, libm, libgcc_s), a passwd/group naming the unprivileged user strata
+# (65532), and its state directory.
 # No shell, no package manager, nothing else. Used by deploy/image/build.sh (and its
 # test) before `buildah bud -f deploy/Containerfile`.
 #
@@ -12,8 +13,11 @@ out=${2:?usage: stage.sh BIN_DIR OUT_DIR}
 rm -rf "$out"
 mkdir -p "$out/rootfs/usr/local/bin" "$out/rootfs/etc" "$out/rootfs/var/lib/strata" "$out/rootfs/tmp"
 root=$out/rootfs
+# Without debug information (a test build's line tables are most of its size); the
+# symbol table stays, so a panic's backtrace still names its functions.
 for b in relay agent; do
-    install -m 0755 "$bin/$b" "$root/usr/local/bin/$b"
+    objcopy --strip-debug "$bin/$b" "$root/usr/local/bin/$b"
+    chmod 0755 "$root/usr/local/bin/$b"
 done
 # Every library either binary loads, at the path the loader looks for it.
 for lib in $(for b in relay agent; do ldd "$bin/$b"; done |

@@ -85,7 +85,7 @@ pub fn run(command: TopologyCommand) -> Result<(), TopologyCliError> {
             file,
             deny_warnings,
         } => {
-            let checked = match strata_topology::load(&file) {
+            let mut checked = match strata_topology::load(&file) {
                 Ok(c) => c,
                 Err(strata_topology::LoadError::Invalid {
                     path,
@@ -105,6 +105,10 @@ pub fn run(command: TopologyCommand) -> Result<(), TopologyCliError> {
                 }
                 Err(e) => return Err(e.into()),
             };
+            // What `render` writes is checked: clusters without a backend count.
+            checked
+                .warnings
+                .extend(checked.topology.unset_backend_warning());
             print_warnings(&file, &checked);
             let t = &checked.topology;
             if deny_warnings && !checked.warnings.is_empty() {
@@ -145,7 +149,10 @@ pub fn run(command: TopologyCommand) -> Result<(), TopologyCliError> {
             Ok(())
         }
         TopologyCommand::Render { file, out } => {
-            let checked = strata_topology::load(&file)?;
+            let mut checked = strata_topology::load(&file)?;
+            checked
+                .warnings
+                .extend(checked.topology.unset_backend_warning());
             print_warnings(&file, &checked);
             let rendered = render::render(&checked.topology, &out, &RenderOptions::default())?;
             summarize(&rendered.files);

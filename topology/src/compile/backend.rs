@@ -8,7 +8,7 @@ use crate::raw::RawCluster;
 const CHOICES: &str = "kubernetes: { inCluster: true }, kubernetes: { kubeconfig: PATH, context: NAME }, or simulated: {}";
 
 /// The backend `c` names, checked; errors name the cluster and the field. `None` when
-/// it names none (see [`unset_warning`]) or a wrong one.
+/// it names none (see [`super::Topology::unset_backend_warning`]) or a wrong one.
 pub(super) fn cluster_backend(c: &RawCluster, errors: &mut Vec<String>) -> Option<ClusterBackend> {
     let who = format!("cluster {:?}", c.name);
     match (&c.kubernetes, &c.simulated) {
@@ -67,14 +67,11 @@ pub(super) fn cluster_backend(c: &RawCluster, errors: &mut Vec<String>) -> Optio
 
 /// One warning for every cluster that names no backend: `render` writes none, so
 /// their agents refuse to start until their configuration names one (`relay up` and
-/// `relay demo` simulate them, and say so).
-pub(super) fn unset_warning(clusters: &[RawCluster]) -> Option<String> {
+/// `relay demo` simulate them, and say so). Not a compile warning: the simulator and
+/// `relay up` simulate every such cluster, so only what renders for real says it.
+pub(crate) fn unset_warning<'a>(unset: impl Iterator<Item = &'a str>) -> Option<String> {
     const SHOWN: usize = 5;
-    let unset: Vec<&str> = clusters
-        .iter()
-        .filter(|c| c.kubernetes.is_none() && c.simulated.is_none())
-        .map(|c| c.name.as_str())
-        .collect();
+    let unset: Vec<&str> = unset.collect();
     if unset.is_empty() {
         return None;
     }

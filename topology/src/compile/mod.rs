@@ -146,7 +146,6 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
             backend::cluster_backend(c, errors)
         })
         .collect();
-    d.warnings.extend(backend::unset_warning(&spec.clusters));
     let errors = &mut d.errors;
     let mut join_tokens: BTreeMap<&str, u32> = BTreeMap::new();
     let mut join_seen: BTreeMap<&str, usize> = BTreeMap::new();

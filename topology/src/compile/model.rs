@@ -124,6 +124,18 @@ pub struct Diagnostics {
 }
 
 impl Topology {
+    /// A warning naming the clusters whose backend the topology does not say, if any:
+    /// what `relay topology render` writes for them refuses to start. `relay up`, `relay
+    /// demo` and the simulator simulate them and need no such warning.
+    pub fn unset_backend_warning(&self) -> Option<String> {
+        super::backend::unset_warning(
+            self.clusters
+                .iter()
+                .filter(|c| c.backend.is_none())
+                .map(|c| c.name.as_str()),
+        )
+    }
+
     /// The root relay.
     pub fn root(&self) -> &Relay {
         &self.relays[0]
