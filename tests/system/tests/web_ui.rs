@@ -5,9 +5,11 @@
 //! One login link from `relay ui --print` (no token typed into the page), then:
 //! the tree shows every cluster; a cordon clicked on the page shows at the root
 //! (`relay clusters`, `kubectl get cluster`) and an uncordon undoes it; a placement's
-//! rollout moves through its waves on the page while it runs; a cluster whose agent
+//! rollout moves through its waves on the page while it runs, and undo and resume
+//! clicked on it roll it back and out again; a cluster whose agent
 //! is frozen turns unreachable; a `view` token's session shows no action buttons and
-//! its forged writes get 403, as does a write without the CSRF header. Screenshots of
+//! its forged writes get 403, as does a write without the CSRF header; the root's audit
+//! log names the page's writes, allowed and refused. Screenshots of
 //! each view are saved under `target/web-ui/` and checked as images: the size the page
 //! says it has, and drawn (many colours, most pixels not background).
 
@@ -92,15 +94,51 @@ fn clusters_on_page(b: &Browser) -> Value {
 
 /// Clicks `action` on `cluster`'s row and confirms it.
 fn cluster_action(b: &Browser, cluster: &str, action: &str) {
+    act(b, &format!("[data-cluster='{cluster}']"), action);
+}
+
+/// Clicks the `action` button inside `scope` (a CSS selector) and confirms it.
+fn act(b: &Browser, scope: &str, action: &str) {
     let button = b
-        .find(&format!(
-            "[data-cluster='{cluster}'] button[data-action='{action}']"
-        ))
+        .find(&format!("{scope} button[data-action='{action}']"))
         .unwrap()
-        .unwrap_or_else(|| panic!("no {action} button on {cluster}"));
+        .unwrap_or_else(|| panic!("no {action} button in {scope}"));
     b.click(&button).unwrap();
     let yes = b.find("#confirm-yes").unwrap().expect("a confirmation");
     b.click(&yes).unwrap();
+}
+
+/// The `status.rollout.phase` of placement `web`, as kubectl reads it.
+fn rollout_phase(f: &Fleet) -> String {
+    f.ok(
+        "kubectl",
+        &[
+            "get",
+            "placement",
+            "web",
+            "-o",
+            "jsonpath={.status.rollout.phase}",
+        ],
+    )
+    .trim()
+    .to_owned()
+}
+
+/// Whether the root's log holds an audit line for `method` on a path ending in `path`
+/// with `status`.
+fn audited(f: &Fleet, method: &str, path: &str, status: u16) -> bool {
+    let log = strata_topology::files::node_log(&f.dir.join("data"), "center");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .any(|v| {
+            v["target"] == "audit"
+                && v["fields"]["method"] == method
+                && v["fields"]["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with(path))
+                && v["fields"]["status"] == status
+        })
 }
 
 /// The status code of a request the page makes with its session cookie.
@@ -311,6 +349,28 @@ fn the_web_view_shows_the_fleet_and_acts_for_its_role() {
     );
     screenshot(&b, "placements.png");
 
+    eprintln!("web_ui: undo and resume");
+    // Rollout actions from the page, each confirmed: undo rolls the placement back to
+    // the revision before (kubectl reads RolledBack), resume rolls the newer one out
+    // again to Complete.
+    let rollout = "[data-placement='web'] .rollout";
+    act(&b, rollout, "undo");
+    b.wait_for(
+        "const r = document.querySelector(\"[data-placement='web'] .rollout\");
+         return r && r.dataset.phase === 'RolledBack'",
+        600,
+    )
+    .expect("the page shows the rollout rolled back after undo");
+    assert_eq!(rollout_phase(&f), "RolledBack");
+    act(&b, rollout, "resume");
+    b.wait_for(
+        "const r = document.querySelector(\"[data-placement='web'] .rollout\");
+         return r && r.dataset.phase === 'Complete'",
+        900,
+    )
+    .expect("the page shows the rollout complete again after resume");
+    assert_eq!(rollout_phase(&f), "Complete");
+
     eprintln!("web_ui: unreachable");
     // A cluster whose agent stops answering turns unreachable on the page.
     let fleet_tab = b.find("button[data-tab='fleet']").unwrap().unwrap();
@@ -380,6 +440,13 @@ fn the_web_view_shows_the_fleet_and_acts_for_its_role() {
     let pause = json!({ "metadata": { "annotations": { "strata.dev/rollout": "pause@1" } } });
     let placement_path = "/spaces/default/apis/strata.dev/v1alpha1/placements/web";
     assert_eq!(page_request(&b, "PATCH", placement_path, pause, true), 403);
+    // The page's actions are audited at the root like any API write: the cordon and
+    // uncordon, the undo and resume, and the view session's refused patch.
+    f.eventually("the root's audit log names the page's writes", |f| {
+        audited(f, "PUT", "/clusters/us-2", 200)
+            && audited(f, "PATCH", "/placements/web", 200)
+            && audited(f, "PATCH", "/placements/web", 403)
+    });
     // The same login link does not work twice.
     b.goto(&url).unwrap();
     let body = b
