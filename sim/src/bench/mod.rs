@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use strata_node::dial::TransportMode;
 
+mod api;
 mod calibrate;
 mod measure;
 mod nats;
@@ -24,6 +25,7 @@ mod procstat;
 mod table;
 mod tree;
 
+pub use api::{Served, serve_api};
 pub use table::render;
 
 /// What to run.

@@ -360,6 +360,11 @@ impl Tree {
         while stopping.join_next().await.is_some() {}
     }
 
+    /// The root's store.
+    pub(crate) fn root_store(&self) -> Arc<dyn Store> {
+        self.levels[0][0].store.clone()
+    }
+
     /// The root's client.
     pub(crate) fn root(&self) -> Result<NodeClient, BenchError> {
         self.levels[0][0]

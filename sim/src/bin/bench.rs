@@ -58,6 +58,18 @@ struct Args {
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Measure nothing: build the hierarchy, register every agent, then serve the
+    /// root's Kubernetes API and web view on this address until Ctrl-C or SIGTERM,
+    /// printing `export STRATA_*` lines for `relay` and kubectl (as `relay up` does).
+    /// For the web view's figures at 10,000 clusters:
+    /// `bench --leaves 10000 --serve-api 127.0.0.1:9443`, then
+    /// `cargo run -p strata-system-tests --example ui_figures` with those variables set.
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["json", "phase"])]
+    serve_api: Option<std::net::SocketAddr>,
+    /// Where --serve-api writes the root's certificate, token and configuration
+    /// (default: a new temporary directory).
+    #[arg(long, value_name = "DIR", requires = "serve_api")]
+    api_dir: Option<PathBuf>,
     /// Internal: run only this hierarchy and write its figures as JSON to --phase-out.
     #[arg(long, hide = true, requires = "phase_out")]
     phase: Option<Phase>,
@@ -132,6 +144,31 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     bench::check_descriptors(&opts)?;
+    if let Some(listen) = args.serve_api {
+        let tmp;
+        let dir = match args.api_dir {
+            Some(d) => d,
+            None => {
+                tmp = tempfile::tempdir().context("creating a temporary directory")?;
+                tmp.path().to_owned()
+            }
+        };
+        bench::serve_api(
+            &opts,
+            listen,
+            &dir,
+            |served| {
+                println!(
+                    "{} clusters registered; the root's API serves on https://{} (web view: relay ui)",
+                    served.clusters, served.server
+                );
+                println!("{}", served.exports());
+            },
+            stop_signal(),
+        )
+        .await?;
+        return Ok(());
+    }
     // Before anything starts: the load the figures were taken under.
     let machine = bench::machine();
     let tree = phase_in_child(Phase::Tree)?;
@@ -149,4 +186,19 @@ async fn main() -> anyhow::Result<()> {
         std::fs::write(&path, json).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// Ctrl-C or SIGTERM, whichever comes first.
+async fn stop_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(t) => t,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }

@@ -9,6 +9,12 @@
 //! cargo build --bin relay --bin agent
 //! cargo run -p strata-system-tests --example ui_figures [-- TOPOLOGY.yaml [ROUNDS]]
 //! ```
+//!
+//! With `STRATA_SERVER` (and `STRATA_SERVER_NAME`, `STRATA_CA`, `STRATA_TOKEN`) set,
+//! no hierarchy is started: the figures are taken against that root, e.g. the
+//! benchmark's 10,000 clusters (`bench --leaves 10000 --serve-api 127.0.0.1:9443`
+//! prints the variables). Above 200 clusters the page shows the tiers' counts; the
+//! cordoned cluster's relays are opened by clicking them, as a user would.
 
 #![allow(
     clippy::unwrap_used,
@@ -25,17 +31,29 @@ use serde_json::{Value, json};
 use strata_test_tools::webdriver::Browser;
 
 struct Up {
-    child: Child,
+    /// `relay up`, unless the root was given (`STRATA_SERVER`).
+    child: Option<Child>,
     env: Vec<(String, String)>,
 }
 
 impl Drop for Up {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+        }
     }
+}
+
+/// The root named by `STRATA_*` variables, if `STRATA_SERVER` is set.
+fn given() -> Option<Up> {
+    std::env::var_os("STRATA_SERVER")?;
+    let env = std::env::vars()
+        .filter(|(k, _)| k.starts_with("STRATA_"))
+        .collect();
+    Some(Up { child: None, env })
 }
 
 fn bin(name: &str) -> PathBuf {
@@ -72,7 +90,10 @@ fn up(topology: &Path, data: &Path) -> Up {
             // Keep reading what relay up prints, so that it never writes to a closed
             // pipe.
             std::thread::spawn(move || for _ in lines.by_ref() {});
-            return Up { child, env };
+            return Up {
+                child: Some(child),
+                env,
+            };
         }
     }
     panic!("relay up ended before it printed its credentials");
@@ -106,12 +127,21 @@ fn main() {
     let rounds: usize = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(10);
     let tmp = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let up = up(&topology, &tmp.path().join("data"));
-    println!(
-        "relay up {}: every link connected in {:.1?}",
-        topology.display(),
-        started.elapsed()
-    );
+    let up = match given() {
+        Some(up) => {
+            println!("the root given by STRATA_SERVER");
+            up
+        }
+        None => {
+            let up = up(&topology, &tmp.path().join("data"));
+            println!(
+                "relay up {}: every link connected in {:.1?}",
+                topology.display(),
+                started.elapsed()
+            );
+            up
+        }
+    };
     // The inventory climbs to the root after the links connect: wait until it holds
     // still for a few reads.
     let list = || -> Vec<String> {
@@ -165,6 +195,27 @@ fn main() {
         println!("no cluster to cordon");
         return;
     };
+    // Open the relays above it that are closed (the page opens them all below 200
+    // clusters): by name, each prefix of the cluster's name that is a relay on the page
+    // (the benchmark names r0, r0-s0, r0-s0-a0).
+    let parts: Vec<&str> = target.split('-').collect();
+    for n in 1..parts.len() {
+        let relay = parts[..n].join("-");
+        let head = format!("[data-relay='{relay}'][data-open='false'] > .relay-head");
+        if let Some(e) = b.find(&head).unwrap() {
+            b.click(&e).unwrap();
+        }
+    }
+    let t0 = Instant::now();
+    b.wait_for(
+        &format!("return !!document.querySelector(\"[data-cluster='{target}']\")"),
+        600,
+    )
+    .unwrap();
+    println!(
+        "{target}'s row drawn {:.0} ms after its relays were opened",
+        t0.elapsed().as_secs_f64() * 1000.0
+    );
     let selector = format!("[data-cluster='{target}'] [data-taint='cordoned']");
     let mut latencies = Vec::new();
     for round in 0..rounds {

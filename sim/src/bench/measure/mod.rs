@@ -165,6 +165,28 @@ fn limit(leaves: usize) -> Duration {
     Duration::from_secs(60 + leaves as u64 / 50)
 }
 
+/// Waits until the root knows `leaves` clusters, or fails after [`limit`].
+pub(crate) async fn wait_registered(root: &NodeClient, leaves: usize) -> Result<(), BenchError> {
+    let setup = Instant::now();
+    loop {
+        let known = root
+            .query(|c| c.reports().clusters().count())
+            .await
+            .unwrap_or(0);
+        if known == leaves {
+            return Ok(());
+        }
+        if setup.elapsed() > limit(leaves) {
+            return Err(BenchError::Timeout {
+                what: "registration".into(),
+                secs: limit(leaves).as_secs(),
+                detail: format!("only {known} of {leaves} clusters registered"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Builds a hierarchy of shape `fanout`, measures it, and stops it.
 pub(crate) async fn topology(
     label: &str,
@@ -183,23 +205,7 @@ pub(crate) async fn topology(
     let rss_relays = procstat::rss_bytes();
     let setup = Instant::now();
     tree.start_agents(0..leaves)?;
-    loop {
-        let known = root
-            .query(|c| c.reports().clusters().count())
-            .await
-            .unwrap_or(0);
-        if known == leaves {
-            break;
-        }
-        if setup.elapsed() > limit(leaves) {
-            return Err(BenchError::Timeout {
-                what: "registration".into(),
-                secs: limit(leaves).as_secs(),
-                detail: format!("only {known} of {leaves} clusters registered"),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_registered(&root, leaves).await?;
     let register = setup.elapsed();
     peaks.end("registration");
     // Idle: every agent connected, nothing placed yet.
