@@ -6,7 +6,8 @@
 //! the tree shows every cluster; a cordon clicked on the page shows at the root
 //! (`relay clusters`, `kubectl get cluster`) and an uncordon undoes it; a placement's
 //! rollout moves through its waves on the page while it runs, and undo and resume
-//! clicked on it roll it back and out again; a cluster whose agent
+//! clicked on it roll it back and out again; a cluster's pods and a pod's log open
+//! through the debug tunnel; a cluster whose agent
 //! is frozen turns unreachable; a `view` token's session shows no action buttons and
 //! its forged writes get 403, as does a write without the CSRF header; the root's audit
 //! log names the page's writes, allowed and refused. Screenshots of
@@ -371,10 +372,42 @@ fn the_web_view_shows_the_fleet_and_acts_for_its_role() {
     .expect("the page shows the rollout complete again after resume");
     assert_eq!(rollout_phase(&f), "Complete");
 
-    eprintln!("web_ui: unreachable");
-    // A cluster whose agent stops answering turns unreachable on the page.
+    eprintln!("web_ui: pods and logs");
+    // A cluster's pods and a pod's log, through the debug tunnel, from the page.
     let fleet_tab = b.find("button[data-tab='fleet']").unwrap().unwrap();
     b.click(&fleet_tab).unwrap();
+    let runs_web = f.chosen("web");
+    let on = runs_web.first().expect("the placement chose a cluster");
+    let pods = b
+        .find(&format!("[data-cluster='{on}'] button[data-action='pods']"))
+        .unwrap()
+        .expect("an admin sees a cluster's Pods button");
+    b.click(&pods).unwrap();
+    let pod = b
+        .wait_for(
+            "const r = document.querySelector('#debug-body tr[data-pod]');
+             return r && r.dataset.pod",
+            300,
+        )
+        .expect("the page lists the cluster's pods");
+    assert!(
+        pod.as_str().is_some_and(|p| p.contains("web")),
+        "{on}'s pods on the page: {pod}"
+    );
+    let logs = b
+        .find("#debug-body tr[data-pod] button")
+        .unwrap()
+        .expect("a Logs button");
+    b.click(&logs).unwrap();
+    b.wait_for(
+        "const l = document.querySelector('#log');
+         return !!l && !l.hidden && l.textContent.includes('(simulated)')",
+        300,
+    )
+    .expect("the page shows the pod's log");
+
+    eprintln!("web_ui: unreachable");
+    // A cluster whose agent stops answering turns unreachable on the page.
     let pid = agent_pid(&f, "us-2");
     signal(&pid, "-STOP");
     let unreachable = b.wait_for(
