@@ -17,13 +17,17 @@
 //!   node is given the CA key or another node's file.
 //! * [`certs`]: the CA, node certificates and join tokens (rcgen), written once.
 //! * [`render`]: each node's `relay serve` / `agent run` configuration file.
+//! * [`ports`]: ports assigned on first render, kept.
+//! * [`helm`]: each node's Helm values and Secret manifest (`render --helm`).
 
 use std::path::{Path, PathBuf};
 
 pub mod certs;
 pub mod compile;
 pub mod files;
+pub mod helm;
 pub mod names;
+pub mod ports;
 pub mod raw;
 pub mod render;
 
