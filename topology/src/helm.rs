@@ -139,3 +139,65 @@ pub(crate) fn write(
         )?,
     ])
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn the_values_carry_the_configuration_verbatim_and_the_secret_every_file_named() {
+        let config = "node: eu-west\n\n# a comment\nlisten: \"0.0.0.0:7443\"\n";
+        let node = PodNode {
+            topology: "retail",
+            name: "eu-west",
+            process: Process::Relay,
+            config,
+            ports: PodPorts {
+                quic: Some(7443),
+                api: None,
+                metrics: 9090,
+            },
+        };
+        let text = values(&node);
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Values {
+            role: String,
+            node: String,
+            existing_secret: String,
+            ports: BTreeMap<String, u16>,
+            config: String,
+        }
+        let v: Values = serde_saphyr::from_str(&text).unwrap();
+        assert_eq!(
+            (v.role.as_str(), v.node.as_str(), v.existing_secret.as_str()),
+            ("relay", "eu-west", "strata-eu-west")
+        );
+        assert_eq!(v.config, config, "{text}");
+        assert_eq!(
+            v.ports,
+            BTreeMap::from([("quic".to_owned(), 7443), ("metrics".to_owned(), 9090)])
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("node.key");
+        std::fs::write(&key, b"KEY\n").unwrap();
+        let manifest = secret("eu-west", &[("node.key".to_owned(), key)]).unwrap();
+        assert!(manifest.contains("name: strata-eu-west\n"), "{manifest}");
+        assert!(
+            manifest.contains("  \"node.key\": S0VZCg==\n"),
+            "{manifest}"
+        );
+        let missing = secret(
+            "eu-west",
+            &[("ca.crt".to_owned(), dir.path().join("ca.crt"))],
+        );
+        let e = missing.unwrap_err().to_string();
+        assert!(
+            e.starts_with("node \"eu-west\": ") && e.contains("run `relay topology certs` first"),
+            "{e}"
+        );
+    }
+}

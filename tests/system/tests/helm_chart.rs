@@ -105,8 +105,8 @@ pub(crate) fn template(release: &str, values: &Path) -> Vec<Value> {
 /// The pod's spec of a rendered StatefulSet or Deployment, checked.
 fn pod_spec(v: &Value, what: &str) -> PodSpec {
     match v["kind"].as_str() {
-        Some("StatefulSet") => strictly::<StatefulSet>(v, what).spec.unwrap().template,
-        _ => strictly::<Deployment>(v, what).spec.unwrap().template,
+        Some("StatefulSet") => strictly::<StatefulSet>(v, what).spec.template,
+        _ => strictly::<Deployment>(v, what).spec.template,
     }
     .spec
     .unwrap()
@@ -294,9 +294,9 @@ fn a_replicated_root_gets_a_disruption_budget_and_its_service_ready_pods_only() 
         (Some("None"), Some(true))
     );
     let root: StatefulSet = strictly(find(&docs, "StatefulSet", "rel"), "root");
-    assert_eq!(root.spec.as_ref().unwrap().replicas, Some(3));
+    assert_eq!(root.spec.replicas, Some(3));
     assert_eq!(
-        root.spec.unwrap().service_name.as_deref(),
+        root.spec.service_name.as_deref(),
         Some("rel-replicas")
     );
     // One replica: no budget (it would block every drain).
