@@ -21,7 +21,7 @@ use base64::Engine as _;
 
 use crate::certs::Action;
 use crate::files;
-use crate::render::{Process, RenderError, quote, write_if_changed};
+use crate::render::{Process, RenderError, quote, write_bytes_if_changed, write_if_changed};
 
 /// Where the node's Secret is mounted, relative to the configuration's directory.
 pub const SECRET_DIR: &str = "../secret";
@@ -133,9 +133,11 @@ pub(crate) fn write(
 ) -> Result<Vec<(PathBuf, Action)>, RenderError> {
     Ok(vec![
         write_if_changed(&files::node_helm_values(dir, node.name), &values(node))?,
-        write_if_changed(
+        // It holds the node's key: its owner's only.
+        write_bytes_if_changed(
             &files::node_helm_secret(dir, node.name),
-            &secret(node.name, held)?,
+            secret(node.name, held)?.as_bytes(),
+            true,
         )?,
     ])
 }

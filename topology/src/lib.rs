@@ -19,6 +19,8 @@
 //! * [`render`]: each node's `relay serve` / `agent run` configuration file.
 //! * [`ports`]: ports assigned on first render, kept.
 //! * [`helm`]: each node's Helm values and Secret manifest (`render --helm`).
+//! * [`systemd`]: each node's unit and its configuration directory (`render --systemd`).
+//! * `layout`: how a configuration names its node's files in each of these.
 
 use std::path::{Path, PathBuf};
 
@@ -26,10 +28,12 @@ pub mod certs;
 pub mod compile;
 pub mod files;
 pub mod helm;
+mod layout;
 pub mod names;
 pub mod ports;
 pub mod raw;
 pub mod render;
+pub mod systemd;
 
 pub use compile::{Addr, Cluster, ClusterBackend, Diagnostics, Relay, Topology, compile};
 

@@ -16,9 +16,11 @@ use crate::certs::Action;
 use crate::compile::{ClusterBackend, ParentLink};
 use crate::files::{self, ConfinementError};
 use crate::helm::{self, POD_METRICS, PodNode, PodPorts};
+use crate::layout::{Layout, Refs};
 use crate::names::check_node_name;
 use crate::ports::Ports;
 pub use crate::ports::unused_port;
+use crate::systemd;
 use crate::{Addr, Topology};
 
 /// Why the configs could not be rendered.
@@ -132,6 +134,9 @@ pub enum Target {
     /// Helm values for `deploy/helm/strata` and the node's Secret manifest
     /// (`values.yaml`, `secret.yaml`; see [`crate::helm`]).
     Helm,
+    /// The configuration directory of the node's systemd unit, and the unit (see
+    /// [`crate::systemd`]).
+    Systemd,
 }
 
 /// Writes every node's configuration into its directory under `dir`.
@@ -188,7 +193,6 @@ pub fn render_for(
     let mut nodes = Vec::new();
     let mut written = Vec::new();
     let mut simulated = Vec::new();
-    let helm = targets.contains(&Target::Helm);
     let parent_of = |name: &str, link: &ParentLink| -> String {
         let (_, dial, _) = resolved[name];
         let address = link.address.clone().unwrap_or_else(|| dial.to_string());
@@ -283,7 +287,7 @@ pub fn render_for(
             metrics: metrics.map_or(POD_METRICS.port(), |m| m.port()),
         };
         let node = (topology.name.as_str(), r.name.as_str(), Process::Relay);
-        let path = write_node(dir, node, helm.then_some(ports), config, &mut written)?;
+        let path = write_node(dir, node, (targets, ports), config, &mut written)?;
         nodes.push(NodeFile {
             name: r.name.clone(),
             process: Process::Relay,
@@ -336,7 +340,7 @@ pub fn render_for(
             metrics: metrics.map_or(POD_METRICS.port(), |m| m.port()),
         };
         let node = (topology.name.as_str(), c.name.as_str(), Process::Agent);
-        let path = write_node(dir, node, helm.then_some(ports), config, &mut written)?;
+        let path = write_node(dir, node, (targets, ports), config, &mut written)?;
         nodes.push(NodeFile {
             name: c.name.clone(),
             process: Process::Agent,
@@ -379,117 +383,47 @@ fn backend(b: &ClusterBackend, refs: &mut Refs) -> String {
     }
 }
 
-/// How a configuration names the files its node holds, as its process sees them.
-struct Refs<'a> {
-    dir: &'a Path,
-    node: &'a str,
-    /// The pod's layout ([`crate::helm`]): files in the node's Secret, the store on its
-    /// volume. Otherwise the node's directory as `certs` and `render` write it.
-    pod: bool,
-    /// Pod: the files the node's Secret holds (key, source), in the order named.
-    held: Vec<(String, PathBuf)>,
-}
-
-impl<'a> Refs<'a> {
-    fn plain(dir: &'a Path, node: &'a str) -> Refs<'a> {
-        Refs {
-            dir,
-            node,
-            pod: false,
-            held: Vec::new(),
-        }
-    }
-
-    fn pod(dir: &'a Path, node: &'a str) -> Refs<'a> {
-        Refs {
-            pod: true,
-            ..Refs::plain(dir, node)
-        }
-    }
-
-    /// How the configuration names `path`, quoted; in a pod, a key of the Secret.
-    fn file(&mut self, path: &Path) -> String {
-        if !self.pod {
-            return reference(self.dir, self.node, path);
-        }
-        let key = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        self.hold(&key, path)
-    }
-
-    fn hold(&mut self, key: &str, path: &Path) -> String {
-        if !self.held.iter().any(|(k, _)| k == key) {
-            self.held.push((key.to_owned(), path.to_owned()));
-        }
-        quote(&format!("{}/{key}", helm::SECRET_DIR))
-    }
-
-    /// The node's certificate, key, CA certificate and store.
-    fn tls(&mut self) -> String {
-        let (dir, node) = (self.dir, self.node);
-        let data = if self.pod {
-            quote(helm::DATA_DIR)
-        } else {
-            reference(dir, node, &files::node_data(dir, node))
-        };
-        format!(
-            "tls: {{ cert: {}, key: {}, ca: {} }}\ndata: {data}\n",
-            self.file(&files::node_cert(dir, node)),
-            self.file(&files::node_key(dir, node)),
-            self.file(&files::node_ca_cert(dir, node)),
-        )
-    }
-
-    /// The metrics line: the topology's address; in a pod without one, [`POD_METRICS`]
-    /// (the chart's probes need it).
-    fn metrics(&self, metrics: Option<SocketAddr>) -> String {
-        match (metrics, self.pod) {
-            (Some(m), _) => format!("metrics: \"{m}\"\n"),
-            (None, true) => format!("metrics: \"{POD_METRICS}\"\n"),
-            (None, false) => String::new(),
-        }
-    }
-
-    /// A kubeconfig as the topology names it (relative: to the node's directory); in a
-    /// pod, a key of the Secret when the file is there to put in it.
-    fn kubeconfig(&mut self, path: &str) -> String {
-        let source = files::node_dir(self.dir, self.node).join(path);
-        if self.pod && source.is_file() {
-            return self.hold(helm::KUBECONFIG_KEY, &source);
-        }
-        quote(path)
-    }
-}
-
 /// How `node`'s configuration names `path`: relative to the configuration, quoted.
-fn reference(dir: &Path, node: &str, path: &Path) -> String {
+pub(crate) fn reference(dir: &Path, node: &str, path: &Path) -> String {
     let named = files::from_node_config(dir, node, path).unwrap_or_else(|| path.to_owned());
     quote(&named.to_string_lossy())
 }
 
-/// Writes a node's configuration, built by `config` for its layout; with `pod` (its
-/// ports), also its Helm values and Secret. `node` is (topology, node, process).
+/// Writes a node's configuration, built by `config` for its layout, and what each of
+/// `targets` needs (with `ports`, for the chart). `node` is (topology, node, process).
 fn write_node(
     dir: &Path,
     (topology, name, process): (&str, &str, Process),
-    pod: Option<PodPorts>,
+    (targets, ports): (&[Target], PodPorts),
     config: impl Fn(&mut Refs) -> String,
     written: &mut Vec<(PathBuf, Action)>,
 ) -> Result<PathBuf, RenderError> {
-    let path = write_config(dir, name, &config(&mut Refs::plain(dir, name)), written)?;
-    if let Some(ports) = pod {
-        let mut refs = Refs::pod(dir, name);
-        let text = config(&mut refs);
-        let node = PodNode {
-            topology,
-            name,
-            process,
-            config: &text,
-            ports,
-        };
-        written.extend(helm::write(dir, &node, &refs.held)?);
+    let path = write_config(
+        dir,
+        name,
+        &config(&mut Refs::new(dir, name, Layout::Plain)),
+        written,
+    )?;
+    for target in targets {
+        match target {
+            Target::Helm => {
+                let mut refs = Refs::new(dir, name, Layout::Pod);
+                let text = config(&mut refs);
+                let node = PodNode {
+                    topology,
+                    name,
+                    process,
+                    config: &text,
+                    ports,
+                };
+                written.extend(helm::write(dir, &node, &refs.held)?);
+            }
+            Target::Systemd => {
+                let mut refs = Refs::new(dir, name, Layout::Host);
+                let text = config(&mut refs);
+                written.extend(systemd::write(dir, name, process, &text, &refs.held)?);
+            }
+        }
     }
     Ok(path)
 }
@@ -508,7 +442,7 @@ fn write_config(
     Ok(path)
 }
 
-fn mkdir(dir: &Path) -> Result<(), RenderError> {
+pub(crate) fn mkdir(dir: &Path) -> Result<(), RenderError> {
     std::fs::create_dir_all(dir).map_err(|source| RenderError::Io {
         path: dir.to_owned(),
         source,
@@ -544,14 +478,31 @@ pub(crate) fn quote(s: &str) -> String {
 }
 
 pub(crate) fn write_if_changed(path: &Path, text: &str) -> Result<(PathBuf, Action), RenderError> {
-    let action = match std::fs::read_to_string(path) {
-        Ok(existing) if existing == text => return Ok((path.to_owned(), Action::Kept)),
+    write_bytes_if_changed(path, text.as_bytes(), false)
+}
+
+/// Writes `bytes` to `path` unless it holds them already; `private`: readable by its
+/// owner only (0600; a key, or what holds one), whatever the file's mode was.
+pub(crate) fn write_bytes_if_changed(
+    path: &Path,
+    bytes: &[u8],
+    private: bool,
+) -> Result<(PathBuf, Action), RenderError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |source| RenderError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let action = match std::fs::read(path) {
+        Ok(existing) if existing == bytes => Action::Kept,
         Ok(_) => Action::Replaced,
         Err(_) => Action::Created,
     };
-    std::fs::write(path, text).map_err(|source| RenderError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
+    if action != Action::Kept {
+        std::fs::write(path, bytes).map_err(io)?;
+    }
+    if private {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    }
     Ok((path.to_owned(), action))
 }

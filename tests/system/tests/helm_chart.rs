@@ -295,10 +295,7 @@ fn a_replicated_root_gets_a_disruption_budget_and_its_service_ready_pods_only() 
     );
     let root: StatefulSet = strictly(find(&docs, "StatefulSet", "rel"), "root");
     assert_eq!(root.spec.replicas, Some(3));
-    assert_eq!(
-        root.spec.service_name.as_deref(),
-        Some("rel-replicas")
-    );
+    assert_eq!(root.spec.service_name.as_deref(), Some("rel-replicas"));
     // One replica: no budget (it would block every drain).
     let (single, _) = render_and_check("root-values.yaml");
     assert!(
