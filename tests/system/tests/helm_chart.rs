@@ -207,6 +207,16 @@ fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 
 #[test]
 fn every_rendered_manifest_is_a_strict_kubernetes_object_and_every_config_loads() {
+    let mut every: Vec<String> = std::fs::read_dir(chart().join("ci"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    every.sort();
+    assert!(every.len() >= 5, "{every:?}");
+    for values in &every {
+        render_and_check(values);
+    }
+
     let (root, docs) = render_and_check("root-values.yaml");
     assert_eq!(
         root,
