@@ -34,9 +34,10 @@ pub enum RenderError {
         /// Why.
         source: std::io::Error,
     },
-    /// A file a node's Secret must hold (`--helm`) could not be read.
+    /// A file that goes where the node runs (its Secret under `--helm`, its unit's
+    /// directory under `--systemd`) could not be read.
     #[error(
-        "node {node:?}: {path}: {source} (its Secret holds it: run `relay topology certs` first)"
+        "node {node:?}: {path}: {source} (it goes where the node runs: run `relay topology certs` first)"
     )]
     SecretFile {
         /// The node.
