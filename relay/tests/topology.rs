@@ -132,15 +132,23 @@ fn validate_names_every_error_and_denies_warnings_when_asked() {
     assert!(!ok && err.contains("denied by --deny-warnings"), "{err}");
 }
 
+/// `TOPOLOGY` written to `dir/t.yaml` and `relay topology certs` run for it into
+/// `dir/out`: the file, the output directory and what certs printed.
+fn certified(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let file = dir.join("t.yaml");
+    std::fs::write(&file, TOPOLOGY).unwrap();
+    let out = dir.join("out");
+    let (f, o) = (file.to_str().unwrap(), out.to_str().unwrap());
+    let (ok, printed, err) = relay(&["topology", "certs", f, "-o", o]);
+    assert!(ok, "{err}");
+    (file, out, printed)
+}
+
 #[test]
 fn certs_and_render_commands_are_idempotent() {
     let tmp = tempfile::tempdir().unwrap();
-    let file = tmp.path().join("t.yaml");
-    std::fs::write(&file, TOPOLOGY).unwrap();
-    let out = tmp.path().join("out");
+    let (file, out, first) = certified(tmp.path());
     let (f, o) = (file.to_str().unwrap(), out.to_str().unwrap());
-    let (ok, first, err) = relay(&["topology", "certs", f, "-o", o]);
-    assert!(ok, "{err}");
     // The first files are listed (then "... and N more"); eu's join tokens among all.
     assert!(
         first.contains("created") && files::join_tokens(&out, "eu").exists(),
@@ -158,6 +166,78 @@ fn certs_and_render_commands_are_idempotent() {
     assert!(ok, "{err}");
     assert!(again.contains("0 created, 0 replaced, 4 kept"), "{again}");
     NodeConfig::load(&files::node_config(&out, "eu")).unwrap();
+}
+
+/// `render --systemd`: each relay's unit directory names every file beside its
+/// configuration (the root's API tokens copied in), keys readable by their owner
+/// only, and the relay's own loader accepts it; `--helm`'s configuration names the
+/// pod's layout. Re-rendering keeps every file.
+#[test]
+fn render_for_systemd_and_helm_lays_out_every_file_a_node_names() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let (file, out, _) = certified(tmp.path());
+    let (f, o) = (file.to_str().unwrap(), out.to_str().unwrap());
+    let args = ["topology", "render", "--helm", "--systemd", f, "-o", o];
+    let (ok, _, err) = relay(&args);
+    assert!(ok, "{err}");
+    let (ok, again, err) = relay(&args);
+    assert!(ok, "{err}");
+    assert!(again.contains(" 0 replaced,"), "{again}");
+
+    let unit = files::node_systemd(&out, "center");
+    let center = NodeConfig::load(&unit.join("config.yaml")).unwrap();
+    let api = center.api.unwrap();
+    assert_eq!(api.tokens, unit.join("api.tokens"));
+    assert_eq!(
+        std::fs::read(&api.tokens).unwrap(),
+        std::fs::read(files::api_tokens(&out)).unwrap()
+    );
+    assert_eq!(center.tls.key, unit.join("node.key"));
+    assert_eq!(center.data, unit.join("data"));
+    let mode = std::fs::metadata(&center.tls.key)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "{mode:o}");
+    let eu = NodeConfig::load(&files::node_systemd(&out, "eu").join("config.yaml")).unwrap();
+    let join = eu.join.unwrap();
+    assert!(join.tokens.exists() && join.ca_key.exists(), "{join:?}");
+    assert!(
+        files::node_dir(&out, "eu")
+            .join("strata-relay.service")
+            .exists()
+    );
+    assert!(
+        files::node_dir(&out, "shop-1")
+            .join("strata-agent.service")
+            .exists()
+    );
+
+    // The pod's layout: a secret volume beside the configuration's, the store on the
+    // state volume; the Secret manifest is its owner's only.
+    let values = std::fs::read_to_string(files::node_helm_values(&out, "eu")).unwrap();
+    assert!(
+        values.contains("  tls: { cert: \"../secret/node.crt\", key: \"../secret/node.key\", ca: \"../secret/ca.crt\" }\n  data: \"../state/data\"\n"),
+        "{values}"
+    );
+    let secret = files::node_helm_secret(&out, "eu");
+    let mode = std::fs::metadata(&secret).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "{mode:o}");
+    let manifest = std::fs::read_to_string(secret).unwrap();
+    for key in [
+        "node.crt",
+        "node.key",
+        "ca.crt",
+        "join.tokens",
+        "join-ca.crt",
+        "join-ca.key",
+    ] {
+        assert!(
+            manifest.contains(&format!("  \"{key}\": ")),
+            "{key}: {manifest}"
+        );
+    }
 }
 
 /// Relays named like the hierarchy's files: `ca` (Canada), `ports`, `api`.

@@ -23,6 +23,10 @@
 //!     join.tokens   a relay with a `joining:` entry: its single-use join tokens,
 //!     join-ca.crt   the intermediate CA it signs joining agents' certificates with,
 //!     join-ca.key   and that CA's key
+//!     values.yaml   `render --helm`: the node's Helm values (its pod's configuration)
+//!     secret.yaml   `render --helm`: its Secret manifest (every file that names)
+//!     systemd/      `render --systemd`: its unit's configuration directory
+//!     strata-relay.service (or strata-agent.service): `render --systemd`: its unit
 //! ```
 //!
 //! A node's directory can be copied as is to the host that runs it; the root's
@@ -92,6 +96,23 @@ pub fn node_key(dir: &Path, node: &str) -> PathBuf {
 /// A node's copy of the CA certificate.
 pub fn node_ca_cert(dir: &Path, node: &str) -> PathBuf {
     node_dir(dir, node).join("ca.crt")
+}
+
+/// A node's Helm values for `deploy/helm/strata` (`render --helm`).
+pub fn node_helm_values(dir: &Path, node: &str) -> PathBuf {
+    node_dir(dir, node).join("values.yaml")
+}
+
+/// A node's Secret manifest, the files its Helm values' configuration names
+/// (`render --helm`).
+pub fn node_helm_secret(dir: &Path, node: &str) -> PathBuf {
+    node_dir(dir, node).join("secret.yaml")
+}
+
+/// The configuration directory of a node's systemd unit (`render --systemd`): its
+/// configuration and every file it names, side by side.
+pub fn node_systemd(dir: &Path, node: &str) -> PathBuf {
+    node_dir(dir, node).join("systemd")
 }
 
 /// A node's store.

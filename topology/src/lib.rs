@@ -17,15 +17,23 @@
 //!   node is given the CA key or another node's file.
 //! * [`certs`]: the CA, node certificates and join tokens (rcgen), written once.
 //! * [`render`]: each node's `relay serve` / `agent run` configuration file.
+//! * [`ports`]: ports assigned on first render, kept.
+//! * [`helm`]: each node's Helm values and Secret manifest (`render --helm`).
+//! * [`systemd`]: each node's unit and its configuration directory (`render --systemd`).
+//! * `layout`: how a configuration names its node's files in each of these.
 
 use std::path::{Path, PathBuf};
 
 pub mod certs;
 pub mod compile;
 pub mod files;
+pub mod helm;
+mod layout;
 pub mod names;
+pub mod ports;
 pub mod raw;
 pub mod render;
+pub mod systemd;
 
 pub use compile::{Addr, Cluster, ClusterBackend, Diagnostics, Relay, Topology, compile};
 

@@ -158,6 +158,10 @@ pub struct RawCluster {
     /// A simulated cluster (tests and demos), only when said.
     #[serde(default)]
     pub simulated: Option<RawSimulated>,
+    /// Where its agent serves `/metrics`, `/healthz` and `/readyz` (`IP:PORT`; `IP:0`: a
+    /// port assigned when rendering).
+    #[serde(default)]
+    pub metrics: Option<String>,
 }
 
 /// `spec.clusters[].kubernetes`: `{ inCluster: true }`, or `{ kubeconfig: PATH,

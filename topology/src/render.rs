@@ -15,7 +15,12 @@ use std::path::{Path, PathBuf};
 use crate::certs::Action;
 use crate::compile::{ClusterBackend, ParentLink};
 use crate::files::{self, ConfinementError};
+use crate::helm::{self, POD_METRICS, PodNode, PodPorts};
+use crate::layout::{Layout, Refs};
 use crate::names::check_node_name;
+use crate::ports::Ports;
+pub use crate::ports::unused_port;
+use crate::systemd;
 use crate::{Addr, Topology};
 
 /// Why the configs could not be rendered.
@@ -24,6 +29,19 @@ pub enum RenderError {
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file that goes where the node runs (its Secret under `--helm`, its unit's
+    /// directory under `--systemd`) could not be read.
+    #[error(
+        "node {node:?}: {path}: {source} (it goes where the node runs: run `relay topology certs` first)"
+    )]
+    SecretFile {
+        /// The node.
+        node: String,
         /// The file.
         path: PathBuf,
         /// Why.
@@ -111,11 +129,32 @@ pub struct Rendered {
     pub simulated: Vec<String>,
 }
 
+/// What else `render` writes for each node, besides its configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Helm values for `deploy/helm/strata` and the node's Secret manifest
+    /// (`values.yaml`, `secret.yaml`; see [`crate::helm`]).
+    Helm,
+    /// The configuration directory of the node's systemd unit, and the unit (see
+    /// [`crate::systemd`]).
+    Systemd,
+}
+
 /// Writes every node's configuration into its directory under `dir`.
 pub fn render(
     topology: &Topology,
     dir: &Path,
     options: &RenderOptions,
+) -> Result<Rendered, RenderError> {
+    render_for(topology, dir, options, &[])
+}
+
+/// As [`render`], and for each node what every one of `targets` needs.
+pub fn render_for(
+    topology: &Topology,
+    dir: &Path,
+    options: &RenderOptions,
+    targets: &[Target],
 ) -> Result<Rendered, RenderError> {
     for node in topology.node_names() {
         check_node_name(node).map_err(|reason| ConfinementError::BadName {
@@ -151,7 +190,6 @@ pub fn render(
         "api",
         root.api.unwrap_or(Addr::Auto(IpAddr::from([127, 0, 0, 1]))),
     )?;
-    ports.save()?;
 
     let mut nodes = Vec::new();
     let mut written = Vec::new();
@@ -174,76 +212,83 @@ pub fn render(
     };
     for r in &topology.relays {
         let (listen, _, metrics) = resolved[r.name.as_str()];
-        let mut y = format!("# rendered from topology {:?}\n", topology.name);
-        let _ = writeln!(y, "node: {}", r.name);
-        let _ = writeln!(y, "listen: \"{listen}\"");
-        if let Some(p) = &r.parent {
-            y.push_str(&parent_of(p, &r.link));
-        }
-        y.push_str(&tls(dir, &r.name));
         let children: Vec<&str> = r
             .relays
             .iter()
             .chain(r.clusters.iter())
             .map(String::as_str)
             .collect();
-        let _ = writeln!(y, "children: [{}]", children.join(", "));
-        let _ = writeln!(y, "labels: {}", flow_map(&r.labels));
-        if r.parent.is_none() {
-            // The API's own certificate (the names clients reach it by) once `certs`
-            // issued it; the node's certificate in a directory from before.
-            let api_cert = files::api_cert(dir, &r.name);
-            let tls = if api_cert.exists() {
-                format!(
-                    ", cert: {}, key: {}",
-                    reference(dir, &r.name, &api_cert),
-                    reference(dir, &r.name, &files::api_key(dir, &r.name))
-                )
-            } else {
-                String::new()
-            };
-            let _ = writeln!(
-                y,
-                "api: {{ listen: \"{api}\", tokens: {}{tls} }}",
-                reference(dir, &r.name, &files::api_tokens(dir))
-            );
-        }
-        if let Some(m) = metrics {
-            let _ = writeln!(y, "metrics: \"{m}\"");
-        }
-        if let Some(ms) = options.summary_interval_ms {
-            let _ = writeln!(y, "summary_interval_ms: {ms}");
-        }
-        if r.join_tokens > 0 {
-            let _ = writeln!(
-                y,
-                "# admits agents not listed that join with one of {} single-use tokens\njoin: {{ tokens: {}, ca_cert: {}, ca_key: {}{} }}",
-                r.join_tokens,
-                reference(dir, &r.name, &files::join_tokens(dir, &r.name)),
-                reference(dir, &r.name, &files::join_ca_cert(dir, &r.name)),
-                reference(dir, &r.name, &files::join_ca_key(dir, &r.name)),
-                match topology.certificates.node_days {
-                    crate::certs::DEFAULT_NODE_DAYS => String::new(),
-                    days => format!(", node_days: {days}"),
-                },
-            );
-        }
-        // Every relay with children signs their renewals with its intermediate CA, once
-        // `certs` issued it (a directory from before has none: nothing written).
-        let signing_ca = files::join_ca_cert(dir, &r.name);
-        if crate::certs::signs(r) && signing_ca.exists() {
-            let _ = writeln!(
-                y,
-                "# signs its children's certificate renewals with its intermediate CA\nrenew: {{ ca_cert: {}, ca_key: {}{} }}",
-                reference(dir, &r.name, &signing_ca),
-                reference(dir, &r.name, &files::join_ca_key(dir, &r.name)),
-                match topology.certificates.node_days {
-                    crate::certs::DEFAULT_NODE_DAYS => String::new(),
-                    days => format!(", lifetime_s: {}", u64::from(days) * 86_400),
-                },
-            );
-        }
-        let path = write_config(dir, &r.name, &y, &mut written)?;
+        let config = |refs: &mut Refs| -> String {
+            let mut y = format!("# rendered from topology {:?}\n", topology.name);
+            let _ = writeln!(y, "node: {}", r.name);
+            let _ = writeln!(y, "listen: \"{listen}\"");
+            if let Some(p) = &r.parent {
+                y.push_str(&parent_of(p, &r.link));
+            }
+            y.push_str(&refs.tls());
+            let _ = writeln!(y, "children: [{}]", children.join(", "));
+            let _ = writeln!(y, "labels: {}", flow_map(&r.labels));
+            if r.parent.is_none() {
+                // The API's own certificate (the names clients reach it by) once `certs`
+                // issued it; the node's certificate in a directory from before.
+                let api_cert = files::api_cert(dir, &r.name);
+                let tls = if api_cert.exists() {
+                    format!(
+                        ", cert: {}, key: {}",
+                        refs.file(&api_cert),
+                        refs.file(&files::api_key(dir, &r.name))
+                    )
+                } else {
+                    String::new()
+                };
+                let _ = writeln!(
+                    y,
+                    "api: {{ listen: \"{api}\", tokens: {}{tls} }}",
+                    refs.file(&files::api_tokens(dir))
+                );
+            }
+            y.push_str(&refs.metrics(metrics));
+            if let Some(ms) = options.summary_interval_ms {
+                let _ = writeln!(y, "summary_interval_ms: {ms}");
+            }
+            if r.join_tokens > 0 {
+                let _ = writeln!(
+                    y,
+                    "# admits agents not listed that join with one of {} single-use tokens\njoin: {{ tokens: {}, ca_cert: {}, ca_key: {}{} }}",
+                    r.join_tokens,
+                    refs.file(&files::join_tokens(dir, &r.name)),
+                    refs.file(&files::join_ca_cert(dir, &r.name)),
+                    refs.file(&files::join_ca_key(dir, &r.name)),
+                    match topology.certificates.node_days {
+                        crate::certs::DEFAULT_NODE_DAYS => String::new(),
+                        days => format!(", node_days: {days}"),
+                    },
+                );
+            }
+            // Every relay with children signs their renewals with its intermediate CA,
+            // once `certs` issued it (a directory from before has none: nothing written).
+            let signing_ca = files::join_ca_cert(dir, &r.name);
+            if crate::certs::signs(r) && signing_ca.exists() {
+                let _ = writeln!(
+                    y,
+                    "# signs its children's certificate renewals with its intermediate CA\nrenew: {{ ca_cert: {}, ca_key: {}{} }}",
+                    refs.file(&signing_ca),
+                    refs.file(&files::join_ca_key(dir, &r.name)),
+                    match topology.certificates.node_days {
+                        crate::certs::DEFAULT_NODE_DAYS => String::new(),
+                        days => format!(", lifetime_s: {}", u64::from(days) * 86_400),
+                    },
+                );
+            }
+            y
+        };
+        let ports = PodPorts {
+            quic: Some(listen.port()),
+            api: r.parent.is_none().then_some(api.port()),
+            metrics: metrics.map_or(POD_METRICS.port(), |m| m.port()),
+        };
+        let node = (topology.name.as_str(), r.name.as_str(), Process::Relay);
+        let path = write_node(dir, node, (targets, ports), config, &mut written)?;
         nodes.push(NodeFile {
             name: r.name.clone(),
             process: Process::Relay,
@@ -253,39 +298,59 @@ pub fn render(
         });
     }
     for c in &topology.clusters {
-        let mut y = format!("# rendered from topology {:?}\n", topology.name);
-        let _ = writeln!(y, "cluster: {}", c.name);
-        let _ = writeln!(y, "labels: {}", flow_map(&c.labels));
-        if !c.properties.is_empty() {
-            let _ = writeln!(y, "properties: {}", flow_map(&c.properties));
-        }
-        y.push_str(&parent_of(&c.parent, &c.link));
-        y.push_str(&tls(dir, &c.name));
         let delay = options.simulated_ready_delay_ms;
-        match (&c.backend, options.simulate_unset) {
-            (Some(ClusterBackend::Simulated { ready_delay_ms }), _) => {
-                simulated.push(c.name.clone());
-                y.push_str(&simulated_section(ready_delay_ms.or(delay)));
-            }
-            (Some(b), _) => y.push_str(&backend(b)),
-            (None, true) => {
-                simulated.push(c.name.clone());
-                y.push_str("# simulated: the topology names no backend for this cluster\n");
-                y.push_str(&simulated_section(delay));
-            }
-            (None, false) => y.push_str(
-                "# the topology names no backend for this cluster: the agent refuses to start until\n# this file says kubernetes: { in_cluster: true }, kubernetes: { kubeconfig: PATH }, or simulated: {}\n",
-            ),
+        let metrics = match c.metrics {
+            Some(m) => Some(ports.resolve(&c.name, "metrics", m)?),
+            None => None,
+        };
+        let is_simulated = matches!(
+            (&c.backend, options.simulate_unset),
+            (Some(ClusterBackend::Simulated { .. }), _) | (None, true)
+        );
+        if is_simulated {
+            simulated.push(c.name.clone());
         }
-        let path = write_config(dir, &c.name, &y, &mut written)?;
+        let config = |refs: &mut Refs| -> String {
+            let mut y = format!("# rendered from topology {:?}\n", topology.name);
+            let _ = writeln!(y, "cluster: {}", c.name);
+            let _ = writeln!(y, "labels: {}", flow_map(&c.labels));
+            if !c.properties.is_empty() {
+                let _ = writeln!(y, "properties: {}", flow_map(&c.properties));
+            }
+            y.push_str(&parent_of(&c.parent, &c.link));
+            y.push_str(&refs.tls());
+            y.push_str(&refs.metrics(metrics));
+            match (&c.backend, options.simulate_unset) {
+                (Some(ClusterBackend::Simulated { ready_delay_ms }), _) => {
+                    y.push_str(&simulated_section(ready_delay_ms.or(delay)));
+                }
+                (Some(b), _) => y.push_str(&backend(b, refs)),
+                (None, true) => {
+                    y.push_str("# simulated: the topology names no backend for this cluster\n");
+                    y.push_str(&simulated_section(delay));
+                }
+                (None, false) => y.push_str(
+                    "# the topology names no backend for this cluster: the agent refuses to start until\n# this file says kubernetes: { in_cluster: true }, kubernetes: { kubeconfig: PATH }, or simulated: {}\n",
+                ),
+            }
+            y
+        };
+        let ports = PodPorts {
+            quic: None,
+            api: None,
+            metrics: metrics.map_or(POD_METRICS.port(), |m| m.port()),
+        };
+        let node = (topology.name.as_str(), c.name.as_str(), Process::Agent);
+        let path = write_node(dir, node, (targets, ports), config, &mut written)?;
         nodes.push(NodeFile {
             name: c.name.clone(),
             process: Process::Agent,
             config: path,
-            metrics: None,
+            metrics,
             children: 0,
         });
     }
+    ports.save()?;
     Ok(Rendered {
         nodes,
         root: root.name.clone(),
@@ -304,12 +369,12 @@ fn simulated_section(ms: Option<u64>) -> String {
 }
 
 /// A real cluster's section, as the topology names it.
-fn backend(b: &ClusterBackend) -> String {
+fn backend(b: &ClusterBackend, refs: &mut Refs) -> String {
     match b {
         ClusterBackend::InCluster => "kubernetes: { in_cluster: true }\n".to_owned(),
         ClusterBackend::Kubeconfig { path, context } => format!(
             "kubernetes: {{ kubeconfig: {}{} }}\n",
-            quote(path),
+            refs.kubeconfig(path),
             context
                 .as_deref()
                 .map(|c| format!(", context: {}", quote(c)))
@@ -319,21 +384,49 @@ fn backend(b: &ClusterBackend) -> String {
     }
 }
 
-/// The node's certificate, key, CA certificate and store: all in its own directory.
-fn tls(dir: &Path, node: &str) -> String {
-    format!(
-        "tls: {{ cert: {}, key: {}, ca: {} }}\ndata: {}\n",
-        reference(dir, node, &files::node_cert(dir, node)),
-        reference(dir, node, &files::node_key(dir, node)),
-        reference(dir, node, &files::node_ca_cert(dir, node)),
-        reference(dir, node, &files::node_data(dir, node)),
-    )
-}
-
 /// How `node`'s configuration names `path`: relative to the configuration, quoted.
-fn reference(dir: &Path, node: &str, path: &Path) -> String {
+pub(crate) fn reference(dir: &Path, node: &str, path: &Path) -> String {
     let named = files::from_node_config(dir, node, path).unwrap_or_else(|| path.to_owned());
     quote(&named.to_string_lossy())
+}
+
+/// Writes a node's configuration, built by `config` for its layout, and what each of
+/// `targets` needs (with `ports`, for the chart). `node` is (topology, node, process).
+fn write_node(
+    dir: &Path,
+    (topology, name, process): (&str, &str, Process),
+    (targets, ports): (&[Target], PodPorts),
+    config: impl Fn(&mut Refs) -> String,
+    written: &mut Vec<(PathBuf, Action)>,
+) -> Result<PathBuf, RenderError> {
+    let path = write_config(
+        dir,
+        name,
+        &config(&mut Refs::new(dir, name, Layout::Plain)),
+        written,
+    )?;
+    for target in targets {
+        match target {
+            Target::Helm => {
+                let mut refs = Refs::new(dir, name, Layout::Pod);
+                let text = config(&mut refs);
+                let node = PodNode {
+                    topology,
+                    name,
+                    process,
+                    config: &text,
+                    ports,
+                };
+                written.extend(helm::write(dir, &node, &refs.held)?);
+            }
+            Target::Systemd => {
+                let mut refs = Refs::new(dir, name, Layout::Host);
+                let text = config(&mut refs);
+                written.extend(systemd::write(dir, name, process, &text, &refs.held)?);
+            }
+        }
+    }
+    Ok(path)
 }
 
 /// Checks what `text` names, then writes it as `node`'s configuration.
@@ -350,7 +443,7 @@ fn write_config(
     Ok(path)
 }
 
-fn mkdir(dir: &Path) -> Result<(), RenderError> {
+pub(crate) fn mkdir(dir: &Path) -> Result<(), RenderError> {
     std::fs::create_dir_all(dir).map_err(|source| RenderError::Io {
         path: dir.to_owned(),
         source,
@@ -369,7 +462,7 @@ fn flow_map(m: &BTreeMap<String, String>) -> String {
     format!("{{ {} }}", items.join(", "))
 }
 
-fn quote(s: &str) -> String {
+pub(crate) fn quote(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
         match c {
@@ -385,165 +478,32 @@ fn quote(s: &str) -> String {
     out
 }
 
-fn write_if_changed(path: &Path, text: &str) -> Result<(PathBuf, Action), RenderError> {
-    let action = match std::fs::read_to_string(path) {
-        Ok(existing) if existing == text => return Ok((path.to_owned(), Action::Kept)),
+pub(crate) fn write_if_changed(path: &Path, text: &str) -> Result<(PathBuf, Action), RenderError> {
+    write_bytes_if_changed(path, text.as_bytes(), false)
+}
+
+/// Writes `bytes` to `path` unless it holds them already; `private`: readable by its
+/// owner only (0600; a key, or what holds one), whatever the file's mode was.
+pub(crate) fn write_bytes_if_changed(
+    path: &Path,
+    bytes: &[u8],
+    private: bool,
+) -> Result<(PathBuf, Action), RenderError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |source| RenderError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let action = match std::fs::read(path) {
+        Ok(existing) if existing == bytes => Action::Kept,
         Ok(_) => Action::Replaced,
         Err(_) => Action::Created,
     };
-    std::fs::write(path, text).map_err(|source| RenderError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
+    if action != Action::Kept {
+        std::fs::write(path, bytes).map_err(io)?;
+    }
+    if private {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    }
     Ok((path.to_owned(), action))
-}
-
-/// Ports assigned to `Addr::Auto` addresses, by `node.field`.
-struct Ports {
-    path: PathBuf,
-    ports: BTreeMap<String, u16>,
-    changed: bool,
-}
-
-impl Ports {
-    fn load(dir: &Path) -> Result<Ports, RenderError> {
-        let path = files::ports(dir);
-        let ports = match std::fs::read_to_string(&path) {
-            Ok(text) => serde_saphyr::from_str(&text).map_err(|e| RenderError::Ports {
-                path: path.clone(),
-                detail: e.to_string(),
-            })?,
-            Err(_) => BTreeMap::new(),
-        };
-        Ok(Ports {
-            path,
-            ports,
-            changed: false,
-        })
-    }
-
-    fn resolve(&mut self, node: &str, field: &str, a: Addr) -> Result<SocketAddr, RenderError> {
-        let ip = match a {
-            Addr::Fixed(a) => return Ok(a),
-            Addr::Auto(ip) => ip,
-        };
-        let key = format!("{node}.{field}");
-        if let Some(&port) = self.ports.get(&key) {
-            return Ok(SocketAddr::new(ip, port));
-        }
-        let taken: Vec<u16> = self.ports.values().copied().collect();
-        let port = unused_port(ip, &taken).map_err(|source| RenderError::NoPort {
-            ip,
-            what: key.clone(),
-            source,
-        })?;
-        self.ports.insert(key, port);
-        self.changed = true;
-        Ok(SocketAddr::new(ip, port))
-    }
-
-    fn save(&self) -> Result<(), RenderError> {
-        if !self.changed {
-            return Ok(());
-        }
-        let mut text =
-            String::from("# ports assigned by `relay topology render`; delete to reassign\n");
-        for (k, p) in &self.ports {
-            let _ = writeln!(text, "{k}: {p}");
-        }
-        std::fs::write(&self.path, text).map_err(|source| RenderError::Io {
-            path: self.path.clone(),
-            source,
-        })
-    }
-}
-
-/// A port free for both UDP (QUIC) and TCP (the API, metrics) on `ip` right now, not
-/// among `taken`, chosen below the kernel's ephemeral range where there is room (ports
-/// 10,000 and up).
-///
-/// A port from the ephemeral range is free only until some socket binds port 0 (every
-/// client connection, every agent's endpoint) and the kernel hands it out: a port
-/// written into a node's configuration could be taken before the node starts, or
-/// after it restarts. Below the range only explicit binds compete. Tried in a
-/// different order in every process; without room below the range (or after 200
-/// tries), the kernel's choice.
-pub fn unused_port(ip: IpAddr, taken: &[u16]) -> std::io::Result<u16> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32_768);
-    const BASE: u16 = 10_000;
-    // std's hasher keys are random per process: a seed without reading a clock.
-    let seed = {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        h.finish()
-    };
-    let both_free = |port: u16| -> std::io::Result<u16> {
-        let udp = std::net::UdpSocket::bind((ip, port))?;
-        let port = udp.local_addr()?.port();
-        if taken.contains(&port) {
-            return Err(std::io::Error::other("a port already assigned"));
-        }
-        std::net::TcpListener::bind((ip, port))?;
-        Ok(port)
-    };
-    let mut last = None;
-    if low > BASE + 1_000 {
-        for _ in 0..200 {
-            // splitmix64 over a counter: a different candidate each try.
-            let mut z = seed.wrapping_add(
-                NEXT.fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed),
-            );
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            let candidate = BASE + u16::try_from(z % u64::from(low - BASE)).unwrap_or(0);
-            match both_free(candidate) {
-                Ok(port) => return Ok(port),
-                Err(e) => last = Some(e),
-            }
-        }
-    }
-    for _ in 0..100 {
-        match both_free(0) {
-            Ok(port) => return Ok(port),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| std::io::Error::other("every port tried was taken")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn assigned_ports_are_free_for_both_protocols_below_the_ephemeral_range_and_not_taken() {
-        let ip: IpAddr = [127, 0, 0, 1].into();
-        let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok());
-        let mut taken = Vec::new();
-        for _ in 0..20 {
-            let port = unused_port(ip, &taken).unwrap();
-            assert!(!taken.contains(&port), "{port} was given twice");
-            if let Some(low) = low.filter(|l| *l > 11_000) {
-                assert!((10_000..low).contains(&port), "{port} is not below {low}");
-            }
-            // Free for both, as the node will bind it.
-            let _udp = std::net::UdpSocket::bind((ip, port)).unwrap();
-            let _tcp = std::net::TcpListener::bind((ip, port)).unwrap();
-            taken.push(port);
-        }
-        // A port held by someone else is not handed out.
-        let held = std::net::UdpSocket::bind((ip, taken[0])).unwrap();
-        for _ in 0..50 {
-            assert_ne!(unused_port(ip, &[]).unwrap(), taken[0]);
-        }
-        drop(held);
-    }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 use strata_topology::LoadError;
 use strata_topology::certs::{self, Action, CertError, CertOptions};
-use strata_topology::render::{self, RenderError, RenderOptions};
+use strata_topology::render::{self, RenderError, RenderOptions, Target};
 
 use crate::cmd::up::print_warnings;
 
@@ -48,12 +48,25 @@ pub enum TopologyCommand {
     /// --config` (relays) or `agent run --config` (clusters); it names only files of
     /// the node's own directory (and, for the root, `DIR/api.tokens`). Ports left to
     /// assign (`127.0.0.1:0` or no address) are chosen once and kept in `DIR/ports.yaml`.
+    /// With --helm, also each node's Helm values and Secret manifest; with --systemd, its
+    /// unit and the unit's configuration directory (run certs first).
     Render {
         /// The topology file (YAML).
         file: PathBuf,
         /// Where to write (created if missing); the certificates go here too.
         #[arg(short = 'o', long = "out", value_name = "DIR")]
         out: PathBuf,
+        /// Also write, per node, `values.yaml` (values for the chart deploy/helm/strata
+        /// that run the node, its configuration included) and `secret.yaml` (its Secret:
+        /// every file that configuration names).
+        #[arg(long)]
+        helm: bool,
+        /// Also write, per node, `systemd/` (the configuration directory of its unit, for
+        /// `/etc/strata` or `/etc/strata-agent`: the configuration and every file it
+        /// names, side by side) and its unit, `strata-relay.service` or
+        /// `strata-agent.service`.
+        #[arg(long)]
+        systemd: bool,
     },
 }
 
@@ -148,13 +161,23 @@ pub fn run(command: TopologyCommand) -> Result<(), TopologyCliError> {
             warn_expiring(&done);
             Ok(())
         }
-        TopologyCommand::Render { file, out } => {
+        TopologyCommand::Render {
+            file,
+            out,
+            helm,
+            systemd,
+        } => {
             let mut checked = strata_topology::load(&file)?;
             checked
                 .warnings
                 .extend(checked.topology.unset_backend_warning());
             print_warnings(&file, &checked);
-            let rendered = render::render(&checked.topology, &out, &RenderOptions::default())?;
+            let targets: Vec<Target> = [(helm, Target::Helm), (systemd, Target::Systemd)]
+                .into_iter()
+                .filter_map(|(on, t)| on.then_some(t))
+                .collect();
+            let rendered =
+                render::render_for(&checked.topology, &out, &RenderOptions::default(), &targets)?;
             summarize(&rendered.files);
             println!(
                 "root {:?}: API on {}; certificates: relay topology certs {} -o {}",

@@ -655,24 +655,30 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
     let left = f.ok("kubectl", &["get", "deploy,cm", "-n", "cafe", "-o", "name"]);
     assert!(left.trim().is_empty(), "{left}");
 
-    // Strata deploying Strata: its own chart (root and two regions) installs through
+    // Strata deploying Strata: its own chart, a release per node (the root's and a
+    // relay's values, as `relay topology render --helm` writes them), installs through
     // the root's API like any other.
     let strata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/strata");
-    let values = strata.join("ci/hierarchy-values.yaml");
-    let (strata, values) = (strata.to_str().unwrap(), values.to_str().unwrap());
-    f.ok(
-        "helm",
-        &[
-            "install",
-            "strata",
-            strata,
-            "-n",
-            "strata-system",
-            "--create-namespace",
-            "-f",
-            values,
-        ],
-    );
+    let releases = [
+        ("center", "root-values.yaml"),
+        ("eu-west", "relay-values.yaml"),
+    ];
+    for (release, values) in releases {
+        let values = strata.join("ci").join(values);
+        f.ok(
+            "helm",
+            &[
+                "install",
+                release,
+                strata.to_str().unwrap(),
+                "-n",
+                "strata-system",
+                "--create-namespace",
+                "-f",
+                values.to_str().unwrap(),
+            ],
+        );
+    }
     let sets = f.ok(
         "kubectl",
         &["get", "statefulsets", "-n", "strata-system", "-o", "name"],
@@ -681,13 +687,11 @@ fn kubectl_and_helm_work_against_the_root_unchanged() {
     sets.sort_unstable();
     assert_eq!(
         sets,
-        [
-            "statefulset.apps/strata-center",
-            "statefulset.apps/strata-eu-west",
-            "statefulset.apps/strata-us-east"
-        ]
+        ["statefulset.apps/center", "statefulset.apps/eu-west"]
     );
-    f.ok("helm", &["uninstall", "strata", "-n", "strata-system"]);
+    for (release, _) in releases {
+        f.ok("helm", &["uninstall", release, "-n", "strata-system"]);
+    }
 
     // Customized per cluster at the edge, summarized as the placement asks.
     customized_and_summarized(&f);

@@ -28,7 +28,7 @@ use strata_topology::render::{self, Process, RenderOptions};
 
 /// A kubeconfig whose current context points where nothing listens, and whose context
 /// `lab` points at the fake API server.
-fn kubeconfig(fake: &FakeApiServer) -> String {
+pub(crate) fn kubeconfig(fake: &FakeApiServer) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: nowhere\n  cluster:\n    server: http://127.0.0.1:1\n\
          - name: fake\n  cluster:\n    server: http://{}\n\
@@ -41,7 +41,7 @@ fn kubeconfig(fake: &FakeApiServer) -> String {
 
 /// The root's inventory as JSON (`GET /clusters`); empty while the root's API does not
 /// answer yet.
-fn inventory(rt: &tokio::runtime::Runtime, dir: &Path, api_port: u16) -> Vec<Value> {
+pub(crate) fn inventory(rt: &tokio::runtime::Runtime, dir: &Path, api_port: u16) -> Vec<Value> {
     let client = strata_relay::client::ApiClient::new(
         ([127, 0, 0, 1], api_port).into(),
         "center",
@@ -56,25 +56,27 @@ fn inventory(rt: &tokio::runtime::Runtime, dir: &Path, api_port: u16) -> Vec<Val
     v["items"].as_array().cloned().unwrap_or_default()
 }
 
-fn cluster<'a>(items: &'a [Value], name: &str) -> Option<&'a Value> {
+pub(crate) fn cluster<'a>(items: &'a [Value], name: &str) -> Option<&'a Value> {
     items.iter().find(|c| c["name"] == name)
 }
 
 /// Polls `check` every 200 ms, at most 300 times (60 s); panics naming `what` with the
-/// nodes' logs.
-fn eventually(what: &str, dir: &Path, mut check: impl FnMut() -> bool) {
+/// logs of the nodes `names`.
+pub(crate) fn eventually(what: &str, dir: &Path, names: &[&str], mut check: impl FnMut() -> bool) {
     for _ in 0..300 {
         if check() {
             return;
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    let names: Vec<String> = ["center", "lab-1", "sim-1"].map(String::from).to_vec();
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
     panic!(
         "timed out waiting until {what}\n{}",
         log_tails(dir, &names, 30)
     );
 }
+
+const NODES: &[&str] = &["center", "lab-1", "sim-1"];
 
 #[test]
 fn a_rendered_agent_drives_its_kubeconfig_context_and_a_lost_api_server_shows_unreachable_at_the_root()
@@ -137,12 +139,17 @@ spec:
     }
 
     // Both clusters register, reachable, each saying what it drives.
-    eventually("the root knows both clusters, reachable", &dir, || {
-        let items = inventory(&rt, &dir, api_port);
-        ["lab-1", "sim-1"]
-            .iter()
-            .all(|n| cluster(&items, n).is_some_and(|c| c["reachable"] == true))
-    });
+    eventually(
+        "the root knows both clusters, reachable",
+        &dir,
+        NODES,
+        || {
+            let items = inventory(&rt, &dir, api_port);
+            ["lab-1", "sim-1"]
+                .iter()
+                .all(|n| cluster(&items, n).is_some_and(|c| c["reachable"] == true))
+        },
+    );
     let items = inventory(&rt, &dir, api_port);
     let backend = |n: &str| cluster(&items, n).unwrap()["properties"]["strata.dev/backend"].clone();
     assert_eq!(backend("lab-1"), "kubernetes");
@@ -153,15 +160,20 @@ spec:
     write(&app, POS_APP);
     let (ok, _, err) = relay_cli(&dir, api_port, &["apply", "-f", &app.display().to_string()]);
     assert!(ok, "{err}");
-    eventually("the ConfigMap arrives in the fake API server", &dir, || {
-        rt.block_on(fake.get("", "configmaps", Some("pos"), "pos-settings"))
-            .is_some_and(|cm| cm["data"]["currency"] == "EUR")
-    });
+    eventually(
+        "the ConfigMap arrives in the fake API server",
+        &dir,
+        NODES,
+        || {
+            rt.block_on(fake.get("", "configmaps", Some("pos"), "pos-settings"))
+                .is_some_and(|cm| cm["data"]["currency"] == "EUR")
+        },
+    );
 
     // The API server goes away: the root shows lab-1 unreachable with the reason, and
     // sim-1 as it was.
     drop(fake);
-    eventually("the root shows lab-1 unreachable", &dir, || {
+    eventually("the root shows lab-1 unreachable", &dir, NODES, || {
         let items = inventory(&rt, &dir, api_port);
         cluster(&items, "lab-1").is_some_and(|c| c["reachable"] == false)
     });
@@ -202,7 +214,7 @@ spec:
 
     // Back on the same port: reachable again, the reason gone.
     let fake = rt.block_on(FakeApiServer::start_on(fake_port));
-    eventually("the root shows lab-1 reachable again", &dir, || {
+    eventually("the root shows lab-1 reachable again", &dir, NODES, || {
         let items = inventory(&rt, &dir, api_port);
         cluster(&items, "lab-1").is_some_and(|c| c["reachable"] == true && c["reason"].is_null())
     });

@@ -30,6 +30,7 @@ mod docs;
 mod edge;
 mod etcd_root;
 mod helm_chart;
+mod helm_fleet;
 mod helm_wait;
 mod hierarchy;
 mod join_flood;

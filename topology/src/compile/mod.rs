@@ -265,6 +265,16 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
         relay.labels = labels.clone();
         relays.entry(name.clone()).or_insert(relay);
     }
+    let cluster_metrics: Vec<Option<Addr>> = spec
+        .clusters
+        .iter()
+        .map(|c| {
+            let who = format!("cluster {:?}", c.name);
+            let a = addr(&who, "metrics", Some(c.metrics.as_deref()?), errors)?;
+            claim(&a, format!("{who} (metrics)"), &mut tcp);
+            Some(a)
+        })
+        .collect();
     // A conflict of two listens shows in both maps: said once.
     let said_for_udp = |a: &SocketAddr, who: &Vec<String>| udp.get(a) == Some(who);
     for (a, who) in udp
@@ -349,21 +359,26 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
         .clusters
         .into_iter()
         .zip(backends)
+        .zip(cluster_metrics)
         .map(
             |(
-                RawCluster {
-                    name,
-                    parent,
-                    labels,
-                    properties,
-                    parent_address,
-                    transport,
-                    proxy,
-                    keepalive_ms,
-                    kubernetes: _,
-                    simulated: _,
-                },
-                backend,
+                (
+                    RawCluster {
+                        name,
+                        parent,
+                        labels,
+                        properties,
+                        parent_address,
+                        transport,
+                        proxy,
+                        keepalive_ms,
+                        kubernetes: _,
+                        simulated: _,
+                        metrics: _,
+                    },
+                    backend,
+                ),
+                metrics,
             )| Cluster {
                 name,
                 parent,
@@ -376,6 +391,7 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
                     keepalive_ms,
                 },
                 backend,
+                metrics,
             },
         )
         .collect();

@@ -89,6 +89,8 @@ pub struct Cluster {
     /// How its agent reaches the cluster; `None` when the topology does not say (the
     /// rendered agent then refuses to start until its configuration names one).
     pub backend: Option<ClusterBackend>,
+    /// Where its agent serves metrics and health, if the topology says.
+    pub metrics: Option<Addr>,
 }
 
 /// How an agent reaches the cluster it keeps (`spec.clusters[].kubernetes` or
