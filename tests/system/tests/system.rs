@@ -22,6 +22,7 @@ mod common;
 mod kube_fleet;
 mod tree;
 
+mod api_durability;
 mod ca_rotation;
 mod cores;
 mod debug_tunnel;
