@@ -151,15 +151,18 @@ impl ApiClient {
             })?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
         let driver = tokio::spawn(conn);
-        let req = Request::builder()
+        let mut req = Request::builder()
             .method(method)
             .uri(path)
-            .header(hyper::header::HOST, self.server_name.as_str())
-            .header(
+            .header(hyper::header::HOST, self.server_name.as_str());
+        // No token, no credentials (an OIDC issuer's public documents).
+        if !self.token.is_empty() {
+            req = req.header(
                 hyper::header::AUTHORIZATION,
                 format!("Bearer {}", self.token),
-            )
-            .body(Full::new(Bytes::from(body.unwrap_or_default())))?;
+            );
+        }
+        let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
         let resp = sender
             .send_request(req)
             .await

@@ -315,13 +315,35 @@ pub fn peer_node_name_in(certs: &[CertificateDer<'static>]) -> Result<String, Tl
         .ok_or_else(|| TlsError::Peer("the certificate names no node (no DNS name)".into()))
 }
 
-/// TLS for the root's user API: the root's certificate, no client certificate required
-/// (clients authenticate with bearer tokens), HTTP/1.1.
+/// TLS for the root's user API: the root's certificate, no client certificate asked
+/// (clients authenticate with bearer tokens), HTTP/2 or HTTP/1.1.
 pub fn api_server_config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let mut config = server_builder(id.time.as_ref())
+    api_server_config_for_users(id, None)
+}
+
+/// [`api_server_config`] that also asks clients for a certificate (as kube-apiserver's
+/// `--client-ca-file`): one that is presented must chain to a CA of the PEM file
+/// `user_ca` (and is then the user's identity); a client without one is still served
+/// (it authenticates with a bearer token).
+pub fn api_server_config_for_users(
+    id: &Identity,
+    user_ca: Option<&Path>,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let builder = server_builder(id.time.as_ref())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_no_client_auth()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = match user_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots_from(ca)?), provider())
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|e| file_err(ca, format!("unusable as a client CA: {e}")))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
         .with_single_cert(id.certs.clone(), id.key.clone_key())
         .map_err(|e| TlsError::Config(e.to_string()))?;
     // HTTP/2 first, as client-go prefers it; HTTP/1.1 for the upgrades (exec, attach,
