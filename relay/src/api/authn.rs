@@ -49,7 +49,7 @@ impl Connection {
             peer,
             certificate: certs
                 .and_then(|c| c.first())
-                .map(|leaf| crate::identity::x509::subject(leaf)),
+                .map(|leaf| crate::identity::x509::subject(leaf.as_ref())),
             audited: AtomicBool::new(false),
         }
     }

@@ -5,8 +5,9 @@
 //! the cluster's `server` (`https://HOST:PORT/spaces/NAME`, what `relay kubeconfig`
 //! writes: the space is the path's), `certificate-authority-data` or
 //! `certificate-authority`, `tls-server-name`, and the user's `token` or `tokenFile`.
-//! The root's API takes bearer tokens only: a user with a client certificate and no
-//! token is refused, saying so.
+//! The `relay` commands send bearer tokens only: a user with a client certificate and
+//! no token is refused, saying so (kubectl may use it, when the root's
+//! `api.client_certificates` trusts its CA).
 
 use std::path::{Path, PathBuf};
 
@@ -233,7 +234,7 @@ pub fn read(explicit: Option<&Path>, context: Option<&str>) -> Result<Context, C
         }
         Some(u) if u.client_certificate.is_some() || u.client_certificate_data.is_some() => {
             return Err(bad(
-                "its user has a client certificate and no token: the root's API takes bearer tokens (relay kubeconfig writes one)".into(),
+                "its user has a client certificate and no token: the relay commands send bearer tokens (relay kubeconfig writes one)".into(),
             ));
         }
         _ => return Err(bad("its user has no token".into())),

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
-use crate::api::auth::{Role, Tokens, parse_tokens};
+use crate::api::auth::{Tokens, parse_tokens};
 use crate::config::NodeConfig;
 
 /// `relay token ...`.
@@ -416,6 +416,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::api::auth::Role;
 
     #[test]
     fn created_tokens_parse_and_revoked_ones_are_gone() {

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::api::auth::{Authn, Grant, Role, parse_tokens};
+use crate::api::auth::{Authn, Grant, parse_tokens};
 
 /// Who a user is, as a certificate or an ID token says: a name and groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,15 +104,6 @@ impl RoleRules {
             via,
             ..chosen.clone()
         })
-    }
-
-    /// The highest role any rule gives (for the logs).
-    pub fn highest(&self) -> Option<Role> {
-        self.users
-            .values()
-            .chain(self.groups.values())
-            .map(|g| g.role)
-            .max()
     }
 }
 
@@ -215,6 +206,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::api::auth::Role;
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

@@ -32,6 +32,7 @@ mod etcd_root;
 mod helm_chart;
 mod helm_wait;
 mod hierarchy;
+mod identity;
 mod join_flood;
 mod join_up;
 mod joining;
