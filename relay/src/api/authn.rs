@@ -68,7 +68,7 @@ pub(super) async fn authenticate<'t>(
     state: &ApiState,
     tokens: &'t Arc<Tokens>,
     conn: &Connection,
-) -> Result<Authenticated<'t>, Response<Body>> {
+) -> Result<Authenticated<'t>, Box<Response<Body>>> {
     if let (Some(cert), Some(rules)) = (&conn.certificate, &state.authn.client_certificates) {
         let subject = cert.as_ref().map_err(|e| {
             audit::authn_refused(Authn::ClientCertificate, "", conn.peer, 401, &e.to_string());
@@ -139,7 +139,7 @@ fn mapped(
     subject: &Subject,
     via: Authn,
     conn: &Connection,
-) -> Result<Grant, Response<Body>> {
+) -> Result<Grant, Box<Response<Body>>> {
     let Some(grant) = rules.grant(subject, via) else {
         let section = match via {
             Authn::Oidc => "api.oidc",
@@ -152,7 +152,7 @@ fn mapped(
         );
         audit::authn_refused(via, &subject.user, conn.peer, 403, &why);
         let (_, status) = crate::kube::failure(403, "Forbidden", why, None);
-        return Err(reply(StatusCode::FORBIDDEN, status));
+        return Err(Box::new(reply(StatusCode::FORBIDDEN, status)));
     };
     if !conn.audited.swap(true, Ordering::Relaxed) {
         audit::authn_accepted(&grant, conn.peer);
@@ -161,7 +161,7 @@ fn mapped(
 }
 
 /// A 401 as a `metav1.Status`, so that Kubernetes clients say what is wrong.
-fn unauthorized(message: String) -> Response<Body> {
+fn unauthorized(message: String) -> Box<Response<Body>> {
     let (_, status) = crate::kube::failure(401, "Unauthorized", message, None);
-    reply(StatusCode::UNAUTHORIZED, status)
+    Box::new(reply(StatusCode::UNAUTHORIZED, status))
 }

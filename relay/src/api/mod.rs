@@ -348,7 +348,7 @@ async fn handle_request(
     let tokens = state.tokens.current();
     let (grant, session) = match authn::authenticate(&req, state, &tokens, conn).await {
         Ok(a) => (a.grant, a.session),
-        Err(refusal) => return refusal,
+        Err(refusal) => return *refusal,
     };
     let grant: &auth::Grant = &grant;
     if !ui::csrf_ok(session.is_some(), req.method(), req.headers()) {
