@@ -410,4 +410,54 @@ mod tests {
             Err(TokenError::Unverified(_))
         ));
     }
+
+    /// A 2048-bit RSA key (PKCS#1 DER, test only: ring signs with RSA but makes no keys).
+    const RSA_KEY: &[u8] = include_bytes!("testdata/rsa-2048.der");
+
+    #[test]
+    fn rs256_tokens_verify_with_the_modulus_and_exponent_of_the_jwks() {
+        let pair = ring::signature::RsaKeyPair::from_der(RSA_KEY).unwrap();
+        let public: ring::signature::RsaPublicKeyComponents<Vec<u8>> = pair.public().into();
+        let jwk = json!({ "kty": "RSA", "kid": "r1", "n": URL_SAFE_NO_PAD.encode(&public.n),
+            "e": URL_SAFE_NO_PAD.encode(&public.e) });
+        let keys = Jwks::parse(&json!({ "keys": [jwk] })).unwrap();
+        let sign = |claims: &Value| {
+            let h = URL_SAFE_NO_PAD.encode(json!({ "alg": "RS256", "kid": "r1" }).to_string());
+            let p = URL_SAFE_NO_PAD.encode(claims.to_string());
+            let mut sig = vec![0; pair.public().modulus_len()];
+            let rng = ring::rand::SystemRandom::new();
+            pair.sign(
+                &ring::signature::RSA_PKCS1_SHA256,
+                &rng,
+                format!("{h}.{p}").as_bytes(),
+                &mut sig,
+            )
+            .unwrap();
+            format!("{h}.{p}.{}", URL_SAFE_NO_PAD.encode(sig))
+        };
+        let claims =
+            json!({ "iss": "https://issuer", "aud": "strata", "sub": "u", "exp": NOW + 60 });
+        let ok = parts(&sign(&claims))
+            .unwrap()
+            .verify(&keys, EXPECT)
+            .unwrap();
+        assert_eq!(subject(&ok, "sub", Some("groups")).unwrap().user, "u");
+        // An ES256 header over the same key is refused, not tried as RSA.
+        let token = sign(&claims);
+        let mut pieces: Vec<&str> = token.split('.').collect();
+        let es = URL_SAFE_NO_PAD.encode(json!({ "alg": "ES256", "kid": "r1" }).to_string());
+        pieces[0] = &es;
+        let e = parts(&pieces.join("."))
+            .unwrap()
+            .verify(&keys, EXPECT)
+            .unwrap_err();
+        assert!(matches!(e, TokenError::Signature { .. }), "{e}");
+        let none = URL_SAFE_NO_PAD.encode(json!({ "alg": "none", "kid": "r1" }).to_string());
+        pieces[0] = &none;
+        let e = parts(&pieces.join("."))
+            .unwrap()
+            .verify(&keys, EXPECT)
+            .unwrap_err();
+        assert_eq!(e, TokenError::Algorithm("none".to_owned()));
+    }
 }
