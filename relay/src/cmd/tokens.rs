@@ -80,14 +80,10 @@ pub enum JoinTokenCommand {
 #[derive(Debug, Args)]
 pub struct ApiTokensFile {
     /// The tokens file (`api.tokens` in the directory `relay topology certs` wrote).
-    #[arg(
-        long,
-        env = "STRATA_TOKENS",
-        value_name = "FILE",
-        conflicts_with = "config"
-    )]
+    #[arg(long, env = "STRATA_TOKENS", value_name = "FILE")]
     pub tokens: Option<PathBuf>,
-    /// The root's configuration, whose `api.tokens` names the file.
+    /// The root's configuration, whose `api.tokens` names the file (it wins over
+    /// `--tokens` and `STRATA_TOKENS`).
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -243,8 +239,7 @@ pub fn run_join_token(command: JoinTokenCommand) -> Result<(), TokenCmdError> {
 
 fn api_tokens_path(file: &ApiTokensFile) -> Result<PathBuf, TokenCmdError> {
     match (&file.tokens, &file.config) {
-        (Some(t), _) => Ok(t.clone()),
-        (None, Some(c)) => match NodeConfig::load(c)?.api {
+        (_, Some(c)) => match NodeConfig::load(c)?.api {
             Some(api) => Ok(api.tokens),
             None => Err(TokenCmdError::NotInConfig {
                 path: c.clone(),
@@ -252,6 +247,7 @@ fn api_tokens_path(file: &ApiTokensFile) -> Result<PathBuf, TokenCmdError> {
                 why: "serves no API: only the root does",
             }),
         },
+        (Some(t), None) => Ok(t.clone()),
         (None, None) => Err(TokenCmdError::NoFile { dir: "" }),
     }
 }
