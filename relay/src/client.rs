@@ -95,6 +95,25 @@ impl ApiClient {
         })
     }
 
+    /// [`ApiClient::at_with_ca_pem`] that presents a client certificate instead of a
+    /// token (PEM, a kubeconfig user's; `from` names the kubeconfig in errors).
+    pub fn at_with_certificate(
+        addr: ParentAddress,
+        server_name: &str,
+        ca_pem: &[u8],
+        (cert_pem, key_pem): (&[u8], &[u8]),
+        from: &std::path::Path,
+    ) -> Result<Self, strata_node::tls::TlsError> {
+        Ok(ApiClient {
+            addr,
+            server_name: server_name.to_owned(),
+            tls: strata_node::tls::api_client_config_pem_with_certificate(
+                ca_pem, cert_pem, key_pem, from,
+            )?,
+            token: String::new(),
+        })
+    }
+
     /// A client of the API at `addr`: `IP:PORT`, or `host:port` resolved at every
     /// request (a load balancer's DNS name), its certificate naming `server_name`.
     pub fn at(

@@ -4,8 +4,9 @@
 //!
 //! * `relay token create|revoke` add and take away a user under the running root.
 //! * A client certificate from the users' CA authenticates as its CN with its O as
-//!   group, which the configuration maps to a role; one whose user and group map to
-//!   nothing is answered 403.
+//!   group, which the configuration maps to a role (kubectl, and the `relay` commands
+//!   reading the same kubeconfig); one whose user and group map to nothing is answered
+//!   403.
 //! * An OIDC ID token of an issuer the test runs (HTTPS, discovery, JWKS, ES256) gets
 //!   the role its groups or user map to (view reads and may not create); a token for
 //!   another audience, an expired one, or one signed by a key the issuer does not
@@ -226,6 +227,20 @@ fn token_commands_client_certificates_and_oidc_id_tokens_identify_users_of_the_r
         &["get", "configmap", "by-alice", "-o", "name"],
     );
     assert!(ok && out.contains("configmap/by-alice"), "{out}");
+    // The relay commands read the same kubeconfig and present the certificate.
+    let alice_kc = dir.join("alice.yaml");
+    write(&alice_kc, &alice);
+    let out = Command::new(bin("relay"))
+        .args(["get", "configmap", "by-alice", "-o", "name", "--kubeconfig"])
+        .arg(&alice_kc)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("by-alice"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Known to the CA, mapped to nothing: 403, naming the user.
     let mallory = cert_user("mallory", "guests");
     let (ok, out) = kubectl(&dir, &mallory, &["get", "configmaps"]);

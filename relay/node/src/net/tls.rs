@@ -366,6 +366,34 @@ pub fn api_client_config_pem(
     api_client_config_with(roots_in(pem, what)?)
 }
 
+/// [`api_client_config_pem`] that presents a client certificate: `cert_pem` (a chain)
+/// and `key_pem`, a kubeconfig user's `client-certificate(-data)` and
+/// `client-key(-data)` (for a root whose `api.client_certificates` trusts its CA);
+/// `what` names the kubeconfig in errors.
+pub fn api_client_config_pem_with_certificate(
+    ca_pem: &[u8],
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    what: &Path,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_err(what, format!("client certificate: not PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(file_err(what, "client certificate: holds no certificate"));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| file_err(what, format!("client key: not a PEM private key: {e}")))?;
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(roots_in(ca_pem, what)?)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| file_err(what, format!("client certificate and key: {e}")))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
 fn api_client_config_with(roots: RootCertStore) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     let mut config = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
