@@ -34,6 +34,7 @@ mod helm_chart;
 mod helm_fleet;
 mod helm_wait;
 mod hierarchy;
+mod identity;
 mod join_flood;
 mod join_up;
 mod joining;
