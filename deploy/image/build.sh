@@ -16,6 +16,8 @@
 # for arm64), STRATA_BUILD_ONLY=1 (build the binaries of STRATA_ARCHES, print where, and
 # stop), STRATA_IMAGE_REMOVE=1 (remove the images from buildah's storage once checked).
 set -euo pipefail
+# The binaries are built inside $(...): a failing build must fail it too.
+shopt -s inherit_errexit
 cd "$(dirname "$0")/../.."
 sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 need() { # need COMMAND DEBIAN-PACKAGE...
@@ -108,18 +110,21 @@ image() { # image ARCH TAG BIN_DIR
 }
 
 if [ "${STRATA_BUILD_ONLY:-0}" = 1 ]; then
-    for arch in "${arches[@]}"; do echo "$arch: $(binaries "$arch")"; done
+    # An assignment, not an argument: a failing build stops the script (set -e).
+    for arch in "${arches[@]}"; do dir_of=$(binaries "$arch"); echo "$arch: $dir_of"; done
     exit 0
 fi
 if [ "${#arches[@]}" -eq 1 ]; then
-    image "${arches[0]}" "$tag" "$(binaries "${arches[0]}")"
+    dir_of=$(binaries "${arches[0]}")
+    image "${arches[0]}" "$tag" "$dir_of"
     built=("$tag")
     archive_push() { $b push --quiet "$tag" "oci-archive:$1:$tag"; }
 else
     # One image per architecture, then a manifest list naming them all under TAG.
     built=()
     for arch in "${arches[@]}"; do
-        image "$arch" "$tag-$arch" "$(binaries "$arch")"
+        dir_of=$(binaries "$arch")
+        image "$arch" "$tag-$arch" "$dir_of"
         built+=("$tag-$arch")
     done
     $b manifest rm "$tag" >/dev/null 2>&1 || true
