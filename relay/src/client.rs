@@ -95,6 +95,25 @@ impl ApiClient {
         })
     }
 
+    /// [`ApiClient::at_with_ca_pem`] that presents a client certificate instead of a
+    /// token (PEM, a kubeconfig user's; `from` names the kubeconfig in errors).
+    pub fn at_with_certificate(
+        addr: ParentAddress,
+        server_name: &str,
+        ca_pem: &[u8],
+        (cert_pem, key_pem): (&[u8], &[u8]),
+        from: &std::path::Path,
+    ) -> Result<Self, strata_node::tls::TlsError> {
+        Ok(ApiClient {
+            addr,
+            server_name: server_name.to_owned(),
+            tls: strata_node::tls::api_client_config_pem_with_certificate(
+                ca_pem, cert_pem, key_pem, from,
+            )?,
+            token: String::new(),
+        })
+    }
+
     /// A client of the API at `addr`: `IP:PORT`, or `host:port` resolved at every
     /// request (a load balancer's DNS name), its certificate naming `server_name`.
     pub fn at(
@@ -151,15 +170,18 @@ impl ApiClient {
             })?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
         let driver = tokio::spawn(conn);
-        let req = Request::builder()
+        let mut req = Request::builder()
             .method(method)
             .uri(path)
-            .header(hyper::header::HOST, self.server_name.as_str())
-            .header(
+            .header(hyper::header::HOST, self.server_name.as_str());
+        // No token, no credentials (an OIDC issuer's public documents).
+        if !self.token.is_empty() {
+            req = req.header(
                 hyper::header::AUTHORIZATION,
                 format!("Bearer {}", self.token),
-            )
-            .body(Full::new(Bytes::from(body.unwrap_or_default())))?;
+            );
+        }
+        let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
         let resp = sender
             .send_request(req)
             .await

@@ -142,6 +142,10 @@ pub struct ApiConfig {
     /// The certificate and key the API serves (the names clients reach it by); `None`:
     /// the node's own.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// Users with a client certificate from a CA (`api.client_certificates`).
+    pub client_certificates: Option<crate::identity::ClientCertificates>,
+    /// Users with an OIDC ID token (`api.oidc`).
+    pub oidc: Option<crate::identity::OidcConfig>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -302,6 +306,10 @@ struct RawApi {
     cert: Option<PathBuf>,
     #[serde(default)]
     key: Option<PathBuf>,
+    #[serde(default)]
+    client_certificates: Option<crate::identity::RawClientCertificates>,
+    #[serde(default)]
+    oidc: Option<crate::identity::RawOidc>,
 }
 
 /// The default interval of summary updates toward the parent.
@@ -365,10 +373,14 @@ impl NodeConfig {
                     None
                 }
             };
+            let client_certificates = a.client_certificates.map(|c| c.check(base, &mut faults));
+            let oidc = a.oidc.map(|o| o.check(base, &mut faults));
             addr("api.listen", &a.listen, &mut faults).map(|listen| ApiConfig {
                 listen,
                 tokens: base.join(a.tokens),
                 tls,
+                client_certificates,
+                oidc,
             })
         });
         if api.is_some() && parent.is_some() {
@@ -567,6 +579,11 @@ mod tests {
             ("parent.", field_names::<RawParent>()),
             ("tls.", field_names::<RawTls>()),
             ("api.", field_names::<RawApi>()),
+            (
+                "api.client_certificates.",
+                field_names::<crate::identity::RawClientCertificates>(),
+            ),
+            ("api.oidc.", field_names::<crate::identity::RawOidc>()),
             ("join.", field_names::<RawJoin>()),
             ("renew.", field_names::<RawRenew>()),
             ("admission.", field_names::<RawAdmission>()),

@@ -14,9 +14,12 @@
 //!   signal), `up` and `demo` (a whole hierarchy as processes on this machine),
 //!   `topology`, `kubeconfig`, `objects` (`relay get`, `relay delete`), `rollout`,
 //!   `lifecycle` (`cordon|uncordon|drain`), `api` (the flags and errors of the commands
-//!   that call the root's API), `kinds` (what a KIND argument names) and `views` (the
-//!   text views of the tier tree and the inventory).
+//!   that call the root's API), `kinds` (what a KIND argument names), `views` (the
+//!   text views of the tier tree and the inventory) and `tokens` (`relay token`,
+//!   `relay join-token`).
 //! * [`config`]: the node configuration file, validated with every fault named.
+//! * [`identity`]: API users from x509 client certificates and OIDC ID tokens, and the
+//!   roles the configuration maps them to.
 //! * `http`: what the API and the metrics server share (listener, accept loop).
 //! * [`join`]: agents that are not in the topology join a relay with a single-use token.
 //! * [`kube`]: the Kubernetes API of each space (kubectl, client libraries), the async
@@ -38,6 +41,7 @@ pub mod config;
 pub mod fleet_status;
 pub mod generation;
 mod http;
+pub mod identity;
 pub mod join;
 pub mod join_limits;
 pub mod kube;

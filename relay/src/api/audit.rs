@@ -3,19 +3,32 @@
 //! (the token's user), what (method, path, the objects the body names) and the outcome;
 //! the line's `timestamp` says when. Reads are not audited.
 
+use std::net::SocketAddr;
+
 use hyper::{Method, StatusCode};
 use serde_json::Value;
+
+use super::auth::{Authn, Grant};
 
 /// At most this many object names are listed per line (a large apply says how many
 /// more there were).
 const MAX_NAMES: usize = 50;
 
-/// Logs one write through the API.
-pub(super) fn api_write(user: &str, method: &Method, path: &[&str], body: &[u8], code: StatusCode) {
+/// Logs one write through the API, by the user of `grant`.
+pub(super) fn api_write(
+    grant: &Grant,
+    method: &Method,
+    path: &[&str],
+    body: &[u8],
+    code: StatusCode,
+) {
     let (objects, more) = named_objects(body);
+    let user = &grant.user;
     tracing::info!(
         target: "audit",
         who = %user,
+        authn = %grant.via,
+        groups = %grant.groups.join(","),
         action = "api-write",
         method = %method,
         path = %format!("/{}", path.join("/")),
@@ -26,6 +39,40 @@ pub(super) fn api_write(user: &str, method: &Method, path: &[&str], body: &[u8],
         "{user} {method} /{}: {}",
         path.join("/"),
         code.as_u16()
+    );
+}
+
+/// Logs a client certificate or an ID token that was refused (`status` 401), or whose
+/// user no rule maps to a role (403); `who` is the user it named, if it named one.
+pub(super) fn authn_refused(via: Authn, who: &str, peer: SocketAddr, status: u16, why: &str) {
+    tracing::info!(
+        target: "audit",
+        who = %who,
+        authn = %via,
+        action = "authn-refused",
+        peer = %peer,
+        status,
+        error = %why,
+        "{via} authentication of {who:?} from {peer} refused ({status}): {why}"
+    );
+}
+
+/// Logs the first request of a user of a client certificate or an ID token on one
+/// connection (a token's requests are its writes, [`api_write`]).
+pub(super) fn authn_accepted(grant: &Grant, peer: SocketAddr) {
+    tracing::info!(
+        target: "audit",
+        who = %grant.user,
+        authn = %grant.via,
+        groups = %grant.groups.join(","),
+        role = ?grant.role,
+        action = "authn",
+        peer = %peer,
+        "{} authenticated by {} from {peer} (groups {}, role {:?})",
+        grant.user,
+        grant.via,
+        grant.groups.join(","),
+        grant.role
     );
 }
 

@@ -43,6 +43,32 @@ pub struct Grant {
     pub spaces: Option<Vec<String>>,
     /// Which clusters it may debug through the tiers.
     pub debug: DebugGrant,
+    /// The user's groups (a client certificate's O, an ID token's groups claim; none
+    /// for a token of the tokens file).
+    pub groups: Vec<String>,
+    /// How the user proved who it is.
+    pub via: Authn,
+}
+
+/// How a request's user proved who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Authn {
+    /// A bearer token of the tokens file (or the web view's session standing for one).
+    Token,
+    /// An x509 client certificate from the CA `api.client_certificates` names.
+    ClientCertificate,
+    /// An OIDC ID token from the issuer `api.oidc` names.
+    Oidc,
+}
+
+impl std::fmt::Display for Authn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Authn::Token => "token",
+            Authn::ClientCertificate => "x509",
+            Authn::Oidc => "oidc",
+        })
+    }
 }
 
 /// Which clusters a token may reach through the debug tunnel.
@@ -160,6 +186,8 @@ pub fn parse_tokens(text: &str) -> Result<Vec<Grant>, TokensError> {
             role: Role::Admin,
             spaces: None,
             debug: DebugGrant::All,
+            groups: Vec::new(),
+            via: Authn::Token,
         };
         let mut debug = None;
         for word in words {

@@ -16,9 +16,10 @@
 //! | GET | `/revocations` | the revoked names |
 //!
 //! Every request needs `Authorization: Bearer <token>` with a token from the tokens
-//! file, or the web view's session cookie that stands for one; nothing but the web
-//! view's page itself (which holds no data) is served anonymously. What each token
-//! may do is [`auth`]'s.
+//! file, or the web view's session cookie that stands for one; or, when configured, a
+//! client certificate from the users' CA or an OIDC ID token (see `authn`); nothing but
+//! the web view's page itself (which holds no data) is served anonymously. What each
+//! token may do is [`auth`]'s.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -40,6 +41,7 @@ use crate::tier::runtime::NodeClient;
 
 mod audit;
 pub mod auth;
+mod authn;
 mod objects;
 pub mod paths;
 mod revoke;
@@ -69,6 +71,8 @@ struct ApiState {
     health: Arc<dyn strata_node::ops::OpsSource>,
     /// The web view's login codes and sessions.
     ui: ui::Sessions,
+    /// Users of client certificates and OIDC ID tokens.
+    authn: authn::Authenticators,
 }
 
 /// Why the API could not be started.
@@ -87,9 +91,13 @@ pub enum ApiStartError {
     /// The tokens file holds no token: the API would serve no one.
     #[error("{path}: holds no token; the API serves no one anonymously")]
     NoTokens { path: PathBuf },
-    /// The node's certificate, key or CA is unusable for the API.
+    /// The node's certificate, key or CA is unusable for the API (or the users' CA of
+    /// `api.client_certificates`).
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// The OIDC issuer of `api.oidc` is unusable.
+    #[error(transparent)]
+    Oidc(#[from] crate::identity::oidc::OidcSetupError),
     /// The API's address could not be bound.
     #[error("cannot bind the API on {addr}")]
     Bind {
@@ -124,7 +132,22 @@ pub fn spawn(
         None => (&config.tls.cert, &config.tls.key),
     };
     let identity = Identity::load(cert, key, &config.tls.ca)?;
-    let acceptor = TlsAcceptor::from(tls::api_server_config(&identity)?);
+    let user_ca = api.client_certificates.as_ref().map(|c| c.ca.as_path());
+    let acceptor = TlsAcceptor::from(tls::api_server_config_for_users(&identity, user_ca)?);
+    let authn = authn::Authenticators {
+        client_certificates: api.client_certificates.as_ref().map(|c| c.roles.clone()),
+        oidc: api
+            .oidc
+            .clone()
+            .map(crate::identity::oidc::Oidc::new)
+            .transpose()?,
+    };
+    if let Some(o) = &authn.oidc {
+        tracing::info!(issuer = %o.config().issuer_url, audience = %o.config().audience, "user API accepts OIDC ID tokens");
+    }
+    if let Some(c) = &api.client_certificates {
+        tracing::info!(ca = %c.ca.display(), "user API accepts client certificates");
+    }
     let listener = http::bind(api.listen).map_err(|source| ApiStartError::Bind {
         addr: api.listen,
         source,
@@ -145,6 +168,7 @@ pub fn spawn(
         journal: crate::kube::status_journal::SharedJournal::default(),
         health,
         ui: ui::Sessions::default(),
+        authn,
     });
     Ok(tokio::spawn(http::accept_loop(
         listener,
@@ -159,13 +183,18 @@ pub fn spawn(
                         return;
                     }
                 };
+                let conn = Arc::new(authn::Connection::new(
+                    peer,
+                    tls.get_ref().1.peer_certificates(),
+                ));
                 let service = hyper::service::service_fn(move |req| {
                     let state = state.clone();
+                    let conn = conn.clone();
                     async move {
                         let verb = crate::api_metrics::verb(&req);
                         let started = tokio::time::Instant::now();
                         let gzip = accepts_gzip(&req);
-                        let resp = compress(handle(req, &state).await, gzip).await;
+                        let resp = compress(handle(req, &state, &conn).await, gzip).await;
                         let took = started.elapsed();
                         state.metrics.observe(verb, resp.status(), took).await;
                         Ok::<_, Infallible>(resp)
@@ -274,9 +303,13 @@ const DURABLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 /// Answers a request; a write is answered only once the store holds it (the node
 /// answers the API from memory, and commits right after: a replica killed in between
 /// must not have acknowledged it).
-async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
+async fn handle(
+    req: Request<Incoming>,
+    state: &ApiState,
+    conn: &authn::Connection,
+) -> Response<Body> {
     let write = req.method() != Method::GET && req.method() != Method::HEAD;
-    let response = handle_request(req, state).await;
+    let response = handle_request(req, state, conn).await;
     if !write || !response.status().is_success() {
         return response;
     }
@@ -301,7 +334,11 @@ async fn handle(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
     }
 }
 
-async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Body> {
+async fn handle_request(
+    req: Request<Incoming>,
+    state: &ApiState,
+    conn: &authn::Connection,
+) -> Response<Body> {
     if let Some(resp) = public(&req, state).await {
         return resp;
     }
@@ -309,38 +346,11 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
         return resp;
     }
     let tokens = state.tokens.current();
-    // A bearer token, or the web view's session cookie standing for one.
-    let bearer = req
-        .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned);
-    let session = match bearer {
-        Some(_) => None,
-        None => req
-            .headers()
-            .get_all(hyper::header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .find_map(ui::sessions::from_cookie)
-            .map(str::to_owned),
+    let (grant, session) = match authn::authenticate(&req, state, &tokens, conn).await {
+        Ok(a) => (a.grant, a.session),
+        Err(refusal) => return *refusal,
     };
-    let token = match (bearer, &session) {
-        (Some(t), _) => Some(t),
-        (None, Some(s)) => state.ui.token(s, tokio::time::Instant::now()).await,
-        (None, None) => None,
-    };
-    let Some(grant) = token.as_deref().and_then(|t| tokens.grant(t)) else {
-        // A metav1.Status, so that Kubernetes clients say what is wrong.
-        let message = if session.is_some() {
-            "the web view's session has ended; run `relay ui` for a new login link"
-        } else {
-            "missing or unknown bearer token"
-        };
-        let (_, status) = crate::kube::failure(401, "Unauthorized", message.into(), None);
-        return reply(StatusCode::UNAUTHORIZED, status);
-    };
+    let grant: &auth::Grant = &grant;
     if !ui::csrf_ok(session.is_some(), req.method(), req.headers()) {
         let (_, status) = crate::kube::failure(
             403,
@@ -390,26 +400,20 @@ async fn handle_request(req: Request<Incoming>, state: &ApiState) -> Response<Bo
     if let Err(why) = grant.allows(auth::space_of(&p), write) {
         tracing::info!(user = %grant.user, %method, path = %path.join("/"), %why, "refused");
         if write {
-            audit::api_write(&grant.user, &method, &p, &body, StatusCode::FORBIDDEN);
+            audit::api_write(grant, &method, &p, &body, StatusCode::FORBIDDEN);
         }
         let (_, status) = crate::kube::failure(403, "Forbidden", why.to_string(), None);
         return reply(StatusCode::FORBIDDEN, status);
     }
     if write && state.node.query(|c| c.is_standby()).await == Some(true) {
-        audit::api_write(
-            &grant.user,
-            &method,
-            &p,
-            &body,
-            StatusCode::SERVICE_UNAVAILABLE,
-        );
+        audit::api_write(grant, &method, &p, &body, StatusCode::SERVICE_UNAVAILABLE);
         let (_, status) =
             crate::kube::failure(503, "ServiceUnavailable", STANDBY_REFUSAL.into(), None);
         return reply(StatusCode::SERVICE_UNAVAILABLE, status);
     }
     let resp = route(state, &tokens, grant, &method, &p, &query, &headers, &body).await;
     if write {
-        audit::api_write(&grant.user, &method, &p, &body, resp.status());
+        audit::api_write(grant, &method, &p, &body, resp.status());
     }
     resp
 }

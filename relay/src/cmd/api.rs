@@ -123,6 +123,29 @@ impl ApiArgs {
             (None, Some(c)) => c.token.clone(),
             (None, None) => String::new(),
         };
+        // A kubeconfig user with a client certificate and no token (and no --token).
+        if let (None, Some(c)) = (&self.token, context)
+            && let Some((cert, key)) = &c.client_certificate
+        {
+            let ca = match (&self.ca, &c.ca) {
+                (Some(f), _) | (None, Ca::File(f)) => std::fs::read(f)
+                    .map_err(|e| CallError::Kubeconfig(format!("{}: {e}", f.display())))?,
+                (None, Ca::Pem(pem)) => pem.clone(),
+                (None, Ca::None) => {
+                    return Err(CallError::Kubeconfig(format!(
+                        "{}: the context's cluster has no certificate-authority(-data): give --ca",
+                        c.file.display()
+                    )));
+                }
+            };
+            return Ok(ApiClient::at_with_certificate(
+                server,
+                &server_name,
+                &ca,
+                (cert, key),
+                &c.file,
+            )?);
+        }
         Ok(match (&self.ca, context) {
             (Some(ca), _) => ApiClient::at(server, &server_name, ca, &token)?,
             (None, Some(c)) => match &c.ca {

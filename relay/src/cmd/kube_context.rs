@@ -5,8 +5,8 @@
 //! the cluster's `server` (`https://HOST:PORT/spaces/NAME`, what `relay kubeconfig`
 //! writes: the space is the path's), `certificate-authority-data` or
 //! `certificate-authority`, `tls-server-name`, and the user's `token` or `tokenFile`.
-//! The root's API takes bearer tokens only: a user with a client certificate and no
-//! token is refused, saying so.
+//! A user with a client certificate and no token presents the certificate (for a root
+//! whose `api.client_certificates` trusts its CA).
 
 use std::path::{Path, PathBuf};
 
@@ -25,8 +25,11 @@ pub struct Context {
     pub server_name: String,
     /// The CA: PEM from `certificate-authority-data`, or a file.
     pub ca: Ca,
-    /// The bearer token.
+    /// The bearer token (empty for a user with a client certificate only).
     pub token: String,
+    /// The user's client certificate and key, PEM, when it has no token
+    /// (`client-certificate(-data)`, `client-key(-data)`).
+    pub client_certificate: Option<(Vec<u8>, Vec<u8>)>,
     /// The space the server's path names (`/spaces/NAME`), if any.
     pub space: Option<String>,
 }
@@ -115,6 +118,10 @@ struct RawUser {
     client_certificate: Option<PathBuf>,
     #[serde(default, rename = "client-certificate-data")]
     client_certificate_data: Option<String>,
+    #[serde(default, rename = "client-key")]
+    client_key: Option<PathBuf>,
+    #[serde(default, rename = "client-key-data")]
+    client_key_data: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -219,6 +226,19 @@ pub fn read(explicit: Option<&Path>, context: Option<&str>) -> Result<Context, C
         (None, Some(f)) => Ca::File(base.join(f)),
         (None, None) => Ca::None,
     };
+    // `X-data` (base64) or the file `X`, relative to the kubeconfig.
+    let data_or_file =
+        |what: &str, data: &Option<String>, file: &Option<PathBuf>| match (data, file) {
+            (Some(d), _) => base64::engine::general_purpose::STANDARD
+                .decode(d.trim())
+                .map(Some)
+                .map_err(|e| bad(format!("{what}-data: not base64: {e}"))),
+            (None, Some(f)) => std::fs::read(base.join(f))
+                .map(Some)
+                .map_err(|e| bad(format!("{what} {}: {e}", base.join(f).display()))),
+            (None, None) => Ok(None),
+        };
+    let mut client_certificate = None;
     let token = match user.map(|u| &u.user) {
         Some(RawUser { token: Some(t), .. }) => t.trim().to_owned(),
         Some(RawUser {
@@ -232,9 +252,21 @@ pub fn read(explicit: Option<&Path>, context: Option<&str>) -> Result<Context, C
                 .to_owned()
         }
         Some(u) if u.client_certificate.is_some() || u.client_certificate_data.is_some() => {
-            return Err(bad(
-                "its user has a client certificate and no token: the root's API takes bearer tokens (relay kubeconfig writes one)".into(),
-            ));
+            let cert = data_or_file(
+                "client-certificate",
+                &u.client_certificate_data,
+                &u.client_certificate,
+            )?;
+            let key = data_or_file("client-key", &u.client_key_data, &u.client_key)?;
+            match (cert, key) {
+                (Some(c), Some(k)) => client_certificate = Some((c, k)),
+                _ => {
+                    return Err(bad(
+                        "its user has a client certificate and no client-key(-data)".into(),
+                    ));
+                }
+            }
+            String::new()
         }
         _ => return Err(bad("its user has no token".into())),
     };
@@ -244,6 +276,7 @@ pub fn read(explicit: Option<&Path>, context: Option<&str>) -> Result<Context, C
         server_name: cluster.cluster.tls_server_name.clone().unwrap_or(host),
         ca,
         token,
+        client_certificate,
         space,
     })
 }
@@ -297,7 +330,7 @@ mod tests {
     const TWO: &str = "apiVersion: v1\nkind: Config\n\
 clusters:\n- name: prod\n  cluster:\n    server: https://strata.example.com:8443/spaces/team-a\n    certificate-authority-data: LS0tLQ==\n    tls-server-name: center\n\
 - name: lab\n  cluster:\n    server: https://localhost:9443\n    certificate-authority: ca.crt\n\
-users:\n- name: alice\n  user:\n    token: t0k\n- name: bob\n  user:\n    tokenFile: bob.token\n- name: carol\n  user:\n    client-certificate: c.crt\n\
+users:\n- name: alice\n  user:\n    token: t0k\n- name: bob\n  user:\n    tokenFile: bob.token\n- name: carol\n  user:\n    client-certificate: c.crt\n    client-key-data: S0VZ\n\
 contexts:\n- name: prod\n  context: { cluster: prod, user: alice }\n- name: lab\n  context: { cluster: lab, user: bob }\n- name: certs\n  context: { cluster: lab, user: carol }\n\
 current-context: prod\n";
 
@@ -318,10 +351,16 @@ current-context: prod\n";
         assert_eq!(lab.ca, Ca::File(dir.path().join("ca.crt")));
         assert_eq!(lab.token, "b0b");
         assert_eq!(lab.space, None);
+        // A client certificate instead of a token: a file relative to the kubeconfig,
+        // and data.
         let e = read(Some(&kc), Some("certs")).unwrap_err().to_string();
-        assert!(
-            e.contains("context \"certs\": its user has a client certificate"),
-            "{e}"
+        assert!(e.contains("context \"certs\": client-certificate "), "{e}");
+        write(dir.path(), "c.crt", "CERT");
+        let certs = read(Some(&kc), Some("certs")).unwrap();
+        assert_eq!(certs.token, "");
+        assert_eq!(
+            certs.client_certificate,
+            Some((b"CERT".to_vec(), b"KEY".to_vec()))
         );
         let e = read(Some(&kc), Some("nope")).unwrap_err().to_string();
         assert!(e.ends_with("no context \"nope\""), "{e}");

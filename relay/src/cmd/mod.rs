@@ -14,6 +14,8 @@
 //!   through its annotation and status.
 //! * [`lifecycle`](mod@lifecycle): `relay cordon|uncordon|drain`: taints on a cluster at the root.
 //! * [`views`]: the text views of the tier tree and the inventory.
+//! * [`tokens`]: `relay token create|revoke`, `relay join-token create`: the tokens
+//!   files a running relay reads again.
 
 pub mod api;
 pub mod demo;
@@ -25,6 +27,7 @@ pub mod lifecycle;
 pub mod objects;
 pub mod rollout;
 pub mod serve;
+pub mod tokens;
 pub mod topology;
 pub mod ui;
 pub mod up;
@@ -265,6 +268,22 @@ pub enum Command {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Add or take away a user of the root's API: edits the root's tokens file
+    /// (`--tokens`, or the `api.tokens` of `--config`), which the running root reads
+    /// again within 2 s (logged and audited); no restart. `create` prints the new token
+    /// once.
+    Token {
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::cmd::tokens::TokenCommand,
+    },
+    /// Add a join token to a relay: edits its join tokens file, which the running relay
+    /// reads again within 2 s (logged and audited); no restart. Prints the token once.
+    JoinToken {
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::cmd::tokens::JoinTokenCommand,
+    },
     /// Revoke a node (a cluster's agent, an agent that joined, or a relay and so its
     /// subtree's link): recorded at the root, sent to every tier, refused at its next
     /// handshake and its open session closed. An admin's act; it cannot be undone.
@@ -320,6 +339,9 @@ pub enum CliError {
     /// `relay rollout`.
     #[error(transparent)]
     Rollout(#[from] crate::cmd::rollout::RolloutCliError),
+    /// `relay token` or `relay join-token`.
+    #[error(transparent)]
+    Tokens(#[from] crate::cmd::tokens::TokenCmdError),
     /// A command-line value is wrong.
     #[error("{0}")]
     Usage(String),
@@ -342,6 +364,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             .await
             .map_err(CliError::Demo),
         Command::Topology { command } => Ok(crate::cmd::topology::run(command)?),
+        Command::Token { command } => Ok(crate::cmd::tokens::run_token(command)?),
+        Command::JoinToken { command } => Ok(crate::cmd::tokens::run_join_token(command)?),
         Command::Up { file, data } => crate::cmd::up::run(&file, data, cli.logging.log)
             .await
             .map_err(CliError::Up),

@@ -3,7 +3,8 @@
 //! the topology does not list, configured with a token. It joins, keeps its key and
 //! certificate in its data directory, is known at the root, and a restart connects with
 //! the saved certificate without joining again; a second agent with the same token is
-//! refused with a message naming the relay.
+//! refused with a message naming the relay; a token added by `relay join-token create`
+//! while the relay runs admits a third.
 
 #![allow(clippy::unwrap_used)]
 // integration tests may unwrap
@@ -149,6 +150,42 @@ fn an_agent_run_joins_once_with_its_token_and_restarts_on_its_saved_certificate(
         "{err}"
     );
     assert!(!t.join("joined-2-data/joined-2.crt").exists());
+
+    // A join token added while eu runs (`relay join-token create`) admits a new agent
+    // once eu has read its file again.
+    let out = Command::new(bin("relay"))
+        .args(["join-token", "create", "--parent", "eu", "--uses", "1"])
+        .args(["--expires", "1h", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fresh = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    eventually(
+        "eu reads its join tokens again",
+        || {
+            std::fs::read_to_string(dir.join("logs/eu.log"))
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.contains("tokens-reload") && l.contains("join.tokens"))
+        },
+        t,
+    );
+    let config = agent_config(t, "joined-3", &fresh, eu_addr);
+    let third = Proc::spawn(t, "joined-3", &bin("agent"), &["run", "--config", &config]);
+    eventually(
+        "eu admits joined-3 with the new token",
+        || {
+            common::http_get(metrics, "/metrics")
+                .contains("strata_child_lag{node=\"eu\",child=\"joined-3\"}")
+        },
+        t,
+    );
+    assert!(third.terminate().success());
 
     assert!(agent.terminate().success());
     drop(up);

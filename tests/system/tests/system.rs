@@ -22,6 +22,7 @@ mod common;
 mod kube_fleet;
 mod tree;
 
+mod api_durability;
 mod ca_rotation;
 mod cores;
 mod debug_tunnel;
@@ -34,6 +35,7 @@ mod helm_fleet;
 mod helm_pod;
 mod helm_wait;
 mod hierarchy;
+mod identity;
 mod join_flood;
 mod join_up;
 mod joining;

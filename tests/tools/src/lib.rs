@@ -19,10 +19,12 @@
 //! in one place: [`etcd_cluster`] (three etcd members on loopback: `strata-node`'s etcd
 //! store tests and the system tests' HA root) and [`fake_apiserver`] (a fake Kubernetes
 //! API server: the agent's backend tests, its `kube_figures` example, and the system
-//! tests whose leaves drive a cluster's API).
+//! tests whose leaves drive a cluster's API); [`identity`] (an OIDC issuer and a users'
+//! CA, for the root's certificate and OIDC users).
 
 pub mod etcd_cluster;
 pub mod fake_apiserver;
+pub mod identity;
 pub mod webdriver;
 
 use std::ffi::OsString;

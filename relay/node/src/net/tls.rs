@@ -315,13 +315,35 @@ pub fn peer_node_name_in(certs: &[CertificateDer<'static>]) -> Result<String, Tl
         .ok_or_else(|| TlsError::Peer("the certificate names no node (no DNS name)".into()))
 }
 
-/// TLS for the root's user API: the root's certificate, no client certificate required
-/// (clients authenticate with bearer tokens), HTTP/1.1.
+/// TLS for the root's user API: the root's certificate, no client certificate asked
+/// (clients authenticate with bearer tokens), HTTP/2 or HTTP/1.1.
 pub fn api_server_config(id: &Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let mut config = server_builder(id.time.as_ref())
+    api_server_config_for_users(id, None)
+}
+
+/// [`api_server_config`] that also asks clients for a certificate (as kube-apiserver's
+/// `--client-ca-file`): one that is presented must chain to a CA of the PEM file
+/// `user_ca` (and is then the user's identity); a client without one is still served
+/// (it authenticates with a bearer token).
+pub fn api_server_config_for_users(
+    id: &Identity,
+    user_ca: Option<&Path>,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let builder = server_builder(id.time.as_ref())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_no_client_auth()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = match user_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots_from(ca)?), provider())
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|e| file_err(ca, format!("unusable as a client CA: {e}")))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
         .with_single_cert(id.certs.clone(), id.key.clone_key())
         .map_err(|e| TlsError::Config(e.to_string()))?;
     // HTTP/2 first, as client-go prefers it; HTTP/1.1 for the upgrades (exec, attach,
@@ -342,6 +364,34 @@ pub fn api_client_config_pem(
     what: &Path,
 ) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     api_client_config_with(roots_in(pem, what)?)
+}
+
+/// [`api_client_config_pem`] that presents a client certificate: `cert_pem` (a chain)
+/// and `key_pem`, a kubeconfig user's `client-certificate(-data)` and
+/// `client-key(-data)` (for a root whose `api.client_certificates` trusts its CA);
+/// `what` names the kubeconfig in errors.
+pub fn api_client_config_pem_with_certificate(
+    ca_pem: &[u8],
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    what: &Path,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_err(what, format!("client certificate: not PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(file_err(what, "client certificate: holds no certificate"));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| file_err(what, format!("client key: not a PEM private key: {e}")))?;
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(roots_in(ca_pem, what)?)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| file_err(what, format!("client certificate and key: {e}")))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
 }
 
 fn api_client_config_with(roots: RootCertStore) -> Result<Arc<rustls::ClientConfig>, TlsError> {

@@ -14,7 +14,15 @@ use crate::process::random_bytes;
 pub struct SledStore {
     db: sled::Db,
     path: PathBuf,
+    /// [`COMMIT_DELAY_VAR`], if set.
+    commit_delay: Option<std::time::Duration>,
 }
+
+/// For tests of crash safety only: an environment variable naming milliseconds every
+/// commit waits before it writes, so that a test's `kill -9` lands between a change
+/// and its commit more often than by chance (the window a crash must never turn into a
+/// lost acknowledgement). Unset in production.
+pub(crate) const COMMIT_DELAY_VAR: &str = "STRATA_TEST_COMMIT_DELAY_MS";
 
 impl SledStore {
     /// Opens (creating if needed) the store in `dir`. A directory another process holds
@@ -57,9 +65,14 @@ impl SledStore {
                 .map_err(|e| open_err(e.to_string()))?;
             db.flush().map_err(|e| open_err(e.to_string()))?;
         }
+        let commit_delay = std::env::var(COMMIT_DELAY_VAR)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(std::time::Duration::from_millis);
         Ok(SledStore {
             db,
             path: dir.to_owned(),
+            commit_delay,
         })
     }
 
@@ -110,6 +123,11 @@ impl Store for SledStore {
     fn commit(&self, batch: &Batch) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());
+        }
+        if let Some(delay) = self.commit_delay {
+            // A test's slow disk (COMMIT_DELAY_VAR); commits run off the async workers.
+            #[allow(clippy::disallowed_methods)]
+            std::thread::sleep(delay);
         }
         let mut b = sled::Batch::default();
         for (k, v) in batch_writes(batch)? {

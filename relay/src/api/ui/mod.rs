@@ -184,6 +184,15 @@ pub(super) async fn api(
     query: &[(String, String)],
 ) -> Option<Response<Body>> {
     let resp = match (method, p) {
+        // A session stands for a token of the tokens file; a user of a client
+        // certificate or an ID token has none to stand for.
+        (&Method::POST, ["ui", "login-codes"]) if grant.via != super::auth::Authn::Token => error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "user {:?} authenticated by {}: the web view logs in with a token of the tokens file",
+                grant.user, grant.via
+            ),
+        ),
         (&Method::POST, ["ui", "login-codes"]) => {
             match state
                 .ui
