@@ -155,7 +155,7 @@ fn a_user_comes_and_goes(fleet: &mut Fleet) {
         &tokens,
     ]);
     assert!(
-        written.contains(&format!("    server: https://{server}/"))
+        written.contains(&format!("    server: https://{server}\n"))
             && written.contains(token.trim()),
         "{written}"
     );
@@ -182,7 +182,8 @@ fn a_user_comes_and_goes(fleet: &mut Fleet) {
     fleet.render_and_apply_secret("center");
     fleet.eventually("kubectl is refused the revoked token", || {
         let o = kubectl(&dir, &kc, &["get", "clusters.strata.dev", "-o", "name"]);
-        !o.status.success() && text(&o).contains("Unauthorized")
+        // kubectl's words for a 401.
+        !o.status.success() && text(&o).contains("You must be logged in to the server")
     });
     let (ok, _, err) = relay_cli(&dir, fleet.api_port, &["clusters"]);
     assert!(ok, "the other users' tokens stay: {err}");
@@ -192,8 +193,8 @@ fn a_user_comes_and_goes(fleet: &mut Fleet) {
 /// A site whose only way out is tinyproxy, over TLS/TCP, joins eu-west with a token
 /// made while eu-west runs: installed through the chart from values written by hand
 /// (deploy/GUIDES.md, "Join an agent with a token"), its proxy in the chart's
-/// `proxy.httpsProxy`.
-fn a_site_joins_through_a_proxy(fleet: &mut Fleet) {
+/// `proxy.httpsProxy`. Returns the proxy, which the site needs from then on.
+fn a_site_joins_through_a_proxy(fleet: &mut Fleet) -> proxies::ProxyProc {
     let dir = fleet.dir.clone();
     let proxy = fleet
         .rt
@@ -270,6 +271,7 @@ config: |
         .count();
     assert!(tunnels >= 2, "{tunnels} tunnels:\n{}", proxy.log_text());
     fleet.assert_none_restarted();
+    proxy
 }
 
 #[test]
@@ -364,7 +366,7 @@ spec:
     }
 
     a_user_comes_and_goes(&mut fleet);
-    a_site_joins_through_a_proxy(&mut fleet);
+    let _proxy = a_site_joins_through_a_proxy(&mut fleet);
 
     // lab-1's API server goes away: the root shows it unreachable with the reason, the
     // others as they were; back on the same port, reachable again.
