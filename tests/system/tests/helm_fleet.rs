@@ -15,10 +15,11 @@
 //!   applied) reads the fleet with kubectl through a kubeconfig whose server is a DNS
 //!   name (`relay kubeconfig --server localhost:PORT`), may not write, and once `relay
 //!   token revoke`d (applied the same way) gets 401;
-//! - a site that reaches eu-west only through tinyproxy over TLS/TCP (no UDP on its
-//!   way) joins with a token `relay join-token create --parent eu-west` made while
-//!   eu-west runs, installed through the chart with its proxy values, and is listed at
-//!   the root;
+//! - a site behind tinyproxy whose UDP to eu-west is dropped joins with a token
+//!   `relay join-token create --parent eu-west` made while eu-west runs, installed
+//!   through the chart with its proxy values and the default transport (`auto`): the
+//!   join and then the link fall back to TLS/TCP through the proxy; it is listed at the
+//!   root;
 //! - a real cluster's API server that goes away shows as unreachable at the root with
 //!   the reason, the other clusters as they were, and reachable again once it is back.
 
@@ -26,13 +27,17 @@
 // A synchronous test driving processes: there is no runtime for a sleep to block.
 #![allow(clippy::disallowed_methods)]
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use strata_test_tools::fake_apiserver::FakeApiServer;
 use strata_topology::files;
 
-use crate::common::{POS_APP, Proc, bin, kube_clients, proxies, relay_cli, try_http_get, write};
+use crate::common::proxies::{self, ProxyProc, UdpGate};
+use crate::common::{
+    POS_APP, Proc, balancers, bin, free_port, kube_clients, relay_cli, try_http_get, write,
+};
 use crate::helm_pod::{apply_secret, install, install_rendered, port};
 use crate::real_clusters::{
     assert_api_server_unreachable, cluster, eventually, inventory, kubeconfig,
@@ -190,15 +195,49 @@ fn a_user_comes_and_goes(fleet: &mut Fleet) {
     fleet.assert_none_restarted();
 }
 
-/// A site whose only way out is tinyproxy, over TLS/TCP, joins eu-west with a token
-/// made while eu-west runs: installed through the chart from values written by hand
+/// The network of a site that reaches eu-west through tinyproxy and whose UDP is
+/// dropped on the way: eu-west as the site sees it is a port where TCP passes (haproxy,
+/// in TCP mode, to eu-west) and UDP goes into a shut [`UdpGate`]. Kept as long as the
+/// site runs.
+struct SiteNetwork {
+    /// The site's HTTP CONNECT proxy.
+    proxy: ProxyProc,
+    /// eu-west's address from the site.
+    eu_west: String,
+    _tcp: ProxyProc,
+    _udp: UdpGate,
+}
+
+impl SiteNetwork {
+    fn start(fleet: &Fleet) -> SiteNetwork {
+        let eu_west: SocketAddr = ([127, 0, 0, 1], port(&fleet.dir, "eu-west", "quic")).into();
+        let front = free_port();
+        let proxy = fleet
+            .rt
+            .block_on(proxies::tinyproxy(&fleet.dir.join("proxy"), 600));
+        let tcp = fleet
+            .rt
+            .block_on(balancers::haproxy(&fleet.dir, front, &[eu_west]));
+        let udp = fleet
+            .rt
+            .block_on(UdpGate::new(([127, 0, 0, 1], front).into(), eu_west, false));
+        SiteNetwork {
+            proxy,
+            eu_west: format!("127.0.0.1:{front}"),
+            _tcp: tcp,
+            _udp: udp,
+        }
+    }
+}
+
+/// A site behind tinyproxy whose UDP is dropped joins eu-west with a token made while
+/// eu-west runs: installed through the chart from values written by hand
 /// (deploy/GUIDES.md, "Join an agent with a token"), its proxy in the chart's
-/// `proxy.httpsProxy`. Returns the proxy, which the site needs from then on.
-fn a_site_joins_through_a_proxy(fleet: &mut Fleet) -> proxies::ProxyProc {
+/// `proxy.httpsProxy`, its transport the default (`auto`: QUIC for a few seconds, then
+/// TLS/TCP). Returns the site's network, which it needs from then on.
+fn a_site_joins_through_a_proxy(fleet: &mut Fleet) -> SiteNetwork {
     let dir = fleet.dir.clone();
-    let proxy = fleet
-        .rt
-        .block_on(proxies::tinyproxy(&dir.join("proxy"), 600));
+    let net = SiteNetwork::start(fleet);
     let out = dir.display().to_string();
     let reloads = fleet.reloads("eu-west", "join.tokens");
     let token = relay(&[
@@ -218,8 +257,7 @@ fn a_site_joins_through_a_proxy(fleet: &mut Fleet) -> proxies::ProxyProc {
         fleet.reloads("eu-west", "join.tokens") > reloads
     });
 
-    let eu_west = format!("127.0.0.1:{}", port(&dir, "eu-west", "quic"));
-    let metrics = crate::common::free_port();
+    let metrics = free_port();
     let ca = std::fs::read_to_string(files::ca_cert(&dir)).unwrap();
     let values = dir.join(format!("{JOINED}.values.yaml"));
     write(
@@ -236,14 +274,15 @@ proxy:
 config: |
   cluster: {JOINED}
   labels: {{ role: pos }}
-  parent: {{ name: eu-west, address: \"{eu_west}\", transport: tcp }}
+  parent: {{ name: eu-west, address: \"{eu_west}\" }}
   join: {{ token: \"{token}\", ca: ../secret/ca.crt }}
   data: ../state/data
   metrics: 127.0.0.1:{metrics}
   simulated: {{}}
 ",
             ca = serde_json::to_string(&ca).unwrap(),
-            proxy = proxy.url(None),
+            proxy = net.proxy.url(None),
+            eu_west = net.eu_west,
             token = token.trim(),
         ),
     );
@@ -264,14 +303,21 @@ config: |
         data.join(format!("{JOINED}.crt")).exists(),
         "no certificate kept"
     );
-    // Two tunnels to eu-west through the proxy: the join's, then the link's.
-    let tunnels = proxy
+    // Two tunnels to eu-west through the proxy at least: the join's, then the link's.
+    let tunnels = net
+        .proxy
         .log_text()
-        .matches(&format!("CONNECT {eu_west}"))
+        .matches(&format!("CONNECT {}", net.eu_west))
         .count();
-    assert!(tunnels >= 2, "{tunnels} tunnels:\n{}", proxy.log_text());
+    assert!(tunnels >= 2, "{tunnels} tunnels:\n{}", net.proxy.log_text());
+    let log = std::fs::read_to_string(dir.join("eu-west.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("child connected") && l.contains(JOINED) && l.contains("tcp")),
+        "eu-west admitted {JOINED} over TLS/TCP:\n{log}"
+    );
     fleet.assert_none_restarted();
-    proxy
+    net
 }
 
 #[test]
@@ -366,7 +412,7 @@ spec:
     }
 
     a_user_comes_and_goes(&mut fleet);
-    let _proxy = a_site_joins_through_a_proxy(&mut fleet);
+    let _site = a_site_joins_through_a_proxy(&mut fleet);
 
     // lab-1's API server goes away: the root shows it unreachable with the reason, the
     // others as they were; back on the same port, reachable again.
