@@ -60,6 +60,24 @@ pub(crate) fn cluster<'a>(items: &'a [Value], name: &str) -> Option<&'a Value> {
     items.iter().find(|c| c["name"] == name)
 }
 
+/// Asserts that the root's record of the cluster `name` says it is unreachable because
+/// its agent cannot reach the API server on 127.0.0.1:`port`, and since when.
+pub(crate) fn assert_api_server_unreachable(items: &[Value], name: &str, port: u16) {
+    let c = cluster(items, name).unwrap_or_else(|| panic!("no {name} in {items:?}"));
+    let reason = c["reason"].as_str().unwrap_or_default();
+    assert!(
+        c["reachable"] == false
+            && reason.starts_with("its agent cannot reach the cluster's API server: ")
+            && reason.contains(&format!("127.0.0.1:{port}"))
+            && reason.contains("is unreachable"),
+        "{c}"
+    );
+    assert!(
+        c["properties"]["strata.dev/unreachable-since"].is_string(),
+        "{c}"
+    );
+}
+
 /// Polls `check` every 200 ms, at most 300 times (60 s); panics naming `what` with the
 /// logs of the nodes `names`.
 pub(crate) fn eventually(what: &str, dir: &Path, names: &[&str], mut check: impl FnMut() -> bool) {
@@ -178,18 +196,7 @@ spec:
         cluster(&items, "lab-1").is_some_and(|c| c["reachable"] == false)
     });
     let items = inventory(&rt, &dir, api_port);
-    let lab = cluster(&items, "lab-1").unwrap();
-    let reason = lab["reason"].as_str().unwrap_or_default();
-    assert!(
-        reason.starts_with("its agent cannot reach the cluster's API server: ")
-            && reason.contains(&format!("127.0.0.1:{fake_port}"))
-            && reason.contains("is unreachable"),
-        "{lab}"
-    );
-    assert!(
-        lab["properties"]["strata.dev/unreachable-since"].is_string(),
-        "{lab}"
-    );
+    assert_api_server_unreachable(&items, "lab-1", fake_port);
     let sim = cluster(&items, "sim-1").unwrap();
     assert!(sim["reachable"] == true && sim["reason"].is_null(), "{sim}");
     let (ok, table, err) = relay_cli(&dir, api_port, &["clusters"]);

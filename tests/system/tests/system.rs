@@ -32,6 +32,7 @@ mod edge;
 mod etcd_root;
 mod helm_chart;
 mod helm_fleet;
+mod helm_pod;
 mod helm_wait;
 mod hierarchy;
 mod identity;

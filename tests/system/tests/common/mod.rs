@@ -102,10 +102,22 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(dir: &Path, name: &str, program: &Path, args: &[&str]) -> Proc {
+        Proc::spawn_with_env(dir, name, program, args, &[])
+    }
+
+    /// As [`Proc::spawn`], with the variables `env` set (after `RUST_LOG=info`).
+    pub fn spawn_with_env(
+        dir: &Path,
+        name: &str,
+        program: &Path,
+        args: &[&str],
+        env: &[(String, String)],
+    ) -> Proc {
         let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
         let child = Command::new(program)
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
