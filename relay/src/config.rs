@@ -323,8 +323,15 @@ impl NodeConfig {
             path: path.to_owned(),
             source,
         })?;
+        Self::parse_at(&text, path)
+    }
+
+    /// Validates `text`, the content of the configuration file at `path` (relative
+    /// paths in it are taken relative to the file's directory): what a relay reads again
+    /// when the file changes.
+    pub fn parse_at(text: &str, path: &Path) -> Result<NodeConfig, ConfigError> {
         let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, base).map_err(|e| match e {
+        Self::parse(text, base).map_err(|e| match e {
             Refusal::Parse(detail) => ConfigError::Parse {
                 path: path.to_owned(),
                 detail,

@@ -1,6 +1,6 @@
-//! Files a running relay reads again when they change: the API's tokens (`api.tokens`)
-//! and the join tokens (`join.tokens`). Adding a user or a join token, or taking one
-//! away, is an edit of the file; no restart.
+//! Files a running relay reads again when they change: the API's tokens (`api.tokens`),
+//! the join tokens (`join.tokens`) and its configuration's `children`. Adding a user, a
+//! join token or a child, or taking a token away, is an edit of the file; no restart.
 //!
 //! A [`Reloading`] task looks at the file every [`POLL_EVERY`] (its modification time
 //! and length first, its content when either moved: no watcher crate, and it works on
@@ -47,9 +47,23 @@ impl<T: Send + Sync + 'static> Reloading<T> {
         parse: impl Fn(&str) -> Result<Parsed<T>, E> + Send + 'static,
         every: Duration,
     ) -> Reloading<T> {
+        Self::spawn_as(path, what, "tokens-reload", initial, parse, every)
+    }
+
+    /// [`Reloading::spawn`], its audit lines saying `action` (`ACTION` when the file was
+    /// read again, `ACTION-refused` when it was not).
+    pub fn spawn_as<E: std::fmt::Display + 'static>(
+        path: PathBuf,
+        what: &'static str,
+        action: &'static str,
+        initial: T,
+        parse: impl Fn(&str) -> Result<Parsed<T>, E> + Send + 'static,
+        every: Duration,
+    ) -> Reloading<T> {
         let (tx, current) = watch::channel(Arc::new(initial));
         let seen = Seen::of(&path);
-        let task = tokio::spawn(watch_file(path, what, tx, parse, every, seen));
+        let file = Watched { path, what, action };
+        let task = tokio::spawn(watch_file(file, tx, parse, every, seen));
         Reloading { current, task }
     }
 
@@ -83,14 +97,22 @@ impl Seen {
     }
 }
 
-async fn watch_file<T: Send + Sync + 'static, E: std::fmt::Display>(
+/// A watched file: where, what it is called in logs, and its audit lines' action.
+struct Watched {
     path: PathBuf,
     what: &'static str,
+    action: &'static str,
+}
+
+async fn watch_file<T: Send + Sync + 'static, E: std::fmt::Display>(
+    file: Watched,
     tx: watch::Sender<Arc<T>>,
     parse: impl Fn(&str) -> Result<Parsed<T>, E>,
     every: Duration,
     mut seen: Seen,
 ) {
+    let Watched { path, what, action } = file;
+    let refused = format!("{action}-refused");
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The fault last said, so that a file left broken is not logged every tick.
@@ -115,7 +137,7 @@ async fn watch_file<T: Send + Sync + 'static, E: std::fmt::Display>(
             Err(e) => {
                 let fault = format!("cannot read: {e}");
                 if said.as_ref() != Some(&fault) {
-                    tracing::error!(file = %path.display(), field = what, error = %fault, "keeping the previous tokens");
+                    tracing::error!(file = %path.display(), field = what, error = %fault, "keeping what it held before");
                     said = Some(fault);
                 }
                 continue;
@@ -133,7 +155,7 @@ async fn watch_file<T: Send + Sync + 'static, E: std::fmt::Display>(
                 tracing::info!(
                     target: "audit",
                     who = "file",
-                    action = "tokens-reload",
+                    action = action,
                     field = what,
                     file = %path.display(),
                     summary = %summary,
@@ -147,11 +169,11 @@ async fn watch_file<T: Send + Sync + 'static, E: std::fmt::Display>(
                 // a fix, which differs, is read when it comes.
                 seen.text = Some(text);
                 if said.as_ref() != Some(&fault) {
-                    tracing::error!(file = %path.display(), field = what, error = %fault, "keeping the previous tokens");
+                    tracing::error!(file = %path.display(), field = what, error = %fault, "keeping what it held before");
                     tracing::info!(
                         target: "audit",
                         who = "file",
-                        action = "tokens-reload-refused",
+                        action = %refused,
                         field = what,
                         file = %path.display(),
                         error = %fault,

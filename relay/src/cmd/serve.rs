@@ -154,6 +154,71 @@ pub fn replicate(store: &EtcdStore, node: NodeClient) -> tokio::task::JoinHandle
     })
 }
 
+/// Reads the configuration file again whenever it changes (every
+/// [`crate::reload::POLL_EVERY`]) and lets the children added to its `children` connect
+/// at once: adding a site below a running relay needs no restart. A child taken out of
+/// the list stays allowed until the next start (revoke it to refuse it now); the other
+/// fields take effect at the next start. Each reload is logged and audited
+/// (`children-reload`); a file that does not validate changes nothing and is logged
+/// with its faults.
+fn admit_added_children(
+    path: &Path,
+    config: &NodeConfig,
+    node: NodeClient,
+) -> tokio::task::JoinHandle<()> {
+    let file = path.to_owned();
+    let reading = crate::reload::Reloading::spawn_as(
+        path.to_owned(),
+        "children",
+        "children-reload",
+        config.children.clone(),
+        move |text| {
+            NodeConfig::parse_at(text, &file).map(|c| {
+                let summary = format!("{} children ({})", c.children.len(), c.children.join(", "));
+                (c.children, summary)
+            })
+        },
+        crate::reload::POLL_EVERY,
+    );
+    let mut known: std::collections::BTreeSet<String> = config.children.iter().cloned().collect();
+    let mut changes = reading.subscribe();
+    tokio::spawn(async move {
+        // Held here: dropping it (this task aborted) stops the file's watcher.
+        let _reading = reading;
+        while changes.changed().await.is_ok() {
+            let listed: Vec<String> = changes.borrow_and_update().as_ref().clone();
+            let added: Vec<String> = listed
+                .iter()
+                .filter(|c| !known.contains(*c))
+                .cloned()
+                .collect();
+            let dropped: Vec<&String> = known.iter().filter(|c| !listed.contains(c)).collect();
+            if !dropped.is_empty() {
+                tracing::warn!(
+                    children = ?dropped,
+                    "children taken out of the configuration stay allowed until the next start; `relay revoke` refuses one now"
+                );
+            }
+            if added.is_empty() {
+                continue;
+            }
+            let admitting = added.clone();
+            let admitted = node
+                .query(move |core: &mut crate::tier::core::NodeCore| {
+                    for name in &admitting {
+                        core.admit_child(name);
+                    }
+                })
+                .await;
+            if admitted.is_none() {
+                return;
+            }
+            tracing::info!(children = ?added, "children added to the configuration may connect now");
+            known.extend(added);
+        }
+    })
+}
+
 /// Starts the node a configuration describes on an open store.
 pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle, StartError> {
     let identity = Identity::load(&config.tls.cert, &config.tls.key, &config.tls.ca)?;
@@ -253,6 +318,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     // From here on a SIGTERM waits for the node to start and then stops it cleanly.
     let mut signals = Signals::new();
     let handle = start_on(&config, store.clone())?;
+    let children = admit_added_children(config_path, &config, handle.client());
     // Other replicas' commits: the writer's log at a standby, children's reports at all.
     let replicating = etcd.as_deref().map(|s| replicate(s, handle.client()));
     tracing::info!(
@@ -294,7 +360,10 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     };
     signals.recv().await;
     tracing::info!("shutting down");
-    for task in [api, metrics, replicating, sweeper].into_iter().flatten() {
+    for task in [api, metrics, replicating, sweeper, Some(children)]
+        .into_iter()
+        .flatten()
+    {
         task.abort();
     }
     match tokio::time::timeout(SHUTDOWN_DEADLINE, handle.shutdown()).await {
