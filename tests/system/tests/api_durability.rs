@@ -38,22 +38,18 @@ const PATH: &str = "/api/v1/namespaces/default/configmaps";
 /// (`STRATA_TEST_COMMIT_DELAY_MS`), so that the kill lands between changes and their
 /// commits.
 fn start_root(dir: &Path, slow_commits: bool) -> Proc {
-    let mut root = std::process::Command::new(bin("relay"));
-    root.args([
-        "serve",
-        "--config",
-        &dir.join("center.yaml").display().to_string(),
-    ])
-    .env("RUST_LOG", "info")
-    .stdout(std::process::Stdio::null())
-    .stderr(std::fs::File::create(dir.join("center.log")).unwrap());
-    if slow_commits {
-        root.env("STRATA_TEST_COMMIT_DELAY_MS", "20");
-    }
-    Proc {
-        name: "center".to_owned(),
-        child: root.spawn().unwrap(),
-    }
+    let slow = [("STRATA_TEST_COMMIT_DELAY_MS".to_owned(), "20".to_owned())];
+    Proc::spawn_with_env(
+        dir,
+        "center",
+        &bin("relay"),
+        &[
+            "serve",
+            "--config",
+            &dir.join("center.yaml").display().to_string(),
+        ],
+        if slow_commits { &slow } else { &[] },
+    )
 }
 
 /// Waits (bounded) until the API answers a list.

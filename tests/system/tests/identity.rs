@@ -23,48 +23,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::token_reload::{eventually, rendered_root, status_with};
 use base64::Engine as _;
-use common::{Proc, bin, log_tails, write};
+use common::{Proc, bin, stdout_ok, write};
 use serde_json::{Value, json};
 use strata_test_tools::identity::{KID, OidcIssuer, UserCa};
-use strata_topology::certs::{self, CertOptions};
 use strata_topology::files;
-use strata_topology::render::{self, RenderOptions};
-
-const TOPOLOGY: &str = "apiVersion: strata.dev/v1alpha1
-kind: Topology
-metadata: { name: identity }
-spec:
-  root: { name: center }
-";
-
-/// The status code of `GET /clusters` with `token`.
-fn status_with(rt: &tokio::runtime::Runtime, dir: &Path, api_port: u16, token: &str) -> u16 {
-    let client = strata_relay::client::ApiClient::new(
-        ([127, 0, 0, 1], api_port).into(),
-        "center",
-        &files::ca_cert(dir),
-        token,
-    )
-    .unwrap();
-    rt.block_on(client.request(hyper::Method::GET, "/clusters", None))
-        .map(|(code, _)| code.as_u16())
-        .unwrap_or(0)
-}
-
-/// Polls `check` every 200 ms, at most 150 times (30 s).
-fn eventually(what: &str, dir: &Path, mut check: impl FnMut() -> bool) {
-    for _ in 0..150 {
-        if check() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    panic!(
-        "timed out waiting until {what}\n{}",
-        log_tails(dir, &["center".to_owned()], 30)
-    );
-}
 
 /// A kubeconfig for the root's API, with the user's `credentials` (YAML lines under
 /// `user:`, indented four spaces).
@@ -122,14 +86,7 @@ fn token_commands_client_certificates_and_oidc_id_tokens_identify_users_of_the_r
     let rt = tokio::runtime::Runtime::new().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_owned();
-    let topology = strata_topology::parse(TOPOLOGY, &dir.join("t.yaml"))
-        .unwrap()
-        .topology;
-    write(&files::api_tokens(&dir), "s3cret user=ops\n");
-    certs::issue_all(&topology, &dir, &CertOptions::default()).unwrap();
-    let rendered = render::render(&topology, &dir, &RenderOptions::default()).unwrap();
-    let api_port = rendered.api.port();
-    let config = rendered.nodes[0].config.clone();
+    let (api_port, config) = rendered_root(&dir);
 
     // The users' CA and the OIDC issuer, named in the root's `api:`.
     let users = UserCa::new("users");
@@ -165,37 +122,20 @@ fn token_commands_client_certificates_and_oidc_id_tokens_identify_users_of_the_r
     });
 
     // `relay token create|revoke` under the running root.
-    let out = Command::new(bin("relay"))
-        .args([
-            "token",
-            "create",
-            "bob",
-            "--role",
-            "view",
-            "--config",
-            &config_arg,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let bob = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let bob = stdout_ok(Command::new(bin("relay")).args([
+        "token",
+        "create",
+        "bob",
+        "--role",
+        "view",
+        "--config",
+        &config_arg,
+    ]));
     assert_eq!(bob.len(), 32, "{bob}");
     eventually("bob's new token is accepted", &dir, || {
         status_with(&rt, &dir, api_port, &bob) == 200
     });
-    let out = Command::new(bin("relay"))
-        .args(["token", "revoke", "bob", "--config", &config_arg])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    stdout_ok(Command::new(bin("relay")).args(["token", "revoke", "bob", "--config", &config_arg]));
     eventually("bob's revoked token is refused", &dir, || {
         status_with(&rt, &dir, api_port, &bob) == 401
     });

@@ -153,18 +153,12 @@ fn an_agent_run_joins_once_with_its_token_and_restarts_on_its_saved_certificate(
 
     // A join token added while eu runs (`relay join-token create`) admits a new agent
     // once eu has read its file again.
-    let out = Command::new(bin("relay"))
-        .args(["join-token", "create", "--parent", "eu", "--uses", "1"])
-        .args(["--expires", "1h", "--dir"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let fresh = common::stdout_ok(
+        Command::new(bin("relay"))
+            .args(["join-token", "create", "--parent", "eu", "--uses", "1"])
+            .args(["--expires", "1h", "--dir"])
+            .arg(&dir),
     );
-    let fresh = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     eventually(
         "eu reads its join tokens again",
         || {

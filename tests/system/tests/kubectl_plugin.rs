@@ -16,16 +16,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::{Proc, bin, kube_clients, log_tails, write};
-use strata_topology::certs::{self, CertOptions};
 use strata_topology::files;
-use strata_topology::render::{self, RenderOptions};
-
-const TOPOLOGY: &str = "apiVersion: strata.dev/v1alpha1
-kind: Topology
-metadata: { name: plugin }
-spec:
-  root: { name: center }
-";
 
 /// Two contexts: `nowhere` (current: nothing listens there) and `strata` (the root by
 /// the name `localhost`).
@@ -65,14 +56,8 @@ fn text(o: &Output) -> String {
 fn kubectl_strata_and_relay_read_a_kubeconfig_context_with_a_dns_named_server() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_owned();
-    let topology = strata_topology::parse(TOPOLOGY, &dir.join("t.yaml"))
-        .unwrap()
-        .topology;
-    write(&files::api_tokens(&dir), "s3cret user=ops\n");
-    certs::issue_all(&topology, &dir, &CertOptions::default()).unwrap();
-    let rendered = render::render(&topology, &dir, &RenderOptions::default()).unwrap();
-    let port = rendered.api.port();
-    let config = rendered.nodes[0].config.display().to_string();
+    let (port, config) = crate::token_reload::rendered_root(&dir);
+    let config = config.display().to_string();
     let root = Proc::spawn(
         &dir,
         "center",

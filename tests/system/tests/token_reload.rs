@@ -26,8 +26,26 @@ spec:
   root: { name: center }
 ";
 
+/// A root alone, rendered into `dir` from [`TOPOLOGY`] (`relay topology certs` and
+/// `render`) with the tokens file `s3cret user=ops`: its API port and its configuration
+/// file, not started (a test may edit the file first).
+pub(crate) fn rendered_root(dir: &Path) -> (u16, std::path::PathBuf) {
+    let topology = strata_topology::parse(TOPOLOGY, &dir.join("t.yaml"))
+        .unwrap()
+        .topology;
+    write(&files::api_tokens(dir), "s3cret user=ops\n");
+    certs::issue_all(&topology, dir, &CertOptions::default()).unwrap();
+    let rendered = render::render(&topology, dir, &RenderOptions::default()).unwrap();
+    (rendered.api.port(), rendered.nodes[0].config.clone())
+}
+
 /// The status code of `GET /clusters` with `token`.
-fn status_with(rt: &tokio::runtime::Runtime, dir: &Path, api_port: u16, token: &str) -> u16 {
+pub(crate) fn status_with(
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    api_port: u16,
+    token: &str,
+) -> u16 {
     let client = strata_relay::client::ApiClient::new(
         ([127, 0, 0, 1], api_port).into(),
         "center",
@@ -41,7 +59,7 @@ fn status_with(rt: &tokio::runtime::Runtime, dir: &Path, api_port: u16, token: &
 }
 
 /// Polls `check` every 200 ms, at most 150 times (30 s).
-fn eventually(what: &str, dir: &Path, mut check: impl FnMut() -> bool) {
+pub(crate) fn eventually(what: &str, dir: &Path, mut check: impl FnMut() -> bool) {
     for _ in 0..150 {
         if check() {
             return;
@@ -59,15 +77,9 @@ fn a_token_added_to_the_file_works_and_one_removed_is_refused_without_a_restart(
     let rt = tokio::runtime::Runtime::new().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_owned();
-    let topology = strata_topology::parse(TOPOLOGY, &dir.join("t.yaml"))
-        .unwrap()
-        .topology;
+    let (api_port, config) = rendered_root(&dir);
     let tokens = files::api_tokens(&dir);
-    write(&tokens, "s3cret user=ops\n");
-    certs::issue_all(&topology, &dir, &CertOptions::default()).unwrap();
-    let rendered = render::render(&topology, &dir, &RenderOptions::default()).unwrap();
-    let api_port = rendered.api.port();
-    let config = rendered.nodes[0].config.display().to_string();
+    let config = config.display().to_string();
     let root = Proc::spawn(
         &dir,
         "center",

@@ -173,6 +173,18 @@ pub fn try_http_get(port: u16, path: &str) -> std::io::Result<String> {
     Ok(out)
 }
 
+/// What `command` printed on its standard output, trimmed; panics with its standard
+/// error when it failed.
+pub fn stdout_ok(command: &mut Command) -> String {
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
 pub fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
