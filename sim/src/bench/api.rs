@@ -115,7 +115,7 @@ fn write_config(dir: &Path, root: &str, listen: SocketAddr) -> Result<NodeConfig
     let cert = ca
         .issue(root)
         .map_err(|e| err("the API's certificate", &e))?;
-    let token = format!("bench-admin-{:016x}", rand_u64());
+    let token = format!("bench-admin-{:016x}", strata_node::process::random_u64());
     let files = [
         ("ca.crt", ca.cert_pem()),
         ("api.crt", cert.cert_pem),
@@ -132,14 +132,4 @@ fn write_config(dir: &Path, root: &str, listen: SocketAddr) -> Result<NodeConfig
         std::fs::write(dir.join(name), text).map_err(|e| err(name, &e))?;
     }
     NodeConfig::load(&dir.join("config.yaml")).map_err(|e| err("the API's configuration", &e))
-}
-
-/// A token's random part, from the operating system's randomness (ring's).
-fn rand_u64() -> u64 {
-    use ring::rand::SecureRandom;
-    let mut b = [0u8; 8];
-    // A failing system random source leaves the bytes zero: a benchmark's token on
-    // loopback, not a secret that guards anything.
-    let _ = ring::rand::SystemRandom::new().fill(&mut b);
-    u64::from_le_bytes(b)
 }
