@@ -21,7 +21,7 @@ use base64::Engine as _;
 
 use crate::certs::Action;
 use crate::files;
-use crate::render::{Process, RenderError, quote, write_bytes_if_changed, write_if_changed};
+use crate::output::{Process, RenderError, quote, write_bytes_if_changed, write_if_changed};
 
 /// Where the node's Secret is mounted, relative to the configuration's directory.
 pub const SECRET_DIR: &str = "../secret";

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::files;
 use crate::helm::{self, POD_METRICS};
-use crate::render::{quote, reference};
+use crate::output::{quote, reference};
 
 /// Where a node's files are, as its process sees them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

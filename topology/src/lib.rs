@@ -20,6 +20,8 @@
 //! * [`ports`]: ports assigned on first render, kept.
 //! * [`helm`]: each node's Helm values and Secret manifest (`render --helm`).
 //! * [`systemd`]: each node's unit and its configuration directory (`render --systemd`).
+//! * `output`: what the four above write through (the render error, YAML quoting, a
+//!   file written only when it changes).
 //! * `layout`: how a configuration names its node's files in each of these.
 
 use std::path::{Path, PathBuf};
@@ -30,6 +32,7 @@ pub mod files;
 pub mod helm;
 mod layout;
 pub mod names;
+mod output;
 pub mod ports;
 pub mod raw;
 pub mod render;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::Addr;
 use crate::files;
-use crate::render::RenderError;
+use crate::output::RenderError;
 
 /// Ports assigned to `Addr::Auto` addresses, by `node.field`.
 pub(crate) struct Ports {

@@ -18,57 +18,12 @@ use crate::files::{self, ConfinementError};
 use crate::helm::{self, POD_METRICS, PodNode, PodPorts};
 use crate::layout::{Layout, Refs};
 use crate::names::check_node_name;
+pub use crate::output::{Process, RenderError};
+use crate::output::{mkdir, quote, write_if_changed};
 use crate::ports::Ports;
 pub use crate::ports::unused_port;
 use crate::systemd;
 use crate::{Addr, Topology};
-
-/// Why the configs could not be rendered.
-#[derive(Debug, thiserror::Error)]
-pub enum RenderError {
-    /// A file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A file that goes where the node runs (its Secret under `--helm`, its unit's
-    /// directory under `--systemd`) could not be read.
-    #[error(
-        "node {node:?}: {path}: {source} (it goes where the node runs: run `relay topology certs` first)"
-    )]
-    SecretFile {
-        /// The node.
-        node: String,
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// `ports.yaml` is not what render writes.
-    #[error("{path}: {detail}")]
-    Ports {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message.
-        detail: String,
-    },
-    /// A configuration would name what its node must not hold.
-    #[error(transparent)]
-    Confinement(#[from] ConfinementError),
-    /// No free port could be found on an IP.
-    #[error("no free port on {ip} for {what}: {source}")]
-    NoPort {
-        /// The IP.
-        ip: IpAddr,
-        /// What needed it (`center.listen`).
-        what: String,
-        /// Why.
-        source: std::io::Error,
-    },
-}
 
 /// Choices the topology does not make.
 #[derive(Debug, Clone, Default)]
@@ -87,15 +42,6 @@ pub struct RenderOptions {
     /// without a backend, so their agents refuse to start until their configuration
     /// names one.
     pub simulate_unset: bool,
-}
-
-/// What kind of process runs a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Process {
-    /// `relay serve --config FILE`.
-    Relay,
-    /// `agent run --config FILE`.
-    Agent,
 }
 
 /// One node's rendered configuration.
@@ -384,12 +330,6 @@ fn backend(b: &ClusterBackend, refs: &mut Refs) -> String {
     }
 }
 
-/// How `node`'s configuration names `path`: relative to the configuration, quoted.
-pub(crate) fn reference(dir: &Path, node: &str, path: &Path) -> String {
-    let named = files::from_node_config(dir, node, path).unwrap_or_else(|| path.to_owned());
-    quote(&named.to_string_lossy())
-}
-
 /// Writes a node's configuration, built by `config` for its layout, and what each of
 /// `targets` needs (with `ports`, for the chart). `node` is (topology, node, process).
 fn write_node(
@@ -443,13 +383,6 @@ fn write_config(
     Ok(path)
 }
 
-pub(crate) fn mkdir(dir: &Path) -> Result<(), RenderError> {
-    std::fs::create_dir_all(dir).map_err(|source| RenderError::Io {
-        path: dir.to_owned(),
-        source,
-    })
-}
-
 /// A YAML flow map with every key and value double-quoted.
 fn flow_map(m: &BTreeMap<String, String>) -> String {
     let items: Vec<String> = m
@@ -460,50 +393,4 @@ fn flow_map(m: &BTreeMap<String, String>) -> String {
         return "{}".to_owned();
     }
     format!("{{ {} }}", items.join(", "))
-}
-
-pub(crate) fn quote(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-pub(crate) fn write_if_changed(path: &Path, text: &str) -> Result<(PathBuf, Action), RenderError> {
-    write_bytes_if_changed(path, text.as_bytes(), false)
-}
-
-/// Writes `bytes` to `path` unless it holds them already; `private`: readable by its
-/// owner only (0600; a key, or what holds one), whatever the file's mode was.
-pub(crate) fn write_bytes_if_changed(
-    path: &Path,
-    bytes: &[u8],
-    private: bool,
-) -> Result<(PathBuf, Action), RenderError> {
-    use std::os::unix::fs::PermissionsExt;
-    let io = |source| RenderError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let action = match std::fs::read(path) {
-        Ok(existing) if existing == bytes => Action::Kept,
-        Ok(_) => Action::Replaced,
-        Err(_) => Action::Created,
-    };
-    if action != Action::Kept {
-        std::fs::write(path, bytes).map_err(io)?;
-    }
-    if private {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
-    }
-    Ok((path.to_owned(), action))
 }

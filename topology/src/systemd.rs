@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use crate::certs::Action;
 use crate::files;
-use crate::render::{Process, RenderError, mkdir, write_bytes_if_changed, write_if_changed};
+use crate::output::{Process, RenderError, mkdir, write_bytes_if_changed, write_if_changed};
 
 /// The relay's unit (`deploy/systemd/strata-relay.service`).
 pub const RELAY_UNIT: &str = include_str!("../../deploy/systemd/strata-relay.service");

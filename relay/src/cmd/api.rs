@@ -190,6 +190,30 @@ pub enum CallError {
     },
 }
 
+/// The root refused what a command asked (`relay cordon`, `relay rollout pause`, ...).
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: the root answered {status}: {message}")]
+pub struct Refused {
+    /// What was asked.
+    pub what: String,
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The Status message.
+    pub message: String,
+}
+
+impl Refused {
+    /// `what` refused with `status`, saying what the answer's `message` (or `error`) says.
+    pub fn answer(what: String, status: StatusCode, v: &Value) -> Self {
+        let message = v["message"].as_str().or_else(|| v["error"].as_str());
+        Refused {
+            what,
+            status,
+            message: message.unwrap_or("refused").to_owned(),
+        }
+    }
+}
+
 /// Why manifests were not sent: nothing is sent unless every document is valid.
 #[derive(Debug, thiserror::Error)]
 #[allow(missing_docs)] // each variant names the file or directory as given, and the cause

@@ -17,6 +17,7 @@ use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::client::{ApiClient, RequestError};
+use crate::cmd::api::Refused;
 
 /// The taint `relay cordon` sets.
 pub const CORDONED: &str = "strata.dev/cordoned";
@@ -41,15 +42,8 @@ pub enum LifecycleError {
     #[error(transparent)]
     Request(#[from] RequestError),
     /// The API refused.
-    #[error("{what}: the root answered {status}: {message}")]
-    Refused {
-        /// What was asked.
-        what: String,
-        /// The HTTP status.
-        status: StatusCode,
-        /// The Status message.
-        message: String,
-    },
+    #[error(transparent)]
+    Refused(#[from] Refused),
     /// Others kept changing the cluster meanwhile.
     #[error("cluster {cluster:?} kept changing while it was being updated; try again")]
     Busy {
@@ -196,13 +190,5 @@ pub async fn wait_drained(
 }
 
 fn refused(what: String, status: StatusCode, v: &Value) -> LifecycleError {
-    LifecycleError::Refused {
-        what,
-        status,
-        message: v["message"]
-            .as_str()
-            .or_else(|| v["error"].as_str())
-            .unwrap_or("refused")
-            .to_owned(),
-    }
+    Refused::answer(what, status, v).into()
 }

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use strata_protocol::rollout::COMMAND_ANNOTATION;
 
 use crate::client::{ApiClient, RequestError};
+use crate::cmd::api::Refused;
 
 /// Why a rollout command failed.
 #[derive(Debug, thiserror::Error)]
@@ -19,15 +20,8 @@ pub enum RolloutCliError {
     #[error(transparent)]
     Request(#[from] RequestError),
     /// The API refused.
-    #[error("{what}: the root answered {status}: {message}")]
-    Refused {
-        /// What was asked.
-        what: String,
-        /// The HTTP status.
-        status: StatusCode,
-        /// The Status message.
-        message: String,
-    },
+    #[error(transparent)]
+    Refused(#[from] Refused),
     /// The placement has no `rollout`.
     #[error("placement {placement:?} has no rollout (spec.rollout)")]
     NoRollout {
@@ -47,11 +41,7 @@ fn placement_path(space: &str, name: &str) -> String {
 }
 
 fn refused(what: String, status: StatusCode, v: &Value) -> RolloutCliError {
-    RolloutCliError::Refused {
-        what,
-        status,
-        message: v["message"].as_str().unwrap_or("refused").to_owned(),
-    }
+    Refused::answer(what, status, v).into()
 }
 
 async fn read(client: &ApiClient, space: &str, placement: &str) -> Result<Value, RolloutCliError> {

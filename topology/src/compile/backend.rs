@@ -1,8 +1,30 @@
 //! Checking how each cluster's agent reaches its cluster: `kubernetes: { inCluster }`,
 //! `kubernetes: { kubeconfig, context }`, or `simulated: {}`.
 
-use super::model::ClusterBackend;
 use crate::raw::RawCluster;
+
+/// How an agent reaches the cluster it keeps (`spec.clusters[].kubernetes` or
+/// `simulated`), checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterBackend {
+    /// The service account of the pod the agent runs in.
+    InCluster,
+    /// A kubeconfig file on the agent's host, and a context of it (its current context
+    /// when `None`).
+    Kubeconfig {
+        /// The file, as written (relative paths are relative to the agent's
+        /// configuration).
+        path: String,
+        /// The context.
+        context: Option<String>,
+    },
+    /// A simulated cluster.
+    Simulated {
+        /// How long a simulated Deployment takes to become available (the agent's
+        /// default when `None`).
+        ready_delay_ms: Option<u64>,
+    },
+}
 
 /// What a cluster entry may say about its backend, for messages.
 const CHOICES: &str = "kubernetes: { inCluster: true }, kubernetes: { kubeconfig: PATH, context: NAME }, or simulated: {}";

@@ -7,7 +7,8 @@ mod model;
 
 pub(crate) use self::addrs::parent_link;
 pub use self::addrs::{check_api_name, fmt_addr};
-pub use self::model::{Addr, Cluster, ClusterBackend, Diagnostics, ParentLink, Relay, Topology};
+pub use self::backend::ClusterBackend;
+pub use self::model::{Addr, Cluster, Diagnostics, ParentLink, Relay, Topology};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};

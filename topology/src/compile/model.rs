@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
+use super::backend::{ClusterBackend, unset_warning};
+
 /// A checked hierarchy: one root, relays whose parents exist and form a tree, clusters
 /// below relays.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,29 +95,6 @@ pub struct Cluster {
     pub metrics: Option<Addr>,
 }
 
-/// How an agent reaches the cluster it keeps (`spec.clusters[].kubernetes` or
-/// `simulated`), checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClusterBackend {
-    /// The service account of the pod the agent runs in.
-    InCluster,
-    /// A kubeconfig file on the agent's host, and a context of it (its current context
-    /// when `None`).
-    Kubeconfig {
-        /// The file, as written (relative paths are relative to the agent's
-        /// configuration).
-        path: String,
-        /// The context.
-        context: Option<String>,
-    },
-    /// A simulated cluster.
-    Simulated {
-        /// How long a simulated Deployment takes to become available (the agent's
-        /// default when `None`).
-        ready_delay_ms: Option<u64>,
-    },
-}
-
 /// What compiling found: errors (the topology is refused) and warnings (it is not).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Diagnostics {
@@ -130,7 +109,7 @@ impl Topology {
     /// what `relay topology render` writes for them refuses to start. `relay up`, `relay
     /// demo` and the simulator simulate them and need no such warning.
     pub fn unset_backend_warning(&self) -> Option<String> {
-        super::backend::unset_warning(
+        unset_warning(
             self.clusters
                 .iter()
                 .filter(|c| c.backend.is_none())

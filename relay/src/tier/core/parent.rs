@@ -8,7 +8,8 @@ use strata_protocol::model::Labels;
 use strata_protocol::time::Instant;
 use strata_protocol::wire::ParentToChild;
 
-use super::{NodeCore, all_labels};
+use super::NodeCore;
+use super::setup::all_labels;
 
 impl NodeCore {
     /// The connection to the parent is up.
