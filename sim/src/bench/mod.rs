@@ -58,6 +58,16 @@ pub enum NatsChoice {
     Required(Option<PathBuf>),
 }
 
+/// Which NATS the baseline runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NatsFlavor {
+    /// Core NATS: at-most-once delivery, nothing kept.
+    Core,
+    /// JetStream: a durable stream at the hub and a durable consumer per leaf that
+    /// acknowledges every message.
+    JetStream,
+}
+
 /// The benchmark could not be run: what was being set up or awaited (`what`), the
 /// limit that passed (`secs`), and why or how far it got (`detail`).
 #[derive(Debug, thiserror::Error)]
@@ -365,6 +375,13 @@ pub struct NatsReport {
     /// Every client and leafnode link ran mutual TLS.
     #[serde(default)]
     pub tls: bool,
+    /// Through JetStream (durable), not core NATS.
+    #[serde(default)]
+    pub jetstream: bool,
+    /// JetStream: publish to each leaf's acknowledgement confirmed by the server
+    /// (pooled over rounds), as our statuses are counted.
+    #[serde(default)]
+    pub acked: Option<Dist>,
     /// `nats-server` processes.
     pub servers: usize,
     /// Subscribers.
@@ -392,8 +409,10 @@ pub struct Report {
     pub flat: Option<TopologyReport>,
     /// The NATS baseline over plaintext TCP, or why it was skipped.
     pub nats: Result<NatsReport, String>,
-    /// The NATS baseline with mutual TLS on every link (what P5 compares with).
+    /// The NATS baseline with mutual TLS on every link (P5's lower bound).
     pub nats_tls: Result<NatsReport, String>,
+    /// The JetStream baseline with mutual TLS on every link (P5's durable peer).
+    pub jetstream_tls: Result<NatsReport, String>,
     /// CPU seconds of the harness process that assembled the report (with the NATS
     /// subscribers; each hierarchy reports its own).
     pub process_cpu_secs: f64,
@@ -426,11 +445,13 @@ pub async fn topology(opts: &Options, phase: Phase) -> Result<TopologyReport, Be
 }
 
 /// The NATS baseline for `opts`, carrying `payload` bytes per message, in plaintext or
-/// with mutual TLS on every link; `Err` says why it was skipped.
+/// with mutual TLS on every link, through core NATS or JetStream; `Err` says why it was
+/// skipped.
 pub async fn nats_baseline(
     opts: &Options,
     payload: usize,
     tls: bool,
+    flavor: NatsFlavor,
 ) -> Result<Result<NatsReport, String>, BenchError> {
     let Some(choice) = &opts.nats else {
         return Ok(Err("skipped (--no-nats)".to_owned()));
@@ -440,7 +461,14 @@ pub async fn nats_baseline(
         NatsChoice::IfFound => None,
     };
     match (nats::find(explicit), choice) {
-        (Some(bin), _) => Ok(Ok(nats::run(&bin, &opts.fanout, payload, opts, tls).await?)),
+        (Some(bin), _) => Ok(Ok(nats::run(
+            &bin,
+            &opts.fanout,
+            payload,
+            opts,
+            (tls, flavor),
+        )
+        .await?)),
         (None, NatsChoice::Required(_)) => Err(BenchError::Nats {
             detail: "nats-server not found (sim/install-nats.sh installs it)".into(),
         }),
@@ -497,6 +525,7 @@ pub fn report(
     flat: Option<TopologyReport>,
     nats: Result<NatsReport, String>,
     nats_tls: Result<NatsReport, String>,
+    jetstream_tls: Result<NatsReport, String>,
 ) -> Report {
     Report {
         machine,
@@ -504,6 +533,7 @@ pub fn report(
         flat,
         nats,
         nats_tls,
+        jetstream_tls,
         process_cpu_secs: procstat::process_cpu(),
         peak_rss: procstat::peak_rss_bytes(),
     }

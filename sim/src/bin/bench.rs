@@ -15,7 +15,7 @@ use std::process::Command;
 use anyhow::Context;
 use clap::Parser;
 use strata_node::dial::TransportMode;
-use strata_sim::bench::{self, NatsChoice, Options, Phase, TopologyReport};
+use strata_sim::bench::{self, NatsChoice, NatsFlavor, Options, Phase, TopologyReport};
 
 #[derive(Debug, Parser)]
 #[command(about = "Strata scale benchmark: our tree vs a flat hub vs NATS")]
@@ -177,9 +177,11 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
-    let nats = bench::nats_baseline(&opts, tree.encoded_object_bytes, false).await?;
-    let nats_tls = bench::nats_baseline(&opts, tree.encoded_object_bytes, true).await?;
-    let report = bench::report(machine, tree, flat, nats, nats_tls);
+    let bytes = tree.encoded_object_bytes;
+    let nats = bench::nats_baseline(&opts, bytes, false, NatsFlavor::Core).await?;
+    let nats_tls = bench::nats_baseline(&opts, bytes, true, NatsFlavor::Core).await?;
+    let jetstream_tls = bench::nats_baseline(&opts, bytes, true, NatsFlavor::JetStream).await?;
+    let report = bench::report(machine, tree, flat, nats, nats_tls, jetstream_tls);
     println!("{}", bench::render(&report));
     if let Some(path) = args.json {
         let json = serde_json::to_string_pretty(&report)?;

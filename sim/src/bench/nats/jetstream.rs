@@ -1,0 +1,116 @@
+//! The durable baseline's set-up at the hub: a JetStream stream on the payload's subject
+//! (file storage), and one durable push consumer per leaf that delivers to the leaf's
+//! own subject and waits for its explicit acknowledgement of every message. This is
+//! what our hierarchy does: every tier keeps the object durably, and every agent's
+//! status is counted.
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+
+use super::super::BenchError;
+use super::client::{Conn, deliver_subject};
+use super::{SUBJECT, err};
+
+/// The publisher's inbox: the JetStream API's answers and the stream's PubAcks.
+pub(super) const INBOX: &str = "_INBOX.js";
+
+/// The stream's name.
+const STREAM: &str = "BENCH";
+
+/// Consumers asked for before their answers are read.
+const PIPELINE: u32 = 256;
+
+/// Creates the stream and one durable consumer per leaf (`0..leaves`), through the
+/// JetStream API on the publisher's connection (which it subscribes to [`INBOX`]).
+pub(super) async fn set_up(conn: &mut Conn, leaves: u32) -> Result<(), BenchError> {
+    send(conn, &format!("SUB {INBOX} 99\r\n")).await?;
+    let stream = json!({
+        "name": STREAM,
+        "subjects": [SUBJECT],
+        "storage": "file",
+        "retention": "limits",
+        "discard": "old",
+        "max_msgs": 100_000,
+    });
+    request(conn, &format!("$JS.API.STREAM.CREATE.{STREAM}"), &stream).await?;
+    check(&answer(conn).await?, "creating the stream")?;
+    let mut leaf = 0;
+    while leaf < leaves {
+        let batch = leaf..(leaf + PIPELINE).min(leaves);
+        for l in batch.clone() {
+            let consumer = json!({
+                "stream_name": STREAM,
+                "config": {
+                    "durable_name": format!("leaf{l}"),
+                    "deliver_subject": deliver_subject(l),
+                    "deliver_policy": "new",
+                    "ack_policy": "explicit",
+                    // Nothing is redelivered while a round is measured.
+                    "ack_wait": 120_000_000_000u64,
+                },
+            });
+            let subject = format!("$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.leaf{l}");
+            request(conn, &subject, &consumer).await?;
+        }
+        for l in batch.clone() {
+            check(&answer(conn).await?, &format!("creating consumer leaf{l}"))?;
+        }
+        leaf = batch.end;
+    }
+    Ok(())
+}
+
+async fn send(conn: &mut Conn, text: &str) -> Result<(), BenchError> {
+    conn.writer.write_all(text.as_bytes()).await.map_err(err)
+}
+
+/// Publishes `body` to the JetStream API's `subject`, answered on [`INBOX`].
+async fn request(conn: &mut Conn, subject: &str, body: &Value) -> Result<(), BenchError> {
+    let body = body.to_string();
+    send(
+        conn,
+        &format!("PUB {subject} {INBOX} {}\r\n{body}\r\n", body.len()),
+    )
+    .await
+}
+
+/// The next message on [`INBOX`] (an API answer or a PubAck), checked: a JetStream
+/// error in it fails, naming `what` was asked. Answers the server's PINGs on the way.
+pub(super) async fn answer(conn: &mut Conn) -> Result<Vec<u8>, BenchError> {
+    let mut line = String::new();
+    for _ in 0..1000 {
+        line.clear();
+        if conn.reader.read_line(&mut line).await.map_err(err)? == 0 {
+            return Err(err("connection closed"));
+        }
+        if line.starts_with("PING") {
+            send(conn, "PONG\r\n").await?;
+            continue;
+        }
+        if line.starts_with("-ERR") {
+            return Err(err(line.trim()));
+        }
+        if line.starts_with("MSG") {
+            let size: usize = line
+                .split_whitespace()
+                .last()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            let mut body = vec![0; size + 2];
+            conn.reader.read_exact(&mut body).await.map_err(err)?;
+            body.truncate(size);
+            return Ok(body);
+        }
+    }
+    Err(err("no answer from JetStream"))
+}
+
+/// Fails when a JetStream answer carries an error, naming `what` was asked.
+pub(super) fn check(body: &[u8], what: &str) -> Result<(), BenchError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| err(format!("{what}: JetStream answered no JSON ({e})")))?;
+    match v.get("error") {
+        Some(e) => Err(err(format!("{what}: JetStream refused: {e}"))),
+        None => Ok(()),
+    }
+}
