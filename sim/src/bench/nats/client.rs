@@ -139,31 +139,33 @@ pub(super) async fn connect(addr: SocketAddr, tls: Option<&Tls>) -> Result<Conn,
 }
 
 impl Conn {
-    /// Sends PING and reads until PONG: everything sent before is processed. Answers
-    /// the server's own PINGs on the way.
+    /// Sends PING and reads until PONG: everything sent before is processed.
     pub(super) async fn flush(&mut self) -> Result<(), BenchError> {
         self.writer.write_all(b"PING\r\n").await.map_err(err)?;
+        self.read_until("PONG").await.map(drop)
+    }
+
+    /// Reads lines until one starting with `want`, and returns it. Answers the server's
+    /// own PINGs on the way (its keep-alive: a client that leaves two of them unanswered
+    /// is dropped as a "Stale Connection", after about 4 minutes at the defaults, which a
+    /// 10,000-subscriber set-up outlasts); an `-ERR` fails.
+    pub(super) async fn read_until(&mut self, want: &str) -> Result<String, BenchError> {
         let mut line = String::new();
         for _ in 0..1000 {
             line.clear();
             if self.reader.read_line(&mut line).await.map_err(err)? == 0 {
                 return Err(err("connection closed"));
             }
-            if line.starts_with("PONG") {
-                return Ok(());
+            if line.starts_with(want) {
+                return Ok(line);
             }
-            // The server's keep-alive: a client that leaves two of them unanswered is
-            // dropped as a "Stale Connection" (after about 4 minutes at the defaults,
-            // which a 10,000-subscriber set-up outlasts).
             if line.starts_with("PING") {
                 self.writer.write_all(b"PONG\r\n").await.map_err(err)?;
-                continue;
-            }
-            if line.starts_with("-ERR") {
+            } else if line.starts_with("-ERR") {
                 return Err(err(line.trim()));
             }
         }
-        Err(err("no PONG"))
+        Err(err(format!("no {want} from the server")))
     }
 }
 

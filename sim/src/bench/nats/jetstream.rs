@@ -5,7 +5,7 @@
 //! status is counted.
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::super::BenchError;
 use super::client::{Conn, deliver_subject};
@@ -77,32 +77,16 @@ async fn request(conn: &mut Conn, subject: &str, body: &Value) -> Result<(), Ben
 /// The next message on [`INBOX`] (an API answer or a PubAck), checked: a JetStream
 /// error in it fails, naming `what` was asked. Answers the server's PINGs on the way.
 pub(super) async fn answer(conn: &mut Conn) -> Result<Vec<u8>, BenchError> {
-    let mut line = String::new();
-    for _ in 0..1000 {
-        line.clear();
-        if conn.reader.read_line(&mut line).await.map_err(err)? == 0 {
-            return Err(err("connection closed"));
-        }
-        if line.starts_with("PING") {
-            send(conn, "PONG\r\n").await?;
-            continue;
-        }
-        if line.starts_with("-ERR") {
-            return Err(err(line.trim()));
-        }
-        if line.starts_with("MSG") {
-            let size: usize = line
-                .split_whitespace()
-                .last()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0);
-            let mut body = vec![0; size + 2];
-            conn.reader.read_exact(&mut body).await.map_err(err)?;
-            body.truncate(size);
-            return Ok(body);
-        }
-    }
-    Err(err("no answer from JetStream"))
+    let line = conn.read_until("MSG").await?;
+    let size: usize = line
+        .split_whitespace()
+        .last()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; size + 2];
+    conn.reader.read_exact(&mut body).await.map_err(err)?;
+    body.truncate(size);
+    Ok(body)
 }
 
 /// Fails when a JetStream answer carries an error, naming `what` was asked.
