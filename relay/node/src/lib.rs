@@ -27,7 +27,9 @@
 //! * [`config`]: the `parent` and `tls` sections, names, addresses, file errors.
 //! * [`join`]: the join exchange's wire, and joining a relay with a token.
 //! * [`ops`]: the metrics and health listener (`/metrics`, `/healthz`, `/readyz`);
-//!   [`exposition`]: the Prometheus text format and histograms.
+//!   [`exposition`]: the Prometheus text format and histograms;
+//!   [`process_metrics`]: the process's memory, descriptors, CPU and tokio tasks, on
+//!   every node's `/metrics`.
 //! * [`process`]: logging, stop signals, the system's randomness (run ids, secrets).
 //!
 //! # Data flow
@@ -74,6 +76,7 @@ pub mod ops;
 // Manifests are parsed by a crate without the runtime, which the fuzz targets use.
 pub use strata_manifest::objects;
 pub mod process;
+pub mod process_metrics;
 pub mod reconnect;
 pub mod renew;
 pub mod store;

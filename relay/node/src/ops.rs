@@ -1,7 +1,8 @@
 //! The operations listener of a relay or an agent: plain HTTP/1 on the configured
 //! `metrics:` address, for Prometheus and for orchestrators' probes.
 //!
-//! * `GET /metrics`: the node's metrics, written by `prometheus-client`
+//! * `GET /metrics`: the node's metrics and its process's ([`crate::process_metrics`]),
+//!   written by `prometheus-client`
 //!   ([`crate::exposition`]): OpenMetrics 1.0 text when the scraper's `Accept` asks for
 //!   it (Prometheus does), the Prometheus text format (version 0.0.4) otherwise, each
 //!   with its own `Content-Type`.
@@ -98,7 +99,8 @@ pub fn spawn(
 pub async fn answer(path: &str, format: Format, source: &dyn OpsSource) -> Response<Full<Bytes>> {
     match path {
         "/metrics" => match source.metrics().await {
-            Some(families) => {
+            Some(mut families) => {
+                families.extend(crate::process_metrics::families());
                 let mut resp = text(StatusCode::OK, families.encode(format));
                 resp.headers_mut().insert(
                     hyper::header::CONTENT_TYPE,

@@ -301,6 +301,18 @@ fn probes_metrics_and_logs_of_a_root_a_cut_off_relay_and_an_agent() {
         Some(0.0)
     );
     exposition::check(&get(lonely_ops, "/metrics").1).unwrap();
+    // Every node's process figures, for a soak to read leaks from: real processes hold
+    // memory, descriptors (their sockets and stores) and tasks.
+    for (who, text) in [("root", &root_metrics), ("agent", &agent_metrics)] {
+        for name in [
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "strata_tokio_alive_tasks",
+        ] {
+            let v = sample(text, name).unwrap_or_else(|| panic!("{who}: no {name}\n{text}"));
+            assert!(v > 0.0, "{who}: {name} is {v}");
+        }
+    }
     // Without an Accept header: the Prometheus text format, its content type.
     let plain = http_get(root_ops, "/metrics");
     assert_eq!(
