@@ -52,6 +52,7 @@ REGIONS = 4
 SITES = 5
 SAMPLE_EVERY = 15
 AGENTS_AWAY = 10
+KINDS = ("root", "relay", "agent")
 
 
 def topology(leaves):
@@ -222,6 +223,24 @@ def log_lines(logs):
     return sorted(groups.items(), key=lambda kv: -kv[1])
 
 
+def write_means(rows, means_csv):
+    with open(means_csv, "w") as f:
+        # One block per kind (root, relay, agent), two blank lines apart: gnuplot's
+        # `index`.
+        by = {}
+        for r in rows:
+            by.setdefault((r[2], round(r[0] / SAMPLE_EVERY)), []).append(r)
+        for kind in KINDS:
+            f.write(f"# {kind}: seconds,rss_kib,fds,tasks (means over the kind's processes)\n")
+            for (k, slot), rs in sorted(by.items()):
+                if k != kind:
+                    continue
+                tasks = [r[5] for r in rs if r[5] is not None]
+                f.write(f"{slot * SAMPLE_EVERY},{sum(r[3] for r in rs) / len(rs):.1f},"
+                        f"{sum(r[4] for r in rs) / len(rs):.2f},{(sum(tasks) / len(tasks)) if tasks else 'NaN'}\n")
+            f.write("\n\n")
+
+
 def plot(out, means_csv):
     if shutil.which("gnuplot") is None:
         subprocess.run(["apt-get", "install", "-y", "-qq", "gnuplot-nox"], check=False,
@@ -233,15 +252,16 @@ def plot(out, means_csv):
     script = f"""set terminal pngcairo size 1200,900 font ',10'
 set output '{png}'
 set datafile separator ','
-set key autotitle columnhead top left
+set key top left
+set offsets graph 0, graph 0, graph 0.1, graph 0.1
 set multiplot layout 3,1 title 'Soak: mean per process of each kind'
 set xlabel 'minutes'
 set ylabel 'RSS MiB'
-plot for [k in 'root relay agent'] '{means_csv}' using ($1/60):(strcol(2) eq k ? $3/1024 : 1/0) with lines title k
+plot for [i=0:2] '{means_csv}' index i using ($1/60):($2/1024) with lines title word('root relay agent', i+1)
 set ylabel 'open files'
-plot for [k in 'root relay agent'] '{means_csv}' using ($1/60):(strcol(2) eq k ? $4 : 1/0) with lines title k
+plot for [i=0:2] '{means_csv}' index i using ($1/60):3 with lines title word('root relay agent', i+1)
 set ylabel 'tokio tasks'
-plot for [k in 'root relay agent'] '{means_csv}' using ($1/60):(strcol(2) eq k ? $5 : 1/0) with lines title k
+plot for [i=0:2] '{means_csv}' index i using ($1/60):4 with lines title word('root relay agent', i+1)
 unset multiplot
 """
     subprocess.run(["gnuplot"], input=script, text=True, check=False)
@@ -275,7 +295,7 @@ def main():
         config = os.path.join(hier, "nodes", name, "config.yaml")
         kind = "root" if name == "center" else ("agent" if name.count("-") == 2 else "relay")
         nodes.append(Node(name, kind, config))
-    nodes.sort(key=lambda n: ("root", "relay", "agent").index(n.kind))
+    nodes.sort(key=lambda n: KINDS.index(n.kind))
     relays = [n for n in nodes if n.kind == "relay"]
     agents = [n for n in nodes if n.kind == "agent"]
     token = next(l.split()[0] for l in open(os.path.join(hier, "api.tokens")) if l.strip() and not l.startswith("#"))
@@ -318,10 +338,14 @@ def main():
             for n in away:
                 n.stop()
             time.sleep(AGENTS_AWAY)
+            try:
+                behind = len(unconverged(bins, env))
+            except RuntimeError:
+                behind = "?"
             for n in away:
                 n.start(bins, logs)
                 n.last_start = time.monotonic() - t_zero
-            print(f"minute {minute + 1}: applied 101 objects, restarted {relay.name}, {len(away)} agents away for {AGENTS_AWAY} s; load {os.getloadavg()[0]:.2f}", flush=True)
+            print(f"minute {minute + 1}: applied 101 objects, restarted {relay.name}, {len(away)} agents away for {AGENTS_AWAY} s (then {behind} of 101 objects not yet everywhere); load {os.getloadavg()[0]:.2f}", flush=True)
             time.sleep(max(0.0, 60 - (time.monotonic() - t0)))
         end = time.monotonic() - t_zero
         behind = []
@@ -342,15 +366,7 @@ def main():
             for r in rows:
                 f.write(",".join("" if v is None else (f"{v:.1f}" if isinstance(v, float) else str(v)) for v in r) + "\n")
         means_csv = os.path.join(out, "soak-means.csv")
-        with open(means_csv, "w") as f:
-            f.write("seconds,kind,rss_kib,fds,tasks\n")
-            by = {}
-            for r in rows:
-                by.setdefault((round(r[0] / SAMPLE_EVERY), r[2]), []).append(r)
-            for (slot, kind), rs in sorted(by.items()):
-                tasks = [r[5] for r in rs if r[5] is not None]
-                f.write(f"{slot * SAMPLE_EVERY},{kind},{sum(r[3] for r in rs) / len(rs):.1f},"
-                        f"{sum(r[4] for r in rs) / len(rs):.2f},{(sum(tasks) / len(tasks)) if tasks else ''}\n")
+        write_means(rows, means_csv)
         print(f"\n## Soak: {a.minutes} minutes, {len(relays) + 1} relays, {len(agents)} agents, {len(rows)} samples")
         if behind:
             print(f"NOT converged {converged:.0f} s after the last minute: " + "; ".join(f"{n}: {w}" for n, w in behind[:5]))
