@@ -31,7 +31,7 @@ impl Default for Admission {
 /// handshake, the child's round trips included, not only for the relay's cryptography:
 /// at 32, a storm of 10,000 agents on two loaded cores had half of them refused after
 /// waiting 3 s for a slot (`accept.rs`) and coming back with backoff (a
-/// 42 s storm with a 20 s tail); at 128, none refused and 33 s (see BENCHMARKS.md).
+/// 42 s storm with a 20 s tail); at 128, none refused and 33 s (see BENCHMARKS-HISTORY.md).
 pub const DEFAULT_HANDSHAKES: usize = 128;
 /// Connections that may wait for a handshake slot by default.
 pub const DEFAULT_HANDSHAKE_QUEUE: usize = 256;

@@ -2,7 +2,7 @@
 //!
 //! On the shared 2-core machine the same update took up to 1.7 times the CPU from one
 //! run to the next within an hour, while the load average and the steal time stayed low
-//! (the nineteenth step in BENCHMARKS.md); every figure of a run moves with that. The
+//! (the nineteenth step in BENCHMARKS-HISTORY.md); every figure of a run moves with that. The
 //! bench times the same work just before and just after the updates: when the two
 //! disagree the machine changed speed during the run, and runs of two builds compare
 //! only where their timings agree. The timing is noisy itself (100-216 ms for the same
