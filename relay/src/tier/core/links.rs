@@ -222,6 +222,14 @@ impl NodeCore {
         }
     }
 
+    /// The web view's counts per relay subtree, with this node's own links as they are
+    /// now; kept as reports arrive, so this costs the changes since the last call, not
+    /// a pass over every cluster.
+    pub fn tier_counts(&mut self) -> &crate::tier::reports::TierCounts {
+        let own = self.links();
+        self.reports.tier_counts(own)
+    }
+
     /// Every link the node knows of, by its child end: its own children's, then those its
     /// children reported (a child's own record of a link wins over nothing; the node's own
     /// view of its direct children wins over anything reported).

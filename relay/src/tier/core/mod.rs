@@ -61,7 +61,7 @@ use children::Child;
 pub use children::{node_of, session_key};
 pub use choose::{CAPACITY_PROPERTY, PlanStatus, decision_key, excluded_counts};
 pub use lag::{LAG_BUCKETS, PropagationLag};
-pub use links::{LINK_REFRESH, backend_reason, last_seen};
+pub use links::{LINK_REFRESH, LinkLookup, Reach, backend_reason, last_seen};
 pub use restore::BootOptions;
 pub use revoke::revocation_key;
 pub use rollout::{is_rollout, rollout_key, rollouts_in, template_hash};

@@ -5,13 +5,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use strata_protocol::model::{Cluster, Labels, ObjectKey, ObjectKeyParts};
-use strata_protocol::wire::{Report, ReportKey, ReportValue};
+use strata_protocol::wire::{LinkRecord, Report, ReportKey, ReportValue};
 
 use strata_node::store::ReportSlot;
 
 mod summaries;
+mod tier_counts;
 pub use summaries::Selection;
 use summaries::is_summary;
+pub use tier_counts::{ClusterState, Counts, Tally, TierCounts};
 
 /// Why a child's report was refused: every variant names the reporting child, the
 /// cluster or node its report named, and the path it claimed for it where it gave one.
@@ -90,6 +92,9 @@ pub struct SubtreeReports {
     /// How many of the stored reports are summaries: none at a relay whose children are
     /// all agents, which then need not be asked for any.
     summaries: usize,
+    /// The web view's counts per relay subtree, kept in step with the cluster and
+    /// link records stored.
+    counts: TierCounts,
 }
 
 impl SubtreeReports {
@@ -107,8 +112,13 @@ impl SubtreeReports {
             inventory: BTreeMap::new(),
             inventory_generation: 0,
             labels: Labels::new(),
+            counts: TierCounts::default(),
         };
         reports.index_all();
+        let slots: Vec<ReportSlot> = reports.stored.keys().cloned().collect();
+        for slot in &slots {
+            reports.count(slot);
+        }
         reports
     }
 
@@ -156,6 +166,35 @@ impl SubtreeReports {
                 }
             }
         }
+    }
+
+    /// Keeps the tiers' counts in step with `slot`, which was just stored or dropped.
+    fn count(&mut self, slot: &ReportSlot) {
+        let (from, key) = slot;
+        match key {
+            ReportKey::Cluster { name } => {
+                let c = match self.stored.get(slot) {
+                    Some(ReportValue::Cluster(c)) => Some(c),
+                    _ => None,
+                };
+                self.counts.set_cluster(from, name, c);
+            }
+            ReportKey::Link { node } => {
+                let l = match self.stored.get(slot) {
+                    Some(ReportValue::Link(l)) => Some(l),
+                    _ => None,
+                };
+                self.counts.set_reported_link(from, node, l);
+            }
+            _ => {}
+        }
+    }
+
+    /// The tiers' counts with this node's own child links `own` (which win over any
+    /// reported link of the same child).
+    pub fn tier_counts(&mut self, own: Vec<(String, LinkRecord)>) -> &TierCounts {
+        self.counts.set_own_links(own);
+        &self.counts
     }
 
     /// A cluster as placements see it here: with the inherited labels (and before any
@@ -237,6 +276,7 @@ impl SubtreeReports {
         };
         if changed {
             self.index(&slot);
+            self.count(&slot);
         }
         changed
     }
@@ -284,6 +324,7 @@ impl SubtreeReports {
         if removed {
             self.summaries -= usize::from(is_summary(&slot.1));
             self.index(slot);
+            self.count(slot);
         }
         removed
     }
