@@ -164,6 +164,16 @@ impl NodeCore {
     }
 
     fn link_record(&self, child: &str) -> Option<LinkRecord> {
+        let mut r = self.link_record_uncounted(child)?;
+        if r.role == Role::Relay {
+            r.clusters = self.reports.cluster_count_below(child) as u64;
+        }
+        Some(r)
+    }
+
+    /// A child's link record without counting the clusters below a relay child (a
+    /// walk of its inventory): 1 for an agent, 0 for a relay.
+    fn link_record_uncounted(&self, child: &str) -> Option<LinkRecord> {
         let l = self.links.get(child)?;
         let head = self.log.head().0;
         let acked = self
@@ -172,10 +182,6 @@ impl NodeCore {
             .and_then(|c| c.session.acked())
             .or_else(|| self.acked.get(child).copied())
             .filter(|c| c.log == self.log.id());
-        let clusters = match l.role {
-            Role::Agent => 1,
-            Role::Relay => self.reports.cluster_count_below(child) as u64,
-        };
         Some(LinkRecord {
             path: vec![self.name.clone()],
             role: l.role,
@@ -183,7 +189,7 @@ impl NodeCore {
             since: self.wall(l.since),
             last_heard: self.wall(l.last_heard),
             lag: acked.map(|c| head.saturating_sub(c.position.0)),
-            clusters,
+            clusters: u64::from(l.role == Role::Agent),
             cert_expires: self.cert_expires.get(child).copied(),
             transport: l
                 .connected
@@ -224,9 +230,14 @@ impl NodeCore {
 
     /// The web view's counts per relay subtree, with this node's own links as they are
     /// now; kept as reports arrive, so this costs the changes since the last call, not
-    /// a pass over every cluster.
+    /// a pass over every cluster. The own links' records carry no cluster count of a
+    /// relay child here: the counts are the tally's.
     pub fn tier_counts(&mut self) -> &crate::tier::reports::TierCounts {
-        let own = self.links();
+        let own = self
+            .links
+            .keys()
+            .filter_map(|n| self.link_record_uncounted(n).map(|r| (n.clone(), r)))
+            .collect();
         self.reports.tier_counts(own)
     }
 
