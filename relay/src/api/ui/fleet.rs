@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 use strata_protocol::model::{Cluster, Space};
 use strata_protocol::time::UnixMillis;
-use strata_protocol::wire::{LinkRecord, LinkTransport};
+use strata_protocol::wire::{LinkPath, LinkRecord, LinkTransport};
 
 use crate::tier::core::{NodeCore, last_seen};
 use crate::tier::reports::{ClusterState, Counts};
@@ -43,6 +43,7 @@ fn link_json(l: &LinkRecord) -> Value {
             LinkTransport::Quic => "quic",
             LinkTransport::Tcp => "tcp",
         }),
+        "via": l.via.map(LinkPath::name),
     })
 }
 

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use strata_protocol::model::Cluster;
 use strata_protocol::time::{Instant, UnixMillis};
-use strata_protocol::wire::{LinkRecord, LinkTransport, Report, ReportKey, ReportValue, Role};
+use strata_protocol::wire::{
+    LinkPath, LinkRecord, LinkTransport, Report, ReportKey, ReportValue, Role,
+};
 
 use super::NodeCore;
 
@@ -59,14 +61,23 @@ impl NodeCore {
             pushed_lag: false,
         };
         self.relay_links_up += usize::from(link.relay_up());
+        // A new session says its path afresh (or, from an older child, never).
+        self.vias.remove(child);
         if let Some(old) = self.links.insert(child.to_owned(), link) {
             self.relay_links_up -= usize::from(old.relay_up());
         }
         self.push_link(now, child);
     }
 
-    /// When the certificate a child's connection presented expires; its link record
-    /// carries it upward.
+    /// How a child's session said its connection reached this node
+    /// ([`ChildToParent::LinkPath`](strata_protocol::wire::ChildToParent::LinkPath)):
+    /// its link record says it from now on.
+    pub(super) fn link_via(&mut self, now: Instant, child: &str, via: LinkPath) {
+        if self.links.contains_key(child) && self.vias.insert(child.to_owned(), via) != Some(via) {
+            self.push_link(now, child);
+        }
+    }
+
     /// What a child's connection runs on, as its link record will say.
     pub fn child_transport(&mut self, child: &str, transport: LinkTransport) {
         self.transports.insert(child.to_owned(), transport);
@@ -195,6 +206,7 @@ impl NodeCore {
                 .connected
                 .then(|| self.transports.get(child).copied())
                 .flatten(),
+            via: l.connected.then(|| self.vias.get(child).copied()).flatten(),
         })
     }
 

@@ -198,6 +198,9 @@ pub struct NodeCore {
     cert_expires: BTreeMap<String, UnixMillis>,
     /// What each child's current connection runs on.
     transports: BTreeMap<String, strata_protocol::wire::LinkTransport>,
+    /// How each child's current session said its connection reached this node (by
+    /// session key; none from a child of protocol version 4 or older).
+    vias: BTreeMap<String, strata_protocol::wire::LinkPath>,
     /// Names revoked at the root (the log's `Revocation` objects): refused as children.
     revoked: BTreeSet<String>,
     /// See [`CoreSetup::admission_hold`].
@@ -324,6 +327,7 @@ impl NodeCore {
             links: BTreeMap::new(),
             cert_expires: BTreeMap::new(),
             transports: BTreeMap::new(),
+            vias: BTreeMap::new(),
             revoked: BTreeSet::new(),
             admission_hold: setup.admission_hold,
             hold_until: None,

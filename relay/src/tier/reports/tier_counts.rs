@@ -155,7 +155,14 @@ impl LinkLookup for TierCounts {
 
 /// The part of a cluster's own link that its home relay's digest follows.
 fn link_mark(link: Option<&LinkRecord>) -> impl Hash {
-    link.map(|l| (l.lag, l.transport.is_some(), l.cert_expires.map(|t| t.0)))
+    link.map(|l| {
+        (
+            l.lag,
+            l.transport.is_some(),
+            l.via.map(|v| v.name()),
+            l.cert_expires.map(|t| t.0),
+        )
+    })
 }
 
 impl TierCounts {
