@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use strata_protocol::model::{Cluster, Labels, ObjectKey, ObjectKeyParts};
-use strata_protocol::wire::{LinkRecord, Report, ReportKey, ReportValue};
+use strata_protocol::wire::{Report, ReportKey, ReportValue};
 
 use strata_node::store::ReportSlot;
 
@@ -166,35 +166,6 @@ impl SubtreeReports {
                 }
             }
         }
-    }
-
-    /// Keeps the tiers' counts in step with `slot`, which was just stored or dropped.
-    fn count(&mut self, slot: &ReportSlot) {
-        let (from, key) = slot;
-        match key {
-            ReportKey::Cluster { name } => {
-                let c = match self.stored.get(slot) {
-                    Some(ReportValue::Cluster(c)) => Some(c),
-                    _ => None,
-                };
-                self.counts.set_cluster(from, name, c);
-            }
-            ReportKey::Link { node } => {
-                let l = match self.stored.get(slot) {
-                    Some(ReportValue::Link(l)) => Some(l),
-                    _ => None,
-                };
-                self.counts.set_reported_link(from, node, l);
-            }
-            _ => {}
-        }
-    }
-
-    /// The tiers' counts with this node's own child links `own` (which win over any
-    /// reported link of the same child).
-    pub fn tier_counts(&mut self, own: Vec<(String, LinkRecord)>) -> &TierCounts {
-        self.counts.set_own_links(own);
-        &self.counts
     }
 
     /// A cluster as placements see it here: with the inherited labels (and before any

@@ -13,9 +13,10 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
+use strata_node::store::ReportSlot;
 use strata_protocol::model::Cluster;
 use strata_protocol::time::UnixMillis;
-use strata_protocol::wire::{LinkRecord, Role};
+use strata_protocol::wire::{LinkRecord, ReportKey, ReportValue, Role};
 
 use crate::tier::core::{LinkLookup, Reach, last_seen};
 
@@ -386,6 +387,38 @@ impl TierCounts {
             *d = d.wrapping_add(mark);
         }
         tally
+    }
+}
+
+/// The counts fed from the reports as they are stored.
+impl super::SubtreeReports {
+    /// Keeps the tiers' counts in step with `slot`, which was just stored or dropped.
+    pub(super) fn count(&mut self, slot: &ReportSlot) {
+        let (from, key) = slot;
+        match key {
+            ReportKey::Cluster { name } => {
+                let c = match self.stored.get(slot) {
+                    Some(ReportValue::Cluster(c)) => Some(c),
+                    _ => None,
+                };
+                self.counts.set_cluster(from, name, c);
+            }
+            ReportKey::Link { node } => {
+                let l = match self.stored.get(slot) {
+                    Some(ReportValue::Link(l)) => Some(l),
+                    _ => None,
+                };
+                self.counts.set_reported_link(from, node, l);
+            }
+            _ => {}
+        }
+    }
+
+    /// The tiers' counts with this node's own child links `own` (which win over any
+    /// reported link of the same child).
+    pub fn tier_counts(&mut self, own: Vec<(String, LinkRecord)>) -> &TierCounts {
+        self.counts.set_own_links(own);
+        &self.counts
     }
 }
 
