@@ -158,3 +158,49 @@ fn a_relay_link_that_goes_down_makes_its_subtree_unreachable_and_back() {
     counts.set_cluster("eu", "a", None);
     assert_eq!(counts.tally(), &Tally::default());
 }
+
+#[test]
+fn the_reports_feed_the_counts_as_they_are_stored_dropped_and_restored() {
+    use crate::tier::reports::SubtreeReports;
+    use crate::tier::testing::{cluster_report, link_report};
+    use strata_protocol::wire::{Report, ReportKey, ReportValue};
+
+    let mut reports = SubtreeReports::new();
+    reports.accept(
+        "eu",
+        link_report("a", link(Role::Agent, &["root", "eu"], true, 1)),
+    );
+    reports.accept(
+        "eu",
+        link_report("b", link(Role::Agent, &["root", "eu"], false, 1)),
+    );
+    reports.accept("eu", cluster_report("a", &["root", "eu"]));
+    reports.accept("eu", cluster_report("b", &["root", "eu"]));
+    let own = || vec![("eu".to_owned(), link(Role::Relay, &["root"], true, 1))];
+    let tally = reports.tier_counts(own()).tally().clone();
+    assert_eq!(tally.total.available, 1);
+    assert_eq!(tally.total.unreachable, 1);
+    assert_eq!(tally.own.get(&Some("eu".to_owned())), Some(&2));
+    // A store's contents make the same counts when the node starts again.
+    let mut restored = SubtreeReports::restore(reports.iter().map(|(s, v)| (s.clone(), v.clone())));
+    assert_eq!(restored.tier_counts(own()).tally(), &tally);
+    // A cluster that left is counted no more; a link removed leaves its cluster unknown.
+    reports.accept(
+        "eu",
+        Report {
+            key: ReportKey::Cluster { name: "b".into() },
+            value: ReportValue::Removed,
+        },
+    );
+    reports.accept(
+        "eu",
+        Report {
+            key: ReportKey::Link { node: "a".into() },
+            value: ReportValue::Removed,
+        },
+    );
+    let counts = reports.tier_counts(own());
+    assert_eq!(counts.tally().total.clusters, 1);
+    assert_eq!(counts.tally().total.unreachable, 1);
+    assert_eq!(counts.tally(), &counts.recount());
+}
