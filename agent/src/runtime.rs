@@ -12,7 +12,7 @@ use strata_node::tunnel;
 use strata_protocol::model::Cluster;
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{
-    MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, ParentToChild, ProtocolVersion,
+    LinkPath, MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, ParentToChild, ProtocolVersion,
 };
 use tokio::sync::{Notify, oneshot, watch};
 use tracing::Instrument;
@@ -132,8 +132,8 @@ impl Node for Agent {
         q(&mut self.core);
     }
 
-    fn parent_connected(&mut self, now: Instant) {
-        self.core.parent_connected(now);
+    fn parent_connected(&mut self, now: Instant, via: LinkPath) {
+        self.core.parent_connected(now, via);
     }
 
     fn parent_link(&mut self, link: &Link) {

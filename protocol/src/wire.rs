@@ -15,8 +15,8 @@ use crate::model::{Cursor, Object, ObjectKey, Position};
 
 mod compat;
 mod report;
-pub use compat::LinkRecordV3;
-pub use report::{LinkRecord, LinkTransport, Report, ReportKey, ReportValue, Reports};
+pub use compat::{LinkRecordV3, LinkRecordV4};
+pub use report::{LinkPath, LinkRecord, LinkTransport, Report, ReportKey, ReportValue, Reports};
 
 /// A protocol version number. Peers negotiate the highest version both support.
 pub type ProtocolVersion = u16;
@@ -41,7 +41,18 @@ pub type ProtocolVersion = u16;
 ///   [`ErrorCode::UnknownChild`] where this one would say `Revoked`, and is sent link
 ///   records without the expiry ([`ReportValue::Link`] keeps the version-3 shape; the
 ///   expiry travels in [`ReportValue::LinkExpiring`] from version 4 on).
-pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 4;
+/// - 5: adds [`ChildToParent::LinkPath`], with which a child says whether its link
+///   reached the parent directly or through an HTTP CONNECT proxy, and
+///   [`LinkRecord::via`]. A child sends it only once a parent of version 5 welcomed it,
+///   so an older parent never sees it (and a child of version 4 or older is shown with
+///   no path known); a parent of version 4 is sent link records without it
+///   ([`ReportValue::LinkExpiring`] keeps the version-4 shape; the path travels in
+///   [`ReportValue::LinkVia`] from version 5 on).
+pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 5;
+
+/// The first protocol version with [`ChildToParent::LinkPath`] and
+/// [`ReportValue::LinkVia`].
+pub const PATH_VERSION: ProtocolVersion = 5;
 
 /// The first protocol version with certificate renewal ([`ChildToParent::Renew`]),
 /// [`ErrorCode::Revoked`] and [`ReportValue::LinkExpiring`].
@@ -306,6 +317,12 @@ pub enum ChildToParent {
         /// A PKCS#10 certificate signing request (PEM) naming the child.
         csr_pem: String,
     },
+    /// How this connection reached the parent: directly, or through an HTTP CONNECT
+    /// proxy (protocol version 5, [`PATH_VERSION`]). Sent once per connection, right
+    /// after the welcome and before the first [`ChildToParent::Subscribe`], and only
+    /// to a parent that chose version 5 or newer. The parent shows it with the link
+    /// ([`LinkRecord::via`]); a connection that never says is of an older child.
+    LinkPath(LinkPath),
 }
 
 /// The longest replica id a parent accepts.

@@ -15,8 +15,9 @@ use strata_protocol::sync::{
 };
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{
-    Change, ChildToParent, Delta, ErrorCode, Hello, MAX_PROTOCOL_VERSION, ParentToChild, Report,
-    ReportKey, ReportValue, Reports, Role, RouteId, StreamClass, Welcome,
+    Change, ChildToParent, Delta, ErrorCode, Hello, LinkPath, MAX_PROTOCOL_VERSION, PATH_VERSION,
+    ParentToChild, RENEW_VERSION, Report, ReportKey, ReportValue, Reports, Role, RouteId,
+    StreamClass, Welcome,
 };
 
 fn at(ms: u64) -> Instant {
@@ -335,7 +336,7 @@ fn before_the_handshake_completes_no_timer_stays_due_after_handling_it() {
         Cursor::default(),
         None,
     );
-    link.handle_connected(at(0));
+    link.handle_connected(at(0), LinkPath::Direct);
     let heartbeat = LinkConfig::new("site-1", Role::Agent).heartbeat;
     let late = at(u64::try_from(heartbeat.as_millis()).unwrap() + 1);
     link.handle_timeout(late);
@@ -355,7 +356,7 @@ fn open_link() -> ParentLink {
         },
         Some(RouteId(0)),
     );
-    link.handle_connected(at(0));
+    link.handle_connected(at(0), LinkPath::Direct);
     link.handle_message(
         at(1),
         ParentToChild::Welcome(Welcome {
@@ -368,6 +369,63 @@ fn open_link() -> ParentLink {
         }),
     );
     link
+}
+
+#[test]
+fn a_child_tells_a_version_5_parent_how_its_link_reached_it_and_an_older_one_nothing() {
+    for (version, told) in [(PATH_VERSION, true), (RENEW_VERSION, false), (1, false)] {
+        let mut link = ParentLink::new(
+            at(0),
+            LinkConfig::new("site-1", Role::Agent),
+            Cursor::default(),
+            None,
+        );
+        link.handle_connected(at(0), LinkPath::Proxied);
+        let hello = sent(&mut link, at(0));
+        assert!(matches!(hello.as_slice(), [ChildToParent::Hello(_)]));
+        link.handle_message(
+            at(1),
+            ParentToChild::Welcome(Welcome {
+                version,
+                parent: "center".into(),
+                heartbeat_ms: 1000,
+                idle_timeout_ms: 3000,
+                incarnation: 9,
+                labels: BTreeMap::new(),
+            }),
+        );
+        let out = sent(&mut link, at(1));
+        let path = out
+            .iter()
+            .position(|m| matches!(m, ChildToParent::LinkPath(LinkPath::Proxied)));
+        let subscribe = out
+            .iter()
+            .position(|m| matches!(m, ChildToParent::Subscribe { .. }));
+        assert_eq!(path.is_some(), told, "version {version}: {out:?}");
+        assert!(subscribe.is_some());
+        if told {
+            assert!(path < subscribe, "the path goes before the subscription");
+        }
+    }
+}
+
+#[test]
+fn a_parent_hands_on_the_path_its_child_tells() {
+    let log = root_log(0, 0);
+    let mut s = session(SessionConfig::default());
+    s.handle_message(at(0), hello("site-1", 1, MAX_PROTOCOL_VERSION));
+    let welcome = drain(&mut s, at(0), &log);
+    assert!(matches!(
+        welcome.as_slice(),
+        [ParentToChild::Welcome(w)] if w.version == MAX_PROTOCOL_VERSION
+    ));
+    s.handle_message(at(1), ChildToParent::LinkPath(LinkPath::Proxied));
+    let ev = events(&mut s);
+    assert!(
+        ev.contains(&SessionEvent::LinkPath(LinkPath::Proxied)),
+        "{ev:?}"
+    );
+    assert_eq!(closed_with(&ev), None);
 }
 
 fn delta(epoch: u32, seq: u64, from: u64, to: u64, changes: Vec<Change>) -> ParentToChild {

@@ -31,7 +31,7 @@ use strata_protocol::route::{PLACEMENT_KIND, STRATA_GROUP};
 use strata_protocol::sync::{ObjectLog, ParentLink, SessionError};
 use strata_protocol::time::{Instant, UnixMillis};
 use strata_protocol::waves::pinned_key;
-use strata_protocol::wire::{Change, ParentToChild, Report, ReportKey, ReportValue};
+use strata_protocol::wire::{Change, LinkPath, ParentToChild, Report, ReportKey, ReportValue};
 
 use crate::backend::{ClusterBackend, Reach, UpsyncRule};
 use crate::customize::{cluster_vars, render_object, set_user_entries, summarized};
@@ -203,9 +203,9 @@ impl AgentCore {
         }
     }
 
-    /// The connection to the parent is up.
-    pub fn parent_connected(&mut self, now: Instant) {
-        self.parent.handle_connected(now);
+    /// The connection to the parent is up, reaching it by `via`.
+    pub fn parent_connected(&mut self, now: Instant, via: LinkPath) {
+        self.parent.handle_connected(now, via);
     }
 
     /// A message from the parent.

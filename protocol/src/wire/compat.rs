@@ -1,11 +1,15 @@
-//! What changed on the wire in protocol version 4 ([`RENEW_VERSION`]), and how a node
-//! of this build speaks to an older peer: [`ErrorCode::Revoked`] becomes
-//! [`ErrorCode::UnknownChild`], and link records travel without their certificate
-//! expiry ([`LinkRecordV3`]).
+//! What changed on the wire in protocol versions 4 ([`RENEW_VERSION`]) and 5
+//! ([`PATH_VERSION`]), and how a node of this build speaks to an older peer:
+//! [`ErrorCode::Revoked`] becomes [`ErrorCode::UnknownChild`] before version 4, and link
+//! records travel without their certificate expiry before version 4
+//! ([`LinkRecordV3`]) and without their path before version 5 ([`LinkRecordV4`]).
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{ErrorCode, LinkRecord, ProtocolVersion, RENEW_VERSION, ReportValue, Reports, Role};
+use super::{
+    ErrorCode, LinkRecord, LinkTransport, PATH_VERSION, ProtocolVersion, RENEW_VERSION,
+    ReportValue, Reports, Role,
+};
 use crate::time::UnixMillis;
 
 impl ErrorCode {
@@ -21,10 +25,19 @@ impl ErrorCode {
 
 impl ReportValue {
     /// The value as it goes on the wire to a parent speaking `version`: a link record
-    /// with its certificate expiry from version 4 on, without it before.
+    /// whole from version 5 on, with its certificate expiry but not its path in version
+    /// 4, with neither before.
     pub fn for_version(self, version: ProtocolVersion) -> ReportValue {
         match self {
-            ReportValue::Link(r) if version >= RENEW_VERSION => ReportValue::LinkExpiring(r),
+            ReportValue::Link(r) | ReportValue::LinkExpiring(r) | ReportValue::LinkVia(r) => {
+                if version >= PATH_VERSION {
+                    ReportValue::LinkVia(r)
+                } else if version >= RENEW_VERSION {
+                    ReportValue::LinkExpiring(r)
+                } else {
+                    ReportValue::Link(r)
+                }
+            }
             other => other,
         }
     }
@@ -32,7 +45,7 @@ impl ReportValue {
     /// The value as received, in the one shape the rest of the code handles.
     pub fn received(self) -> ReportValue {
         match self {
-            ReportValue::LinkExpiring(r) => ReportValue::Link(r),
+            ReportValue::LinkExpiring(r) | ReportValue::LinkVia(r) => ReportValue::Link(r),
             other => other,
         }
     }
@@ -52,22 +65,51 @@ pub struct LinkRecordV3 {
     pub clusters: u64,
 }
 
-pub(super) mod link_v3 {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+/// A [`LinkRecord`] as protocol version 4 encodes it: without [`LinkRecord::via`].
+/// The version-3 fields come first, inline (bincode puts a nested struct's fields in
+/// place, with nothing around them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkRecordV4 {
+    /// What version 3 knew.
+    pub v3: LinkRecordV3,
+    /// [`LinkRecord::cert_expires`].
+    pub cert_expires: Option<UnixMillis>,
+    /// [`LinkRecord::transport`].
+    pub transport: Option<LinkTransport>,
+}
 
-    use super::{LinkRecord, LinkRecordV3};
+/// Encodes a [`LinkRecord`] in an older shape `V` (serde's `serialize_with`).
+pub(super) fn encode_as<V: From<LinkRecord> + Serialize, S: Serializer>(
+    r: &LinkRecord,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    V::from(r.clone()).serialize(s)
+}
 
-    pub(in crate::wire) fn serialize<S: Serializer>(
-        r: &LinkRecord,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        LinkRecordV3::from(r.clone()).serialize(s)
+/// Decodes a [`LinkRecord`] sent in an older shape `V` (serde's `deserialize_with`).
+pub(super) fn decode_as<'de, V: Into<LinkRecord> + Deserialize<'de>, D: Deserializer<'de>>(
+    d: D,
+) -> Result<LinkRecord, D::Error> {
+    V::deserialize(d).map(Into::into)
+}
+
+impl From<LinkRecord> for LinkRecordV4 {
+    fn from(r: LinkRecord) -> Self {
+        LinkRecordV4 {
+            cert_expires: r.cert_expires,
+            transport: r.transport,
+            v3: LinkRecordV3::from(r),
+        }
     }
+}
 
-    pub(in crate::wire) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<LinkRecord, D::Error> {
-        LinkRecordV3::deserialize(d).map(LinkRecord::from)
+impl From<LinkRecordV4> for LinkRecord {
+    fn from(r: LinkRecordV4) -> Self {
+        LinkRecord {
+            cert_expires: r.cert_expires,
+            transport: r.transport,
+            ..LinkRecord::from(r.v3)
+        }
     }
 }
 
@@ -97,6 +139,7 @@ impl From<LinkRecordV3> for LinkRecord {
             clusters: r.clusters,
             cert_expires: None,
             transport: None,
+            via: None,
         }
     }
 }
@@ -127,7 +170,7 @@ impl Reports {
 mod tests {
     use super::*;
     use crate::codec::{decode_value, encode_value};
-    use crate::wire::LinkTransport;
+    use crate::wire::LinkPath;
 
     fn record() -> LinkRecord {
         LinkRecord {
@@ -140,6 +183,7 @@ mod tests {
             clusters: 3,
             cert_expires: Some(UnixMillis(7)),
             transport: Some(LinkTransport::Tcp),
+            via: Some(LinkPath::Proxied),
         }
     }
 
@@ -155,7 +199,13 @@ mod tests {
         let v4 = ReportValue::Link(record()).for_version(RENEW_VERSION);
         assert!(matches!(v4, ReportValue::LinkExpiring(_)));
         let back: ReportValue = decode_value(&encode_value(&v4).unwrap()).unwrap();
-        assert_eq!(back.received(), ReportValue::Link(record()));
+        assert_eq!(
+            back.received(),
+            ReportValue::Link(LinkRecord {
+                via: None,
+                ..record()
+            })
+        );
         assert!(matches!(
             ReportValue::Link(record()).for_version(3),
             ReportValue::Link(_)
@@ -164,10 +214,51 @@ mod tests {
         assert_eq!(ErrorCode::Revoked.for_version(4), ErrorCode::Revoked);
     }
 
+    #[test]
+    fn a_version_4_peer_gets_link_records_without_their_path() {
+        // `LinkExpiring` encodes exactly as version 4's record did (no path field), so
+        // a parent of version 4 decodes what a child of version 5 sends it.
+        let v4 = ReportValue::Link(record()).for_version(RENEW_VERSION);
+        let bytes = encode_value(&v4).unwrap();
+        let r = record();
+        let as_v4 = encode_value(&(
+            7u32,
+            (
+                r.path,
+                r.role,
+                r.connected,
+                r.since,
+                r.last_heard,
+                r.lag,
+                r.clusters,
+                r.cert_expires,
+                r.transport,
+            ),
+        ))
+        .unwrap();
+        assert_eq!(bytes, as_v4);
+        // Version 5 carries the path; a receiver sees one shape, whole.
+        let v5 = ReportValue::Link(record()).for_version(PATH_VERSION);
+        assert!(matches!(v5, ReportValue::LinkVia(_)));
+        let back: ReportValue = decode_value(&encode_value(&v5).unwrap()).unwrap();
+        assert_eq!(back.received(), ReportValue::Link(record()));
+        // A record forwarded down the versions loses what the older peer cannot hold.
+        assert!(matches!(
+            ReportValue::LinkVia(record()).for_version(3),
+            ReportValue::Link(_)
+        ));
+        assert!(matches!(
+            ReportValue::LinkVia(record()).for_version(4),
+            ReportValue::LinkExpiring(_)
+        ));
+    }
+
     impl ReportValue {
         fn as_link_expiry(&self) -> Option<UnixMillis> {
             match self {
-                ReportValue::Link(l) | ReportValue::LinkExpiring(l) => l.cert_expires,
+                ReportValue::Link(l) | ReportValue::LinkExpiring(l) | ReportValue::LinkVia(l) => {
+                    l.cert_expires
+                }
                 _ => None,
             }
         }

@@ -74,7 +74,13 @@ pub enum ReportValue {
     /// [`ReportValue::LinkExpiring`] instead from version 4 on
     /// ([`ReportValue::for_version`]), and a receiver turns that back into this
     /// ([`ReportValue::received`]), so the rest of the code sees one variant.
-    Link(#[serde(with = "super::compat::link_v3")] LinkRecord),
+    Link(
+        #[serde(
+            serialize_with = "super::compat::encode_as::<super::LinkRecordV3, _>",
+            deserialize_with = "super::compat::decode_as::<super::LinkRecordV3, _>"
+        )]
+        LinkRecord,
+    ),
     /// For [`ReportKey::Upsynced`]: the object's manifest as JSON.
     Upsynced(#[serde(with = "crate::model::byte_run")] Vec<u8>),
     /// The keyed thing no longer exists (object removed, cluster left).
@@ -82,8 +88,19 @@ pub enum ReportValue {
     /// For [`ReportKey::Complete`].
     Complete,
     /// For [`ReportKey::Link`], with the child's certificate expiry (protocol version
-    /// 4, [`RENEW_VERSION`](super::RENEW_VERSION)).
-    LinkExpiring(LinkRecord),
+    /// 4, [`RENEW_VERSION`](super::RENEW_VERSION)). Encoded in the shape of version 4,
+    /// without [`LinkRecord::via`]: from version 5 on a parent is sent
+    /// [`ReportValue::LinkVia`] instead.
+    LinkExpiring(
+        #[serde(
+            serialize_with = "super::compat::encode_as::<super::LinkRecordV4, _>",
+            deserialize_with = "super::compat::decode_as::<super::LinkRecordV4, _>"
+        )]
+        LinkRecord,
+    ),
+    /// For [`ReportKey::Link`], whole: with the expiry and the link's path (protocol
+    /// version 5, [`PATH_VERSION`](super::PATH_VERSION)).
+    LinkVia(LinkRecord),
 }
 
 /// A parent-to-child link as the parent sees it.
@@ -116,6 +133,30 @@ pub struct LinkRecord {
     /// relay of an older version, or one that is down). Travels from protocol version
     /// 4 on, with [`LinkRecord::cert_expires`].
     pub transport: Option<LinkTransport>,
+    /// Whether the link reached the parent directly or through a proxy, as the child
+    /// said ([`ChildToParent::LinkPath`](super::ChildToParent::LinkPath)) while it is up
+    /// (`None`: not known, e.g. a child or a reporting relay of version 4 or older, or
+    /// a link that is down). Travels from protocol version 5 on.
+    pub via: Option<LinkPath>,
+}
+
+/// How a child's connection reached its parent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LinkPath {
+    /// Straight to the parent's address (QUIC, or TLS/TCP without a proxy).
+    Direct,
+    /// TLS/TCP through an HTTP CONNECT proxy.
+    Proxied,
+}
+
+impl LinkPath {
+    /// The path's name in the API's JSON: `direct` or `proxied`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkPath::Direct => "direct",
+            LinkPath::Proxied => "proxied",
+        }
+    }
 }
 
 /// What a link runs on.

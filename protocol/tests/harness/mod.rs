@@ -24,7 +24,7 @@ use strata_protocol::sync::{
 };
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{
-    Change, ChildToParent, ParentToChild, Report, ReportKey, ReportValue, Role, RouteId,
+    Change, ChildToParent, LinkPath, ParentToChild, Report, ReportKey, ReportValue, Role, RouteId,
 };
 
 /// splitmix64: small, seedable, good enough to schedule faults.
@@ -521,7 +521,7 @@ impl World {
         // The newest connection of a child replaces its older session.
         self.nodes[p].sessions.insert(c, session);
         if let Some(link) = self.nodes[c].link.as_mut() {
-            link.handle_connected(now);
+            link.handle_connected(now, LinkPath::Direct);
         }
     }
 

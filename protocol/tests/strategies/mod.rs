@@ -10,7 +10,7 @@ use strata_protocol::model::{
 use strata_protocol::summary::{ErrorSample, Summary};
 use strata_protocol::time::UnixMillis;
 use strata_protocol::wire::{
-    Change, ChildToParent, Delta, ErrorCode, Hello, JoinReply, JoinRequest, LinkRecord,
+    Change, ChildToParent, Delta, ErrorCode, Hello, JoinReply, JoinRequest, LinkPath, LinkRecord,
     LinkTransport, ParentToChild, RenewReply, Report, ReportKey, ReportValue, Reports, Role,
     RouteId, Snapshot, StreamMark, Welcome,
 };
@@ -139,6 +139,11 @@ fn link() -> impl Strategy<Value = LinkRecord> {
                     Some(1) => Some(LinkTransport::Tcp),
                     _ => None,
                 },
+                via: match lag.map(|l| l % 3) {
+                    Some(0) => Some(LinkPath::Direct),
+                    Some(1) => Some(LinkPath::Proxied),
+                    _ => None,
+                },
             },
         )
 }
@@ -188,13 +193,19 @@ fn report() -> impl Strategy<Value = Report> {
         status().prop_map(ReportValue::Status),
         summary().prop_map(|s| ReportValue::Summary(Box::new(s))),
         cluster().prop_map(ReportValue::Cluster),
-        // `Link` travels in version 3's shape (no expiry); `LinkExpiring` with it.
+        // `Link` travels in version 3's shape (no expiry); `LinkExpiring` in version
+        // 4's (no path); `LinkVia` whole.
         link().prop_map(|mut l| {
             l.cert_expires = None;
             l.transport = None;
+            l.via = None;
             ReportValue::Link(l)
         }),
-        link().prop_map(ReportValue::LinkExpiring),
+        link().prop_map(|mut l| {
+            l.via = None;
+            ReportValue::LinkExpiring(l)
+        }),
+        link().prop_map(ReportValue::LinkVia),
         prop::collection::vec(any::<u8>(), 0..64).prop_map(ReportValue::Upsynced),
         Just(ReportValue::Removed),
         Just(ReportValue::Complete),
@@ -247,6 +258,11 @@ pub fn child_to_parent() -> impl Strategy<Value = ChildToParent> {
         any::<u64>().prop_map(|nonce| ChildToParent::Pong { nonce }),
         (error_code(), text()).prop_map(|(code, reason)| ChildToParent::Goodbye { code, reason }),
         text().prop_map(|csr_pem| ChildToParent::Renew { csr_pem }),
+        any::<bool>().prop_map(|p| ChildToParent::LinkPath(if p {
+            LinkPath::Proxied
+        } else {
+            LinkPath::Direct
+        })),
     ]
 }
 

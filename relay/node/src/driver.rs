@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use strata_protocol::sync::SessionError;
 use strata_protocol::time::Instant;
-use strata_protocol::wire::{ChildToParent, ParentToChild};
+use strata_protocol::wire::{ChildToParent, LinkPath, ParentToChild};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -54,8 +54,9 @@ pub trait Node: Send + 'static {
     fn handle_timeout(&mut self, now: Instant);
     /// Handles one of the node's own inputs (`parent` for those that ask about it).
     fn handle_input(&mut self, now: Instant, input: Self::Input, parent: &ParentConn);
-    /// The connection to the parent is up.
-    fn parent_connected(&mut self, now: Instant);
+    /// The connection to the parent is up, reaching it by `via` (directly or through
+    /// a proxy: the core tells the parent).
+    fn parent_connected(&mut self, now: Instant, via: LinkPath);
     /// The link to the parent is up (called before [`Node::parent_connected`]): a node
     /// that serves debug tunnels starts accepting their streams on it.
     fn parent_link(&mut self, _link: &Link) {}
@@ -400,8 +401,9 @@ impl<N: Node> Driver<N> {
             Input::Parent(ParentEvent::Up { conn, sender }) => {
                 tracing::info!(parent = %conn.remote_address(), transport = %conn.kind(), "connected to parent");
                 self.node.parent_link(&conn);
+                let via = conn.via();
                 self.parent.live = Some((conn, sender));
-                self.node.parent_connected(now);
+                self.node.parent_connected(now, via);
             }
             Input::Parent(ParentEvent::Message(ParentToChild::Renewal(reply))) => {
                 // The renewer's own answer: the core never sees it.

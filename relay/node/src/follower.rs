@@ -9,7 +9,7 @@ use std::time::Duration;
 use strata_protocol::model::{Labels, ObjectKey};
 use strata_protocol::sync::{LinkEvent, ObjectLog, ParentLink, SessionError};
 use strata_protocol::time::Instant;
-use strata_protocol::wire::{Change, ChildToParent, ParentToChild, Report};
+use strata_protocol::wire::{Change, ChildToParent, LinkPath, ParentToChild, Report};
 
 use crate::store::{Batch, ParentState};
 
@@ -113,9 +113,9 @@ impl ParentFollower {
     }
 
     /// The connection to the parent is up.
-    pub fn handle_connected(&mut self, now: Instant) {
+    pub fn handle_connected(&mut self, now: Instant, via: LinkPath) {
         self.caught_up = false;
-        self.link.handle_connected(now);
+        self.link.handle_connected(now, via);
     }
 
     /// A message from the parent.

@@ -6,7 +6,7 @@
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 use strata_protocol::model::Space;
-use strata_protocol::wire::{LinkRecord, LinkTransport, ReportKey, ReportValue, Role};
+use strata_protocol::wire::{LinkPath, LinkRecord, LinkTransport, ReportKey, ReportValue, Role};
 
 use super::{ApiState, error, reply};
 use crate::tier::core::NodeCore;
@@ -29,6 +29,7 @@ fn link_json(node: &str, l: &LinkRecord) -> Value {
             LinkTransport::Quic => "quic",
             LinkTransport::Tcp => "tcp",
         }),
+        "via": l.via.map(LinkPath::name),
     })
 }
 

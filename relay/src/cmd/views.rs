@@ -133,6 +133,11 @@ fn branch(
             let over = l["transport"]
                 .as_str()
                 .map_or(String::new(), |t| format!(" over {t}"));
+            // Through a proxy, when the child says so (protocol version 5).
+            let over = match l["via"].as_str() {
+                Some("proxied") => format!("{over}, proxied"),
+                _ => over,
+            };
             format!(
                 "{label:<24} up {:<5} lag {lag:<12} clusters {:<6} last heartbeat {}{over}",
                 ago(since),
@@ -366,6 +371,11 @@ mod tests {
         l
     }
 
+    fn proxied(mut l: Value) -> Value {
+        l["via"] = json!("proxied");
+        l
+    }
+
     #[test]
     fn status_shows_every_tier_and_down_links_as_cached() {
         let v = json!({
@@ -374,7 +384,7 @@ mod tests {
                 link("eu", "center", "relay", true, 10_000),
                 over_tcp(link("eu-site-1", "eu", "relay", true, 40_000)),
                 link("us", "center", "relay", false, 88_000),
-                link("us-site-1", "us", "relay", true, 20_000),
+                proxied(over_tcp(link("us-site-1", "us", "relay", true, 20_000))),
                 link("c1", "eu-site-1", "agent", true, 50_000),
             ],
         });
@@ -384,7 +394,7 @@ center                   root     children 1/2   rev 118
 ├─ eu                    up 90s   lag 3            clusters 4      last heartbeat 400ms
 │  └─ eu-site-1          up 60s   lag 3            clusters 4      last heartbeat 400ms over tcp
 └─ us                    DOWN 12s lag 3 (cached)   clusters 4      last heard 400ms ago
-   └─ us-site-1          up 80s   lag 3            clusters 4      last heartbeat 400ms
+   └─ us-site-1          up 80s   lag 3            clusters 4      last heartbeat 400ms over tcp, proxied
 agents: 1/1 connected (relay status --agents lists them)
 ";
         assert_eq!(text, expected);

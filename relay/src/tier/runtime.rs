@@ -17,7 +17,7 @@ use strata_node::transport::{self, QuicListener, Sender, close_code};
 use strata_node::tunnel::{self, TunnelSlots};
 use strata_protocol::sync::SessionConfig;
 use strata_protocol::time::Instant;
-use strata_protocol::wire::{ErrorCode, JoinReply, ParentToChild};
+use strata_protocol::wire::{ErrorCode, JoinReply, LinkPath, ParentToChild};
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
@@ -433,8 +433,8 @@ impl Node for Relay {
         self.parent_links.send_replace(Some(link.clone()));
     }
 
-    fn parent_connected(&mut self, now: Instant) {
-        self.core.parent_connected(now);
+    fn parent_connected(&mut self, now: Instant, via: LinkPath) {
+        self.core.parent_connected(now, via);
     }
 
     fn parent_message(&mut self, now: Instant, msg: ParentToChild) {

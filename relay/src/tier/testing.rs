@@ -41,6 +41,7 @@ pub(crate) fn link(role: Role, path: &[&str], connected: bool, since: u64) -> Li
         clusters: 1,
         cert_expires: None,
         transport: None,
+        via: None,
     }
 }
 

@@ -1,7 +1,8 @@
 //! `relay up` of a topology whose links run over TLS/TCP through tinyproxy (the
-//! `transport:` and `proxy:` fields rendered into each node's configuration), and the
-//! `relay` CLI reaching the root's API through the proxy `HTTPS_PROXY` names: real
-//! processes on loopback, a real tinyproxy.
+//! `transport:` and `proxy:` fields rendered into each node's configuration) beside
+//! links that do not, the root telling them apart (each child says how it reached its
+//! parent), and the `relay` CLI reaching the root's API through the proxy
+//! `HTTPS_PROXY` names: real processes on loopback, a real tinyproxy.
 
 #![allow(clippy::unwrap_used)]
 // integration tests may unwrap
@@ -10,10 +11,47 @@
 
 use crate::common;
 
+use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
 use common::proxies;
+use hyper::Method;
+use serde_json::Value;
+use strata_relay::client::ApiClient;
+
+/// Each link's `via`, by its child end: in `/status`, then in `/ui/api/tiers`.
+type Vias = (Vec<(String, Value)>, Vec<(String, Value)>);
+
+/// The `via` of each link in the root's `/status` (what `relay status` draws) and of
+/// each relay's link in `/ui/api/tiers` (what the web view draws), by child end.
+fn vias(rt: &tokio::runtime::Runtime, api: &ApiClient) -> Vias {
+    let get = |path: &str| {
+        let (code, v) = rt.block_on(api.request(Method::GET, path, None)).unwrap();
+        assert!(code.is_success(), "GET {path}: {code} {v}");
+        v
+    };
+    let status = get("/status");
+    let links = status["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["node"].as_str().unwrap().to_owned(), l["via"].clone()))
+        .collect();
+    let tiers = get("/ui/api/tiers");
+    let relays = tiers["relays"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_owned(),
+                r["link"]["via"].clone(),
+            )
+        })
+        .collect();
+    (links, relays)
+}
 
 #[test]
 fn nodes_and_the_cli_reach_their_parents_and_the_api_through_tinyproxy() {
@@ -32,8 +70,10 @@ spec:
   root: {{ name: center }}
   relays:
     - {{ name: site-1, parent: center, transport: tcp, proxy: \"{via}\" }}
+    - {{ name: site-2, parent: center, transport: tcp }}
   clusters:
     - {{ name: shop-1, parent: site-1, transport: tcp, proxy: \"{via}\", labels: {{ role: pos }} }}
+    - {{ name: shop-2, parent: site-2, transport: tcp, labels: {{ role: pos }} }}
 "
         ),
     )
@@ -82,6 +122,45 @@ spec:
         out = cli(&via);
     }
     let refused = cli("http://127.0.0.1:1");
+    // Each child told its parent how it reached it: the root shows it in the JSON
+    // `relay status` and the web view read (a link record from below may still be on
+    // its way up).
+    let var = |k: &str| {
+        env.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    let api = ApiClient::new(
+        var("STRATA_SERVER").parse::<SocketAddr>().unwrap(),
+        &var("STRATA_SERVER_NAME"),
+        std::path::Path::new(&var("STRATA_CA")),
+        &var("STRATA_TOKEN"),
+    )
+    .unwrap();
+    let expected = |node: &str| {
+        if node.ends_with('1') {
+            "proxied"
+        } else {
+            "direct"
+        }
+    };
+    let told = |(links, relays): &Vias| {
+        ["site-1", "site-2", "shop-1", "shop-2"]
+            .iter()
+            .all(|n| links.iter().any(|(l, v)| l == n && v == expected(n)))
+            && ["site-1", "site-2"]
+                .iter()
+                .all(|n| relays.iter().any(|(r, v)| r == n && v == expected(n)))
+    };
+    let mut seen_vias = vias(&rt, &api);
+    for _ in 0..100 {
+        if told(&seen_vias) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        seen_vias = vias(&rt, &api);
+    }
     // relay status names what each link runs on (the agent's with --agents).
     let status = Command::new(common::bin("relay"))
         .args(["status", "--agents"])
@@ -89,12 +168,23 @@ spec:
         .output()
         .unwrap();
     common::stop_relay_up(&mut child);
+    assert!(
+        told(&seen_vias),
+        "site-1 and shop-1 proxied, site-2 and shop-2 direct, in /status and /ui/api/tiers: {seen_vias:?}"
+    );
     let tree = String::from_utf8_lossy(&status.stdout);
-    for node in ["site-1", "shop-1"] {
+    for node in ["site-1", "shop-1", "site-2", "shop-2"] {
+        let proxied = expected(node) == "proxied";
+        let over = if proxied {
+            " over tcp, proxied"
+        } else {
+            " over tcp"
+        };
         assert!(
-            tree.lines()
-                .any(|l| l.contains(node) && l.contains(" over tcp")),
-            "{node}'s link over tcp in relay status:\n{tree}{}",
+            tree.lines().any(|l| l.contains(&format!(" {node} "))
+                && l.contains(over)
+                && l.contains("proxied") == proxied),
+            "{node}'s link{over} in relay status:\n{tree}{}",
             String::from_utf8_lossy(&status.stderr)
         );
     }

@@ -16,7 +16,7 @@ use super::{SessionError, SharedRoute};
 use crate::model::{Cursor, Position};
 use crate::time::Instant;
 use crate::wire::{
-    ChildToParent, ErrorCode, Hello, LABELS_VERSION, ParentToChild, ProtocolVersion,
+    ChildToParent, ErrorCode, Hello, LABELS_VERSION, LinkPath, ParentToChild, ProtocolVersion,
     REPLICA_VERSION, Report, RouteId, StreamMark, Welcome,
 };
 
@@ -44,6 +44,9 @@ pub enum SessionEvent {
     /// Reports from the child, in order. Persist (or merge) them before the next
     /// [`ChildSession::poll_transmit`]: that call acknowledges them.
     Reports(Vec<Report>),
+    /// The child said how its connection reached this parent ([`ChildToParent::LinkPath`],
+    /// protocol version 5).
+    LinkPath(LinkPath),
     /// The session is over; send nothing more.
     Closed(SessionError),
 }
@@ -270,6 +273,10 @@ impl ChildSession {
                 if self.version >= REPLICA_VERSION {
                     self.resume = Some(grandparent);
                 }
+                Ok(())
+            }
+            (_, ChildToParent::LinkPath(path)) => {
+                self.events.push_back(SessionEvent::LinkPath(path));
                 Ok(())
             }
             (_, ChildToParent::Ack { epoch, seq, cursor }) => self.on_ack(epoch, seq, cursor),
@@ -558,5 +565,6 @@ fn child_msg_name(msg: &ChildToParent) -> &'static str {
         ChildToParent::ReplicaHello { .. } => "replica hello",
         ChildToParent::Resume { .. } => "resume",
         ChildToParent::Renew { .. } => "renew",
+        ChildToParent::LinkPath(_) => "link path",
     }
 }

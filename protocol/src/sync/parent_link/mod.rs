@@ -15,8 +15,8 @@ use super::reports::ReportOutbox;
 use crate::model::{Cursor, ObjectKey, Position};
 use crate::time::Instant;
 use crate::wire::{
-    Change, ChildToParent, Delta, ErrorCode, Hello, ParentToChild, ProtocolVersion,
-    REPLICA_VERSION, Report, RouteId, Snapshot, StreamMark,
+    Change, ChildToParent, Delta, ErrorCode, Hello, LinkPath, PATH_VERSION, ParentToChild,
+    ProtocolVersion, REPLICA_VERSION, Report, RouteId, Snapshot, StreamMark,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +85,9 @@ pub struct ParentLink {
     /// The epoch whose subscription named a grandparent cursor ([`ChildToParent::Resume`]):
     /// its first delta may start from another replica's log.
     resumed_epoch: Option<u32>,
+    /// How the current connection reached the parent, told to it after the welcome
+    /// ([`ChildToParent::LinkPath`]).
+    via: LinkPath,
 }
 
 /// How many [`ParentToChild::GrandparentCursor`] hints a link keeps.
@@ -117,6 +120,7 @@ impl ParentLink {
             version: 0,
             hints: VecDeque::new(),
             resumed_epoch: None,
+            via: LinkPath::Direct,
         }
     }
 
@@ -140,9 +144,12 @@ impl ParentLink {
         self.outbox.unacked_len()
     }
 
-    /// A transport connection is up: say hello.
-    pub fn handle_connected(&mut self, now: Instant) {
+    /// A transport connection is up, reaching the parent by `via`: say hello (and,
+    /// once welcomed by a parent of protocol version 5 or newer, how the connection
+    /// reached it).
+    pub fn handle_connected(&mut self, now: Instant, via: LinkPath) {
         self.reset_connection();
+        self.via = via;
         self.phase = Phase::AwaitWelcome;
         self.liveness = Liveness::new(now, self.config.heartbeat, self.config.idle_timeout);
         let hello = Hello {
@@ -219,6 +226,9 @@ impl ParentLink {
                     Duration::from_millis(w.idle_timeout_ms),
                 );
                 self.outbox.on_connected();
+                if w.version >= PATH_VERSION {
+                    self.control.push_back(ChildToParent::LinkPath(self.via));
+                }
                 self.subscribe(now);
                 self.events.push_back(LinkEvent::Connected {
                     parent: w.parent,

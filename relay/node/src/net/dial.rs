@@ -395,10 +395,13 @@ impl Connector {
                     .map_err(err)?
                 }
             };
-            tcp::connect(stream, tls.clone(), name, self.keep_alive)
+            let link = tcp::connect(stream, tls.clone(), name, self.keep_alive)
                 .await
-                .map(Link::Tcp)
-                .map_err(|e| err(format!("TLS handshake: {e}")))
+                .map_err(|e| err(format!("TLS handshake: {e}")))?;
+            if self.proxy.is_some() {
+                link.mark_proxied();
+            }
+            Ok(Link::Tcp(link))
         };
         tokio::time::timeout(TCP_CONNECT_TIMEOUT, attempt)
             .await

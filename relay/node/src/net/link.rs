@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use quinn::VarInt;
 use rustls_pki_types::CertificateDer;
 use serde::{Deserialize, Serialize};
+use strata_protocol::wire::LinkPath;
 
 use super::tcp::TcpLink;
 
@@ -53,6 +54,17 @@ impl Link {
         match self {
             Link::Quic(_) => TransportKind::Quic,
             Link::Tcp(_) => TransportKind::Tcp,
+        }
+    }
+
+    /// How this side's connection reaches the peer: through an HTTP CONNECT proxy or
+    /// directly (what a child tells its parent, [`ChildToParent::LinkPath`]).
+    ///
+    /// [`ChildToParent::LinkPath`]: strata_protocol::wire::ChildToParent::LinkPath
+    pub fn via(&self) -> LinkPath {
+        match self {
+            Link::Tcp(t) if t.proxied() => LinkPath::Proxied,
+            _ => LinkPath::Direct,
         }
     }
 

@@ -148,6 +148,8 @@ struct Inner {
     keep_alive: Duration,
     /// The debug-tunnel streams.
     streams: streams::Streams,
+    /// This side dialled through an HTTP CONNECT proxy ([`TcpLink::mark_proxied`]).
+    proxied: std::sync::atomic::AtomicBool,
 }
 
 /// How long a closing writer may take to write what is queued and the CLOSE.
@@ -226,8 +228,20 @@ impl TcpLink {
                 closing: std::sync::atomic::AtomicBool::new(false),
                 keep_alive: keep_alive.max(Duration::from_millis(10)),
                 streams,
+                proxied: std::sync::atomic::AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Notes that this side dialled the link through an HTTP CONNECT proxy (the dialler
+    /// knows; nothing on the link says it).
+    pub fn mark_proxied(&self) {
+        self.inner.proxied.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether this side dialled the link through a proxy.
+    pub fn proxied(&self) -> bool {
+        self.inner.proxied.load(Ordering::Relaxed)
     }
 
     /// The peer's address (the proxy's, through a proxy).

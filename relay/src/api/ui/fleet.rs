@@ -13,72 +13,23 @@
 //! taken the newest revision routed to it: its link's lag is above 0), or
 //! `available` (reachable and current).
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
+use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use strata_protocol::model::{Cluster, Space};
 use strata_protocol::time::UnixMillis;
-use strata_protocol::wire::{LinkRecord, LinkTransport, Role};
+use strata_protocol::wire::{LinkPath, LinkRecord, LinkTransport};
 
 use crate::tier::core::{NodeCore, last_seen};
+use crate::tier::reports::{ClusterState, Counts};
 
-/// A cluster's state as the view colours it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum State {
-    Available,
-    Behind,
-    Unreachable,
-}
-
-impl State {
-    fn of(reachable: bool, link: Option<&LinkRecord>) -> State {
-        if !reachable {
-            State::Unreachable
-        } else if link.and_then(|l| l.lag).is_some_and(|lag| lag > 0) {
-            State::Behind
-        } else {
-            State::Available
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            State::Available => "available",
-            State::Behind => "behind",
-            State::Unreachable => "unreachable",
-        }
-    }
-}
-
-/// Counts over a subtree.
-#[derive(Debug, Clone, Copy, Default)]
-struct Counts {
-    clusters: u64,
-    available: u64,
-    behind: u64,
-    unreachable: u64,
-}
-
-impl Counts {
-    fn add(&mut self, s: State) {
-        self.clusters += 1;
-        match s {
-            State::Available => self.available += 1,
-            State::Behind => self.behind += 1,
-            State::Unreachable => self.unreachable += 1,
-        }
-    }
-
-    fn json(self) -> Value {
-        json!({
-            "clusters": self.clusters,
-            "available": self.available,
-            "behind": self.behind,
-            "unreachable": self.unreachable,
-        })
-    }
+fn counts_json(c: Counts) -> Value {
+    json!({
+        "clusters": c.clusters,
+        "available": c.available,
+        "behind": c.behind,
+        "unreachable": c.unreachable,
+    })
 }
 
 fn link_json(l: &LinkRecord) -> Value {
@@ -92,6 +43,7 @@ fn link_json(l: &LinkRecord) -> Value {
             LinkTransport::Quic => "quic",
             LinkTransport::Tcp => "tcp",
         }),
+        "via": l.via.map(LinkPath::name),
     })
 }
 
@@ -106,58 +58,57 @@ fn home_of<'a>(c: &'a Cluster, root: &'a str) -> &'a str {
     c.path.last().map_or(root, String::as_str)
 }
 
-/// The relays, their subtrees' counts and the fleet's totals (see the module's doc).
-pub(super) fn tiers(core: &NodeCore, now: UnixMillis) -> Value {
+/// The relays, their subtrees' counts and the fleet's totals (see the module's doc),
+/// from the counts the core keeps as reports arrive
+/// ([`NodeCore::tier_counts`]): the work follows the relays, not the clusters.
+pub(super) fn tiers(core: &mut NodeCore) -> Value {
     let root = core.name().to_owned();
-    let links = core.all_links();
+    let head = core.log().head().0;
+    let counts = core.tier_counts();
+    let tally = counts.tally();
     // Relays by name: parent and link (the root has neither).
-    let mut relays: BTreeMap<String, (Option<String>, Option<&LinkRecord>)> = BTreeMap::new();
-    relays.insert(root.clone(), (None, None));
-    for (node, l) in links.iter().filter(|(_, l)| l.role == Role::Relay) {
-        relays.insert(
-            node.clone(),
-            (Some(parent_of(l, &root).to_owned()), Some(l)),
-        );
+    let mut relays: BTreeMap<&str, (Option<&str>, Option<&LinkRecord>)> = BTreeMap::new();
+    relays.insert(&root, (None, None));
+    for (node, l) in counts.relay_links() {
+        relays.insert(node, (Some(parent_of(l, &root)), Some(l)));
     }
-    let mut counts: BTreeMap<&str, Counts> = BTreeMap::new();
-    let mut digests: BTreeMap<String, DefaultHasher> = BTreeMap::new();
-    let mut own: BTreeMap<String, u64> = BTreeMap::new();
-    let mut total = Counts::default();
-    for c in core.reports().clusters() {
-        let (reachable, _) = last_seen(c, &links, now);
-        let link = links.get(&c.name);
-        let state = State::of(reachable, link);
-        total.add(state);
-        // Every relay on its path counts it (the path starts at the root).
-        let mut on_path: BTreeSet<&str> = c.path.iter().map(String::as_str).collect();
-        on_path.insert(&root);
-        for r in on_path {
-            counts.entry(r).or_default().add(state);
+    // The clusters that report to a relay directly: those whose path ends with it,
+    // and for the root also those with no path at all (the tally's `None`).
+    let homes = |name: &str| -> Vec<Option<String>> {
+        let mut h = vec![Some(name.to_owned())];
+        if name == root {
+            h.push(None);
         }
-        let home = home_of(c, &root).to_owned();
-        *own.entry(home.clone()).or_default() += 1;
-        let h = digests.entry(home).or_default();
-        (&c.name, state, &c.labels, &c.properties).hash(h);
-        link.map(|l| (l.lag, l.transport.is_some(), l.cert_expires.map(|t| t.0)))
-            .hash(h);
-    }
+        h
+    };
     let items: Vec<Value> = relays
         .iter()
         .map(|(name, (parent, link))| {
+            // Every cluster is below the root, whether or not its path names it.
+            let below = if *name == root {
+                tally.total
+            } else {
+                tally.below.get(*name).copied().unwrap_or_default()
+            };
+            let own: u64 = homes(name).iter().filter_map(|h| tally.own.get(h)).sum();
+            let digest = homes(name)
+                .iter()
+                .filter_map(|h| tally.digests.get(h).copied())
+                .reduce(u64::wrapping_add);
             json!({
                 "name": name,
                 "parent": parent,
                 "link": link.map(link_json),
-                "counts": counts.get(name.as_str()).copied().unwrap_or_default().json(),
-                "own": own.get(name).copied().unwrap_or(0),
-                "digest": digests.get(name).map(|h| format!("{:016x}", h.finish())),
+                "counts": counts_json(below),
+                "own": own,
+                "digest": digest.map(|d| format!("{d:016x}")),
             })
         })
         .collect();
     json!({
         "root": root,
-        "head": core.log().head().0,
-        "totals": total.json(),
+        "head": head,
+        "totals": counts_json(tally.total),
         "relays": items,
     })
 }
@@ -200,7 +151,7 @@ pub(super) fn clusters_of(core: &NodeCore, relay: &str, space: &Space, now: Unix
             json!({
                 "name": c.name,
                 "path": c.path,
-                "state": State::of(reachable, link).name(),
+                "state": ClusterState::of(reachable, link).name(),
                 "labels": effective.labels,
                 "properties": c.properties,
                 "lastSeen": seen,

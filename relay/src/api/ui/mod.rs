@@ -286,7 +286,7 @@ pub(super) async fn api(
 
 fn tiers_now(core: &mut NodeCore) -> Value {
     let now = Clock::start().wall();
-    let mut v = fleet::tiers(core, now);
+    let mut v = fleet::tiers(core);
     v["now"] = json!(now.0);
     v
 }
@@ -338,7 +338,7 @@ fn events(node: crate::tier::runtime::NodeClient) -> Response<Body> {
             }
             f.first = false;
             let now = Clock::start().wall();
-            let mut tiers = f.node.query(move |core| fleet::tiers(core, now)).await?;
+            let mut tiers = f.node.query(fleet::tiers).await?;
             let key = without_heartbeats(&tiers);
             if f.last.as_ref() != Some(&key) || f.sent_at.elapsed() >= REFRESH {
                 tiers["now"] = json!(now.0);

@@ -221,6 +221,10 @@ impl NodeCore {
                 self.batch.child_acks.push((name.to_owned(), cursor));
                 self.link_acked(now, name);
             }
+            SessionEvent::LinkPath(via) => {
+                tracing::info!(child = name, via = via.name(), "child link path");
+                self.link_via(now, name, via);
+            }
             SessionEvent::Reports(items) => {
                 let relay = self.children.get(name).is_some_and(|c| c.relay);
                 for report in items {

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use strata_protocol::model::Cluster;
 use strata_protocol::time::{Instant, UnixMillis};
-use strata_protocol::wire::{LinkRecord, LinkTransport, Report, ReportKey, ReportValue, Role};
+use strata_protocol::wire::{
+    LinkPath, LinkRecord, LinkTransport, Report, ReportKey, ReportValue, Role,
+};
 
 use super::NodeCore;
 
@@ -59,14 +61,23 @@ impl NodeCore {
             pushed_lag: false,
         };
         self.relay_links_up += usize::from(link.relay_up());
+        // A new session says its path afresh (or, from an older child, never).
+        self.vias.remove(child);
         if let Some(old) = self.links.insert(child.to_owned(), link) {
             self.relay_links_up -= usize::from(old.relay_up());
         }
         self.push_link(now, child);
     }
 
-    /// When the certificate a child's connection presented expires; its link record
-    /// carries it upward.
+    /// How a child's session said its connection reached this node
+    /// ([`ChildToParent::LinkPath`](strata_protocol::wire::ChildToParent::LinkPath)):
+    /// its link record says it from now on.
+    pub(super) fn link_via(&mut self, now: Instant, child: &str, via: LinkPath) {
+        if self.links.contains_key(child) && self.vias.insert(child.to_owned(), via) != Some(via) {
+            self.push_link(now, child);
+        }
+    }
+
     /// What a child's connection runs on, as its link record will say.
     pub fn child_transport(&mut self, child: &str, transport: LinkTransport) {
         self.transports.insert(child.to_owned(), transport);
@@ -164,6 +175,16 @@ impl NodeCore {
     }
 
     fn link_record(&self, child: &str) -> Option<LinkRecord> {
+        let mut r = self.link_record_uncounted(child)?;
+        if r.role == Role::Relay {
+            r.clusters = self.reports.cluster_count_below(child) as u64;
+        }
+        Some(r)
+    }
+
+    /// A child's link record without counting the clusters below a relay child (a
+    /// walk of its inventory): 1 for an agent, 0 for a relay.
+    fn link_record_uncounted(&self, child: &str) -> Option<LinkRecord> {
         let l = self.links.get(child)?;
         let head = self.log.head().0;
         let acked = self
@@ -172,10 +193,6 @@ impl NodeCore {
             .and_then(|c| c.session.acked())
             .or_else(|| self.acked.get(child).copied())
             .filter(|c| c.log == self.log.id());
-        let clusters = match l.role {
-            Role::Agent => 1,
-            Role::Relay => self.reports.cluster_count_below(child) as u64,
-        };
         Some(LinkRecord {
             path: vec![self.name.clone()],
             role: l.role,
@@ -183,12 +200,13 @@ impl NodeCore {
             since: self.wall(l.since),
             last_heard: self.wall(l.last_heard),
             lag: acked.map(|c| head.saturating_sub(c.position.0)),
-            clusters,
+            clusters: u64::from(l.role == Role::Agent),
             cert_expires: self.cert_expires.get(child).copied(),
             transport: l
                 .connected
                 .then(|| self.transports.get(child).copied())
                 .flatten(),
+            via: l.connected.then(|| self.vias.get(child).copied()).flatten(),
         })
     }
 
@@ -220,6 +238,19 @@ impl NodeCore {
         for child in names {
             self.push_link(now, &child);
         }
+    }
+
+    /// The web view's counts per relay subtree, with this node's own links as they are
+    /// now; kept as reports arrive, so this costs the changes since the last call, not
+    /// a pass over every cluster. The own links' records carry no cluster count of a
+    /// relay child here: the counts are the tally's.
+    pub fn tier_counts(&mut self) -> &crate::tier::reports::TierCounts {
+        let own = self
+            .links
+            .keys()
+            .filter_map(|n| self.link_record_uncounted(n).map(|r| (n.clone(), r)))
+            .collect();
+        self.reports.tier_counts(own)
     }
 
     /// Every link the node knows of, by its child end: its own children's, then those its

@@ -63,7 +63,7 @@ use children::Child;
 pub use children::{node_of, session_key};
 pub use choose::{CAPACITY_PROPERTY, PlanStatus, decision_key, excluded_counts};
 pub use lag::{LAG_BUCKETS, PropagationLag};
-pub use links::{LINK_REFRESH, backend_reason, last_seen};
+pub use links::{LINK_REFRESH, LinkLookup, Reach, backend_reason, last_seen};
 pub use restore::BootOptions;
 pub use revoke::revocation_key;
 pub use rollout::{is_rollout, rollout_key, rollouts_in, template_hash};
@@ -201,6 +201,9 @@ pub struct NodeCore {
     cert_expires: BTreeMap<String, UnixMillis>,
     /// What each child's current connection runs on.
     transports: BTreeMap<String, strata_protocol::wire::LinkTransport>,
+    /// How each child's current session said its connection reached this node (by
+    /// session key; none from a child of protocol version 4 or older).
+    vias: BTreeMap<String, strata_protocol::wire::LinkPath>,
     /// Names revoked at the root (the log's `Revocation` objects): refused as children.
     revoked: BTreeSet<String>,
     /// See [`CoreSetup::admission_hold`].

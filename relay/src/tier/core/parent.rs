@@ -6,16 +6,16 @@
 use strata_node::follower::Followed;
 use strata_protocol::model::Labels;
 use strata_protocol::time::Instant;
-use strata_protocol::wire::ParentToChild;
+use strata_protocol::wire::{LinkPath, ParentToChild};
 
 use super::NodeCore;
 use super::setup::all_labels;
 
 impl NodeCore {
-    /// The connection to the parent is up.
-    pub fn parent_connected(&mut self, now: Instant) {
+    /// The connection to the parent is up, reaching it by `via`.
+    pub fn parent_connected(&mut self, now: Instant, via: LinkPath) {
         if let Some(parent) = &mut self.parent {
-            parent.handle_connected(now);
+            parent.handle_connected(now, via);
         }
         self.hold_admissions(now);
     }

@@ -116,6 +116,7 @@ impl NodeCore {
             links: BTreeMap::new(),
             cert_expires: BTreeMap::new(),
             transports: BTreeMap::new(),
+            vias: BTreeMap::new(),
             revoked: BTreeSet::new(),
             admission_hold: setup.admission_hold,
             hold_until: None,

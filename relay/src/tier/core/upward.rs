@@ -473,7 +473,7 @@ mod tests {
     use std::time::Duration;
 
     use strata_protocol::model::{Health, Revision, Status};
-    use strata_protocol::wire::{ChildToParent, Report, ReportKey, ReportValue, Role};
+    use strata_protocol::wire::{ChildToParent, LinkPath, Report, ReportKey, ReportValue, Role};
 
     use super::*;
     use crate::tier::core::testing::{cluster, hello, hello_from, report, root, setup, turn};
@@ -610,7 +610,7 @@ mod tests {
                 batches: Vec::new(),
             };
             region.root.child_connected(t0, "eu", 1).unwrap();
-            region.eu.parent_connected(t0);
+            region.eu.parent_connected(t0, LinkPath::Direct);
             let text = "apiVersion: strata.dev/v1alpha1
 kind: Placement
 metadata: { name: shop }

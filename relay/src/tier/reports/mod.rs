@@ -10,8 +10,10 @@ use strata_protocol::wire::{Report, ReportKey, ReportValue};
 use strata_node::store::ReportSlot;
 
 mod summaries;
+mod tier_counts;
 pub use summaries::Selection;
 use summaries::is_summary;
+pub use tier_counts::{ClusterState, Counts, Tally, TierCounts};
 
 /// Why a child's report was refused: every variant names the reporting child, the
 /// cluster or node its report named, and the path it claimed for it where it gave one.
@@ -90,6 +92,9 @@ pub struct SubtreeReports {
     /// How many of the stored reports are summaries: none at a relay whose children are
     /// all agents, which then need not be asked for any.
     summaries: usize,
+    /// The web view's counts per relay subtree, kept in step with the cluster and
+    /// link records stored.
+    counts: TierCounts,
 }
 
 impl SubtreeReports {
@@ -107,8 +112,13 @@ impl SubtreeReports {
             inventory: BTreeMap::new(),
             inventory_generation: 0,
             labels: Labels::new(),
+            counts: TierCounts::default(),
         };
         reports.index_all();
+        let slots: Vec<ReportSlot> = reports.stored.keys().cloned().collect();
+        for slot in &slots {
+            reports.count(slot);
+        }
         reports
     }
 
@@ -237,6 +247,7 @@ impl SubtreeReports {
         };
         if changed {
             self.index(&slot);
+            self.count(&slot);
         }
         changed
     }
@@ -284,6 +295,7 @@ impl SubtreeReports {
         if removed {
             self.summaries -= usize::from(is_summary(&slot.1));
             self.index(slot);
+            self.count(slot);
         }
         removed
     }

@@ -13,7 +13,7 @@ use strata_node::store::{Batch, MemStore, Store};
 use strata_protocol::model::{Cluster, Labels};
 use strata_protocol::sync::SessionConfig;
 use strata_protocol::time::{Instant, UnixMillis};
-use strata_protocol::wire::{MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, ParentToChild};
+use strata_protocol::wire::{LinkPath, MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, ParentToChild};
 use strata_relay::tier::core::{BootOptions, NodeCore, Outgoing};
 
 /// How often relays send summaries upward (the runtime's default is a second; shorter
@@ -107,8 +107,8 @@ pub enum Core {
 impl Core {
     pub fn parent_connected(&mut self, now: Instant) {
         match self {
-            Core::Relay(c) => c.parent_connected(now),
-            Core::Agent(c) => c.parent_connected(now),
+            Core::Relay(c) => c.parent_connected(now, LinkPath::Direct),
+            Core::Agent(c) => c.parent_connected(now, LinkPath::Direct),
         }
     }
 

@@ -126,12 +126,17 @@ function counts(c) {
   );
 }
 
+// What a link runs on, and whether its child reached its parent through a proxy.
+function transportText(link) {
+  return link.transport.toUpperCase() + (link.via === "proxied" ? ", proxied" : "");
+}
+
 function linkInfo(link, now) {
   if (!link) return null;
   const cls = !link.connected ? "down" : link.lag > 0 ? "lagging" : "up";
   const parts = [
     link.connected ? "connected" : "disconnected " + ago(link.since, now),
-    link.transport ? link.transport.toUpperCase() : null,
+    link.transport ? transportText(link) : null,
     link.lag !== null && link.lag !== undefined ? "lag " + link.lag : null,
     "heard " + ago(link.lastHeard, now),
     link.certExpires ? "cert " + until(link.certExpires, now) : null,
@@ -221,7 +226,7 @@ function clusterRow(c, now) {
     props.length ? h("span", { class: "props", title: "capacity and properties" }, props.join(" ")) : null,
     h("span", { class: "seen" }, c.state === "unreachable" ? "last seen " + ago(c.lastSeen, now) : link && link.lag ? "lag " + link.lag : ""),
     link && link.certExpires ? h("span", { class: "cert" }, "cert " + until(link.certExpires, now)) : null,
-    link && link.transport ? h("span", { class: "transport" }, link.transport.toUpperCase()) : null,
+    link && link.transport ? h("span", { class: "transport", "data-via": link.via || "" }, transportText(link)) : null,
     h("span", { class: "runs" }, (c.placements || []).map((p) => h("span", { class: "badge " + p.state, title: p.state }, p.placement))),
     h("span", { class: "actions" }, actions),
   );
