@@ -209,7 +209,7 @@ pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>
         }
         (op, _) => {
             let j = journal.clone();
-            let read = matches!(&op, Op::Resource(r) if r.method == "GET");
+            let read = req.method == "GET";
             let (answer, warnings, head) = node
                 .query(move |core: &mut NodeCore| {
                     if let Op::Resource(r) = &op
