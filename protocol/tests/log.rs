@@ -135,6 +135,62 @@ proptest! {
     }
 }
 
+proptest! {
+    /// A compaction visits only the keys that settled since the last one, and leaves
+    /// the same entries as one that visits every key (what a restored log's first
+    /// compaction does), after every step.
+    #[test]
+    fn compacting_the_settled_keys_equals_compacting_every_key(ops in prop::collection::vec(op(), 0..60)) {
+        let mut log = ObjectLog::new(LogId(7));
+        log.mark_serving();
+        for op in ops {
+            let pos = log.head().next();
+            match op {
+                Op::Upsert(k, l) => { log.stage(pos, Change::Upsert(object(k, l, pos.0))).unwrap(); }
+                Op::Delete(k) => { log.stage(pos, Change::Delete(key(k))).unwrap(); }
+                Op::Commit => log.commit(pos),
+                Op::Compact(back) => {
+                    let floor = Position(log.head().0.saturating_sub(u64::from(back)));
+                    let entries: Vec<_> = log.entries().map(|(k, e)| (k.clone(), e.clone())).collect();
+                    let mut every_key = ObjectLog::restore(log.meta(), entries);
+                    log.compact(floor);
+                    every_key.compact(floor);
+                    let a: Vec<_> = log.entries().collect();
+                    let b: Vec<_> = every_key.entries().collect();
+                    prop_assert_eq!(a, b);
+                }
+            }
+        }
+    }
+}
+
+/// A restored log's entries come as they were written: its first compaction visits
+/// every key, and drops a tombstone that lies below the floor it was restored with.
+#[test]
+fn a_restored_log_compacts_what_lies_below_its_floor() {
+    let mut log = ObjectLog::new(LogId(1));
+    log.mark_serving();
+    log.stage(Position(1), Change::Upsert(object(1, 0, 1)))
+        .unwrap();
+    log.commit(Position(1));
+    log.stage(Position(2), Change::Delete(key(1))).unwrap();
+    log.commit(Position(2));
+    log.stage(Position(3), Change::Upsert(object(2, 0, 3)))
+        .unwrap();
+    log.commit(Position(3));
+    let mut meta = log.meta();
+    meta.floor = Position(2);
+    let entries: Vec<_> = log.entries().map(|(k, e)| (k.clone(), e.clone())).collect();
+    let mut restored = ObjectLog::restore(meta, entries);
+    assert!(restored.entry(&key(1)).is_some(), "the tombstone came back");
+    restored.compact(Position(3));
+    assert!(
+        restored.entry(&key(1)).is_none(),
+        "the tombstone is dropped"
+    );
+    assert!(restored.get(&key(2)).is_some());
+}
+
 #[test]
 fn only_the_latest_change_of_a_key_is_served() {
     let mut log = ObjectLog::new(LogId(1));

@@ -4,10 +4,13 @@
 # time; again with --validate=false, which leaves out kubectl's own schema checks of
 # each document), `kubectl get` of 10,000 objects in pages of 500 (wall time), the root's RSS
 # holding them, and 100 concurrent watchers receiving one change (latency from the write
-# to each watcher's event, relay/examples/watch_fanout.rs). Usage: kube-figures.sh
-# [BIN_DIR] (default target/debug; use a release build for figures: cargo build
-# --release -p strata-relay -p strata-agent --bins --examples). Needs
-# .ci/install-kube-clients.
+# to each watcher's event, relay/examples/watch_fanout.rs); then, with
+# relay/examples/api_figures, the same list by a plain client (one request, pages of
+# 500; JSON and Table) and 5,000 creates over 10 keep-alive connections. Usage:
+# kube-figures.sh [BIN_DIR] (default target/debug; use the production build for figures:
+# cargo build --profile production -p strata-relay -p strata-agent --bin relay --bin
+# agent --example watch_fanout --example api_figures). Needs .ci/install-kube-clients.
+# sim/scripts/api-figures.sh measures the root's API alone.
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 source "$(dirname "$0")/relay-up.sh"
 gen() { # N PREFIX
@@ -35,6 +38,11 @@ for run in 1 2 3; do
     n=$("$k" get cm -A --chunk-size=500 -o name | wc -l)
     echo "kubectl get cm -A (pages of 500), $n objects, run $run: $(echo "$(date +%s.%N) - $start" | bc) s"
 done
+start=$(date +%s.%N)
+"$k" get cm -A --chunk-size=0 -o name > /dev/null
+echo "kubectl get cm -A --chunk-size=0 -o name (one request): $(echo "$(date +%s.%N) - $start" | bc) s"
+"$bin/examples/api_figures" list 500
+"$bin/examples/api_figures" create 5000 10 ten
 root=$(pgrep -f "relay serve --config $work/data/nodes/center/config.yaml" | sed -n 1p)
 echo "root RSS with $n objects: $(awk '/VmRSS/ { print $2 / 1024 " MiB" }' /proc/"$root"/status)"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

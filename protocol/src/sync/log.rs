@@ -123,6 +123,11 @@ pub struct ObjectLog {
     parent_index: ParentIndex,
     /// See [`ObjectLog::generation`].
     generation: u64,
+    /// Whether every entry at or below the floor is compacted (no tombstone, one
+    /// visibility at or below it): then a compaction visits only the entries that
+    /// settled since the last one. False after [`ObjectLog::restore`] and
+    /// [`ObjectLog::install`], whose entries come as they were written.
+    compacted: bool,
 }
 
 impl ObjectLog {
@@ -139,6 +144,7 @@ impl ObjectLog {
             dirty: BTreeSet::new(),
             parent_index: ParentIndex::default(),
             generation: 0,
+            compacted: true,
         }
     }
 
@@ -160,6 +166,7 @@ impl ObjectLog {
             dirty: BTreeSet::new(),
             parent_index: ParentIndex::default(),
             generation: 0,
+            compacted: false,
         }
     }
 
@@ -367,6 +374,7 @@ impl ObjectLog {
         entries: impl IntoIterator<Item = (ObjectKey, Option<KeyEntry>)>,
     ) {
         self.generation += 1;
+        self.compacted = false;
         for (key, entry) in entries {
             if let Some(old) = self.keys.remove(&key) {
                 self.index.remove(&(old.position, key.clone()));
@@ -424,34 +432,44 @@ impl ObjectLog {
         if floor <= self.floor {
             return;
         }
+        // Only the keys whose latest change lies between the old floor and the new one
+        // can have anything to drop: the others were compacted when the old floor was
+        // set (a key's history lies at or below its latest change). Visiting every key
+        // instead cost a root holding 10,000 objects a quarter of its CPU under writes.
+        let from = if self.compacted {
+            std::ops::Bound::Excluded((self.floor, max_key()))
+        } else {
+            std::ops::Bound::Unbounded
+        };
+        let to = std::ops::Bound::Excluded((floor.next(), min_key()));
         self.generation += 1;
         self.floor = floor;
+        self.compacted = true;
         self.parent_index.forget_below(floor);
-        let dead: Vec<ObjectKey> = self
+        let settled: Vec<ObjectKey> = self
             .index
-            .range(..(floor.next(), min_key()))
-            .filter(|(_, k)| self.keys.get(k).is_some_and(|e| e.object.is_none()))
+            .range((from, to))
             .map(|(_, k)| k.clone())
             .collect();
-        for key in dead {
-            if let Some(entry) = self.keys.remove(&key) {
+        for key in settled {
+            let Some(entry) = self.keys.get_mut(&key) else {
+                continue;
+            };
+            if entry.object.is_none() {
                 self.index.remove(&(entry.position, key.clone()));
+                self.keys.remove(&key);
                 self.dirty.insert(key);
-            }
-        }
-        for (key, entry) in self.keys.iter_mut() {
-            // Only a settled key (its latest change at or below the floor, so every
-            // child the floor serves has been sent that change) forgets its older
-            // visibility. A key with a change pending above the floor keeps it all: a
-            // child may still hold a version older than anything at the floor, because
-            // a change that moved on before a delta was cut is delivered with the next.
-            if entry.position > floor {
                 continue;
             }
+            // A settled key (its latest change at or below the floor, so every child the
+            // floor serves has been sent that change) forgets its older visibility. A
+            // key with a change pending above the floor keeps it all: a child may still
+            // hold a version older than anything at the floor, because a change that
+            // moved on before a delta was cut is delivered with the next.
             let below = entry.history.iter().filter(|v| v.at <= floor).count();
             if below > 1 {
                 entry.history.drain(..below - 1);
-                self.dirty.insert(key.clone());
+                self.dirty.insert(key);
             }
         }
     }
@@ -462,6 +480,19 @@ fn push_visibility(history: &mut Vec<Visibility>, at: Position, meta: Option<Arc
     // to a child (deltas and snapshots send the latest version), and a later change
     // staged at the same position must not erase the record that it was selected.
     history.push(Visibility { at, meta });
+}
+
+/// A key after every key a log holds (its space is `U+10FFFF`), to end index ranges at
+/// a position.
+fn max_key() -> ObjectKey {
+    ObjectKey::new(ObjectKeyParts {
+        space: crate::model::Space(char::MAX.to_string()),
+        group: String::new(),
+        version: String::new(),
+        kind: String::new(),
+        namespace: None,
+        name: String::new(),
+    })
 }
 
 /// The smallest possible key, to start index ranges at a position.

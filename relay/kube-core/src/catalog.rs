@@ -275,6 +275,30 @@ impl Catalog {
         Catalog { types }
     }
 
+    /// The built-in type a path names, found without building a space's catalog (which
+    /// clones every type and reads the space's CRDs): what most requests ask. Built-in
+    /// types come first in every catalog, so a space's catalog answers the same.
+    pub fn builtin_by_resource(
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<&'static ResourceType> {
+        builtins()
+            .iter()
+            .find(|t| t.group == group && t.version == version && t.plural == plural)
+    }
+
+    /// The built-in type of a manifest, as [`Catalog::builtin_by_resource`].
+    pub fn builtin_by_kind(
+        group: &str,
+        version: &str,
+        kind: &str,
+    ) -> Option<&'static ResourceType> {
+        builtins()
+            .iter()
+            .find(|t| t.group == group && t.version == version && t.kind == kind)
+    }
+
     /// Every type.
     pub fn types(&self) -> &[ResourceType] {
         &self.types

@@ -300,6 +300,11 @@ pub const STANDBY_REFUSAL: &str = "this root replica is a standby: it serves rea
 /// How long a write waits for the store to make it durable before it is answered 503.
 const DURABLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The log's head right after a write ran in the node (a response extension): the
+/// revision whose commit makes the write durable.
+#[derive(Debug, Clone, Copy)]
+struct WrittenAt(u64);
+
 /// Answers a request; a write is answered only once the store holds it (the node
 /// answers the API from memory, and commits right after: a replica killed in between
 /// must not have acknowledged it).
@@ -314,8 +319,12 @@ async fn handle(
         return response;
     }
     let mut committed = state.node.head_changes();
-    let Some(head) = state.node.query(|c| c.log().head().0).await else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping");
+    let head = match response.extensions().get::<WrittenAt>() {
+        Some(WrittenAt(head)) => *head,
+        None => match state.node.query(|c| c.log().head().0).await {
+            Some(head) => head,
+            None => return error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping"),
+        },
     };
     match tokio::time::timeout(DURABLE_WITHIN, committed.wait_for(|h| *h >= head)).await {
         Ok(Ok(_)) => response,
@@ -452,11 +461,15 @@ async fn route(
         Some(crate::kube::Reply::Warned {
             answer: (code, value),
             warnings,
+            written_at,
         }) => {
             let mut resp = reply(
                 StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 value,
             );
+            if let Some(head) = written_at {
+                resp.extensions_mut().insert(WrittenAt(head));
+            }
             for w in warnings {
                 // RFC 7234's warn-code 299 with no agent, as kube-apiserver sends it:
                 // `299 - "unknown field \"spec.foo\""` (the text quoted and escaped).

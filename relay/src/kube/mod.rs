@@ -85,12 +85,16 @@ pub enum Reply {
     /// One JSON document.
     Json(Answer),
     /// One JSON document, with warnings for the client (`Warning` headers, which
-    /// kubectl prints), as kube-apiserver sends under `fieldValidation=Warn`.
+    /// kubectl prints), as kube-apiserver sends under `fieldValidation=Warn`, and the
+    /// revision a write left the log at.
     Warned {
         /// The document.
         answer: Answer,
         /// Each warning's text.
         warnings: Vec<String>,
+        /// For a write, the log's head once it ran (in memory): the write is durable
+        /// once the store committed this revision. `None` for a read.
+        written_at: Option<u64>,
     },
     /// A stream of watch events.
     Watch(Box<watch::Watch>),
@@ -205,27 +209,35 @@ pub async fn handle(node: &NodeClient, journal: &SharedJournal, req: Request<'_>
         }
         (op, _) => {
             let j = journal.clone();
-            let (answer, warnings) = node
+            let read = req.method == "GET";
+            let (answer, warnings, head) = node
                 .query(move |core: &mut NodeCore| {
                     if let Op::Resource(r) = &op
-                        && r.method == "GET"
+                        && read
                     {
                         if !spaces::exists(core, &space, &named) {
-                            return (spaces::missing(&space), Vec::new());
+                            return (spaces::missing(&space), Vec::new(), 0);
                         }
                         // A read starts its type's status journal (a watch may follow).
                         if let Ok(t) = r.resource_type(core, &space) {
                             j.with(|j| j.observe(core, &space, &t));
                         }
                     }
-                    op.run(core, &space)
+                    let (answer, warnings) = op.run(core, &space);
+                    (answer, warnings, core.log().head().0)
                 })
                 .await
-                .unwrap_or_else(|| (stopping(), Vec::new()));
-            if warnings.is_empty() {
+                .unwrap_or_else(|| (stopping(), Vec::new(), 0));
+            if warnings.is_empty() && read {
                 Reply::Json(answer)
             } else {
-                Reply::Warned { answer, warnings }
+                // A write's answer says where it left the log, so that the door waits
+                // for that commit without asking the node again.
+                Reply::Warned {
+                    answer,
+                    warnings,
+                    written_at: (!read).then_some(head),
+                }
             }
         }
     };
@@ -342,11 +354,14 @@ impl Op {
 impl ResourceOp {
     /// The type the path names.
     fn resource_type(&self, core: &NodeCore, space: &Space) -> Result<ResourceType, Answer> {
-        let catalog = Catalog::of_space(core.log(), space);
-        let Some(t) = catalog
-            .by_resource(&self.group, &self.version, &self.plural)
+        let t = Catalog::builtin_by_resource(&self.group, &self.version, &self.plural)
             .cloned()
-        else {
+            .or_else(|| {
+                Catalog::of_space(core.log(), space)
+                    .by_resource(&self.group, &self.version, &self.plural)
+                    .cloned()
+            });
+        let Some(t) = t else {
             let mut message = format!(
                 "the server could not find the requested resource ({} {}/{})",
                 self.plural, self.group, self.version

@@ -23,7 +23,8 @@ pub fn check(
     manifests: &mut [Manifest],
     validation: FieldValidation,
 ) -> Result<Vec<Vec<String>>, Answer> {
-    let catalog = Catalog::of_space(core.log(), space);
+    // Built only for a manifest of no built-in kind (most writes have none).
+    let catalog = std::cell::OnceCell::new();
     // The batch's own CRDs come first: they replace what the root holds.
     let batch: Vec<ResourceType> = manifests
         .iter()
@@ -39,7 +40,12 @@ pub fn check(
         let t = batch
             .iter()
             .find(|t| t.group == k.group && t.version == k.version && t.kind == k.kind)
-            .or_else(|| catalog.by_kind(&k.group, &k.version, &k.kind));
+            .or_else(|| Catalog::builtin_by_kind(&k.group, &k.version, &k.kind))
+            .or_else(|| {
+                catalog
+                    .get_or_init(|| Catalog::of_space(core.log(), space))
+                    .by_kind(&k.group, &k.version, &k.kind)
+            });
         match t.map(|t| (t, &t.schema)) {
             Some((t, TypeSchema::Custom(schema))) => {
                 pruned.push(enforce(t, schema, &mut m.value, validation)?);
