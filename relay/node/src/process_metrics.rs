@@ -118,7 +118,10 @@ mod tests {
             "process_cpu_seconds_total",
             "strata_tokio_alive_tasks",
         ] {
-            assert!(text.contains(&format!("\n{name} ")), "{name} missing:\n{text}");
+            assert!(
+                text.contains(&format!("\n{name} ")),
+                "{name} missing:\n{text}"
+            );
         }
         let value = |name: &str| -> f64 {
             text.lines()
