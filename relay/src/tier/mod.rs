@@ -14,6 +14,7 @@
 mod accept;
 pub mod core;
 mod input;
+pub mod reach;
 pub mod reports;
 pub mod runtime;
 pub mod session_key;

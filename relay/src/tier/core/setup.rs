@@ -48,7 +48,7 @@ pub struct CoreSetup {
     pub wall_origin: UnixMillis,
     /// At the root: how many positions of history the log keeps beyond what children
     /// need, so that a Kubernetes client's watch or list from a recent
-    /// `resourceVersion` is served rather than answered 410 ([`WATCH_HISTORY`] in a
+    /// `resourceVersion` is served rather than answered 410 ([`WATCH_HISTORY`](super::WATCH_HISTORY) in a
     /// node; 0 keeps only what children need).
     pub watch_history: u64,
     /// A root replica that serves the writer's log without writing it (its records

@@ -18,7 +18,7 @@ use strata_protocol::model::Cluster;
 use strata_protocol::time::UnixMillis;
 use strata_protocol::wire::{LinkRecord, ReportKey, ReportValue, Role};
 
-use crate::tier::core::{LinkLookup, Reach, last_seen};
+use crate::tier::reach::{LinkLookup, Reach, last_seen};
 
 /// A cluster's state as the web view colours it.
 ///

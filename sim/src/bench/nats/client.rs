@@ -261,29 +261,3 @@ pub(super) async fn subscribe(
 fn ack_inbox(leaf: u32) -> String {
     format!("_INBOX.ack{leaf}")
 }
-
-/// Publishes payload `seq` of `size` bytes. Core NATS: returns once the server
-/// processed it (PING/PONG). JetStream: once the stream stored it (its PubAck, on the
-/// publisher's inbox; see [`super::jetstream`]).
-pub(super) async fn publish(
-    conn: &mut Conn,
-    flavor: Flavor,
-    seq: u64,
-    size: usize,
-) -> Result<(), BenchError> {
-    let reply = match flavor {
-        Flavor::Core => String::new(),
-        Flavor::JetStream => format!("{} ", super::jetstream::INBOX),
-    };
-    let mut msg = format!("PUB {SUBJECT} {reply}{}\r\n", size.max(8)).into_bytes();
-    msg.extend_from_slice(&seq.to_le_bytes());
-    msg.resize(msg.len() + size.saturating_sub(8), b'x');
-    msg.extend_from_slice(b"\r\n");
-    conn.writer.write_all(&msg).await.map_err(err)?;
-    match flavor {
-        Flavor::Core => conn.flush().await,
-        Flavor::JetStream => {
-            super::jetstream::check(&super::jetstream::answer(conn).await?, "publishing")
-        }
-    }
-}

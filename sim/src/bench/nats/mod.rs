@@ -21,13 +21,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 pub(crate) use super::NatsFlavor as Flavor;
 use super::measure::Arrivals;
 use super::{BenchError, Dist, NatsReport, Options};
-use client::{Heard, Tls, connect, publish, subscribe};
+use client::{Conn, Heard, Tls, connect, subscribe};
 
 mod client;
 mod jetstream;
@@ -134,6 +135,25 @@ fn spawn_all(
         servers.push(Server { child, client });
     }
     Ok(())
+}
+
+/// Publishes payload `seq` of `size` bytes. Core NATS: returns once the server
+/// processed it (PING/PONG). JetStream: once the stream stored it (its PubAck, on the
+/// publisher's inbox; see `jetstream.rs`).
+async fn publish(conn: &mut Conn, flavor: Flavor, seq: u64, size: usize) -> Result<(), BenchError> {
+    let reply = match flavor {
+        Flavor::Core => String::new(),
+        Flavor::JetStream => format!("{} ", jetstream::INBOX),
+    };
+    let mut msg = format!("PUB {SUBJECT} {reply}{}\r\n", size.max(8)).into_bytes();
+    msg.extend_from_slice(&seq.to_le_bytes());
+    msg.resize(msg.len() + size.saturating_sub(8), b'x');
+    msg.extend_from_slice(b"\r\n");
+    conn.writer.write_all(&msg).await.map_err(err)?;
+    match flavor {
+        Flavor::Core => conn.flush().await,
+        Flavor::JetStream => jetstream::check(&jetstream::answer(conn).await?, "publishing"),
+    }
 }
 
 fn proc_rss_cpu(pid: u32) -> (u64, f64) {
