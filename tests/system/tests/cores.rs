@@ -560,7 +560,7 @@ fn a_removal_undone_within_one_batch_keeps_the_clusters_status() {
 /// what kept going.
 #[test]
 #[should_panic(
-    expected = "did not settle within 3 steps: at 15ms, busiest [\"center x2\", \"eu x2\""
+    expected = "did not settle within 3 steps: at 15ms, busiest [\"eu -> x3\", \"center x2\", \"eu x2\""
 )]
 fn a_tree_that_does_not_settle_fails_naming_what_kept_going() {
     let mut t = two_regions();
