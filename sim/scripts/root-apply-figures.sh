@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Apply throughput at the root, sled against etcd (three etcd members on loopback,
 # Debian's etcd-server): ConfigMaps created with the real kubectl, one client applying
-# N objects, then ten clients applying N/10 each at once; prints objects/s and the load
-# average. Usage: root-apply-figures.sh [BIN_DIR] [N] (default target/debug, 300; use a
-# release build for figures). Needs .ci/install-kube-clients and .ci/install-etcd.
+# N objects, then ten clients applying N/10 each at once, then the plain client
+# relay/examples/api_figures creating 10 x N over 10 keep-alive connections (issue 49's
+# goals: >= 1,000/s on sled, >= 500/s on a 3-member etcd); prints objects/s and the load
+# average. Usage: root-apply-figures.sh [BIN_DIR] [N] (default target/debug, 300; use the
+# production build for figures: cargo build --profile production -p strata-relay --bin
+# relay --example api_figures). Needs .ci/install-kube-clients and .ci/install-etcd.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(cd "${1:-$here/target/debug}" && pwd)
@@ -77,5 +80,9 @@ for backend in sled etcd; do
     for j in $(jobs -p); do case " ${pids[*]} " in *" $j "*) ;; *) wait "$j";; esac; done
     end=$(date +%s.%N)
     echo "$backend: ten kubectl at once, $n ConfigMaps in all: $(rate "$n" "$end" "$start") objects/s (load average after: $(cut -d' ' -f1-3 /proc/loadavg))"
+    if [ -x "$bin/examples/api_figures" ]; then
+        echo "$backend: plain client, $((10 * n)) ConfigMaps over 10 connections:"
+        "$bin/examples/api_figures" create $((10 * n)) 10 "plain" | sed "s/^/$backend:   /"
+    fi
     kill "$root"; wait "$root" 2>/dev/null || true
 done
