@@ -25,6 +25,7 @@ mod tree;
 mod api_durability;
 mod ca_rotation;
 mod cores;
+mod cores_dns;
 mod debug_tunnel;
 mod demo;
 mod docs;

@@ -1,0 +1,165 @@
+//! Where the subtree's apps can be reached: the endpoints agents report
+//! ([`ReportKey::Endpoints`](strata_protocol::wire::ReportKey::Endpoints)), per
+//! placement for the root's `ServiceEndpoints`, and the addresses DNS answers with;
+//! and the drain that ends a make-before-break move (`choose.rs` asks
+//! [`NodeCore::drained`]).
+//!
+//! A relay knows its own subtree only: the clusters below it.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use strata_protocol::choice::Decision;
+use strata_protocol::model::{Cluster, ObjectKey};
+use strata_protocol::time::UnixMillis;
+use strata_protocol::wire::{EndpointKind, ServiceEndpoints};
+
+use super::{NodeCore, last_seen};
+
+/// One cluster's endpoints for a Service or Ingress, as this node knows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterEndpoints {
+    /// The cluster.
+    pub cluster: String,
+    /// The relays from this node down to the cluster's parent: its length is how far
+    /// the cluster is (nearest first).
+    pub path: Vec<String>,
+    /// What its agent reported.
+    pub endpoints: ServiceEndpoints,
+    /// Whether every link down to it is up and its agent reaches its API server.
+    pub reachable: bool,
+    /// Whether a move is draining it: it still holds the app, DNS leaves it out.
+    pub draining: bool,
+}
+
+impl ClusterEndpoints {
+    /// Whether DNS names it: Available, reachable, not draining.
+    pub fn serves(&self) -> bool {
+        self.endpoints.available && self.reachable && !self.draining
+    }
+}
+
+/// What DNS answers for one name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DnsTargets {
+    /// IP addresses, nearest cluster first, each once.
+    pub addresses: Vec<IpAddr>,
+    /// Host names (a load balancer's or an Ingress's), nearest cluster first.
+    pub hosts: Vec<String>,
+    /// Whether the name exists here at all (some cluster below reports it, served or
+    /// not): an empty answer, not NXDOMAIN, while it moves.
+    pub known: bool,
+}
+
+impl NodeCore {
+    /// Sets how long a finished move's old clusters drain before they are dropped
+    /// (the root's DNS `ttl` plus `drainGrace`); zero drops them at once.
+    pub fn set_drain(&mut self, drain: Duration) {
+        self.drain = drain;
+    }
+
+    /// The placements that place `object` here, each with the clusters below that
+    /// report its endpoints and that it admits, nearest first.
+    pub fn service_endpoints(&self, object: &ObjectKey) -> Vec<(String, Vec<ClusterEndpoints>)> {
+        let Some(meta) = self.log.get(object).map(|o| o.meta.clone()) else {
+            return Vec::new();
+        };
+        let links = self.reachability();
+        let wall = self.wall_now();
+        let reported: Vec<(&Cluster, &ServiceEndpoints)> = self
+            .reports
+            .endpoints_of(object)
+            .filter_map(|(from, cluster, e)| Some((self.reports.cluster(&from, &cluster)?, e)))
+            .collect();
+        let mut out = Vec::new();
+        for p in self
+            .placements
+            .iter()
+            .filter(|p| p.space == object.space && p.selects_object(&meta))
+        {
+            let view = self.root_view.for_placement(p);
+            let decision: Option<&Decision> = self
+                .root_view
+                .decisions
+                .get(&(p.space.clone(), p.name.clone()));
+            let mut clusters: Vec<ClusterEndpoints> = reported
+                .iter()
+                .filter(|(c, _)| view.selects(c))
+                .map(|(c, e)| ClusterEndpoints {
+                    cluster: c.name.clone(),
+                    path: c.path.clone(),
+                    endpoints: (*e).clone(),
+                    reachable: last_seen(c, &links, wall).0,
+                    draining: decision.is_some_and(|d| d.drains(&c.name)),
+                })
+                .collect();
+            clusters.sort_by(|a, b| (a.path.len(), &a.cluster).cmp(&(b.path.len(), &b.cluster)));
+            out.push((p.name.clone(), clusters));
+        }
+        out
+    }
+
+    /// What DNS answers for `object`: the addresses of the clusters where some
+    /// placement places it, it is Available and reachable, and no move drains it;
+    /// nearest first.
+    pub fn dns_targets(&self, object: &ObjectKey) -> DnsTargets {
+        let mut targets = DnsTargets::default();
+        let mut served: Vec<ClusterEndpoints> = Vec::new();
+        for (_, clusters) in self.service_endpoints(object) {
+            targets.known |= !clusters.is_empty();
+            for c in clusters {
+                // Served when one placement serves it there; left out when a move
+                // drains it under any other.
+                if let Some(seen) = served.iter_mut().find(|s| s.cluster == c.cluster) {
+                    seen.draining |= c.draining;
+                } else {
+                    served.push(c);
+                }
+            }
+        }
+        served.sort_by(|a, b| (a.path.len(), &a.cluster).cmp(&(b.path.len(), &b.cluster)));
+        for c in served.iter().filter(|c| c.serves()) {
+            for e in &c.endpoints.addresses {
+                match e.address.parse::<IpAddr>() {
+                    Ok(ip) if !targets.addresses.contains(&ip) => targets.addresses.push(ip),
+                    Ok(_) => {}
+                    // Ingress hosts are names clients already use, not targets.
+                    Err(_) if e.kind == EndpointKind::IngressHost => {}
+                    Err(_) if !targets.hosts.contains(&e.address) => {
+                        targets.hosts.push(e.address.clone());
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        targets
+    }
+
+    /// A finished move's old clusters (`decision.retiring`, the new clusters being
+    /// available) drain before they are dropped: DNS leaves them out for the drain time
+    /// while they keep the app. Returns whether they may be dropped now; if not, marks
+    /// them draining in `decision` (since when: kept from `decided` while the same
+    /// clusters drain).
+    pub(super) fn drained(
+        &self,
+        decided: &Decision,
+        decision: &mut Decision,
+        wall: UnixMillis,
+    ) -> bool {
+        if self.drain.is_zero() {
+            return true;
+        }
+        let same = decided.draining == decision.retiring;
+        let since = match decided.draining_since {
+            Some(s) if same => s,
+            _ => wall.0,
+        };
+        let drain_ms = u64::try_from(self.drain.as_millis()).unwrap_or(u64::MAX);
+        if same && wall.0 >= since.saturating_add(drain_ms) {
+            return true;
+        }
+        decision.draining = decision.retiring.clone();
+        decision.draining_since = Some(since);
+        false
+    }
+}
