@@ -28,6 +28,7 @@ mod cores;
 mod cores_dns;
 mod debug_tunnel;
 mod demo;
+mod dns_move;
 mod docs;
 mod edge;
 mod etcd_root;
