@@ -17,7 +17,7 @@ impl AgentCore {
     /// An app is Available on this cluster when its Service (or Ingress) and every
     /// other object this agent holds in the same namespace report `Available`.
     pub(super) fn refresh_endpoints(&mut self, now: Instant) {
-        let nodes = self.backend.node_addresses();
+        let nodes = self.nodes.clone();
         // Per (space, namespace): whether everything there is available.
         let mut ready: BTreeMap<(&str, Option<&str>), bool> = BTreeMap::new();
         for (k, s) in &self.statuses {

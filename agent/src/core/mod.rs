@@ -55,6 +55,8 @@ pub struct AgentCore {
     endpoints: BTreeMap<ObjectKey, ServiceEndpoints>,
     /// A status changed since the endpoints were last worked out.
     endpoints_stale: bool,
+    /// The cluster's node addresses the endpoints were last worked out with.
+    nodes: Vec<String>,
     batch: Batch,
     close_parent: Option<(SessionError, Option<std::time::Duration>)>,
     /// This run's id (as in the hello).
@@ -146,6 +148,7 @@ impl AgentCore {
             statuses: BTreeMap::new(),
             endpoints: BTreeMap::new(),
             endpoints_stale: false,
+            nodes: Vec::new(),
             batch: Batch::default(),
             close_parent: None,
             upsynced: BTreeMap::new(),
@@ -295,6 +298,12 @@ impl AgentCore {
         }
         if let Some(reach) = self.backend.poll_reach() {
             self.handle_reach(now, at, &reach);
+        }
+        // NodePort endpoints follow the cluster's nodes too.
+        let nodes = self.backend.node_addresses();
+        if nodes != self.nodes {
+            self.nodes = nodes;
+            self.endpoints_stale = true;
         }
         if std::mem::take(&mut self.endpoints_stale) {
             self.refresh_endpoints(now);
