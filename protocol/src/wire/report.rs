@@ -13,7 +13,7 @@ use crate::time::UnixMillis;
 ///
 /// The variants' order on the wire is their declaration order (bincode numbers them),
 /// so a new one is declared last; the order keys sort in ([`Ord`]) is
-/// [`ReportKey::rank`]'s, with [`ReportKey::Complete`] after every other key.
+/// the declaration order but with [`ReportKey::Complete`] after every other key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ReportKey {
     /// The status of one object on one cluster.
@@ -52,7 +52,7 @@ pub enum ReportKey {
     },
     /// Marks that everything this run of the child reported before it has been sent:
     /// the parent drops what the child's earlier runs reported and this run did not.
-    /// It sorts after every other key ([`ReportKey::rank`]), so that an outbox, which
+    /// It sorts after every other key (see [`ReportKey`]), so that an outbox, which
     /// sends in key order, sends it after everything queued with it.
     Complete {
         /// The child's run (see [`Hello::run`](super::Hello::run)).

@@ -165,3 +165,32 @@ fn dns_follows_a_move_and_leaves_the_old_address_out_before_its_copy_goes() {
     let (_, _, ahead) = move_and_sample(Duration::ZERO);
     assert!(ahead.is_none_or(|ms| ms < 2000), "{ahead:?}");
 }
+
+/// Nearest tier first: a cluster two tiers below the root comes before one three
+/// tiers below, whatever their names; a relay answers for its own subtree only.
+#[test]
+fn dns_names_the_nearest_clusters_first() {
+    let mut t = Tree::builder()
+        .root("center")
+        .relay("eu", "center", tree::labels! { region: eu })
+        .relay("eu-site", "eu", tree::labels! { site: s1 })
+        .relay("us", "center", tree::labels! { region: us })
+        .agent("a-deep", "eu-site", tree::labels! { role: pos })
+        .agent("z-near", "us", tree::labels! { role: pos })
+        .build();
+    t.connect_all();
+    t.advance(Duration::from_millis(500));
+    t.apply(&SHOP.replace(", count: 1 }", " }"));
+    t.advance(Duration::from_secs(2));
+    let (deep, near) = (address(&t, "a-deep"), address(&t, "z-near"));
+    assert_eq!(dns(&t, "center"), [near, deep]);
+    assert_eq!(dns(&t, "eu"), [deep]);
+    assert_eq!(dns(&t, "eu-site"), [deep]);
+    assert_eq!(dns(&t, "us"), [near]);
+    let (_, clusters) = &t.relay("center").service_endpoints(&service(&t))[0];
+    let paths: Vec<&[String]> = clusters.iter().map(|c| c.path.as_slice()).collect();
+    assert_eq!(
+        paths,
+        [&["center", "us"][..], &["center", "eu", "eu-site"][..]]
+    );
+}

@@ -163,3 +163,68 @@ impl NodeCore {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::tier::core::testing::root;
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|&n| n.to_owned()).collect()
+    }
+
+    /// The decision of a move whose new clusters are available: `old` retiring.
+    fn settled(old: &[&str]) -> Decision {
+        Decision {
+            retiring: set(old),
+            ..Decision::default()
+        }
+    }
+
+    #[test]
+    fn a_finished_move_drains_its_old_clusters_for_the_drain_time_then_drops_them() {
+        let mut core = root();
+        core.set_drain(Duration::from_secs(10));
+        // The new clusters are available at t = 100 s: the old one starts draining.
+        let mut d = settled(&["old"]);
+        assert!(!core.drained(&Decision::default(), &mut d, UnixMillis(100_000)));
+        assert_eq!(
+            (d.draining.clone(), d.draining_since),
+            (set(&["old"]), Some(100_000))
+        );
+        assert!(d.drains("old") && !d.drains("new"));
+        // Still draining 9.999 s later (the drain's start is kept).
+        let before = d.clone();
+        let mut again = settled(&["old"]);
+        assert!(!core.drained(&before, &mut again, UnixMillis(109_999)));
+        assert_eq!(again.draining_since, Some(100_000));
+        // Dropped once the drain is over.
+        let mut last = settled(&["old"]);
+        assert!(core.drained(&again, &mut last, UnixMillis(110_000)));
+        // Another cluster joining the retiring set starts the drain again, for all.
+        let mut more = settled(&["old", "older"]);
+        assert!(!core.drained(&again, &mut more, UnixMillis(110_000)));
+        assert_eq!(more.draining_since, Some(110_000));
+        // Without a drain (a root without `dns:`), the old clusters go at once.
+        core.set_drain(Duration::ZERO);
+        assert!(core.drained(&Decision::default(), &mut settled(&["old"]), UnixMillis(0)));
+    }
+
+    #[test]
+    fn an_older_relay_reads_a_draining_decision_and_still_admits_the_cluster() {
+        // What an older relay parses: the fields it knows, the new ones ignored.
+        let mut d = settled(&["old"]);
+        d.draining = set(&["old"]);
+        d.draining_since = Some(5);
+        let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(json["draining"], serde_json::json!(["old"]));
+        let mut older = json.clone();
+        older.as_object_mut().unwrap().remove("draining");
+        let back: Decision = serde_json::from_value(older).unwrap();
+        assert!(back.admits("old", || false), "retiring: still admitted");
+        let back: Decision = serde_json::from_value(json).unwrap();
+        assert!(back.admits("old", || false) && back.drains("old"));
+    }
+}
