@@ -119,6 +119,33 @@ fn resolve(port: u16) -> Option<Vec<IpAddr>> {
     )
 }
 
+/// The same question over TCP (two-byte length prefix): the records' addresses.
+fn resolve_tcp(port: u16) -> Vec<IpAddr> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut q = Message::query();
+    q.add_query(Query::query(
+        Name::from_ascii("web.shop.apps.test.").unwrap(),
+        RecordType::A,
+    ));
+    let bytes = q.to_vec().unwrap();
+    let len = u16::try_from(bytes.len()).unwrap().to_be_bytes();
+    stream.write_all(&len).unwrap();
+    stream.write_all(&bytes).unwrap();
+    let mut len = [0u8; 2];
+    stream.read_exact(&mut len).unwrap();
+    let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    stream.read_exact(&mut reply).unwrap();
+    let m = Message::from_vec(&reply).unwrap();
+    m.answers
+        .iter()
+        .filter_map(|r| r.data.to_string().parse().ok())
+        .collect()
+}
+
 /// The root's ServiceEndpoints in `shop`, as kubectl reads them.
 fn endpoints(f: &Fleet) -> Vec<Value> {
     let out = f.ok(
