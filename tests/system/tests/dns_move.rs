@@ -1,7 +1,8 @@
 //! Issue 50, as processes on loopback (`relay up`): a LoadBalancer Service placed on a
 //! cluster shows up in `kubectl get serviceendpoints` (and `-o yaml`, and a watch sees
 //! it change) and in DNS at the root and at its region's relay; then its placement
-//! moves (a new label selector) while DNS at the root is polled every ~100 ms: never a
+//! moves (a new label selector) while DNS at the root is polled every ~100 ms (each poll also reads the
+//! ServiceEndpoints with kubectl, so about every 170 ms): never a
 //! window with no address, never an address whose cluster no longer holds the app (as
 //! the root sees the copies: the clusters reporting its endpoints), the new address
 //! in, the old one out. It prints the longest window with no address and the longest
@@ -201,6 +202,7 @@ fn dns_at_every_tier_follows_a_move() {
         Some(vec![eu_ip]),
         "the region's relay answers too"
     );
+    assert_eq!(resolve_tcp(root_dns), [eu_ip], "over TCP too");
     let items = endpoints(&f);
     assert_eq!(items.len(), 1, "{items:?}");
     assert_eq!(items[0]["metadata"]["name"], "service.web.web");
