@@ -3,7 +3,9 @@
 //! namespace, named `KIND.NAME.PLACEMENT` like a `FleetStatus` (e.g.
 //! `service.web.shop-eu`), listing the clusters the placement places it on that
 //! report endpoints, nearest tier first, each with its addresses and ports and
-//! whether it is Available (and whether DNS names it: not while a move drains it).
+//! whether it is Available (and whether DNS names it: not while a move drains it);
+//! and, under `leaving`, the clusters that still report it although no placement
+//! places it there any more (their copies are being taken away).
 //! Made from the endpoints the agents report (`NodeCore::service_endpoints`), served
 //! and watched like the fleet status kinds (`crate::fleet_status`).
 
@@ -51,19 +53,7 @@ pub fn render(core: &NodeCore, e: &Entry, head: u64) -> Option<Value> {
     let clusters: Vec<Value> = clusters
         .iter()
         .map(|c| {
-            let addresses: Vec<Value> = c
-                .endpoints
-                .addresses
-                .iter()
-                .map(|a| {
-                    let ports: Vec<Value> = a
-                        .ports
-                        .iter()
-                        .map(|p| json!({ "name": p.name, "port": p.port, "protocol": p.protocol }))
-                        .collect();
-                    json!({ "kind": a.kind.name(), "address": a.address, "ports": ports })
-                })
-                .collect();
+            let addresses = addresses_json(&c.endpoints);
             json!({
                 "name": c.cluster,
                 "path": c.path,
@@ -79,6 +69,11 @@ pub fn render(core: &NodeCore, e: &Entry, head: u64) -> Option<Value> {
         .iter()
         .filter(|c| c["served"] == json!(true))
         .count();
+    let leaving: Vec<Value> = core
+        .endpoints_leaving(k)
+        .into_iter()
+        .map(|(name, e)| json!({ "name": name, "addresses": addresses_json(&e) }))
+        .collect();
     Some(json!({
         "apiVersion": crate::fleet_status::API_VERSION,
         "kind": KIND,
@@ -102,7 +97,23 @@ pub fn render(core: &NodeCore, e: &Entry, head: u64) -> Option<Value> {
         "placement": e.placement,
         "summary": { "clusters": clusters.len(), "served": served },
         "clusters": clusters,
+        "leaving": leaving,
     }))
+}
+
+/// A cluster's addresses with their ports, as the object lists them.
+fn addresses_json(e: &strata_protocol::wire::ServiceEndpoints) -> Vec<Value> {
+    e.addresses
+        .iter()
+        .map(|a| {
+            let ports: Vec<Value> = a
+                .ports
+                .iter()
+                .map(|p| json!({ "name": p.name, "port": p.port, "protocol": p.protocol }))
+                .collect();
+            json!({ "kind": a.kind.name(), "address": a.address, "ports": ports })
+        })
+        .collect()
 }
 
 fn label(s: &str) -> String {

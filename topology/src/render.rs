@@ -57,6 +57,8 @@ pub struct NodeFile {
     pub metrics: Option<SocketAddr>,
     /// How many children the topology puts below it (relays and clusters).
     pub children: usize,
+    /// Where a relay answers DNS (`dns.listen`), if it does.
+    pub dns: Option<SocketAddr>,
 }
 
 /// Every node's configuration, parents before children.
@@ -248,6 +250,7 @@ pub fn render_for(
             config: path,
             metrics,
             children: children.len(),
+            dns: dns_listen,
         });
     }
     for c in &topology.clusters {
@@ -301,6 +304,7 @@ pub fn render_for(
             config: path,
             metrics,
             children: 0,
+            dns: None,
         });
     }
     ports.save()?;

@@ -295,6 +295,7 @@ pub fn strata_schema(kind: &str, g: &mut SchemaGenerator) -> Option<Value> {
                 "placement": { "type": "string", "description": "The placement." },
                 "summary": { "type": "object", "description": "How many clusters report, and how many DNS names.", "x-kubernetes-preserve-unknown-fields": true },
                 "clusters": { "type": "array", "description": "Per cluster: name, path, available, reachable, draining, served (named by DNS), addresses with their ports.", "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } },
+                "leaving": { "type": "array", "description": "Clusters that still hold it although no placement places it there any more (name, addresses).", "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } },
             },
         })),
         _ => None,

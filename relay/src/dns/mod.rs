@@ -220,3 +220,40 @@ fn truncate(reply: &mut Vec<u8>) {
         *reply = short;
     }
 }
+
+/// Asks the DNS server at `server` for the A and AAAA records of `name` over UDP (the
+/// demo's probe); `None` when no answer came within `within`.
+pub async fn lookup(
+    server: SocketAddr,
+    name: &str,
+    within: std::time::Duration,
+) -> Option<Vec<std::net::IpAddr>> {
+    use hickory_proto::op::{Message, Query};
+    use hickory_proto::rr::{Name, RecordType};
+    let name = Name::from_ascii(name).ok()?;
+    let local: SocketAddr = if server.is_ipv4() {
+        ([127, 0, 0, 1], 0).into()
+    } else {
+        (std::net::Ipv6Addr::LOCALHOST, 0).into()
+    };
+    let socket = UdpSocket::bind(local).await.ok()?;
+    let mut out = Vec::new();
+    for kind in [RecordType::A, RecordType::AAAA] {
+        let mut q = Message::query();
+        q.add_query(Query::query(name.clone(), kind));
+        socket.send_to(&q.to_vec().ok()?, server).await.ok()?;
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(within, socket.recv(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        let reply = Message::from_vec(&buf[..n]).ok()?;
+        out.extend(
+            reply
+                .answers
+                .iter()
+                .filter_map(|r| r.data.to_string().parse::<std::net::IpAddr>().ok()),
+        );
+    }
+    Some(out)
+}

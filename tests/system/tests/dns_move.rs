@@ -157,14 +157,15 @@ fn endpoints(f: &Fleet) -> Vec<Value> {
     v["items"].as_array().cloned().unwrap_or_default()
 }
 
-/// The clusters the root's ServiceEndpoints list (those whose agent reports the copy),
-/// and those it serves.
+/// The clusters the root's ServiceEndpoints list, placed or leaving (those whose agent
+/// reports the copy), and those it serves.
 fn listed(items: &[Value]) -> (Vec<String>, Vec<String>) {
     let mut all = Vec::new();
     let mut served = Vec::new();
+    let of = |i: &Value, field: &str| i[field].as_array().cloned().unwrap_or_default();
     for c in items
         .iter()
-        .flat_map(|i| i["clusters"].as_array().cloned().unwrap_or_default())
+        .flat_map(|i| of(i, "clusters").into_iter().chain(of(i, "leaving")))
     {
         let name = c["name"].as_str().unwrap_or_default().to_owned();
         if c["served"] == Value::Bool(true) {

@@ -99,6 +99,21 @@ impl NodeCore {
         out
     }
 
+    /// The clusters below that still report `object`'s endpoints although no placement
+    /// places it there any more: their copies are being taken away.
+    pub fn endpoints_leaving(&self, object: &ObjectKey) -> Vec<(String, ServiceEndpoints)> {
+        let placed: Vec<String> = self
+            .service_endpoints(object)
+            .into_iter()
+            .flat_map(|(_, cs)| cs.into_iter().map(|c| c.cluster))
+            .collect();
+        self.reports
+            .endpoints_of(object)
+            .filter(|(_, cluster, _)| !placed.contains(cluster))
+            .map(|(_, cluster, e)| (cluster, e.clone()))
+            .collect()
+    }
+
     /// What DNS answers for `object`: the addresses of the clusters where some
     /// placement places it, it is Available and reachable, and no move drains it;
     /// nearest first.
