@@ -51,6 +51,14 @@ pub trait ClusterBackend {
     fn poll_reach(&mut self) -> Option<Reach> {
         None
     }
+    /// The addresses of the cluster's nodes (InternalIP and ExternalIP), for NodePort
+    /// Services' endpoints; empty when not known.
+    fn node_addresses(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Tells the backend which cluster it is (called once, when the agent starts): the
+    /// simulated cluster derives its addresses from it.
+    fn set_cluster(&mut self, _cluster: &strata_protocol::model::Cluster) {}
 }
 
 /// Whether the agent reaches its cluster's API server.

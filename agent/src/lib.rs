@@ -13,6 +13,8 @@
 //!   drift repair, health, associated objects).
 //! * [`config`]: the agent's configuration file; [`cli`]: its command line.
 //! * [`core`]: the agent's sync core (link, desired state, cluster), no I/O.
+//! * [`endpoints`]: where a Service or Ingress can be reached, from its manifest and
+//!   status.
 //! * [`customize`]: objects rendered for this cluster, user summaries evaluated on them.
 //! * [`runtime`]: the core as a [`strata_node::driver::Node`] under the driver.
 //! * [`ops`]: the agent's metrics, `/healthz` and `/readyz` (what readiness means).
@@ -22,6 +24,7 @@ pub mod cli;
 pub mod config;
 pub mod core;
 pub mod customize;
+pub mod endpoints;
 pub mod kubernetes;
 pub mod ops;
 pub mod runtime;

@@ -84,6 +84,7 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
                 ..KubeOptions::default()
             };
             let mut cluster = KubeCluster::start(client.clone(), options, clock);
+            cluster.list_nodes(client.clone(), kubernetes::nodes::LIST_EVERY);
             cluster.probe_reach(client, server, initial, kubernetes::reach::PROBE_EVERY);
             kube_counters = Some(cluster.counters());
             (Box::new(cluster), "Kubernetes API")

@@ -8,7 +8,9 @@
 //! * A `Job` runs for `ready_delay` (`active: 1`), then completes: `succeeded` =
 //!   `spec.completions` (1 by default), the `SuccessCriteriaMet` and `Complete`
 //!   conditions true, as the Job controller writes them; it is `Available` then.
-//! * Any other kind is `Available` as soon as it is applied, with an empty `.status`.
+//! * Any other kind is `Available` as soon as it is applied, with an empty `.status`;
+//!   a Service of type LoadBalancer gets the cluster's address in
+//!   `status.loadBalancer.ingress` ([`simulated_address`]), and its nodes have it too.
 //! * An object labelled `strata.dev/simulate-failure: <reason>`, or any object when the
 //!   cluster itself is configured to fail, reports `Failed` with that reason.
 
@@ -83,6 +85,27 @@ pub struct SimulatedCluster {
     changed: bool,
     /// The Pods its workloads run, for its small Kubernetes API (the debug tunnel).
     pods: PodBoard,
+    /// The cluster's address: its load balancers' and its node's.
+    address: Option<String>,
+}
+
+/// The property a simulated cluster's address may be given in.
+pub const ADDRESS_PROPERTY: &str = "simulated.address";
+
+/// A simulated cluster's address: its `simulated.address` property, else a loopback
+/// address derived from its name (`127.a.b.c`, the same for a name every time), so
+/// that tests can tell clusters apart by the address DNS gives.
+pub fn simulated_address(cluster: &strata_protocol::model::Cluster) -> String {
+    if let Some(a) = cluster.properties.get(ADDRESS_PROPERTY) {
+        return a.clone();
+    }
+    // FNV-1a: stable across builds and platforms.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in cluster.name.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    let [a, b, c, _] = h.to_be_bytes();
+    format!("127.{}.{}.{}", a % 254 + 1, b, c % 254 + 1)
 }
 
 impl SimulatedCluster {
@@ -93,6 +116,7 @@ impl SimulatedCluster {
             objects: BTreeMap::new(),
             changed: false,
             pods: PodBoard::default(),
+            address: None,
         }
     }
 
@@ -222,7 +246,12 @@ impl ClusterBackend for SimulatedCluster {
                 continue;
             }
             held.reported = Some(health);
-            let (numbers, status) = simulated_status(held, health, at);
+            let (numbers, mut status) = simulated_status(held, health, at);
+            if let Some(address) = &self.address
+                && is_load_balancer(&key, &held.body)
+            {
+                status["loadBalancer"] = serde_json::json!({ "ingress": [ { "ip": address } ] });
+            }
             changed.push((
                 key,
                 Status {
@@ -237,6 +266,14 @@ impl ClusterBackend for SimulatedCluster {
             ));
         }
         changed
+    }
+
+    fn set_cluster(&mut self, cluster: &strata_protocol::model::Cluster) {
+        self.address = Some(simulated_address(cluster));
+    }
+
+    fn node_addresses(&self) -> Vec<String> {
+        self.address.iter().cloned().collect()
     }
 
     fn manifest(&self, key: &ObjectKey) -> Option<Vec<u8>> {
@@ -254,6 +291,20 @@ impl ClusterBackend for SimulatedCluster {
             .map(|h| h.applied + self.config.ready_delay)
             .min()
     }
+}
+
+/// Whether `key` is a Service of type LoadBalancer.
+fn is_load_balancer(key: &ObjectKey, body: &[u8]) -> bool {
+    key.group.is_empty()
+        && key.kind == "Service"
+        && serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| {
+                v.pointer("/spec/type")
+                    .and_then(serde_json::Value::as_str)
+                    .map(|t| t == "LoadBalancer")
+            })
+            .unwrap_or(false)
 }
 
 /// A condition as Kubernetes' controllers write them.

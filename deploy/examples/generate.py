@@ -21,7 +21,8 @@ def write(name, comment, lines):
 
 
 def demo():
-    lines = ["metadata: { name: demo }", "spec:", "  root: { name: center }", "  relays:"]
+    lines = ["metadata: { name: demo }", "spec:",
+             "  root: { name: center, dns: { listen: 127.0.0.1:0, zone: demo.strata, ttlSeconds: 1, drainGraceSeconds: 2 } }", "  relays:"]
     for r in ["eu", "us"]:
         lines.append(f"    - {{ name: {r}, parent: center, labels: {{ region: {r} }} }}")
     for r in ["eu", "us"]:
@@ -35,7 +36,7 @@ def demo():
     write("demo.yaml", """# The demo hierarchy (`relay demo` embeds this file): a root, 2 regional relays, 3 site
 # relays each and 4 simulated clusters per site (`simulated: {}`: said, never assumed). No
 # addresses are given: every port is assigned on loopback when the configs are rendered
-# (kept in ports.yaml).
+# (kept in ports.yaml). The root answers DNS for the zone demo.strata.
 #   relay topology validate deploy/examples/demo.yaml
 #   relay up deploy/examples/demo.yaml
 """, lines)

@@ -53,6 +53,16 @@ pub struct Decision {
     /// When the clusters now retiring started to (Unix milliseconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retiring_since: Option<u64>,
+    /// Retiring clusters the move no longer needs (the new ones are available): they
+    /// keep the placement's objects, but DNS at every relay leaves them out, until
+    /// the drain is over ([`Decision::draining_since`] plus the root's drain time) and
+    /// they are dropped. Always a subset of [`Decision::retiring`], so a relay of an
+    /// older version, which ignores this field, keeps admitting them as retiring.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub draining: BTreeSet<String>,
+    /// When the clusters now draining started to (Unix milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draining_since: Option<u64>,
     /// During a rollout: the only clusters that get the placement's objects as they
     /// are now; every other cluster it admits gets the pinned previous revision
     /// ([`crate::waves`]). Absent: every cluster gets the objects as they are.
@@ -71,6 +81,11 @@ impl Decision {
             Some(chosen) => chosen.contains(cluster),
             None => !self.except.contains(cluster) && matches(),
         }
+    }
+
+    /// Whether `cluster` is draining: admitted, but no longer named by DNS.
+    pub fn drains(&self, cluster: &str) -> bool {
+        self.draining.contains(cluster)
     }
 
     /// Whether a cluster it admits gets the objects as they are now (else: their pinned

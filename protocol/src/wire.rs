@@ -14,8 +14,10 @@ use serde::{Deserialize, Serialize};
 use crate::model::{Cursor, Object, ObjectKey, Position};
 
 mod compat;
+mod endpoints;
 mod report;
 pub use compat::{LinkRecordV3, LinkRecordV4};
+pub use endpoints::{Endpoint, EndpointKind, EndpointPort, ServiceEndpoints};
 pub use report::{LinkPath, LinkRecord, LinkTransport, Report, ReportKey, ReportValue, Reports};
 
 /// A protocol version number. Peers negotiate the highest version both support.
@@ -48,7 +50,14 @@ pub type ProtocolVersion = u16;
 ///   no path known); a parent of version 4 is sent link records without it
 ///   ([`ReportValue::LinkExpiring`] keeps the version-4 shape; the path travels in
 ///   [`ReportValue::LinkVia`] from version 5 on).
-pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 5;
+/// - 6: adds [`ReportKey::Endpoints`] / [`ReportValue::Endpoints`], where a Service or
+///   Ingress can be reached on a cluster. Sent only to a parent of version 6
+///   ([`Reports::for_version`] leaves them out for an older one), so an older parent
+///   keeps working and knows no endpoints; a child of version 5 simply reports none.
+pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 6;
+
+/// The first protocol version with [`ReportKey::Endpoints`].
+pub const ENDPOINTS_VERSION: ProtocolVersion = 6;
 
 /// The first protocol version with [`ChildToParent::LinkPath`] and
 /// [`ReportValue::LinkVia`].

@@ -58,6 +58,9 @@ pub struct NodeConfig {
     pub replica: Option<Replica>,
     /// Signing its children's certificate renewals, if this node does (`renew:`).
     pub renew: Option<RenewSigning>,
+    /// Answering DNS for the subtree's apps, and at the root the drain of moves
+    /// (`dns:`), if this node does.
+    pub dns: Option<crate::dns::DnsConfig>,
 }
 
 /// How a relay signs its children's certificate renewals (`renew:`): with the CA
@@ -182,6 +185,8 @@ struct RawConfig {
     replica: Option<String>,
     #[serde(default)]
     renew: Option<RawRenew>,
+    #[serde(default)]
+    dns: Option<crate::dns::RawDns>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -534,6 +539,7 @@ impl NodeConfig {
             }
         });
         let tls = raw.tls.resolve(base, &mut faults);
+        let dns = raw.dns.and_then(|d| d.check(&mut faults));
         if !faults.is_empty() {
             return Err(Refusal::Invalid(faults));
         }
@@ -556,6 +562,7 @@ impl NodeConfig {
             admission,
             replica,
             renew,
+            dns,
         })
     }
 
@@ -597,6 +604,7 @@ mod tests {
             ("store.", field_names::<RawStore>()),
             ("store.etcd.", field_names::<RawEtcd>()),
             ("store.etcd.tls.", field_names::<RawEtcdTls>()),
+            ("dns.", field_names::<crate::dns::RawDns>()),
         ];
         assert!(
             sections[0].1.contains(&"summary_interval_ms"),

@@ -18,6 +18,9 @@
 //!   text views of the tier tree and the inventory) and `tokens` (`relay token`,
 //!   `relay join-token`).
 //! * [`config`]: the node configuration file, validated with every fault named.
+//! * [`dns`]: the relay's authoritative DNS for its subtree's apps (issue 50).
+//! * [`fleet_status`] and [`service_endpoints`]: the read-only kinds the root makes
+//!   from what the clusters report (`FleetStatus`, `ServiceEndpoints`).
 //! * [`identity`]: API users from x509 client certificates and OIDC ID tokens, and the
 //!   roles the configuration maps them to.
 //! * `http`: what the API and the metrics server share (listener, accept loop).
@@ -38,6 +41,7 @@ pub mod certs;
 pub mod client;
 pub mod cmd;
 pub mod config;
+pub mod dns;
 pub mod fleet_status;
 pub mod generation;
 mod http;
@@ -50,5 +54,6 @@ pub mod metrics;
 pub mod placement_summary;
 pub mod reload;
 pub mod renew;
+pub mod service_endpoints;
 pub mod tier;
 pub mod uid;

@@ -27,6 +27,7 @@ pub async fn render(
     node: &NodeClient,
     store: &dyn Store,
     api: Option<&ApiMetrics>,
+    dns: Option<&crate::dns::DnsCounters>,
 ) -> Option<Exposition> {
     let core = node
         .query(|c| {
@@ -297,6 +298,24 @@ pub async fn render(
         "Bytes the store uses.",
         &one(store.size_bytes() as f64),
     );
+    if let Some(dns) = dns {
+        let rows: Vec<(Labels, f64)> = dns
+            .snapshot()
+            .into_iter()
+            .map(|(o, n)| {
+                (
+                    vec![("node", name.clone()), ("outcome", o.name().to_owned())],
+                    n as f64,
+                )
+            })
+            .collect();
+        out.family(
+            "strata_dns_queries_total",
+            Kind::Counter,
+            "DNS queries by outcome: answered (records or an empty answer), nxdomain, refused (outside the zone), dropped (not DNS).",
+            &rows,
+        );
+    }
     if let Some(api) = api {
         api.render(&mut out).await;
     }
@@ -311,6 +330,8 @@ pub struct RelayOps {
     pub store: Arc<dyn Store>,
     /// The root's API address and counters (the root only).
     pub api: Option<(SocketAddr, Arc<ApiMetrics>)>,
+    /// The DNS server's counters, when it serves DNS.
+    pub dns: Option<Arc<crate::dns::DnsCounters>>,
 }
 
 /// What a root replica on etcd answers while it waits for the writer lease: alive,
@@ -349,6 +370,7 @@ impl OpsSource for RelayOps {
             &self.node,
             self.store.as_ref(),
             self.api.as_ref().map(|(_, m)| &**m),
+            self.dns.as_deref(),
         ))
     }
 

@@ -421,6 +421,7 @@ impl SimHierarchy {
                 None => None,
             },
             admission_hold: strata_relay::tier::runtime::DEFAULT_ADMISSION_HOLD,
+            drain: std::time::Duration::ZERO,
         })?;
         self.relays.borrow_mut().insert(name, handle.client());
         handle.wait().await?;

@@ -38,7 +38,7 @@ pub mod raw;
 pub mod render;
 pub mod systemd;
 
-pub use compile::{Addr, Cluster, ClusterBackend, Diagnostics, Relay, Topology, compile};
+pub use compile::{Addr, Cluster, ClusterBackend, Diagnostics, Dns, Relay, Topology, compile};
 
 /// A topology that compiled, with its warnings.
 #[derive(Debug, Clone)]

@@ -83,6 +83,27 @@ pub struct RawRoot {
     /// Labels every cluster inherits.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Answering DNS for the whole hierarchy's apps, and the drain of moves.
+    #[serde(default)]
+    pub dns: Option<RawDns>,
+}
+
+/// `dns:` of the root or a relay: an authoritative DNS server for the apps below it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDns {
+    /// `IP:PORT` for UDP and TCP (`127.0.0.1:0`: a port assigned when rendering);
+    /// absent: none (at the root, the drain of moves only).
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// The zone.
+    pub zone: String,
+    /// The answers' TTL, in seconds.
+    #[serde(default, rename = "ttlSeconds")]
+    pub ttl_seconds: Option<u32>,
+    /// At the root: how long past a TTL a finished move's old clusters stay.
+    #[serde(default, rename = "drainGraceSeconds")]
+    pub drain_grace_seconds: Option<u64>,
 }
 
 /// One entry of `spec.relays`.
@@ -107,6 +128,9 @@ pub struct RawRelay {
     /// Labels every cluster below inherits.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Answering DNS for the apps below it.
+    #[serde(default)]
+    pub dns: Option<RawDns>,
     /// How it reaches its parent: the address it dials instead of the parent's own
     /// (`host:port` allowed, resolved at every connect), e.g. a load balancer's name.
     #[serde(default, rename = "parentAddress")]

@@ -57,6 +57,8 @@ pub struct NodeFile {
     pub metrics: Option<SocketAddr>,
     /// How many children the topology puts below it (relays and clusters).
     pub children: usize,
+    /// Where a relay answers DNS (`dns.listen`), if it does.
+    pub dns: Option<SocketAddr>,
 }
 
 /// Every node's configuration, parents before children.
@@ -158,6 +160,10 @@ pub fn render_for(
     };
     for r in &topology.relays {
         let (listen, _, metrics) = resolved[r.name.as_str()];
+        let dns_listen = match r.dns.as_ref().and_then(|d| d.listen) {
+            Some(a) => Some(ports.resolve(&r.name, "dns", a)?),
+            None => None,
+        };
         let children: Vec<&str> = r
             .relays
             .iter()
@@ -194,6 +200,9 @@ pub fn render_for(
                 );
             }
             y.push_str(&refs.metrics(metrics));
+            if let Some(d) = &r.dns {
+                y.push_str(&dns_line(d, dns_listen));
+            }
             if let Some(ms) = options.summary_interval_ms {
                 let _ = writeln!(y, "summary_interval_ms: {ms}");
             }
@@ -241,6 +250,7 @@ pub fn render_for(
             config: path,
             metrics,
             children: children.len(),
+            dns: dns_listen,
         });
     }
     for c in &topology.clusters {
@@ -294,6 +304,7 @@ pub fn render_for(
             config: path,
             metrics,
             children: 0,
+            dns: None,
         });
     }
     ports.save()?;
@@ -393,4 +404,20 @@ fn flow_map(m: &BTreeMap<String, String>) -> String {
         return "{}".to_owned();
     }
     format!("{{ {} }}", items.join(", "))
+}
+
+/// A relay's `dns:` line, with its listen address resolved.
+fn dns_line(d: &crate::Dns, listen: Option<SocketAddr>) -> String {
+    let mut fields = Vec::new();
+    if let Some(l) = listen {
+        fields.push(format!("listen: \"{l}\""));
+    }
+    fields.push(format!("zone: \"{}\"", d.zone));
+    if let Some(t) = d.ttl_seconds {
+        fields.push(format!("ttl_s: {t}"));
+    }
+    if let Some(g) = d.drain_grace_seconds {
+        fields.push(format!("drain_grace_s: {g}"));
+    }
+    format!("dns: {{ {} }}\n", fields.join(", "))
 }

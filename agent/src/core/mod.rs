@@ -35,7 +35,9 @@ use strata_protocol::wire::{Change, LinkPath, ParentToChild, Report, ReportKey, 
 
 use crate::backend::{ClusterBackend, Reach, UpsyncRule};
 use crate::customize::{cluster_vars, render_object, set_user_entries, summarized};
+use strata_protocol::wire::ServiceEndpoints;
 
+mod endpoints;
 mod pins;
 mod restore;
 use pins::{held_as, pinned_rules, report_key};
@@ -49,6 +51,12 @@ pub struct AgentCore {
     backend: Box<dyn ClusterBackend + Send>,
     /// The last status reported per object.
     statuses: BTreeMap<ObjectKey, Status>,
+    /// The endpoints last reported per Service and Ingress (`endpoints.rs`).
+    endpoints: BTreeMap<ObjectKey, ServiceEndpoints>,
+    /// A status changed since the endpoints were last worked out.
+    endpoints_stale: bool,
+    /// The cluster's node addresses the endpoints were last worked out with.
+    nodes: Vec<String>,
     batch: Batch,
     close_parent: Option<(SessionError, Option<std::time::Duration>)>,
     /// This run's id (as in the hello).
@@ -138,12 +146,16 @@ impl AgentCore {
             log,
             backend,
             statuses: BTreeMap::new(),
+            endpoints: BTreeMap::new(),
+            endpoints_stale: false,
+            nodes: Vec::new(),
             batch: Batch::default(),
             close_parent: None,
             upsynced: BTreeMap::new(),
             upsync_stale: true,
             stats: AgentStats::default(),
         };
+        core.backend.set_cluster(&core.cluster);
         let objects: Vec<_> = core.log.live().cloned().collect();
         for o in objects {
             core.apply_to_cluster(now, at, &Change::Upsert(o));
@@ -287,6 +299,15 @@ impl AgentCore {
         if let Some(reach) = self.backend.poll_reach() {
             self.handle_reach(now, at, &reach);
         }
+        // NodePort endpoints follow the cluster's nodes too.
+        let nodes = self.backend.node_addresses();
+        if nodes != self.nodes {
+            self.nodes = nodes;
+            self.endpoints_stale = true;
+        }
+        if std::mem::take(&mut self.endpoints_stale) {
+            self.refresh_endpoints(now);
+        }
         let mut batch = std::mem::take(&mut self.batch);
         batch.merge(Batch::log_changes(&mut self.log));
         batch
@@ -338,6 +359,10 @@ impl AgentCore {
             .collect();
         for (k, body) in upsynced {
             self.push_upsynced(now, k, Some(body));
+        }
+        let endpoints: Vec<_> = std::mem::take(&mut self.endpoints).into_iter().collect();
+        for (k, e) in endpoints {
+            self.push_endpoints(now, k, Some(e));
         }
         // Everything this run knows is queued: the parent may drop what earlier runs
         // reported and this one did not.
@@ -520,6 +545,7 @@ impl AgentCore {
     }
 
     fn push_status(&mut self, now: Instant, key: &ObjectKey, status: Option<Status>) {
+        self.endpoints_stale = true;
         let report_key = ReportKey::Status {
             cluster: self.cluster.name.clone(),
             object: key.clone(),

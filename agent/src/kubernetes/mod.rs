@@ -22,6 +22,7 @@
 
 pub mod associated;
 pub mod health;
+pub mod nodes;
 pub mod reach;
 pub mod upsync;
 mod watch;
@@ -282,6 +283,12 @@ pub struct KubeCluster {
         tokio::sync::watch::Receiver<Reach>,
         tokio::task::JoinHandle<()>,
     )>,
+    /// The node addresses as last listed, with the listing's task (aborted on drop),
+    /// when [`KubeCluster::list_nodes`] started one.
+    nodes: Option<(
+        tokio::sync::watch::Receiver<Vec<String>>,
+        tokio::task::JoinHandle<()>,
+    )>,
 }
 
 impl std::fmt::Debug for Command {
@@ -299,6 +306,9 @@ impl Drop for KubeCluster {
         self.task.abort();
         if let Some((_, probe)) = &self.reach {
             probe.abort();
+        }
+        if let Some((_, listing)) = &self.nodes {
+            listing.abort();
         }
     }
 }
@@ -331,7 +341,16 @@ impl KubeCluster {
             counters,
             task,
             reach: None,
+            nodes: None,
         }
+    }
+
+    /// Lists the cluster's Nodes every `every` for their addresses (NodePort
+    /// Services' endpoints, [`ClusterBackend::node_addresses`]).
+    pub fn list_nodes(&mut self, client: kube::Client, every: Duration) {
+        let (tx, rx) = tokio::sync::watch::channel(Vec::new());
+        let task = tokio::spawn(nodes::run(client, every, tx, self.wake.clone()));
+        self.nodes = Some((rx, task));
     }
 
     /// Asks the API server at `server` (through `client`) every `every` whether it
@@ -415,6 +434,13 @@ impl ClusterBackend for KubeCluster {
 
     fn poll_upsync(&mut self) -> Vec<upsync::Upsynced> {
         KubeCluster::poll_upsync(self)
+    }
+
+    fn node_addresses(&self) -> Vec<String> {
+        self.nodes
+            .as_ref()
+            .map(|(rx, _)| rx.borrow().clone())
+            .unwrap_or_default()
     }
 
     fn poll_reach(&mut self) -> Option<Reach> {

@@ -1,14 +1,15 @@
-//! What changed on the wire in protocol versions 4 ([`RENEW_VERSION`]) and 5
-//! ([`PATH_VERSION`]), and how a node of this build speaks to an older peer:
+//! What changed on the wire in protocol versions 4 ([`RENEW_VERSION`]), 5
+//! ([`PATH_VERSION`]) and 6 ([`ENDPOINTS_VERSION`]), and how a node of this build speaks to an older peer:
 //! [`ErrorCode::Revoked`] becomes [`ErrorCode::UnknownChild`] before version 4, and link
 //! records travel without their certificate expiry before version 4
-//! ([`LinkRecordV3`]) and without their path before version 5 ([`LinkRecordV4`]).
+//! ([`LinkRecordV3`]) and without their path before version 5 ([`LinkRecordV4`]);
+//! endpoints are not sent at all before version 6.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{
-    ErrorCode, LinkRecord, LinkTransport, PATH_VERSION, ProtocolVersion, RENEW_VERSION,
-    ReportValue, Reports, Role,
+    ENDPOINTS_VERSION, ErrorCode, LinkRecord, LinkTransport, PATH_VERSION, ProtocolVersion,
+    RENEW_VERSION, ReportKey, ReportValue, Reports, Role,
 };
 use crate::time::UnixMillis;
 
@@ -146,8 +147,14 @@ impl From<LinkRecordV3> for LinkRecord {
 
 impl Reports {
     /// The batch as it goes on the wire to a parent speaking `version`
-    /// ([`ReportValue::for_version`]).
+    /// ([`ReportValue::for_version`]); endpoints are left out for a parent older than
+    /// version 6 ([`ENDPOINTS_VERSION`]), which could not decode them (the batch keeps
+    /// its number: acknowledgements stay contiguous).
     pub fn for_version(mut self, version: ProtocolVersion) -> Reports {
+        if version < ENDPOINTS_VERSION {
+            self.items
+                .retain(|r| !matches!(r.key, ReportKey::Endpoints { .. }));
+        }
         for r in &mut self.items {
             let v = std::mem::replace(&mut r.value, ReportValue::Removed);
             r.value = v.for_version(version);
@@ -251,6 +258,70 @@ mod tests {
             ReportValue::LinkVia(record()).for_version(4),
             ReportValue::LinkExpiring(_)
         ));
+    }
+
+    fn endpoints_report() -> crate::wire::Report {
+        use crate::model::{ObjectKey, ObjectKeyParts, Space};
+        use crate::wire::{Endpoint, EndpointKind, EndpointPort, ServiceEndpoints};
+        crate::wire::Report {
+            key: ReportKey::Endpoints {
+                cluster: "c1".into(),
+                object: ObjectKey::new(ObjectKeyParts {
+                    space: Space("default".into()),
+                    group: String::new(),
+                    version: "v1".into(),
+                    kind: "Service".into(),
+                    namespace: Some("shop".into()),
+                    name: "web".into(),
+                }),
+            },
+            value: ReportValue::Endpoints(ServiceEndpoints {
+                available: true,
+                addresses: vec![Endpoint {
+                    kind: EndpointKind::LoadBalancer,
+                    address: "127.1.0.1".into(),
+                    ports: vec![EndpointPort {
+                        name: "http".into(),
+                        port: 80,
+                        protocol: "TCP".into(),
+                    }],
+                }],
+            }),
+        }
+    }
+
+    #[test]
+    fn a_parent_older_than_version_6_is_sent_no_endpoints() {
+        let complete = crate::wire::Report {
+            key: ReportKey::Complete { run: 1 },
+            value: ReportValue::Complete,
+        };
+        let batch = Reports {
+            epoch: 0,
+            epoch_start: 1,
+            seq: 3,
+            items: vec![endpoints_report(), complete.clone()],
+        };
+        // Version 5: the endpoints are left out, the batch keeps its number.
+        let old = batch.clone().for_version(PATH_VERSION);
+        assert_eq!(old.seq, 3);
+        assert_eq!(old.items, vec![complete.clone()]);
+        // Version 6 carries them, and they decode back whole.
+        let new = batch.clone().for_version(ENDPOINTS_VERSION);
+        assert_eq!(new.items.len(), 2);
+        let back: Reports = decode_value(&encode_value(&new).unwrap()).unwrap();
+        assert_eq!(back.received(), batch);
+    }
+
+    #[test]
+    fn endpoints_keep_the_older_keys_wire_numbers_and_sort_before_complete() {
+        // `Complete` was the sixth variant (index 5) up to version 5 and still is.
+        let bytes = encode_value(&ReportKey::Complete { run: 9 }).unwrap();
+        assert_eq!(bytes, encode_value(&(5u32, 9u64)).unwrap());
+        // An outbox sends in key order: the marker after endpoints queued with it.
+        let e = endpoints_report().key;
+        assert!(e < ReportKey::Complete { run: 0 });
+        assert!(ReportKey::Cluster { name: "z".into() } < e);
     }
 
     impl ReportValue {

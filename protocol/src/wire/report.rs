@@ -4,13 +4,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Role;
+use super::{Role, ServiceEndpoints};
 use crate::model::{Cluster, ObjectKey, Status};
 use crate::summary::Summary;
 use crate::time::UnixMillis;
 
 /// What a report is about. Reports with equal keys supersede each other.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+///
+/// The variants' order on the wire is their declaration order (bincode numbers them),
+/// so a new one is declared last; the order keys sort in ([`Ord`]) is
+/// the declaration order but with [`ReportKey::Complete`] after every other key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ReportKey {
     /// The status of one object on one cluster.
     Status {
@@ -48,12 +52,82 @@ pub enum ReportKey {
     },
     /// Marks that everything this run of the child reported before it has been sent:
     /// the parent drops what the child's earlier runs reported and this run did not.
-    /// Declared last so that it sorts after every other key and an outbox, which sends
-    /// in key order, sends it after everything queued with it.
+    /// It sorts after every other key (see [`ReportKey`]), so that an outbox, which
+    /// sends in key order, sends it after everything queued with it.
     Complete {
         /// The child's run (see [`Hello::run`](super::Hello::run)).
         run: u64,
     },
+    /// Where a Service or Ingress can be reached on one cluster (protocol version 6,
+    /// [`ENDPOINTS_VERSION`](super::ENDPOINTS_VERSION)); forwarded whole up the tiers.
+    Endpoints {
+        /// The cluster.
+        cluster: String,
+        /// The Service or Ingress.
+        object: ObjectKey,
+    },
+}
+
+impl ReportKey {
+    /// Where the key's variant sorts: the declaration order, but
+    /// [`ReportKey::Complete`] last.
+    fn rank(&self) -> u8 {
+        match self {
+            ReportKey::Status { .. } => 0,
+            ReportKey::Summary { .. } => 1,
+            ReportKey::Cluster { .. } => 2,
+            ReportKey::Link { .. } => 3,
+            ReportKey::Upsynced { .. } => 4,
+            ReportKey::Endpoints { .. } => 5,
+            ReportKey::Complete { .. } => 6,
+        }
+    }
+}
+
+impl Ord for ReportKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        use ReportKey as K;
+        match (self, other) {
+            (
+                K::Status { cluster, object },
+                K::Status {
+                    cluster: c2,
+                    object: o2,
+                },
+            )
+            | (
+                K::Upsynced { cluster, object },
+                K::Upsynced {
+                    cluster: c2,
+                    object: o2,
+                },
+            )
+            | (
+                K::Endpoints { cluster, object },
+                K::Endpoints {
+                    cluster: c2,
+                    object: o2,
+                },
+            ) => (cluster, object).cmp(&(c2, o2)),
+            (
+                K::Summary { placement, object },
+                K::Summary {
+                    placement: p2,
+                    object: o2,
+                },
+            ) => (placement, object).cmp(&(p2, o2)),
+            (K::Cluster { name }, K::Cluster { name: n2 }) => name.cmp(n2),
+            (K::Link { node }, K::Link { node: n2 }) => node.cmp(n2),
+            (K::Complete { run }, K::Complete { run: r2 }) => run.cmp(r2),
+            _ => self.rank().cmp(&other.rank()),
+        }
+    }
+}
+
+impl PartialOrd for ReportKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 /// The latest value for a [`ReportKey`].
@@ -101,6 +175,8 @@ pub enum ReportValue {
     /// For [`ReportKey::Link`], whole: with the expiry and the link's path (protocol
     /// version 5, [`PATH_VERSION`](super::PATH_VERSION)).
     LinkVia(LinkRecord),
+    /// For [`ReportKey::Endpoints`] (protocol version 6).
+    Endpoints(ServiceEndpoints),
 }
 
 /// A parent-to-child link as the parent sees it.

@@ -33,6 +33,9 @@ pub enum TypeSchema {
 pub const FLEET_STATUS_KIND: &str = "FleetStatus";
 /// The same for a cluster-scoped object.
 pub const CLUSTER_FLEET_STATUS_KIND: &str = "ClusterFleetStatus";
+/// Where a Service or Ingress can be reached under one placement (read-only; the
+/// relay's `service_endpoints` makes it).
+pub const SERVICE_ENDPOINTS_KIND: &str = "ServiceEndpoints";
 
 /// The verbs of a type anyone may write.
 pub const VERBS: [&str; 8] = [
@@ -81,11 +84,13 @@ impl ResourceType {
         self.group == STRATA_GROUP && self.kind == CLUSTER_KIND
     }
 
-    /// Whether this is one of our fleet status kinds (made from what the clusters
-    /// report, read-only).
+    /// Whether this is one of our kinds made from what the clusters report, read-only:
+    /// the fleet status kinds and `ServiceEndpoints`.
     pub fn is_fleet_status(&self) -> bool {
         self.group == STRATA_GROUP
-            && (self.kind == FLEET_STATUS_KIND || self.kind == CLUSTER_FLEET_STATUS_KIND)
+            && (self.kind == FLEET_STATUS_KIND
+                || self.kind == CLUSTER_FLEET_STATUS_KIND
+                || self.kind == SERVICE_ENDPOINTS_KIND)
     }
 
     /// The verbs discovery lists for it.
@@ -183,6 +188,18 @@ fn strata_types() -> Vec<ResourceType> {
             singular: "clusterfleetstatus".to_owned(),
             namespaced: false,
             short_names: vec!["cfst".to_owned()],
+            categories: Vec::new(),
+            check: None,
+            schema: TypeSchema::Strata,
+        },
+        ResourceType {
+            group: STRATA_GROUP.to_owned(),
+            version: "v1alpha1".to_owned(),
+            kind: SERVICE_ENDPOINTS_KIND.to_owned(),
+            plural: "serviceendpoints".to_owned(),
+            singular: "serviceendpoints".to_owned(),
+            namespaced: true,
+            short_names: vec!["sep".to_owned()],
             categories: Vec::new(),
             check: None,
             schema: TypeSchema::Strata,

@@ -287,6 +287,17 @@ pub fn strata_schema(kind: &str, g: &mut SchemaGenerator) -> Option<Value> {
                 "properties": props,
             }))
         }
+        "ServiceEndpoints" => Some(json!({
+            "type": "object",
+            "description": "ServiceEndpoints is where a Service or Ingress can be reached under one placement: the clusters that report its addresses, nearest tier first (read-only; named KIND.NAME.PLACEMENT).",
+            "properties": {
+                "object": { "type": "object", "description": "The Service or Ingress.", "x-kubernetes-preserve-unknown-fields": true },
+                "placement": { "type": "string", "description": "The placement." },
+                "summary": { "type": "object", "description": "How many clusters report, and how many DNS names.", "x-kubernetes-preserve-unknown-fields": true },
+                "clusters": { "type": "array", "description": "Per cluster: name, path, available, reachable, draining, served (named by DNS), addresses with their ports.", "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } },
+                "leaving": { "type": "array", "description": "Clusters that still hold it although no placement places it there any more (name, addresses).", "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } },
+            },
+        })),
         _ => None,
     }
 }

@@ -43,6 +43,11 @@ kind: ConfigMap
 metadata: {{ name: shop-config, namespace: retail, labels: {{ app: shop }} }}
 data: {{ currency: EUR }}
 ---
+apiVersion: v1
+kind: Service
+metadata: {{ name: shop, namespace: retail, labels: {{ app: shop }} }}
+spec: {{ type: LoadBalancer, ports: [ {{ name: http, port: 80 }} ] }}
+---
 apiVersion: strata.dev/v1alpha1
 kind: Placement
 metadata: {{ name: shop }}
@@ -254,9 +259,16 @@ async fn drive(h: &Hierarchy, tty: bool, strategy: &str, kubeconfig: &Path) -> a
     let gap = roll(&client, &map, second, h, tty, strategy).await?;
     println!(
         "\nduring the move, the app was available on no cluster for {} ms at most (sampled every {} ms)",
-        gap.as_millis(),
+        gap.app.as_millis(),
         SAMPLE.as_millis()
     );
+    if let Some((dns, name)) = gap.dns {
+        println!(
+            "DNS at the root ({name}): no address for {} ms at most, an address of a cluster that no longer held the app for {} ms at most",
+            dns.nowhere.as_millis(),
+            dns.stale.as_millis()
+        );
+    }
     println!("\nfinal summary:");
     print_summary(&client, &map, second).await;
     kubectl_step(kubeconfig)?;
@@ -411,9 +423,51 @@ fn region_line(region: &str, placement: Option<&Value>) -> String {
 /// How often the demo reads the root's summary while the app rolls out or moves.
 const SAMPLE: Duration = Duration::from_millis(50);
 
+/// The longest windows a roll saw.
+#[derive(Debug, Default)]
+struct Gaps {
+    /// The root's summary showed the app available on no cluster.
+    app: Duration,
+    /// The root's DNS (when it serves), and the name asked.
+    dns: Option<(DnsGaps, String)>,
+}
+
+/// The longest windows DNS at the root answered no address, and an address of a cluster
+/// whose copy was gone (not in the app's `ServiceEndpoints` any more).
+#[derive(Debug, Default)]
+struct DnsGaps {
+    nowhere: Duration,
+    stale: Duration,
+}
+
+/// The addresses the root's `ServiceEndpoints` of the app list, placed or leaving (the
+/// clusters holding its Service, as they report).
+async fn listed_addresses(client: &ApiClient) -> Vec<std::net::IpAddr> {
+    let Some(list) = get(
+        client,
+        "/spaces/default/apis/strata.dev/v1alpha1/namespaces/retail/serviceendpoints",
+    )
+    .await
+    else {
+        return Vec::new();
+    };
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|i| {
+            let of = |field: &str| i[field].as_array().cloned().unwrap_or_default();
+            of("clusters").into_iter().chain(of("leaving"))
+        })
+        .flat_map(|c| c["addresses"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| a["address"].as_str()?.parse().ok())
+        .collect()
+}
+
 /// Applies the app placed on `region` and shows progress until every cluster of the
 /// region runs it and no other holds it. Returns the longest time the root's summary
-/// showed the app available on no cluster, once it had been available somewhere.
+/// showed the app available on no cluster, once it had been available somewhere, and
+/// the same of DNS at the root when it serves.
 async fn roll(
     client: &ApiClient,
     map: &Map,
@@ -421,7 +475,26 @@ async fn roll(
     h: &Hierarchy,
     tty: bool,
     strategy: &str,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<Gaps> {
+    let dns = h
+        .rendered
+        .nodes
+        .iter()
+        .find(|n| n.name == h.rendered.root)
+        .and_then(|n| n.dns);
+    let zone = h
+        .topology
+        .root()
+        .dns
+        .as_ref()
+        .map(|d| d.zone.trim_end_matches('.').to_owned());
+    let name = zone.map(|z| format!("shop.retail.{z}."));
+    let mut dns_gaps = DnsGaps::default();
+    let (mut empty_since, mut stale_since): (
+        Option<tokio::time::Instant>,
+        Option<tokio::time::Instant>,
+    ) = (None, None);
+    let mut answered = false;
     let (status, v) = client
         .request(
             Method::POST,
@@ -469,6 +542,21 @@ async fn roll(
             p["summary"]["health"]["available"].as_u64().unwrap_or(0)
         });
         let now = tokio::time::Instant::now();
+        if let (Some(server), Some(name)) = (dns, &name) {
+            let answer = crate::dns::lookup(server, name, Duration::from_millis(500))
+                .await
+                .unwrap_or_default();
+            let listed = listed_addresses(client).await;
+            answered |= !answer.is_empty();
+            let stale = answer.iter().any(|a| !listed.contains(a));
+            window(
+                &mut dns_gaps.nowhere,
+                &mut empty_since,
+                answered && answer.is_empty(),
+                now,
+            );
+            window(&mut dns_gaps.stale, &mut stale_since, stale, now);
+        }
         match (available, nowhere_since) {
             (0, None) => nowhere_since = Some(now),
             (0, Some(_)) => {}
@@ -493,7 +581,10 @@ async fn roll(
                 && current
                 && !elsewhere
             {
-                return Ok(gap);
+                return Ok(Gaps {
+                    app: gap,
+                    dns: name.map(|n| (dns_gaps, n)),
+                });
             }
         }
         tokio::time::sleep(SAMPLE).await;
@@ -502,6 +593,20 @@ async fn roll(
         "the rollout to {region} did not complete; see the logs in {}",
         strata_topology::files::logs(&h.dir).display()
     )
+}
+
+/// Keeps `longest` the longest stretch of samples for which `now_in` held.
+fn window(
+    longest: &mut Duration,
+    since: &mut Option<tokio::time::Instant>,
+    now_in: bool,
+    now: tokio::time::Instant,
+) {
+    match (now_in, *since) {
+        (true, None) => *since = Some(now),
+        (true, Some(s)) => *longest = (*longest).max(now - s),
+        (false, _) => *since = None,
+    }
 }
 
 fn bar(done: u64, of: u64) -> String {

@@ -64,6 +64,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run one node until SIGTERM or SIGINT.
+    ///
+    /// With `dns: { listen, zone, ttl_s }` in the configuration, the node also answers
+    /// DNS (UDP and TCP, authoritative) for the apps of its subtree:
+    /// `<service>.<namespace>.<zone>` gives the addresses of the clusters where the app
+    /// is Available, nearest first (see deploy/CONFIG.md).
     Serve {
         /// The node's configuration file (YAML).
         #[arg(long, short = 'c', value_name = "FILE")]

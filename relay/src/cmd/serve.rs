@@ -89,6 +89,9 @@ pub enum ServeError {
     /// The metrics could not be served.
     #[error(transparent)]
     Metrics(#[from] MetricsBindError),
+    /// DNS could not be served.
+    #[error(transparent)]
+    Dns(#[from] crate::dns::DnsError),
     /// Waiting for the writer lease ended without a store (the task panicked).
     #[error("waiting to become the writer failed: {detail}")]
     Standby { detail: String },
@@ -286,6 +289,12 @@ pub fn start_on(config: &NodeConfig, store: Arc<dyn Store>) -> Result<NodeHandle
         joining,
         tunnels_per_link: config.tunnels_per_link,
         admission_hold: config.admission_hold,
+        // At the root, a finished move's old clusters drain for one DNS TTL plus a grace.
+        drain: config
+            .dns
+            .as_ref()
+            .filter(|_| config.is_root())
+            .map_or(Duration::ZERO, crate::dns::DnsConfig::drain),
         admission: config.admission,
         replica: config.replica.clone(),
         signer: crate::renew::Signer::load(
@@ -328,12 +337,26 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         data = %config.data.display(),
         "node started"
     );
+    let dns_counters = Arc::new(crate::dns::DnsCounters::default());
+    let dns = match config
+        .dns
+        .as_ref()
+        .and_then(|d| Some((d.listen?, d.zone.clone())))
+    {
+        Some((listen, zone)) => {
+            let (task, _) =
+                crate::dns::spawn(listen, zone, handle.client(), dns_counters.clone()).await?;
+            Some(task)
+        }
+        None => None,
+    };
     let api_metrics = Arc::new(crate::api_metrics::ApiMetrics::default());
     // One set of checks for the metrics listener and the API port's health paths.
     let health: Arc<dyn strata_node::ops::OpsSource> = Arc::new(crate::metrics::RelayOps {
         node: handle.client(),
         store,
         api: config.api.as_ref().map(|a| (a.listen, api_metrics.clone())),
+        dns: config.dns.as_ref().map(|_| dns_counters.clone()),
     });
     let api = match &config.api {
         Some(api) => Some(crate::api::spawn(
@@ -360,7 +383,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     };
     signals.recv().await;
     tracing::info!("shutting down");
-    for task in [api, metrics, replicating, sweeper, Some(children)]
+    for task in [api, metrics, replicating, sweeper, dns, Some(children)]
         .into_iter()
         .flatten()
     {

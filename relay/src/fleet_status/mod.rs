@@ -56,7 +56,7 @@ pub fn is_fleet_status(group: &str, kind: &str) -> bool {
 }
 
 /// A name part as a Kubernetes name can hold it: lower case, `[a-z0-9.-]`.
-fn name_part(s: &str) -> String {
+pub(crate) fn name_part(s: &str) -> String {
     s.chars()
         .map(|c| match c.to_ascii_lowercase() {
             c @ ('a'..='z' | '0'..='9' | '-' | '.') => c,
@@ -86,9 +86,38 @@ pub struct Entry {
     pub placement: String,
 }
 
+impl Entry {
+    /// The entry of `kind` about `object` under `placement` (in the object's space and
+    /// namespace, named by [`name_of`]).
+    pub fn new(kind: &str, object: &ObjectKey, placement: &str) -> Entry {
+        Entry {
+            key: ObjectKey::new(ObjectKeyParts {
+                space: object.space.clone(),
+                group: STRATA_GROUP.to_owned(),
+                version: VERSION.to_owned(),
+                kind: kind.to_owned(),
+                namespace: object.namespace.clone(),
+                name: name_of(object, placement),
+            }),
+            object: object.clone(),
+            placement: placement.to_owned(),
+        }
+    }
+}
+
+/// The objects of `space` of one kind made from reports (`kind`: [`KIND`],
+/// [`CLUSTER_KIND`] or `ServiceEndpoints`, [`crate::service_endpoints`]); in `namespace`
+/// only when given. Ordered by key.
+pub fn entries(core: &NodeCore, space: &Space, kind: &str, namespace: Option<&str>) -> Vec<Entry> {
+    if kind == crate::service_endpoints::KIND {
+        return crate::service_endpoints::entries(core, space, namespace);
+    }
+    fleet_entries(core, space, kind == KIND, namespace)
+}
+
 /// The fleet statuses of `space`: of its namespaced objects (`namespaced`), or of its
 /// cluster-scoped ones; in `namespace` only when given. Ordered by key.
-pub fn entries(
+fn fleet_entries(
     core: &NodeCore,
     space: &Space,
     namespaced: bool,
@@ -109,33 +138,26 @@ pub fn entries(
             .iter()
             .filter(|p| p.selects_object(&o.meta))
         {
-            out.push(Entry {
-                key: ObjectKey::new(ObjectKeyParts {
-                    space: space.clone(),
-                    group: STRATA_GROUP.to_owned(),
-                    version: VERSION.to_owned(),
-                    kind: if namespaced { KIND } else { CLUSTER_KIND }.to_owned(),
-                    namespace: k.namespace.clone(),
-                    name: name_of(k, &p.name),
-                }),
-                object: k.clone(),
-                placement: p.name.clone(),
-            });
+            out.push(Entry::new(
+                if namespaced { KIND } else { CLUSTER_KIND },
+                k,
+                &p.name,
+            ));
         }
     }
     out.sort_by(|a, b| a.key.cmp(&b.key));
     out
 }
 
-/// The fleet status `name` (in `namespace`), if the space has it.
+/// The object of `kind` named `name` (in `namespace`), if the space has it.
 pub fn find(
     core: &NodeCore,
     space: &Space,
-    namespaced: bool,
+    kind: &str,
     namespace: Option<&str>,
     name: &str,
 ) -> Option<Entry> {
-    entries(core, space, namespaced, namespace)
+    entries(core, space, kind, namespace)
         .into_iter()
         .find(|e| e.key.name == name)
 }
@@ -174,6 +196,9 @@ fn health_of(s: &Summary) -> &'static str {
 /// The fleet status as a client reads it; `head` is its `resourceVersion` (the
 /// root's revision when it was read: a fleet status changes without a write).
 pub fn render(core: &NodeCore, e: &Entry, head: u64) -> Option<Value> {
+    if e.key.kind == crate::service_endpoints::KIND {
+        return crate::service_endpoints::render(core, e, head);
+    }
     let object = core.log().get(&e.object)?;
     let placement = core
         .placements()
@@ -291,7 +316,13 @@ pub fn digest(v: &Value) -> u64 {
 
 /// A `meta.k8s.io/v1` Table of fleet statuses, for `kubectl get fleetstatuses`.
 pub fn table(items: &[Value], head: u64) -> Value {
-    let columns: Vec<Value> = [
+    if items
+        .first()
+        .is_some_and(|v| v["kind"] == crate::service_endpoints::KIND)
+    {
+        return crate::service_endpoints::table(items, head);
+    }
+    let columns = [
         ("Name", "name", "metadata.name"),
         ("Kind", "", "the object's kind"),
         ("Object", "", "the object's name"),
@@ -309,10 +340,7 @@ pub fn table(items: &[Value], head: u64) -> Value {
             "",
             "the lowest revision the clusters observed, of the object's",
         ),
-    ]
-    .iter()
-    .map(|(n, f, d)| json!({ "name": n, "type": "string", "format": f, "description": d }))
-    .collect();
+    ];
     let rows: Vec<Value> = items
         .iter()
         .map(|v| {
@@ -321,8 +349,9 @@ pub fn table(items: &[Value], head: u64) -> Value {
             let observed = s["observedRevision"]
                 .as_u64()
                 .map_or("-".to_owned(), |r| r.to_string());
-            json!({
-                "cells": [
+            row(
+                v,
+                json!([
                     v["metadata"]["name"],
                     v["object"]["kind"],
                     v["object"]["name"],
@@ -332,13 +361,29 @@ pub fn table(items: &[Value], head: u64) -> Value {
                     n("progressing").to_string(),
                     (n("failed") + n("degraded")).to_string(),
                     format!("{observed}/{}", v["object"]["revision"]),
-                ],
-                "object": {
-                    "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                    "metadata": v["metadata"],
-                },
-            })
+                ]),
+            )
         })
+        .collect();
+    table_of(&columns, rows, head)
+}
+
+/// One row of a `meta.k8s.io/v1` Table: its cells, and the object's metadata.
+pub(crate) fn row(v: &Value, cells: Value) -> Value {
+    json!({
+        "cells": cells,
+        "object": {
+            "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+            "metadata": v["metadata"],
+        },
+    })
+}
+
+/// A `meta.k8s.io/v1` Table of string columns (name, format, description) and rows.
+pub(crate) fn table_of(columns: &[(&str, &str, &str)], rows: Vec<Value>, head: u64) -> Value {
+    let columns: Vec<Value> = columns
+        .iter()
+        .map(|(n, f, d)| json!({ "name": n, "type": "string", "format": f, "description": d }))
         .collect();
     json!({
         "kind": "Table", "apiVersion": "meta.k8s.io/v1",

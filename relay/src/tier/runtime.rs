@@ -68,6 +68,9 @@ pub struct NodeOptions {
     /// How many children connect and set up at once (the rest are told when to come
     /// back): see [`crate::tier::core::AdmissionConfig`] and `accept.rs`.
     pub admission: Admission,
+    /// At the root: how long a finished move's old clusters drain before they are
+    /// dropped ([`NodeCore::set_drain`](super::core::NodeCore::set_drain)); zero: at once.
+    pub drain: Duration,
 }
 
 pub use crate::limits::{Admission, DEFAULT_HANDSHAKE_QUEUE, DEFAULT_HANDSHAKES};
@@ -214,6 +217,7 @@ pub fn start(parts: NodeOptions) -> Result<NodeHandle, NodeError> {
     core.set_admission(crate::tier::core::AdmissionConfig {
         setups: parts.admission.setups,
     });
+    core.set_drain(parts.drain);
     let gate = Arc::new(super::accept::HandshakeGate::new(
         parts.admission.handshakes,
         parts.admission.queue,

@@ -82,6 +82,7 @@ pub async fn serve_api(
         node: root.clone(),
         store,
         api: Some((listen, metrics.clone())),
+        dns: None,
     });
     let api = strata_relay::api::spawn(&api_conf, &config, root, metrics, health)
         .map_err(|e| BenchError::setup("the API", e))?;

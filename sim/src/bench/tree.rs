@@ -530,6 +530,7 @@ fn start_node(
         replica: None,
         signer: None,
         admission_hold: std::time::Duration::ZERO,
+        drain: std::time::Duration::ZERO,
     })
     .map_err(|e| BenchError::setup(&slot.name, e))?;
     slot.handle = Some(handle);

@@ -33,7 +33,7 @@ spec:
 ";
 
 /// Two regions; eu has a point of sale and a kiosk, us a point of sale.
-fn two_regions() -> Tree {
+pub(crate) fn two_regions() -> Tree {
     Tree::builder()
         .root("center")
         .relay("eu", "center", labels! { region: eu })
@@ -646,6 +646,13 @@ status: { labelOverrides: {} }
     assert!(!holds_web(&t, "eu-pos"), "eu-pos still has no region here");
 }
 
+/// A `NoExecute` taint on `cluster` (its Cluster object at the root): what drains it.
+pub(crate) fn no_execute(cluster: &str) -> String {
+    format!(
+        "apiVersion: strata.dev/v1alpha1\nkind: Cluster\nmetadata: {{ name: {cluster} }}\nspec: {{ taints: [ {{ key: maintenance, effect: NoExecute }} ] }}\n"
+    )
+}
+
 /// A placement on one point-of-sale cluster of two.
 const ONE_POS: &str = "
 apiVersion: apps/v1
@@ -687,9 +694,7 @@ fn drain_and_sample(strategy: &str) -> (String, String, usize) {
         "eu-pos"
     }
     .to_owned();
-    t.apply(&format!(
-        "apiVersion: strata.dev/v1alpha1\nkind: Cluster\nmetadata: {{ name: {drained} }}\nspec: {{ taints: [ {{ key: maintenance, effect: NoExecute }} ] }}\n"
-    ));
+    t.apply(&no_execute(&drained));
     // What users see: the root's summary of where the app is available.
     let available = |t: &Tree| {
         let root = t.relay("center");

@@ -3,7 +3,8 @@
 //! is plain appended lines (no terminal escapes). With kubectl on the PATH (the one
 //! `.ci/install-kube-clients` installs), its last step shows the fleet as kubectl sees
 //! it at the root, through the kubeconfig it wrote, then a simulated cluster's Pods and
-//! a Pod's log three tiers down, through the debug tunnel.
+//! a Pod's log three tiers down, through the debug tunnel. Its root answers DNS, and
+//! during the move never without an address nor with a gone cluster's.
 
 #![allow(clippy::unwrap_used)] // integration tests may unwrap
 
@@ -100,4 +101,15 @@ fn the_demo_rolls_out_moves_the_app_and_exits_cleanly() {
         "{log}"
     );
     assert!(stdout.contains("stopped every process"), "{stdout}");
+    // DNS at the root followed the move: never no address, never a gone cluster's.
+    let dns = stdout
+        .lines()
+        .find(|l| l.starts_with("DNS at the root (shop.retail.demo.strata.)"))
+        .unwrap_or_else(|| panic!("no DNS figures:\n{stdout}"));
+    println!("{dns}");
+    assert!(
+        dns.contains("no address for 0 ms at most")
+            && dns.contains("no longer held the app for 0 ms at most"),
+        "{dns}"
+    );
 }

@@ -69,7 +69,34 @@ pub(super) fn relay_addrs(
         clusters: Vec::new(),
         join_tokens: 0,
         link: ParentLink::default(),
+        dns: None,
     }
+}
+
+/// Checks a relay's `dns:` (its address claimed over UDP and TCP).
+pub(super) fn dns(
+    who: &str,
+    raw: &Option<crate::raw::RawDns>,
+    udp: &mut BTreeMap<SocketAddr, Vec<String>>,
+    tcp: &mut BTreeMap<SocketAddr, Vec<String>>,
+    errors: &mut Vec<String>,
+) -> Option<super::model::Dns> {
+    let raw = raw.as_ref()?;
+    if raw.zone.trim_matches('.').is_empty() {
+        errors.push(format!("{who}: dns.zone: must not be empty"));
+    }
+    let listen = raw.listen.as_deref().and_then(|l| {
+        let a = addr(who, "dns.listen", Some(l), errors)?;
+        claim(&a, format!("{who} (dns)"), udp);
+        claim(&a, format!("{who} (dns)"), tcp);
+        Some(a)
+    });
+    Some(super::model::Dns {
+        listen,
+        zone: raw.zone.clone(),
+        ttl_seconds: raw.ttl_seconds,
+        drain_grace_seconds: raw.drain_grace_seconds,
+    })
 }
 
 /// Checks how a node reaches its parent: `parentAddress` is `IP:PORT` or `host:port`, or

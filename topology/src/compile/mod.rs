@@ -8,7 +8,7 @@ mod model;
 pub(crate) use self::addrs::parent_link;
 pub use self::addrs::{check_api_name, fmt_addr};
 pub use self::backend::ClusterBackend;
-pub use self::model::{Addr, Cluster, Diagnostics, ParentLink, Relay, Topology};
+pub use self::model::{Addr, Cluster, Diagnostics, Dns, ParentLink, Relay, Topology};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -214,10 +214,12 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
             api,
             metrics,
             labels,
+            dns,
         } = r;
         let mut relay = relay_addrs(
             &who, name, listen, address, metrics, &mut udp, &mut tcp, errors,
         );
+        relay.dns = addrs::dns(&who, dns, &mut udp, &mut tcp, errors);
         let (api, names): (Option<&str>, &[String]) = match api {
             None => (None, &[]),
             Some(RawApi::Listen(a)) => (Some(a.as_str()), &[]),
@@ -246,6 +248,7 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
             address,
             metrics,
             labels,
+            dns,
             parent_address,
             transport,
             proxy,
@@ -254,6 +257,7 @@ pub fn compile(raw: RawTopology) -> (Option<Topology>, Diagnostics) {
         let mut relay = relay_addrs(
             &who, name, listen, address, metrics, &mut udp, &mut tcp, errors,
         );
+        relay.dns = addrs::dns(&who, dns, &mut udp, &mut tcp, errors);
         relay.link = parent_link(
             &who,
             parent_address,

@@ -58,6 +58,21 @@ pub struct Relay {
     pub join_tokens: u32,
     /// How it reaches its parent (empty at the root).
     pub link: ParentLink,
+    /// Its DNS server, if it has one.
+    pub dns: Option<Dns>,
+}
+
+/// A relay's `dns:`, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dns {
+    /// Where it answers (UDP and TCP), if anywhere.
+    pub listen: Option<Addr>,
+    /// The zone, as written.
+    pub zone: String,
+    /// The TTL, in seconds.
+    pub ttl_seconds: Option<u32>,
+    /// The drain's grace, in seconds (root).
+    pub drain_grace_seconds: Option<u64>,
 }
 
 /// How a node reaches its parent, as the topology says (checked, kept as written for

@@ -61,7 +61,7 @@ impl ResourceOp {
         if t.is_fleet_status() {
             let head = core.log().head().0;
             let ns = self.namespace.as_deref();
-            return match crate::fleet_status::find(core, space, t.namespaced, ns, name)
+            return match crate::fleet_status::find(core, space, &t.kind, ns, name)
                 .and_then(|e| crate::fleet_status::render(core, &e, head))
             {
                 Some(v) if self.table => (200, crate::fleet_status::table(&[v], head)),
@@ -169,7 +169,7 @@ impl ResourceOp {
     fn list_fleet_statuses(&self, core: &NodeCore, t: &ResourceType, space: &Space) -> Answer {
         let head = core.log().head().0;
         let all: Vec<Value> =
-            crate::fleet_status::entries(core, space, t.namespaced, self.namespace.as_deref())
+            crate::fleet_status::entries(core, space, &t.kind, self.namespace.as_deref())
                 .into_iter()
                 .filter(|e| self.list.fields.matches(&e.key))
                 .filter_map(|e| crate::fleet_status::render(core, &e, head))

@@ -131,7 +131,7 @@ impl StatusJournal {
         let mut stamped = false;
         let mut objects = BTreeMap::new();
         let members: Vec<(ObjectKey, u64)> = if t.is_fleet_status() {
-            crate::fleet_status::entries(core, space, t.namespaced, None)
+            crate::fleet_status::entries(core, space, &t.kind, None)
                 .into_iter()
                 .filter_map(|e| {
                     let v = crate::fleet_status::render(core, &e, head)?;

@@ -164,9 +164,8 @@ impl WatchSpec {
             return None;
         }
         let ns = key.namespace.as_deref();
-        let v =
-            crate::fleet_status::find(core, &key.space, self.resource.namespaced, ns, &key.name)
-                .and_then(|e| crate::fleet_status::render(core, &e, head))?;
+        let v = crate::fleet_status::find(core, &key.space, &self.resource.kind, ns, &key.name)
+            .and_then(|e| crate::fleet_status::render(core, &e, head))?;
         let labels = serde_json::from_value(v["metadata"]["labels"].clone()).unwrap_or_default();
         self.labels.matches(&labels).then_some(v)
     }
@@ -195,7 +194,7 @@ impl WatchSpec {
     /// The fleet statuses the watch selects, as `ADDED` events.
     fn fleet_now(&self, core: &NodeCore, head: u64) -> Vec<Value> {
         let ns = self.namespace.as_deref();
-        crate::fleet_status::entries(core, &self.space, self.resource.namespaced, ns)
+        crate::fleet_status::entries(core, &self.space, &self.resource.kind, ns)
             .into_iter()
             .filter_map(|e| {
                 let v = self.fleet(core, &e.key, head)?;

@@ -4,7 +4,9 @@
 //!
 //! Moves are made before they break: when a placement's chosen clusters change, the
 //! clusters it leaves stay in its decision as `retiring` until every cluster it is
-//! routed to reports its objects available, or `moveTimeout` passes.
+//! routed to reports its objects available, or `moveTimeout` passes. Once they are,
+//! the old clusters first drain (`draining`: DNS leaves them out, they keep the
+//! objects) for the root's drain time (`endpoints.rs`), then are dropped.
 //!
 //! A placement whose choice is exactly "every cluster its selector matches" and that
 //! is not moving has no decision object: relays evaluate its selector themselves.
@@ -190,6 +192,8 @@ impl NodeCore {
             },
             retiring: BTreeSet::new(),
             retiring_since: None,
+            draining: BTreeSet::new(),
+            draining_since: None,
             released: None,
         };
         if p.moves.strategy == MoveStrategy::BreakBeforeMake {
@@ -214,6 +218,10 @@ impl NodeCore {
         // The routes carry this very decision: release the old clusters once every
         // cluster routed to reports the placement's objects available.
         if unchanged && self.settled(p) {
+            // Issue 50: DNS leaves the old clusters out for a drain before they go.
+            if !self.drained(decided, &mut decision, wall) {
+                return (decision, false);
+            }
             tracing::info!(space = %p.space.0, placement = %p.name, released = ?decision.retiring, "move complete: the new clusters are available");
             decision.retiring.clear();
             decision.retiring_since = None;

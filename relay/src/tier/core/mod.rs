@@ -40,6 +40,7 @@ use strata_protocol::wire::{ChildToParent, ParentToChild, Report};
 mod admission;
 mod children;
 mod choose;
+mod endpoints;
 pub mod history;
 #[cfg(test)]
 mod history_model;
@@ -63,6 +64,7 @@ pub use admission::{AdmissionConfig, DEFAULT_SETUPS, SETUP_TIMEOUT};
 use children::Child;
 pub use children::{node_of, session_key};
 pub use choose::{CAPACITY_PROPERTY, PlanStatus, decision_key, excluded_counts};
+pub use endpoints::{ClusterEndpoints, DnsTargets};
 pub use lag::{LAG_BUCKETS, PropagationLag};
 pub use links::LINK_REFRESH;
 pub use restore::BootOptions;
@@ -189,6 +191,9 @@ pub struct NodeCore {
     /// Deferred reports due again, taken after the report that released them.
     replay: Vec<Report>,
     summary_interval: Duration,
+    /// How long a finished move's old clusters drain (DNS leaves them out) before they
+    /// are dropped; zero: at once (`endpoints.rs`).
+    drain: Duration,
     next_summary: Instant,
     /// At the root: the earliest time of the next plan that the inventory or time asks
     /// for (see [`REPLAN_SPACING`]).

@@ -126,7 +126,9 @@ impl NodeCore {
                 self.dirty.extend(self.log.live().map(|o| o.key().clone()));
                 self.replan = true;
             }
-            ReportKey::Upsynced { .. } | ReportKey::Complete { .. } => {}
+            ReportKey::Upsynced { .. }
+            | ReportKey::Endpoints { .. }
+            | ReportKey::Complete { .. } => {}
         }
     }
 

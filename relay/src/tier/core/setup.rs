@@ -108,6 +108,7 @@ impl NodeCore {
             deferred: BTreeMap::new(),
             replay: Vec::new(),
             summary_interval: setup.summary_interval,
+            drain: Duration::ZERO,
             next_summary: now,
             next_replan: now,
             batch: Batch::default(),

@@ -47,7 +47,7 @@ impl NodeCore {
                 self.dirty.insert(object.clone());
             }
             ReportKey::Cluster { .. } => cluster_changed = true,
-            ReportKey::Link { .. } | ReportKey::Upsynced { .. } => {
+            ReportKey::Link { .. } | ReportKey::Upsynced { .. } | ReportKey::Endpoints { .. } => {
                 return self.accept_forwarded(now, child, report);
             }
             ReportKey::Complete { .. } => return,
@@ -70,8 +70,8 @@ impl NodeCore {
     }
 
     /// A report kept here and forwarded upward whole: a link record from a relay child
-    /// (checked to start with that child; stored with this node put first in its path)
-    /// or an upsynced object.
+    /// (checked to start with that child; stored with this node put first in its path),
+    /// an upsynced object, or a Service's endpoints on a cluster.
     fn accept_forwarded(&mut self, now: Instant, child: &str, mut report: Report) {
         if let ReportValue::Link(l) = &mut report.value {
             l.path.insert(0, self.name.clone());
@@ -184,7 +184,14 @@ impl NodeCore {
         let links: Vec<Report> = self
             .reports
             .iter()
-            .filter(|((_, k), _)| matches!(k, ReportKey::Link { .. } | ReportKey::Upsynced { .. }))
+            .filter(|((_, k), _)| {
+                matches!(
+                    k,
+                    ReportKey::Link { .. }
+                        | ReportKey::Upsynced { .. }
+                        | ReportKey::Endpoints { .. }
+                )
+            })
             .map(|((_, key), value)| Report {
                 key: key.clone(),
                 value: value.clone(),
@@ -214,7 +221,10 @@ impl NodeCore {
         let key = slot.1;
         if let (
             Some(link),
-            ReportKey::Cluster { .. } | ReportKey::Link { .. } | ReportKey::Upsynced { .. },
+            ReportKey::Cluster { .. }
+            | ReportKey::Link { .. }
+            | ReportKey::Upsynced { .. }
+            | ReportKey::Endpoints { .. },
         ) = (&mut self.parent, &key)
         {
             link.push_report(

@@ -9,6 +9,7 @@ use strata_protocol::wire::{Report, ReportKey, ReportValue};
 
 use strata_node::store::ReportSlot;
 
+mod endpoints;
 mod summaries;
 mod tier_counts;
 pub use summaries::Selection;
@@ -95,6 +96,8 @@ pub struct SubtreeReports {
     /// The web view's counts per relay subtree, kept in step with the cluster and
     /// link records stored.
     counts: TierCounts,
+    /// The endpoints reports among them, by object.
+    endpoints: endpoints::EndpointIndex,
 }
 
 impl SubtreeReports {
@@ -113,11 +116,13 @@ impl SubtreeReports {
             inventory_generation: 0,
             labels: Labels::new(),
             counts: TierCounts::default(),
+            endpoints: endpoints::EndpointIndex::default(),
         };
         reports.index_all();
         let slots: Vec<ReportSlot> = reports.stored.keys().cloned().collect();
         for slot in &slots {
             reports.count(slot);
+            reports.endpoints.index(slot, true);
         }
         reports
     }
@@ -147,6 +152,7 @@ impl SubtreeReports {
 
     /// Keeps the inventory index in step with `slot`, which was just stored or dropped.
     fn index(&mut self, slot: &ReportSlot) {
+        self.endpoints.index(slot, self.stored.contains_key(slot));
         let (from, ReportKey::Cluster { name }) = slot else {
             return;
         };
@@ -188,8 +194,11 @@ impl SubtreeReports {
     ) -> Result<(), ReportRefusal> {
         let cluster = match &report.key {
             ReportKey::Status { cluster, .. } | ReportKey::Cluster { name: cluster } => cluster,
-            ReportKey::Upsynced { cluster, .. } if child_is_relay => {
-                // A relay forwards upsynced objects of the clusters below it only.
+            ReportKey::Upsynced { cluster, .. } | ReportKey::Endpoints { cluster, .. }
+                if child_is_relay =>
+            {
+                // A relay forwards upsynced objects and endpoints of the clusters below
+                // it only.
                 let slot = (
                     child.to_owned(),
                     ReportKey::Cluster {
@@ -205,7 +214,7 @@ impl SubtreeReports {
                     path: Vec::new(),
                 });
             }
-            ReportKey::Upsynced { cluster, .. } => cluster,
+            ReportKey::Upsynced { cluster, .. } | ReportKey::Endpoints { cluster, .. } => cluster,
             ReportKey::Link { node } => return check_link(child, child_is_relay, node, report),
             ReportKey::Summary { .. } | ReportKey::Complete { .. } => return Ok(()),
         };
@@ -332,6 +341,11 @@ impl SubtreeReports {
             .map(|((from, _), c)| (from.as_str(), c))
     }
 
+    /// The cluster `from` reported as `name`, with its inherited labels.
+    pub fn cluster(&self, from: &str, name: &str) -> Option<&Cluster> {
+        self.inventory.get(&(from.to_owned(), name.to_owned()))
+    }
+
     /// One stored report.
     pub fn get(&self, slot: &ReportSlot) -> Option<&ReportValue> {
         self.stored.get(slot)
@@ -342,6 +356,28 @@ impl SubtreeReports {
         self.stored.values().filter_map(|v| match v {
             ReportValue::Cluster(c) => Some(c),
             _ => None,
+        })
+    }
+
+    /// The Services and Ingresses with endpoints reported below.
+    pub fn endpoint_objects(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.endpoints.objects()
+    }
+
+    /// The endpoints reported for `object`, by cluster (with the child that reported
+    /// them), in cluster order.
+    pub fn endpoints_of(
+        &self,
+        object: &ObjectKey,
+    ) -> impl Iterator<Item = (String, String, &strata_protocol::wire::ServiceEndpoints)> {
+        self.endpoints.of(object).filter_map(|slot| {
+            let Some(ReportValue::Endpoints(e)) = self.stored.get(&slot) else {
+                return None;
+            };
+            let (from, ReportKey::Endpoints { cluster, .. }) = slot else {
+                return None;
+            };
+            Some((from, cluster, e))
         })
     }
 

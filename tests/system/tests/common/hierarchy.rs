@@ -337,6 +337,7 @@ impl RelaySpec<'_> {
             replica: None,
             signer: None,
             admission_hold: strata_relay::tier::runtime::DEFAULT_ADMISSION_HOLD,
+            drain: std::time::Duration::ZERO,
         })
         .unwrap()
     }
