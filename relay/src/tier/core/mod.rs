@@ -308,6 +308,16 @@ impl NodeCore {
             .map(|(n, c)| (n.as_str(), c.session.acked().or(self.acked.get(n).copied())))
     }
 
+    /// The lowest protocol version any session of the child `name` negotiated (its
+    /// replicas may differ), if it is connected.
+    pub fn child_version(&self, name: &str) -> Option<strata_protocol::wire::ProtocolVersion> {
+        self.children
+            .values()
+            .filter(|c| c.session.node() == name)
+            .map(|c| c.session.version())
+            .min()
+    }
+
     /// Whether the link to the parent is open.
     pub fn parent_open(&self) -> bool {
         self.parent.as_ref().is_some_and(ParentFollower::is_open)
