@@ -11,6 +11,8 @@
 //! * Any other kind is `Available` as soon as it is applied, with an empty `.status`.
 //! * An object labelled `strata.dev/simulate-failure: <reason>`, or any object when the
 //!   cluster itself is configured to fail, reports `Failed` with that reason.
+//! * A `PersistentVolumeClaim` gets a byte store of its requested size
+//!   ([`crate::sim_volumes`]), which tests write and read and moves copy.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,6 +21,7 @@ use strata_protocol::model::{Body, ContentHash, Health, Object, ObjectKey, Revis
 use strata_protocol::time::{Instant, UnixMillis};
 
 use crate::backend::{BackendError, ClusterBackend};
+use crate::sim_volumes::{ClaimBoard, SimVolumes, new_store, requested_size};
 use crate::simulated_api::{PodBoard, SimPod, SimulatedApi};
 
 /// The first container's image of a workload's manifest, if it names one.
@@ -73,7 +76,7 @@ struct Held {
 }
 
 /// A fake cluster that behaves like a small Kubernetes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SimulatedCluster {
     config: SimulatedConfig,
     objects: BTreeMap<ObjectKey, Held>,
@@ -83,23 +86,41 @@ pub struct SimulatedCluster {
     changed: bool,
     /// The Pods its workloads run, for its small Kubernetes API (the debug tunnel).
     pods: PodBoard,
+    /// The claims applied, and their bytes.
+    claims: ClaimBoard,
+    volumes: SimVolumes,
+}
+
+impl Default for SimulatedCluster {
+    fn default() -> Self {
+        SimulatedCluster::new(SimulatedConfig::default())
+    }
 }
 
 impl SimulatedCluster {
     /// An empty cluster.
     pub fn new(config: SimulatedConfig) -> Self {
+        let (claims, volumes) = new_store();
         SimulatedCluster {
             config,
             objects: BTreeMap::new(),
             changed: false,
             pods: PodBoard::default(),
+            claims,
+            volumes,
         }
     }
 
-    /// The cluster's small Kubernetes API (Pods, their logs, events), which answers the
-    /// debug tunnel; it sees the Pods of what is applied from then on.
+    /// The cluster's small Kubernetes API (Pods, their logs, events, its claims'
+    /// bytes), which answers the debug tunnel; it sees the Pods of what is applied
+    /// from then on.
     pub fn api(&self) -> SimulatedApi {
-        SimulatedApi::new(self.pods.subscribe())
+        SimulatedApi::new(self.pods.subscribe()).with_volumes(self.volumes.clone())
+    }
+
+    /// The bytes of the cluster's claims.
+    pub fn volumes(&self) -> SimVolumes {
+        self.volumes.clone()
     }
 
     /// Publishes the Pods the held workloads run.
@@ -160,6 +181,16 @@ impl ClusterBackend for SimulatedCluster {
             "Deployment" | "StatefulSet" | "DaemonSet"
         );
         let job = object.key().kind == "Job" && object.key().group == "batch";
+        if object.key().kind == strata_protocol::placement_spec::CLAIM_KIND
+            && object.key().group.is_empty()
+            && let Some(namespace) = object.key().namespace.clone()
+        {
+            let claim = strata_protocol::placement_spec::VolumeClaim {
+                claim: object.key().name.clone(),
+                namespace,
+            };
+            self.claims.declare(claim, requested_size(&body));
+        }
         let replicas = body
             .pointer(if job {
                 "/spec/completions"

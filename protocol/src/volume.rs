@@ -43,7 +43,7 @@ pub const CHUNK_SIZE: usize = 256 << 10;
 pub const MAX_VOLUME_FRAME: usize = 4 << 20;
 
 /// The largest volume a move copies (its list of sums must fit in one frame).
-pub const MAX_VOLUME_BYTES: u64 = 64 << 30;
+pub const MAX_VOLUME_BYTES: u64 = 16 << 30;
 
 /// The largest stream header: a tunnel header and a volume request with the sums to
 /// skip.
@@ -76,8 +76,19 @@ pub enum VolumeOpen {
     Write {
         /// The claim.
         claim: VolumeClaim,
-        /// The source's size in bytes.
-        size: u64,
+    },
+    /// Copy the claim from the cluster `from` to the cluster this stream is routed to
+    /// (its [`TunnelOpen::cluster`]), here or below: a relay forwards it while both
+    /// clusters lie below the same child, and the first relay that sees them below two
+    /// children (their lowest common relay) runs the copy and answers
+    /// [`VolumeFrame::Copied`] (or [`VolumeFrame::Failed`]).
+    Copy {
+        /// The old cluster.
+        from: String,
+        /// The claim.
+        claim: VolumeClaim,
+        /// Stop the old copy's writers first (phase 2).
+        freeze: bool,
     },
     /// Let the claim's writers write again (a move that failed after freezing).
     Thaw {
@@ -112,8 +123,8 @@ pub enum VolumeFrame {
         /// The source's sums.
         sums: Vec<ChunkSum>,
     },
-    /// The writer holds exactly what the source has: `written` chunks were written by
-    /// this stream.
+    /// The writer holds exactly what the source has (its size set from
+    /// [`VolumeFrame::End`]): `written` chunks were written by this stream.
     Done {
         /// Chunks written on this stream.
         written: u64,
@@ -125,6 +136,19 @@ pub enum VolumeFrame {
     },
     /// A [`VolumeOpen::Thaw`] was done.
     Thawed,
+    /// A [`VolumeOpen::Copy`] is done.
+    Copied {
+        /// The relay that ran it (the lowest common relay).
+        by: String,
+        /// The source's size in bytes.
+        size: u64,
+        /// Chunks sent (the others the writer held already).
+        sent: u64,
+        /// Bytes sent.
+        bytes: u64,
+        /// Passes it took (more than one after a cut link).
+        passes: u32,
+    },
 }
 
 /// A stream header, as a node of [`VOLUME_VERSION`] or later reads it.

@@ -48,7 +48,12 @@ pub type ProtocolVersion = u16;
 ///   no path known); a parent of version 4 is sent link records without it
 ///   ([`ReportValue::LinkExpiring`] keeps the version-4 shape; the path travels in
 ///   [`ReportValue::LinkVia`] from version 5 on).
-pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 5;
+/// - 6: taken by issue 50's endpoints and DNS (another branch).
+/// - 7: volume streams ([`crate::volume`]): a stream header may continue past its
+///   [`crate::tunnel::TunnelOpen`] with a [`crate::volume::VolumeOpen`]; a parent opens
+///   or forwards one only to a child that negotiated [`crate::volume::VOLUME_VERSION`]
+///   or later. Nothing on the links' own streams changes.
+pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 7;
 
 /// The first protocol version with [`ChildToParent::LinkPath`] and
 /// [`ReportValue::LinkVia`].

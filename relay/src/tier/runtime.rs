@@ -272,13 +272,17 @@ pub fn start(parts: NodeOptions) -> Result<NodeHandle, NodeError> {
                 );
             }
             if !root {
-                // Tunnels the parent opens go one tier down (see `super::tunnel`).
+                // Tunnels and volume streams the parent opens go one tier down, or a
+                // copy runs here (see `super::tunnel`, `super::volume`).
                 tasks.spawn(
                     tunnel::serve_from_parent(parent_links_rx, move |open, stream| {
-                        super::tunnel::forward(inputs.clone(), open, stream)
+                        super::volume::from_parent(inputs.clone(), open, stream)
                     })
                     .in_current_span(),
                 );
+            } else {
+                // Placements' volume moves (see `super::volume::run_moves`).
+                tasks.spawn(super::volume::run_moves(inputs.clone()).in_current_span());
             }
         },
     );

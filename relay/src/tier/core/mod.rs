@@ -23,7 +23,8 @@
 //!   and compaction;
 //! * `upward.rs`: children's reports taken in, and the reports and summaries sent up;
 //! * `links.rs`: the children's links as this node sees them (the tier tree's records);
-//! * `revoke.rs`: names revoked at the root, refused and closed at every tier.
+//! * `revoke.rs`: names revoked at the root, refused and closed at every tier;
+//! * `volume_gate.rs`: a move with volumes held until its data is restored.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,6 +58,7 @@ mod setup;
 #[cfg(test)]
 pub(crate) mod testing;
 mod upward;
+pub mod volume_gate;
 use super::reports::SubtreeReports;
 pub use crate::tier::reach::{LinkLookup, Reach, backend_reason, last_seen};
 pub use admission::{AdmissionConfig, DEFAULT_SETUPS, SETUP_TIMEOUT};
@@ -230,6 +232,8 @@ pub struct NodeCore {
     links_changed: BTreeSet<String>,
     /// How many relay children are connected (their links are refreshed periodically).
     relay_links_up: usize,
+    /// At the root: placements' volume moves (see `volume_gate.rs`).
+    volume_moves: volume_gate::VolumeMoves,
 }
 
 impl NodeCore {
