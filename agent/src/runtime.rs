@@ -9,9 +9,9 @@ use strata_node::driver::{self, Driver, Node, ParentAddr, ParentConn, ToParent};
 use strata_node::link::Link;
 use strata_node::store::{Batch, Store, StoreError};
 use strata_node::tunnel;
-use strata_protocol::volume::StreamOpen;
 use strata_protocol::model::Cluster;
 use strata_protocol::time::Instant;
+use strata_protocol::volume::StreamOpen;
 use strata_protocol::wire::{
     LinkPath, MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, ParentToChild, ProtocolVersion,
 };

@@ -269,7 +269,8 @@ impl SimVolumes {
     ) -> Result<Vec<u8>, VolumeAccessError> {
         self.with(claim, false, |v| {
             let end = offset.saturating_add(len).min(v.size);
-            let mut out = Vec::with_capacity(usize::try_from(end.saturating_sub(offset)).unwrap_or(0));
+            let mut out =
+                Vec::with_capacity(usize::try_from(end.saturating_sub(offset)).unwrap_or(0));
             let mut at = offset;
             while at < end {
                 let index = usize::try_from(at / CHUNK_SIZE as u64).unwrap_or(usize::MAX);
@@ -289,7 +290,8 @@ impl SimVolumes {
         &self,
         claim: &VolumeClaim,
     ) -> Result<(u64, Vec<ChunkSum>), VolumeAccessError> {
-        self.with(claim, false, |v| Ok((v.size, v.sums.clone()))).await
+        self.with(claim, false, |v| Ok((v.size, v.sums.clone())))
+            .await
     }
 
     /// One chunk's bytes and sum, read together.
@@ -434,8 +436,20 @@ pub async fn answer(
     };
     let segs: Vec<&str> = path.split('/').collect();
     let (claim, digest) = match segs.as_slice() {
-        [ns, c] => (VolumeClaim { claim: (*c).into(), namespace: (*ns).into() }, false),
-        [ns, c, "digest"] => (VolumeClaim { claim: (*c).into(), namespace: (*ns).into() }, true),
+        [ns, c] => (
+            VolumeClaim {
+                claim: (*c).into(),
+                namespace: (*ns).into(),
+            },
+            false,
+        ),
+        [ns, c, "digest"] => (
+            VolumeClaim {
+                claim: (*c).into(),
+                namespace: (*ns).into(),
+            },
+            true,
+        ),
         _ => {
             return status(
                 StatusCode::NOT_FOUND,
@@ -515,7 +529,10 @@ mod tests {
         let (_, zero) = vols.manifest(&claim()).await.unwrap();
         let data: Vec<u8> = (0..CHUNK_SIZE + 100).map(|i| (i % 251) as u8).collect();
         vols.write(&claim(), 50, &data).await.unwrap();
-        assert_eq!(vols.read(&claim(), 50, data.len() as u64).await.unwrap(), data);
+        assert_eq!(
+            vols.read(&claim(), 50, data.len() as u64).await.unwrap(),
+            data
+        );
         let (size, sums) = vols.manifest(&claim()).await.unwrap();
         assert_eq!(size, 3 * CHUNK_SIZE as u64 - 10);
         assert_ne!(sums[0], zero[0]);
@@ -536,7 +553,9 @@ mod tests {
         let (_, dst) = new_store();
         src.begin_restore(&claim()).await.unwrap();
         src.restore_chunk(&claim(), 1, vec![7; 1000]).await.unwrap();
-        src.end_restore(&claim(), CHUNK_SIZE as u64 + 1000, &[]).await.unwrap();
+        src.end_restore(&claim(), CHUNK_SIZE as u64 + 1000, &[])
+            .await
+            .unwrap();
         let (size, sums) = src.manifest(&claim()).await.unwrap();
         let (_, held) = dst.begin_restore(&claim()).await.unwrap();
         assert!(held.is_empty());
@@ -555,7 +574,9 @@ mod tests {
     #[test]
     fn sizes_are_read_from_the_claim() {
         let size = |s: serde_json::Value| {
-            requested_size(&serde_json::json!({"spec": {"resources": {"requests": {"storage": s}}}}))
+            requested_size(
+                &serde_json::json!({"spec": {"resources": {"requests": {"storage": s}}}}),
+            )
         };
         assert_eq!(size("8Mi".into()), 8 << 20);
         assert_eq!(size("1G".into()), 1_000_000_000);

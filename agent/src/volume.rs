@@ -58,7 +58,10 @@ async fn serve_inner(
             freeze,
         } => {
             if freeze {
-                volumes.freeze(&claim, true).await.map_err(|e| e.to_string())?;
+                volumes
+                    .freeze(&claim, true)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 tracing::info!(claim = %claim_name(&claim), "a move stopped the claim's writers");
             }
             let (size, mut sums) = volumes.manifest(&claim).await.map_err(|e| e.to_string())?;
@@ -100,7 +103,10 @@ async fn serve_inner(
             r
         }
         VolumeOpen::Thaw { claim } => {
-            volumes.freeze(&claim, false).await.map_err(|e| e.to_string())?;
+            volumes
+                .freeze(&claim, false)
+                .await
+                .map_err(|e| e.to_string())?;
             tracing::info!(claim = %claim_name(&claim), "the claim's writers may write again");
             write_frame(stream, &VolumeFrame::Thawed, buf)
                 .await

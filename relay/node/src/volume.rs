@@ -223,7 +223,9 @@ async fn send<S: AsyncWrite + Unpin>(
 }
 
 /// Asks the writer what it holds: its first frame after a [`VolumeOpen::Write`].
-pub async fn held<S: AsyncRead + Unpin>(writer: &mut Side<S>) -> Result<Vec<ChunkSum>, VolumeError> {
+pub async fn held<S: AsyncRead + Unpin>(
+    writer: &mut Side<S>,
+) -> Result<Vec<ChunkSum>, VolumeError> {
     let mut buf = Vec::new();
     match next(writer, "writing to", &mut buf).await? {
         VolumeFrame::Manifest { sums, .. } => Ok(sums),

@@ -26,7 +26,9 @@ use std::time::Duration;
 use serde_json::json;
 use strata_node::driver::{self, Input};
 use strata_node::tunnel::{self, TunnelStream};
-use strata_node::volume::{self as node_volume, Side, VolumeError, claim_name, read_frame, write_frame};
+use strata_node::volume::{
+    self as node_volume, Side, VolumeError, claim_name, read_frame, write_frame,
+};
 use strata_protocol::model::Space;
 use strata_protocol::placement_spec::VolumeClaim;
 use strata_protocol::tunnel::TunnelOpen;
@@ -82,7 +84,10 @@ async fn route(
         .await
         .map_err(|r| cut(r.message))?;
     let child = r.child.clone();
-    match query(inputs, move |c| c.child_version(&child)).await.flatten() {
+    match query(inputs, move |c| c.child_version(&child))
+        .await
+        .flatten()
+    {
         Some(v) if v >= VOLUME_VERSION => Ok(r),
         Some(v) => Err(VolumeError::Failed {
             cluster: cluster.to_owned(),
@@ -104,7 +109,14 @@ pub(crate) async fn from_parent(
 ) {
     match open {
         StreamOpen::Tunnel(open) => super::tunnel::forward(inputs, open, up).await,
-        StreamOpen::Volume(open, VolumeOpen::Copy { from, claim, freeze }) => {
+        StreamOpen::Volume(
+            open,
+            VolumeOpen::Copy {
+                from,
+                claim,
+                freeze,
+            },
+        ) => {
             serve_copy(inputs, open, from, claim, freeze, up).await;
         }
         StreamOpen::Volume(open, ask) => forward(inputs, open, ask, up).await,

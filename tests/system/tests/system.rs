@@ -64,4 +64,5 @@ mod tiers;
 mod token_reload;
 mod tunnel_cap;
 mod up;
+mod volume_moves;
 mod web_ui;

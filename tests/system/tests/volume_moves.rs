@@ -1,0 +1,313 @@
+//! Volumes move with the app (issue 50, part 3), in one process over real QUIC on
+//! loopback, three tiers: the root `center`, two regions `eu` and `us`, a site in each,
+//! and an agent with a simulated cluster below each site (`eu-1`, `us-1`).
+//!
+//! A placement with `moveVolumes` moves from eu-1 to us-1: bytes written into the claim
+//! on eu-1 are read back on us-1, equal, and the copy ran at the root (the lowest common
+//! relay of the two clusters). The new cluster gets the workload only once its claim is
+//! restored; the old claim stays read-only (never two writers). A variant restarts the
+//! region relay `eu` during the copy: the copy resumes from what us-1 holds and still ends
+//! equal. Prints the write downtime (phase 2) and the copy's throughput.
+
+#![allow(clippy::unwrap_used)]
+// integration tests may unwrap
+// Figures printed, never asserted: the tests time a copy with tokio's clock.
+#![allow(clippy::disallowed_types)]
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::eventually;
+use common::hierarchy::Hierarchy;
+use strata_agent::runtime::AgentHandle;
+use strata_agent::sim_volumes::{SimVolumes, VolumeAccessError};
+use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
+use strata_node::objects::parse_manifests;
+use strata_node::store::MemStore;
+use strata_protocol::model::Space;
+use strata_protocol::placement_spec::VolumeClaim;
+use strata_relay::tier::core::volume_gate::{VolumeMove, VolumePhase};
+use strata_relay::tier::runtime::NodeHandle;
+
+fn app(region: &str, size: &str) -> String {
+    format!(
+        "
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{ name: data, namespace: shop }}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {{ requests: {{ storage: {size} }} }}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{ name: shop, namespace: shop, labels: {{ app: shop }} }}
+spec:
+  replicas: 1
+  template:
+    spec:
+      volumes: [ {{ name: data, persistentVolumeClaim: {{ claimName: data }} }} ]
+---
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: {{ name: shop }}
+spec:
+  objects: [ {{ kinds: [Deployment, PersistentVolumeClaim], namespaces: [shop] }} ]
+  clusters: {{ selector: {{ matchLabels: {{ region: {region} }} }}, count: 1 }}
+  moveVolumes: [ {{ claim: data, namespace: shop }} ]
+"
+    )
+}
+
+fn claim() -> VolumeClaim {
+    VolumeClaim {
+        claim: "data".into(),
+        namespace: "shop".into(),
+    }
+}
+
+async fn apply(root: &NodeHandle, text: &str) {
+    let manifests = parse_manifests(text, &Space::default_space()).unwrap();
+    root.query(move |c| c.apply_manifests(&manifests).unwrap().revision.unwrap())
+        .await
+        .unwrap();
+}
+
+async fn holds_app(agent: &AgentHandle) -> bool {
+    agent
+        .query(|a| a.log().live().any(|o| o.key().kind == "Deployment"))
+        .await
+        == Some(true)
+}
+
+async fn volume_move(root: &NodeHandle) -> Option<VolumeMove> {
+    root.query(|c| {
+        c.volume_moves()
+            .get(&(Space::default_space(), "shop".to_owned()))
+            .cloned()
+    })
+    .await
+    .flatten()
+}
+
+/// Deterministic bytes (xorshift), so that every chunk differs.
+fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+struct Fleet {
+    h: Hierarchy,
+    root: NodeHandle,
+    eu: Option<NodeHandle>,
+    eu_store: MemStore,
+    others: Vec<NodeHandle>,
+    agents: Vec<AgentHandle>,
+    eu_vols: SimVolumes,
+    us_vols: SimVolumes,
+}
+
+fn simulated() -> SimulatedCluster {
+    SimulatedCluster::new(SimulatedConfig {
+        ready_delay: Duration::from_millis(100),
+        fail_all: None,
+    })
+}
+
+async fn fleet() -> Fleet {
+    let h = Hierarchy::new();
+    let root = h.relay("center").children(&["eu", "us"]).start().await;
+    let eu_store = MemStore::new(71);
+    let eu = h
+        .relay("eu")
+        .under("center")
+        .children(&["eu-site"])
+        .store(&eu_store)
+        .start()
+        .await;
+    let us = h
+        .relay("us")
+        .under("center")
+        .children(&["us-site"])
+        .start()
+        .await;
+    let eu_site = h
+        .relay("eu-site")
+        .under("eu")
+        .children(&["eu-1"])
+        .start()
+        .await;
+    let us_site = h
+        .relay("us-site")
+        .under("us")
+        .children(&["us-1"])
+        .start()
+        .await;
+    let (eu_cluster, us_cluster) = (simulated(), simulated());
+    let (eu_vols, us_vols) = (eu_cluster.volumes(), us_cluster.volumes());
+    let eu_1 = h
+        .agent("eu-1")
+        .labels(&[("region", "eu")])
+        .under("eu-site")
+        .simulated(eu_cluster)
+        .start();
+    let us_1 = h
+        .agent("us-1")
+        .labels(&[("region", "us")])
+        .under("us-site")
+        .simulated(us_cluster)
+        .start();
+    eventually("the root knows both clusters", || async {
+        root.query(|c| c.reports().clusters().count()).await == Some(2)
+    })
+    .await;
+    Fleet {
+        h,
+        root,
+        eu: Some(eu),
+        eu_store,
+        others: vec![us, eu_site, us_site],
+        agents: vec![eu_1, us_1],
+        eu_vols,
+        us_vols,
+    }
+}
+
+impl Fleet {
+    /// Places the app on eu-1 and writes `data` into its claim.
+    async fn place_and_write(&self, size: &str, data: &[u8]) {
+        apply(&self.root, &app("eu", size)).await;
+        eventually("eu-1 holds the app and its claim", || async {
+            holds_app(&self.agents[0]).await && self.eu_vols.manifest(&claim()).await.is_ok()
+        })
+        .await;
+        for (i, piece) in data.chunks(1 << 20).enumerate() {
+            self.eu_vols
+                .write(&claim(), (i << 20) as u64, piece)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Waits until the move is over: the app on us-1 only. Checks on the way that us-1
+    /// never holds the app before its claim is restored.
+    async fn wait_moved(&self, expected: &(u64, String)) {
+        for _ in 0..1200 {
+            if holds_app(&self.agents[1]).await {
+                let now = self.us_vols.digest(&claim()).await.unwrap();
+                assert_eq!(
+                    &now, expected,
+                    "us-1 got the workload before its claim was restored"
+                );
+                if !holds_app(&self.agents[0]).await {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "the move did not finish: {:?}",
+            volume_move(&self.root).await
+        );
+    }
+
+    async fn shutdown(mut self) {
+        for a in self.agents.drain(..) {
+            a.shutdown().await;
+        }
+        for r in self.others.drain(..) {
+            r.shutdown().await.unwrap();
+        }
+        if let Some(eu) = self.eu.take() {
+            eu.shutdown().await.unwrap();
+        }
+        self.root.shutdown().await.unwrap();
+        drop(self.h);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_moves_with_its_app_through_the_root() {
+    let f = fleet().await;
+    let size = 8 << 20;
+    f.place_and_write("8Mi", &bytes(size, 50)).await;
+    let before = f.eu_vols.digest(&claim()).await.unwrap();
+    assert_eq!(before.0, size as u64);
+
+    let started = tokio::time::Instant::now();
+    apply(&f.root, &app("us", "8Mi")).await;
+    f.wait_moved(&before).await;
+    let took = started.elapsed();
+
+    assert_eq!(f.us_vols.digest(&claim()).await.unwrap(), before);
+    let m = volume_move(&f.root).await.unwrap();
+    assert_eq!(m.phase, VolumePhase::Restored, "{m:?}");
+    assert_eq!(m.pairs, [("eu-1".to_owned(), "us-1".to_owned())]);
+    assert!(m.detail.contains("via center"), "{}", m.detail);
+    // The old copy's writers stay stopped: never two writers.
+    assert_eq!(
+        f.eu_vols.write(&claim(), 0, b"late").await,
+        Err(VolumeAccessError::Frozen("shop/data".into()))
+    );
+    // The new copy takes writes.
+    f.us_vols.write(&claim(), 0, b"new").await.unwrap();
+    println!(
+        "volume move of {} MiB eu-1 -> us-1 via the root: write downtime (phase 2) {} ms, whole move {} ms; {}",
+        size >> 20,
+        m.downtime_ms.unwrap(),
+        took.as_millis(),
+        m.detail
+    );
+    f.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_cut_by_a_restarted_region_relay_resumes_and_ends_equal() {
+    let mut f = fleet().await;
+    let size = 48 << 20;
+    f.place_and_write("48Mi", &bytes(size, 51)).await;
+    let before = f.eu_vols.digest(&claim()).await.unwrap();
+
+    apply(&f.root, &app("us", "48Mi")).await;
+    // Cut once us-1 holds part of the data.
+    eventually("the copy is under way", || async {
+        f.us_vols
+            .manifest(&claim())
+            .await
+            .is_ok_and(|(held, _)| held > 0)
+    })
+    .await;
+    let (held, _) = f.us_vols.manifest(&claim()).await.unwrap();
+    f.eu.take().unwrap().shutdown().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let eu =
+        f.h.relay("eu")
+            .under("center")
+            .children(&["eu-site"])
+            .store(&f.eu_store)
+            .start()
+            .await;
+    f.eu = Some(eu);
+    f.wait_moved(&before).await;
+
+    assert_eq!(f.us_vols.digest(&claim()).await.unwrap(), before);
+    let m = volume_move(&f.root).await.unwrap();
+    assert_eq!(m.phase, VolumePhase::Restored, "{m:?}");
+    assert!(m.detail.contains("via center"), "{}", m.detail);
+    println!(
+        "volume move of {} MiB with eu restarted after {} KiB had arrived: {}; write downtime {} ms",
+        size >> 20,
+        held >> 10,
+        m.detail,
+        m.downtime_ms.unwrap()
+    );
+    f.shutdown().await;
+}
