@@ -33,6 +33,9 @@ pub enum VolumeAccessError {
     /// A move is restoring the claim.
     #[error("claim {0} is being restored by a move")]
     Restoring(String),
+    /// The cluster was told to refuse restores (a fault for tests).
+    #[error("claim {0}: this simulated cluster refuses restores (a fault set by a test)")]
+    Refused(String),
     /// Out of the claim's size.
     #[error("claim {claim}: bytes {offset}..{end} lie beyond its {size} bytes")]
     Beyond {
@@ -116,6 +119,8 @@ fn zero_sum(len: usize) -> ChunkSum {
 #[derive(Debug, Clone)]
 pub struct SimVolumes {
     inner: Arc<Mutex<BTreeMap<VolumeClaim, SimVolume>>>,
+    /// How many more restores may begin (negative: any number); a fault for tests.
+    restores_left: Arc<std::sync::atomic::AtomicI64>,
     /// The claims applied to the cluster and their requested sizes.
     declared: watch::Receiver<BTreeMap<VolumeClaim, u64>>,
 }
@@ -142,6 +147,7 @@ impl ClaimBoard {
     fn volumes(&self, store: &Arc<Mutex<BTreeMap<VolumeClaim, SimVolume>>>) -> SimVolumes {
         SimVolumes {
             inner: store.clone(),
+            restores_left: Arc::new(std::sync::atomic::AtomicI64::new(-1)),
             declared: self.0.subscribe(),
         }
     }
@@ -345,6 +351,14 @@ impl SimVolumes {
         &self,
         claim: &VolumeClaim,
     ) -> Result<(u64, Vec<ChunkSum>), VolumeAccessError> {
+        use std::sync::atomic::Ordering;
+        let left = self.restores_left.load(Ordering::Relaxed);
+        if left == 0 {
+            return Err(VolumeAccessError::Refused(name(claim)));
+        }
+        if left > 0 {
+            self.restores_left.fetch_sub(1, Ordering::Relaxed);
+        }
         self.with(claim, true, |v| {
             v.restoring = true;
             Ok((v.size, v.sums.clone()))
@@ -394,6 +408,13 @@ impl SimVolumes {
                 + v.sums.len().abs_diff(sums.len()))
         })
         .await
+    }
+
+    /// A fault for tests: after `n` more restores begin, every further one is refused
+    /// (so a move's second phase can be made to fail after its first).
+    pub fn refuse_restores_after(&self, n: i64) {
+        self.restores_left
+            .store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A move's write stream broke: the claim keeps what it got, and is not restoring.
@@ -461,6 +482,7 @@ pub async fn answer(
     let refused = |e: VolumeAccessError| {
         let code = match e {
             VolumeAccessError::NoClaim(_) => StatusCode::NOT_FOUND,
+            VolumeAccessError::Refused(_) => StatusCode::SERVICE_UNAVAILABLE,
             VolumeAccessError::Beyond { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
             _ => StatusCode::CONFLICT,
         };

@@ -107,13 +107,17 @@ pub enum VolumeFrame {
         /// One sum per chunk of [`CHUNK_SIZE`].
         sums: Vec<ChunkSum>,
     },
-    /// One chunk's bytes.
+    /// One chunk's bytes (make it with [`VolumeFrame::chunk`]).
     Chunk {
         /// Its index (its offset is `index * CHUNK_SIZE`).
         index: u32,
         /// The sender's checksum of `data`.
         sum: ChunkSum,
-        /// At most [`CHUNK_SIZE`] bytes.
+        /// How many bytes `data` has: at most [`CHUNK_SIZE`].
+        len: u32,
+        /// The bytes. Not encoded with the frame: they follow it on the stream, raw,
+        /// `len` of them, so that a chunk costs no per-byte encoding.
+        #[serde(skip)]
         data: Vec<u8>,
     },
     /// Every chunk was sent: the source's whole list of sums and its size.
@@ -149,6 +153,18 @@ pub enum VolumeFrame {
         /// Passes it took (more than one after a cut link).
         passes: u32,
     },
+}
+
+impl VolumeFrame {
+    /// A chunk frame for `data` (at most [`CHUNK_SIZE`] bytes).
+    pub fn chunk(index: u32, sum: ChunkSum, data: Vec<u8>) -> Self {
+        VolumeFrame::Chunk {
+            index,
+            sum,
+            len: u32::try_from(data.len()).unwrap_or(u32::MAX),
+            data,
+        }
+    }
 }
 
 /// A stream header, as a node of [`VOLUME_VERSION`] or later reads it.
@@ -291,7 +307,8 @@ mod tests {
             VolumeFrame::Chunk {
                 index: 4,
                 sum: [2; 32],
-                data: vec![0, 1, 2, 255],
+                len: 4,
+                data: Vec::new(), // travels after the frame
             },
             VolumeFrame::End {
                 size: 3,

@@ -16,7 +16,7 @@ use strata_protocol::codec::{self, FRAME_HEADER_LEN};
 use strata_protocol::placement_spec::VolumeClaim;
 use strata_protocol::tunnel::TunnelOpen;
 use strata_protocol::volume::{
-    ChunkSum, MAX_VOLUME_FRAME, StreamOpen, VolumeFrame, VolumeOpen, chunk_count,
+    CHUNK_SIZE, ChunkSum, MAX_VOLUME_FRAME, StreamOpen, VolumeFrame, VolumeOpen, chunk_count,
     encode_stream_open,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -92,23 +92,34 @@ pub fn frame_kind(f: &VolumeFrame) -> &'static str {
     }
 }
 
-/// Writes one frame.
+/// Writes one frame (a chunk's bytes raw after it).
 pub async fn write_frame<W: AsyncWrite + Unpin>(
     w: &mut W,
     frame: &VolumeFrame,
     buf: &mut Vec<u8>,
 ) -> std::io::Result<()> {
+    let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
     buf.clear();
-    codec::encode(frame, MAX_VOLUME_FRAME, buf)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-    w.write_all(buf).await
+    codec::encode(frame, MAX_VOLUME_FRAME, buf).map_err(|e| invalid(e.to_string()))?;
+    w.write_all(buf).await?;
+    if let VolumeFrame::Chunk { len, data, .. } = frame {
+        if *len as usize != data.len() || data.len() > CHUNK_SIZE {
+            return Err(invalid(format!(
+                "a chunk of {} bytes says {len}",
+                data.len()
+            )));
+        }
+        w.write_all(data).await?;
+    }
+    Ok(())
 }
 
-/// Reads one frame; `None` at the stream's clean end.
+/// Reads one frame (with a chunk's bytes); `None` at the stream's clean end.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
 ) -> std::io::Result<Option<VolumeFrame>> {
+    let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
     let mut len = [0u8; FRAME_HEADER_LEN];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -117,23 +128,28 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     }
     let body = usize::try_from(u32::from_be_bytes(len)).unwrap_or(usize::MAX);
     if body > MAX_VOLUME_FRAME {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("a volume frame of {body} bytes, over {MAX_VOLUME_FRAME}"),
-        ));
+        return Err(invalid(format!(
+            "a volume frame of {body} bytes, over {MAX_VOLUME_FRAME}"
+        )));
     }
     buf.clear();
     buf.extend_from_slice(&len);
     buf.resize(FRAME_HEADER_LEN + body, 0);
     r.read_exact(&mut buf[FRAME_HEADER_LEN..]).await?;
-    match codec::decode::<VolumeFrame>(buf, MAX_VOLUME_FRAME) {
-        Ok(Some((f, _))) => Ok(Some(f)),
-        Ok(None) => Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "truncated volume frame",
-        )),
-        Err(e) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+    let mut frame = match codec::decode::<VolumeFrame>(buf, MAX_VOLUME_FRAME) {
+        Ok(Some((f, _))) => f,
+        Ok(None) => return Err(invalid("truncated volume frame".into())),
+        Err(e) => return Err(invalid(e.to_string())),
+    };
+    if let VolumeFrame::Chunk { len, data, .. } = &mut frame {
+        let n = *len as usize;
+        if n > CHUNK_SIZE {
+            return Err(invalid(format!("a chunk of {n} bytes, over {CHUNK_SIZE}")));
+        }
+        data.resize(n, 0);
+        r.read_exact(data).await?;
     }
+    Ok(Some(frame))
 }
 
 /// Opens a volume stream toward the child `peer` on `link` (whose session negotiated

@@ -198,13 +198,16 @@ impl Fleet {
     }
 
     /// Waits until the move is over: the app on us-1 only. Checks on the way that us-1
-    /// never holds the app before its claim is restored.
-    async fn wait_moved(&self, expected: &(u64, String)) {
+    /// never holds the app before its claim holds what eu-1's holds.
+    async fn wait_moved(&self) {
         for _ in 0..1200 {
             if holds_app(&self.agents[1]).await {
-                let now = self.us_vols.digest(&claim()).await.unwrap();
+                let (old, new) = (
+                    self.eu_vols.digest(&claim()).await.unwrap(),
+                    self.us_vols.digest(&claim()).await.unwrap(),
+                );
                 assert_eq!(
-                    &now, expected,
+                    new, old,
                     "us-1 got the workload before its claim was restored"
                 );
                 if !holds_app(&self.agents[0]).await {
@@ -239,15 +242,44 @@ async fn a_claim_moves_with_its_app_through_the_root() {
     let f = fleet().await;
     let size = 8 << 20;
     f.place_and_write("8Mi", &bytes(size, 50)).await;
-    let before = f.eu_vols.digest(&claim()).await.unwrap();
-    assert_eq!(before.0, size as u64);
 
+    // The app keeps writing while the first phase copies, until its writers are
+    // stopped: every write it was told succeeded must reach the new cluster.
+    let writer = {
+        let vols = f.eu_vols.clone();
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for i in 0..10_000u64 {
+                let (at, data) = ((i * 40_961) % (size as u64 - 4096), bytes(4096, i + 7));
+                match vols.write(&claim(), at, &data).await {
+                    Ok(()) => acked.push((at, data)),
+                    Err(VolumeAccessError::Frozen(_)) => return acked,
+                    Err(e) => panic!("{e}"),
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            acked
+        })
+    };
     let started = tokio::time::Instant::now();
     apply(&f.root, &app("us", "8Mi")).await;
-    f.wait_moved(&before).await;
+    f.wait_moved().await;
     let took = started.elapsed();
+    let acked = writer.await.unwrap();
+    assert!(!acked.is_empty());
+    // Later writes win where they overlap: check each against the last one there.
+    let mut last = std::collections::BTreeMap::new();
+    for (at, data) in &acked {
+        last.insert(*at, data);
+    }
+    for (at, data) in last {
+        let got = f.us_vols.read(&claim(), at, 4096).await.unwrap();
+        if got != *data {
+            // A later write overlapping this one changed it: compare with eu-1.
+            assert_eq!(got, f.eu_vols.read(&claim(), at, 4096).await.unwrap());
+        }
+    }
 
-    assert_eq!(f.us_vols.digest(&claim()).await.unwrap(), before);
     let m = volume_move(&f.root).await.unwrap();
     assert_eq!(m.phase, VolumePhase::Restored, "{m:?}");
     assert_eq!(m.pairs, [("eu-1".to_owned(), "us-1".to_owned())]);
@@ -260,12 +292,47 @@ async fn a_claim_moves_with_its_app_through_the_root() {
     // The new copy takes writes.
     f.us_vols.write(&claim(), 0, b"new").await.unwrap();
     println!(
-        "volume move of {} MiB eu-1 -> us-1 via the root: write downtime (phase 2) {} ms, whole move {} ms; {}",
+        "volume move of {} MiB eu-1 -> us-1 via the root, {} writes acknowledged during phase 1: write downtime (phase 2) {} ms, whole move {} ms; {}",
         size >> 20,
+        acked.len(),
         m.downtime_ms.unwrap(),
         took.as_millis(),
         m.detail
     );
+    f.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_whose_second_phase_fails_stays_where_it_was_and_says_why() {
+    let f = fleet().await;
+    f.place_and_write("4Mi", &bytes(4 << 20, 52)).await;
+    // us-1 takes the first phase's restore and refuses the second's.
+    f.us_vols.refuse_restores_after(1);
+    apply(&f.root, &app("us", "4Mi")).await;
+    eventually("the move failed", || async {
+        matches!(
+            volume_move(&f.root).await.map(|m| m.phase),
+            Some(VolumePhase::Failed(_))
+        )
+    })
+    .await;
+    let m = volume_move(&f.root).await.unwrap();
+    let VolumePhase::Failed(why) = &m.phase else {
+        unreachable!()
+    };
+    assert!(
+        why.contains("phase 2") && why.contains("refuses restores"),
+        "{why}"
+    );
+    // The app runs where it was, its writers write again, us-1 never got it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(holds_app(&f.agents[0]).await);
+    assert!(!holds_app(&f.agents[1]).await);
+    eventually("eu-1's writers may write again", || async {
+        f.eu_vols.write(&claim(), 0, b"still here").await.is_ok()
+    })
+    .await;
+    println!("a failed move says: {why}");
     f.shutdown().await;
 }
 
@@ -275,6 +342,7 @@ async fn a_copy_cut_by_a_restarted_region_relay_resumes_and_ends_equal() {
     let size = 48 << 20;
     f.place_and_write("48Mi", &bytes(size, 51)).await;
     let before = f.eu_vols.digest(&claim()).await.unwrap();
+    assert_eq!(before.0, size as u64);
 
     apply(&f.root, &app("us", "48Mi")).await;
     // Cut once us-1 holds part of the data.
@@ -296,7 +364,7 @@ async fn a_copy_cut_by_a_restarted_region_relay_resumes_and_ends_equal() {
             .start()
             .await;
     f.eu = Some(eu);
-    f.wait_moved(&before).await;
+    f.wait_moved().await;
 
     assert_eq!(f.us_vols.digest(&claim()).await.unwrap(), before);
     let m = volume_move(&f.root).await.unwrap();
