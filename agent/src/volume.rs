@@ -28,10 +28,9 @@ pub async fn serve(
             open.cluster
         ))
     } else if let Some(volumes) = volumes {
-        match serve_inner(&volumes, ask, &mut stream, &mut buf).await {
-            Ok(()) => None,
-            Err(why) => Some(why),
-        }
+        serve_inner(&volumes, ask, &mut stream, &mut buf)
+            .await
+            .err()
     } else {
         Some(format!(
             "cluster {cluster}'s volumes cannot be moved: moving the volumes of a real cluster (CSI VolumeSnapshot and a mover pod) is not built"

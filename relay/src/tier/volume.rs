@@ -404,7 +404,9 @@ pub async fn run_move(
 /// At the root: starts the copy of every placement whose move waits for its volumes,
 /// and reports each outcome to the core. Runs until the node stops.
 pub(crate) async fn run_moves(inputs: mpsc::Sender<Input<RelayInput>>) {
-    let mut running: BTreeSet<((Space, String), Vec<(String, String)>)> = BTreeSet::new();
+    // A move is known by its placement and its pairs of clusters.
+    type MoveId = ((Space, String), Vec<(String, String)>);
+    let mut running: BTreeSet<MoveId> = BTreeSet::new();
     let mut tasks = JoinSet::new();
     loop {
         tokio::time::sleep(MOVE_POLL).await;
