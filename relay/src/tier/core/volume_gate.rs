@@ -167,3 +167,40 @@ impl NodeCore {
             .map_or(AccessMode::ReadWriteOnce, |v| access_mode_of(&v))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use strata_protocol::time::Instant;
+    use strata_protocol::volume::VOLUME_VERSION;
+    use strata_protocol::wire::{ChildToParent, Hello, Role};
+
+    use super::super::testing::{root, turn};
+
+    /// The version gate's input: what each child negotiated. A relay of version 5 is
+    /// never sent a volume stream (`crate::tier::volume::route` refuses it).
+    #[test]
+    fn a_child_of_an_older_version_is_known_as_such() {
+        for (max, volumes) in [(5, false), (VOLUME_VERSION, true)] {
+            let mut core = root();
+            let now = Instant::ZERO;
+            assert_eq!(core.child_version("eu"), None);
+            core.child_connected(now, "eu", 1).unwrap();
+            core.child_message(
+                now,
+                "eu",
+                1,
+                ChildToParent::Hello(Hello {
+                    min_version: 1,
+                    max_version: max,
+                    node: "eu".into(),
+                    role: Role::Relay,
+                    run: 3,
+                }),
+            );
+            let _ = turn(&mut core, now);
+            let v = core.child_version("eu").unwrap();
+            assert_eq!(v, max);
+            assert_eq!(v >= VOLUME_VERSION, volumes);
+        }
+    }
+}
