@@ -117,6 +117,11 @@ impl NodeClient {
         .await
     }
 
+    /// The node's input queue (for the node's own tasks: volume copies).
+    pub(crate) fn inputs(&self) -> &mpsc::Sender<Input<RelayInput>> {
+        &self.inputs
+    }
+
     /// The log's head as last committed, marked changed at every commit that moves it:
     /// what a Kubernetes watch waits on instead of asking the node on a timer.
     pub fn head_changes(&self) -> watch::Receiver<u64> {

@@ -313,6 +313,19 @@ async fn one_pass(
     Ok(())
 }
 
+/// Copies `claim` from `from` to `to` through the node `node` (for benchmarks and
+/// tests: moves start by themselves at the root, [`run_moves`]).
+pub async fn copy_volume(
+    node: &super::runtime::NodeClient,
+    from: &str,
+    to: &str,
+    claim: &VolumeClaim,
+    freeze: bool,
+) -> Result<CopyReport, String> {
+    let request = REQUESTS.fetch_add(1, Ordering::Relaxed);
+    copy(node.inputs(), request, from, to, claim, freeze).await
+}
+
 /// Lets the writers of `claim` at `cluster` write again (a failed move).
 pub async fn thaw(
     inputs: &mpsc::Sender<Input<RelayInput>>,

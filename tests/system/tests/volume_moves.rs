@@ -379,3 +379,155 @@ async fn a_copy_cut_by_a_restarted_region_relay_resumes_and_ends_equal() {
     );
     f.shutdown().await;
 }
+
+/// The size of the figures' volumes in MiB: `STRATA_VOLUME_MIB`, else `default`.
+fn figure_mib(default: usize) -> usize {
+    std::env::var("STRATA_VOLUME_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn mib_per_s(bytes: u64, took: Duration) -> f64 {
+    bytes as f64 / (1 << 20) as f64 / took.as_secs_f64()
+}
+
+/// The same chunks as a volume copy (read with their sums from one simulated cluster,
+/// checked and written into another) over one plain TLS 1.3 connection on loopback,
+/// with the hierarchy's certificates: the baseline of the copy through the tiers.
+async fn plain_tls_copy(h: &Hierarchy, src: &SimVolumes) -> (u64, Duration) {
+    use strata_node::volume::{checksum, read_frame, write_frame};
+    use strata_protocol::volume::VolumeFrame;
+    let server = strata_node::tls::server_config(&h.identity("us-1")).unwrap();
+    let client = strata_node::tls::client_config(&h.identity("eu-1")).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_, dst) = strata_agent::sim_volumes::new_store();
+    let receiver = {
+        let dst = dst.clone();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut s = tokio_rustls::TlsAcceptor::from(server)
+                .accept(tcp)
+                .await
+                .unwrap();
+            let mut buf = Vec::new();
+            dst.begin_restore(&claim()).await.unwrap();
+            while let Some(f) = read_frame(&mut s, &mut buf).await.unwrap() {
+                match f {
+                    VolumeFrame::Chunk {
+                        index, sum, data, ..
+                    } => {
+                        assert_eq!(checksum(&data), sum);
+                        dst.restore_chunk(&claim(), index, data).await.unwrap();
+                    }
+                    VolumeFrame::End { size, sums } => {
+                        assert_eq!(dst.end_restore(&claim(), size, &sums).await, Ok(0));
+                        break;
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        })
+    };
+    let started = tokio::time::Instant::now();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("us-1".to_owned()).unwrap();
+    let mut s = tokio_rustls::TlsConnector::from(client)
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let (size, sums) = src.manifest(&claim()).await.unwrap();
+    let mut buf = Vec::new();
+    for index in 0..sums.len() as u32 {
+        let (data, sum) = src.chunk(&claim(), index).await.unwrap().unwrap();
+        write_frame(&mut s, &VolumeFrame::chunk(index, sum, data), &mut buf)
+            .await
+            .unwrap();
+    }
+    write_frame(&mut s, &VolumeFrame::End { size, sums }, &mut buf)
+        .await
+        .unwrap();
+    receiver.await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(dst.digest(&claim()).await, src.digest(&claim()).await);
+    (size, took)
+}
+
+/// Figures, not a check: a copy's throughput through three tiers (eu-1 → eu-site → eu
+/// → center → us → us-site → us-1, QUIC on loopback) against the same chunks over one
+/// plain TLS connection. `STRATA_VOLUME_MIB` sets the size (256 MiB by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "figures: run with --ignored --nocapture"]
+async fn volume_copy_throughput_figures() {
+    let f = fleet().await;
+    let mib = figure_mib(256);
+    f.place_and_write(&format!("{mib}Mi"), &bytes(mib << 20, 60))
+        .await;
+    let claim = claim();
+    let started = tokio::time::Instant::now();
+    let r =
+        strata_relay::tier::volume::copy_volume(&f.root.client(), "eu-1", "us-1", &claim, false)
+            .await
+            .unwrap();
+    let tiers = started.elapsed();
+    assert_eq!(r.by, "center");
+    assert_eq!(
+        f.us_vols.digest(&claim).await.unwrap(),
+        f.eu_vols.digest(&claim).await.unwrap()
+    );
+    let (size, plain) = plain_tls_copy(&f.h, &f.eu_vols).await;
+    println!(
+        "volume copy of {mib} MiB: through 3 tiers via {} {:.1} MiB/s ({} ms); plain TLS on loopback {:.1} MiB/s ({} ms)",
+        r.by,
+        mib_per_s(r.bytes, tiers),
+        tiers.as_millis(),
+        mib_per_s(size, plain),
+        plain.as_millis()
+    );
+    f.shutdown().await;
+}
+
+/// Figures, not a check: the write downtime of a ReadWriteOnce move (phase 2) while the
+/// app writes 4 KiB every 2 ms during phase 1. `STRATA_VOLUME_MIB` sets the size (1 GiB
+/// by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "figures: run with --ignored --nocapture"]
+async fn rwo_move_downtime_figures() {
+    let f = fleet().await;
+    let mib = figure_mib(1024);
+    let size = (mib as u64) << 20;
+    let data = bytes(mib << 20, 61);
+    f.place_and_write(&format!("{mib}Mi"), &data).await;
+    drop(data);
+    let writer = {
+        let vols = f.eu_vols.clone();
+        tokio::spawn(async move {
+            let mut acked = 0u64;
+            for i in 0..1_000_000u64 {
+                let at = (i * 1_048_583) % (size - 4096);
+                match vols.write(&claim(), at, &bytes(4096, i + 3)).await {
+                    Ok(()) => acked += 1,
+                    Err(VolumeAccessError::Frozen(_)) => return acked,
+                    Err(e) => panic!("{e}"),
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            acked
+        })
+    };
+    let started = tokio::time::Instant::now();
+    apply(&f.root, &app("us", &format!("{mib}Mi"))).await;
+    f.wait_moved().await;
+    let took = started.elapsed();
+    let acked = writer.await.unwrap();
+    let m = volume_move(&f.root).await.unwrap();
+    assert_eq!(m.phase, VolumePhase::Restored);
+    println!(
+        "ReadWriteOnce move of {mib} MiB through the root, {acked} writes acknowledged during phase 1: write downtime (phase 2) {} ms, whole move {} ms; {}",
+        m.downtime_ms.unwrap(),
+        took.as_millis(),
+        m.detail
+    );
+    f.shutdown().await;
+}
