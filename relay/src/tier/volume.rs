@@ -314,7 +314,7 @@ async fn one_pass(
 }
 
 /// Copies `claim` from `from` to `to` through the node `node` (for benchmarks and
-/// tests: moves start by themselves at the root, [`run_moves`]).
+/// tests: moves start by themselves at the root, `run_moves`).
 pub async fn copy_volume(
     node: &super::runtime::NodeClient,
     from: &str,
