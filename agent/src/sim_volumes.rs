@@ -394,7 +394,7 @@ impl SimVolumes {
     }
 
     /// A move's copy ended: the claim takes the source's size; returns how many chunks
-    /// differ from `sums` (0: an exact copy). The claim is no longer restoring.
+    /// differ from `sums` (0: an exact copy). The claim is no longer restoring, nor stopped.
     pub async fn end_restore(
         &self,
         claim: &VolumeClaim,
@@ -404,6 +404,9 @@ impl SimVolumes {
         self.with(claim, true, |v| {
             v.resize(size);
             v.restoring = false;
+            // A restored claim is the copy that runs from now on: if it was stopped
+            // by an earlier move away, its writers may write again.
+            v.frozen = false;
             Ok(v.sums.iter().zip(sums).filter(|(a, b)| a != b).count()
                 + v.sums.len().abs_diff(sums.len()))
         })

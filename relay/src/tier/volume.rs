@@ -50,6 +50,13 @@ pub const PASS_PAUSE: Duration = Duration::from_millis(500);
 /// How long a relay waits for a lower relay to finish a copy it passed down.
 pub const COPY_TIMEOUT: Duration = Duration::from_secs(3600);
 
+/// Phase 1 copies again what changed while it ran, at most this many more times, while
+/// what changed halves each round and is more than [`PRECOPY_ENOUGH`].
+pub const PRECOPY_ROUNDS: u32 = 3;
+
+/// Below this, phase 1 stops copying again and phase 2 starts.
+pub const PRECOPY_ENOUGH: u64 = 4 << 20;
+
 /// How often the root looks for moves to start.
 const MOVE_POLL: Duration = Duration::from_millis(100);
 
@@ -366,19 +373,32 @@ pub async fn run_move(
         }
     }
     let mut detail = Vec::new();
-    // Phase 1: copy while the old copy runs.
+    // Phase 1: copy while the old copy runs; then again, what changed meanwhile, while
+    // that shrinks (pre-copy rounds, as a live migration does), so that phase 2 has
+    // little left to send.
     for (from, to) in &m.pairs {
         for (claim, _) in &m.claims {
-            let r = copy(inputs, request, from, to, claim, false)
-                .await
-                .map_err(|e| format!("phase 1 (copy while running): {e}"))?;
-            detail.push(format!(
-                "{} {from}->{to} via {}: {} bytes in phase 1 ({} passes)",
-                claim_name(claim),
-                r.by,
-                r.bytes,
-                r.passes
-            ));
+            let mut round = 0;
+            let mut last = u64::MAX;
+            loop {
+                let r = copy(inputs, request, from, to, claim, false)
+                    .await
+                    .map_err(|e| format!("phase 1 (copy while running): {e}"))?;
+                detail.push(format!(
+                    "{} {from}->{to} via {}: {} bytes in phase 1 round {} ({} passes)",
+                    claim_name(claim),
+                    r.by,
+                    r.bytes,
+                    round + 1,
+                    r.passes
+                ));
+                round += 1;
+                let shrinking = r.bytes.saturating_mul(2) <= last;
+                last = r.bytes;
+                if r.bytes <= PRECOPY_ENOUGH || round > PRECOPY_ROUNDS || !shrinking {
+                    break;
+                }
+            }
         }
     }
     // Phase 2: stop the old writers, copy what changed.

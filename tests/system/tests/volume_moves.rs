@@ -306,7 +306,8 @@ async fn a_claim_moves_with_its_app_through_the_root() {
 async fn a_move_whose_second_phase_fails_stays_where_it_was_and_says_why() {
     let f = fleet().await;
     f.place_and_write("4Mi", &bytes(4 << 20, 52)).await;
-    // us-1 takes the first phase's restore and refuses the second's.
+    // us-1 takes the first phase's restore and refuses the second's (4 MiB is within
+    // `PRECOPY_ENOUGH`: phase 1 makes one round).
     f.us_vols.refuse_restores_after(1);
     apply(&f.root, &app("us", "4Mi")).await;
     eventually("the move failed", || async {
@@ -454,6 +455,49 @@ async fn plain_tls_copy(h: &Hierarchy, src: &SimVolumes) -> (u64, Duration) {
     (size, took)
 }
 
+/// Applies `count` changes of a ConfigMap placed on us-1 (numbered from `first`), one
+/// after the other; how long each took to reach us-1.
+async fn probes(f: &Fleet, first: u64, count: u64) -> Vec<Duration> {
+    let mut took = Vec::new();
+    for n in first..first + count {
+        let text = format!(
+            "
+apiVersion: v1
+kind: ConfigMap
+metadata: {{ name: probe, namespace: probe }}
+data: {{ n: \"{n}\" }}
+---
+apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: {{ name: probe }}
+spec:
+  objects: [ {{ kinds: [ConfigMap], namespaces: [probe] }} ]
+  clusters: {{ selector: {{ matchLabels: {{ region: us }} }} }}
+"
+        );
+        let started = tokio::time::Instant::now();
+        apply(&f.root, &text).await;
+        let want = format!("\"n\":\"{n}\"");
+        eventually("the probe arrives at us-1", || {
+            let want = want.clone();
+            async move {
+                f.agents[1]
+                    .query(move |a| {
+                        a.log().live().any(|o| {
+                            o.key().kind == "ConfigMap"
+                                && String::from_utf8_lossy(&o.body).contains(&want)
+                        })
+                    })
+                    .await
+                    == Some(true)
+            }
+        })
+        .await;
+        took.push(started.elapsed());
+    }
+    took
+}
+
 /// Figures, not a check: a copy's throughput through three tiers (eu-1 → eu-site → eu
 /// → center → us → us-site → us-1, QUIC on loopback) against the same chunks over one
 /// plain TLS connection. `STRATA_VOLUME_MIB` sets the size (256 MiB by default).
@@ -465,16 +509,46 @@ async fn volume_copy_throughput_figures() {
     f.place_and_write(&format!("{mib}Mi"), &bytes(mib << 20, 60))
         .await;
     let claim = claim();
+    // Desired state for us-1 (the writing end) while the copy runs: how long each change
+    // of a ConfigMap placed there takes to arrive, idle and during the copy.
+    let idle = probes(&f, 0, 10).await;
     let started = tokio::time::Instant::now();
-    let r =
-        strata_relay::tier::volume::copy_volume(&f.root.client(), "eu-1", "us-1", &claim, false)
-            .await
-            .unwrap();
-    let tiers = started.elapsed();
+    let copying = {
+        let (node, claim) = (f.root.client(), claim.clone());
+        tokio::spawn(async move {
+            let r = strata_relay::tier::volume::copy_volume(&node, "eu-1", "us-1", &claim, false)
+                .await
+                .unwrap();
+            (r, started.elapsed())
+        })
+    };
+    let mut during = Vec::new();
+    let mut n = 100;
+    while !copying.is_finished() {
+        during.extend(probes(&f, n, 1).await);
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (r, tiers) = copying.await.unwrap();
     assert_eq!(r.by, "center");
     assert_eq!(
         f.us_vols.digest(&claim).await.unwrap(),
         f.eu_vols.digest(&claim).await.unwrap()
+    );
+    let ms = |v: &[Duration]| {
+        let mut v: Vec<u128> = v.iter().map(Duration::as_millis).collect();
+        v.sort_unstable();
+        format!(
+            "median {} ms, max {} ms over {}",
+            v.get(v.len() / 2).copied().unwrap_or(0),
+            v.last().copied().unwrap_or(0),
+            v.len()
+        )
+    };
+    println!(
+        "a change placed on us-1 arrives: idle {}; during the copy {}",
+        ms(&idle),
+        ms(&during)
     );
     let (size, plain) = plain_tls_copy(&f.h, &f.eu_vols).await;
     println!(
