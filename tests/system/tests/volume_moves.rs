@@ -200,17 +200,24 @@ impl Fleet {
     /// Waits until the move is over: the app on us-1 only. Checks on the way that us-1
     /// never holds the app before its claim holds what eu-1's holds.
     async fn wait_moved(&self) {
-        for _ in 0..1200 {
-            if holds_app(&self.agents[1]).await {
+        self.wait_moved_to(1).await;
+    }
+
+    /// Waits until the app runs only on agent `to` (0: eu-1, 1: us-1), which never holds
+    /// it before its claim holds what the other's holds.
+    async fn wait_moved_to(&self, to: usize) {
+        let vols = [&self.eu_vols, &self.us_vols];
+        for _ in 0..2400 {
+            if holds_app(&self.agents[to]).await {
                 let (old, new) = (
-                    self.eu_vols.digest(&claim()).await.unwrap(),
-                    self.us_vols.digest(&claim()).await.unwrap(),
+                    vols[1 - to].digest(&claim()).await.unwrap(),
+                    vols[to].digest(&claim()).await.unwrap(),
                 );
                 assert_eq!(
                     new, old,
-                    "us-1 got the workload before its claim was restored"
+                    "the new cluster got the workload before its claim was restored"
                 );
-                if !holds_app(&self.agents[0]).await {
+                if !holds_app(&self.agents[1 - to]).await {
                     return;
                 }
             }
@@ -562,9 +569,32 @@ async fn volume_copy_throughput_figures() {
     f.shutdown().await;
 }
 
-/// Figures, not a check: the write downtime of a ReadWriteOnce move (phase 2) while the
-/// app writes 4 KiB every 2 ms during phase 1. `STRATA_VOLUME_MIB` sets the size (1 GiB
-/// by default).
+/// The app's writes during a move, 4 KiB every 2 ms until its writers are stopped:
+/// `spread` over the whole claim (each in another chunk: 128 MiB/s of chunks dirtied), or
+/// appended one after the other (2 MiB/s). How many were acknowledged.
+fn app_writes(vols: SimVolumes, size: u64, spread: bool) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let mut acked = 0u64;
+        for i in 0..1_000_000u64 {
+            let at = if spread {
+                (i * 1_048_583) % (size - 4096)
+            } else {
+                (i * 4096) % (size - 4096)
+            };
+            match vols.write(&claim(), at, &bytes(4096, i + 3)).await {
+                Ok(()) => acked += 1,
+                Err(VolumeAccessError::Frozen(_)) => return acked,
+                Err(e) => panic!("{e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        acked
+    })
+}
+
+/// Figures, not a check: the write downtime of a ReadWriteOnce move (phase 2) through
+/// the root, eu-1 → us-1 with the app's writes spread over the claim, then back with
+/// its writes appended. `STRATA_VOLUME_MIB` sets the size (1 GiB by default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "figures: run with --ignored --nocapture"]
 async fn rwo_move_downtime_figures() {
@@ -574,34 +604,28 @@ async fn rwo_move_downtime_figures() {
     let data = bytes(mib << 20, 61);
     f.place_and_write(&format!("{mib}Mi"), &data).await;
     drop(data);
-    let writer = {
-        let vols = f.eu_vols.clone();
-        tokio::spawn(async move {
-            let mut acked = 0u64;
-            for i in 0..1_000_000u64 {
-                let at = (i * 1_048_583) % (size - 4096);
-                match vols.write(&claim(), at, &bytes(4096, i + 3)).await {
-                    Ok(()) => acked += 1,
-                    Err(VolumeAccessError::Frozen(_)) => return acked,
-                    Err(e) => panic!("{e}"),
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            acked
-        })
-    };
-    let started = tokio::time::Instant::now();
-    apply(&f.root, &app("us", &format!("{mib}Mi"))).await;
-    f.wait_moved().await;
-    let took = started.elapsed();
-    let acked = writer.await.unwrap();
-    let m = volume_move(&f.root).await.unwrap();
-    assert_eq!(m.phase, VolumePhase::Restored);
-    println!(
-        "ReadWriteOnce move of {mib} MiB through the root, {acked} writes acknowledged during phase 1: write downtime (phase 2) {} ms, whole move {} ms; {}",
-        m.downtime_ms.unwrap(),
-        took.as_millis(),
-        m.detail
-    );
+    for (to, region, spread) in [(1, "us", true), (0, "eu", false)] {
+        let vols = if to == 1 { &f.eu_vols } else { &f.us_vols };
+        let writer = app_writes(vols.clone(), size, spread);
+        let started = tokio::time::Instant::now();
+        apply(&f.root, &app(region, &format!("{mib}Mi"))).await;
+        f.wait_moved_to(to).await;
+        let took = started.elapsed();
+        let acked = writer.await.unwrap();
+        let m = volume_move(&f.root).await.unwrap();
+        assert_eq!(m.phase, VolumePhase::Restored);
+        println!(
+            "ReadWriteOnce move of {mib} MiB {} through the root, {acked} writes of 4 KiB {} during phase 1: write downtime (phase 2) {} ms, whole move {} ms; {}",
+            m.pairs[0].0.clone() + " -> " + &m.pairs[0].1,
+            if spread {
+                "spread over the claim"
+            } else {
+                "appended"
+            },
+            m.downtime_ms.unwrap(),
+            took.as_millis(),
+            m.detail
+        );
+    }
     f.shutdown().await;
 }
