@@ -113,6 +113,8 @@ struct Fleet {
     agents: Vec<AgentHandle>,
     eu_vols: SimVolumes,
     us_vols: SimVolumes,
+    /// us-2, beside us-1 below us-site (`region: us2`).
+    us2_vols: SimVolumes,
 }
 
 fn simulated() -> SimulatedCluster {
@@ -148,11 +150,15 @@ async fn fleet() -> Fleet {
     let us_site = h
         .relay("us-site")
         .under("us")
-        .children(&["us-1"])
+        .children(&["us-1", "us-2"])
         .start()
         .await;
-    let (eu_cluster, us_cluster) = (simulated(), simulated());
-    let (eu_vols, us_vols) = (eu_cluster.volumes(), us_cluster.volumes());
+    let (eu_cluster, us_cluster, us2_cluster) = (simulated(), simulated(), simulated());
+    let (eu_vols, us_vols, us2_vols) = (
+        eu_cluster.volumes(),
+        us_cluster.volumes(),
+        us2_cluster.volumes(),
+    );
     let eu_1 = h
         .agent("eu-1")
         .labels(&[("region", "eu")])
@@ -165,8 +171,14 @@ async fn fleet() -> Fleet {
         .under("us-site")
         .simulated(us_cluster)
         .start();
-    eventually("the root knows both clusters", || async {
-        root.query(|c| c.reports().clusters().count()).await == Some(2)
+    let us_2 = h
+        .agent("us-2")
+        .labels(&[("region", "us2")])
+        .under("us-site")
+        .simulated(us2_cluster)
+        .start();
+    eventually("the root knows the three clusters", || async {
+        root.query(|c| c.reports().clusters().count()).await == Some(3)
     })
     .await;
     Fleet {
@@ -175,9 +187,10 @@ async fn fleet() -> Fleet {
         eu: Some(eu),
         eu_store,
         others: vec![us, eu_site, us_site],
-        agents: vec![eu_1, us_1],
+        agents: vec![eu_1, us_1, us_2],
         eu_vols,
         us_vols,
+        us2_vols,
     }
 }
 
@@ -200,24 +213,24 @@ impl Fleet {
     /// Waits until the move is over: the app on us-1 only. Checks on the way that us-1
     /// never holds the app before its claim holds what eu-1's holds.
     async fn wait_moved(&self) {
-        self.wait_moved_to(1).await;
+        self.wait_moved_between(0, 1).await;
     }
 
-    /// Waits until the app runs only on agent `to` (0: eu-1, 1: us-1), which never holds
-    /// it before its claim holds what the other's holds.
-    async fn wait_moved_to(&self, to: usize) {
-        let vols = [&self.eu_vols, &self.us_vols];
+    /// Waits until the app runs only on agent `to` (0: eu-1, 1: us-1, 2: us-2), not on
+    /// `from`; `to` never holds it before its claim holds what `from`'s holds.
+    async fn wait_moved_between(&self, from: usize, to: usize) {
+        let vols = [&self.eu_vols, &self.us_vols, &self.us2_vols];
         for _ in 0..2400 {
             if holds_app(&self.agents[to]).await {
                 let (old, new) = (
-                    vols[1 - to].digest(&claim()).await.unwrap(),
+                    vols[from].digest(&claim()).await.unwrap(),
                     vols[to].digest(&claim()).await.unwrap(),
                 );
                 assert_eq!(
                     new, old,
                     "the new cluster got the workload before its claim was restored"
                 );
-                if !holds_app(&self.agents[1 - to]).await {
+                if !holds_app(&self.agents[from]).await {
                     return;
                 }
             }
@@ -306,6 +319,27 @@ async fn a_claim_moves_with_its_app_through_the_root() {
         took.as_millis(),
         m.detail
     );
+    f.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_within_a_region_copies_at_the_site_below_both() {
+    let f = fleet().await;
+    f.place_and_write("4Mi", &bytes(4 << 20, 53)).await;
+    apply(&f.root, &app("us", "4Mi")).await;
+    f.wait_moved().await;
+    // us-1 -> us-2: both below us-site, which copies; the root and us pass it down.
+    apply(&f.root, &app("us2", "4Mi")).await;
+    f.wait_moved_between(1, 2).await;
+    let m = volume_move(&f.root).await.unwrap();
+    assert_eq!(m.phase, VolumePhase::Restored, "{m:?}");
+    assert_eq!(m.pairs, [("us-1".to_owned(), "us-2".to_owned())]);
+    assert!(m.detail.contains("via us-site"), "{}", m.detail);
+    assert_eq!(
+        f.us2_vols.digest(&claim()).await.unwrap(),
+        f.eu_vols.digest(&claim()).await.unwrap()
+    );
+    println!("within a region: {}", m.detail);
     f.shutdown().await;
 }
 
@@ -594,7 +628,9 @@ fn app_writes(vols: SimVolumes, size: u64, spread: bool) -> tokio::task::JoinHan
 
 /// Figures, not a check: the write downtime of a ReadWriteOnce move (phase 2) through
 /// the root, eu-1 → us-1 with the app's writes spread over the claim, then back with
-/// its writes appended. `STRATA_VOLUME_MIB` sets the size (1 GiB by default).
+/// its writes appended (eu-1 kept its data: only what changed is copied), then to us-2
+/// (a fresh claim) with its writes appended. `STRATA_VOLUME_MIB` sets the size (1 GiB by
+/// default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "figures: run with --ignored --nocapture"]
 async fn rwo_move_downtime_figures() {
@@ -604,12 +640,17 @@ async fn rwo_move_downtime_figures() {
     let data = bytes(mib << 20, 61);
     f.place_and_write(&format!("{mib}Mi"), &data).await;
     drop(data);
-    for (to, region, spread) in [(1, "us", true), (0, "eu", false)] {
-        let vols = if to == 1 { &f.eu_vols } else { &f.us_vols };
+    let all = [&f.eu_vols, &f.us_vols, &f.us2_vols];
+    for (from, to, region, spread) in [
+        (0, 1, "us", true),
+        (1, 0, "eu", false),
+        (0, 2, "us2", false),
+    ] {
+        let vols = all[from];
         let writer = app_writes(vols.clone(), size, spread);
         let started = tokio::time::Instant::now();
         apply(&f.root, &app(region, &format!("{mib}Mi"))).await;
-        f.wait_moved_to(to).await;
+        f.wait_moved_between(from, to).await;
         let took = started.elapsed();
         let acked = writer.await.unwrap();
         let m = volume_move(&f.root).await.unwrap();
