@@ -1,13 +1,15 @@
 //! Volumes move with the app (issue 50, part 3), in one process over real QUIC on
 //! loopback, three tiers: the root `center`, two regions `eu` and `us`, a site in each,
-//! and an agent with a simulated cluster below each site (`eu-1`, `us-1`).
+//! and agents with simulated clusters below the sites (`eu-1`; `us-1` and `us-2`).
 //!
 //! A placement with `moveVolumes` moves from eu-1 to us-1: bytes written into the claim
 //! on eu-1 are read back on us-1, equal, and the copy ran at the root (the lowest common
 //! relay of the two clusters). The new cluster gets the workload only once its claim is
 //! restored; the old claim stays read-only (never two writers). A variant restarts the
 //! region relay `eu` during the copy: the copy resumes from what us-1 holds and still ends
-//! equal. Prints the write downtime (phase 2) and the copy's throughput.
+//! equal. Others: a move within a region (copied at the site below both), every link
+//! over TLS/TCP, a second phase that fails. Figures (ignored tests): the write downtime
+//! (phase 2) and the copy's throughput.
 
 #![allow(clippy::unwrap_used)]
 // integration tests may unwrap
@@ -19,10 +21,11 @@ use crate::common;
 use std::time::Duration;
 
 use common::eventually;
-use common::hierarchy::Hierarchy;
+use common::hierarchy::{Hierarchy, LinkSpec};
 use strata_agent::runtime::AgentHandle;
 use strata_agent::sim_volumes::{SimVolumes, VolumeAccessError};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
+use strata_node::dial::TransportMode;
 use strata_node::objects::parse_manifests;
 use strata_node::store::MemStore;
 use strata_protocol::model::Space;
@@ -91,6 +94,14 @@ async fn volume_move(root: &NodeHandle) -> Option<VolumeMove> {
     .flatten()
 }
 
+/// The move, restored, copied by the relay `by`.
+async fn restored_via(f: &Fleet, by: &str) -> VolumeMove {
+    let m = volume_move(&f.root).await.unwrap();
+    assert_eq!(m.phase, VolumePhase::Restored, "{m:?}");
+    assert!(m.detail.contains(&format!("via {by}")), "{}", m.detail);
+    m
+}
+
 /// Deterministic bytes (xorshift), so that every chunk differs.
 fn bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
@@ -125,32 +136,44 @@ fn simulated() -> SimulatedCluster {
 }
 
 async fn fleet() -> Fleet {
+    fleet_over(false).await
+}
+
+/// How a node below `parent` reaches it: QUIC, or TLS/TCP when `tcp`.
+fn link(h: &Hierarchy, parent: &str, tcp: bool) -> LinkSpec {
+    if !tcp {
+        return LinkSpec::default();
+    }
+    LinkSpec {
+        mode: TransportMode::Tcp,
+        address: Some(h.tcp_addr(parent).to_string()),
+        ..LinkSpec::default()
+    }
+}
+
+/// The fleet, every link over TLS/TCP when `tcp` (the volume streams then ride the
+/// multiplexer's tunnel streams).
+async fn fleet_over(tcp: bool) -> Fleet {
     let h = Hierarchy::new();
-    let root = h.relay("center").children(&["eu", "us"]).start().await;
+    let relay = |name: &str, parent: Option<&str>, children: &[&str]| {
+        let mut r = h.relay(name).children(children);
+        if tcp {
+            r = r.tcp();
+        }
+        if let Some(p) = parent {
+            r = r.under(p).link(link(&h, p, tcp));
+        }
+        r
+    };
+    let root = relay("center", None, &["eu", "us"]).start().await;
     let eu_store = MemStore::new(71);
-    let eu = h
-        .relay("eu")
-        .under("center")
-        .children(&["eu-site"])
+    let eu = relay("eu", Some("center"), &["eu-site"])
         .store(&eu_store)
         .start()
         .await;
-    let us = h
-        .relay("us")
-        .under("center")
-        .children(&["us-site"])
-        .start()
-        .await;
-    let eu_site = h
-        .relay("eu-site")
-        .under("eu")
-        .children(&["eu-1"])
-        .start()
-        .await;
-    let us_site = h
-        .relay("us-site")
-        .under("us")
-        .children(&["us-1", "us-2"])
+    let us = relay("us", Some("center"), &["us-site"]).start().await;
+    let eu_site = relay("eu-site", Some("eu"), &["eu-1"]).start().await;
+    let us_site = relay("us-site", Some("us"), &["us-1", "us-2"])
         .start()
         .await;
     let (eu_cluster, us_cluster, us2_cluster) = (simulated(), simulated(), simulated());
@@ -159,24 +182,17 @@ async fn fleet() -> Fleet {
         us_cluster.volumes(),
         us2_cluster.volumes(),
     );
-    let eu_1 = h
-        .agent("eu-1")
-        .labels(&[("region", "eu")])
-        .under("eu-site")
-        .simulated(eu_cluster)
-        .start();
-    let us_1 = h
-        .agent("us-1")
-        .labels(&[("region", "us")])
-        .under("us-site")
-        .simulated(us_cluster)
-        .start();
-    let us_2 = h
-        .agent("us-2")
-        .labels(&[("region", "us2")])
-        .under("us-site")
-        .simulated(us2_cluster)
-        .start();
+    let agent = |name: &str, parent: &str, region: &str, cluster: SimulatedCluster| {
+        h.agent(name)
+            .labels(&[("region", region)])
+            .under(parent)
+            .link(link(&h, parent, tcp))
+            .simulated(cluster)
+            .start()
+    };
+    let eu_1 = agent("eu-1", "eu-site", "eu", eu_cluster);
+    let us_1 = agent("us-1", "us-site", "us", us_cluster);
+    let us_2 = agent("us-2", "us-site", "us2", us2_cluster);
     eventually("the root knows the three clusters", || async {
         root.query(|c| c.reports().clusters().count()).await == Some(3)
     })
@@ -331,15 +347,24 @@ async fn a_move_within_a_region_copies_at_the_site_below_both() {
     // us-1 -> us-2: both below us-site, which copies; the root and us pass it down.
     apply(&f.root, &app("us2", "4Mi")).await;
     f.wait_moved_between(1, 2).await;
-    let m = volume_move(&f.root).await.unwrap();
-    assert_eq!(m.phase, VolumePhase::Restored, "{m:?}");
+    let m = restored_via(&f, "us-site").await;
     assert_eq!(m.pairs, [("us-1".to_owned(), "us-2".to_owned())]);
-    assert!(m.detail.contains("via us-site"), "{}", m.detail);
-    assert_eq!(
-        f.us2_vols.digest(&claim()).await.unwrap(),
-        f.eu_vols.digest(&claim()).await.unwrap()
-    );
+    let first = f.eu_vols.digest(&claim()).await.unwrap();
+    assert_eq!(f.us2_vols.digest(&claim()).await.unwrap(), first);
     println!("within a region: {}", m.detail);
+    f.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_moves_when_every_link_runs_over_tls_tcp() {
+    let f = fleet_over(true).await;
+    f.place_and_write("6Mi", &bytes(6 << 20, 54)).await;
+    apply(&f.root, &app("us", "6Mi")).await;
+    f.wait_moved().await;
+    let m = restored_via(&f, "center").await;
+    let old = f.eu_vols.digest(&claim()).await.unwrap();
+    assert_eq!(f.us_vols.digest(&claim()).await.unwrap(), old);
+    println!("over TLS/TCP: {}", m.detail);
     f.shutdown().await;
 }
 
