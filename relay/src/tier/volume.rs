@@ -425,8 +425,17 @@ pub async fn run_move(
     let downtime = u64::try_from(stopped.elapsed().as_millis()).unwrap_or(u64::MAX);
     if let Some(why) = failure {
         for (cluster, claim) in frozen {
-            if let Err(e) = thaw(inputs, cluster, claim).await {
-                tracing::warn!(cluster, claim = %claim_name(claim), error = %e, "could not let the old writers write again");
+            // The old cluster may be out of reach for a while (the cut that failed the
+            // copy): its writers must get their claim back, so this is tried as long as
+            // a copy would be.
+            for pass in 1..=MAX_PASSES {
+                match thaw(inputs, cluster, claim).await {
+                    Ok(()) => break,
+                    Err(e) if pass == MAX_PASSES => {
+                        tracing::error!(cluster, claim = %claim_name(claim), error = %e, "could not let the old writers write again: the claim stays read-only");
+                    }
+                    Err(_) => tokio::time::sleep(PASS_PAUSE).await,
+                }
             }
         }
         return Err(why);
