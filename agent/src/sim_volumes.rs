@@ -3,7 +3,7 @@
 //! capped at [`MAX_SIM_VOLUME`]), in chunks of [`CHUNK_SIZE`] held only once written
 //! (an unwritten chunk reads as zeros), each with its checksum kept beside it. Tests
 //! write and read it through the simulated API (`/strata/volumes/NS/CLAIM`, see
-//! [`answer`]) or this handle; a move's volume streams read and write it
+//! [`crate::sim_volumes_api`]) or this handle; a move's volume streams read and write it
 //! (`crate::volume`).
 //!
 //! A claim is *frozen* once a move's second phase stopped its writers (writes refused,
@@ -428,111 +428,6 @@ impl SimVolumes {
                 Ok(())
             })
             .await;
-    }
-}
-
-/// Where the simulated API serves claims' bytes: `GET PREFIX/NS/CLAIM[?offset=&length=]`
-/// reads, `PUT PREFIX/NS/CLAIM?offset=N` writes the body, `GET PREFIX/NS/CLAIM/digest`
-/// answers `{size, sha256, frozen}`.
-pub const API_PREFIX: &str = "/strata/volumes/";
-
-/// Most bytes one request reads or writes.
-const MAX_API_BYTES: u64 = 16 << 20;
-
-/// Answers a request under [`API_PREFIX`].
-pub async fn answer(
-    volumes: &SimVolumes,
-    req: hyper::Request<hyper::body::Incoming>,
-) -> hyper::Response<crate::tunnel_body::TunnelBody> {
-    use http_body_util::{BodyExt, Limited};
-    use hyper::{Method, StatusCode};
-
-    use crate::tunnel_body::{full, status};
-
-    let path = req.uri().path().trim_start_matches(API_PREFIX).to_owned();
-    let query = req.uri().query().unwrap_or("").to_owned();
-    let param = |name: &str| {
-        query
-            .split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .find(|(k, _)| *k == name)
-            .and_then(|(_, v)| v.parse::<u64>().ok())
-    };
-    let segs: Vec<&str> = path.split('/').collect();
-    let (claim, digest) = match segs.as_slice() {
-        [ns, c] => (
-            VolumeClaim {
-                claim: (*c).into(),
-                namespace: (*ns).into(),
-            },
-            false,
-        ),
-        [ns, c, "digest"] => (
-            VolumeClaim {
-                claim: (*c).into(),
-                namespace: (*ns).into(),
-            },
-            true,
-        ),
-        _ => {
-            return status(
-                StatusCode::NOT_FOUND,
-                "NotFound",
-                format!("{API_PREFIX}NAMESPACE/CLAIM[/digest] is served, not {path}"),
-            );
-        }
-    };
-    let refused = |e: VolumeAccessError| {
-        let code = match e {
-            VolumeAccessError::NoClaim(_) => StatusCode::NOT_FOUND,
-            VolumeAccessError::Refused(_) => StatusCode::SERVICE_UNAVAILABLE,
-            VolumeAccessError::Beyond { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
-            _ => StatusCode::CONFLICT,
-        };
-        status(code, "Refused", e.to_string())
-    };
-    let offset = param("offset").unwrap_or(0);
-    match (req.method().clone(), digest) {
-        (Method::GET, true) => {
-            let (size, sha) = match volumes.digest(&claim).await {
-                Ok(d) => d,
-                Err(e) => return refused(e),
-            };
-            let frozen = volumes.frozen(&claim).await.unwrap_or(false);
-            let body = serde_json::json!({ "size": size, "sha256": sha, "frozen": frozen });
-            hyper::Response::new(full(body.to_string()))
-        }
-        (Method::GET, false) => {
-            let len = param("length").unwrap_or(MAX_API_BYTES).min(MAX_API_BYTES);
-            match volumes.read(&claim, offset, len).await {
-                Ok(bytes) => hyper::Response::new(full(bytes)),
-                Err(e) => refused(e),
-            }
-        }
-        (Method::PUT, false) => {
-            let body = match Limited::new(req.into_body(), MAX_API_BYTES as usize)
-                .collect()
-                .await
-            {
-                Ok(b) => b.to_bytes(),
-                Err(e) => {
-                    return status(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "RequestEntityTooLarge",
-                        format!("request body: {e}"),
-                    );
-                }
-            };
-            match volumes.write(&claim, offset, &body).await {
-                Ok(()) => hyper::Response::new(full(Vec::new())),
-                Err(e) => refused(e),
-            }
-        }
-        _ => status(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "MethodNotAllowed",
-            "volumes are read with GET and written with PUT".into(),
-        ),
     }
 }
 

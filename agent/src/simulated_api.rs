@@ -162,9 +162,11 @@ impl SimulatedApi {
     pub async fn answer(&self, req: Request<Incoming>) -> Response<TunnelBody> {
         if let (Some(volumes), true) = (
             &self.volumes,
-            req.uri().path().starts_with(crate::sim_volumes::API_PREFIX),
+            req.uri()
+                .path()
+                .starts_with(crate::sim_volumes_api::API_PREFIX),
         ) {
-            return crate::sim_volumes::answer(volumes, req).await;
+            return crate::sim_volumes_api::answer(volumes, req).await;
         }
         if req.method() != Method::GET {
             return status(

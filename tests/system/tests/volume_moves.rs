@@ -8,12 +8,12 @@
 //! restored; the old claim stays read-only (never two writers). A variant restarts the
 //! region relay `eu` during the copy: the copy resumes from what us-1 holds and still ends
 //! equal. Others: a move within a region (copied at the site below both), every link
-//! over TLS/TCP, a second phase that fails. Figures (ignored tests): the write downtime
-//! (phase 2) and the copy's throughput.
+//! over TLS/TCP, a second phase that fails. The figures on the same fleet are
+//! `volume_figures.rs`.
 
 #![allow(clippy::unwrap_used)]
 // integration tests may unwrap
-// Figures printed, never asserted: the tests time a copy with tokio's clock.
+// The tests time a move with tokio's clock, for what they print.
 #![allow(clippy::disallowed_types)]
 
 use crate::common;
@@ -33,7 +33,7 @@ use strata_protocol::placement_spec::VolumeClaim;
 use strata_relay::tier::core::volume_gate::{VolumeMove, VolumePhase};
 use strata_relay::tier::runtime::NodeHandle;
 
-fn app(region: &str, size: &str) -> String {
+pub(crate) fn app(region: &str, size: &str) -> String {
     format!(
         "
 apiVersion: v1
@@ -63,28 +63,28 @@ spec:
     )
 }
 
-fn claim() -> VolumeClaim {
+pub(crate) fn claim() -> VolumeClaim {
     VolumeClaim {
         claim: "data".into(),
         namespace: "shop".into(),
     }
 }
 
-async fn apply(root: &NodeHandle, text: &str) {
+pub(crate) async fn apply(root: &NodeHandle, text: &str) {
     let manifests = parse_manifests(text, &Space::default_space()).unwrap();
     root.query(move |c| c.apply_manifests(&manifests).unwrap().revision.unwrap())
         .await
         .unwrap();
 }
 
-async fn holds_app(agent: &AgentHandle) -> bool {
+pub(crate) async fn holds_app(agent: &AgentHandle) -> bool {
     agent
         .query(|a| a.log().live().any(|o| o.key().kind == "Deployment"))
         .await
         == Some(true)
 }
 
-async fn volume_move(root: &NodeHandle) -> Option<VolumeMove> {
+pub(crate) async fn volume_move(root: &NodeHandle) -> Option<VolumeMove> {
     root.query(|c| {
         c.volume_moves()
             .get(&(Space::default_space(), "shop".to_owned()))
@@ -103,7 +103,7 @@ async fn restored_via(f: &Fleet, by: &str) -> VolumeMove {
 }
 
 /// Deterministic bytes (xorshift), so that every chunk differs.
-fn bytes(len: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     (0..len)
         .map(|_| {
@@ -115,17 +115,17 @@ fn bytes(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-struct Fleet {
-    h: Hierarchy,
-    root: NodeHandle,
+pub(crate) struct Fleet {
+    pub(crate) h: Hierarchy,
+    pub(crate) root: NodeHandle,
     eu: Option<NodeHandle>,
     eu_store: MemStore,
     others: Vec<NodeHandle>,
-    agents: Vec<AgentHandle>,
-    eu_vols: SimVolumes,
-    us_vols: SimVolumes,
+    pub(crate) agents: Vec<AgentHandle>,
+    pub(crate) eu_vols: SimVolumes,
+    pub(crate) us_vols: SimVolumes,
     /// us-2, beside us-1 below us-site (`region: us2`).
-    us2_vols: SimVolumes,
+    pub(crate) us2_vols: SimVolumes,
 }
 
 fn simulated() -> SimulatedCluster {
@@ -135,7 +135,7 @@ fn simulated() -> SimulatedCluster {
     })
 }
 
-async fn fleet() -> Fleet {
+pub(crate) async fn fleet() -> Fleet {
     fleet_over(false).await
 }
 
@@ -212,7 +212,7 @@ async fn fleet_over(tcp: bool) -> Fleet {
 
 impl Fleet {
     /// Places the app on eu-1 and writes `data` into its claim.
-    async fn place_and_write(&self, size: &str, data: &[u8]) {
+    pub(crate) async fn place_and_write(&self, size: &str, data: &[u8]) {
         apply(&self.root, &app("eu", size)).await;
         eventually("eu-1 holds the app and its claim", || async {
             holds_app(&self.agents[0]).await && self.eu_vols.manifest(&claim()).await.is_ok()
@@ -234,7 +234,7 @@ impl Fleet {
 
     /// Waits until the app runs only on agent `to` (0: eu-1, 1: us-1, 2: us-2), not on
     /// `from`; `to` never holds it before its claim holds what `from`'s holds.
-    async fn wait_moved_between(&self, from: usize, to: usize) {
+    pub(crate) async fn wait_moved_between(&self, from: usize, to: usize) {
         let vols = [&self.eu_vols, &self.us_vols, &self.us2_vols];
         for _ in 0..2400 {
             if holds_app(&self.agents[to]).await {
@@ -258,7 +258,7 @@ impl Fleet {
         );
     }
 
-    async fn shutdown(mut self) {
+    pub(crate) async fn shutdown(mut self) {
         for a in self.agents.drain(..) {
             a.shutdown().await;
         }
@@ -444,254 +444,5 @@ async fn a_copy_cut_by_a_restarted_region_relay_resumes_and_ends_equal() {
         m.detail,
         m.downtime_ms.unwrap()
     );
-    f.shutdown().await;
-}
-
-/// The size of the figures' volumes in MiB: `STRATA_VOLUME_MIB`, else `default`.
-fn figure_mib(default: usize) -> usize {
-    std::env::var("STRATA_VOLUME_MIB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn mib_per_s(bytes: u64, took: Duration) -> f64 {
-    bytes as f64 / (1 << 20) as f64 / took.as_secs_f64()
-}
-
-/// The same chunks as a volume copy (read with their sums from one simulated cluster,
-/// checked and written into another) over one plain TLS 1.3 connection on loopback,
-/// with the hierarchy's certificates: the baseline of the copy through the tiers.
-async fn plain_tls_copy(h: &Hierarchy, src: &SimVolumes) -> (u64, Duration) {
-    use strata_node::volume::{checksum, read_frame, write_frame};
-    use strata_protocol::volume::VolumeFrame;
-    let server = strata_node::tls::server_config(&h.identity("us-1")).unwrap();
-    let client = strata_node::tls::client_config(&h.identity("eu-1")).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (_, dst) = strata_agent::sim_volumes::new_store();
-    let receiver = {
-        let dst = dst.clone();
-        tokio::spawn(async move {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let mut s = tokio_rustls::TlsAcceptor::from(server)
-                .accept(tcp)
-                .await
-                .unwrap();
-            let mut buf = Vec::new();
-            dst.begin_restore(&claim()).await.unwrap();
-            while let Some(f) = read_frame(&mut s, &mut buf).await.unwrap() {
-                match f {
-                    VolumeFrame::Chunk {
-                        index, sum, data, ..
-                    } => {
-                        assert_eq!(checksum(&data), sum);
-                        dst.restore_chunk(&claim(), index, data).await.unwrap();
-                    }
-                    VolumeFrame::End { size, sums } => {
-                        assert_eq!(dst.end_restore(&claim(), size, &sums).await, Ok(0));
-                        break;
-                    }
-                    other => panic!("{other:?}"),
-                }
-            }
-        })
-    };
-    let started = tokio::time::Instant::now();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from("us-1".to_owned()).unwrap();
-    let mut s = tokio_rustls::TlsConnector::from(client)
-        .connect(name, tcp)
-        .await
-        .unwrap();
-    let (size, sums) = src.manifest(&claim()).await.unwrap();
-    let mut buf = Vec::new();
-    for index in 0..sums.len() as u32 {
-        let (data, sum) = src.chunk(&claim(), index).await.unwrap().unwrap();
-        write_frame(&mut s, &VolumeFrame::chunk(index, sum, data), &mut buf)
-            .await
-            .unwrap();
-    }
-    write_frame(&mut s, &VolumeFrame::End { size, sums }, &mut buf)
-        .await
-        .unwrap();
-    receiver.await.unwrap();
-    let took = started.elapsed();
-    assert_eq!(dst.digest(&claim()).await, src.digest(&claim()).await);
-    (size, took)
-}
-
-/// Applies `count` changes of a ConfigMap placed on us-1 (numbered from `first`), one
-/// after the other; how long each took to reach us-1.
-async fn probes(f: &Fleet, first: u64, count: u64) -> Vec<Duration> {
-    let mut took = Vec::new();
-    for n in first..first + count {
-        let text = format!(
-            "
-apiVersion: v1
-kind: ConfigMap
-metadata: {{ name: probe, namespace: probe }}
-data: {{ n: \"{n}\" }}
----
-apiVersion: strata.dev/v1alpha1
-kind: Placement
-metadata: {{ name: probe }}
-spec:
-  objects: [ {{ kinds: [ConfigMap], namespaces: [probe] }} ]
-  clusters: {{ selector: {{ matchLabels: {{ region: us }} }} }}
-"
-        );
-        let started = tokio::time::Instant::now();
-        apply(&f.root, &text).await;
-        let want = format!("\"n\":\"{n}\"");
-        eventually("the probe arrives at us-1", || {
-            let want = want.clone();
-            async move {
-                f.agents[1]
-                    .query(move |a| {
-                        a.log().live().any(|o| {
-                            o.key().kind == "ConfigMap"
-                                && String::from_utf8_lossy(&o.body).contains(&want)
-                        })
-                    })
-                    .await
-                    == Some(true)
-            }
-        })
-        .await;
-        took.push(started.elapsed());
-    }
-    took
-}
-
-/// Figures, not a check: a copy's throughput through three tiers (eu-1 → eu-site → eu
-/// → center → us → us-site → us-1, QUIC on loopback) against the same chunks over one
-/// plain TLS connection. `STRATA_VOLUME_MIB` sets the size (256 MiB by default).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "figures: run with --ignored --nocapture"]
-async fn volume_copy_throughput_figures() {
-    let f = fleet().await;
-    let mib = figure_mib(256);
-    f.place_and_write(&format!("{mib}Mi"), &bytes(mib << 20, 60))
-        .await;
-    let claim = claim();
-    // Desired state for us-1 (the writing end) while the copy runs: how long each change
-    // of a ConfigMap placed there takes to arrive, idle and during the copy.
-    let idle = probes(&f, 0, 10).await;
-    let started = tokio::time::Instant::now();
-    let copying = {
-        let (node, claim) = (f.root.client(), claim.clone());
-        tokio::spawn(async move {
-            let r = strata_relay::tier::volume::copy_volume(&node, "eu-1", "us-1", &claim, false)
-                .await
-                .unwrap();
-            (r, started.elapsed())
-        })
-    };
-    let mut during = Vec::new();
-    let mut n = 100;
-    while !copying.is_finished() {
-        during.extend(probes(&f, n, 1).await);
-        n += 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let (r, tiers) = copying.await.unwrap();
-    assert_eq!(r.by, "center");
-    assert_eq!(
-        f.us_vols.digest(&claim).await.unwrap(),
-        f.eu_vols.digest(&claim).await.unwrap()
-    );
-    let ms = |v: &[Duration]| {
-        let mut v: Vec<u128> = v.iter().map(Duration::as_millis).collect();
-        v.sort_unstable();
-        format!(
-            "median {} ms, max {} ms over {}",
-            v.get(v.len() / 2).copied().unwrap_or(0),
-            v.last().copied().unwrap_or(0),
-            v.len()
-        )
-    };
-    println!(
-        "a change placed on us-1 arrives: idle {}; during the copy {}",
-        ms(&idle),
-        ms(&during)
-    );
-    let (size, plain) = plain_tls_copy(&f.h, &f.eu_vols).await;
-    println!(
-        "volume copy of {mib} MiB: through 3 tiers via {} {:.1} MiB/s ({} ms); plain TLS on loopback {:.1} MiB/s ({} ms)",
-        r.by,
-        mib_per_s(r.bytes, tiers),
-        tiers.as_millis(),
-        mib_per_s(size, plain),
-        plain.as_millis()
-    );
-    f.shutdown().await;
-}
-
-/// The app's writes during a move, 4 KiB every 2 ms until its writers are stopped:
-/// `spread` over the whole claim (each in another chunk: 128 MiB/s of chunks dirtied), or
-/// appended one after the other (2 MiB/s). How many were acknowledged.
-fn app_writes(vols: SimVolumes, size: u64, spread: bool) -> tokio::task::JoinHandle<u64> {
-    tokio::spawn(async move {
-        let mut acked = 0u64;
-        for i in 0..1_000_000u64 {
-            let at = if spread {
-                (i * 1_048_583) % (size - 4096)
-            } else {
-                (i * 4096) % (size - 4096)
-            };
-            match vols.write(&claim(), at, &bytes(4096, i + 3)).await {
-                Ok(()) => acked += 1,
-                Err(VolumeAccessError::Frozen(_)) => return acked,
-                Err(e) => panic!("{e}"),
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        acked
-    })
-}
-
-/// Figures, not a check: the write downtime of a ReadWriteOnce move (phase 2) through
-/// the root, eu-1 → us-1 with the app's writes spread over the claim, then back with
-/// its writes appended (eu-1 kept its data: only what changed is copied), then to us-2
-/// (a fresh claim) with its writes appended. `STRATA_VOLUME_MIB` sets the size (1 GiB by
-/// default).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "figures: run with --ignored --nocapture"]
-async fn rwo_move_downtime_figures() {
-    let f = fleet().await;
-    let mib = figure_mib(1024);
-    let size = (mib as u64) << 20;
-    let data = bytes(mib << 20, 61);
-    f.place_and_write(&format!("{mib}Mi"), &data).await;
-    drop(data);
-    let all = [&f.eu_vols, &f.us_vols, &f.us2_vols];
-    for (from, to, region, spread) in [
-        (0, 1, "us", true),
-        (1, 0, "eu", false),
-        (0, 2, "us2", false),
-    ] {
-        let vols = all[from];
-        let writer = app_writes(vols.clone(), size, spread);
-        let started = tokio::time::Instant::now();
-        apply(&f.root, &app(region, &format!("{mib}Mi"))).await;
-        f.wait_moved_between(from, to).await;
-        let took = started.elapsed();
-        let acked = writer.await.unwrap();
-        let m = volume_move(&f.root).await.unwrap();
-        assert_eq!(m.phase, VolumePhase::Restored);
-        println!(
-            "ReadWriteOnce move of {mib} MiB {} through the root, {acked} writes of 4 KiB {} during phase 1: write downtime (phase 2) {} ms, whole move {} ms; {}",
-            m.pairs[0].0.clone() + " -> " + &m.pairs[0].1,
-            if spread {
-                "spread over the claim"
-            } else {
-                "appended"
-            },
-            m.downtime_ms.unwrap(),
-            took.as_millis(),
-            m.detail
-        );
-    }
     f.shutdown().await;
 }
