@@ -512,3 +512,39 @@ pub fn move_status(m: &VolumeMove) -> serde_json::Value {
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_protocol::time::UnixMillis;
+
+    #[test]
+    fn the_status_says_where_a_move_stands() {
+        let mut m = VolumeMove {
+            pairs: vec![("eu-1".into(), "us-1".into())],
+            claims: vec![(
+                VolumeClaim {
+                    claim: "data".into(),
+                    namespace: "shop".into(),
+                },
+                AccessMode::ReadWriteOnce,
+            )],
+            phase: VolumePhase::Restored,
+            started: UnixMillis(0),
+            downtime_ms: Some(62),
+            detail: "shop/data eu-1->us-1 via center".into(),
+        };
+        let v = move_status(&m);
+        assert_eq!(v["phase"], "Restored");
+        assert_eq!(v["writeDowntimeMs"], 62);
+        assert_eq!(v["from"], json!(["eu-1"]));
+        assert_eq!(v["to"], json!(["us-1"]));
+        assert_eq!(v["claims"][0]["accessMode"], "ReadWriteOnce");
+        m.phase = VolumePhase::Failed("phase 2: us-1 refused".into());
+        m.downtime_ms = None;
+        let v = move_status(&m);
+        assert_eq!(v["phase"], "Failed");
+        assert_eq!(v["reason"], "phase 2: us-1 refused");
+        assert!(v.get("writeDowntimeMs").is_none());
+    }
+}
