@@ -476,9 +476,19 @@ pub(crate) async fn run_moves(inputs: mpsc::Sender<Input<RelayInput>>) {
             let inputs = inputs.clone();
             tasks.spawn(async move {
                 let outcome = run_move(&inputs, &key, &m).await;
-                let pairs = m.pairs.clone();
-                let k = key.clone();
-                let _ = query(&inputs, move |c| c.volume_move_done(&k, &pairs, outcome)).await;
+                let restored = outcome.is_ok();
+                let (pairs, k) = (m.pairs.clone(), key.clone());
+                let taken = query(&inputs, move |c| c.volume_move_done(&k, &pairs, outcome)).await;
+                if restored && taken == Some(false) {
+                    // Given up while it ran: the old writers must not stay stopped.
+                    for (from, _) in &m.pairs {
+                        for (claim, _) in &m.claims {
+                            if let Err(e) = thaw(&inputs, from, claim).await {
+                                tracing::warn!(cluster = %from, claim = %claim_name(claim), error = %e, "could not let the old writers write again");
+                            }
+                        }
+                    }
+                }
                 id
             });
         }
@@ -510,6 +520,9 @@ pub fn move_status(m: &VolumeMove) -> serde_json::Value {
     if let Some(r) = reason {
         v["reason"] = json!(r);
     }
+    if let Some(at) = m.retry_at {
+        v["retryAt"] = json!(at.rfc3339());
+    }
     v
 }
 
@@ -533,6 +546,7 @@ mod tests {
             started: UnixMillis(0),
             downtime_ms: Some(62),
             detail: "shop/data eu-1->us-1 via center".into(),
+            retry_at: None,
         };
         let v = move_status(&m);
         assert_eq!(v["phase"], "Restored");

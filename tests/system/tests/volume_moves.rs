@@ -400,6 +400,19 @@ async fn a_move_whose_second_phase_fails_stays_where_it_was_and_says_why() {
     })
     .await;
     println!("a failed move says: {why}");
+    // Tried again after a while; given up at once when the placement asks for eu again.
+    eventually("a retry is planned", || async {
+        volume_move(&f.root)
+            .await
+            .is_some_and(|m| m.retry_at.is_some())
+    })
+    .await;
+    apply(&f.root, &app("eu", "4Mi")).await;
+    eventually("the move is given up", || async {
+        volume_move(&f.root).await.is_none()
+    })
+    .await;
+    assert!(holds_app(&f.agents[0]).await);
     f.shutdown().await;
 }
 

@@ -46,7 +46,14 @@ pub struct VolumeMove {
     pub downtime_ms: Option<u64>,
     /// Bytes copied, the relay that copied, passes: for the status.
     pub detail: String,
+    /// A failed copy: when it is tried again.
+    pub retry_at: Option<UnixMillis>,
 }
+
+/// How long after a failed copy the root tries again, while the placement still asks
+/// for the move (the old cluster may have been out of reach: its data cannot be copied,
+/// so the placement stays, and moves once it can).
+pub const VOLUME_RETRY_MS: u64 = 30_000;
 
 /// The volume moves of every placement, by (space, name).
 pub type VolumeMoves = BTreeMap<(Space, String), VolumeMove>;
@@ -58,18 +65,19 @@ impl NodeCore {
     }
 
     /// The runtime's report on a move's copy: restored (with the write downtime) or
-    /// failed. Ignored if the placement has moved on since (other clusters).
+    /// failed. Ignored if the placement has moved on since (other clusters, or the move
+    /// was given up): returns whether it was taken.
     pub fn volume_move_done(
         &mut self,
         key: &(Space, String),
         pairs: &[(String, String)],
         outcome: Result<(u64, String), String>,
-    ) {
+    ) -> bool {
         let Some(m) = self.volume_moves.get_mut(key) else {
-            return;
+            return false;
         };
         if m.pairs != pairs || m.phase != VolumePhase::Copying {
-            return;
+            return false;
         }
         match outcome {
             Ok((downtime, detail)) => {
@@ -84,11 +92,13 @@ impl NodeCore {
             }
         }
         self.replan_on_tick = true;
+        true
     }
 
     /// Part of planning: `decision` for `p`, which ran on `before`, held where it was
-    /// while its volumes are not on the new clusters. Returns whether a copy is under
-    /// way (the root then replans on its tick).
+    /// while its volumes are not on the new clusters. Returns whether the move waits (a
+    /// copy under way, or one to try again): the root then replans on its tick. A
+    /// failed copy is tried again after [`VOLUME_RETRY_MS`].
     pub(super) fn gate_volumes(
         &mut self,
         p: &Placement,
@@ -106,7 +116,16 @@ impl NodeCore {
         let new: Vec<String> = chosen.difference(before).cloned().collect();
         if old.is_empty() || new.is_empty() {
             // Not a move (a first placement, a cluster added or released): nothing
-            // to copy. A finished move's record stays for the status.
+            // to copy. A finished move's record stays for the status; one not finished
+            // was given up (the placement asks for where it runs again).
+            if self
+                .volume_moves
+                .get(&key)
+                .is_some_and(|m| m.phase != VolumePhase::Restored)
+            {
+                tracing::info!(space = %p.space.0, placement = %p.name, "volume move given up: the placement no longer asks for it");
+                self.volume_moves.remove(&key);
+            }
             return false;
         }
         let pairs: Vec<(String, String)> = old.iter().cloned().zip(new.iter().cloned()).collect();
@@ -135,8 +154,24 @@ impl NodeCore {
                     started: wall,
                     downtime_ms: None,
                     detail: String::new(),
+                    retry_at: None,
                 },
             );
+        }
+        if let Some(m) = self.volume_moves.get_mut(&key)
+            && matches!(m.phase, VolumePhase::Failed(_))
+            && old.len() == new.len()
+        {
+            match m.retry_at {
+                None => m.retry_at = Some(UnixMillis(wall.0 + VOLUME_RETRY_MS)),
+                Some(at) if wall >= at => {
+                    tracing::info!(space = %p.space.0, placement = %p.name, pairs = ?m.pairs, "volume move: trying the copy again");
+                    m.phase = VolumePhase::Copying;
+                    m.started = wall;
+                    m.retry_at = None;
+                }
+                Some(_) => {}
+            }
         }
         let phase = self.volume_moves.get(&key).map(|m| m.phase.clone());
         if phase == Some(VolumePhase::Restored) {
@@ -147,7 +182,8 @@ impl NodeCore {
         decision.except.clear();
         decision.retiring.clear();
         decision.retiring_since = None;
-        phase == Some(VolumePhase::Copying)
+        // Copying, or failed and tried again later: the root replans on its tick.
+        true
     }
 
     /// The access mode of the claim as the root holds its manifest (ReadWriteOnce when
