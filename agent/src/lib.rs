@@ -6,7 +6,9 @@
 //!
 //! * [`backend`]: the [`backend::ClusterBackend`] trait every cluster kind implements.
 //! * [`simulated`]: a simulated cluster (a fake, for demos, tests and benchmarks);
-//!   [`simulated_api`]: its small Kubernetes API (Pods, logs, events).
+//!   [`simulated_api`]: its small Kubernetes API (Pods, logs, events);
+//!   [`sim_volumes`]: its claims' bytes, [`sim_volumes_api`] their door in its API.
+//! * [`volume`]: a volume stream's end (a move's chunks read or written here).
 //! * [`tunnel`]: the debug tunnel's end: the parent's tunnel streams served as the
 //!   cluster's Kubernetes API, with the agent's own credentials.
 //! * [`kubernetes`]: the Kubernetes API backend (discovery, server-side apply, prune,
@@ -28,7 +30,10 @@ pub mod endpoints;
 pub mod kubernetes;
 pub mod ops;
 pub mod runtime;
+pub mod sim_volumes;
+pub mod sim_volumes_api;
 pub mod simulated;
 pub mod simulated_api;
 pub mod tunnel;
 pub mod tunnel_body;
+pub mod volume;

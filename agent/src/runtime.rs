@@ -11,6 +11,7 @@ use strata_node::store::{Batch, Store, StoreError};
 use strata_node::tunnel;
 use strata_protocol::model::Cluster;
 use strata_protocol::time::Instant;
+use strata_protocol::volume::StreamOpen;
 use strata_protocol::wire::{
     LinkPath, MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, ParentToChild, ProtocolVersion,
 };
@@ -213,6 +214,19 @@ pub fn start_speaking(
                 tunnel::serve_from_parent(links, move |open, stream| {
                     let (cluster, target) = (cluster.clone(), target.clone());
                     async move {
+                        let open = match open {
+                            StreamOpen::Tunnel(open) => open,
+                            StreamOpen::Volume(open, ask) => {
+                                let volumes = match &target {
+                                    Some(crate::tunnel::TunnelTarget::Simulated(api)) => {
+                                        api.volumes().cloned()
+                                    }
+                                    _ => None,
+                                };
+                                return crate::volume::serve(cluster, volumes, open, ask, stream)
+                                    .await;
+                            }
+                        };
                         match target {
                             Some(t) => crate::tunnel::serve(cluster, t, open, stream).await,
                             None => {

@@ -13,6 +13,8 @@
 //!   `status.loadBalancer.ingress` ([`simulated_address`]), and its nodes have it too.
 //! * An object labelled `strata.dev/simulate-failure: <reason>`, or any object when the
 //!   cluster itself is configured to fail, reports `Failed` with that reason.
+//! * A `PersistentVolumeClaim` gets a byte store of its requested size
+//!   ([`crate::sim_volumes`]), which tests write and read and moves copy.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,6 +23,7 @@ use strata_protocol::model::{Body, ContentHash, Health, Object, ObjectKey, Revis
 use strata_protocol::time::{Instant, UnixMillis};
 
 use crate::backend::{BackendError, ClusterBackend};
+use crate::sim_volumes::{ClaimBoard, SimVolumes, new_store, requested_size};
 use crate::simulated_api::{PodBoard, SimPod, SimulatedApi};
 
 /// The first container's image of a workload's manifest, if it names one.
@@ -75,7 +78,7 @@ struct Held {
 }
 
 /// A fake cluster that behaves like a small Kubernetes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SimulatedCluster {
     config: SimulatedConfig,
     objects: BTreeMap<ObjectKey, Held>,
@@ -87,6 +90,9 @@ pub struct SimulatedCluster {
     pods: PodBoard,
     /// The cluster's address: its load balancers' and its node's.
     address: Option<String>,
+    /// The claims applied, and their bytes.
+    claims: ClaimBoard,
+    volumes: SimVolumes,
 }
 
 /// The property a simulated cluster's address may be given in.
@@ -108,22 +114,37 @@ pub fn simulated_address(cluster: &strata_protocol::model::Cluster) -> String {
     format!("127.{}.{}.{}", a % 254 + 1, b, c % 254 + 1)
 }
 
+impl Default for SimulatedCluster {
+    fn default() -> Self {
+        SimulatedCluster::new(SimulatedConfig::default())
+    }
+}
+
 impl SimulatedCluster {
     /// An empty cluster.
     pub fn new(config: SimulatedConfig) -> Self {
+        let (claims, volumes) = new_store();
         SimulatedCluster {
             config,
             objects: BTreeMap::new(),
             changed: false,
             pods: PodBoard::default(),
             address: None,
+            claims,
+            volumes,
         }
     }
 
-    /// The cluster's small Kubernetes API (Pods, their logs, events), which answers the
-    /// debug tunnel; it sees the Pods of what is applied from then on.
+    /// The cluster's small Kubernetes API (Pods, their logs, events, its claims'
+    /// bytes), which answers the debug tunnel; it sees the Pods of what is applied
+    /// from then on.
     pub fn api(&self) -> SimulatedApi {
-        SimulatedApi::new(self.pods.subscribe())
+        SimulatedApi::new(self.pods.subscribe()).with_volumes(self.volumes.clone())
+    }
+
+    /// The bytes of the cluster's claims.
+    pub fn volumes(&self) -> SimVolumes {
+        self.volumes.clone()
     }
 
     /// Publishes the Pods the held workloads run.
@@ -184,6 +205,16 @@ impl ClusterBackend for SimulatedCluster {
             "Deployment" | "StatefulSet" | "DaemonSet"
         );
         let job = object.key().kind == "Job" && object.key().group == "batch";
+        if object.key().kind == strata_protocol::placement_spec::CLAIM_KIND
+            && object.key().group.is_empty()
+            && let Some(namespace) = object.key().namespace.clone()
+        {
+            let claim = strata_protocol::placement_spec::VolumeClaim {
+                claim: object.key().name.clone(),
+                namespace,
+            };
+            self.claims.declare(claim, requested_size(&body));
+        }
         let replicas = body
             .pointer(if job {
                 "/spec/completions"

@@ -60,6 +60,7 @@ impl PodBoard {
 #[derive(Debug, Clone)]
 pub struct SimulatedApi {
     pods: watch::Receiver<Arc<Vec<SimPod>>>,
+    volumes: Option<crate::sim_volumes::SimVolumes>,
 }
 
 /// Lines served from the end of a log at most (a real kubelet keeps a few MB).
@@ -99,7 +100,21 @@ fn log_line(pod: &SimPod, i: u64) -> String {
 impl SimulatedApi {
     /// An API over the Pods `pods` follows.
     pub fn new(pods: watch::Receiver<Arc<Vec<SimPod>>>) -> Self {
-        SimulatedApi { pods }
+        SimulatedApi {
+            pods,
+            volumes: None,
+        }
+    }
+
+    /// Serving these claims' bytes too (`/strata/volumes/...`).
+    pub fn with_volumes(mut self, volumes: crate::sim_volumes::SimVolumes) -> Self {
+        self.volumes = Some(volumes);
+        self
+    }
+
+    /// The bytes of the cluster's claims, if it has any.
+    pub fn volumes(&self) -> Option<&crate::sim_volumes::SimVolumes> {
+        self.volumes.as_ref()
     }
 
     fn pod_json(p: &SimPod) -> Value {
@@ -145,6 +160,14 @@ impl SimulatedApi {
 
     /// Answers one request.
     pub async fn answer(&self, req: Request<Incoming>) -> Response<TunnelBody> {
+        if let (Some(volumes), true) = (
+            &self.volumes,
+            req.uri()
+                .path()
+                .starts_with(crate::sim_volumes_api::API_PREFIX),
+        ) {
+            return crate::sim_volumes_api::answer(volumes, req).await;
+        }
         if req.method() != Method::GET {
             return status(
                 StatusCode::METHOD_NOT_ALLOWED,

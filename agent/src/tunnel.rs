@@ -11,7 +11,7 @@
 
 use std::convert::Infallible;
 
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -80,15 +80,9 @@ async fn to_cluster(client: &kube::Client, mut req: Request<Incoming>) -> Respon
         .contains_key(hyper::header::UPGRADE)
         .then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
-    let body = match Limited::new(body, MAX_REQUEST).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
-            return status(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestEntityTooLarge",
-                format!("request body: {e}"),
-            );
-        }
+    let body = match crate::tunnel_body::collect_limited(body, MAX_REQUEST).await {
+        Ok(b) => b,
+        Err(refused) => return refused,
     };
     // The client names its own server and credentials.
     parts.headers.remove(hyper::header::HOST);

@@ -33,3 +33,18 @@ pub fn full(b: impl Into<Bytes>) -> TunnelBody {
         .map_err(|e: Infallible| match e {})
         .boxed_unsync()
 }
+
+/// A request's whole body, at most `max` bytes; else the 413 to answer.
+pub async fn collect_limited(
+    body: hyper::body::Incoming,
+    max: usize,
+) -> Result<Bytes, Response<TunnelBody>> {
+    match http_body_util::Limited::new(body, max).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) => Err(status(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            format!("request body: {e}"),
+        )),
+    }
+}

@@ -25,6 +25,7 @@
 //! * [`wire`]: messages by direction ([`wire::ChildToParent`], [`wire::ParentToChild`]).
 //! * [`codec`]: length-prefixed frames; the only place that knows the byte encoding.
 //! * [`tunnel`]: the header of a debug tunnel stream (a user's request to a cluster's API).
+//! * [`volume`]: volume moves on the wire: a volume stream's header and frames.
 //! * [`sync`]: the sans-I/O state machines of one parent/child connection.
 
 pub mod choice;
@@ -42,5 +43,6 @@ pub mod sync;
 pub mod time;
 pub mod tunnel;
 pub mod user_summary;
+pub mod volume;
 pub mod waves;
 pub mod wire;

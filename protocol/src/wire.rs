@@ -54,7 +54,11 @@ pub type ProtocolVersion = u16;
 ///   Ingress can be reached on a cluster. Sent only to a parent of version 6
 ///   ([`Reports::for_version`] leaves them out for an older one), so an older parent
 ///   keeps working and knows no endpoints; a child of version 5 simply reports none.
-pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 6;
+/// - 7: volume streams ([`crate::volume`]): a stream header may continue past its
+///   [`crate::tunnel::TunnelOpen`] with a [`crate::volume::VolumeOpen`]; a parent opens
+///   or forwards one only to a child that negotiated [`crate::volume::VOLUME_VERSION`]
+///   or later. Nothing on the links' own streams changes.
+pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 7;
 
 /// The first protocol version with [`ReportKey::Endpoints`].
 pub const ENDPOINTS_VERSION: ProtocolVersion = 6;

@@ -12,6 +12,8 @@
 //! * `taints`: [`Taint`] and [`Toleration`];
 //! * `rollout_spec`: [`RolloutSpec`], a placement's waves and gate;
 //! * `customize_rule`: [`CustomizeRule`], a placement's per-cluster patches;
+//! * `volumes`: [`VolumeClaim`], the claims whose data follows a move
+//!   (`spec.moveVolumes`), and their checks;
 //! * `names`: [`STRATA_GROUP`], [`ROLLOUT_KIND`] and the pins' kind and labels.
 //!
 //! A placement's `statusSummary` entries ([`crate::user_summary::SummarySpec`]) live
@@ -23,6 +25,7 @@ mod placement;
 mod rollout_spec;
 mod seconds;
 mod taints;
+mod volumes;
 
 pub use customize_rule::{CustomizeRule, PatchOp};
 pub use names::{
@@ -36,3 +39,4 @@ pub use placement::{
 pub use rollout_spec::{Amount, Gate, OnFailure, Percent, RolloutSpec, Wave, WaveSize};
 pub use seconds::{NotADuration, Seconds};
 pub use taints::{Taint, TaintEffect, Toleration, TolerationError, TolerationOperator};
+pub use volumes::{CLAIM_KIND, MAX_MOVE_VOLUMES, VolumeClaim, validate_volumes};

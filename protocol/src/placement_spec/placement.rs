@@ -120,13 +120,17 @@ pub enum MoveStrategy {
     BreakBeforeMake,
 }
 
-/// The move policy: strategy and how long a make-before-break move may wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The move policy: strategy, how long a make-before-break move may wait, and the
+/// claims whose data follows the move.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MovePolicy {
     /// Make-before-break (default) or break-before-make.
     pub strategy: MoveStrategy,
     /// How long old clusters keep the objects at most, waiting for the new ones.
     pub timeout: Seconds,
+    /// The PersistentVolumeClaims whose data follows the move (`spec.moveVolumes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<super::VolumeClaim>,
 }
 
 impl Default for MovePolicy {
@@ -134,6 +138,7 @@ impl Default for MovePolicy {
         MovePolicy {
             strategy: MoveStrategy::MakeBeforeBreak,
             timeout: DEFAULT_MOVE_TIMEOUT,
+            volumes: Vec::new(),
         }
     }
 }

@@ -149,6 +149,18 @@ pub fn strata_schema(kind: &str, g: &mut SchemaGenerator) -> Option<Value> {
                         "objects": objects, "clusters": clusters, "upsync": upsync,
                         "move": { "type": "string", "enum": ["makeBeforeBreak", "breakBeforeMake"], "description": "How the objects move when the chosen clusters change: the new clusters get them first and the old keep them until the new are available (makeBeforeBreak, the default), or the old lose them at once." },
                         "moveTimeout": duration("How long old clusters keep the objects at most, waiting for the new ones (default 15m)."),
+                        "moveVolumes": {
+                            "type": "array",
+                            "description": "The PersistentVolumeClaims whose data follows a move (the placement must deliver the claims too): ReadWriteOnce in two phases, copied through the lowest common relay.",
+                            "items": {
+                                "type": "object",
+                                "required": ["claim", "namespace"],
+                                "properties": {
+                                    "claim": { "type": "string", "description": "The claim's name." },
+                                    "namespace": { "type": "string", "description": "The claim's namespace." },
+                                },
+                            },
+                        },
                     },
                 }),
             );

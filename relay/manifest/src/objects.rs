@@ -66,6 +66,8 @@ struct PlacementSpec {
     move_strategy: MoveStrategy,
     #[serde(default, rename = "moveTimeout")]
     move_timeout: Option<Seconds>,
+    #[serde(default, rename = "moveVolumes")]
+    move_volumes: Vec<strata_protocol::placement_spec::VolumeClaim>,
     #[serde(default)]
     customize: Vec<CustomizeRule>,
     #[serde(default, rename = "statusSummary")]
@@ -325,6 +327,11 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
         }
     }
     check_customize_and_summaries(&spec.customize, &spec.status_summary)?;
+    if let Err((field, why)) =
+        strata_protocol::placement_spec::validate_volumes(&spec.move_volumes, &spec.objects)
+    {
+        return Err(fault(0, &format!("spec.moveVolumes{field}"), why));
+    }
     if let Some(Err((field, why))) = spec.rollout.as_ref().map(|r| r.validate()) {
         return Err(fault(0, &format!("spec.rollout.{field}"), why));
     }
@@ -337,6 +344,7 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
         moves: MovePolicy {
             strategy: spec.move_strategy,
             timeout: spec.move_timeout.unwrap_or(DEFAULT_MOVE_TIMEOUT),
+            volumes: spec.move_volumes,
         },
         customize: spec.customize,
         status_summary: spec.status_summary,
@@ -544,6 +552,46 @@ spec:
   objects: [ { kinds: [Deployment], selector: { matchLabels: { app: pos } } } ]
   clusters: { selector: { matchLabels: { role: pos } } }
 ";
+
+    #[test]
+    fn move_volumes_parse_and_faults_name_the_field() {
+        let doc = |volumes: &str| {
+            format!(
+                "apiVersion: strata.dev/v1alpha1
+kind: Placement
+metadata: {{ name: shop }}
+spec:
+  objects: [ {{ kinds: [Deployment, PersistentVolumeClaim], namespaces: [shop] }} ]
+  clusters: {{ selector: {{}} }}
+  moveVolumes: {volumes}
+"
+            )
+        };
+        let m = parse_manifests(
+            &doc("[ { claim: data, namespace: shop } ]"),
+            &Space::default_space(),
+        )
+        .unwrap();
+        let p = parse_placement(&to_object(&m[0], Revision(1))).unwrap();
+        assert_eq!(p.moves.volumes[0].claim, "data");
+        assert_eq!(p.moves.volumes[0].namespace, "shop");
+        let errors = |v: &str| {
+            parse_manifests(&doc(v), &Space::default_space())
+                .unwrap_err()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        };
+        let e = errors("[ { claim: data, namespace: web } ]");
+        assert!(
+            e[0].starts_with("document 1: spec.moveVolumes[0]: claim web/data is not among"),
+            "{e:?}"
+        );
+        let e = errors("[ { claim: data, namespace: shop, size: 1Gi } ]");
+        assert!(e[0].contains("unknown field `size`"), "{e:?}");
+        let e = errors("[ { claim: Data, namespace: shop } ]");
+        assert!(e[0].contains("spec.moveVolumes[0].claim"), "{e:?}");
+    }
 
     #[test]
     fn objects_and_placements_parse() {

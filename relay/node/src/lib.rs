@@ -19,6 +19,8 @@
 //!   modules under their former paths.
 //! * [`tunnel`]: debug tunnel streams (a user's Kubernetes request carried down to a
 //!   cluster): opening, the header, serving the parent's, per-link caps.
+//! * [`volume`]: volume streams (a move's data, through the lowest common relay):
+//!   opening, frames, the chunk checksum, the pump.
 //! * [`renew`]: renewing this node's certificate through its parent.
 //! * [`store`]: the durable [`store::Store`] (sled; etcd at a root of several
 //!   replicas; in memory for tests and the simulation).
@@ -81,6 +83,7 @@ pub mod reconnect;
 pub mod renew;
 pub mod store;
 pub mod tunnel;
+pub mod volume;
 
 // The networking modules under the paths they had before `net/` (other crates use them).
 pub use net::{dial, link, listener, proxy, tcp, tls, transport};

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use strata_protocol::codec::{self, FRAME_HEADER_LEN};
 use strata_protocol::tunnel::{MAX_TUNNEL_HEADER, TunnelOpen};
+use strata_protocol::volume::{MAX_STREAM_HEADER, StreamOpen, decode_stream_open};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -113,6 +114,22 @@ pub enum TunnelError {
 
 /// Opens a tunnel stream toward the child `peer` on `link` and writes `open` on it.
 pub async fn open(link: &Link, peer: &str, open: &TunnelOpen) -> Result<TunnelStream, TunnelError> {
+    let mut header = Vec::new();
+    codec::encode(open, MAX_TUNNEL_HEADER, &mut header).map_err(|e| TunnelError::Open {
+        peer: peer.to_owned(),
+        detail: e.to_string(),
+    })?;
+    open_with(link, peer, &header, TUNNEL_PRIORITY).await
+}
+
+/// Opens a stream toward the child `peer` on `link`, at send priority `priority` (on
+/// QUIC), and writes `header` (a framed stream header) on it.
+pub async fn open_with(
+    link: &Link,
+    peer: &str,
+    header: &[u8],
+    priority: i32,
+) -> Result<TunnelStream, TunnelError> {
     let err = |detail: String| TunnelError::Open {
         peer: peer.to_owned(),
         detail,
@@ -122,7 +139,7 @@ pub async fn open(link: &Link, peer: &str, open: &TunnelOpen) -> Result<TunnelSt
             let (send, recv) = conn.open_bi().await.map_err(|e| err(e.to_string()))?;
             // A closed stream cannot be prioritised; the write below then fails and
             // says so.
-            let _ = send.set_priority(TUNNEL_PRIORITY);
+            let _ = send.set_priority(priority);
             TunnelStream::Quic(tokio::io::join(recv, send))
         }
         Link::Tcp(t) => match t.open_tunnel().await {
@@ -135,33 +152,42 @@ pub async fn open(link: &Link, peer: &str, open: &TunnelOpen) -> Result<TunnelSt
             Err(e) => return Err(err(e.to_string())),
         },
     };
-    let mut header = Vec::new();
-    codec::encode(open, MAX_TUNNEL_HEADER, &mut header).map_err(|e| err(e.to_string()))?;
     stream
-        .write_all(&header)
+        .write_all(header)
         .await
         .map_err(|e| err(e.to_string()))?;
     Ok(stream)
 }
 
-/// Reads the header the parent wrote first on `recv`.
-pub async fn read_header<R: AsyncRead + Unpin>(recv: &mut R) -> Result<TunnelOpen, TunnelError> {
+impl TunnelStream {
+    /// Sets the send priority of a QUIC stream (a TLS/TCP link's tunnel streams take
+    /// turns with each other and have none).
+    pub fn set_priority(&self, priority: i32) {
+        if let TunnelStream::Quic(s) = self {
+            let _ = s.writer().set_priority(priority);
+        }
+    }
+}
+
+/// Reads the header the parent wrote first on `recv`: a debug tunnel's, or (from
+/// protocol version 7) a volume stream's ([`strata_protocol::volume`]).
+pub async fn read_header<R: AsyncRead + Unpin>(recv: &mut R) -> Result<StreamOpen, TunnelError> {
     let bad = |d: String| TunnelError::Header(d);
     let mut len = [0u8; FRAME_HEADER_LEN];
     recv.read_exact(&mut len)
         .await
         .map_err(|e| bad(e.to_string()))?;
     let body_len = usize::try_from(u32::from_be_bytes(len)).unwrap_or(usize::MAX);
-    if body_len > MAX_TUNNEL_HEADER {
-        return Err(bad(format!("{body_len} bytes, over {MAX_TUNNEL_HEADER}")));
+    if body_len > MAX_STREAM_HEADER {
+        return Err(bad(format!("{body_len} bytes, over {MAX_STREAM_HEADER}")));
     }
     let mut frame = vec![0u8; FRAME_HEADER_LEN + body_len];
     frame[..FRAME_HEADER_LEN].copy_from_slice(&len);
     recv.read_exact(&mut frame[FRAME_HEADER_LEN..])
         .await
         .map_err(|e| bad(e.to_string()))?;
-    match codec::decode::<TunnelOpen>(&frame, MAX_TUNNEL_HEADER) {
-        Ok(Some((open, _))) => Ok(open),
+    match decode_stream_open(&frame) {
+        Ok(Some(open)) => Ok(open),
         Ok(None) => Err(bad("truncated".into())),
         Err(e) => Err(bad(e.to_string())),
     }
@@ -170,9 +196,10 @@ pub async fn read_header<R: AsyncRead + Unpin>(recv: &mut R) -> Result<TunnelOpe
 /// Serves the tunnel streams the parent opens, on whichever link to the parent is
 /// current (`links`, replaced at every reconnection): each stream's header is read,
 /// then `serve` gets it, in a task owned by this future (dropping it ends them all).
+/// Volume streams come this way too ([`StreamOpen::Volume`]).
 pub async fn serve_from_parent<F, Fut>(mut links: watch::Receiver<Option<Link>>, serve: F)
 where
-    F: Fn(TunnelOpen, TunnelStream) -> Fut + Send + Sync + 'static,
+    F: Fn(StreamOpen, TunnelStream) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let serve = Arc::new(serve);
@@ -207,7 +234,12 @@ where
                 let serve = serve.clone();
                 streams.spawn(async move {
                     match tokio::time::timeout(HEADER_TIMEOUT, read_header(&mut stream)).await {
-                        Ok(Ok(open)) => serve(open, stream).await,
+                        Ok(Ok(open)) => {
+                            if matches!(open, StreamOpen::Volume(..)) {
+                                stream.set_priority(crate::volume::VOLUME_PRIORITY);
+                            }
+                            serve(open, stream).await
+                        }
                         Ok(Err(e)) => tracing::warn!(error = %e, "dropping a tunnel stream"),
                         Err(_) => tracing::warn!("dropping a tunnel stream: no header in time"),
                     }

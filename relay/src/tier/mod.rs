@@ -6,6 +6,8 @@
 //!   connections; [`runtime::start`] starts a node.
 //! * [`tunnel`]: debug tunnels: which child a cluster's tunnel goes to, and forwarding
 //!   the parent's tunnel streams one tier down.
+//! * [`volume`]: volume moves: volume streams forwarded, copies run at the lowest
+//!   common relay, and at the root each placement's two-phase move.
 //! * [`session_key`]: the key a child's session is kept under.
 //! * `accept`: the listener's accept loop, one task per incoming connection.
 //! * `input`: the relay's own inputs to the driver ([`runtime::RelayInput`]), and the
@@ -21,3 +23,4 @@ pub mod session_key;
 #[cfg(test)]
 mod testing;
 pub mod tunnel;
+pub mod volume;

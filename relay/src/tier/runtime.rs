@@ -120,6 +120,11 @@ impl NodeClient {
         .await
     }
 
+    /// The node's input queue (for the node's own tasks: volume copies).
+    pub(crate) fn inputs(&self) -> &mpsc::Sender<Input<RelayInput>> {
+        &self.inputs
+    }
+
     /// The log's head as last committed, marked changed at every commit that moves it:
     /// what a Kubernetes watch waits on instead of asking the node on a timer.
     pub fn head_changes(&self) -> watch::Receiver<u64> {
@@ -276,13 +281,17 @@ pub fn start(parts: NodeOptions) -> Result<NodeHandle, NodeError> {
                 );
             }
             if !root {
-                // Tunnels the parent opens go one tier down (see `super::tunnel`).
+                // Tunnels and volume streams the parent opens go one tier down, or a
+                // copy runs here (see `super::tunnel`, `super::volume`).
                 tasks.spawn(
                     tunnel::serve_from_parent(parent_links_rx, move |open, stream| {
-                        super::tunnel::forward(inputs.clone(), open, stream)
+                        super::volume::from_parent(inputs.clone(), open, stream)
                     })
                     .in_current_span(),
                 );
+            } else {
+                // Placements' volume moves (see `super::volume::run_moves`).
+                tasks.spawn(super::volume::run_moves(inputs.clone()).in_current_span());
             }
         },
     );

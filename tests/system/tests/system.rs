@@ -66,4 +66,6 @@ mod tiers;
 mod token_reload;
 mod tunnel_cap;
 mod up;
+mod volume_figures;
+mod volume_moves;
 mod web_ui;

@@ -128,6 +128,11 @@ impl ChildSession {
         &self.node
     }
 
+    /// The protocol version negotiated in the handshake (0 before it).
+    pub fn version(&self) -> ProtocolVersion {
+        self.version
+    }
+
     /// The last cursor the child acknowledged in this session.
     pub fn acked(&self) -> Option<Cursor> {
         self.acked

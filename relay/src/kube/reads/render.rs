@@ -201,6 +201,9 @@ pub fn decisions(core: &NodeCore, space: &Space, name: &str) -> Option<Value> {
     if p.move_timed_out {
         d["moveTimedOut"] = json!(true);
     }
+    if let Some(m) = core.volume_moves().get(&(space.clone(), name.to_owned())) {
+        d["volumeMove"] = crate::tier::volume::move_status(m);
+    }
     Some(d)
 }
 

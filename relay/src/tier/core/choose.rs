@@ -131,10 +131,12 @@ impl NodeCore {
             let planned = plan(p, &candidates, &chosen_before, wall, &mut room);
             timed |= has_timers(p, &candidates, &planned);
             let (decision, timed_out) = self.moving(p, routed, decided, &planned, &names, wall);
-            staged.push((key, planned, decision, timed_out));
+            staged.push((key, planned, decision, timed_out, chosen_before));
         }
         // The inventory is borrowed, not copied, up to here: what follows writes.
-        for (p, (key, planned, mut decision, timed_out)) in placements.iter().zip(staged) {
+        for (p, (key, planned, mut decision, timed_out, before)) in placements.iter().zip(staged) {
+            // Volumes (issue 50): a move waits for its data (`volume_gate.rs`).
+            timed |= self.gate_volumes(p, &before, &planned.chosen, &mut decision, wall);
             decision.released = self.released_for(p, &planned.chosen, revision, &mut changes);
             timed |= !decision.retiring.is_empty();
             plans.insert(

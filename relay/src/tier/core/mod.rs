@@ -23,7 +23,8 @@
 //!   and compaction;
 //! * `upward.rs`: children's reports taken in, and the reports and summaries sent up;
 //! * `links.rs`: the children's links as this node sees them (the tier tree's records);
-//! * `revoke.rs`: names revoked at the root, refused and closed at every tier.
+//! * `revoke.rs`: names revoked at the root, refused and closed at every tier;
+//! * `volume_gate.rs`: a move with volumes held until its data is restored.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -58,6 +59,7 @@ mod setup;
 #[cfg(test)]
 pub(crate) mod testing;
 mod upward;
+pub mod volume_gate;
 use super::reports::SubtreeReports;
 pub use crate::tier::reach::{LinkLookup, Reach, backend_reason, last_seen};
 pub use admission::{AdmissionConfig, DEFAULT_SETUPS, SETUP_TIMEOUT};
@@ -235,6 +237,8 @@ pub struct NodeCore {
     links_changed: BTreeSet<String>,
     /// How many relay children are connected (their links are refreshed periodically).
     relay_links_up: usize,
+    /// At the root: placements' volume moves (see `volume_gate.rs`).
+    volume_moves: volume_gate::VolumeMoves,
 }
 
 impl NodeCore {
@@ -311,6 +315,16 @@ impl NodeCore {
         self.children
             .iter()
             .map(|(n, c)| (n.as_str(), c.session.acked().or(self.acked.get(n).copied())))
+    }
+
+    /// The lowest protocol version any session of the child `name` negotiated (its
+    /// replicas may differ), if it is connected.
+    pub fn child_version(&self, name: &str) -> Option<strata_protocol::wire::ProtocolVersion> {
+        self.children
+            .values()
+            .filter(|c| c.session.node() == name)
+            .map(|c| c.session.version())
+            .min()
     }
 
     /// Whether the link to the parent is open.

@@ -130,6 +130,7 @@ impl NodeCore {
             polling: polling::Polling::default(),
             links_changed: BTreeSet::new(),
             relay_links_up: 0,
+            volume_moves: Default::default(),
         };
         core.reload_placements();
         core.hold_admissions(now);

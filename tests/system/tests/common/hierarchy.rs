@@ -122,6 +122,7 @@ impl Hierarchy {
             labels: Labels::new(),
             identity: None,
             backend: None,
+            tunnel: None,
             link: LinkSpec::default(),
         }
     }
@@ -351,6 +352,7 @@ pub struct AgentSpec<'h> {
     labels: Labels,
     identity: Option<Identity>,
     backend: Option<Box<dyn ClusterBackend + Send>>,
+    tunnel: Option<strata_agent::tunnel::TunnelTarget>,
     link: LinkSpec,
 }
 
@@ -390,6 +392,14 @@ impl AgentSpec<'_> {
         self
     }
 
+    /// With this simulated cluster, whose small API (and claims' bytes) answers the
+    /// parent's tunnel and volume streams.
+    pub fn simulated(mut self, cluster: SimulatedCluster) -> Self {
+        self.tunnel = Some(strata_agent::tunnel::TunnelTarget::Simulated(cluster.api()));
+        self.backend = Some(Box::new(cluster));
+        self
+    }
+
     /// Runs the agent, on a new empty store.
     pub fn start(self) -> AgentHandle {
         let h = self.h;
@@ -419,7 +429,7 @@ impl AgentSpec<'_> {
             backend,
             clock: Clock::start(),
             run,
-            tunnel: None,
+            tunnel: self.tunnel,
         })
         .unwrap()
     }

@@ -1,0 +1,564 @@
+//! Volume moves at a relay (see `strata_node::volume` and
+//! `strata_protocol::volume`): forwarding the volume streams the parent opens one tier
+//! down, running a copy when this relay is the lowest common relay of the two
+//! clusters, and, at the root, driving each placement's volume move in two phases.
+//!
+//! A copy is asked with [`copy`]: while both clusters lie below the same child, the
+//! request goes down to it as a [`VolumeOpen::Copy`] stream; the first relay that finds
+//! them below two different children (the root for two regions, a region relay for two
+//! of its sites) opens a reading stream toward the old cluster and a writing stream
+//! toward the new one and pumps chunks between them, so the data climbs only as high as
+//! it must. A pass cut by a broken link is resumed, up to [`MAX_PASSES`], from what
+//! the writer holds.
+//!
+//! A ReadWriteOnce move ([`run_move`]): phase 1 copies while the old copy runs; phase 2
+//! stops the old copy's writers (the claim is frozen at the old cluster) and copies what
+//! changed; then the root lets the move go on (`core/volume_gate.rs`), and the new
+//! clusters get the placement's objects, their claims already restored. The write
+//! downtime is phase 2's duration. A failure lets the old writers write again and leaves
+//! the placement where it was. ReadWriteMany replication (copies kept in step with a
+//! bounded lag) is not built: such claims move in the same two phases.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use strata_node::driver::{self, Input};
+use strata_node::tunnel::{self, TunnelStream};
+use strata_node::volume::{
+    self as node_volume, Side, VolumeError, claim_name, read_frame, write_frame,
+};
+use strata_protocol::model::Space;
+use strata_protocol::placement_spec::VolumeClaim;
+use strata_protocol::tunnel::TunnelOpen;
+use strata_protocol::volume::{AccessMode, StreamOpen, VOLUME_VERSION, VolumeFrame, VolumeOpen};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::core::NodeCore;
+use super::core::volume_gate::{VolumeMove, VolumePhase};
+use super::input::{RelayInput, TunnelRoute};
+
+/// How many passes a copy makes at most (each resumes where the last was cut).
+pub const MAX_PASSES: u32 = 40;
+
+/// The pause between passes.
+pub const PASS_PAUSE: Duration = Duration::from_millis(500);
+
+/// How long a relay waits for a lower relay to finish a copy it passed down.
+pub const COPY_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Phase 1 copies again what changed while it ran, at most this many more times, while
+/// what changed halves each round and is more than [`PRECOPY_ENOUGH`].
+pub const PRECOPY_ROUNDS: u32 = 3;
+
+/// Below this, phase 1 stops copying again and phase 2 starts.
+pub const PRECOPY_ENOUGH: u64 = 4 << 20;
+
+/// How often the root looks for moves to start.
+const MOVE_POLL: Duration = Duration::from_millis(100);
+
+/// Who the volume streams' headers name (for the logs of every tier).
+const MOVER: &str = "strata:volume-move";
+
+static REQUESTS: AtomicU64 = AtomicU64::new(1 << 40);
+
+async fn query<T: Send + 'static>(
+    inputs: &mpsc::Sender<Input<RelayInput>>,
+    f: impl FnOnce(&mut NodeCore) -> T + Send + 'static,
+) -> Option<T> {
+    driver::ask(inputs, |reply| {
+        RelayInput::Query(Box::new(move |core| {
+            let _ = reply.send(f(core));
+        }))
+    })
+    .await
+}
+
+/// Where a volume stream to `cluster` goes from here: the tunnel route, if the child
+/// on it reads volume stream headers.
+async fn route(
+    inputs: &mpsc::Sender<Input<RelayInput>>,
+    cluster: &str,
+) -> Result<TunnelRoute, VolumeError> {
+    let cut = |detail: String| VolumeError::Cut {
+        what: format!("to {cluster}"),
+        detail,
+    };
+    let r = super::tunnel::ask_route(inputs, cluster)
+        .await
+        .map_err(|r| cut(r.message))?;
+    let child = r.child.clone();
+    match query(inputs, move |c| c.child_version(&child))
+        .await
+        .flatten()
+    {
+        Some(v) if v >= VOLUME_VERSION => Ok(r),
+        Some(v) => Err(VolumeError::Failed {
+            cluster: cluster.to_owned(),
+            reason: format!(
+                "{} speaks protocol version {v}; volume streams need {VOLUME_VERSION} on every link",
+                r.child
+            ),
+        }),
+        None => Err(cut(format!("{} is not connected", r.child))),
+    }
+}
+
+/// A stream the parent opened, served here: a tunnel forwarded, a volume stream
+/// forwarded, or a copy run here or passed down.
+pub(crate) async fn from_parent(
+    inputs: mpsc::Sender<Input<RelayInput>>,
+    open: StreamOpen,
+    up: TunnelStream,
+) {
+    match open {
+        StreamOpen::Tunnel(open) => super::tunnel::forward(inputs, open, up).await,
+        StreamOpen::Volume(
+            open,
+            VolumeOpen::Copy {
+                from,
+                claim,
+                freeze,
+            },
+        ) => {
+            serve_copy(inputs, open, from, claim, freeze, up).await;
+        }
+        StreamOpen::Volume(open, ask) => forward(inputs, open, ask, up).await,
+    }
+}
+
+async fn fail(mut up: TunnelStream, reason: String) {
+    let _ = write_frame(&mut up, &VolumeFrame::Failed { reason }, &mut Vec::new()).await;
+    let _ = up.shutdown().await;
+}
+
+/// A volume stream one tier down, toward its cluster.
+async fn forward(
+    inputs: mpsc::Sender<Input<RelayInput>>,
+    open: TunnelOpen,
+    ask: VolumeOpen,
+    up: TunnelStream,
+) {
+    let route = match route(&inputs, &open.cluster).await {
+        Ok(r) => r,
+        Err(e) => return fail(up, e.to_string()).await,
+    };
+    match node_volume::open(&route.link, &route.child, &open, &ask).await {
+        Ok(down) => tunnel::splice(up, down).await,
+        Err(e) => fail(up, e.to_string()).await,
+    }
+    drop(route.permit);
+}
+
+async fn serve_copy(
+    inputs: mpsc::Sender<Input<RelayInput>>,
+    open: TunnelOpen,
+    from: String,
+    claim: VolumeClaim,
+    freeze: bool,
+    mut up: TunnelStream,
+) {
+    let frame = match copy(&inputs, open.request, &from, &open.cluster, &claim, freeze).await {
+        Ok(c) => c.frame(),
+        Err(reason) => VolumeFrame::Failed { reason },
+    };
+    let _ = write_frame(&mut up, &frame, &mut Vec::new()).await;
+    let _ = up.shutdown().await;
+}
+
+/// What a copy did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CopyReport {
+    /// The relay that ran it (the lowest common relay).
+    pub by: String,
+    /// The source's size.
+    pub size: u64,
+    /// Chunks sent (over every pass).
+    pub sent: u64,
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Passes.
+    pub passes: u32,
+}
+
+impl CopyReport {
+    fn frame(&self) -> VolumeFrame {
+        VolumeFrame::Copied {
+            by: self.by.clone(),
+            size: self.size,
+            sent: self.sent,
+            bytes: self.bytes,
+            passes: self.passes,
+        }
+    }
+}
+
+/// Copies `claim` from the cluster `from` to the cluster `to`, both below this relay:
+/// here if they lie below different children, else by the child below which both lie.
+/// `freeze` stops the old copy's writers first. Gives why it failed.
+pub async fn copy(
+    inputs: &mpsc::Sender<Input<RelayInput>>,
+    request: u64,
+    from: &str,
+    to: &str,
+    claim: &VolumeClaim,
+    freeze: bool,
+) -> Result<CopyReport, String> {
+    let name = query(inputs, |c| c.name().to_owned())
+        .await
+        .ok_or("the relay is stopping")?;
+    let mut report = CopyReport {
+        by: name.clone(),
+        ..CopyReport::default()
+    };
+    let mut last = String::new();
+    for pass in 1..=MAX_PASSES {
+        report.passes = pass;
+        match one_pass(inputs, request, from, to, claim, freeze, &mut report).await {
+            Ok(()) => return Ok(report),
+            Err(e) if e.resumable() => {
+                tracing::warn!(claim = %claim_name(claim), from, to, pass, error = %e, "a volume copy was cut; resuming from what the writer holds");
+                last = e.to_string();
+                tokio::time::sleep(PASS_PAUSE).await;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Err(format!(
+        "copying {} from {from} to {to} at {name}: cut {MAX_PASSES} times, last: {last}",
+        claim_name(claim)
+    ))
+}
+
+async fn one_pass(
+    inputs: &mpsc::Sender<Input<RelayInput>>,
+    request: u64,
+    from: &str,
+    to: &str,
+    claim: &VolumeClaim,
+    freeze: bool,
+    report: &mut CopyReport,
+) -> Result<(), VolumeError> {
+    let to_route = route(inputs, to).await?;
+    let from_route = route(inputs, from).await?;
+    let header = |cluster: &str| TunnelOpen {
+        cluster: cluster.to_owned(),
+        request,
+        user: MOVER.to_owned(),
+    };
+    if to_route.child == from_route.child {
+        // Both below one child: the copy runs lower down.
+        let ask = VolumeOpen::Copy {
+            from: from.to_owned(),
+            claim: claim.clone(),
+            freeze,
+        };
+        let mut down =
+            node_volume::open(&to_route.link, &to_route.child, &header(to), &ask).await?;
+        let cut = |detail: String| VolumeError::Cut {
+            what: format!("copy below {}", to_route.child),
+            detail,
+        };
+        let frame = tokio::time::timeout(COPY_TIMEOUT, read_frame(&mut down, &mut Vec::new()))
+            .await
+            .map_err(|_| cut(format!("no answer in {COPY_TIMEOUT:?}")))?
+            .map_err(|e| cut(e.to_string()))?;
+        return match frame {
+            Some(VolumeFrame::Copied {
+                by,
+                size,
+                sent,
+                bytes,
+                passes,
+            }) => {
+                *report = CopyReport {
+                    by,
+                    size,
+                    sent: report.sent + sent,
+                    bytes: report.bytes + bytes,
+                    passes,
+                };
+                Ok(())
+            }
+            Some(VolumeFrame::Failed { reason }) => Err(VolumeError::Failed {
+                cluster: to_route.child.clone(),
+                reason,
+            }),
+            Some(f) => Err(VolumeError::Unexpected {
+                what: format!("copy below {}", to_route.child),
+                frame: node_volume::frame_kind(&f),
+            }),
+            None => Err(cut("the stream ended".into())),
+        };
+    }
+    let write = VolumeOpen::Write {
+        claim: claim.clone(),
+    };
+    let mut writer = Side {
+        cluster: to.to_owned(),
+        stream: node_volume::open(&to_route.link, &to_route.child, &header(to), &write).await?,
+    };
+    let held = node_volume::held(&mut writer).await?;
+    let read = VolumeOpen::Read {
+        claim: claim.clone(),
+        skip: held.clone(),
+        freeze,
+    };
+    let mut reader = Side {
+        cluster: from.to_owned(),
+        stream: node_volume::open(&from_route.link, &from_route.child, &header(from), &read)
+            .await?,
+    };
+    let out = node_volume::pump(&mut reader, &mut writer, &held).await?;
+    tracing::info!(claim = %claim_name(claim), from, to, size = out.size, sent = out.sent, skipped = out.skipped, "copied a volume pass here (the lowest common relay)");
+    report.size = out.size;
+    report.sent += out.sent;
+    report.bytes += out.bytes;
+    Ok(())
+}
+
+/// Copies `claim` from `from` to `to` through the node `node` (for benchmarks and
+/// tests: moves start by themselves at the root, `run_moves`).
+pub async fn copy_volume(
+    node: &super::runtime::NodeClient,
+    from: &str,
+    to: &str,
+    claim: &VolumeClaim,
+    freeze: bool,
+) -> Result<CopyReport, String> {
+    let request = REQUESTS.fetch_add(1, Ordering::Relaxed);
+    copy(node.inputs(), request, from, to, claim, freeze).await
+}
+
+/// Lets the writers of `claim` at `cluster` write again (a failed move).
+pub async fn thaw(
+    inputs: &mpsc::Sender<Input<RelayInput>>,
+    cluster: &str,
+    claim: &VolumeClaim,
+) -> Result<(), String> {
+    let r = route(inputs, cluster).await.map_err(|e| e.to_string())?;
+    let open = TunnelOpen {
+        cluster: cluster.to_owned(),
+        request: REQUESTS.fetch_add(1, Ordering::Relaxed),
+        user: MOVER.to_owned(),
+    };
+    let ask = VolumeOpen::Thaw {
+        claim: claim.clone(),
+    };
+    let mut s = node_volume::open(&r.link, &r.child, &open, &ask)
+        .await
+        .map_err(|e| e.to_string())?;
+    match read_frame(&mut s, &mut Vec::new()).await {
+        Ok(Some(VolumeFrame::Thawed)) => Ok(()),
+        Ok(Some(VolumeFrame::Failed { reason })) => Err(reason),
+        Ok(other) => Err(format!("unexpected answer {other:?}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// One placement's move of its volumes, both phases; gives the write downtime in
+/// milliseconds and what was copied, or why it failed (the old writers write again).
+pub async fn run_move(
+    inputs: &mpsc::Sender<Input<RelayInput>>,
+    key: &(Space, String),
+    m: &VolumeMove,
+) -> Result<(u64, String), String> {
+    let request = REQUESTS.fetch_add(1, Ordering::Relaxed);
+    for (claim, mode) in &m.claims {
+        if *mode == AccessMode::ReadWriteMany {
+            tracing::warn!(placement = %key.1, claim = %claim_name(claim), "ReadWriteMany replication is not built: the claim moves in two phases like ReadWriteOnce");
+        }
+    }
+    let mut detail = Vec::new();
+    // Phase 1: copy while the old copy runs; then again, what changed meanwhile, while
+    // that shrinks (pre-copy rounds, as a live migration does), so that phase 2 has
+    // little left to send.
+    for (from, to) in &m.pairs {
+        for (claim, _) in &m.claims {
+            let mut round = 0;
+            let mut last = u64::MAX;
+            loop {
+                let r = copy(inputs, request, from, to, claim, false)
+                    .await
+                    .map_err(|e| format!("phase 1 (copy while running): {e}"))?;
+                detail.push(format!(
+                    "{} {from}->{to} via {}: {} bytes in phase 1 round {} ({} passes)",
+                    claim_name(claim),
+                    r.by,
+                    r.bytes,
+                    round + 1,
+                    r.passes
+                ));
+                round += 1;
+                let shrinking = r.bytes.saturating_mul(2) <= last;
+                last = r.bytes;
+                if r.bytes <= PRECOPY_ENOUGH || round > PRECOPY_ROUNDS || !shrinking {
+                    break;
+                }
+            }
+        }
+    }
+    // Phase 2: stop the old writers, copy what changed.
+    let stopped = tokio::time::Instant::now();
+    let mut frozen: Vec<(&str, &VolumeClaim)> = Vec::new();
+    let mut failure = None;
+    'pairs: for (from, to) in &m.pairs {
+        for (claim, _) in &m.claims {
+            frozen.push((from, claim));
+            match copy(inputs, request, from, to, claim, true).await {
+                Ok(r) => detail.push(format!(
+                    "{}: {} bytes in phase 2 via {}",
+                    claim_name(claim),
+                    r.bytes,
+                    r.by
+                )),
+                Err(e) => {
+                    failure = Some(format!("phase 2 (writers stopped): {e}"));
+                    break 'pairs;
+                }
+            }
+        }
+    }
+    let downtime = u64::try_from(stopped.elapsed().as_millis()).unwrap_or(u64::MAX);
+    if let Some(why) = failure {
+        for (cluster, claim) in frozen {
+            // The old cluster may be out of reach for a while (the cut that failed the
+            // copy): its writers must get their claim back, so this is tried as long as
+            // a copy would be.
+            for pass in 1..=MAX_PASSES {
+                match thaw(inputs, cluster, claim).await {
+                    Ok(()) => break,
+                    Err(e) if pass == MAX_PASSES => {
+                        tracing::error!(cluster, claim = %claim_name(claim), error = %e, "could not let the old writers write again: the claim stays read-only");
+                    }
+                    Err(_) => tokio::time::sleep(PASS_PAUSE).await,
+                }
+            }
+        }
+        return Err(why);
+    }
+    Ok((downtime, detail.join("; ")))
+}
+
+/// At the root: starts the copy of every placement whose move waits for its volumes,
+/// and reports each outcome to the core. Runs until the node stops.
+pub(crate) async fn run_moves(inputs: mpsc::Sender<Input<RelayInput>>) {
+    // A move is known by its placement and its pairs of clusters.
+    type MoveId = ((Space, String), Vec<(String, String)>);
+    let mut running: BTreeSet<MoveId> = BTreeSet::new();
+    let mut tasks = JoinSet::new();
+    loop {
+        tokio::time::sleep(MOVE_POLL).await;
+        while let Some(done) = tasks.try_join_next() {
+            if let Ok(id) = done {
+                running.remove(&id);
+            }
+        }
+        let Some(waiting) = query(&inputs, |c| {
+            c.volume_moves()
+                .iter()
+                .filter(|(_, m)| m.phase == VolumePhase::Copying)
+                .map(|(k, m)| (k.clone(), m.clone()))
+                .collect::<Vec<_>>()
+        })
+        .await
+        else {
+            return;
+        };
+        for (key, m) in waiting {
+            let id = (key.clone(), m.pairs.clone());
+            if !running.insert(id.clone()) {
+                continue;
+            }
+            let inputs = inputs.clone();
+            tasks.spawn(async move {
+                let outcome = run_move(&inputs, &key, &m).await;
+                let restored = outcome.is_ok();
+                let (pairs, k) = (m.pairs.clone(), key.clone());
+                let taken = query(&inputs, move |c| c.volume_move_done(&k, &pairs, outcome)).await;
+                if restored && taken == Some(false) {
+                    // Given up while it ran: the old writers must not stay stopped.
+                    for (from, _) in &m.pairs {
+                        for (claim, _) in &m.claims {
+                            if let Err(e) = thaw(&inputs, from, claim).await {
+                                tracing::warn!(cluster = %from, claim = %claim_name(claim), error = %e, "could not let the old writers write again");
+                            }
+                        }
+                    }
+                }
+                id
+            });
+        }
+    }
+}
+
+/// A placement's `status.decisions.volumeMove`.
+pub fn move_status(m: &VolumeMove) -> serde_json::Value {
+    let (phase, reason) = match &m.phase {
+        VolumePhase::Copying => ("Copying", None),
+        VolumePhase::Restored => ("Restored", None),
+        VolumePhase::Failed(why) => ("Failed", Some(why.clone())),
+    };
+    let mut v = json!({
+        "phase": phase,
+        "from": m.pairs.iter().map(|(f, _)| f).collect::<Vec<_>>(),
+        "to": m.pairs.iter().map(|(_, t)| t).collect::<Vec<_>>(),
+        "claims": m.claims.iter().map(|(c, mode)| json!({
+            "claim": c.claim, "namespace": c.namespace, "accessMode": format!("{mode:?}"),
+        })).collect::<Vec<_>>(),
+        "started": m.started.rfc3339(),
+    });
+    if let Some(ms) = m.downtime_ms {
+        v["writeDowntimeMs"] = json!(ms);
+    }
+    if !m.detail.is_empty() {
+        v["detail"] = json!(m.detail);
+    }
+    if let Some(r) = reason {
+        v["reason"] = json!(r);
+    }
+    if let Some(at) = m.retry_at {
+        v["retryAt"] = json!(at.rfc3339());
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_protocol::time::UnixMillis;
+
+    #[test]
+    fn the_status_says_where_a_move_stands() {
+        let mut m = VolumeMove {
+            pairs: vec![("eu-1".into(), "us-1".into())],
+            claims: vec![(
+                VolumeClaim {
+                    claim: "data".into(),
+                    namespace: "shop".into(),
+                },
+                AccessMode::ReadWriteOnce,
+            )],
+            phase: VolumePhase::Restored,
+            started: UnixMillis(0),
+            downtime_ms: Some(62),
+            detail: "shop/data eu-1->us-1 via center".into(),
+            retry_at: None,
+        };
+        let v = move_status(&m);
+        assert_eq!(v["phase"], "Restored");
+        assert_eq!(v["writeDowntimeMs"], 62);
+        assert_eq!(v["from"], json!(["eu-1"]));
+        assert_eq!(v["to"], json!(["us-1"]));
+        assert_eq!(v["claims"][0]["accessMode"], "ReadWriteOnce");
+        m.phase = VolumePhase::Failed("phase 2: us-1 refused".into());
+        m.downtime_ms = None;
+        let v = move_status(&m);
+        assert_eq!(v["phase"], "Failed");
+        assert_eq!(v["reason"], "phase 2: us-1 refused");
+        assert!(v.get("writeDowntimeMs").is_none());
+    }
+}
