@@ -42,7 +42,7 @@ mod schemas;
 pub mod writes;
 
 // Where they were before the door was grouped.
-pub use reads::{clusters, render, spaces, status_journal, watch};
+pub use reads::{clusters, event_cache, render, spaces, status_journal, watch};
 pub use writes::{batch_check, namespaces};
 
 // The pure parts, from the crate without a runtime, where they were before it.

@@ -230,6 +230,67 @@ fn a_watch_follows_status_changes_and_sends_each_change_once() {
     assert_eq!(next[0]["object"]["status"]["readyReplicas"], 3, "{next:?}");
 }
 
+/// Every watch of a type sends a write's event as the same bytes, rendered once
+/// (as kube-apiserver's watch cache serializes an object once for all its watchers);
+/// a status the journal stamps after that is rendered again, with the status now.
+#[test]
+fn watches_share_one_rendering_of_each_event_until_a_status_changes() {
+    let mut t = Tree::builder()
+        .root("center")
+        .agent("pos", "center", labels! { role: pos })
+        .watch_history(10_000)
+        .build();
+    t.apply(WEB);
+    let space = Space("default".into());
+    let mut journal = StatusJournal::default();
+    let root = t.relay("center");
+    let spec = watch(root, &space);
+    let watches: Vec<(u64, u64)> = (0..3)
+        .map(|_| {
+            let (_, since, epoch) = start(&spec, root, &mut journal, None).unwrap();
+            (since, epoch)
+        })
+        .collect();
+    let before = journal.events().counts();
+
+    // A write: three watches, one rendering, the same event.
+    t.apply(&WEB.replace("replicas: 2", "replicas: 3"));
+    let root = t.relay("center");
+    let mut sent = Vec::new();
+    let mut next_watches = Vec::new();
+    for &(since, epoch) in &watches {
+        let (next, since, epoch) = spec.follow(root, &mut journal, since, epoch).unwrap();
+        assert_eq!(next.len(), 1, "{next:?}");
+        sent.push(next[0].clone());
+        next_watches.push((since, epoch));
+    }
+    assert_eq!(sent[0]["type"], "MODIFIED");
+    assert_eq!(sent[0]["object"]["spec"]["replicas"], 3);
+    assert!(sent.iter().all(|e| *e == sent[0]), "{sent:?}");
+    let (hits, misses) = journal.events().counts();
+    assert_eq!(
+        (hits - before.0, misses - before.1),
+        (2, 1),
+        "rendered once, sent thrice"
+    );
+
+    // The cluster reports the Deployment ready: the stamped status is rendered again,
+    // once, and every watch sends it.
+    t.connect_all();
+    t.advance(Duration::from_secs(2));
+    let root = t.relay("center");
+    journal.refresh(root, &space, &spec.resource);
+    let (hits0, misses0) = journal.events().counts();
+    for &(since, epoch) in &next_watches {
+        let (next, _, _) = spec.follow(root, &mut journal, since, epoch).unwrap();
+        let types: Vec<_> = next.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["MODIFIED"], "{next:?}");
+        assert_eq!(next[0]["object"]["status"]["readyReplicas"], 3, "{next:?}");
+    }
+    let (hits, misses) = journal.events().counts();
+    assert_eq!((hits - hits0, misses - misses0), (2, 1));
+}
+
 /// A watch from a version with no read of its type since the root started (say the
 /// root restarted between a client's list and its watch) cannot know what the client
 /// saw: it sends every selected object's status once.

@@ -4,6 +4,7 @@
 //! and the answer for a space that does not exist ([`spaces`]).
 
 pub mod clusters;
+pub mod event_cache;
 pub mod render;
 pub mod spaces;
 pub mod status_journal;

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use strata_protocol::model::{ObjectKey, Space};
 
+use super::event_cache::EventCache;
 use super::render;
 use crate::kube::catalog::ResourceType;
 use crate::tier::core::NodeCore;
@@ -54,10 +55,12 @@ const GONE: usize = 10_000;
 /// A type in a space: (space, group, kind).
 type TypeId = (Space, String, String);
 
-/// The journal of every type read so far (see the module's doc).
+/// The journal of every type read so far (see the module's doc), and the watch events
+/// rendered for every watch ([`EventCache`], which the journal's epochs key).
 #[derive(Debug, Default)]
 pub struct StatusJournal {
     types: BTreeMap<TypeId, TypeJournal>,
+    events: EventCache,
 }
 
 #[derive(Debug)]
@@ -89,6 +92,11 @@ impl StatusJournal {
         if !self.types.contains_key(&id) {
             self.read(core, space, t, true);
         }
+    }
+
+    /// The watch events rendered so far.
+    pub fn events(&mut self) -> &mut EventCache {
+        &mut self.events
     }
 
     /// Reads every status of `t` in `space` now, stamping what changed; the latest

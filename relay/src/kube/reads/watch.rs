@@ -36,6 +36,7 @@ use hyper::body::{Bytes, Frame};
 use serde_json::{Value, json};
 use strata_protocol::model::{Object, ObjectKey, Space};
 
+use super::event_cache::EventId;
 use super::render;
 use super::status_journal::{SharedJournal, StatusJournal};
 use crate::kube::catalog::ResourceType;
@@ -86,6 +87,50 @@ pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 /// client-go fills with the initial events when it lists over a watch.
 pub const INITIAL_EVENTS_BLUEPRINT: &str = "k8s.io/initial-events-list-blueprint";
 
+/// One event of a watch: rendered for this watch alone (serialized by its stream), or
+/// the JSON line every watch that sends it shares
+/// ([`EventCache`](super::event_cache::EventCache)).
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// Rendered for this watch.
+    Value(Value),
+    /// One JSON line, newline included, rendered once for every watch.
+    Line(Bytes),
+}
+
+impl Event {
+    /// The line the stream sends.
+    fn into_line(self) -> Bytes {
+        match self {
+            Event::Value(v) => line(&v),
+            Event::Line(l) => l,
+        }
+    }
+
+    /// The event as JSON (as a client reads it).
+    pub fn into_value(self) -> Value {
+        match self {
+            Event::Value(v) => v,
+            Event::Line(l) => serde_json::from_slice(&l).unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// `v` as one line of a watch's body.
+fn line(v: &Value) -> Bytes {
+    let mut line = v.to_string().into_bytes();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn event_name(kind: EventType) -> &'static str {
+    match kind {
+        EventType::Added => "ADDED",
+        EventType::Modified => "MODIFIED",
+        EventType::Deleted => "DELETED",
+    }
+}
+
 /// What a watch sends before it follows the changes after its start.
 #[derive(Debug, Default)]
 pub struct First {
@@ -96,7 +141,7 @@ pub struct First {
     pub initial: VecDeque<ObjectKey>,
     /// The events after those (the bookmark ending a streaming list), or every first
     /// event of a watch from a `resourceVersion`.
-    pub then: Vec<Value>,
+    pub then: Vec<Event>,
 }
 
 /// How many initial events a watch renders in one turn of the node.
@@ -108,7 +153,7 @@ pub struct Watch {
     spec: WatchSpec,
     node: NodeClient,
     since: u64,
-    pending: VecDeque<Value>,
+    pending: VecDeque<Event>,
     /// The initial objects not rendered yet, and what is sent once they are.
     first: First,
     /// Nothing follows what is pending (the history the watch needed is gone).
@@ -155,6 +200,28 @@ impl WatchSpec {
             rendered
         };
         json!({ "type": kind, "object": object })
+    }
+
+    /// The event of a write (or of a status change, `MODIFIED` at the object's own
+    /// revision) as every watch of this form sends it: rendered once for all of them
+    /// while the type's status `epoch` holds ([`super::event_cache`]).
+    fn shared_event(
+        &self,
+        core: &NodeCore,
+        journal: &mut StatusJournal,
+        kind: EventType,
+        object: &Object,
+        (rv, epoch): (u64, u64),
+    ) -> Event {
+        let id = EventId {
+            key: object.key().clone(),
+            revision: rv,
+            kind,
+            table: self.table,
+            epoch,
+        };
+        let render = || line(&self.event(core, event_name(kind), object, rv));
+        Event::Line(journal.events().line(id, render))
     }
 
     /// The fleet status `key` names as a client reads it, when the watch selects it
@@ -267,7 +334,7 @@ impl WatchSpec {
         from: Option<u64>,
     ) -> Result<(First, u64, u64), Answer> {
         let head = core.log().head().0;
-        let events = |then: Vec<Value>| First {
+        let events = |then: Vec<Event>| First {
             initial: VecDeque::new(),
             then,
         };
@@ -275,15 +342,17 @@ impl WatchSpec {
             return Err(crate::kube::Status::too_large_resource_version(rv, head).into());
         }
         let epoch = journal.refresh(core, &self.space, &self.resource);
+        let value = Event::Value;
         // kube-apiserver: the current state first when asked (`sendInitialEvents`), or
         // for a legacy watch from no version (or `0`).
         let initial = self
             .initial_events
             .unwrap_or(matches!(from, None | Some(0)));
         if initial && self.resource.is_fleet_status() {
-            let mut events = self.fleet_now(core, head);
+            let mut events: Vec<Event> =
+                self.fleet_now(core, head).into_iter().map(value).collect();
             if self.initial_events == Some(true) && self.bookmarks {
-                events.push(self.bookmark(head, true));
+                events.push(value(self.bookmark(head, true)));
             }
             return Ok((
                 First {
@@ -301,7 +370,7 @@ impl WatchSpec {
             });
             let mut then = Vec::new();
             if self.initial_events == Some(true) && self.bookmarks {
-                then.push(self.bookmark(head, true));
+                then.push(value(self.bookmark(head, true)));
             }
             let initial = objects.into_iter().map(|o| o.key().clone()).collect();
             return Ok((First { initial, then }, head, epoch));
@@ -309,9 +378,9 @@ impl WatchSpec {
         match from {
             None | Some(0) => Ok((events(Vec::new()), head, epoch)),
             Some(rv) => {
-                let mut changes = self.changes(core, rv)?;
+                let (sent, mut changes) = self.changes(core, journal, rv, epoch)?;
                 let after = journal.epoch_at(&self.space, &self.resource, rv);
-                changes.extend(self.status_changes(core, journal, after, &changes));
+                changes.extend(self.status_changes(core, journal, (after, epoch), &sent));
                 Ok((events(changes), head, epoch))
             }
         }
@@ -322,7 +391,7 @@ impl WatchSpec {
     pub fn render_first(&self, core: &NodeCore, mut first: First) -> Vec<Value> {
         let keys: Vec<ObjectKey> = first.initial.drain(..).collect();
         let mut events = self.initial_events(core, &keys);
-        events.append(&mut first.then);
+        events.extend(first.then.into_iter().map(Event::into_value));
         events
     }
 
@@ -338,8 +407,8 @@ impl WatchSpec {
     }
 
     /// What changed after revision `since` and status epoch `epoch`, looking at the
-    /// statuses again if no one did for [`STATUS_EVERY`]; the events, the
-    /// head and the epoch they reach.
+    /// statuses again if no one did for [`STATUS_EVERY`]; the events (as a client
+    /// reads them), the head and the epoch they reach.
     pub fn follow(
         &self,
         core: &NodeCore,
@@ -347,71 +416,84 @@ impl WatchSpec {
         since: u64,
         epoch: u64,
     ) -> Result<(Vec<Value>, u64, u64), Answer> {
+        let (events, head, now) = self.follow_events(core, journal, since, epoch)?;
+        Ok((
+            events.into_iter().map(Event::into_value).collect(),
+            head,
+            now,
+        ))
+    }
+
+    /// [`WatchSpec::follow`] as the stream sends it. The statuses are looked at
+    /// before the writes are rendered, so that a write's event carries every status
+    /// change the look stamped (and the status change is not sent again).
+    fn follow_events(
+        &self,
+        core: &NodeCore,
+        journal: &mut StatusJournal,
+        since: u64,
+        epoch: u64,
+    ) -> Result<(Vec<Event>, u64, u64), Answer> {
         let head = core.log().head().0;
-        let mut events = if head == since {
-            Vec::new()
-        } else {
-            self.changes(core, since)?
-        };
         let now = journal.refresh_if_due(core, &self.space, &self.resource, STATUS_EVERY);
-        events.extend(self.status_changes(core, journal, epoch, &events));
+        let (sent, mut events) = if head == since {
+            (Vec::new(), Vec::new())
+        } else {
+            self.changes(core, journal, since, now)?
+        };
+        events.extend(self.status_changes(core, journal, (epoch, now), &sent));
         Ok((events, head, now))
     }
 
     /// `MODIFIED` events for the selected objects whose status the journal stamped
-    /// after `epoch`, but for those `sent` already names (an object both changed and
-    /// restatused is sent once).
+    /// after `epoch` (and up to `now`, the type's epoch), but for those `sent`
+    /// already has an event for (an object both changed and restatused is sent once).
     fn status_changes(
         &self,
         core: &NodeCore,
-        journal: &StatusJournal,
-        epoch: u64,
-        sent: &[Value],
-    ) -> Vec<Value> {
+        journal: &mut StatusJournal,
+        (epoch, now): (u64, u64),
+        sent: &[ObjectKey],
+    ) -> Vec<Event> {
         if self.resource.is_fleet_status() {
-            return self.fleet_changes(core, journal, epoch);
+            let events = self.fleet_changes(core, journal, epoch);
+            return events.into_iter().map(Event::Value).collect();
         }
-        let sent = events_name(sent);
-        journal
-            .changed_since(&self.space, &self.resource, epoch)
+        let changed = journal.changed_since(&self.space, &self.resource, epoch);
+        changed
             .into_iter()
-            .filter(|k| self.holds(k))
+            .filter(|k| self.holds(k) && !sent.contains(k))
             .filter_map(|k| core.log().get(&k))
             .filter(|o| self.selects(o))
-            .map(|o| self.event(core, "MODIFIED", o, o.revision.0))
-            .filter(|e| !sent.contains(&event_id(e)))
+            .map(|o| {
+                let at = (o.revision.0, now);
+                self.shared_event(core, journal, EventType::Modified, o, at)
+            })
             .collect()
     }
 
     /// Events for every write after `since`, from the root's watch history, as
-    /// kube-apiserver sends them (see [`WatchHistory::events_after`]); 410 `Expired`
-    /// when the history no longer reaches back to `since`.
-    fn changes(&self, core: &NodeCore, since: u64) -> Result<Vec<Value>, Answer> {
+    /// kube-apiserver sends them (see [`WatchHistory::events_after`]), rendered once
+    /// for every watch while the type's status epoch is `epoch`; with the objects they
+    /// are about. 410 `Expired` when the history no longer reaches back to `since`.
+    fn changes(
+        &self,
+        core: &NodeCore,
+        journal: &mut StatusJournal,
+        since: u64,
+        epoch: u64,
+    ) -> Result<(Vec<ObjectKey>, Vec<Event>), Answer> {
         let history: &WatchHistory = core.history();
         let events = history
             .events_after(since, |o| self.selects(o))
             .map_err(|e| failure(410, "Expired", e.to_string(), None))?;
-        Ok(events
+        let keys = events.iter().map(|e| e.object.key().clone()).collect();
+        let events = events
             .iter()
-            .map(|e| {
-                let kind = match e.kind {
-                    EventType::Added => "ADDED",
-                    EventType::Modified => "MODIFIED",
-                    EventType::Deleted => "DELETED",
-                };
-                self.event(core, kind, e.object, e.revision)
-            })
-            .collect())
+            .map(|e| self.shared_event(core, journal, e.kind, e.object, (e.revision, epoch)))
+            .collect();
+        Ok((keys, events))
     }
-}
-
-fn events_name(events: &[Value]) -> Vec<Value> {
-    events.iter().map(event_id).collect()
-}
-
-fn event_id(e: &Value) -> Value {
-    let m = &e["object"]["metadata"];
-    json!([m["namespace"], m["name"]])
 }
 
 impl Watch {
@@ -453,9 +535,7 @@ impl Watch {
         futures::stream::unfold(state, move |(mut w, mut quiet_since)| async move {
             loop {
                 if let Some(event) = w.pending.pop_front() {
-                    let mut line = event.to_string().into_bytes();
-                    line.push(b'\n');
-                    return Some((Ok(Frame::data(Bytes::from(line))), (w, quiet_since)));
+                    return Some((Ok(Frame::data(event.into_line())), (w, quiet_since)));
                 }
                 if w.ended || tokio::time::Instant::now() >= deadline {
                     return None;
@@ -468,7 +548,7 @@ impl Watch {
                         .node
                         .query(move |core: &mut NodeCore| spec.initial_events(core, &batch))
                         .await?;
-                    w.pending.extend(events);
+                    w.pending.extend(events.into_iter().map(Event::Value));
                     if w.first.initial.is_empty() {
                         w.pending.extend(std::mem::take(&mut w.first.then));
                     }
@@ -494,7 +574,7 @@ impl Watch {
                         // Not had (it cannot be, in the node's turn): nothing now, the
                         // next wake looks again from the same place.
                         journal
-                            .with(|j| spec.follow(core, j, since, epoch))
+                            .with(|j| spec.follow_events(core, j, since, epoch))
                             .unwrap_or(Ok((Vec::new(), since, epoch)))
                     })
                     .await?;
@@ -505,7 +585,8 @@ impl Watch {
                         if events.is_empty() {
                             if w.spec.bookmarks && quiet_since.elapsed() >= BOOKMARK_EVERY {
                                 quiet_since = tokio::time::Instant::now();
-                                w.pending.push_back(w.spec.bookmark(head, false));
+                                w.pending
+                                    .push_back(Event::Value(w.spec.bookmark(head, false)));
                             }
                         } else {
                             quiet_since = tokio::time::Instant::now();
@@ -514,8 +595,8 @@ impl Watch {
                     }
                     Err((_, status)) => {
                         // The history the watch needed is gone: say so, then end.
-                        w.pending
-                            .push_back(json!({ "type": "ERROR", "object": status }));
+                        let error = json!({ "type": "ERROR", "object": status });
+                        w.pending.push_back(Event::Value(error));
                         w.ended = true;
                     }
                 }
