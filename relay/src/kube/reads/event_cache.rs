@@ -20,7 +20,7 @@
 //! The cache keeps the [`CAPACITY`] latest events and drops the oldest: a watch that
 //! falls further behind renders again, and nothing is unbounded.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use hyper::body::Bytes;
 use strata_protocol::model::ObjectKey;
@@ -32,7 +32,7 @@ pub const CAPACITY: usize = 2048;
 
 /// What makes two watches' events the same bytes: the object, the revision the event
 /// carries, its type, whether it is a table row, and the status epoch of the type.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct EventId {
     /// The object.
     pub key: ObjectKey,
@@ -49,7 +49,7 @@ pub struct EventId {
 /// The latest rendered events, each one JSON line (newline included).
 #[derive(Debug, Default)]
 pub struct EventCache {
-    lines: HashMap<EventId, Bytes>,
+    lines: BTreeMap<EventId, Bytes>,
     order: VecDeque<EventId>,
     hits: u64,
     misses: u64,
