@@ -60,7 +60,7 @@ pub struct NodeConfig {
     pub renew: Option<RenewSigning>,
     /// Answering DNS for the subtree's apps, and at the root the drain of moves
     /// (`dns:`), if this node does.
-    pub dns: Option<crate::dns::DnsConfig>,
+    pub dns: Option<crate::dns::config::DnsConfig>,
 }
 
 /// How a relay signs its children's certificate renewals (`renew:`): with the CA
@@ -186,7 +186,7 @@ struct RawConfig {
     #[serde(default)]
     renew: Option<RawRenew>,
     #[serde(default)]
-    dns: Option<crate::dns::RawDns>,
+    dns: Option<crate::dns::config::RawDns>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -604,7 +604,7 @@ mod tests {
             ("store.", field_names::<RawStore>()),
             ("store.etcd.", field_names::<RawEtcd>()),
             ("store.etcd.tls.", field_names::<RawEtcdTls>()),
-            ("dns.", field_names::<crate::dns::RawDns>()),
+            ("dns.", field_names::<crate::dns::config::RawDns>()),
         ];
         assert!(
             sections[0].1.contains(&"summary_interval_ms"),

@@ -12,7 +12,9 @@
 use serde_json::{Value, json};
 use strata_protocol::model::Space;
 
-use crate::fleet_status::{Entry, NAME_LABEL, PLACEMENT_LABEL, name_part, row, table_of};
+use crate::fleet_status::entry::{
+    API_VERSION, Entry, NAME_LABEL, PLACEMENT_LABEL, name_part, row, table_of,
+};
 use crate::tier::core::NodeCore;
 
 /// The kind.
@@ -75,7 +77,7 @@ pub fn render(core: &NodeCore, e: &Entry, head: u64) -> Option<Value> {
         .map(|(name, e)| json!({ "name": name, "addresses": addresses_json(&e) }))
         .collect();
     Some(json!({
-        "apiVersion": crate::fleet_status::API_VERSION,
+        "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {
             "name": e.key.name,

@@ -92,6 +92,12 @@ impl AsyncWrite for TunnelStream {
 /// that quinn sends heartbeats, downsync and reports first when both have data.
 pub const TUNNEL_PRIORITY: i32 = -1;
 
+/// The send priority of volume streams (`crate::volume`): below tunnels and the
+/// protocol's streams, so a volume copy never starves a debug session or the
+/// desired state. Here, beside the tunnels' own, because a parent's accept loop sets
+/// it on a volume stream it reads the header of.
+pub const VOLUME_PRIORITY: i32 = -2;
+
 /// How long a node waits for a tunnel stream's header.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -236,7 +242,7 @@ where
                     match tokio::time::timeout(HEADER_TIMEOUT, read_header(&mut stream)).await {
                         Ok(Ok(open)) => {
                             if matches!(open, StreamOpen::Volume(..)) {
-                                stream.set_priority(crate::volume::VOLUME_PRIORITY);
+                                stream.set_priority(VOLUME_PRIORITY);
                             }
                             serve(open, stream).await
                         }

@@ -24,9 +24,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::net::link::Link;
 use crate::tunnel::{self, TunnelError, TunnelStream};
 
-/// The send priority of volume streams: below tunnels ([`tunnel::TUNNEL_PRIORITY`])
-/// and the protocol's streams.
-pub const VOLUME_PRIORITY: i32 = -2;
+pub use crate::tunnel::VOLUME_PRIORITY;
 
 /// How long a pump waits for any one frame before it calls the link cut.
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(20);

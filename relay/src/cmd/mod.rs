@@ -19,6 +19,7 @@
 
 pub mod api;
 pub mod demo;
+mod demo_debug;
 pub mod invoke;
 pub mod kinds;
 pub mod kube_context;

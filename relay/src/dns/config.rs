@@ -6,7 +6,7 @@ use std::time::Duration;
 use hickory_proto::rr::Name;
 use serde::Deserialize;
 
-use super::Zone;
+use super::answer::Zone;
 
 /// The TTL of answers when `ttl_s` is not given.
 pub const DEFAULT_TTL: u32 = 5;

@@ -19,7 +19,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::tier::runtime::NodeClient;
 
 pub mod answer;
-mod config;
+pub mod config;
 pub use answer::{Outcome, Zone};
 pub use config::{DEFAULT_DRAIN_GRACE, DEFAULT_TTL, DnsConfig, RawDns};
 

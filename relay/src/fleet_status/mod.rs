@@ -21,14 +21,17 @@
 //! `kubectl get fleetstatuses -l strata.dev/name=web` finds an object's.
 
 use serde_json::{Map, Value, json};
-use strata_protocol::model::{Health, ObjectKey, ObjectKeyParts, Space};
+use strata_protocol::model::{Health, Space};
 use strata_protocol::route::{STRATA_GROUP, is_strata_object};
 use strata_protocol::summary::Summary;
 use strata_protocol::user_summary::is_user_entry;
 
 use crate::tier::core::NodeCore;
 
+pub mod entry;
 mod object_status;
+pub use entry::{API_VERSION, Entry, KIND_LABEL, NAME_LABEL, PLACEMENT_LABEL, VERSION, name_of};
+pub(crate) use entry::{name_part, row, table_of};
 pub use object_status::{builtin_has_status, conditions, object_status, observed_generation};
 
 /// The kind of a namespaced object's fleet status.
@@ -39,70 +42,10 @@ pub const PLURAL: &str = "fleetstatuses";
 pub const CLUSTER_KIND: &str = strata_kube_core::catalog::CLUSTER_FLEET_STATUS_KIND;
 /// Its plural.
 pub const CLUSTER_PLURAL: &str = "clusterfleetstatuses";
-/// Their version.
-pub const VERSION: &str = "v1alpha1";
-/// Their API version.
-pub const API_VERSION: &str = "strata.dev/v1alpha1";
-/// The label naming the placement.
-pub const PLACEMENT_LABEL: &str = "strata.dev/placement";
-/// The label naming the object's kind (lower case).
-pub const KIND_LABEL: &str = "strata.dev/kind";
-/// The label naming the object.
-pub const NAME_LABEL: &str = "strata.dev/name";
 
 /// Whether `(group, kind)` is one of the fleet status kinds.
 pub fn is_fleet_status(group: &str, kind: &str) -> bool {
     group == STRATA_GROUP && (kind == KIND || kind == CLUSTER_KIND)
-}
-
-/// A name part as a Kubernetes name can hold it: lower case, `[a-z0-9.-]`.
-pub(crate) fn name_part(s: &str) -> String {
-    s.chars()
-        .map(|c| match c.to_ascii_lowercase() {
-            c @ ('a'..='z' | '0'..='9' | '-' | '.') => c,
-            _ => '-',
-        })
-        .collect()
-}
-
-/// The name of the fleet status of `object` under `placement`.
-pub fn name_of(object: &ObjectKey, placement: &str) -> String {
-    format!(
-        "{}.{}.{}",
-        name_part(&object.kind),
-        name_part(&object.name),
-        name_part(placement)
-    )
-}
-
-/// One fleet status: which it is, of what, under which placement.
-#[derive(Debug, Clone)]
-pub struct Entry {
-    /// Its own key (group `strata.dev`, kind [`KIND`] or [`CLUSTER_KIND`]).
-    pub key: ObjectKey,
-    /// The object it reports on.
-    pub object: ObjectKey,
-    /// The placement's name.
-    pub placement: String,
-}
-
-impl Entry {
-    /// The entry of `kind` about `object` under `placement` (in the object's space and
-    /// namespace, named by [`name_of`]).
-    pub fn new(kind: &str, object: &ObjectKey, placement: &str) -> Entry {
-        Entry {
-            key: ObjectKey::new(ObjectKeyParts {
-                space: object.space.clone(),
-                group: STRATA_GROUP.to_owned(),
-                version: VERSION.to_owned(),
-                kind: kind.to_owned(),
-                namespace: object.namespace.clone(),
-                name: name_of(object, placement),
-            }),
-            object: object.clone(),
-            placement: placement.to_owned(),
-        }
-    }
 }
 
 /// The objects of `space` of one kind made from reports (`kind`: [`KIND`],
@@ -366,28 +309,4 @@ pub fn table(items: &[Value], head: u64) -> Value {
         })
         .collect();
     table_of(&columns, rows, head)
-}
-
-/// One row of a `meta.k8s.io/v1` Table: its cells, and the object's metadata.
-pub(crate) fn row(v: &Value, cells: Value) -> Value {
-    json!({
-        "cells": cells,
-        "object": {
-            "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-            "metadata": v["metadata"],
-        },
-    })
-}
-
-/// A `meta.k8s.io/v1` Table of string columns (name, format, description) and rows.
-pub(crate) fn table_of(columns: &[(&str, &str, &str)], rows: Vec<Value>, head: u64) -> Value {
-    let columns: Vec<Value> = columns
-        .iter()
-        .map(|(n, f, d)| json!({ "name": n, "type": "string", "format": f, "description": d }))
-        .collect();
-    json!({
-        "kind": "Table", "apiVersion": "meta.k8s.io/v1",
-        "metadata": { "resourceVersion": head.to_string() },
-        "columnDefinitions": columns, "rows": rows,
-    })
 }

@@ -14,6 +14,7 @@
 //!   answers some of them wait for.
 
 mod accept;
+mod client;
 pub mod core;
 mod input;
 pub mod reach;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use quinn::VarInt;
 use strata_node::clock::Clock;
 use strata_node::dial::{Connector, ParentAddress};
-use strata_node::driver::{self, Driver, Input, Node, ParentAddr, ParentConn, ToParent};
+use strata_node::driver::{self, Driver, Node, ParentAddr, ParentConn, ToParent};
 use strata_node::link::Link;
 use strata_node::store::{ReplicaEvent, Store, StoreError};
 use strata_node::transport::{self, QuicListener, Sender, close_code};
@@ -18,12 +18,13 @@ use strata_node::tunnel::{self, TunnelSlots};
 use strata_protocol::sync::SessionConfig;
 use strata_protocol::time::Instant;
 use strata_protocol::wire::{ErrorCode, JoinReply, LinkPath, ParentToChild};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tracing::Instrument;
 
 mod admit;
 
 use super::accept::{accept_loop, tcp_accept_loop};
+pub use super::client::NodeClient;
 use super::core::{BootOptions, NodeCore, Outgoing};
 pub use super::input::{LinkStats, Query, RelayInput};
 use crate::join::{Admissions, Joining};
@@ -98,65 +99,6 @@ pub struct NodeHandle {
     head: watch::Receiver<u64>,
 }
 
-/// A cloneable way to ask a running node things (the API uses it).
-#[derive(Debug, Clone)]
-pub struct NodeClient {
-    inputs: mpsc::Sender<Input<RelayInput>>,
-    head: watch::Receiver<u64>,
-}
-
-impl NodeClient {
-    /// Runs `f` on the core's state inside the core task and returns its result;
-    /// `None` once the node has stopped.
-    pub async fn query<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut NodeCore) -> T + Send + 'static,
-    ) -> Option<T> {
-        driver::ask(&self.inputs, |reply| {
-            RelayInput::Query(Box::new(move |core| {
-                let _ = reply.send(f(core));
-            }))
-        })
-        .await
-    }
-
-    /// The node's input queue (for the node's own tasks: volume copies).
-    pub(crate) fn inputs(&self) -> &mpsc::Sender<Input<RelayInput>> {
-        &self.inputs
-    }
-
-    /// The log's head as last committed, marked changed at every commit that moves it:
-    /// what a Kubernetes watch waits on instead of asking the node on a timer.
-    pub fn head_changes(&self) -> watch::Receiver<u64> {
-        let mut head = self.head.clone();
-        head.mark_unchanged();
-        head
-    }
-
-    /// Hands the core what other root replicas committed (see
-    /// [`strata_node::store::EtcdStore::replicate`]); `false` once the node has stopped.
-    pub async fn replicated(&self, event: ReplicaEvent) -> bool {
-        self.inputs
-            .send(Input::Node(RelayInput::Replica(event)))
-            .await
-            .is_ok()
-    }
-
-    /// Bytes on the node's live connections.
-    pub async fn link_stats(&self) -> Option<LinkStats> {
-        driver::ask(&self.inputs, RelayInput::LinkStats).await
-    }
-
-    /// Where a debug tunnel to `cluster` goes from this node, with its permit under
-    /// the link's cap, or why it cannot go.
-    pub async fn tunnel_route(
-        &self,
-        cluster: &str,
-    ) -> Result<super::tunnel::TunnelRoute, super::tunnel::TunnelRefusal> {
-        super::tunnel::ask_route(&self.inputs, cluster).await
-    }
-}
-
 impl NodeHandle {
     /// Runs `f` on the core's state inside the core task and returns its result.
     pub async fn query<T: Send + 'static>(
@@ -168,10 +110,7 @@ impl NodeHandle {
 
     /// A cloneable client of this node.
     pub fn client(&self) -> NodeClient {
-        NodeClient {
-            inputs: self.inner.inputs(),
-            head: self.head.clone(),
-        }
+        NodeClient::new(self.inner.inputs(), self.head.clone())
     }
 
     /// Stops the node: children and parent are told, tasks end, the store is flushed.

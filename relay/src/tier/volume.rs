@@ -323,7 +323,7 @@ async fn one_pass(
 /// Copies `claim` from `from` to `to` through the node `node` (for benchmarks and
 /// tests: moves start by themselves at the root, `run_moves`).
 pub async fn copy_volume(
-    node: &super::runtime::NodeClient,
+    node: &super::client::NodeClient,
     from: &str,
     to: &str,
     claim: &VolumeClaim,

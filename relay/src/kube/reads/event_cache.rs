@@ -13,7 +13,7 @@
 //! so the key also holds the status journal's epoch of the type
 //! ([`super::status_journal`]): a status change stamped by a refresh moves the epoch,
 //! and an event asked for after it is rendered again, with the status now. Between
-//! two refreshes (at most [`super::watch::STATUS_EVERY`]) a cached event may carry
+//! two refreshes (at most the watches' `STATUS_EVERY`, a second) a cached event may carry
 //! the status of its first render; the refresh that stamps the change then sends a
 //! `MODIFIED` with the new one, as a status change between two writes is sent.
 //!
@@ -23,9 +23,54 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use hyper::body::Bytes;
+use serde_json::Value;
 use strata_protocol::model::ObjectKey;
 
 use crate::tier::core::history::EventType;
+
+/// One event of a watch: rendered for this watch alone (serialized by its stream), or
+/// the JSON line every watch that sends it shares ([`EventCache`]).
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// Rendered for this watch.
+    Value(Value),
+    /// One JSON line, newline included, rendered once for every watch.
+    Line(Bytes),
+}
+
+impl Event {
+    /// The line the stream sends.
+    pub fn into_line(self) -> Bytes {
+        match self {
+            Event::Value(v) => line(&v),
+            Event::Line(l) => l,
+        }
+    }
+
+    /// The event as JSON (as a client reads it).
+    pub fn into_value(self) -> Value {
+        match self {
+            Event::Value(v) => v,
+            Event::Line(l) => serde_json::from_slice(&l).unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// `v` as one line of a watch's body.
+pub fn line(v: &Value) -> Bytes {
+    let mut line = v.to_string().into_bytes();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+/// The name of an event type on the wire.
+pub fn event_name(kind: EventType) -> &'static str {
+    match kind {
+        EventType::Added => "ADDED",
+        EventType::Modified => "MODIFIED",
+        EventType::Deleted => "DELETED",
+    }
+}
 
 /// How many rendered events the cache keeps.
 pub const CAPACITY: usize = 2048;

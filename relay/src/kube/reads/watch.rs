@@ -36,7 +36,7 @@ use hyper::body::{Bytes, Frame};
 use serde_json::{Value, json};
 use strata_protocol::model::{Object, ObjectKey, Space};
 
-use super::event_cache::EventId;
+use super::event_cache::{Event, EventId, event_name, line};
 use super::render;
 use super::status_journal::{SharedJournal, StatusJournal};
 use crate::kube::catalog::ResourceType;
@@ -86,50 +86,6 @@ pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 /// The annotation of that bookmark that carries an empty list (base64 of its JSON), which
 /// client-go fills with the initial events when it lists over a watch.
 pub const INITIAL_EVENTS_BLUEPRINT: &str = "k8s.io/initial-events-list-blueprint";
-
-/// One event of a watch: rendered for this watch alone (serialized by its stream), or
-/// the JSON line every watch that sends it shares
-/// ([`EventCache`](super::event_cache::EventCache)).
-#[derive(Debug, Clone)]
-pub enum Event {
-    /// Rendered for this watch.
-    Value(Value),
-    /// One JSON line, newline included, rendered once for every watch.
-    Line(Bytes),
-}
-
-impl Event {
-    /// The line the stream sends.
-    fn into_line(self) -> Bytes {
-        match self {
-            Event::Value(v) => line(&v),
-            Event::Line(l) => l,
-        }
-    }
-
-    /// The event as JSON (as a client reads it).
-    pub fn into_value(self) -> Value {
-        match self {
-            Event::Value(v) => v,
-            Event::Line(l) => serde_json::from_slice(&l).unwrap_or(Value::Null),
-        }
-    }
-}
-
-/// `v` as one line of a watch's body.
-fn line(v: &Value) -> Bytes {
-    let mut line = v.to_string().into_bytes();
-    line.push(b'\n');
-    Bytes::from(line)
-}
-
-fn event_name(kind: EventType) -> &'static str {
-    match kind {
-        EventType::Added => "ADDED",
-        EventType::Modified => "MODIFIED",
-        EventType::Deleted => "DELETED",
-    }
-}
 
 /// What a watch sends before it follows the changes after its start.
 #[derive(Debug, Default)]
