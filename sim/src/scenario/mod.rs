@@ -18,6 +18,7 @@
 //!   - { from: 0s, to: 600s, loss: 0.2, latency: 500ms, jitter: 100ms }   # optional link: [a, b]
 //! checks:
 //!   delta: { link: [center, eu], after: 90s, max_fraction: 0.5 }
+//!   # also: available, rollout, converge_by, stateful_move (see StatefulMoveCheck)
 //! ```
 //!
 //! The topology is compiled by `strata_topology` (see [`crate::topology`]); its errors
@@ -35,9 +36,11 @@ use strata_protocol::model::{Labels, ObjectKey, ObjectKeyParts, Space};
 use crate::topology::{self, Topology, TopologySource};
 
 mod durations;
+mod stateful;
 pub(crate) use durations::duration;
 use durations::opt_duration;
 pub use durations::{DurationError, parse_duration};
+pub use stateful::StatefulMoveCheck;
 
 /// A scenario: as written, `T` is where its topology comes from; once loaded, the
 /// compiled topology.
@@ -254,6 +257,9 @@ pub struct Checks {
     /// carry everything).
     #[serde(default, with = "opt_duration")]
     pub converge_by: Option<Duration>,
+    /// A stateful app moves between two clusters while it writes (see
+    /// [`StatefulMoveCheck`]).
+    pub stateful_move: Option<StatefulMoveCheck>,
 }
 
 /// A placement's rollouts, watched at every sample: no cluster outside the waves the
@@ -459,6 +465,14 @@ impl Scenario {
                     c.relay
                 )));
             }
+        }
+        if let Some(fault) = s
+            .checks
+            .stateful_move
+            .as_ref()
+            .and_then(|c| c.fault(&s.topology))
+        {
+            return Err(parse(fault));
         }
         for (i, f) in s.faults.iter().enumerate() {
             let instant = [
