@@ -551,6 +551,9 @@ pub(crate) async fn observe(
             if !rollout_done {
                 why.push(format!("the rollout is {:?}", rollout.phase));
             }
+            if let Some(phase) = &record.borrow().app.phase {
+                why.insert(0, format!("the stateful move's volume move is {phase}"));
+            }
             why.truncate(6);
             fail(Violation {
                 invariant: "the hierarchy converges within `settle` once the network healed",

@@ -4,9 +4,8 @@
 //! each cluster that holds its workload (what the simulated cluster acknowledges is
 //! logged), then checks, at that step:
 //!
-//! * **never two writers**: at most one cluster acknowledged a write of the claim
-//!   (it holds the workload and the claim is neither frozen by a move nor being
-//!   restored);
+//! * **never two writers**: at most one cluster holds the workload with the claim
+//!   writable (the claim exists there and no move stopped its writers);
 //! * **DNS names only clusters where the app is Available**: what each relay with
 //!   `dns:` answers for the Service, built by the relay's own answer function
 //!   (`strata_relay::dns::answer`, as its server calls it) from the relay's state, names
@@ -108,15 +107,15 @@ pub fn lost_write(
     None
 }
 
-/// Two or more clusters acknowledged a write of the claim at one step.
-pub fn two_writers(acked: &[String], t: Duration, claim: &VolumeClaim) -> Option<Violation> {
-    (acked.len() > 1).then(|| Violation {
+/// Two or more clusters hold the workload with the claim writable at one step.
+pub fn two_writers(writers: &[String], t: Duration, claim: &VolumeClaim) -> Option<Violation> {
+    (writers.len() > 1).then(|| Violation {
         invariant: "never two writers for a ReadWriteOnce claim",
         detail: format!(
-            "at {} clusters {} each hold the workload with claim {} writable (each \
-             acknowledged a write)",
+            "at {} clusters {} each hold the workload with claim {} writable (not \
+             stopped by a move)",
             secs(t),
-            acked.join(" and "),
+            writers.join(" and "),
             strata_node::volume::claim_name(claim)
         ),
     })
@@ -380,7 +379,6 @@ pub(crate) async fn run_app(
             .iter()
             .map(|(n, c)| (n.clone(), c.clone()))
             .collect();
-        let mut acked = Vec::new();
         for (cluster, sim) in &clusters {
             if !sim.view.borrow().holds(&workload) {
                 continue;
@@ -405,7 +403,6 @@ pub(crate) async fn run_app(
                         app.longest_pause = (t - last, t);
                     }
                     app.last_ack = Some(t);
-                    acked.push(cluster.clone());
                 }
                 Err(e) => {
                     let reason = match e {
@@ -423,7 +420,16 @@ pub(crate) async fn run_app(
                 }
             }
         }
-        let mut violation = two_writers(&acked, t, &check.claim);
+        // Who holds the workload with the claim writable now (not stopped by a move).
+        let mut writers = Vec::new();
+        for (cluster, sim) in &clusters {
+            if sim.view.borrow().holds(&workload)
+                && sim.volumes.frozen(&check.claim).await == Ok(false)
+            {
+                writers.push(cluster.clone());
+            }
+        }
+        let mut violation = two_writers(&writers, t, &check.claim);
         // What each relay's DNS answers, then where the app is Available.
         let mut answers = Vec::new();
         for r in &relays {
@@ -644,7 +650,9 @@ mod tests {
             "write #1 (16 bytes at offset 16) acknowledged by eu-1 at 0.100s is not in claim \
              shop/data on us-1 at the end: other bytes are there"
         );
+        bytes[16..32].copy_from_slice(&write_bytes(7, 1, 16));
         let v = lost_write(&writes, &bytes[..40], 7, "us-1", &claim()).unwrap();
+        assert!(v.detail.starts_with("write #2 "), "{v:?}");
         assert!(v.detail.contains("the claim holds only 40 bytes"), "{v:?}");
     }
 

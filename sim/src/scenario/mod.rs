@@ -591,6 +591,37 @@ settle: 5s
     }
 
     #[test]
+    fn a_stateful_move_check_names_two_clusters_and_needs_a_relay_answering_dns() {
+        let check = |from: &str| {
+            format!(
+                "checks:\n  stateful_move: {{ placement: p, workload: {{ kind: Deployment, \
+                 name: w }}, service: {{ kind: Service, name: s }}, claim: {{ claim: d, \
+                 namespace: n }}, from: {from}, to: k, write_every: 100ms, write_bytes: 8 }}\n"
+            )
+        };
+        let parse = |text: String| {
+            Scenario::parse(&text, Path::new("x.yaml"))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let e = parse(format!("{TINY}{}", check("nowhere"))).unwrap_err();
+        assert!(
+            e.contains("\"nowhere\" is not a cluster of the topology"),
+            "{e}"
+        );
+        let e = parse(format!("{TINY}{}", check("k"))).unwrap_err();
+        assert!(e.contains("from and to name the same cluster"), "{e}");
+        let two = TINY.replace(
+            "clusters: [ { name: k, parent: r } ]",
+            "clusters: [ { name: k, parent: r }, { name: j, parent: r } ]",
+        );
+        let e = parse(format!("{two}{}", check("j"))).unwrap_err();
+        assert!(e.contains("no relay of the topology answers DNS"), "{e}");
+        let dns = two.replace("root: { name: c }", "root: { name: c, dns: { zone: a.b } }");
+        parse(format!("{dns}{}", check("j"))).unwrap();
+    }
+
+    #[test]
     fn a_relabel_names_one_cluster_or_one_relay_and_start_times_move_the_healing() {
         let parse = |w: &str| {
             Scenario::parse(&format!("{TINY}workload: [ {w} ]\n"), Path::new("x.yaml"))
