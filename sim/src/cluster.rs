@@ -1,5 +1,5 @@
 //! The simulated clusters as the observer sees them: each agent's backend is the real
-//! [`SimulatedCluster`] wrapped in a [`RecordingCluster`], which tells the observer what
+//! [`SimulatedCluster`] wrapped in a `RecordingCluster`, which tells the observer what
 //! the cluster removes (so that a removal undone before the next sample is still seen)
 //! and publishes what the cluster holds and the health it last reported
 //! ([`ClusterView`]): the cluster's own word, not its agent's. The checks of a

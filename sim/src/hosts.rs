@@ -81,7 +81,7 @@ pub struct SimHierarchy {
     pub relays: RefCell<BTreeMap<String, NodeClient>>,
     pub agents: RefCell<BTreeMap<String, Rc<AgentHandle>>>,
     /// What each agent's simulated cluster removed, with the revision it held, not yet
-    /// looked at by the observer (see [`RecordingCluster`]).
+    /// looked at by the observer (see `RecordingCluster` in `crate::cluster`).
     pub removals: RefCell<BTreeMap<String, Receiver<(ObjectKey, Revision)>>>,
     /// Each running agent's simulated cluster: what it holds, its volumes.
     pub clusters: RefCell<BTreeMap<String, SimCluster>>,
