@@ -378,12 +378,15 @@ pub(crate) async fn finish(
             k.name
         )));
     }
+    // The writes acknowledged before the claim is read (the app may still write while
+    // it is): each of them is in what the read returns.
+    let acknowledged = record.borrow().app.writes.len();
     let bytes = match to.volumes.read(&check.claim, 0, u64::MAX).await {
         Ok(b) => b,
         Err(e) => return Some(moved(format!("at {} on {}: {e}", secs(t), check.to))),
     };
     let mut rec = record.borrow_mut();
-    let writes = &rec.app.writes;
+    let writes = &rec.app.writes[..acknowledged];
     let on = |c: &str| writes.iter().filter(|w| w.cluster == c).count();
     let (before, after) = (on(&check.from), on(&check.to));
     if before == 0 || after == 0 {
