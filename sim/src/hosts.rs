@@ -12,30 +12,30 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
-use strata_agent::backend::{BackendError, ClusterBackend, UpsyncRule, Upsynced};
 use strata_agent::runtime::{self as agent, AgentHandle, AgentOptions};
 use strata_agent::simulated::{SimulatedCluster, SimulatedConfig};
+use strata_agent::tunnel::TunnelTarget;
 use strata_node::clock::Clock;
 use strata_node::dial::{Connector, TransportMode};
 use strata_node::store::{MemStore, Store};
 use strata_node::tls::{self, Identity};
 use strata_node::transport;
-use strata_protocol::model::{Cluster, Labels, Object, ObjectKey, Revision, Status};
+use strata_protocol::model::{Cluster, Labels, ObjectKey, Revision};
 use strata_protocol::sync::SessionConfig;
-use strata_protocol::time::{Instant, UnixMillis};
 use strata_relay::join::Joining;
 use strata_relay::renew::Signer;
 use strata_relay::tier::runtime::{self as node, NodeClient, NodeOptions};
 
 use crate::certs::{BuildError, CertFiles, Certificates, Recovery, cert_err, sim_time};
 use crate::clock::wall_now;
+use crate::cluster::{RecordingCluster, SimCluster};
 use crate::net::{self, Network, SimUdpSocket};
 use crate::rng::{SimRng, hash, mix};
 use crate::topology::{self, Topology};
@@ -81,8 +81,10 @@ pub struct SimHierarchy {
     pub relays: RefCell<BTreeMap<String, NodeClient>>,
     pub agents: RefCell<BTreeMap<String, Rc<AgentHandle>>>,
     /// What each agent's simulated cluster removed, with the revision it held, not yet
-    /// looked at by the observer (see `RecordingCluster`).
+    /// looked at by the observer (see `RecordingCluster` in `crate::cluster`).
     pub removals: RefCell<BTreeMap<String, Receiver<(ObjectKey, Revision)>>>,
+    /// Each running agent's simulated cluster: what it holds, its volumes.
+    pub clusters: RefCell<BTreeMap<String, SimCluster>>,
     /// Nodes (clusters or relays) whose labels the workload replaced.
     pub relabeled: RefCell<BTreeMap<String, Labels>>,
     /// Each node first starts at a random time in `[0, start_within]`.
@@ -181,6 +183,7 @@ impl SimHierarchy {
             relays: RefCell::new(BTreeMap::new()),
             agents: RefCell::new(BTreeMap::new()),
             removals: RefCell::new(BTreeMap::new()),
+            clusters: RefCell::new(BTreeMap::new()),
             relabeled: RefCell::new(BTreeMap::new()),
             start_within,
             starts: RefCell::new(BTreeMap::new()),
@@ -356,6 +359,24 @@ impl SimHierarchy {
         })
     }
 
+    /// How long a finished move's old clusters drain at relay `name`: one DNS TTL plus
+    /// the grace when it is the root and the topology gives it `dns:` (as `relay serve`
+    /// reads its configuration), else none.
+    fn drain(&self, name: &str) -> Duration {
+        let root = self.topology.root();
+        match &root.dns {
+            Some(d) if root.name == name => strata_relay::dns::RawDns {
+                listen: None,
+                zone: d.zone.clone(),
+                ttl_s: d.ttl_seconds,
+                drain_grace_s: d.drain_grace_seconds,
+            }
+            .check(&mut Vec::new())
+            .map_or(Duration::ZERO, |c| c.drain()),
+            _ => Duration::ZERO,
+        }
+    }
+
     /// Runs relay `name` on the current host until the host crashes.
     pub async fn run_relay(self: Rc<Self>, name: String) -> turmoil::Result {
         let mut rng = self.next_start(&name);
@@ -421,7 +442,7 @@ impl SimHierarchy {
                 None => None,
             },
             admission_hold: strata_relay::tier::runtime::DEFAULT_ADMISSION_HOLD,
-            drain: std::time::Duration::ZERO,
+            drain: self.drain(&name),
         })?;
         self.relays.borrow_mut().insert(name, handle.client());
         handle.wait().await?;
@@ -471,6 +492,17 @@ impl SimHierarchy {
             self.removals
                 .borrow_mut()
                 .insert(spec.name.clone(), removals);
+            let simulated = SimulatedCluster::new(SimulatedConfig {
+                ready_delay: READY_DELAY,
+                fail_all: None,
+            });
+            // The debug tunnel and the volume streams of moves reach the cluster's
+            // small API (its claims' bytes).
+            let api = simulated.api();
+            let (backend, cluster) = RecordingCluster::new(simulated, removed);
+            self.clusters
+                .borrow_mut()
+                .insert(spec.name.clone(), cluster);
             let handle = agent::start(AgentOptions {
                 cluster: Cluster {
                     name: spec.name.clone(),
@@ -481,16 +513,10 @@ impl SimHierarchy {
                 parent: (relay.clone(), parent_addr.into()),
                 store: self.store(&spec.name),
                 connector,
-                backend: Box::new(RecordingCluster {
-                    inner: SimulatedCluster::new(SimulatedConfig {
-                        ready_delay: READY_DELAY,
-                        fail_all: None,
-                    }),
-                    removed,
-                }),
+                backend: Box::new(backend),
                 clock: Clock::start_at(wall_now()),
                 run: rng.next_u64(),
-                tunnel: None,
+                tunnel: Some(TunnelTarget::Simulated(api)),
             })?;
             self.agents
                 .borrow_mut()
@@ -498,56 +524,6 @@ impl SimHierarchy {
         }
         std::future::pending::<()>().await;
         Ok(())
-    }
-}
-
-/// A simulated cluster that tells the observer every object it removes and the
-/// revision it held, so that a removal the root did not ask for is caught even when the
-/// object comes back before the next sample.
-struct RecordingCluster {
-    inner: SimulatedCluster,
-    removed: Sender<(ObjectKey, Revision)>,
-}
-
-impl ClusterBackend for RecordingCluster {
-    fn apply(&mut self, now: Instant, at: UnixMillis, object: &Object) -> Result<(), BackendError> {
-        self.inner.apply(now, at, object)
-    }
-
-    fn delete(&mut self, now: Instant, key: &ObjectKey) -> Result<(), BackendError> {
-        let held = self
-            .inner
-            .objects()
-            .find_map(|(k, rev)| (k == key).then_some(rev));
-        if let Some(rev) = held {
-            // The observer may be gone (the run is over): nothing to tell.
-            let _ = self.removed.send((key.clone(), rev));
-        }
-        self.inner.delete(now, key)
-    }
-
-    fn poll_status(&mut self, now: Instant, at: UnixMillis) -> Vec<(ObjectKey, Status)> {
-        self.inner.poll_status(now, at)
-    }
-
-    fn next_change(&self) -> Option<Instant> {
-        self.inner.next_change()
-    }
-
-    fn wake(&self) -> Option<Arc<tokio::sync::Notify>> {
-        self.inner.wake()
-    }
-
-    fn set_upsync(&mut self, rules: Vec<UpsyncRule>) {
-        self.inner.set_upsync(rules);
-    }
-
-    fn manifest(&self, key: &ObjectKey) -> Option<Vec<u8>> {
-        self.inner.manifest(key)
-    }
-
-    fn poll_upsync(&mut self) -> Vec<Upsynced> {
-        self.inner.poll_upsync()
     }
 }
 

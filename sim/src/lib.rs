@@ -12,6 +12,8 @@
 //! * [`certs`]: certificates checked against virtual time; short-lived ones renewed
 //!   over the links and recovered with a one-time token.
 //! * [`clock`]: the wall clock, a fixed origin plus simulated time.
+//! * [`cluster`]: the simulated clusters as the checks see them (what each holds, its
+//!   volumes).
 //! * [`hosts`]: relays and agents as turmoil hosts built from factories; disks kept or
 //!   lost across crashes.
 //! * [`check`]: the invariant checkers.
@@ -19,6 +21,8 @@
 //!   observer.
 //! * `observe`: the observer task: workload at the root, samples, checks.
 //! * `rollout_check`: the rollout check: released waves, rollback, a relay cut off.
+//! * [`stateful_check`]: the stateful move check: the app writing to its claim, never
+//!   two writers, no acknowledged write lost, DNS naming only Available clusters.
 //! * [`run`]: one simulation of one seed: faults, workload, checks, summary, trace hash.
 //! * [`bench`](mod@bench): the benchmark harness (the `bench` binary): real QUIC on loopback, with
 //!   flat-hub and NATS baselines.
@@ -29,6 +33,7 @@ pub mod bench;
 pub mod certs;
 pub mod check;
 pub mod clock;
+pub mod cluster;
 pub mod hosts;
 pub mod net;
 mod observe;
@@ -37,4 +42,5 @@ pub mod rng;
 mod rollout_check;
 pub mod run;
 pub mod scenario;
+pub mod stateful_check;
 pub mod topology;

@@ -152,6 +152,9 @@ fn print_summary(path: &std::path::Path, o: &Outcome, wall: Duration) {
     for line in &o.rollout {
         println!("  rollout: {line}");
     }
+    for line in &o.stateful {
+        println!("  stateful move: {line}");
+    }
     for line in &o.certificates {
         println!("  certificates: {line}");
     }

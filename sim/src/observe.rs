@@ -329,6 +329,14 @@ pub(crate) async fn observe(
     // root could not be asked).
     let mut placed_before: BTreeMap<String, Held> = BTreeMap::new();
     let mut rollout = RolloutWatch::default();
+    // The stateful move check's app: owned here, it ends with the observer.
+    let _app = scenario.checks.stateful_move.clone().map(|check| {
+        AbortOnDrop(tokio::task::spawn_local(crate::stateful_check::run_app(
+            hierarchy.clone(),
+            check,
+            record.clone(),
+        )))
+    });
     // SIM_SAMPLE_MS samples more often (finer figures; another trace hash).
     let sample = match std::env::var("SIM_SAMPLE_MS")
         .ok()
@@ -340,6 +348,10 @@ pub(crate) async fn observe(
     };
     loop {
         let t = now();
+        // The app found a violation (see `stateful_check`).
+        if record.borrow().violation.is_some() {
+            return Ok(());
+        }
         for node in std::mem::take(&mut record.borrow_mut().lost_disks) {
             monotonic.forget(&node);
             heads.remove(&node);
@@ -495,6 +507,12 @@ pub(crate) async fn observe(
         }
         if converged && t >= healed {
             record.borrow_mut().converged = Some((t, t - healed));
+            if let Some(check) = &scenario.checks.stateful_move
+                && let Some(v) = crate::stateful_check::finish(&hierarchy, check, &record, t).await
+            {
+                fail(v);
+                return Ok(());
+            }
             let delta_start = record.borrow().delta_start;
             if let (Some(d), Some(start)) = (&scenario.checks.delta, delta_start) {
                 let sent = hierarchy.link_bytes(&d.link, |h| turmoil::lookup(h)) - start;
@@ -533,6 +551,9 @@ pub(crate) async fn observe(
             if !rollout_done {
                 why.push(format!("the rollout is {:?}", rollout.phase));
             }
+            if let Some(phase) = &record.borrow().app.phase {
+                why.insert(0, format!("the stateful move's volume move is {phase}"));
+            }
             why.truncate(6);
             fail(Violation {
                 invariant: "the hierarchy converges within `settle` once the network healed",
@@ -546,6 +567,15 @@ pub(crate) async fn observe(
             return Ok(());
         }
         tokio::time::sleep(sample).await;
+    }
+}
+
+/// A task that ends when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -31,4 +31,6 @@ pub(crate) struct RunRecord {
     pub(crate) rollout: Vec<String>,
     /// The `converge_by` check: when the hierarchy first converged, faults or not.
     pub(crate) converged_early: Option<Duration>,
+    /// The stateful move check: the app's writes, DNS, the move's figures.
+    pub(crate) app: crate::stateful_check::AppRecord,
 }

@@ -46,6 +46,8 @@ pub struct Outcome {
     pub converged_early: Option<Duration>,
     /// Short-lived certificates: renewals and recoveries, one line each.
     pub certificates: Vec<String>,
+    /// The stateful move check's events and figures, one line each.
+    pub stateful: Vec<String>,
     /// The first broken invariant, with a short trace.
     pub violation: Option<(Violation, Duration, Vec<String>)>,
 }
@@ -233,6 +235,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
         rollout: rec.rollout.clone(),
         converged_early: rec.converged_early,
         certificates,
+        stateful: rec.app.lines.clone(),
         violation: rec.violation.clone().map(|(v, at)| (v, at, tail)),
     })
 }

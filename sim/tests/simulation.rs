@@ -159,3 +159,37 @@ fn an_object_taken_away_and_back_in_one_batch_keeps_its_status() {
     assert!(o.violation.is_none(), "{:?}", o.violation.map(|v| v.0));
     assert!(o.converged.is_some());
 }
+
+/// Issue 50's stateful move (`scenarios/stateful-move-links-cut.yaml`): the copy is cut
+/// for longer than the idle timeout, resumes, and the move ends with every write on the
+/// new cluster; the same scenario without the cut fails its `resumed` check, so the
+/// scenario proves the cut hit the copy.
+#[test]
+fn a_stateful_move_cut_during_its_copy_resumes_and_keeps_every_write() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/stateful-move-links-cut.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let s = Scenario::parse(&text, &path).unwrap();
+    let o = run(&s, 0).unwrap();
+    assert!(o.violation.is_none(), "{:?}", o.violation.map(|v| v.0));
+    let lines = o.stateful.join("\n");
+    assert!(lines.contains("volume move Restored"), "{lines}");
+    assert!(lines.contains("all in claim shop/data on us-1"), "{lines}");
+
+    let uncut: String = text
+        .lines()
+        .filter(|l| !l.contains("[center, eu]"))
+        .map(|l| {
+            if l == "faults:" {
+                "faults: []\n".to_owned()
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let s = Scenario::parse(&uncut, &path).unwrap();
+    let (v, _, _) = run(&s, 0).unwrap().violation.expect("a violation");
+    assert!(
+        v.detail.starts_with("the copy was never cut and resumed"),
+        "{v:?}"
+    );
+}

@@ -18,6 +18,7 @@
 //!   - { from: 0s, to: 600s, loss: 0.2, latency: 500ms, jitter: 100ms }   # optional link: [a, b]
 //! checks:
 //!   delta: { link: [center, eu], after: 90s, max_fraction: 0.5 }
+//!   # also: available, rollout, converge_by, stateful_move (see StatefulMoveCheck)
 //! ```
 //!
 //! The topology is compiled by `strata_topology` (see [`crate::topology`]); its errors
@@ -35,9 +36,11 @@ use strata_protocol::model::{Labels, ObjectKey, ObjectKeyParts, Space};
 use crate::topology::{self, Topology, TopologySource};
 
 mod durations;
+mod stateful;
 pub(crate) use durations::duration;
 use durations::opt_duration;
 pub use durations::{DurationError, parse_duration};
+pub use stateful::StatefulMoveCheck;
 
 /// A scenario: as written, `T` is where its topology comes from; once loaded, the
 /// compiled topology.
@@ -254,6 +257,9 @@ pub struct Checks {
     /// carry everything).
     #[serde(default, with = "opt_duration")]
     pub converge_by: Option<Duration>,
+    /// A stateful app moves between two clusters while it writes (see
+    /// [`StatefulMoveCheck`]).
+    pub stateful_move: Option<StatefulMoveCheck>,
 }
 
 /// A placement's rollouts, watched at every sample: no cluster outside the waves the
@@ -460,6 +466,14 @@ impl Scenario {
                 )));
             }
         }
+        if let Some(fault) = s
+            .checks
+            .stateful_move
+            .as_ref()
+            .and_then(|c| c.fault(&s.topology))
+        {
+            return Err(parse(fault));
+        }
         for (i, f) in s.faults.iter().enumerate() {
             let instant = [
                 f.partition.is_some(),
@@ -574,6 +588,37 @@ settle: 5s
             .to_string();
         assert!(e.starts_with("x.yaml: "), "{e}");
         assert!(e.contains("unknown node \"nowhere\""), "{e}");
+    }
+
+    #[test]
+    fn a_stateful_move_check_names_two_clusters_and_needs_a_relay_answering_dns() {
+        let check = |from: &str| {
+            format!(
+                "checks:\n  stateful_move: {{ placement: p, workload: {{ kind: Deployment, \
+                 name: w }}, service: {{ kind: Service, name: s }}, claim: {{ claim: d, \
+                 namespace: n }}, from: {from}, to: k, write_every: 100ms, write_bytes: 8 }}\n"
+            )
+        };
+        let parse = |text: String| {
+            Scenario::parse(&text, Path::new("x.yaml"))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let e = parse(format!("{TINY}{}", check("nowhere"))).unwrap_err();
+        assert!(
+            e.contains("\"nowhere\" is not a cluster of the topology"),
+            "{e}"
+        );
+        let e = parse(format!("{TINY}{}", check("k"))).unwrap_err();
+        assert!(e.contains("from and to name the same cluster"), "{e}");
+        let two = TINY.replace(
+            "clusters: [ { name: k, parent: r } ]",
+            "clusters: [ { name: k, parent: r }, { name: j, parent: r } ]",
+        );
+        let e = parse(format!("{two}{}", check("j"))).unwrap_err();
+        assert!(e.contains("no relay of the topology answers DNS"), "{e}");
+        let dns = two.replace("root: { name: c }", "root: { name: c, dns: { zone: a.b } }");
+        parse(format!("{dns}{}", check("j"))).unwrap();
     }
 
     #[test]
