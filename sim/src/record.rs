@@ -32,5 +32,5 @@ pub(crate) struct RunRecord {
     /// The `converge_by` check: when the hierarchy first converged, faults or not.
     pub(crate) converged_early: Option<Duration>,
     /// The stateful move check: the app's writes, DNS, the move's figures.
-    pub(crate) app: crate::stateful_check::AppRecord,
+    pub(crate) app: crate::stateful_check::app_record::AppRecord,
 }

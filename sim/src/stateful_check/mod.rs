@@ -38,27 +38,15 @@ use crate::record::RunRecord;
 use crate::rng::{SimRng, mix};
 use crate::scenario::{ObjectRef, StatefulMoveCheck};
 
+pub(crate) mod app_record;
 mod dns;
+
+pub use app_record::Write;
 pub use dns::{DnsAnswer, DnsWatch};
 use dns::{ask_dns, dns_relays};
 
 fn now() -> Duration {
     turmoil::sim_elapsed().unwrap_or_default()
-}
-
-/// One write the simulated cluster acknowledged to the app.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Write {
-    /// Its number (the app's n-th acknowledged write).
-    pub n: u64,
-    /// The cluster that acknowledged it.
-    pub cluster: String,
-    /// Where in the claim.
-    pub offset: u64,
-    /// How many bytes.
-    pub len: usize,
-    /// When.
-    pub at: Duration,
 }
 
 /// The bytes of write `n` of a run with `seed` (drawn from both, so that a write lost
@@ -120,24 +108,6 @@ pub fn two_writers(writers: &[String], t: Duration, claim: &VolumeClaim) -> Opti
             strata_node::volume::claim_name(claim)
         ),
     })
-}
-
-/// What the app task and the end check write down (in the run's record).
-#[derive(Debug, Default)]
-pub(crate) struct AppRecord {
-    /// Every acknowledged write.
-    pub(crate) writes: Vec<Write>,
-    /// Writes refused, by reason (a frozen claim, one being restored).
-    pub(crate) refused: BTreeMap<String, u64>,
-    /// The longest stretch without an acknowledged write once the app first wrote
-    /// (the write downtime as the app saw it), and when it ended.
-    pub(crate) longest_pause: (Duration, Duration),
-    last_ack: Option<Duration>,
-    pub(crate) dns: DnsWatch,
-    /// The root's volume move as last seen, and when its phase changed.
-    pub(crate) phase: Option<String>,
-    /// The lines of the outcome.
-    pub(crate) lines: Vec<String>,
 }
 
 fn claim_key(claim: &VolumeClaim) -> ObjectKey {
