@@ -32,21 +32,9 @@ cleanup() { [ -n "$root" ] && kill "$root" 2>/dev/null; wait 2>/dev/null || true
 trap cleanup EXIT
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
-cat > "$work/topology.yaml" <<YAML
-apiVersion: strata.dev/v1alpha1
-kind: Topology
-metadata: { name: figures }
-spec:
-  root: { name: center, listen: 127.0.0.1:0, api: 127.0.0.1:0 }
-YAML
-"$bin/relay" topology certs --out "$work" "$work/topology.yaml" >/dev/null 2>&1
-"$bin/relay" topology render --out "$work" "$work/topology.yaml" >/dev/null 2>&1
-node="$work/nodes/center"
-api=$(sed -n 's/^api: *{ *listen: *"\{0,1\}\([0-9.:]*\).*/\1/p' "$node/config.yaml")
-"$bin/relay" serve --config "$node/config.yaml" > "$work/root.log" 2>&1 &
-root=$!
-export STRATA_SERVER=$api STRATA_SERVER_NAME=center STRATA_CA=$work/ca.crt STRATA_TOKEN=$(head -1 "$work/api.tokens")
-for _ in $(seq 1 100); do "$bin/relay" get configmap >/dev/null 2>&1 && break; sleep 0.2; done
+# shellcheck source=root-alone.sh
+. "$here/sim/scripts/root-alone.sh"
+root_alone_serve
 "$bin/relay" kubeconfig > "$work/kc.yaml"
 export KUBECONFIG=$work/kc.yaml
 gen() { # N PREFIX

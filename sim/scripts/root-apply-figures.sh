@@ -19,18 +19,8 @@ cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wa
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-cat > "$work/topology.yaml" <<YAML
-apiVersion: strata.dev/v1alpha1
-kind: Topology
-metadata: { name: figures }
-spec:
-  root: { name: center, listen: 127.0.0.1:0, api: 127.0.0.1:0 }
-YAML
-"$bin/relay" topology certs --out "$work" "$work/topology.yaml" >/dev/null 2>&1
-"$bin/relay" topology render --out "$work" "$work/topology.yaml" >/dev/null 2>&1
-node="$work/nodes/center"
-api=$(sed -n 's/^api: *{ *listen: *"\{0,1\}\([0-9.:]*\).*/\1/p' "$node/config.yaml")
-[ -n "$api" ] || { echo "no api address in $node/config.yaml"; cat "$node/config.yaml"; exit 1; }
+# shellcheck source=root-alone.sh
+. "$here/sim/scripts/root-alone.sh"
 
 endpoints=()
 initial=()
