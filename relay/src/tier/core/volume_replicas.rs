@@ -512,7 +512,139 @@ fn claim_name(c: &VolumeClaim) -> String {
 
 #[cfg(test)]
 mod tests {
+    use strata_protocol::placement_spec::{ClusterSelector, MovePolicy, MoveVolume};
+
+    use super::super::testing::root;
     use super::*;
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    fn shop() -> Placement {
+        Placement {
+            space: Space::default_space(),
+            name: "shop".into(),
+            objects: vec![],
+            clusters: ClusterSelector::default(),
+            upsync: vec![],
+            moves: MovePolicy {
+                volumes: vec![MoveVolume {
+                    claim: VolumeClaim {
+                        claim: "data".into(),
+                        namespace: "shop".into(),
+                    },
+                    max_lag_seconds: 2,
+                }],
+                ..MovePolicy::default()
+            },
+            customize: vec![],
+            status_summary: vec![],
+            rollout: None,
+        }
+    }
+
+    /// Gates `shop` from `before` to `chosen`: the clusters it may run on (`None`: all
+    /// chosen) and whether the root replans on its tick.
+    fn gate(
+        core: &mut NodeCore,
+        before: &[&str],
+        chosen: &[&str],
+        at: u64,
+    ) -> (Option<BTreeSet<String>>, bool) {
+        let mut d = Decision::default();
+        let wait =
+            core.gate_replicated(&shop(), &set(before), &set(chosen), &mut d, UnixMillis(at));
+        (d.only, wait)
+    }
+
+    #[test]
+    fn a_replica_gets_the_workload_after_its_first_copy_and_a_move_cuts_over() {
+        let mut core = root();
+        // First placement on two clusters: eu-1 (first by name) is the primary, us-1
+        // is held until its replica is made.
+        assert_eq!(
+            gate(&mut core, &[], &["eu-1", "us-1"], 0),
+            (Some(set(&["eu-1"])), true)
+        );
+        let (syncs, cutovers) = core.replica_work(UnixMillis(0));
+        assert_eq!((syncs.len(), cutovers.len()), (1, 0));
+        assert_eq!(
+            (syncs[0].from.as_str(), syncs[0].to.as_str()),
+            ("eu-1", "us-1")
+        );
+        assert!(
+            core.replica_work(UnixMillis(10)).0.is_empty(),
+            "one sync at a time"
+        );
+        // A failed first copy holds it still.
+        core.replica_sync_done(&syncs[0], UnixMillis(20), Err("cut".into()));
+        assert_eq!(
+            gate(&mut core, &["eu-1"], &["eu-1", "us-1"], 20).0,
+            Some(set(&["eu-1"]))
+        );
+        let syncs = core.replica_work(UnixMillis(600)).0;
+        core.replica_sync_done(&syncs[0], UnixMillis(700), Ok(4096));
+        assert_eq!(
+            gate(&mut core, &["eu-1"], &["eu-1", "us-1"], 700),
+            (None, false)
+        );
+        let r = &core.replications()[&(Space::default_space(), "shop".to_owned())];
+        let copy = &r.claims.values().next().unwrap().replicas["us-1"];
+        assert_eq!(copy.synced_from, Some(UnixMillis(600)));
+        assert_eq!(copy.state(UnixMillis(2_600), 2_000), ReplicaState::InSync);
+        // The primary's cluster leaves for us-2: held on eu-1 (us-1 is released) until
+        // us-2's replica is made and the cutover done.
+        let held = Some(set(&["eu-1"]));
+        assert_eq!(
+            gate(&mut core, &["eu-1", "us-1"], &["us-2"], 800),
+            (held.clone(), true)
+        );
+        let (syncs, cutovers) = core.replica_work(UnixMillis(800));
+        assert_eq!(
+            (syncs.len(), syncs[0].to.as_str(), cutovers.len()),
+            (1, "us-2", 0)
+        );
+        core.replica_sync_done(&syncs[0], UnixMillis(900), Ok(1));
+        assert_eq!(gate(&mut core, &["eu-1"], &["us-2"], 900).0, held);
+        let cutovers = core.replica_work(UnixMillis(950)).1;
+        assert_eq!(cutovers.len(), 1);
+        assert_eq!(
+            (cutovers[0].from.as_str(), cutovers[0].to.as_str()),
+            ("eu-1", "us-2")
+        );
+        assert!(
+            core.replica_work(UnixMillis(2_000)).0.is_empty(),
+            "no sync into a cutover"
+        );
+        // A failed cutover stays where it was, says why, and is tried again later.
+        core.replica_cutover_done(
+            &cutovers[0],
+            UnixMillis(1_000),
+            Err("cutover: refused".into()),
+        );
+        assert_eq!(gate(&mut core, &["eu-1"], &["us-2"], 1_000).0, held);
+        let m = core.replications()[&(Space::default_space(), "shop".to_owned())]
+            .moving
+            .clone()
+            .unwrap();
+        assert_eq!(m.phase, CutoverPhase::Failed("cutover: refused".into()));
+        assert!(core.replica_work(UnixMillis(1_100)).1.is_empty());
+        let retry = 1_000 + VOLUME_RETRY_MS;
+        gate(&mut core, &["eu-1"], &["us-2"], retry);
+        // The replica, out of date by now, is synced first; then the cutover.
+        let (syncs, cutovers) = core.replica_work(UnixMillis(retry));
+        assert_eq!((syncs.len(), cutovers.len()), (1, 0));
+        core.replica_sync_done(&syncs[0], UnixMillis(retry + 50), Ok(1));
+        let cutovers = core.replica_work(UnixMillis(retry + 100)).1;
+        assert_eq!(cutovers.len(), 1);
+        core.replica_cutover_done(&cutovers[0], UnixMillis(40_000), Ok((60, "ok".into())));
+        // us-2 holds the primary copy: the move goes on.
+        assert_eq!(gate(&mut core, &["eu-1"], &["us-2"], 40_000), (None, false));
+        let r = &core.replications()[&(Space::default_space(), "shop".to_owned())];
+        assert_eq!(r.primary(), Some("us-2"));
+        assert_eq!(r.moving.as_ref().unwrap().downtime_ms, Some(60));
+    }
 
     fn copy(from: Option<u64>) -> ReplicaCopy {
         ReplicaCopy {
