@@ -58,9 +58,9 @@ async fn sync(inputs: mpsc::Sender<Input<RelayInput>>, job: SyncJob) {
         CopyKind::Replica,
     )
     .await
-    .map(|r| r.bytes);
-    if let Ok(bytes) = &outcome {
-        tracing::debug!(claim = %claim_name(&job.claim), from = %job.from, to = %job.to, bytes, "synced a replica");
+    .map(|r| (r.bytes, r.by));
+    if let Ok((bytes, by)) = &outcome {
+        tracing::debug!(claim = %claim_name(&job.claim), from = %job.from, to = %job.to, bytes, %by, "synced a replica");
     }
     let _ = query(&inputs, move |c| {
         let now = c.wall_now();
@@ -163,6 +163,8 @@ pub fn replication_status(r: &Replication, now: UnixMillis) -> serde_json::Value
                     }
                     if let Some(at) = x.synced_at {
                         v["lastSync"] = json!(at.rfc3339());
+                        v["lastSyncBytes"] = json!(x.last_bytes);
+                        v["via"] = json!(x.last_via);
                     }
                     if let Some(why) = state.reason() {
                         v["reason"] = json!(why);

@@ -7,7 +7,8 @@
 //! synced from eu-1 (only what changed) within `maxLagSeconds`. A cut link (the region
 //! relay `eu` stopped) shows the replica `Lagging` with the reason, then `InSync` again
 //! once `eu` is back, equal to the primary. An RWX move (the primary's cluster leaves)
-//! keeps every write acknowledged before its cutover.
+//! keeps every write acknowledged before its cutover. A replica within a region is
+//! synced by the site relay below both clusters.
 
 #![allow(clippy::unwrap_used)]
 // The tests time how soon a write reaches the replica, for what they print and the bound.
@@ -150,6 +151,7 @@ async fn writes_on_the_primary_reach_the_replica_within_the_bound() {
     }
     let r = replica(&f.root, "us-1").await.unwrap();
     assert_eq!(r["state"], "InSync", "{r}");
+    assert_eq!(r["via"], "center", "{r}");
     assert!(r["lagSeconds"].as_u64().unwrap() <= bound.as_secs(), "{r}");
     assert!(r["syncs"].as_u64().unwrap() >= 2, "{r}");
     // The replica refuses its app's writes: never two writers across clusters.
@@ -296,5 +298,40 @@ async fn an_rwx_move_keeps_every_acknowledged_write() {
         downtime,
         s["move"]["detail"]
     );
+    f.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_within_a_region_is_synced_by_the_site_relay_below_both() {
+    let f = fleet().await;
+    // us-1 (region us) and us-2 (region us2), both below us-site.
+    apply(&f.root, &rwx_app("us, us2", "4Mi", 2)).await;
+    eventually("us-1 holds the app and its claim", || async {
+        holds_app(&f.agents[1]).await && f.us_vols.manifest(&claim()).await.is_ok()
+    })
+    .await;
+    f.us_vols
+        .write(&claim(), 0, &bytes(4 << 20, 63))
+        .await
+        .unwrap();
+    eventually("us-2 gets the app", || holds_app(&f.agents[2])).await;
+    f.us_vols.write(&claim(), 8192, b"later").await.unwrap();
+    eventually("us-2's replica equals us-1's, InSync", || async {
+        f.us2_vols.digest(&claim()).await == f.us_vols.digest(&claim()).await
+            && state_is(&f.root, "us-2", "InSync").await
+    })
+    .await;
+    let r = replica(&f.root, "us-2").await.unwrap();
+    assert_eq!(r["via"], "us-site", "{r}");
+    assert_eq!(
+        status(&f.root).await.unwrap()["claims"][0]["primary"],
+        "us-1"
+    );
+    assert_eq!(
+        f.us2_vols.write(&claim(), 0, b"x").await,
+        Err(VolumeAccessError::Replica("shop/data".into()))
+    );
+    assert!(!holds_app(&f.agents[0]).await);
+    println!("within a region: {r}");
     f.shutdown().await;
 }

@@ -59,6 +59,8 @@ pub struct ReplicaCopy {
     pub syncs: u64,
     /// Bytes the last completed sync sent.
     pub last_bytes: u64,
+    /// The relay that ran the last completed sync (the lowest common relay).
+    pub last_via: String,
     /// The last sync that failed since the last completed one: when, and why.
     pub failure: Option<(UnixMillis, String)>,
     /// A sync (or a cutover's copy) running since then.
@@ -314,13 +316,14 @@ impl NodeCore {
         (syncs, cutovers)
     }
 
-    /// The runtime's report on a sync: its bytes sent, or why it failed. Ignored if
+    /// The runtime's report on a sync: its bytes sent and the relay that ran it, or why
+    /// it failed. Ignored if
     /// the replica is gone or the primary changed since it started.
     pub fn replica_sync_done(
         &mut self,
         job: &SyncJob,
         now: UnixMillis,
-        outcome: Result<u64, String>,
+        outcome: Result<(u64, String), String>,
     ) {
         let Some(c) = self
             .replications
@@ -335,7 +338,7 @@ impl NodeCore {
         };
         copy.running_since = None;
         match outcome {
-            Ok(bytes) if same_primary => {
+            Ok((bytes, via)) if same_primary => {
                 if copy.synced_from.is_none() {
                     tracing::info!(space = %job.key.0.0, placement = %job.key.1, claim = %claim_name(&job.claim), replica = %job.to, bytes, "volume replica: first full copy done; its cluster gets the placement");
                     self.replan_on_tick = true;
@@ -344,6 +347,7 @@ impl NodeCore {
                 copy.synced_at = Some(now);
                 copy.syncs += 1;
                 copy.last_bytes = bytes;
+                copy.last_via = via;
                 copy.failure = None;
             }
             Ok(_) => {}
@@ -584,7 +588,7 @@ mod tests {
             Some(set(&["eu-1"]))
         );
         let syncs = core.replica_work(UnixMillis(600)).0;
-        core.replica_sync_done(&syncs[0], UnixMillis(700), Ok(4096));
+        core.replica_sync_done(&syncs[0], UnixMillis(700), Ok((4096, "center".into())));
         assert_eq!(
             gate(&mut core, &["eu-1"], &["eu-1", "us-1"], 700),
             (None, false)
@@ -605,7 +609,7 @@ mod tests {
             (syncs.len(), syncs[0].to.as_str(), cutovers.len()),
             (1, "us-2", 0)
         );
-        core.replica_sync_done(&syncs[0], UnixMillis(900), Ok(1));
+        core.replica_sync_done(&syncs[0], UnixMillis(900), Ok((1, "center".into())));
         assert_eq!(gate(&mut core, &["eu-1"], &["us-2"], 900).0, held);
         let cutovers = core.replica_work(UnixMillis(950)).1;
         assert_eq!(cutovers.len(), 1);
@@ -635,7 +639,7 @@ mod tests {
         // The replica, out of date by now, is synced first; then the cutover.
         let (syncs, cutovers) = core.replica_work(UnixMillis(retry));
         assert_eq!((syncs.len(), cutovers.len()), (1, 0));
-        core.replica_sync_done(&syncs[0], UnixMillis(retry + 50), Ok(1));
+        core.replica_sync_done(&syncs[0], UnixMillis(retry + 50), Ok((1, "center".into())));
         let cutovers = core.replica_work(UnixMillis(retry + 100)).1;
         assert_eq!(cutovers.len(), 1);
         core.replica_cutover_done(&cutovers[0], UnixMillis(40_000), Ok((60, "ok".into())));
