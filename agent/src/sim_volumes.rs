@@ -40,6 +40,11 @@ pub enum VolumeAccessError {
         "claim {0} is a read-only replica: across clusters only its primary cluster writes a ReadWriteMany claim"
     )]
     Replica(String),
+    /// A replica sync into a claim its own app writes here (a primary).
+    #[error(
+        "claim {0} is written by its app on this cluster (a primary copy): a replica sync would overwrite it, so it is refused"
+    )]
+    Primary(String),
     /// The cluster was told to refuse restores (a fault for tests).
     #[error("claim {0}: this simulated cluster refuses restores (a fault set by a test)")]
     Refused(String),
@@ -66,6 +71,8 @@ struct SimVolume {
     frozen: bool,
     restoring: bool,
     replica: bool,
+    /// Its app wrote it since it was last restored.
+    app_written: bool,
 }
 
 impl SimVolume {
@@ -272,6 +279,7 @@ impl SimVolumes {
                 rest = &rest[n..];
                 at += n as u64;
             }
+            v.app_written = true;
             Ok(())
         })
         .await
@@ -362,6 +370,25 @@ impl SimVolumes {
         &self,
         claim: &VolumeClaim,
     ) -> Result<(u64, Vec<ChunkSum>), VolumeAccessError> {
+        self.begin(claim, false).await
+    }
+
+    /// A ReadWriteMany sync starts writing the claim as a replica: as
+    /// [`SimVolumes::begin_restore`], but refused if the claim is one its own app writes
+    /// here (a primary: written, neither a replica nor stopped), so that a sync never
+    /// overwrites a writer's data.
+    pub async fn begin_replica(
+        &self,
+        claim: &VolumeClaim,
+    ) -> Result<(u64, Vec<ChunkSum>), VolumeAccessError> {
+        self.begin(claim, true).await
+    }
+
+    async fn begin(
+        &self,
+        claim: &VolumeClaim,
+        replica: bool,
+    ) -> Result<(u64, Vec<ChunkSum>), VolumeAccessError> {
         use std::sync::atomic::Ordering;
         let left = self.restores_left.load(Ordering::Relaxed);
         if left == 0 {
@@ -371,6 +398,9 @@ impl SimVolumes {
             self.restores_left.fetch_sub(1, Ordering::Relaxed);
         }
         self.with(claim, true, |v| {
+            if replica && v.app_written && !v.frozen && !v.replica {
+                return Err(VolumeAccessError::Primary(name(claim)));
+            }
             v.restoring = true;
             Ok((v.size, v.sums.clone()))
         })
@@ -424,6 +454,7 @@ impl SimVolumes {
             v.resize(size);
             v.restoring = false;
             v.replica = replica;
+            v.app_written = false;
             // A restored claim is the copy that runs from now on: if it was stopped
             // by an earlier move away, its writers may write again.
             v.frozen = false;
@@ -514,10 +545,19 @@ mod tests {
             dst.write(&claim(), 0, b"x").await,
             Err(VolumeAccessError::Replica("shop/data".into()))
         );
+        dst.begin_replica(&claim()).await.unwrap();
+        dst.end_restore(&claim(), size, &sums, true).await.unwrap();
         dst.begin_restore(&claim()).await.unwrap();
         dst.end_restore(&claim(), size, &sums, false).await.unwrap();
         assert_eq!(dst.is_replica(&claim()).await, Ok(false));
         dst.write(&claim(), 0, b"x").await.unwrap();
+        // Now its app writes it: a replica sync is refused, until its writers stop.
+        assert_eq!(
+            dst.begin_replica(&claim()).await,
+            Err(VolumeAccessError::Primary("shop/data".into()))
+        );
+        dst.freeze(&claim(), true).await.unwrap();
+        dst.begin_replica(&claim()).await.unwrap();
     }
 
     #[test]

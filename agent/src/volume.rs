@@ -93,10 +93,12 @@ async fn serve_inner(
                 .map_err(io)
         }
         VolumeOpen::Write { claim } | VolumeOpen::Replicate { claim } => {
-            let (size, held) = volumes
-                .begin_restore(&claim)
-                .await
-                .map_err(|e| e.to_string())?;
+            let begun = if replica {
+                volumes.begin_replica(&claim).await
+            } else {
+                volumes.begin_restore(&claim).await
+            };
+            let (size, held) = begun.map_err(|e| e.to_string())?;
             let r = write_claim(volumes, &claim, size, held, replica, stream, buf).await;
             if r.is_err() {
                 volumes.abandon_restore(&claim).await;

@@ -25,7 +25,10 @@
 //! tried again after [`VOLUME_RETRY_MS`].
 //!
 //! The state is in the root's memory, like the moves': after a restart the first
-//! cluster chosen again is the primary, and replicas resume from what they hold.
+//! cluster the placement runs on (by name) is taken as the primary, and replicas resume
+//! from what they hold. An agent refuses a replica sync into a claim its own app writes
+//! (`SimVolumes::begin_replica`), so a wrong guess overwrites no writer: the replica
+//! lags, and its status says why.
 
 use std::collections::{BTreeMap, BTreeSet};
 
