@@ -7,8 +7,10 @@
 //! (`crate::volume`).
 //!
 //! A claim is *frozen* once a move's second phase stopped its writers (writes refused,
-//! as a real workload scaled to zero), and *restoring* while a move writes it (writes
-//! by anyone else refused).
+//! as a real workload scaled to zero), *restoring* while a move writes it (writes
+//! by anyone else refused), and a *replica* once a ReadWriteMany sync wrote it
+//! (writes refused: across clusters only the primary writes) until a move's copy
+//! promotes it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,6 +35,16 @@ pub enum VolumeAccessError {
     /// A move is restoring the claim.
     #[error("claim {0} is being restored by a move")]
     Restoring(String),
+    /// The claim is a read-only replica of a ReadWriteMany claim written elsewhere.
+    #[error(
+        "claim {0} is a read-only replica: across clusters only its primary cluster writes a ReadWriteMany claim"
+    )]
+    Replica(String),
+    /// A replica sync into a claim its own app writes here (a primary).
+    #[error(
+        "claim {0} is written by its app on this cluster (a primary copy): a replica sync would overwrite it, so it is refused"
+    )]
+    Primary(String),
     /// The cluster was told to refuse restores (a fault for tests).
     #[error("claim {0}: this simulated cluster refuses restores (a fault set by a test)")]
     Refused(String),
@@ -58,6 +70,9 @@ struct SimVolume {
     sums: Vec<ChunkSum>,
     frozen: bool,
     restoring: bool,
+    replica: bool,
+    /// Its app wrote it since it was last restored.
+    app_written: bool,
 }
 
 impl SimVolume {
@@ -240,6 +255,9 @@ impl SimVolumes {
             if v.restoring {
                 return Err(VolumeAccessError::Restoring(name(claim)));
             }
+            if v.replica {
+                return Err(VolumeAccessError::Replica(name(claim)));
+            }
             let end = offset.saturating_add(data.len() as u64);
             if end > v.size {
                 return Err(VolumeAccessError::Beyond {
@@ -261,6 +279,7 @@ impl SimVolumes {
                 rest = &rest[n..];
                 at += n as u64;
             }
+            v.app_written = true;
             Ok(())
         })
         .await
@@ -351,6 +370,25 @@ impl SimVolumes {
         &self,
         claim: &VolumeClaim,
     ) -> Result<(u64, Vec<ChunkSum>), VolumeAccessError> {
+        self.begin(claim, false).await
+    }
+
+    /// A ReadWriteMany sync starts writing the claim as a replica: as
+    /// [`SimVolumes::begin_restore`], but refused if the claim is one its own app writes
+    /// here (a primary: written, neither a replica nor stopped), so that a sync never
+    /// overwrites a writer's data.
+    pub async fn begin_replica(
+        &self,
+        claim: &VolumeClaim,
+    ) -> Result<(u64, Vec<ChunkSum>), VolumeAccessError> {
+        self.begin(claim, true).await
+    }
+
+    async fn begin(
+        &self,
+        claim: &VolumeClaim,
+        replica: bool,
+    ) -> Result<(u64, Vec<ChunkSum>), VolumeAccessError> {
         use std::sync::atomic::Ordering;
         let left = self.restores_left.load(Ordering::Relaxed);
         if left == 0 {
@@ -360,6 +398,9 @@ impl SimVolumes {
             self.restores_left.fetch_sub(1, Ordering::Relaxed);
         }
         self.with(claim, true, |v| {
+            if replica && v.app_written && !v.frozen && !v.replica {
+                return Err(VolumeAccessError::Primary(name(claim)));
+            }
             v.restoring = true;
             Ok((v.size, v.sums.clone()))
         })
@@ -393,17 +434,27 @@ impl SimVolumes {
         .await
     }
 
+    /// Whether the claim is a read-only replica.
+    pub async fn is_replica(&self, claim: &VolumeClaim) -> Result<bool, VolumeAccessError> {
+        self.with(claim, false, |v| Ok(v.replica)).await
+    }
+
     /// A move's copy ended: the claim takes the source's size; returns how many chunks
-    /// differ from `sums` (0: an exact copy). The claim is no longer restoring, nor stopped.
+    /// differ from `sums` (0: an exact copy). The claim is no longer restoring, nor
+    /// stopped; it is a read-only replica if `replica` (a ReadWriteMany sync), else the
+    /// copy that runs (a move's copy, which promotes a replica).
     pub async fn end_restore(
         &self,
         claim: &VolumeClaim,
         size: u64,
         sums: &[ChunkSum],
+        replica: bool,
     ) -> Result<usize, VolumeAccessError> {
         self.with(claim, true, |v| {
             v.resize(size);
             v.restoring = false;
+            v.replica = replica;
+            v.app_written = false;
             // A restored claim is the copy that runs from now on: if it was stopped
             // by an earlier move away, its writers may write again.
             v.frozen = false;
@@ -473,7 +524,7 @@ mod tests {
         let (_, dst) = new_store();
         src.begin_restore(&claim()).await.unwrap();
         src.restore_chunk(&claim(), 1, vec![7; 1000]).await.unwrap();
-        src.end_restore(&claim(), CHUNK_SIZE as u64 + 1000, &[])
+        src.end_restore(&claim(), CHUNK_SIZE as u64 + 1000, &[], false)
             .await
             .unwrap();
         let (size, sums) = src.manifest(&claim()).await.unwrap();
@@ -484,11 +535,29 @@ mod tests {
             assert_eq!(checksum(&data), sum);
             dst.restore_chunk(&claim(), i, data).await.unwrap();
         }
-        assert_eq!(dst.end_restore(&claim(), size, &sums).await, Ok(0));
+        assert_eq!(dst.end_restore(&claim(), size, &sums, true).await, Ok(0));
         assert_eq!(
             src.digest(&claim()).await.unwrap(),
             dst.digest(&claim()).await.unwrap()
         );
+        // A replica refuses its app's writes until a move's copy promotes it.
+        assert_eq!(
+            dst.write(&claim(), 0, b"x").await,
+            Err(VolumeAccessError::Replica("shop/data".into()))
+        );
+        dst.begin_replica(&claim()).await.unwrap();
+        dst.end_restore(&claim(), size, &sums, true).await.unwrap();
+        dst.begin_restore(&claim()).await.unwrap();
+        dst.end_restore(&claim(), size, &sums, false).await.unwrap();
+        assert_eq!(dst.is_replica(&claim()).await, Ok(false));
+        dst.write(&claim(), 0, b"x").await.unwrap();
+        // Now its app writes it: a replica sync is refused, until its writers stop.
+        assert_eq!(
+            dst.begin_replica(&claim()).await,
+            Err(VolumeAccessError::Primary("shop/data".into()))
+        );
+        dst.freeze(&claim(), true).await.unwrap();
+        dst.begin_replica(&claim()).await.unwrap();
     }
 
     #[test]

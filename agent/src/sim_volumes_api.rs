@@ -160,7 +160,7 @@ mod tests {
         assert_eq!(status, StatusCode::NOT_FOUND, "no claim applied yet");
         // As if the claim had been applied with 1 MiB.
         vols.begin_restore(&claim).await.unwrap();
-        vols.end_restore(&claim, 1 << 20, &[]).await.unwrap();
+        vols.end_restore(&claim, 1 << 20, &[], false).await.unwrap();
         let put = format!("{path}?offset=300000");
         let (status, _) = call(&cluster, Method::PUT, &put, b"hello volume").await;
         assert_eq!(status, StatusCode::OK);

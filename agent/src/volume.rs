@@ -50,6 +50,8 @@ async fn serve_inner(
     buf: &mut Vec<u8>,
 ) -> Result<(), String> {
     let io = |e: std::io::Error| e.to_string();
+    // A ReadWriteMany sync leaves a read-only replica; a move's copy, the copy that runs.
+    let replica = matches!(ask, VolumeOpen::Replicate { .. });
     match ask {
         VolumeOpen::Read {
             claim,
@@ -90,12 +92,14 @@ async fn serve_inner(
                 .await
                 .map_err(io)
         }
-        VolumeOpen::Write { claim } => {
-            let (size, held) = volumes
-                .begin_restore(&claim)
-                .await
-                .map_err(|e| e.to_string())?;
-            let r = write_claim(volumes, &claim, size, held, stream, buf).await;
+        VolumeOpen::Write { claim } | VolumeOpen::Replicate { claim } => {
+            let begun = if replica {
+                volumes.begin_replica(&claim).await
+            } else {
+                volumes.begin_restore(&claim).await
+            };
+            let (size, held) = begun.map_err(|e| e.to_string())?;
+            let r = write_claim(volumes, &claim, size, held, replica, stream, buf).await;
             if r.is_err() {
                 volumes.abandon_restore(&claim).await;
             }
@@ -111,7 +115,9 @@ async fn serve_inner(
                 .await
                 .map_err(io)
         }
-        VolumeOpen::Copy { .. } => Err("an agent runs no copies (its parent does)".into()),
+        VolumeOpen::Copy { .. } | VolumeOpen::CopyReplica { .. } => {
+            Err("an agent runs no copies (its parent does)".into())
+        }
     }
 }
 
@@ -120,6 +126,7 @@ async fn write_claim(
     claim: &strata_protocol::placement_spec::VolumeClaim,
     size: u64,
     held: Vec<strata_protocol::volume::ChunkSum>,
+    replica: bool,
     stream: &mut TunnelStream,
     buf: &mut Vec<u8>,
 ) -> Result<(), String> {
@@ -147,7 +154,7 @@ async fn write_claim(
             }
             Some(VolumeFrame::End { size, sums }) => {
                 let differ = volumes
-                    .end_restore(claim, size, &sums)
+                    .end_restore(claim, size, &sums, replica)
                     .await
                     .map_err(|e| e.to_string())?;
                 if differ > 0 {

@@ -16,6 +16,11 @@
 //!   starts again from what was written; after the old copy's writers stop, the same
 //!   call sends only what changed since.
 //!
+//! * **Replicated (ReadWriteMany)**: the same copy, asked with [`VolumeOpen::Replicate`]
+//!   at the writer and [`VolumeOpen::CopyReplica`] at a relay, leaves the written claim a
+//!   read-only replica (its app's writes refused) instead of the copy that runs. Run
+//!   again and again, it sends only the chunks whose sums differ from the primary's.
+//!
 //! # Versions
 //!
 //! A volume stream's header is a [`TunnelOpen`] followed, in the same frame, by a
@@ -23,7 +28,9 @@
 //! [`decode_stream_open`]: a frame that is exactly a `TunnelOpen` is a tunnel, one that
 //! continues is a volume stream. An older node would refuse the longer frame as a bad
 //! header, so a relay opens or forwards a volume stream only on a link whose child
-//! negotiated [`VOLUME_VERSION`] or later.
+//! negotiated [`VOLUME_VERSION`] or later, and a replication stream
+//! ([`VolumeOpen::Replicate`], [`VolumeOpen::CopyReplica`], unknown to a node of
+//! version 7) only on one whose child negotiated [`REPLICATION_VERSION`] or later.
 
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +41,10 @@ use crate::wire::ProtocolVersion;
 
 /// The first protocol version whose nodes read volume stream headers.
 pub const VOLUME_VERSION: ProtocolVersion = 7;
+
+/// The first protocol version whose nodes read [`VolumeOpen::Replicate`] and
+/// [`VolumeOpen::CopyReplica`].
+pub const REPLICATION_VERSION: ProtocolVersion = 8;
 
 /// Bytes of one chunk (the last chunk of a volume may be shorter).
 pub const CHUNK_SIZE: usize = 256 << 10;
@@ -95,6 +106,31 @@ pub enum VolumeOpen {
         /// The claim.
         claim: VolumeClaim,
     },
+    /// As [`VolumeOpen::Write`], but the claim stays a read-only replica afterwards
+    /// (ReadWriteMany: one cluster writes, the primary). A later
+    /// [`VolumeOpen::Write`] that completes makes it the writable copy (a promotion).
+    Replicate {
+        /// The claim.
+        claim: VolumeClaim,
+    },
+    /// As [`VolumeOpen::Copy`] without freezing, the writer asked with
+    /// [`VolumeOpen::Replicate`]: one sync of a replica from its primary `from`.
+    CopyReplica {
+        /// The primary's cluster.
+        from: String,
+        /// The claim.
+        claim: VolumeClaim,
+    },
+}
+
+impl VolumeOpen {
+    /// The protocol version a link's child must have negotiated to be sent this.
+    pub fn min_version(&self) -> ProtocolVersion {
+        match self {
+            VolumeOpen::Replicate { .. } | VolumeOpen::CopyReplica { .. } => REPLICATION_VERSION,
+            _ => VOLUME_VERSION,
+        }
+    }
 }
 
 /// A frame on a volume stream, after the header, in either direction.
@@ -230,7 +266,8 @@ pub fn chunks_to_send<'a>(
 pub enum AccessMode {
     /// One node writes (`ReadWriteOnce`, `ReadWriteOncePod`): a two-phase move.
     ReadWriteOnce,
-    /// Many write (`ReadWriteMany`): copies kept replicated (not built yet).
+    /// Many write (`ReadWriteMany`): copies kept replicated from one primary cluster,
+    /// with a bounded lag; a move promotes a replica.
     ReadWriteMany,
     /// Nobody writes (`ReadOnlyMany`): one copy, no downtime.
     ReadOnlyMany,
@@ -295,6 +332,23 @@ mod tests {
         // An old node reads only a `TunnelOpen`, exactly: the longer frame is refused.
         assert!(codec::decode::<TunnelOpen>(&buf, MAX_STREAM_HEADER).is_err());
         assert_eq!(decode_stream_open(&buf[..buf.len() - 1]).unwrap(), None);
+        for ask in [
+            VolumeOpen::Replicate { claim: claim() },
+            VolumeOpen::CopyReplica {
+                from: "eu-1".into(),
+                claim: claim(),
+            },
+        ] {
+            assert_eq!(ask.min_version(), REPLICATION_VERSION);
+            let open = StreamOpen::Volume(tunnel(), ask);
+            let mut buf = Vec::new();
+            encode_stream_open(&open, &mut buf).unwrap();
+            assert_eq!(decode_stream_open(&buf).unwrap(), Some(open));
+        }
+        assert_eq!(
+            VolumeOpen::Thaw { claim: claim() }.min_version(),
+            VOLUME_VERSION
+        );
     }
 
     #[test]

@@ -58,7 +58,10 @@ pub type ProtocolVersion = u16;
 ///   [`crate::tunnel::TunnelOpen`] with a [`crate::volume::VolumeOpen`]; a parent opens
 ///   or forwards one only to a child that negotiated [`crate::volume::VOLUME_VERSION`]
 ///   or later. Nothing on the links' own streams changes.
-pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 7;
+/// - 8: ReadWriteMany replication's volume streams ([`crate::volume::VolumeOpen::Replicate`],
+///   [`crate::volume::VolumeOpen::CopyReplica`]), opened or forwarded only to a child that
+///   negotiated [`crate::volume::REPLICATION_VERSION`] or later. Nothing else changes.
+pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 8;
 
 /// The first protocol version with [`ReportKey::Endpoints`].
 pub const ENDPOINTS_VERSION: ProtocolVersion = 6;

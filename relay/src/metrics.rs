@@ -49,6 +49,7 @@ pub async fn render(
                 c.stats().clone(),
                 (c.snapshots_received(), c.is_standby()),
                 c.propagation_lag().histogram(),
+                crate::tier::volume_replicas::replica_lags(c.replications(), c.wall_now()),
             )
         })
         .await?;
@@ -63,6 +64,7 @@ pub async fn render(
         stats,
         (snapshots, standby),
         propagation,
+        replica_lags,
     ) = core;
     let mut out = Exposition::new();
     let node_label = || -> Labels { vec![("node", name.clone())] };
@@ -129,6 +131,26 @@ pub async fn render(
         Kind::Gauge,
         "Log positions a child has not acknowledged.",
         &lag,
+    );
+    let replica_lag: Vec<(Labels, f64)> = replica_lags
+        .into_iter()
+        .map(|(placement, claim, replica, lag)| {
+            (
+                vec![
+                    ("node", name.clone()),
+                    ("placement", placement),
+                    ("claim", claim),
+                    ("replica", replica),
+                ],
+                lag,
+            )
+        })
+        .collect();
+    out.family(
+        "strata_volume_replica_lag_seconds",
+        Kind::Gauge,
+        "At the root: how far a ReadWriteMany replica lags behind its primary (now minus the start of its last completed sync).",
+        &replica_lag,
     );
     // (peer, bytes sent, bytes received) per connection, the parent's last.
     let udp: Vec<(Labels, u64, u64)> = links

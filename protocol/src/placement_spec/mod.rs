@@ -12,7 +12,7 @@
 //! * `taints`: [`Taint`] and [`Toleration`];
 //! * `rollout_spec`: [`RolloutSpec`], a placement's waves and gate;
 //! * `customize_rule`: [`CustomizeRule`], a placement's per-cluster patches;
-//! * `volumes`: [`VolumeClaim`], the claims whose data follows a move
+//! * `volumes`: [`MoveVolume`] and [`VolumeClaim`], the claims whose data follows a move
 //!   (`spec.moveVolumes`), and their checks;
 //! * `names`: [`STRATA_GROUP`], [`ROLLOUT_KIND`] and the pins' kind and labels.
 //!
@@ -39,4 +39,7 @@ pub use placement::{
 pub use rollout_spec::{Amount, Gate, OnFailure, Percent, RolloutSpec, Wave, WaveSize};
 pub use seconds::{NotADuration, Seconds};
 pub use taints::{Taint, TaintEffect, Toleration, TolerationError, TolerationOperator};
-pub use volumes::{CLAIM_KIND, MAX_MOVE_VOLUMES, VolumeClaim, validate_volumes};
+pub use volumes::{
+    CLAIM_KIND, DEFAULT_MAX_LAG_SECONDS, MAX_MOVE_VOLUMES, MoveVolume, MoveVolumeSpec, VolumeClaim,
+    validate_volumes,
+};

@@ -130,7 +130,7 @@ pub struct MovePolicy {
     pub timeout: Seconds,
     /// The PersistentVolumeClaims whose data follows the move (`spec.moveVolumes`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub volumes: Vec<super::VolumeClaim>,
+    pub volumes: Vec<super::MoveVolume>,
 }
 
 impl Default for MovePolicy {

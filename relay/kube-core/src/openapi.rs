@@ -151,13 +151,14 @@ pub fn strata_schema(kind: &str, g: &mut SchemaGenerator) -> Option<Value> {
                         "moveTimeout": duration("How long old clusters keep the objects at most, waiting for the new ones (default 15m)."),
                         "moveVolumes": {
                             "type": "array",
-                            "description": "The PersistentVolumeClaims whose data follows a move (the placement must deliver the claims too): ReadWriteOnce in two phases, copied through the lowest common relay.",
+                            "description": "The PersistentVolumeClaims whose data follows a move (the placement must deliver the claims too): ReadWriteOnce in two phases, copied through the lowest common relay; ReadWriteMany replicated from one primary cluster to the others, with a bounded lag.",
                             "items": {
                                 "type": "object",
                                 "required": ["claim", "namespace"],
                                 "properties": {
                                     "claim": { "type": "string", "description": "The claim's name." },
                                     "namespace": { "type": "string", "description": "The claim's namespace." },
+                                    "maxLagSeconds": { "type": "integer", "minimum": 1, "description": "ReadWriteMany: a replica holds every write acknowledged on the primary at most this many seconds ago (default 30)." },
                                 },
                             },
                         },

@@ -67,7 +67,7 @@ struct PlacementSpec {
     #[serde(default, rename = "moveTimeout")]
     move_timeout: Option<Seconds>,
     #[serde(default, rename = "moveVolumes")]
-    move_volumes: Vec<strata_protocol::placement_spec::VolumeClaim>,
+    move_volumes: Vec<strata_protocol::placement_spec::MoveVolumeSpec>,
     #[serde(default)]
     customize: Vec<CustomizeRule>,
     #[serde(default, rename = "statusSummary")]
@@ -327,11 +327,9 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
         }
     }
     check_customize_and_summaries(&spec.customize, &spec.status_summary)?;
-    if let Err((field, why)) =
+    let move_volumes =
         strata_protocol::placement_spec::validate_volumes(&spec.move_volumes, &spec.objects)
-    {
-        return Err(fault(0, &format!("spec.moveVolumes{field}"), why));
-    }
+            .map_err(|(field, why)| fault(0, &format!("spec.moveVolumes{field}"), why))?;
     if let Some(Err((field, why))) = spec.rollout.as_ref().map(|r| r.validate()) {
         return Err(fault(0, &format!("spec.rollout.{field}"), why));
     }
@@ -344,7 +342,7 @@ fn placement_from(key: &ObjectKey, value: &Value) -> Result<Placement, ManifestE
         moves: MovePolicy {
             strategy: spec.move_strategy,
             timeout: spec.move_timeout.unwrap_or(DEFAULT_MOVE_TIMEOUT),
-            volumes: spec.move_volumes,
+            volumes: move_volumes,
         },
         customize: spec.customize,
         status_summary: spec.status_summary,
@@ -573,8 +571,9 @@ spec:
         )
         .unwrap();
         let p = parse_placement(&to_object(&m[0], Revision(1))).unwrap();
-        assert_eq!(p.moves.volumes[0].claim, "data");
-        assert_eq!(p.moves.volumes[0].namespace, "shop");
+        assert_eq!(p.moves.volumes[0].claim.claim, "data");
+        assert_eq!(p.moves.volumes[0].claim.namespace, "shop");
+        assert_eq!(p.moves.volumes[0].max_lag_seconds, 30);
         let errors = |v: &str| {
             parse_manifests(&doc(v), &Space::default_space())
                 .unwrap_err()
@@ -591,6 +590,18 @@ spec:
         assert!(e[0].contains("unknown field `size`"), "{e:?}");
         let e = errors("[ { claim: Data, namespace: shop } ]");
         assert!(e[0].contains("spec.moveVolumes[0].claim"), "{e:?}");
+        let e = errors("[ { claim: data, namespace: shop, maxLagSeconds: 0 } ]");
+        assert!(
+            e[0].starts_with("document 1: spec.moveVolumes[0].maxLagSeconds: 0 is not a bound"),
+            "{e:?}"
+        );
+        let m = parse_manifests(
+            &doc("[ { claim: data, namespace: shop, maxLagSeconds: 5 } ]"),
+            &Space::default_space(),
+        )
+        .unwrap();
+        let p = parse_placement(&to_object(&m[0], Revision(1))).unwrap();
+        assert_eq!(p.moves.volumes[0].max_lag_seconds, 5);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //!   the parent's tunnel streams one tier down.
 //! * [`volume`]: volume moves: volume streams forwarded, copies run at the lowest
 //!   common relay, and at the root each placement's two-phase move.
+//! * [`volume_replicas`]: at the root, ReadWriteMany replicas' syncs and cutovers.
 //! * [`session_key`]: the key a child's session is kept under.
 //! * `accept`: the listener's accept loop, one task per incoming connection.
 //! * `input`: the relay's own inputs to the driver ([`runtime::RelayInput`]), and the
@@ -25,3 +26,4 @@ pub mod session_key;
 mod testing;
 pub mod tunnel;
 pub mod volume;
+pub mod volume_replicas;

@@ -231,6 +231,8 @@ pub fn start(parts: NodeOptions) -> Result<NodeHandle, NodeError> {
             } else {
                 // Placements' volume moves (see `super::volume::run_moves`).
                 tasks.spawn(super::volume::run_moves(inputs.clone()).in_current_span());
+                // ReadWriteMany replicas' syncs (see `super::volume_replicas`).
+                tasks.spawn(super::volume_replicas::run_replicas(inputs.clone()).in_current_span());
             }
         },
     );

@@ -16,8 +16,12 @@
 //! changed; then the root lets the move go on (`core/volume_gate.rs`), and the new
 //! clusters get the placement's objects, their claims already restored. The write
 //! downtime is phase 2's duration. A failure lets the old writers write again and leaves
-//! the placement where it was. ReadWriteMany replication (copies kept in step with a
-//! bounded lag) is not built: such claims move in the same two phases.
+//! the placement where it was.
+//!
+//! ReadWriteMany replication runs the same copy as [`CopyKind::Replica`]: the writer
+//! stays a read-only replica, and a sync is one pass (the next sync, an interval later,
+//! resumes a cut one). The root's syncs and cutovers are driven by
+//! `crate::tier::volume_replicas`.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,7 +36,7 @@ use strata_node::volume::{
 use strata_protocol::model::Space;
 use strata_protocol::placement_spec::VolumeClaim;
 use strata_protocol::tunnel::TunnelOpen;
-use strata_protocol::volume::{AccessMode, StreamOpen, VOLUME_VERSION, VolumeFrame, VolumeOpen};
+use strata_protocol::volume::{StreamOpen, VOLUME_VERSION, VolumeFrame, VolumeOpen};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -65,7 +69,7 @@ const MOVER: &str = "strata:volume-move";
 
 static REQUESTS: AtomicU64 = AtomicU64::new(1 << 40);
 
-async fn query<T: Send + 'static>(
+pub(crate) async fn query<T: Send + 'static>(
     inputs: &mpsc::Sender<Input<RelayInput>>,
     f: impl FnOnce(&mut NodeCore) -> T + Send + 'static,
 ) -> Option<T> {
@@ -78,10 +82,11 @@ async fn query<T: Send + 'static>(
 }
 
 /// Where a volume stream to `cluster` goes from here: the tunnel route, if the child
-/// on it reads volume stream headers.
+/// on it negotiated `min_version` (the stream's [`VolumeOpen::min_version`]) or later.
 async fn route(
     inputs: &mpsc::Sender<Input<RelayInput>>,
     cluster: &str,
+    min_version: strata_protocol::wire::ProtocolVersion,
 ) -> Result<TunnelRoute, VolumeError> {
     let cut = |detail: String| VolumeError::Cut {
         what: format!("to {cluster}"),
@@ -95,11 +100,11 @@ async fn route(
         .await
         .flatten()
     {
-        Some(v) if v >= VOLUME_VERSION => Ok(r),
+        Some(v) if v >= min_version => Ok(r),
         Some(v) => Err(VolumeError::Failed {
             cluster: cluster.to_owned(),
             reason: format!(
-                "{} speaks protocol version {v}; volume streams need {VOLUME_VERSION} on every link",
+                "{} speaks protocol version {v}; this volume stream needs {min_version} on every link",
                 r.child
             ),
         }),
@@ -124,7 +129,10 @@ pub(crate) async fn from_parent(
                 freeze,
             },
         ) => {
-            serve_copy(inputs, open, from, claim, freeze, up).await;
+            serve_copy(inputs, open, from, claim, CopyKind::Move { freeze }, up).await;
+        }
+        StreamOpen::Volume(open, VolumeOpen::CopyReplica { from, claim }) => {
+            serve_copy(inputs, open, from, claim, CopyKind::Replica, up).await;
         }
         StreamOpen::Volume(open, ask) => forward(inputs, open, ask, up).await,
     }
@@ -142,7 +150,7 @@ async fn forward(
     ask: VolumeOpen,
     up: TunnelStream,
 ) {
-    let route = match route(&inputs, &open.cluster).await {
+    let route = match route(&inputs, &open.cluster, ask.min_version()).await {
         Ok(r) => r,
         Err(e) => return fail(up, e.to_string()).await,
     };
@@ -158,10 +166,10 @@ async fn serve_copy(
     open: TunnelOpen,
     from: String,
     claim: VolumeClaim,
-    freeze: bool,
+    kind: CopyKind,
     mut up: TunnelStream,
 ) {
-    let frame = match copy(&inputs, open.request, &from, &open.cluster, &claim, freeze).await {
+    let frame = match copy_as(&inputs, open.request, &from, &open.cluster, &claim, kind).await {
         Ok(c) => c.frame(),
         Err(reason) => VolumeFrame::Failed { reason },
     };
@@ -196,6 +204,29 @@ impl CopyReport {
     }
 }
 
+/// What a copy is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyKind {
+    /// A move's copy (the written claim is the copy that runs from then on); `freeze`
+    /// stops the old copy's writers first. Resumed up to [`MAX_PASSES`] times.
+    Move {
+        /// Stop the old copy's writers first (phase 2, or a cutover).
+        freeze: bool,
+    },
+    /// One sync of a ReadWriteMany replica: the written claim stays read-only. One pass:
+    /// the next sync resumes a cut one.
+    Replica,
+}
+
+impl CopyKind {
+    fn passes(self) -> u32 {
+        match self {
+            CopyKind::Move { .. } => MAX_PASSES,
+            CopyKind::Replica => 1,
+        }
+    }
+}
+
 /// Copies `claim` from the cluster `from` to the cluster `to`, both below this relay:
 /// here if they lie below different children, else by the child below which both lie.
 /// `freeze` stops the old copy's writers first. Gives why it failed.
@@ -207,6 +238,18 @@ pub async fn copy(
     claim: &VolumeClaim,
     freeze: bool,
 ) -> Result<CopyReport, String> {
+    copy_as(inputs, request, from, to, claim, CopyKind::Move { freeze }).await
+}
+
+/// [`copy`] for a move or a replica's sync.
+pub async fn copy_as(
+    inputs: &mpsc::Sender<Input<RelayInput>>,
+    request: u64,
+    from: &str,
+    to: &str,
+    claim: &VolumeClaim,
+    kind: CopyKind,
+) -> Result<CopyReport, String> {
     let name = query(inputs, |c| c.name().to_owned())
         .await
         .ok_or("the relay is stopping")?;
@@ -215,10 +258,12 @@ pub async fn copy(
         ..CopyReport::default()
     };
     let mut last = String::new();
-    for pass in 1..=MAX_PASSES {
+    let passes = kind.passes();
+    for pass in 1..=passes {
         report.passes = pass;
-        match one_pass(inputs, request, from, to, claim, freeze, &mut report).await {
+        match one_pass(inputs, request, from, to, claim, kind, &mut report).await {
             Ok(()) => return Ok(report),
+            Err(e) if passes == 1 => return Err(e.to_string()),
             Err(e) if e.resumable() => {
                 tracing::warn!(claim = %claim_name(claim), from, to, pass, error = %e, "a volume copy was cut; resuming from what the writer holds");
                 last = e.to_string();
@@ -228,7 +273,7 @@ pub async fn copy(
         }
     }
     Err(format!(
-        "copying {} from {from} to {to} at {name}: cut {MAX_PASSES} times, last: {last}",
+        "copying {} from {from} to {to} at {name}: cut {passes} times, last: {last}",
         claim_name(claim)
     ))
 }
@@ -239,11 +284,34 @@ async fn one_pass(
     from: &str,
     to: &str,
     claim: &VolumeClaim,
-    freeze: bool,
+    kind: CopyKind,
     report: &mut CopyReport,
 ) -> Result<(), VolumeError> {
-    let to_route = route(inputs, to).await?;
-    let from_route = route(inputs, from).await?;
+    let (write, down_copy, freeze) = match kind {
+        CopyKind::Move { freeze } => (
+            VolumeOpen::Write {
+                claim: claim.clone(),
+            },
+            VolumeOpen::Copy {
+                from: from.to_owned(),
+                claim: claim.clone(),
+                freeze,
+            },
+            freeze,
+        ),
+        CopyKind::Replica => (
+            VolumeOpen::Replicate {
+                claim: claim.clone(),
+            },
+            VolumeOpen::CopyReplica {
+                from: from.to_owned(),
+                claim: claim.clone(),
+            },
+            false,
+        ),
+    };
+    let to_route = route(inputs, to, write.min_version()).await?;
+    let from_route = route(inputs, from, VOLUME_VERSION).await?;
     let header = |cluster: &str| TunnelOpen {
         cluster: cluster.to_owned(),
         request,
@@ -251,13 +319,8 @@ async fn one_pass(
     };
     if to_route.child == from_route.child {
         // Both below one child: the copy runs lower down.
-        let ask = VolumeOpen::Copy {
-            from: from.to_owned(),
-            claim: claim.clone(),
-            freeze,
-        };
         let mut down =
-            node_volume::open(&to_route.link, &to_route.child, &header(to), &ask).await?;
+            node_volume::open(&to_route.link, &to_route.child, &header(to), &down_copy).await?;
         let cut = |detail: String| VolumeError::Cut {
             what: format!("copy below {}", to_route.child),
             detail,
@@ -294,9 +357,6 @@ async fn one_pass(
             None => Err(cut("the stream ended".into())),
         };
     }
-    let write = VolumeOpen::Write {
-        claim: claim.clone(),
-    };
     let mut writer = Side {
         cluster: to.to_owned(),
         stream: node_volume::open(&to_route.link, &to_route.child, &header(to), &write).await?,
@@ -333,13 +393,20 @@ pub async fn copy_volume(
     copy(node.inputs(), request, from, to, claim, freeze).await
 }
 
+/// A new request number for volume streams' headers.
+pub(crate) fn next_request() -> u64 {
+    REQUESTS.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Lets the writers of `claim` at `cluster` write again (a failed move).
 pub async fn thaw(
     inputs: &mpsc::Sender<Input<RelayInput>>,
     cluster: &str,
     claim: &VolumeClaim,
 ) -> Result<(), String> {
-    let r = route(inputs, cluster).await.map_err(|e| e.to_string())?;
+    let r = route(inputs, cluster, VOLUME_VERSION)
+        .await
+        .map_err(|e| e.to_string())?;
     let open = TunnelOpen {
         cluster: cluster.to_owned(),
         request: REQUESTS.fetch_add(1, Ordering::Relaxed),
@@ -359,6 +426,25 @@ pub async fn thaw(
     }
 }
 
+/// Lets the writers of `claim` at `cluster` write again after a failed move. The old
+/// cluster may be out of reach for a while (the cut that failed the copy): its writers
+/// must get their claim back, so this is tried as long as a copy would be.
+pub(crate) async fn thaw_patiently(
+    inputs: &mpsc::Sender<Input<RelayInput>>,
+    cluster: &str,
+    claim: &VolumeClaim,
+) {
+    for pass in 1..=MAX_PASSES {
+        match thaw(inputs, cluster, claim).await {
+            Ok(()) => return,
+            Err(e) if pass == MAX_PASSES => {
+                tracing::error!(cluster, claim = %claim_name(claim), error = %e, "could not let the old writers write again: the claim stays read-only");
+            }
+            Err(_) => tokio::time::sleep(PASS_PAUSE).await,
+        }
+    }
+}
+
 /// One placement's move of its volumes, both phases; gives the write downtime in
 /// milliseconds and what was copied, or why it failed (the old writers write again).
 pub async fn run_move(
@@ -367,11 +453,7 @@ pub async fn run_move(
     m: &VolumeMove,
 ) -> Result<(u64, String), String> {
     let request = REQUESTS.fetch_add(1, Ordering::Relaxed);
-    for (claim, mode) in &m.claims {
-        if *mode == AccessMode::ReadWriteMany {
-            tracing::warn!(placement = %key.1, claim = %claim_name(claim), "ReadWriteMany replication is not built: the claim moves in two phases like ReadWriteOnce");
-        }
-    }
+    tracing::info!(placement = %key.1, pairs = ?m.pairs, "volume move: phase 1");
     let mut detail = Vec::new();
     // Phase 1: copy while the old copy runs; then again, what changed meanwhile, while
     // that shrinks (pre-copy rounds, as a live migration does), so that phase 2 has
@@ -425,18 +507,7 @@ pub async fn run_move(
     let downtime = u64::try_from(stopped.elapsed().as_millis()).unwrap_or(u64::MAX);
     if let Some(why) = failure {
         for (cluster, claim) in frozen {
-            // The old cluster may be out of reach for a while (the cut that failed the
-            // copy): its writers must get their claim back, so this is tried as long as
-            // a copy would be.
-            for pass in 1..=MAX_PASSES {
-                match thaw(inputs, cluster, claim).await {
-                    Ok(()) => break,
-                    Err(e) if pass == MAX_PASSES => {
-                        tracing::error!(cluster, claim = %claim_name(claim), error = %e, "could not let the old writers write again: the claim stays read-only");
-                    }
-                    Err(_) => tokio::time::sleep(PASS_PAUSE).await,
-                }
-            }
+            thaw_patiently(inputs, cluster, claim).await;
         }
         return Err(why);
     }
@@ -530,6 +601,7 @@ pub fn move_status(m: &VolumeMove) -> serde_json::Value {
 mod tests {
     use super::*;
     use strata_protocol::time::UnixMillis;
+    use strata_protocol::volume::AccessMode;
 
     #[test]
     fn the_status_says_where_a_move_stands() {

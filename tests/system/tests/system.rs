@@ -68,4 +68,5 @@ mod tunnel_cap;
 mod up;
 mod volume_figures;
 mod volume_moves;
+mod volume_replicas;
 mod web_ui;

@@ -67,7 +67,7 @@ async fn plain_tls_copy(h: &Hierarchy, src: &SimVolumes) -> (u64, Duration) {
                         dst.restore_chunk(&claim(), index, data).await.unwrap();
                     }
                     VolumeFrame::End { size, sums } => {
-                        assert_eq!(dst.end_restore(&claim(), size, &sums).await, Ok(0));
+                        assert_eq!(dst.end_restore(&claim(), size, &sums, false).await, Ok(0));
                         break;
                     }
                     other => panic!("{other:?}"),

@@ -118,8 +118,8 @@ pub(crate) fn bytes(len: usize, seed: u64) -> Vec<u8> {
 pub(crate) struct Fleet {
     pub(crate) h: Hierarchy,
     pub(crate) root: NodeHandle,
-    eu: Option<NodeHandle>,
-    eu_store: MemStore,
+    pub(crate) eu: Option<NodeHandle>,
+    pub(crate) eu_store: MemStore,
     others: Vec<NodeHandle>,
     pub(crate) agents: Vec<AgentHandle>,
     pub(crate) eu_vols: SimVolumes,

@@ -204,6 +204,10 @@ pub fn decisions(core: &NodeCore, space: &Space, name: &str) -> Option<Value> {
     if let Some(m) = core.volume_moves().get(&(space.clone(), name.to_owned())) {
         d["volumeMove"] = crate::tier::volume::move_status(m);
     }
+    if let Some(r) = core.replications().get(&(space.clone(), name.to_owned())) {
+        d["volumeReplication"] =
+            crate::tier::volume_replicas::replication_status(r, core.wall_now());
+    }
     Some(d)
 }
 

@@ -168,6 +168,8 @@ impl NodeCore {
             .map(|o| o.key().clone())
             .collect();
         changes.extend(gone.into_iter().map(Change::Delete));
+        // Replicas of placements that are gone are synced no more.
+        self.replications.retain(|k, _| plans.contains_key(k));
         self.plans = plans;
         self.replan_on_tick = timed || self.rollouts_progressing();
         changes

@@ -24,7 +24,9 @@
 //! * `upward.rs`: children's reports taken in, and the reports and summaries sent up;
 //! * `links.rs`: the children's links as this node sees them (the tier tree's records);
 //! * `revoke.rs`: names revoked at the root, refused and closed at every tier;
-//! * `volume_gate.rs`: a move with volumes held until its data is restored.
+//! * `volume_gate.rs`: a move with volumes held until its data is restored;
+//! * `volume_replicas.rs`: ReadWriteMany claims replicated across a placement's
+//!   clusters, with a bounded lag.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,6 +62,7 @@ mod setup;
 pub(crate) mod testing;
 mod upward;
 pub mod volume_gate;
+pub mod volume_replicas;
 use super::reports::SubtreeReports;
 pub use crate::tier::reach::{LinkLookup, Reach, backend_reason, last_seen};
 pub use admission::{AdmissionConfig, DEFAULT_SETUPS, SETUP_TIMEOUT};
@@ -239,6 +242,8 @@ pub struct NodeCore {
     relay_links_up: usize,
     /// At the root: placements' volume moves (see `volume_gate.rs`).
     volume_moves: volume_gate::VolumeMoves,
+    /// At the root: placements' replicated ReadWriteMany claims (see `volume_replicas.rs`).
+    replications: volume_replicas::Replications,
 }
 
 impl NodeCore {

@@ -131,6 +131,7 @@ impl NodeCore {
             links_changed: BTreeSet::new(),
             relay_links_up: 0,
             volume_moves: Default::default(),
+            replications: Default::default(),
         };
         core.reload_placements();
         core.hold_admissions(now);

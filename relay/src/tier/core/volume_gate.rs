@@ -110,8 +110,20 @@ impl NodeCore {
         let key = (p.space.clone(), p.name.clone());
         if p.moves.volumes.is_empty() {
             self.volume_moves.remove(&key);
+            self.replications.remove(&key);
             return false;
         }
+        // Every claim ReadWriteMany: replicated (`volume_replicas.rs`). A placement
+        // that mixes access modes moves every claim in two phases.
+        if p.moves
+            .volumes
+            .iter()
+            .all(|v| self.claim_mode(&p.space, &v.claim) == AccessMode::ReadWriteMany)
+        {
+            self.volume_moves.remove(&key);
+            return self.gate_replicated(p, before, chosen, decision, wall);
+        }
+        self.replications.remove(&key);
         let old: Vec<String> = before.difference(chosen).cloned().collect();
         let new: Vec<String> = chosen.difference(before).cloned().collect();
         if old.is_empty() || new.is_empty() {
@@ -135,7 +147,7 @@ impl NodeCore {
                 .moves
                 .volumes
                 .iter()
-                .map(|c| (c.clone(), self.claim_mode(&p.space, c)))
+                .map(|v| (v.claim.clone(), self.claim_mode(&p.space, &v.claim)))
                 .collect();
             let phase = if old.len() != new.len() {
                 VolumePhase::Failed(format!(
