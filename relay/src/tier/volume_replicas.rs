@@ -1,5 +1,5 @@
 //! At the root: ReadWriteMany replicas kept in step with their primary (the state and
-//! the rules are in `core/volume_replicas.rs`). [`run_replicas`] asks the core every
+//! the rules are in `core/volume_replicas.rs`). `run_replicas` asks the core every
 //! [`POLL`] for the syncs and cutovers due, runs each as its own task on the move's
 //! data path (`super::volume::copy_as`: the pump at the lowest common relay, only the
 //! chunks whose sums differ), and reports each outcome back.
