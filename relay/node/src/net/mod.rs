@@ -30,6 +30,7 @@ pub mod dial;
 pub mod link;
 pub mod listener;
 pub mod message;
+mod out_queue;
 mod plain_udp;
 pub mod proxy;
 pub mod quic_config;
