@@ -145,7 +145,7 @@ impl ClassBytes {
 /// such channels, so slots the size of a message cost ~3 KiB per queue on every link,
 /// idle or not (20 KiB per connection end in the heap profile at 1,000 leaves, when
 /// the sending half had three too); a box is 8 bytes. The sending half's queues are
-/// [`super::out_queue`]'s, which take memory only while messages wait.
+/// `out_queue`'s, which take memory only while messages wait.
 pub(crate) type Queued<M> = Box<M>;
 
 /// What a link's receiving queues carry.

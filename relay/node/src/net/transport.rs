@@ -168,7 +168,7 @@ pub async fn connect(
         .map_err(|e| err(e.to_string()))
 }
 
-/// The sending half of a link: one queue per class (see [`super::out_queue`]), and one
+/// The sending half of a link: one queue per class (`net/out_queue.rs`), and one
 /// writer task for them all (see `write_streams`).
 #[derive(Debug)]
 pub struct Sender<M> {
