@@ -12,6 +12,14 @@
 //! gone; the writer learns that the sender is gone once every queue is drained.
 //!
 //! [`StreamClass`]: strata_protocol::wire::StreamClass
+//!
+//! The queues are behind a `std::sync::Mutex`, which the workspace disallows in favour
+//! of tokio's: the node sends from synchronous code (a tokio mutex could only be tried
+//! there), every critical section here is a few pointer moves with no await inside,
+//! and a lock that is never held across an await neither blocks the runtime nor
+//! changes what the simulation sees (it runs on one thread: the lock is never
+//! contended there).
+#![allow(clippy::disallowed_types)]
 
 use std::collections::VecDeque;
 use std::fmt;
