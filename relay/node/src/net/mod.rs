@@ -7,6 +7,8 @@
 //! From the bottom up:
 //! * [`message`]: what both transports share: [`message::WireMessage`], the stream
 //!   classes and their byte counts, [`message::TransportError`], close codes;
+//! * `out_queue`: a link's outgoing messages, one bounded queue per class, in one
+//!   allocation that holds memory only while messages wait;
 //! * [`windows`]: the debug tunnel streams' caps and windows, which both transports
 //!   size their streams by;
 //! * [`tls`]: mutual TLS (rustls, ring) and the peer's node name; [`cert_files`]: this
@@ -30,6 +32,7 @@ pub mod dial;
 pub mod link;
 pub mod listener;
 pub mod message;
+mod out_queue;
 mod plain_udp;
 pub mod proxy;
 pub mod quic_config;

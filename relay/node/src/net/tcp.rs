@@ -57,8 +57,9 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsStream;
 
 use super::message::{
-    ClassBytes, Queued, Received, STREAM_CLASSES, TransportError, WireMessage, close_code,
+    ClassBytes, Received, STREAM_CLASSES, TransportError, WireMessage, close_code,
 };
+use super::out_queue::OutReceiver;
 
 /// The largest chunk of one class written at a time: what a heartbeat may wait behind
 /// in the writer.
@@ -319,7 +320,7 @@ impl TcpLink {
     /// start nothing.
     pub(crate) fn spawn<Out: WireMessage, In: WireMessage>(
         &self,
-        outgoing: [mpsc::Receiver<Queued<Out>>; 3],
+        outgoing: OutReceiver<Out>,
         incoming: [mpsc::Sender<Received<In>>; 3],
         bytes: Arc<ClassBytes>,
         max_frame: usize,

@@ -31,6 +31,7 @@ use super::link::Link;
 pub use super::listener::QuicListener;
 pub use super::message::{ClassBytes, STREAM_CLASSES, TransportError, WireMessage, close_code};
 use super::message::{Queued, Received, slot, tag};
+use super::out_queue::{OutReceiver, OutSender, out_queue};
 pub use super::quic_config::{
     parent_transport_config, parent_transport_starting_at, transport_config,
 };
@@ -167,11 +168,11 @@ pub async fn connect(
         .map_err(|e| err(e.to_string()))
 }
 
-/// The sending half of a link: one queue per class, and one writer task for them all
-/// (see `write_streams`).
+/// The sending half of a link: one queue per class (`net/out_queue.rs`), and one
+/// writer task for them all (see `write_streams`).
 #[derive(Debug)]
 pub struct Sender<M> {
-    queues: [mpsc::Sender<Queued<M>>; 3],
+    queues: OutSender<M>,
     bytes: Arc<ClassBytes>,
     _tasks: JoinSet<()>,
 }
@@ -181,8 +182,8 @@ impl<M: WireMessage> Sender<M> {
     /// keep up; the caller closes the link.
     pub fn send(&self, msg: M) -> Result<(), TransportError> {
         let class = msg.class();
-        self.queues[slot(class)]
-            .try_send(Box::new(msg))
+        self.queues
+            .try_send(slot(class), Box::new(msg))
             .map_err(|_| TransportError::TooSlow(class))
     }
 
@@ -244,17 +245,11 @@ pub fn split<Out: WireMessage, In: WireMessage>(
     };
     let bytes = Arc::new(ClassBytes::default());
     let mut writers = JoinSet::new();
-    let (c_tx, c_rx) = mpsc::channel::<Queued<Out>>(QUEUE);
-    let (b_tx, b_rx) = mpsc::channel::<Queued<Out>>(QUEUE);
-    let (r_tx, r_rx) = mpsc::channel::<Queued<Out>>(QUEUE);
-    writers.spawn(write_streams(
-        conn.clone(),
-        [c_rx, b_rx, r_rx],
-        bytes.clone(),
-    ));
+    let (queues, outgoing) = out_queue::<Out>(QUEUE);
+    writers.spawn(write_streams(conn.clone(), outgoing, bytes.clone()));
     (
         Sender {
-            queues: [c_tx, b_tx, r_tx],
+            queues,
             bytes: bytes.clone(),
             _tasks: writers,
         },
@@ -270,21 +265,14 @@ fn split_tcp<Out: WireMessage, In: WireMessage>(
     max_frame: usize,
 ) -> (Sender<Out>, Receiver<In>) {
     let bytes = Arc::new(ClassBytes::default());
-    let (c_tx, c_rx) = mpsc::channel::<Queued<Out>>(QUEUE);
-    let (b_tx, b_rx) = mpsc::channel::<Queued<Out>>(QUEUE);
-    let (r_tx, r_rx) = mpsc::channel::<Queued<Out>>(QUEUE);
+    let (queues, outgoing) = out_queue::<Out>(QUEUE);
     let (ci_tx, ci_rx) = mpsc::channel::<Received<In>>(QUEUE);
     let (bi_tx, bi_rx) = mpsc::channel(QUEUE);
     let (ri_tx, ri_rx) = mpsc::channel(QUEUE);
-    let readers = tcp.spawn(
-        [c_rx, b_rx, r_rx],
-        [ci_tx, bi_tx, ri_tx],
-        bytes.clone(),
-        max_frame,
-    );
+    let readers = tcp.spawn(outgoing, [ci_tx, bi_tx, ri_tx], bytes.clone(), max_frame);
     (
         Sender {
-            queues: [c_tx, b_tx, r_tx],
+            queues,
             bytes,
             _tasks: JoinSet::new(),
         },
@@ -321,7 +309,7 @@ enum Wakeup<M> {
 /// class the driver often ran in between and sent two.
 async fn write_streams<M: WireMessage>(
     conn: Connection,
-    mut queues: [mpsc::Receiver<Queued<M>>; 3],
+    queues: OutReceiver<M>,
     bytes: Arc<ClassBytes>,
 ) {
     let mut streams: [Option<quinn::SendStream>; 3] = [None, None, None];
@@ -331,7 +319,7 @@ async fn write_streams<M: WireMessage>(
         // Start a write on every free class that has a message waiting, before waiting.
         for i in 0..STREAM_CLASSES.len() {
             while writes[i].is_none() && open[i] {
-                match queues[i].try_recv() {
+                match queues.try_recv(i) {
                     Ok(msg) => writes[i] = write_frame(&conn, i, &mut streams[i], &*msg),
                     Err(mpsc::error::TryRecvError::Empty) => break,
                     Err(mpsc::error::TryRecvError::Disconnected) => open[i] = false,
@@ -348,7 +336,7 @@ async fn write_streams<M: WireMessage>(
                     }
                 } else if open[i] {
                     waiting = true;
-                    match queues[i].poll_recv(cx) {
+                    match queues.poll_recv(i, cx) {
                         Poll::Ready(Some(msg)) => return Poll::Ready(Wakeup::Queued(i, msg)),
                         Poll::Ready(None) => open[i] = false,
                         Poll::Pending => {}

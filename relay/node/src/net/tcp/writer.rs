@@ -15,6 +15,7 @@ use super::{
     set_closed, streams,
 };
 use crate::net::message::{ClassBytes, Queued, STREAM_CLASSES, WireMessage};
+use crate::net::out_queue::OutReceiver;
 
 /// Appends one frame to `out`: the 8-byte header, then `payload`; returns its bytes.
 pub(super) fn push_frame(
@@ -67,7 +68,7 @@ pub(super) struct Writer<M> {
     pub(super) wr: WriteHalf<Stream>,
     /// Frames staged and not yet written (see [`WRITE_AT`]).
     pub(super) out: Vec<u8>,
-    pub(super) queues: [mpsc::Receiver<Queued<M>>; 3],
+    pub(super) queues: OutReceiver<M>,
     pub(super) events: mpsc::UnboundedReceiver<Event>,
     pub(super) credit: [u64; 3],
     pub(super) pending: [Pending; 3],
@@ -151,7 +152,7 @@ impl<M: WireMessage> Writer<M> {
     fn stage_ready(&mut self) -> bool {
         for i in PRIORITY {
             if self.pending[i].buf.is_empty() && self.open[i] {
-                match self.queues[i].try_recv() {
+                match self.queues.try_recv(i) {
                     Ok(msg) => self.stage(i, &msg),
                     Err(mpsc::error::TryRecvError::Disconnected) => self.open[i] = false,
                     Err(mpsc::error::TryRecvError::Empty) => {}
@@ -246,7 +247,7 @@ impl<M: WireMessage> Writer<M> {
             let wants = |w: &Self, i: usize| w.open[i] && w.pending[i].buf.is_empty();
             let (c, b, r) = (wants(self, 0), wants(self, 1), wants(self, 2));
             let t = self.tunnels_open && self.tunnel_pending.is_none();
-            let [q0, q1, q2] = &mut self.queues;
+            let q = &self.queues;
             tokio::select! {
                 biased;
                 // The link closed (the reader saw the end): nothing more to write.
@@ -256,9 +257,9 @@ impl<M: WireMessage> Writer<M> {
                     Some(ev) => if let Some(why) = self.event(ev).await? { return Ok(why) },
                     None => return Ok("dropped".into()),
                 },
-                m = q0.recv(), if c => self.take(0, m),
-                m = q2.recv(), if r => self.take(2, m),
-                m = q1.recv(), if b => self.take(1, m),
+                m = q.recv(0), if c => self.take(0, m),
+                m = q.recv(2), if r => self.take(2, m),
+                m = q.recv(1), if b => self.take(1, m),
                 f = self.tunnels.recv(), if t => match f {
                     Some(f) => self.tunnel_pending = Some(f),
                     None => self.tunnels_open = false,
