@@ -31,4 +31,7 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         kubeconfig: Option<PathBuf>,
     },
+    /// Serve one mounted volume's bytes for a move (the mover pod's command; see
+    /// `agent mover --help`).
+    Mover(crate::mover::MoverArgs),
 }

@@ -22,8 +22,11 @@ use strata_protocol::model::{BACKEND_PROPERTY, Cluster};
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     strata_node::process::init_logging(&cli.logging);
-    let Command::Run { config, kubeconfig } = cli.command;
-    match run(&config, kubeconfig).await {
+    let result = match cli.command {
+        Command::Run { config, kubeconfig } => run(&config, kubeconfig).await,
+        Command::Mover(args) => mover(args).await,
+    };
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -146,6 +149,16 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
         task.abort();
     }
     handle.shutdown().await;
+    Ok(())
+}
+
+/// `agent mover`: serves the volume until SIGTERM or SIGINT (the pod's deletion).
+async fn mover(args: strata_agent::mover::MoverArgs) -> anyhow::Result<()> {
+    let token = args.token()?;
+    let mut signals = strata_node::process::Signals::new();
+    let (listener, volume) = args.bind().await?;
+    tracing::info!(listen = %args.listen, path = %args.path.display(), mode = ?args.mode, "mover serving");
+    strata_agent::mover::serve(listener, volume, token, signals.recv()).await;
     Ok(())
 }
 
