@@ -8,6 +8,7 @@ use clap::Parser;
 use strata_agent::backend::{ClusterBackend, Reach};
 use strata_agent::cli::{Cli, Command};
 use strata_agent::config::{AgentConfig, Backend};
+use strata_agent::kubernetes::volumes::KubeVolumes;
 use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
 use strata_agent::ops::AgentOps;
 use strata_agent::runtime::{self, AgentOptions};
@@ -81,12 +82,22 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
                 }
                 Err(e) => return Err(e.into()),
             };
-            tunnel = Some(TunnelTarget::Kube(client.clone()));
             let options = KubeOptions {
                 force_conflicts: k.force_conflicts,
                 ..KubeOptions::default()
             };
             let mut cluster = KubeCluster::start(client.clone(), options, clock);
+            // The mover pods' token: new at every start (a pod outlives no agent run
+            // it serves), so it is never written anywhere but the pods' env.
+            let token = strata_node::process::random_bytes::<24>()
+                .map_err(|e| anyhow::anyhow!("the mover token: {e}"))?
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            let volumes =
+                KubeVolumes::new(client.clone(), k.mover.clone(), token, cluster.frozen());
+            tracing::info!(image = %k.mover.image, port = k.mover.port, snapshot_class = ?k.mover.snapshot_class, "volume moves run mover pods");
+            tunnel = Some(TunnelTarget::Kube(client.clone(), Some(volumes)));
             cluster.list_nodes(client.clone(), kubernetes::nodes::LIST_EVERY);
             cluster.probe_reach(client, server, initial, kubernetes::reach::PROBE_EVERY);
             kube_counters = Some(cluster.counters());

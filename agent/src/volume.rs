@@ -138,7 +138,8 @@ impl VolumeStore for SimVolumes {
 }
 
 /// Serves one volume stream from the parent for `cluster`, from `volumes` (`None`: a
-/// cluster whose volumes this agent cannot move).
+/// cluster whose volumes this agent cannot move). A real cluster's streams are served
+/// by [`crate::kubernetes::volumes::KubeVolumes::serve`].
 pub async fn serve(
     cluster: String,
     volumes: Option<SimVolumes>,
@@ -158,7 +159,7 @@ pub async fn serve(
             .err()
     } else {
         Some(format!(
-            "cluster {cluster}'s volumes cannot be moved: moving the volumes of a real cluster (CSI VolumeSnapshot and a mover pod) is not built"
+            "cluster {cluster}'s volumes cannot be moved: this agent was started without a volume backend"
         ))
     };
     if let Some(reason) = failed {

@@ -1,5 +1,6 @@
 //! The Kubernetes backend's task: desired state in, API requests out, statuses back.
 
+mod frozen;
 mod report;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,6 +21,7 @@ use tokio::time::Instant as TokioInstant;
 use super::associated;
 use super::health::crd_established;
 use super::upsync::{Upsync, Upsynced};
+use super::volumes::FrozenWorkload;
 use super::watch::{self, ObjectRef, Seen};
 use super::{
     Command, FIELD_MANAGER, HASH_ANNOTATION, KubeCounters, KubeOptions, MANAGED_LABEL,
@@ -151,6 +153,8 @@ struct Worker {
     unclaimed: BTreeMap<ObjectRef, Value>,
     reported: BTreeMap<ObjectKey, Status>,
     associated: BTreeMap<ObjectKey, associated::Associated>,
+    /// Workloads a volume move stopped: applied with 0 replicas while here.
+    frozen: BTreeSet<FrozenWorkload>,
     tasks: JoinSet<()>,
 }
 
@@ -167,6 +171,7 @@ pub(super) async fn run(
     options: KubeOptions,
     clock: Clock,
     mut commands: mpsc::UnboundedReceiver<Command>,
+    mut frozen: tokio::sync::watch::Receiver<BTreeSet<FrozenWorkload>>,
     out: Outputs,
 ) {
     let Outputs {
@@ -198,6 +203,7 @@ pub(super) async fn run(
         unclaimed: BTreeMap::new(),
         reported: BTreeMap::new(),
         associated: BTreeMap::new(),
+        frozen: BTreeSet::new(),
         tasks: JoinSet::new(),
     };
     loop {
@@ -212,6 +218,12 @@ pub(super) async fn run(
                     batch.push(c);
                 }
                 w.commands(batch).await;
+            }
+            // A volume move stopped or let go a workload: before drift, which is
+            // measured against it.
+            Ok(()) = frozen.changed() => {
+                let now = frozen.borrow_and_update().clone();
+                w.refreeze(now);
             }
             // Then what the cluster did (drift, status).
             Some(seen) = seen_rx.recv() => w.seen(seen),
@@ -465,7 +477,7 @@ impl Worker {
                 ),
             );
         }
-        let (body, hash) = (d.body.clone(), d.hash.clone());
+        let (body, hash) = (self.held_body(key, &d.body), d.hash.clone());
         let (api, ar) = match self.api(key).await {
             Ok(a) => a,
             Err(o) => return o,
@@ -556,9 +568,10 @@ impl Worker {
         let Some(d) = self.desired.get(&key) else {
             return;
         };
+        let held = self.held_body(&key, &d.body);
         let drifted = match &live {
             None => true,
-            Some(v) => !holds(v, &d.body),
+            Some(v) => !holds(v, &held),
         };
         match live {
             Some(v) => self.live.insert(key.clone(), v),
