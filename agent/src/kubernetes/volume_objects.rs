@@ -15,8 +15,10 @@ pub const FROZEN_ANNOTATION: &str = "strata.dev/frozen-replicas";
 /// The VolumeSnapshot API's group.
 pub const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
 
-/// The names of one stream's objects: `strata-mover-<claim>-<request>`, within the
-/// 63 characters of a DNS label.
+/// The names of one stream's objects: `strata-mover-<claim>-<request>-<n>`, within the
+/// 63 characters of a DNS label. `n` counts the agent's streams: the passes of one copy
+/// share their request number, and a pass's pod must not take the name of the last
+/// pass's pod while that one is still going away.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MoverNames {
     /// The snapshot, the claim made from it, and the pod share this name.
@@ -24,8 +26,8 @@ pub struct MoverNames {
 }
 
 impl MoverNames {
-    /// The names for `claim` on the stream numbered `request`.
-    pub fn new(claim: &VolumeClaim, request: u64) -> Self {
+    /// The names for `claim` on the stream numbered `request`, the agent's `n`th.
+    pub fn new(claim: &VolumeClaim, request: u64, n: u64) -> Self {
         let claim: String = claim
             .claim
             .chars()
@@ -34,7 +36,11 @@ impl MoverNames {
             .trim_end_matches(['-', '.'])
             .to_owned();
         MoverNames {
-            name: format!("strata-mover-{claim}-{:x}", request & 0xffff_ffff),
+            name: format!(
+                "strata-mover-{claim}-{:x}-{}",
+                request & 0xffff_ffff,
+                n % 1_000_000
+            ),
         }
     }
 }
@@ -244,14 +250,17 @@ mod tests {
             claim: "a".repeat(80),
             namespace: "shop".into(),
         };
-        let n = MoverNames::new(&long, u64::MAX);
+        let n = MoverNames::new(&long, u64::MAX, u64::MAX);
         assert!(n.name.len() <= 63, "{}", n.name);
-        assert_eq!(MoverNames::new(&claim(), 26).name, "strata-mover-data-1a");
+        assert_eq!(
+            MoverNames::new(&claim(), 26, 3).name,
+            "strata-mover-data-1a-3"
+        );
     }
 
     #[test]
     fn a_restored_claim_keeps_the_source_class_mode_and_snapshot_size() {
-        let names = MoverNames::new(&claim(), 1);
+        let names = MoverNames::new(&claim(), 1, 1);
         let source = json!({"metadata": {"name": "data", "namespace": "shop"},
             "spec": {"storageClassName": "fast", "volumeMode": "Block",
                      "resources": {"requests": {"storage": "1Gi"}}}});
@@ -268,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_reading_mover_mounts_read_only_and_a_block_claim_as_a_device() {
-        let names = MoverNames::new(&claim(), 1);
+        let names = MoverNames::new(&claim(), 1, 1);
         let pod = |block, read_only| {
             mover_pod(
                 &names,

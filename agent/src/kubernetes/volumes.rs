@@ -94,6 +94,8 @@ pub struct KubeVolumes {
     options: Arc<MoverOptions>,
     token: Arc<String>,
     frozen: Frozen,
+    /// Streams served so far (a part of the objects' names).
+    streams: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for KubeVolumes {
@@ -117,7 +119,15 @@ impl KubeVolumes {
             options: Arc::new(options),
             token: Arc::new(token),
             frozen,
+            streams: Arc::default(),
         }
+    }
+
+    fn names(&self, claim: &VolumeClaim, request: u64) -> MoverNames {
+        let n = self
+            .streams
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        MoverNames::new(claim, request, n)
     }
 
     fn api(&self, ns: &str, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
@@ -173,7 +183,7 @@ impl KubeVolumes {
         if freeze {
             self.stop_writers(claim).await?;
         }
-        let names = MoverNames::new(claim, open.request);
+        let names = self.names(claim, open.request);
         let ask = VolumeOpen::Read {
             claim: claim.clone(),
             skip,
@@ -301,7 +311,7 @@ impl KubeVolumes {
                 ));
             }
         };
-        let names = MoverNames::new(claim, open.request);
+        let names = self.names(claim, open.request);
         let pod = MoverPod {
             image: &self.options.image,
             port: self.options.port,

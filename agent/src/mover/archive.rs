@@ -105,17 +105,24 @@ fn append_dir<W: Write>(
 /// Puts the archive at `image` in place under `root`: whatever `root` holds that the
 /// archive does not (or holds as another kind: a file where the archive has a
 /// directory) is removed first, except [`MOVER_DIR`]; then every entry is written with
-/// its mode, owner and mtime (owners kept only when run as root, as tar does).
+/// its mode, owner and mtime (owners kept only when run as root, as tar does;
+/// directories' mtimes set last, deepest first, since writing into a directory
+/// changes its mtime).
 /// Returns how many entries the archive has.
 pub fn extract_archive(image: &Path, root: &Path) -> io::Result<usize> {
     // The archive's paths and whether each is a directory.
     let mut wanted: BTreeSet<(PathBuf, bool)> = BTreeSet::new();
+    // Directories' mtimes, which tar's unpack does not set.
+    let mut dir_times: Vec<(PathBuf, u64)> = Vec::new();
     let mut archive = tar::Archive::new(fs::File::open(image).map_err(|e| at(image, e))?);
     for entry in archive.entries().map_err(|e| at(image, e))? {
         let entry = entry.map_err(|e| at(image, e))?;
-        let path = entry.path().map_err(|e| at(image, e))?.into_owned();
+        let path = normalize(&entry.path().map_err(|e| at(image, e))?);
         let dir = entry.header().entry_type().is_dir();
-        wanted.insert((normalize(&path), dir));
+        if dir {
+            dir_times.push((path.clone(), entry.header().mtime().unwrap_or(0)));
+        }
+        wanted.insert((path, dir));
     }
     prune(root, Path::new(""), &wanted)?;
     let mut archive = tar::Archive::new(fs::File::open(image).map_err(|e| at(image, e))?);
@@ -124,6 +131,15 @@ pub fn extract_archive(image: &Path, root: &Path) -> io::Result<usize> {
     archive.set_preserve_mtime(true);
     archive.set_preserve_ownerships(running_as_root());
     archive.unpack(root).map_err(|e| at(root, e))?;
+    // Deepest first: setting a directory's time does not change its parent's.
+    dir_times.sort_by(|a, b| b.0.cmp(&a.0));
+    for (rel, mtime) in dir_times {
+        let path = root.join(rel);
+        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime);
+        fs::File::open(&path)
+            .and_then(|d| d.set_modified(when))
+            .map_err(|e| at(&path, e))?;
+    }
     Ok(wanted.len())
 }
 
@@ -183,6 +199,14 @@ mod tests {
         fs::write(root.join("a.txt"), b"alpha").unwrap();
         fs::write(root.join("b/deep/c.bin"), vec![7u8; 3000]).unwrap();
         std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
+        // Directories written long ago: extracting must keep their times.
+        let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+        for d in ["b/deep", "b"] {
+            fs::File::open(root.join(d))
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+        }
     }
 
     fn image_of(root: &Path) -> Vec<u8> {
