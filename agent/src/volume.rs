@@ -200,6 +200,9 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let io = |e: std::io::Error| e.to_string();
+    // A simulated cluster holds its claims' bytes whether or not a manifest was
+    // applied: the manifest a copy carries is not needed here.
+    let ask = ask.for_version(0);
     // A ReadWriteMany sync leaves a read-only replica; a move's copy, the copy that runs.
     let replica = matches!(ask, VolumeOpen::Replicate { .. });
     match ask {
@@ -267,6 +270,9 @@ where
         }
         VolumeOpen::Copy { .. } | VolumeOpen::CopyReplica { .. } => {
             Err("an agent runs no copies (its parent does)".into())
+        }
+        VolumeOpen::WriteClaim { .. } | VolumeOpen::CopyClaim { .. } => {
+            Err("unreachable: an ask with a manifest was read without it".into())
         }
     }
 }

@@ -12,10 +12,11 @@
 //!   the snapshot are deleted afterwards, whatever happened.
 //! * **Write / Replicate** (a move onto this cluster): a mover pod writes the claim,
 //!   which must exist: the root holds the placement's objects back from this cluster
-//!   until its data is restored. [`KubeVolumes::write`] applies the claim's manifest
-//!   (as the agent's own, managed object) when it is given one; the root does not send
-//!   it yet (that needs a protocol version), so today the claim must exist on the new
-//!   cluster already, else the stream fails and says so.
+//!   until its data is restored, so the copy carries the claim's manifest
+//!   ([`VolumeOpen::WriteClaim`], protocol version 9) and the agent applies it (as its
+//!   own, managed object: the placement's apply takes it over later) before starting
+//!   the pod. From an older relay (a plain `Write`) the claim must exist already, else
+//!   the stream fails and says so.
 //! * **Thaw**: the stopped workloads get their replicas back.
 //!
 //! Every wait is bounded by [`MoverOptions::wait`]; every error names the object and
@@ -156,7 +157,17 @@ impl KubeVolumes {
                 }
                 Err(e) => Err(e),
             },
-            VolumeOpen::Copy { .. } | VolumeOpen::CopyReplica { .. } => {
+            VolumeOpen::WriteClaim {
+                claim,
+                manifest,
+                replica,
+            } => {
+                self.write(&open, &claim, Some(manifest), replica, &mut stream)
+                    .await
+            }
+            VolumeOpen::Copy { .. }
+            | VolumeOpen::CopyReplica { .. }
+            | VolumeOpen::CopyClaim { .. } => {
                 Err("an agent runs no copies (its parent does)".into())
             }
         };
@@ -292,6 +303,9 @@ impl KubeVolumes {
                     }
                     meta.insert("namespace".into(), json!(ns));
                 }
+                body["apiVersion"] = json!("v1");
+                body["kind"] = json!("PersistentVolumeClaim");
+                body["metadata"]["name"] = json!(claim.claim);
                 body["metadata"]["labels"][MANAGED_LABEL] = json!(MANAGED_VALUE);
                 body.as_object_mut().map(|m| m.remove("status"));
                 let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -306,7 +320,7 @@ impl KubeVolumes {
             }
             (None, None) => {
                 return Err(format!(
-                    "PersistentVolumeClaim {} does not exist on this cluster and the move sent no manifest to create it from: create the claim on this cluster, then move again",
+                    "PersistentVolumeClaim {} does not exist on this cluster and the copy brought no manifest to create it from (a relay older than protocol version 9 on the way): create the claim on this cluster, then move again",
                     claim_name(claim)
                 ));
             }

@@ -13,9 +13,8 @@
 //! phase cannot start its reading mover pod fails: the app stays on lab-1 with its
 //! replicas back, and the placement's volume move says why.
 //!
-//! The destination claim is created on lab-2 beforehand, as a user would: the root
-//! does not yet send a claim's manifest with a volume stream (see the agent's
-//! `kubernetes::volumes` doc).
+//! lab-2 has no claim before the move: the copy brings the claim's manifest (protocol
+//! version 9) and lab-2's agent creates it for the mover pod to mount.
 
 #![allow(clippy::unwrap_used)]
 
@@ -144,8 +143,7 @@ async fn fleet(wait: Duration) -> Fleet {
 }
 
 impl Fleet {
-    /// Places the app on lab-1, writes files into its claim, and makes the claim on
-    /// lab-2 (as a user would: see the module doc).
+    /// Places the app on lab-1 and writes files into its claim.
     async fn place_and_write(&self) -> PathBuf {
         apply(&self.root, &app("lab1", "1Gi")).await;
         let src = self.labs[0].kubelet.claim_dir("shop", "data");
@@ -163,18 +161,6 @@ impl Fleet {
         std::fs::write(src.join("orders/2026/0001.json"), b"{\"total\": 12}").unwrap();
         std::fs::write(src.join("big.bin"), crate::volume_moves::bytes(3 << 20, 7)).unwrap();
         std::os::unix::fs::symlink("orders/2026/0001.json", src.join("latest")).unwrap();
-        self.labs[1]
-            .fake
-            .insert(
-                "",
-                "persistentvolumeclaims",
-                Some("shop"),
-                json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                       "metadata": {"name": "data", "namespace": "shop"},
-                       "spec": {"accessModes": ["ReadWriteOnce"],
-                                "resources": {"requests": {"storage": "1Gi"}}}}),
-            )
-            .await;
         src
     }
 
@@ -294,6 +280,23 @@ async fn a_claim_of_a_real_cluster_moves_through_a_snapshot_and_mover_pods() {
         b"{\"total\": 12}"
     );
     assert!(dst.join(".strata-mover/image").exists());
+    // The claim lab-2's agent created from the manifest the copy brought is the
+    // placement's now (its label and content hash).
+    let made = f.labs[1]
+        .fake
+        .get("", "persistentvolumeclaims", Some("shop"), "data")
+        .await
+        .unwrap();
+    assert_eq!(
+        made.pointer("/metadata/labels/strata.dev~1managed-by"),
+        Some(&json!("strata-agent")),
+        "{made}"
+    );
+    assert!(
+        made.pointer("/metadata/annotations/strata.dev~1content-hash")
+            .is_some(),
+        "{made}"
+    );
 
     // lab-1's Deployment was scaled to 0 before the second phase's reading mover pod.
     let (scales, readers) = scale_and_readers(&f.labs[0].fake).await;
