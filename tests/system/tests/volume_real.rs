@@ -6,8 +6,9 @@
 //! directories, makes snapshots ready by copying, runs each Deployment's pods, and runs
 //! each mover pod as a real process of the built agent binary (`agent mover`).
 //!
-//! Covered: files written into lab-1's claim are on lab-2 after the move, equal (each
-//! entry's kind, mode, mtime, bytes and link target compared); lab-1's Deployment was scaled to 0 before the last
+//! Covered: files written into lab-1's claim, and more written after phase 1's
+//! snapshot (phase 2 sends them), are on lab-2 after the move, equal (each entry's
+//! kind, mode, mtime, bytes and link target compared); lab-1's Deployment was scaled to 0 before the last
 //! reading mover pod was made (the second phase), the move completes (the app on lab-2
 //! only), and no mover, restored claim or snapshot is left behind. A move whose second
 //! phase cannot start its reading mover pod fails: the app stays on lab-1 with its
@@ -118,7 +119,9 @@ struct Fleet {
     h: Hierarchy,
 }
 
-async fn fleet(wait: Duration) -> Fleet {
+/// The fleet; its mover pods get 127.0.`subnet`.x (lab-1) and 127.0.`subnet + 1`.x
+/// (lab-2): each test its own, since tests run side by side and movers share a port.
+async fn fleet(wait: Duration, subnet: u8) -> Fleet {
     let dir = tempfile::tempdir().unwrap();
     let h = Hierarchy::new();
     let root = h
@@ -127,8 +130,8 @@ async fn fleet(wait: Duration) -> Fleet {
         .start()
         .await;
     let labs = vec![
-        lab(&h, "lab-1", 61, dir.path(), wait).await,
-        lab(&h, "lab-2", 62, dir.path(), wait).await,
+        lab(&h, "lab-1", subnet, dir.path(), wait).await,
+        lab(&h, "lab-2", subnet + 1, dir.path(), wait).await,
     ];
     eventually("the root knows both clusters", || async {
         root.query(|c| c.reports().clusters().count()).await == Some(2)
@@ -249,11 +252,21 @@ async fn scale_and_readers(fake: &FakeApiServer) -> (Vec<usize>, Vec<usize>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_of_a_real_cluster_moves_through_a_snapshot_and_mover_pods() {
-    let f = fleet(Duration::from_secs(30)).await;
+    let f = fleet(Duration::from_secs(30), 61).await;
     let src = f.place_and_write().await;
     let dst = f.labs[1].kubelet.claim_dir("shop", "data");
 
+    // Phase 1's reading mover waits until the app has written more after the
+    // snapshot it reads: phase 2 must bring that too.
+    f.labs[0].kubelet.run_readers(0);
     apply(&f.root, &app("lab2", "1Gi")).await;
+    eventually("phase 1's reading mover pod is made", || async {
+        !scale_and_readers(&f.labs[0].fake).await.1.is_empty()
+    })
+    .await;
+    std::fs::write(src.join("orders/2026/0001.json"), b"{\"total\": 99}").unwrap();
+    std::fs::write(src.join("orders/2026/0002.json"), b"{\"total\": 7}").unwrap();
+    f.labs[0].kubelet.run_readers(-1);
     for _ in 0..1200 {
         let restored = volume_move(&f.root)
             .await
@@ -277,8 +290,11 @@ async fn a_claim_of_a_real_cluster_moves_through_a_snapshot_and_mover_pods() {
     assert_eq!(listing(&src), listing(&dst));
     assert_eq!(
         std::fs::read(dst.join("orders/2026/0001.json")).unwrap(),
-        b"{\"total\": 12}"
+        b"{\"total\": 99}"
     );
+    assert!(dst.join("orders/2026/0002.json").exists());
+    // Phase 2 sent what changed after phase 1's snapshot, not the whole volume.
+    assert!(!m.detail.contains(": 0 bytes in phase 2"), "{}", m.detail);
     assert!(dst.join(".strata-mover/image").exists());
     // The claim lab-2's agent created from the manifest the copy brought is the
     // placement's now (its label and content hash).
@@ -342,7 +358,9 @@ async fn a_claim_of_a_real_cluster_moves_through_a_snapshot_and_mover_pods() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_whose_reading_mover_never_runs_leaves_the_app_where_it_was_and_says_why() {
-    let f = fleet(Duration::from_secs(2)).await;
+    // Long enough for phase 1's mover process to start on a loaded machine; phase 2's
+    // pod then stays Pending that long.
+    let f = fleet(Duration::from_secs(8), 63).await;
     f.place_and_write().await;
     // Phase 1's reading mover runs; phase 2's (after the writers stopped) never does.
     f.labs[0].kubelet.run_readers(1);
