@@ -748,4 +748,28 @@ async fn a_workload_a_volume_move_stopped_is_held_at_zero_until_let_go() {
         replicas().await == Some(json!(2))
     })
     .await;
+    // A move's annotation alone holds it too (an agent restarted mid-move has an empty
+    // set), until the move's thaw removes it.
+    let annotate =
+        |v: Value| json!({"metadata": {"annotations": {"strata.dev/frozen-replicas": v}}});
+    let patch = |p: Value| {
+        fake.patch(
+            "apps",
+            "deployments",
+            Some("shop"),
+            "shop",
+            p,
+            "strata-mover",
+        )
+    };
+    patch(annotate(json!("2"))).await;
+    until("held at 0 by the annotation", || async {
+        replicas().await == Some(json!(0))
+    })
+    .await;
+    patch(annotate(Value::Null)).await;
+    until("its replicas back again", || async {
+        replicas().await == Some(json!(2))
+    })
+    .await;
 }

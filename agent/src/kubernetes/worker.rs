@@ -219,12 +219,8 @@ pub(super) async fn run(
                 }
                 w.commands(batch).await;
             }
-            // A volume move stopped or let go a workload: before drift, which is
-            // measured against it.
-            Ok(()) = frozen.changed() => {
-                let now = frozen.borrow_and_update().clone();
-                w.refreeze(now);
-            }
+            // A volume move stopped or let go a workload: before drift, measured against it.
+            Ok(()) = frozen.changed() => w.refreeze(frozen.borrow_and_update().clone()),
             // Then what the cluster did (drift, status).
             Some(seen) = seen_rx.recv() => w.seen(seen),
             Some(seen) = w.upsync.rx.recv() => w.upsync.seen(seen),
@@ -477,7 +473,7 @@ impl Worker {
                 ),
             );
         }
-        let (body, hash) = (self.held_body(key, &d.body), d.hash.clone());
+        let (body, hash) = (d.body.clone(), d.hash.clone());
         let (api, ar) = match self.api(key).await {
             Ok(a) => a,
             Err(o) => return o,
@@ -488,6 +484,8 @@ impl Worker {
                 format!("cannot list {}: {}", ar.plural, explain(&e)),
             );
         }
+        // Once the live object is known: a workload a move stopped stays stopped.
+        let body = self.held_body(key, &body, self.live.get(key));
         if let Some(live) = self.live.get(key) {
             let same_hash = live
                 .pointer("/metadata/annotations")
@@ -568,7 +566,7 @@ impl Worker {
         let Some(d) = self.desired.get(&key) else {
             return;
         };
-        let held = self.held_body(&key, &d.body);
+        let held = self.held_body(&key, &d.body, live.as_ref());
         let drifted = match &live {
             None => true,
             Some(v) => !holds(v, &held),

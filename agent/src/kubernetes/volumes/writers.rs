@@ -97,13 +97,9 @@ impl KubeVolumes {
     /// Gives the workloads a move stopped their replicas back.
     pub(super) async fn start_writers(&self, claim: &VolumeClaim) -> Result<(), String> {
         let ns = &claim.namespace;
-        let held: Vec<FrozenWorkload> = self
-            .frozen
-            .borrow()
-            .iter()
-            .filter(|(_, n, _)| n == ns)
-            .cloned()
-            .collect();
+        // The workloads that mount this claim only: another claim's move in the same
+        // namespace keeps its own stopped.
+        let mut let_go: Vec<FrozenWorkload> = Vec::new();
         for (kind, plural) in WORKLOADS {
             let api = self.api(ns, "apps", kind, plural);
             let list = api
@@ -117,6 +113,10 @@ impl KubeVolumes {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_owned();
+                if !objects::workload_mounts(&w, &claim.claim) {
+                    continue;
+                }
+                let_go.push((kind.to_owned(), ns.clone(), name.clone()));
                 let Some(replicas) = w
                     .pointer(&format!(
                         "/metadata/annotations/{}",
@@ -126,9 +126,6 @@ impl KubeVolumes {
                 else {
                     continue;
                 };
-                if !objects::workload_mounts(&w, &claim.claim) {
-                    continue;
-                }
                 let replicas: u64 = replicas.parse().unwrap_or(1);
                 let patch = json!({"metadata": {"annotations": {FROZEN_ANNOTATION: null}},
                                    "spec": {"replicas": replicas}});
@@ -139,7 +136,7 @@ impl KubeVolumes {
             }
         }
         self.frozen.send_modify(|f| {
-            for w in &held {
+            for w in &let_go {
                 f.remove(w);
             }
         });

@@ -9,18 +9,25 @@ use strata_protocol::model::ObjectKey;
 use tokio::time::Instant as TokioInstant;
 
 use super::Worker;
+use crate::kubernetes::volume_objects::FROZEN_ANNOTATION;
 use crate::kubernetes::volumes::FrozenWorkload;
 
 impl Worker {
-    /// The manifest to hold `key` at: its desired body, with 0 replicas while a
-    /// volume move has it stopped.
-    pub(super) fn held_body(&self, key: &ObjectKey, body: &Value) -> Value {
+    /// The manifest to hold `key` at, `live` being what the cluster holds: its desired
+    /// body, with 0 replicas while a volume move has it stopped: in the move's set,
+    /// or carrying [`FROZEN_ANNOTATION`] (which outlives an agent restart in the middle
+    /// of a move; the move's thaw removes it).
+    pub(super) fn held_body(&self, key: &ObjectKey, body: &Value, live: Option<&Value>) -> Value {
         let mut body = body.clone();
+        let annotated = live
+            .and_then(|l| l.pointer("/metadata/annotations"))
+            .is_some_and(|a| a.get(FROZEN_ANNOTATION).is_some());
         if key.group == "apps"
             && let Some(ns) = &key.namespace
-            && self
-                .frozen
-                .contains(&(key.kind.clone(), ns.clone(), key.name.clone()))
+            && (annotated
+                || self
+                    .frozen
+                    .contains(&(key.kind.clone(), ns.clone(), key.name.clone())))
             && let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut)
         {
             spec.insert("replicas".into(), json!(0));
