@@ -52,22 +52,6 @@ const MAX_TOKEN_LINE: u64 = 4096;
 
 /// `agent mover`: serve one mounted volume to the agent that started this pod.
 #[derive(Debug, Clone, clap::Args)]
-#[command(
-    about = "Serve one mounted volume's bytes for a move (the mover pod's command)",
-    long_about = "Serve one mounted volume's bytes for a move (the mover pod's command).\n\n\
-An agent driving a real cluster starts a mover pod to move a PersistentVolumeClaim: on \
-the old cluster on a claim restored from a CSI VolumeSnapshot (the mover reads it), on \
-the new cluster on the new claim (the mover writes it). The agent connects to \
---listen, sends the token as the first line and then the volume stream's header, and \
-splices the stream it got from its parent onto the connection.\n\n\
-With --mode filesystem (the default) the volume's bytes are a deterministic tar of the \
-tree at --path, so a second pass sends only the chunks after the first changed file; a \
-writing mover keeps the image it receives in <path>/.strata-mover/image (the claim \
-holds the data twice) and extracts it over <path> when a pass completes, removing what \
-the source no longer has. With --mode block, --path is the device (or a file) and its \
-bytes are the volume.\n\n\
-Example: STRATA_MOVER_TOKEN=s3cret agent mover --listen 0.0.0.0:7700 --path /volume"
-)]
 pub struct MoverArgs {
     /// The address to listen on (the pod's port).
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:7700")]
