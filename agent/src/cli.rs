@@ -31,4 +31,23 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         kubeconfig: Option<PathBuf>,
     },
+    /// Serve one mounted volume's bytes for a move (the mover pod's command).
+    ///
+    /// An agent driving a real cluster starts a mover pod to move a
+    /// PersistentVolumeClaim: on the old cluster on a claim restored from a CSI
+    /// VolumeSnapshot (the mover reads it), on the new cluster on the new claim (the
+    /// mover writes it). The agent connects to --listen, sends the token as the first
+    /// line and then the volume stream's header, and splices the stream it got from its
+    /// parent onto the connection; any other connection is refused with an error frame.
+    ///
+    /// With --mode filesystem (the default) the volume's bytes are a deterministic tar
+    /// of the tree at --path, so a second pass sends only the chunks from the first
+    /// changed file on. A writing mover keeps the image it receives in
+    /// <path>/.strata-mover/image (the claim holds the data twice) and extracts it over
+    /// <path> when a pass completes, removing what the source no longer has. A reading
+    /// mover writes the archive into --scratch (as large as the data). With --mode
+    /// block, --path is the device (or a file) and its bytes are the volume.
+    ///
+    /// Example: STRATA_MOVER_TOKEN=s3cret agent mover --listen 0.0.0.0:7700 --path /volume
+    Mover(crate::mover::MoverArgs),
 }

@@ -55,6 +55,8 @@ pub struct Kubernetes {
     pub connect: crate::kubernetes::Connect,
     /// Take over fields other managers own when applying.
     pub force_conflicts: bool,
+    /// How volume moves run mover pods.
+    pub mover: crate::kubernetes::volumes::MoverOptions,
 }
 
 /// Joining the parent relay with a single-use token.
@@ -110,6 +112,14 @@ struct RawKubernetes {
     context: Option<String>,
     #[serde(default)]
     force_conflicts: Option<bool>,
+    #[serde(default)]
+    mover_image: Option<String>,
+    #[serde(default)]
+    snapshot_class: Option<String>,
+    #[serde(default)]
+    mover_port: Option<u16>,
+    #[serde(default)]
+    mover_wait_seconds: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -213,6 +223,16 @@ impl AgentConfig {
                     }
                 },
                 force_conflicts: k.force_conflicts.unwrap_or(true),
+                mover: {
+                    let d = crate::kubernetes::volumes::MoverOptions::default();
+                    crate::kubernetes::volumes::MoverOptions {
+                        image: k.mover_image.unwrap_or(d.image),
+                        snapshot_class: k.snapshot_class,
+                        port: k.mover_port.unwrap_or(d.port),
+                        wait: k.mover_wait_seconds.map_or(d.wait, Duration::from_secs),
+                        poll: d.poll,
+                    }
+                },
             }),
             (None, Some(simulated)) => Backend::Simulated(Simulated {
                 ready_delay: Duration::from_millis(simulated.ready_delay_ms.unwrap_or(500)),

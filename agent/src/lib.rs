@@ -8,7 +8,9 @@
 //! * [`simulated`]: a simulated cluster (a fake, for demos, tests and benchmarks);
 //!   [`simulated_api`]: its small Kubernetes API (Pods, logs, events);
 //!   [`sim_volumes`]: its claims' bytes, [`sim_volumes_api`] their door in its API.
-//! * [`volume`]: a volume stream's end (a move's chunks read or written here).
+//! * [`volume`]: a volume stream's end (a move's chunks read or written here), served
+//!   from a [`volume::VolumeStore`]; [`mover`]: `agent mover`, the mover pod's
+//!   process that serves one mounted volume of a real cluster.
 //! * [`tunnel`]: the debug tunnel's end: the parent's tunnel streams served as the
 //!   cluster's Kubernetes API, with the agent's own credentials.
 //! * [`kubernetes`]: the Kubernetes API backend (discovery, server-side apply, prune,
@@ -28,6 +30,7 @@ pub mod core;
 pub mod customize;
 pub mod endpoints;
 pub mod kubernetes;
+pub mod mover;
 pub mod ops;
 pub mod runtime;
 pub mod sim_volumes;

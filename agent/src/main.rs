@@ -8,6 +8,7 @@ use clap::Parser;
 use strata_agent::backend::{ClusterBackend, Reach};
 use strata_agent::cli::{Cli, Command};
 use strata_agent::config::{AgentConfig, Backend};
+use strata_agent::kubernetes::volumes::KubeVolumes;
 use strata_agent::kubernetes::{self, Connect, KubeCluster, KubeOptions};
 use strata_agent::ops::AgentOps;
 use strata_agent::runtime::{self, AgentOptions};
@@ -22,8 +23,11 @@ use strata_protocol::model::{BACKEND_PROPERTY, Cluster};
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     strata_node::process::init_logging(&cli.logging);
-    let Command::Run { config, kubeconfig } = cli.command;
-    match run(&config, kubeconfig).await {
+    let result = match cli.command {
+        Command::Run { config, kubeconfig } => run(&config, kubeconfig).await,
+        Command::Mover(args) => mover(args).await,
+    };
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -78,12 +82,22 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
                 }
                 Err(e) => return Err(e.into()),
             };
-            tunnel = Some(TunnelTarget::Kube(client.clone()));
             let options = KubeOptions {
                 force_conflicts: k.force_conflicts,
                 ..KubeOptions::default()
             };
             let mut cluster = KubeCluster::start(client.clone(), options, clock);
+            // The mover pods' token: new at every start (a pod outlives no agent run
+            // it serves), so it is never written anywhere but the pods' env.
+            let token = strata_node::process::random_bytes::<24>()
+                .map_err(|e| anyhow::anyhow!("the mover token: {e}"))?
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            let volumes =
+                KubeVolumes::new(client.clone(), k.mover.clone(), token, cluster.frozen());
+            tracing::info!(image = %k.mover.image, port = k.mover.port, snapshot_class = ?k.mover.snapshot_class, "volume moves run mover pods");
+            tunnel = Some(TunnelTarget::Kube(client.clone(), Some(volumes)));
             cluster.list_nodes(client.clone(), kubernetes::nodes::LIST_EVERY);
             cluster.probe_reach(client, server, initial, kubernetes::reach::PROBE_EVERY);
             kube_counters = Some(cluster.counters());
@@ -146,6 +160,16 @@ async fn run(path: &std::path::Path, kubeconfig: Option<PathBuf>) -> anyhow::Res
         task.abort();
     }
     handle.shutdown().await;
+    Ok(())
+}
+
+/// `agent mover`: serves the volume until SIGTERM or SIGINT (the pod's deletion).
+async fn mover(args: strata_agent::mover::MoverArgs) -> anyhow::Result<()> {
+    let token = args.token()?;
+    let mut signals = strata_node::process::Signals::new();
+    let (listener, volume) = args.bind().await?;
+    tracing::info!(listen = %args.listen, path = %args.path.display(), mode = ?args.mode, "mover serving");
+    strata_agent::mover::serve(listener, volume, token, signals.recv()).await;
     Ok(())
 }
 

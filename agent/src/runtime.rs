@@ -221,6 +221,11 @@ pub fn start_speaking(
                                     Some(crate::tunnel::TunnelTarget::Simulated(api)) => {
                                         api.volumes().cloned()
                                     }
+                                    Some(crate::tunnel::TunnelTarget::Kube(_, Some(kube)))
+                                        if open.cluster == cluster =>
+                                    {
+                                        return kube.serve(open, ask, stream).await;
+                                    }
                                     _ => None,
                                 };
                                 return crate::volume::serve(cluster, volumes, open, ask, stream)

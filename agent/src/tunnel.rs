@@ -29,8 +29,12 @@ const MAX_REQUEST: usize = 4 << 20;
 /// What answers the tunnel's requests.
 #[derive(Clone)]
 pub enum TunnelTarget {
-    /// The cluster's Kubernetes API, through the agent's own client.
-    Kube(kube::Client),
+    /// The cluster's Kubernetes API, through the agent's own client; and its volumes,
+    /// when moves of its claims are served (volume streams, not debug tunnels).
+    Kube(
+        kube::Client,
+        Option<crate::kubernetes::volumes::KubeVolumes>,
+    ),
     /// The simulated cluster's small API.
     Simulated(SimulatedApi),
 }
@@ -38,7 +42,7 @@ pub enum TunnelTarget {
 impl std::fmt::Debug for TunnelTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            TunnelTarget::Kube(_) => "Kube",
+            TunnelTarget::Kube(..) => "Kube",
             TunnelTarget::Simulated(_) => "Simulated",
         })
     }
@@ -70,7 +74,7 @@ pub async fn serve(cluster: String, target: TunnelTarget, open: TunnelOpen, stre
 async fn answer(target: &TunnelTarget, req: Request<Incoming>) -> Response<TunnelBody> {
     match target {
         TunnelTarget::Simulated(api) => api.answer(req).await,
-        TunnelTarget::Kube(client) => to_cluster(client, req).await,
+        TunnelTarget::Kube(client, _) => to_cluster(client, req).await,
     }
 }
 

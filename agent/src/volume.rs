@@ -1,19 +1,145 @@
 //! The agent's end of a volume stream (see `strata_node::volume`): reading a claim's
 //! chunks for a move off this cluster, writing them for a move onto it, stopping and
-//! letting again the claim's writers. A simulated cluster serves them from its volume
-//! bytes ([`crate::sim_volumes`]); a real cluster's end (a CSI VolumeSnapshot read by
-//! a mover pod) is not built, and such an agent answers that it is not.
+//! letting again the claim's writers. The stream is served from a [`VolumeStore`]: a
+//! simulated cluster's volume bytes ([`crate::sim_volumes`]), or, inside a mover pod,
+//! one volume mounted at a path ([`crate::mover`]).
+
+use std::future::Future;
 
 use strata_node::tunnel::TunnelStream;
 use strata_node::volume::{checksum, claim_name, read_frame, write_frame};
+use strata_protocol::placement_spec::VolumeClaim;
 use strata_protocol::tunnel::TunnelOpen;
-use strata_protocol::volume::{VolumeFrame, VolumeOpen, chunks_to_send};
-use tokio::io::AsyncWriteExt;
+use strata_protocol::volume::{ChunkSum, VolumeFrame, VolumeOpen, chunks_to_send};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use crate::sim_volumes::SimVolumes;
+use crate::sim_volumes::{SimVolumes, VolumeAccessError};
+
+/// The volume operations a volume stream's end uses: what [`serve_store`] reads and
+/// writes a claim through. A store that holds one volume (a mover's) ignores the claim.
+///
+/// Call order on the writing side: [`VolumeStore::begin_restore`] (or
+/// [`VolumeStore::begin_replica`]), any number of [`VolumeStore::restore_chunk`], then
+/// [`VolumeStore::end_restore`], or [`VolumeStore::abandon_restore`] if the stream broke.
+pub trait VolumeStore: Sync {
+    /// Why the store refused an operation (its `Display` goes into the stream's
+    /// [`VolumeFrame::Failed`]).
+    type Error: std::fmt::Display + Send;
+
+    /// Stops (`true`) or lets again the claim's writers.
+    fn freeze(
+        &self,
+        claim: &VolumeClaim,
+        frozen: bool,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// The claim's size and chunk sums.
+    fn manifest(
+        &self,
+        claim: &VolumeClaim,
+    ) -> impl Future<Output = Result<(u64, Vec<ChunkSum>), Self::Error>> + Send;
+
+    /// Chunk `index`'s bytes and sum, read together; `None` beyond the claim's end.
+    fn chunk(
+        &self,
+        claim: &VolumeClaim,
+        index: u32,
+    ) -> impl Future<Output = Result<Option<(Vec<u8>, ChunkSum)>, Self::Error>> + Send;
+
+    /// A move starts writing the claim; returns its size and the sums held.
+    fn begin_restore(
+        &self,
+        claim: &VolumeClaim,
+    ) -> impl Future<Output = Result<(u64, Vec<ChunkSum>), Self::Error>> + Send;
+
+    /// A ReadWriteMany sync starts writing the claim as a read-only replica.
+    fn begin_replica(
+        &self,
+        claim: &VolumeClaim,
+    ) -> impl Future<Output = Result<(u64, Vec<ChunkSum>), Self::Error>> + Send;
+
+    /// Writes chunk `index` (its checksum was checked already).
+    fn restore_chunk(
+        &self,
+        claim: &VolumeClaim,
+        index: u32,
+        data: Vec<u8>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// The copy ended: the claim takes `size`; returns how many chunks differ from
+    /// `sums` (0: an exact copy, now in place).
+    fn end_restore(
+        &self,
+        claim: &VolumeClaim,
+        size: u64,
+        sums: &[ChunkSum],
+        replica: bool,
+    ) -> impl Future<Output = Result<usize, Self::Error>> + Send;
+
+    /// The write stream broke: the claim keeps what it got.
+    fn abandon_restore(&self, claim: &VolumeClaim) -> impl Future<Output = ()> + Send;
+}
+
+impl VolumeStore for SimVolumes {
+    type Error = VolumeAccessError;
+
+    async fn freeze(&self, claim: &VolumeClaim, frozen: bool) -> Result<(), Self::Error> {
+        SimVolumes::freeze(self, claim, frozen).await
+    }
+
+    async fn manifest(&self, claim: &VolumeClaim) -> Result<(u64, Vec<ChunkSum>), Self::Error> {
+        SimVolumes::manifest(self, claim).await
+    }
+
+    async fn chunk(
+        &self,
+        claim: &VolumeClaim,
+        index: u32,
+    ) -> Result<Option<(Vec<u8>, ChunkSum)>, Self::Error> {
+        SimVolumes::chunk(self, claim, index).await
+    }
+
+    async fn begin_restore(
+        &self,
+        claim: &VolumeClaim,
+    ) -> Result<(u64, Vec<ChunkSum>), Self::Error> {
+        SimVolumes::begin_restore(self, claim).await
+    }
+
+    async fn begin_replica(
+        &self,
+        claim: &VolumeClaim,
+    ) -> Result<(u64, Vec<ChunkSum>), Self::Error> {
+        SimVolumes::begin_replica(self, claim).await
+    }
+
+    async fn restore_chunk(
+        &self,
+        claim: &VolumeClaim,
+        index: u32,
+        data: Vec<u8>,
+    ) -> Result<(), Self::Error> {
+        SimVolumes::restore_chunk(self, claim, index, data).await
+    }
+
+    async fn end_restore(
+        &self,
+        claim: &VolumeClaim,
+        size: u64,
+        sums: &[ChunkSum],
+        replica: bool,
+    ) -> Result<usize, Self::Error> {
+        SimVolumes::end_restore(self, claim, size, sums, replica).await
+    }
+
+    async fn abandon_restore(&self, claim: &VolumeClaim) {
+        SimVolumes::abandon_restore(self, claim).await;
+    }
+}
 
 /// Serves one volume stream from the parent for `cluster`, from `volumes` (`None`: a
-/// cluster whose volumes this agent cannot move).
+/// cluster whose volumes this agent cannot move). A real cluster's streams are served
+/// by [`crate::kubernetes::volumes::KubeVolumes::serve`].
 pub async fn serve(
     cluster: String,
     volumes: Option<SimVolumes>,
@@ -33,7 +159,7 @@ pub async fn serve(
             .err()
     } else {
         Some(format!(
-            "cluster {cluster}'s volumes cannot be moved: moving the volumes of a real cluster (CSI VolumeSnapshot and a mover pod) is not built"
+            "cluster {cluster}'s volumes cannot be moved: this agent was started without a volume backend"
         ))
     };
     if let Some(reason) = failed {
@@ -43,13 +169,40 @@ pub async fn serve(
     let _ = stream.shutdown().await;
 }
 
-async fn serve_inner(
-    volumes: &SimVolumes,
+/// Serves one volume stream's `ask` from `volumes` on `stream`: what [`serve`] does
+/// for a cluster, and a mover pod for its one volume. A failure is answered with a
+/// [`VolumeFrame::Failed`] (and returned, for the log); the stream is shut down.
+pub async fn serve_store<V, S>(volumes: &V, ask: VolumeOpen, stream: &mut S) -> Result<(), String>
+where
+    V: VolumeStore,
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut buf = Vec::new();
+    let r = serve_inner(volumes, ask, stream, &mut buf).await;
+    if let Err(reason) = &r {
+        let failed = VolumeFrame::Failed {
+            reason: reason.clone(),
+        };
+        let _ = write_frame(stream, &failed, &mut buf).await;
+    }
+    let _ = stream.shutdown().await;
+    r
+}
+
+async fn serve_inner<V, S>(
+    volumes: &V,
     ask: VolumeOpen,
-    stream: &mut TunnelStream,
+    stream: &mut S,
     buf: &mut Vec<u8>,
-) -> Result<(), String> {
+) -> Result<(), String>
+where
+    V: VolumeStore,
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let io = |e: std::io::Error| e.to_string();
+    // A simulated cluster holds its claims' bytes whether or not a manifest was
+    // applied: the manifest a copy carries is not needed here.
+    let ask = ask.for_version(0);
     // A ReadWriteMany sync leaves a read-only replica; a move's copy, the copy that runs.
     let replica = matches!(ask, VolumeOpen::Replicate { .. });
     match ask {
@@ -118,18 +271,25 @@ async fn serve_inner(
         VolumeOpen::Copy { .. } | VolumeOpen::CopyReplica { .. } => {
             Err("an agent runs no copies (its parent does)".into())
         }
+        VolumeOpen::WriteClaim { .. } | VolumeOpen::CopyClaim { .. } => {
+            Err("unreachable: an ask with a manifest was read without it".into())
+        }
     }
 }
 
-async fn write_claim(
-    volumes: &SimVolumes,
-    claim: &strata_protocol::placement_spec::VolumeClaim,
+async fn write_claim<V, S>(
+    volumes: &V,
+    claim: &VolumeClaim,
     size: u64,
-    held: Vec<strata_protocol::volume::ChunkSum>,
+    held: Vec<ChunkSum>,
     replica: bool,
-    stream: &mut TunnelStream,
+    stream: &mut S,
     buf: &mut Vec<u8>,
-) -> Result<(), String> {
+) -> Result<(), String>
+where
+    V: VolumeStore,
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let io = |e: std::io::Error| e.to_string();
     write_frame(stream, &VolumeFrame::Manifest { size, sums: held }, buf)
         .await
@@ -181,7 +341,6 @@ async fn write_claim(
 #[cfg(test)]
 mod tests {
     use strata_node::volume::{PumpOutcome, Side, VolumeError, held, pump};
-    use strata_protocol::placement_spec::VolumeClaim;
     use strata_protocol::volume::CHUNK_SIZE;
     use tokio::io::DuplexStream;
 

@@ -700,3 +700,76 @@ async fn leaf_born_objects_are_upsynced_kept_current_and_removed() {
     let got = upsynced(&mut b, 1).await;
     assert_eq!(got, vec![("web-3".to_owned(), None)]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_a_volume_move_stopped_is_held_at_zero_until_let_go() {
+    let fake = FakeApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = backend(&fake, dir.path()).await;
+    let frozen = b.frozen();
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "shop", "namespace": "shop"},
+        "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "shop:1"}]}}}});
+    b.apply(t0(), UnixMillis(0), &object(deployment, 1))
+        .unwrap();
+    let replicas = || async {
+        fake.get("apps", "deployments", Some("shop"), "shop")
+            .await
+            .map(|d| d["spec"]["replicas"].clone())
+    };
+    until("the deployment", || async {
+        replicas().await == Some(json!(2))
+    })
+    .await;
+    // A move stops its writers: the backend applies it with 0 replicas...
+    frozen.send_modify(|f| {
+        f.insert(("Deployment".into(), "shop".into(), "shop".into()));
+    });
+    until("held at 0", || async { replicas().await == Some(json!(0)) }).await;
+    // ...and its drift repair keeps it there: a scale back by someone is undone.
+    fake.patch(
+        "apps",
+        "deployments",
+        Some("shop"),
+        "shop",
+        json!({"spec": {"replicas": 3}}),
+        "kubectl-edit",
+    )
+    .await;
+    until("held at 0 again", || async {
+        replicas().await == Some(json!(0))
+    })
+    .await;
+    // Let go: its own replicas again.
+    frozen.send_modify(|f| {
+        f.clear();
+    });
+    until("its replicas back", || async {
+        replicas().await == Some(json!(2))
+    })
+    .await;
+    // A move's annotation alone holds it too (an agent restarted mid-move has an empty
+    // set), until the move's thaw removes it.
+    let annotate =
+        |v: Value| json!({"metadata": {"annotations": {"strata.dev/frozen-replicas": v}}});
+    let patch = |p: Value| {
+        fake.patch(
+            "apps",
+            "deployments",
+            Some("shop"),
+            "shop",
+            p,
+            "strata-mover",
+        )
+    };
+    patch(annotate(json!("2"))).await;
+    until("held at 0 by the annotation", || async {
+        replicas().await == Some(json!(0))
+    })
+    .await;
+    patch(annotate(Value::Null)).await;
+    until("its replicas back again", || async {
+        replicas().await == Some(json!(2))
+    })
+    .await;
+}

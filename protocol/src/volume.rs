@@ -31,6 +31,9 @@
 //! negotiated [`VOLUME_VERSION`] or later, and a replication stream
 //! ([`VolumeOpen::Replicate`], [`VolumeOpen::CopyReplica`], unknown to a node of
 //! version 7) only on one whose child negotiated [`REPLICATION_VERSION`] or later.
+//! A copy that carries the claim's manifest ([`VolumeOpen::WriteClaim`],
+//! [`VolumeOpen::CopyClaim`], version 9) is sent to an older child without it
+//! ([`VolumeOpen::for_version`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +48,10 @@ pub const VOLUME_VERSION: ProtocolVersion = 7;
 /// The first protocol version whose nodes read [`VolumeOpen::Replicate`] and
 /// [`VolumeOpen::CopyReplica`].
 pub const REPLICATION_VERSION: ProtocolVersion = 8;
+
+/// The first protocol version whose nodes read [`VolumeOpen::WriteClaim`] and
+/// [`VolumeOpen::CopyClaim`] (a copy that carries the claim's manifest).
+pub const CLAIM_VERSION: ProtocolVersion = 9;
 
 /// Bytes of one chunk (the last chunk of a volume may be shorter).
 pub const CHUNK_SIZE: usize = 256 << 10;
@@ -121,6 +128,32 @@ pub enum VolumeOpen {
         /// The claim.
         claim: VolumeClaim,
     },
+    /// As [`VolumeOpen::Write`] (or [`VolumeOpen::Replicate`] if `replica`), with the
+    /// claim's manifest: a cluster that lacks the claim creates it from the manifest
+    /// before writing it (a real cluster's claim must exist for a mover pod to mount
+    /// it, and the root holds the placement's objects back until the data is there).
+    WriteClaim {
+        /// The claim.
+        claim: VolumeClaim,
+        /// Its manifest as the root holds it (JSON).
+        manifest: Vec<u8>,
+        /// Leave it a read-only replica.
+        replica: bool,
+    },
+    /// As [`VolumeOpen::Copy`] (or [`VolumeOpen::CopyReplica`] if `replica`), the
+    /// writer asked with [`VolumeOpen::WriteClaim`].
+    CopyClaim {
+        /// The old cluster (the primary, for a replica).
+        from: String,
+        /// The claim.
+        claim: VolumeClaim,
+        /// Its manifest (JSON).
+        manifest: Vec<u8>,
+        /// Stop the old copy's writers first (phase 2).
+        freeze: bool,
+        /// A replica's sync.
+        replica: bool,
+    },
 }
 
 impl VolumeOpen {
@@ -128,7 +161,40 @@ impl VolumeOpen {
     pub fn min_version(&self) -> ProtocolVersion {
         match self {
             VolumeOpen::Replicate { .. } | VolumeOpen::CopyReplica { .. } => REPLICATION_VERSION,
+            VolumeOpen::WriteClaim { .. } | VolumeOpen::CopyClaim { .. } => CLAIM_VERSION,
             _ => VOLUME_VERSION,
+        }
+    }
+
+    /// This ask as a child of protocol `version` reads it: a [`VolumeOpen::WriteClaim`]
+    /// or [`VolumeOpen::CopyClaim`] loses its manifest below [`CLAIM_VERSION`] (an
+    /// older agent writes claims that exist, as it always did). Others are unchanged.
+    pub fn for_version(self, version: ProtocolVersion) -> VolumeOpen {
+        if version >= CLAIM_VERSION {
+            return self;
+        }
+        match self {
+            VolumeOpen::WriteClaim { claim, replica, .. } if replica => {
+                VolumeOpen::Replicate { claim }
+            }
+            VolumeOpen::WriteClaim { claim, .. } => VolumeOpen::Write { claim },
+            VolumeOpen::CopyClaim {
+                from,
+                claim,
+                replica,
+                ..
+            } if replica => VolumeOpen::CopyReplica { from, claim },
+            VolumeOpen::CopyClaim {
+                from,
+                claim,
+                freeze,
+                ..
+            } => VolumeOpen::Copy {
+                from,
+                claim,
+                freeze,
+            },
+            other => other,
         }
     }
 }
@@ -349,6 +415,57 @@ mod tests {
             VolumeOpen::Thaw { claim: claim() }.min_version(),
             VOLUME_VERSION
         );
+    }
+
+    #[test]
+    fn a_copy_with_the_claims_manifest_reaches_an_older_child_without_it() {
+        let manifest = br#"{"kind":"PersistentVolumeClaim"}"#.to_vec();
+        let write = |replica| VolumeOpen::WriteClaim {
+            claim: claim(),
+            manifest: manifest.clone(),
+            replica,
+        };
+        let copy = |replica| VolumeOpen::CopyClaim {
+            from: "eu-1".into(),
+            claim: claim(),
+            manifest: manifest.clone(),
+            freeze: true,
+            replica,
+        };
+        for ask in [write(false), copy(true)] {
+            assert_eq!(ask.min_version(), CLAIM_VERSION);
+            assert_eq!(ask.clone().for_version(CLAIM_VERSION), ask);
+            let open = StreamOpen::Volume(tunnel(), ask);
+            let mut buf = Vec::new();
+            encode_stream_open(&open, &mut buf).unwrap();
+            assert_eq!(decode_stream_open(&buf).unwrap(), Some(open));
+        }
+        assert_eq!(
+            write(false).for_version(8),
+            VolumeOpen::Write { claim: claim() }
+        );
+        assert_eq!(
+            write(true).for_version(8),
+            VolumeOpen::Replicate { claim: claim() }
+        );
+        assert_eq!(
+            copy(false).for_version(7),
+            VolumeOpen::Copy {
+                from: "eu-1".into(),
+                claim: claim(),
+                freeze: true
+            }
+        );
+        assert_eq!(
+            copy(true).for_version(8),
+            VolumeOpen::CopyReplica {
+                from: "eu-1".into(),
+                claim: claim()
+            }
+        );
+        // Every older ask is sent as it is.
+        let thaw = VolumeOpen::Thaw { claim: claim() };
+        assert_eq!(thaw.clone().for_version(7), thaw);
     }
 
     #[test]

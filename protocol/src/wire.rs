@@ -61,7 +61,12 @@ pub type ProtocolVersion = u16;
 /// - 8: ReadWriteMany replication's volume streams ([`crate::volume::VolumeOpen::Replicate`],
 ///   [`crate::volume::VolumeOpen::CopyReplica`]), opened or forwarded only to a child that
 ///   negotiated [`crate::volume::REPLICATION_VERSION`] or later. Nothing else changes.
-pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 8;
+/// - 9: volume streams that carry the claim's manifest
+///   ([`crate::volume::VolumeOpen::WriteClaim`], [`crate::volume::VolumeOpen::CopyClaim`]),
+///   so a real cluster's agent creates the claim its mover pod writes; sent to a child
+///   of version 8 or older without the manifest
+///   ([`crate::volume::VolumeOpen::for_version`]). Nothing else changes.
+pub const MAX_PROTOCOL_VERSION: ProtocolVersion = 9;
 
 /// The first protocol version with [`ReportKey::Endpoints`].
 pub const ENDPOINTS_VERSION: ProtocolVersion = 6;

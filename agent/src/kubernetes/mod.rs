@@ -18,13 +18,19 @@
 //! * reports health ([`health`]) as the watch sees statuses change and, for
 //!   workloads, a summary of their ReplicaSets and Pods ([`associated`]), read at every
 //!   resync with one LIST of each per namespace;
-//! * follows the leaf-born objects an upsync rule selects ([`upsync`]).
+//! * follows the leaf-born objects an upsync rule selects ([`upsync`]);
+//! * applies a Deployment or StatefulSet a volume move stopped ([`volumes::Frozen`])
+//!   with 0 replicas until the move lets it run again.
+//!
+//! A move's volume streams are served beside it ([`volumes`], [`volume_objects`]).
 
 pub mod associated;
 pub mod health;
 pub mod nodes;
 pub mod reach;
 pub mod upsync;
+pub mod volume_objects;
+pub mod volumes;
 mod watch;
 mod worker;
 
@@ -276,6 +282,8 @@ pub struct KubeCluster {
     upsynced: mpsc::UnboundedReceiver<upsync::Upsynced>,
     wake: Arc<Notify>,
     counters: Arc<KubeCounters>,
+    /// The workloads volume moves stopped (shared with the worker).
+    frozen: volumes::Frozen,
     task: tokio::task::JoinHandle<()>,
     /// The API server's reach as the probe last found it, with its task (aborted on
     /// drop), when [`KubeCluster::probe_reach`] started one.
@@ -321,11 +329,13 @@ impl KubeCluster {
         let (upsynced_tx, upsynced) = mpsc::unbounded_channel();
         let wake = Arc::new(Notify::new());
         let counters = Arc::new(KubeCounters::default());
+        let (frozen, frozen_rx) = tokio::sync::watch::channel(Default::default());
         let task = tokio::spawn(worker::run(
             client,
             options,
             clock,
             commands_rx,
+            frozen_rx,
             worker::Outputs {
                 statuses: statuses_tx,
                 upsynced: upsynced_tx,
@@ -339,6 +349,7 @@ impl KubeCluster {
             upsynced,
             wake,
             counters,
+            frozen: Arc::new(frozen),
             task,
             reach: None,
             nodes: None,
@@ -368,6 +379,12 @@ impl KubeCluster {
         rx.mark_changed();
         let task = tokio::spawn(reach::run(client, server, every, tx, self.wake.clone()));
         self.reach = Some((rx, task));
+    }
+
+    /// The set of workloads volume moves stopped, which the worker holds at 0
+    /// replicas ([`volumes::KubeVolumes::new`] takes it).
+    pub fn frozen(&self) -> volumes::Frozen {
+        self.frozen.clone()
     }
 
     /// The requests made so far.

@@ -1,5 +1,6 @@
 //! The Kubernetes backend's task: desired state in, API requests out, statuses back.
 
+mod frozen;
 mod report;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,6 +21,7 @@ use tokio::time::Instant as TokioInstant;
 use super::associated;
 use super::health::crd_established;
 use super::upsync::{Upsync, Upsynced};
+use super::volumes::FrozenWorkload;
 use super::watch::{self, ObjectRef, Seen};
 use super::{
     Command, FIELD_MANAGER, HASH_ANNOTATION, KubeCounters, KubeOptions, MANAGED_LABEL,
@@ -151,6 +153,8 @@ struct Worker {
     unclaimed: BTreeMap<ObjectRef, Value>,
     reported: BTreeMap<ObjectKey, Status>,
     associated: BTreeMap<ObjectKey, associated::Associated>,
+    /// Workloads a volume move stopped: applied with 0 replicas while here.
+    frozen: BTreeSet<FrozenWorkload>,
     tasks: JoinSet<()>,
 }
 
@@ -167,6 +171,7 @@ pub(super) async fn run(
     options: KubeOptions,
     clock: Clock,
     mut commands: mpsc::UnboundedReceiver<Command>,
+    mut frozen: tokio::sync::watch::Receiver<BTreeSet<FrozenWorkload>>,
     out: Outputs,
 ) {
     let Outputs {
@@ -198,6 +203,7 @@ pub(super) async fn run(
         unclaimed: BTreeMap::new(),
         reported: BTreeMap::new(),
         associated: BTreeMap::new(),
+        frozen: BTreeSet::new(),
         tasks: JoinSet::new(),
     };
     loop {
@@ -213,6 +219,8 @@ pub(super) async fn run(
                 }
                 w.commands(batch).await;
             }
+            // A volume move stopped or let go a workload: before drift, measured against it.
+            Ok(()) = frozen.changed() => w.refreeze(frozen.borrow_and_update().clone()),
             // Then what the cluster did (drift, status).
             Some(seen) = seen_rx.recv() => w.seen(seen),
             Some(seen) = w.upsync.rx.recv() => w.upsync.seen(seen),
@@ -476,6 +484,8 @@ impl Worker {
                 format!("cannot list {}: {}", ar.plural, explain(&e)),
             );
         }
+        // Once the live object is known: a workload a move stopped stays stopped.
+        let body = self.held_body(key, &body, self.live.get(key));
         if let Some(live) = self.live.get(key) {
             let same_hash = live
                 .pointer("/metadata/annotations")
@@ -556,9 +566,10 @@ impl Worker {
         let Some(d) = self.desired.get(&key) else {
             return;
         };
+        let held = self.held_body(&key, &d.body, live.as_ref());
         let drifted = match &live {
             None => true,
-            Some(v) => !holds(v, &d.body),
+            Some(v) => !holds(v, &held),
         };
         match live {
             Some(v) => self.live.insert(key.clone(), v),

@@ -26,4 +26,5 @@ pub mod session_key;
 mod testing;
 pub mod tunnel;
 pub mod volume;
+pub mod volume_moves;
 pub mod volume_replicas;

@@ -23,26 +23,21 @@
 //! resumes a cut one). The root's syncs and cutovers are driven by
 //! `crate::tier::volume_replicas`.
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use serde_json::json;
 use strata_node::driver::{self, Input};
 use strata_node::tunnel::{self, TunnelStream};
 use strata_node::volume::{
     self as node_volume, Side, VolumeError, claim_name, read_frame, write_frame,
 };
-use strata_protocol::model::Space;
 use strata_protocol::placement_spec::VolumeClaim;
 use strata_protocol::tunnel::TunnelOpen;
 use strata_protocol::volume::{StreamOpen, VOLUME_VERSION, VolumeFrame, VolumeOpen};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use super::core::NodeCore;
-use super::core::volume_gate::{VolumeMove, VolumePhase};
 use super::input::{RelayInput, TunnelRoute};
 
 /// How many passes a copy makes at most (each resumes where the last was cut).
@@ -62,12 +57,12 @@ pub const PRECOPY_ROUNDS: u32 = 3;
 pub const PRECOPY_ENOUGH: u64 = 4 << 20;
 
 /// How often the root looks for moves to start.
-const MOVE_POLL: Duration = Duration::from_millis(100);
+pub(super) const MOVE_POLL: Duration = Duration::from_millis(100);
 
 /// Who the volume streams' headers name (for the logs of every tier).
 const MOVER: &str = "strata:volume-move";
 
-static REQUESTS: AtomicU64 = AtomicU64::new(1 << 40);
+pub(super) static REQUESTS: AtomicU64 = AtomicU64::new(1 << 40);
 
 pub(crate) async fn query<T: Send + 'static>(
     inputs: &mpsc::Sender<Input<RelayInput>>,
@@ -87,7 +82,7 @@ async fn route(
     inputs: &mpsc::Sender<Input<RelayInput>>,
     cluster: &str,
     min_version: strata_protocol::wire::ProtocolVersion,
-) -> Result<TunnelRoute, VolumeError> {
+) -> Result<(TunnelRoute, strata_protocol::wire::ProtocolVersion), VolumeError> {
     let cut = |detail: String| VolumeError::Cut {
         what: format!("to {cluster}"),
         detail,
@@ -100,7 +95,7 @@ async fn route(
         .await
         .flatten()
     {
-        Some(v) if v >= min_version => Ok(r),
+        Some(v) if v >= min_version => Ok((r, v)),
         Some(v) => Err(VolumeError::Failed {
             cluster: cluster.to_owned(),
             reason: format!(
@@ -134,6 +129,23 @@ pub(crate) async fn from_parent(
         StreamOpen::Volume(open, VolumeOpen::CopyReplica { from, claim }) => {
             serve_copy(inputs, open, from, claim, CopyKind::Replica, up).await;
         }
+        StreamOpen::Volume(
+            open,
+            VolumeOpen::CopyClaim {
+                from,
+                claim,
+                manifest,
+                freeze,
+                replica,
+            },
+        ) => {
+            let kind = if replica {
+                CopyKind::Replica
+            } else {
+                CopyKind::Move { freeze }
+            };
+            serve_copy_with(inputs, open, from, claim, kind, Some(manifest), up).await;
+        }
         StreamOpen::Volume(open, ask) => forward(inputs, open, ask, up).await,
     }
 }
@@ -150,10 +162,18 @@ async fn forward(
     ask: VolumeOpen,
     up: TunnelStream,
 ) {
-    let route = match route(&inputs, &open.cluster, ask.min_version()).await {
+    // An ask with the claim's manifest goes to an older child without it.
+    let (route, version) = match route(
+        &inputs,
+        &open.cluster,
+        ask.clone().for_version(0).min_version(),
+    )
+    .await
+    {
         Ok(r) => r,
         Err(e) => return fail(up, e.to_string()).await,
     };
+    let ask = ask.for_version(version);
     match node_volume::open(&route.link, &route.child, &open, &ask).await {
         Ok(down) => tunnel::splice(up, down).await,
         Err(e) => fail(up, e.to_string()).await,
@@ -167,9 +187,32 @@ async fn serve_copy(
     from: String,
     claim: VolumeClaim,
     kind: CopyKind,
+    up: TunnelStream,
+) {
+    serve_copy_with(inputs, open, from, claim, kind, None, up).await;
+}
+
+async fn serve_copy_with(
+    inputs: mpsc::Sender<Input<RelayInput>>,
+    open: TunnelOpen,
+    from: String,
+    claim: VolumeClaim,
+    kind: CopyKind,
+    manifest: Option<Vec<u8>>,
     mut up: TunnelStream,
 ) {
-    let frame = match copy_as(&inputs, open.request, &from, &open.cluster, &claim, kind).await {
+    let (to, request) = (open.cluster.as_str(), open.request);
+    let copied = copy_as(
+        &inputs,
+        request,
+        &from,
+        to,
+        &claim,
+        kind,
+        manifest.as_deref(),
+    )
+    .await;
+    let frame = match copied {
         Ok(c) => c.frame(),
         Err(reason) => VolumeFrame::Failed { reason },
     };
@@ -238,10 +281,20 @@ pub async fn copy(
     claim: &VolumeClaim,
     freeze: bool,
 ) -> Result<CopyReport, String> {
-    copy_as(inputs, request, from, to, claim, CopyKind::Move { freeze }).await
+    copy_as(
+        inputs,
+        request,
+        from,
+        to,
+        claim,
+        CopyKind::Move { freeze },
+        None,
+    )
+    .await
 }
 
-/// [`copy`] for a move or a replica's sync.
+/// [`copy`] for a move or a replica's sync; with the claim's `manifest` when known, so
+/// that a cluster lacking the claim creates it ([`VolumeOpen::WriteClaim`]).
 pub async fn copy_as(
     inputs: &mpsc::Sender<Input<RelayInput>>,
     request: u64,
@@ -249,6 +302,7 @@ pub async fn copy_as(
     to: &str,
     claim: &VolumeClaim,
     kind: CopyKind,
+    manifest: Option<&[u8]>,
 ) -> Result<CopyReport, String> {
     let name = query(inputs, |c| c.name().to_owned())
         .await
@@ -261,7 +315,15 @@ pub async fn copy_as(
     let passes = kind.passes();
     for pass in 1..=passes {
         report.passes = pass;
-        match one_pass(inputs, request, from, to, claim, kind, &mut report).await {
+        let pass_of = Pass {
+            request,
+            from,
+            to,
+            claim,
+            kind,
+            manifest,
+        };
+        match one_pass(inputs, &pass_of, &mut report).await {
             Ok(()) => return Ok(report),
             Err(e) if passes == 1 => return Err(e.to_string()),
             Err(e) if e.resumable() => {
@@ -278,15 +340,30 @@ pub async fn copy_as(
     ))
 }
 
+/// One pass of a copy: what it copies, from where to where.
+struct Pass<'a> {
+    request: u64,
+    from: &'a str,
+    to: &'a str,
+    claim: &'a VolumeClaim,
+    kind: CopyKind,
+    /// The claim's manifest, when known.
+    manifest: Option<&'a [u8]>,
+}
+
 async fn one_pass(
     inputs: &mpsc::Sender<Input<RelayInput>>,
-    request: u64,
-    from: &str,
-    to: &str,
-    claim: &VolumeClaim,
-    kind: CopyKind,
+    p: &Pass<'_>,
     report: &mut CopyReport,
 ) -> Result<(), VolumeError> {
+    let Pass {
+        request,
+        from,
+        to,
+        claim,
+        kind,
+        manifest,
+    } = *p;
     let (write, down_copy, freeze) = match kind {
         CopyKind::Move { freeze } => (
             VolumeOpen::Write {
@@ -310,8 +387,28 @@ async fn one_pass(
             false,
         ),
     };
-    let to_route = route(inputs, to, write.min_version()).await?;
-    let from_route = route(inputs, from, VOLUME_VERSION).await?;
+    let (to_route, to_version) = route(inputs, to, write.min_version()).await?;
+    let (from_route, _) = route(inputs, from, VOLUME_VERSION).await?;
+    // With the claim's manifest, for a child that reads it.
+    let (write, down_copy) = match manifest {
+        Some(manifest) => {
+            let replica = kind == CopyKind::Replica;
+            let write = VolumeOpen::WriteClaim {
+                claim: claim.clone(),
+                manifest: manifest.to_vec(),
+                replica,
+            };
+            let down = VolumeOpen::CopyClaim {
+                from: from.to_owned(),
+                claim: claim.clone(),
+                manifest: manifest.to_vec(),
+                freeze,
+                replica,
+            };
+            (write.for_version(to_version), down.for_version(to_version))
+        }
+        None => (write, down_copy),
+    };
     let header = |cluster: &str| TunnelOpen {
         cluster: cluster.to_owned(),
         request,
@@ -404,7 +501,7 @@ pub async fn thaw(
     cluster: &str,
     claim: &VolumeClaim,
 ) -> Result<(), String> {
-    let r = route(inputs, cluster, VOLUME_VERSION)
+    let (r, _) = route(inputs, cluster, VOLUME_VERSION)
         .await
         .map_err(|e| e.to_string())?;
     let open = TunnelOpen {
@@ -445,160 +542,14 @@ pub(crate) async fn thaw_patiently(
     }
 }
 
-/// One placement's move of its volumes, both phases; gives the write downtime in
-/// milliseconds and what was copied, or why it failed (the old writers write again).
-pub async fn run_move(
-    inputs: &mpsc::Sender<Input<RelayInput>>,
-    key: &(Space, String),
-    m: &VolumeMove,
-) -> Result<(u64, String), String> {
-    let request = REQUESTS.fetch_add(1, Ordering::Relaxed);
-    tracing::info!(placement = %key.1, pairs = ?m.pairs, "volume move: phase 1");
-    let mut detail = Vec::new();
-    // Phase 1: copy while the old copy runs; then again, what changed meanwhile, while
-    // that shrinks (pre-copy rounds, as a live migration does), so that phase 2 has
-    // little left to send.
-    for (from, to) in &m.pairs {
-        for (claim, _) in &m.claims {
-            let mut round = 0;
-            let mut last = u64::MAX;
-            loop {
-                let r = copy(inputs, request, from, to, claim, false)
-                    .await
-                    .map_err(|e| format!("phase 1 (copy while running): {e}"))?;
-                detail.push(format!(
-                    "{} {from}->{to} via {}: {} bytes in phase 1 round {} ({} passes)",
-                    claim_name(claim),
-                    r.by,
-                    r.bytes,
-                    round + 1,
-                    r.passes
-                ));
-                round += 1;
-                let shrinking = r.bytes.saturating_mul(2) <= last;
-                last = r.bytes;
-                if r.bytes <= PRECOPY_ENOUGH || round > PRECOPY_ROUNDS || !shrinking {
-                    break;
-                }
-            }
-        }
-    }
-    // Phase 2: stop the old writers, copy what changed.
-    let stopped = tokio::time::Instant::now();
-    let mut frozen: Vec<(&str, &VolumeClaim)> = Vec::new();
-    let mut failure = None;
-    'pairs: for (from, to) in &m.pairs {
-        for (claim, _) in &m.claims {
-            frozen.push((from, claim));
-            match copy(inputs, request, from, to, claim, true).await {
-                Ok(r) => detail.push(format!(
-                    "{}: {} bytes in phase 2 via {}",
-                    claim_name(claim),
-                    r.bytes,
-                    r.by
-                )),
-                Err(e) => {
-                    failure = Some(format!("phase 2 (writers stopped): {e}"));
-                    break 'pairs;
-                }
-            }
-        }
-    }
-    let downtime = u64::try_from(stopped.elapsed().as_millis()).unwrap_or(u64::MAX);
-    if let Some(why) = failure {
-        for (cluster, claim) in frozen {
-            thaw_patiently(inputs, cluster, claim).await;
-        }
-        return Err(why);
-    }
-    Ok((downtime, detail.join("; ")))
-}
-
-/// At the root: starts the copy of every placement whose move waits for its volumes,
-/// and reports each outcome to the core. Runs until the node stops.
-pub(crate) async fn run_moves(inputs: mpsc::Sender<Input<RelayInput>>) {
-    // A move is known by its placement and its pairs of clusters.
-    type MoveId = ((Space, String), Vec<(String, String)>);
-    let mut running: BTreeSet<MoveId> = BTreeSet::new();
-    let mut tasks = JoinSet::new();
-    loop {
-        tokio::time::sleep(MOVE_POLL).await;
-        while let Some(done) = tasks.try_join_next() {
-            if let Ok(id) = done {
-                running.remove(&id);
-            }
-        }
-        let Some(waiting) = query(&inputs, |c| {
-            c.volume_moves()
-                .iter()
-                .filter(|(_, m)| m.phase == VolumePhase::Copying)
-                .map(|(k, m)| (k.clone(), m.clone()))
-                .collect::<Vec<_>>()
-        })
-        .await
-        else {
-            return;
-        };
-        for (key, m) in waiting {
-            let id = (key.clone(), m.pairs.clone());
-            if !running.insert(id.clone()) {
-                continue;
-            }
-            let inputs = inputs.clone();
-            tasks.spawn(async move {
-                let outcome = run_move(&inputs, &key, &m).await;
-                let restored = outcome.is_ok();
-                let (pairs, k) = (m.pairs.clone(), key.clone());
-                let taken = query(&inputs, move |c| c.volume_move_done(&k, &pairs, outcome)).await;
-                if restored && taken == Some(false) {
-                    // Given up while it ran: the old writers must not stay stopped.
-                    for (from, _) in &m.pairs {
-                        for (claim, _) in &m.claims {
-                            if let Err(e) = thaw(&inputs, from, claim).await {
-                                tracing::warn!(cluster = %from, claim = %claim_name(claim), error = %e, "could not let the old writers write again");
-                            }
-                        }
-                    }
-                }
-                id
-            });
-        }
-    }
-}
-
-/// A placement's `status.decisions.volumeMove`.
-pub fn move_status(m: &VolumeMove) -> serde_json::Value {
-    let (phase, reason) = match &m.phase {
-        VolumePhase::Copying => ("Copying", None),
-        VolumePhase::Restored => ("Restored", None),
-        VolumePhase::Failed(why) => ("Failed", Some(why.clone())),
-    };
-    let mut v = json!({
-        "phase": phase,
-        "from": m.pairs.iter().map(|(f, _)| f).collect::<Vec<_>>(),
-        "to": m.pairs.iter().map(|(_, t)| t).collect::<Vec<_>>(),
-        "claims": m.claims.iter().map(|(c, mode)| json!({
-            "claim": c.claim, "namespace": c.namespace, "accessMode": format!("{mode:?}"),
-        })).collect::<Vec<_>>(),
-        "started": m.started.rfc3339(),
-    });
-    if let Some(ms) = m.downtime_ms {
-        v["writeDowntimeMs"] = json!(ms);
-    }
-    if !m.detail.is_empty() {
-        v["detail"] = json!(m.detail);
-    }
-    if let Some(r) = reason {
-        v["reason"] = json!(r);
-    }
-    if let Some(at) = m.retry_at {
-        v["retryAt"] = json!(at.rfc3339());
-    }
-    v
-}
+pub(crate) use super::volume_moves::run_moves;
+pub use super::volume_moves::{move_status, run_move};
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
+    use super::super::core::volume_gate::{VolumeMove, VolumePhase};
     use super::*;
     use strata_protocol::time::UnixMillis;
     use strata_protocol::volume::AccessMode;

@@ -56,6 +56,7 @@ async fn sync(inputs: mpsc::Sender<Input<RelayInput>>, job: SyncJob) {
         &job.to,
         &job.claim,
         CopyKind::Replica,
+        None,
     )
     .await
     .map(|r| (r.bytes, r.by));
@@ -81,6 +82,7 @@ async fn cutover(inputs: mpsc::Sender<Input<RelayInput>>, job: CutoverJob) {
             &job.to,
             claim,
             CopyKind::Replica,
+            None,
         )
         .await
         {
@@ -108,6 +110,7 @@ async fn cutover(inputs: mpsc::Sender<Input<RelayInput>>, job: CutoverJob) {
             &job.to,
             claim,
             CopyKind::Move { freeze: true },
+            None,
         )
         .await
         {

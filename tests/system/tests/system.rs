@@ -68,5 +68,6 @@ mod tunnel_cap;
 mod up;
 mod volume_figures;
 mod volume_moves;
+mod volume_real;
 mod volume_replicas;
 mod web_ui;

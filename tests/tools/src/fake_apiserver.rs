@@ -10,6 +10,7 @@
 
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
+pub mod kubelet;
 pub mod pods;
 pub mod routes;
 pub mod store;
@@ -108,6 +109,12 @@ fn builtin() -> Vec<Resource> {
         r("", "Pod", "pods", true),
         r("", "Event", "events", true),
         r("", "PersistentVolumeClaim", "persistentvolumeclaims", true),
+        r(
+            "snapshot.storage.k8s.io",
+            "VolumeSnapshot",
+            "volumesnapshots",
+            true,
+        ),
         r("apps", "Deployment", "deployments", true),
         r("apps", "StatefulSet", "statefulsets", true),
         r("apps", "DaemonSet", "daemonsets", true),

@@ -198,6 +198,22 @@ impl NodeCore {
         true
     }
 
+    /// The claim's manifest as the root holds it (JSON), if it does: a copy carries it
+    /// to a new cluster that must create the claim to write it.
+    pub fn claim_manifest(&self, space: &Space, claim: &VolumeClaim) -> Option<Vec<u8>> {
+        self.log
+            .live()
+            .find(|o| {
+                let k = o.key();
+                k.space == *space
+                    && k.kind == CLAIM_KIND
+                    && k.group.is_empty()
+                    && k.name == claim.claim
+                    && k.namespace.as_deref() == Some(claim.namespace.as_str())
+            })
+            .map(|o| o.body.to_vec())
+    }
+
     /// The access mode of the claim as the root holds its manifest (ReadWriteOnce when
     /// it holds none).
     fn claim_mode(&self, space: &Space, claim: &VolumeClaim) -> AccessMode {

@@ -400,6 +400,13 @@ impl AgentSpec<'_> {
         self
     }
 
+    /// Answering the parent's tunnel and volume streams with `target` (a real
+    /// cluster's API and volumes).
+    pub fn tunnel(mut self, target: strata_agent::tunnel::TunnelTarget) -> Self {
+        self.tunnel = Some(target);
+        self
+    }
+
     /// Runs the agent, on a new empty store.
     pub fn start(self) -> AgentHandle {
         let h = self.h;
