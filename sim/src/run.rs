@@ -126,7 +126,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<Outcome, RunError> {
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .simulation_duration(scenario.duration + Duration::from_secs(60))
-        .tick_duration(Duration::from_millis(1))
+        .tick_duration(scenario.tick)
         .min_message_latency(MIN_LATENCY)
         .max_message_latency(MAX_LATENCY)
         .udp_capacity(1 << 16)
