@@ -43,8 +43,8 @@ pub enum Command {
     /// With --mode filesystem (the default) the volume's bytes are a deterministic tar
     /// of the tree at --path, so a second pass sends only the chunks from the first
     /// changed file on. A writing mover keeps the image it receives in
-    /// <path>/.strata-mover/image (the claim holds the data twice) and extracts it over
-    /// <path> when a pass completes, removing what the source no longer has. A reading
+    /// PATH/.strata-mover/image (the claim holds the data twice) and extracts it over
+    /// PATH when a pass completes, removing what the source no longer has. A reading
     /// mover writes the archive into --scratch (as large as the data). With --mode
     /// block, --path is the device (or a file) and its bytes are the volume.
     ///
