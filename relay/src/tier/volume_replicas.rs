@@ -14,6 +14,8 @@ use std::time::Duration;
 use serde_json::json;
 use strata_node::driver::Input;
 use strata_node::volume::claim_name;
+use strata_protocol::model::Space;
+use strata_protocol::placement_spec::VolumeClaim;
 use strata_protocol::time::UnixMillis;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -48,7 +50,21 @@ pub(crate) async fn run_replicas(inputs: mpsc::Sender<Input<RelayInput>>) {
     }
 }
 
+/// The claim's manifest as the root holds it: a replica's cluster that lacks the claim
+/// (a real cluster's agent) creates it before its mover writes it.
+async fn manifest_of(
+    inputs: &mpsc::Sender<Input<RelayInput>>,
+    space: &Space,
+    claim: &VolumeClaim,
+) -> Option<Vec<u8>> {
+    let (space, claim) = (space.clone(), claim.clone());
+    query(inputs, move |c| c.claim_manifest(&space, &claim))
+        .await
+        .flatten()
+}
+
 async fn sync(inputs: mpsc::Sender<Input<RelayInput>>, job: SyncJob) {
+    let manifest = manifest_of(&inputs, &job.key.0, &job.claim).await;
     let outcome = copy_as(
         &inputs,
         next_request(),
@@ -56,7 +72,7 @@ async fn sync(inputs: mpsc::Sender<Input<RelayInput>>, job: SyncJob) {
         &job.to,
         &job.claim,
         CopyKind::Replica,
-        None,
+        manifest.as_deref(),
     )
     .await
     .map(|r| (r.bytes, r.by));
@@ -75,6 +91,7 @@ async fn cutover(inputs: mpsc::Sender<Input<RelayInput>>, job: CutoverJob) {
     // A last sync while the old primary still writes, so that little is left to send
     // with its writers stopped (a failure here stops nobody).
     for claim in &job.claims {
+        let manifest = manifest_of(&inputs, &job.key.0, claim).await;
         if let Err(e) = copy_as(
             &inputs,
             request,
@@ -82,7 +99,7 @@ async fn cutover(inputs: mpsc::Sender<Input<RelayInput>>, job: CutoverJob) {
             &job.to,
             claim,
             CopyKind::Replica,
-            None,
+            manifest.as_deref(),
         )
         .await
         {

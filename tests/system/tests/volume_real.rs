@@ -16,6 +16,9 @@
 //!
 //! lab-2 has no claim before the move: the copy brings the claim's manifest (protocol
 //! version 9) and lab-2's agent creates it for the mover pod to mount.
+//!
+//! A ReadWriteMany claim on both labs: lab-2's replica claim is created from the
+//! manifest its first sync brings, and lab-1's writes reach it with the next sync.
 
 #![allow(clippy::unwrap_used)]
 
@@ -39,19 +42,11 @@ use strata_test_tools::fake_apiserver::kubelet::{FakeKubelet, KubeletOptions};
 
 use crate::volume_moves::{app, apply, holds_app, volume_move};
 
-/// The agent binary next to this test binary (built by `cargo build`), else built.
+/// The agent binary of this build, for the fake kubelet to run as mover pods.
 fn agent_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe
-        .ancestors()
-        .find(|a| a.file_name().is_some_and(|n| n == "deps"))
-        .unwrap();
-    let agent = deps.parent().unwrap().join("agent");
-    if agent.exists() {
-        agent
-    } else {
-        common::bin("agent")
-    }
+    // Built (or found up to date) as every process test's binaries are: an agent binary
+    // left in the target by an older build would not know `mover`.
+    common::bin("agent")
 }
 
 /// One real cluster: its fake API server, its fake CSI and kubelet, its agent.
@@ -406,5 +401,59 @@ async fn a_move_whose_reading_mover_never_runs_leaves_the_app_where_it_was_and_s
     .await;
     assert!(holds_app(&f.labs[0].agent).await);
     assert!(!holds_app(&f.labs[1].agent).await);
+    f.shutdown().await;
+}
+
+/// Waits (bounded: a minute, a hang guard) until `path` holds `want`.
+async fn holds_file(path: &Path, want: &[u8]) {
+    for _ in 0..1200 {
+        if std::fs::read(path).is_ok_and(|got| got == want) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "{} never held {:?}",
+        path.display(),
+        String::from_utf8_lossy(want)
+    );
+}
+
+/// A ReadWriteMany claim placed on both labs: lab-1 (first by name) holds the primary;
+/// lab-2 has no claim, and its agent creates it from the manifest the replica's first
+/// sync brings (protocol version 9), before lab-2 gets the workload. What lab-1's app
+/// writes reaches lab-2 with the next sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_clusters_readwritemany_replica_is_made_from_the_manifest_and_synced() {
+    let f = fleet(Duration::from_secs(30), 65).await;
+    let src = f.labs[0].kubelet.claim_dir("shop", "data");
+    let dst = f.labs[1].kubelet.claim_dir("shop", "data");
+    apply(
+        &f.root,
+        &crate::volume_replicas::rwx_app("lab1, lab2", "1Gi", 4),
+    )
+    .await;
+    eventually("lab-1 runs the app on its claim", || async {
+        holds_app(&f.labs[0].agent).await && src.exists()
+    })
+    .await;
+    std::fs::write(src.join("orders.json"), b"{\"total\": 5}").unwrap();
+    holds_file(&dst.join("orders.json"), b"{\"total\": 5}").await;
+    let made = f.labs[1]
+        .fake
+        .get("", "persistentvolumeclaims", Some("shop"), "data")
+        .await
+        .unwrap();
+    assert_eq!(
+        made.pointer("/spec/accessModes/0"),
+        Some(&json!("ReadWriteMany")),
+        "lab-2's claim is the placement's: {made}"
+    );
+    eventually("lab-2 runs the app too, on its replica", || {
+        holds_app(&f.labs[1].agent)
+    })
+    .await;
+    std::fs::write(src.join("orders.json"), b"{\"total\": 6}").unwrap();
+    holds_file(&dst.join("orders.json"), b"{\"total\": 6}").await;
     f.shutdown().await;
 }

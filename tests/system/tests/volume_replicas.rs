@@ -28,7 +28,7 @@ use strata_relay::tier::volume_replicas::replication_status;
 use crate::volume_moves::{Fleet, apply, bytes, claim, fleet, holds_app};
 
 /// The app with a ReadWriteMany claim, on the clusters of `regions`.
-fn rwx_app(regions: &str, size: &str, max_lag: u64) -> String {
+pub(crate) fn rwx_app(regions: &str, size: &str, max_lag: u64) -> String {
     format!(
         "
 apiVersion: v1
