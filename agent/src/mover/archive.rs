@@ -50,18 +50,7 @@ fn append_dir<W: Write>(
     rel: &Path,
     archived: &mut Archived,
 ) -> io::Result<()> {
-    let dir = root.join(rel);
-    let mut names: Vec<_> = fs::read_dir(&dir)
-        .map_err(|e| at(&dir, e))?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| at(&dir, e))?;
-    names.sort();
-    for name in names {
-        let rel = rel.join(&name);
-        if rel == Path::new(MOVER_DIR) {
-            continue;
-        }
+    for rel in entries(root, rel)? {
         let path = root.join(&rel);
         let meta = fs::symlink_metadata(&path).map_err(|e| at(&path, e))?;
         let kind = meta.file_type();
@@ -150,7 +139,9 @@ fn normalize(path: &Path) -> PathBuf {
         .collect()
 }
 
-fn prune(root: &Path, rel: &Path, wanted: &BTreeSet<(PathBuf, bool)>) -> io::Result<()> {
+/// The entries of the directory `rel` below `root`, sorted, as paths relative to `root`,
+/// the mover's own directory left out.
+fn entries(root: &Path, rel: &Path) -> io::Result<Vec<PathBuf>> {
     let dir = root.join(rel);
     let mut names: Vec<_> = fs::read_dir(&dir)
         .map_err(|e| at(&dir, e))?
@@ -158,11 +149,15 @@ fn prune(root: &Path, rel: &Path, wanted: &BTreeSet<(PathBuf, bool)>) -> io::Res
         .collect::<Result<_, _>>()
         .map_err(|e| at(&dir, e))?;
     names.sort();
-    for name in names {
-        let rel = rel.join(&name);
-        if rel == Path::new(MOVER_DIR) {
-            continue;
-        }
+    Ok(names
+        .into_iter()
+        .map(|name| rel.join(name))
+        .filter(|rel| rel != Path::new(MOVER_DIR))
+        .collect())
+}
+
+fn prune(root: &Path, rel: &Path, wanted: &BTreeSet<(PathBuf, bool)>) -> io::Result<()> {
+    for rel in entries(root, rel)? {
         let path = root.join(&rel);
         let is_dir = fs::symlink_metadata(&path)
             .map_err(|e| at(&path, e))?

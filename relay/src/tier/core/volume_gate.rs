@@ -201,6 +201,11 @@ impl NodeCore {
     /// The claim's manifest as the root holds it (JSON), if it does: a copy carries it
     /// to a new cluster that must create the claim to write it.
     pub fn claim_manifest(&self, space: &Space, claim: &VolumeClaim) -> Option<Vec<u8>> {
+        self.claim_body(space, claim).map(<[u8]>::to_vec)
+    }
+
+    /// The body of the claim's manifest in the root's log, if it holds one.
+    fn claim_body(&self, space: &Space, claim: &VolumeClaim) -> Option<&[u8]> {
         self.log
             .live()
             .find(|o| {
@@ -211,23 +216,14 @@ impl NodeCore {
                     && k.name == claim.claim
                     && k.namespace.as_deref() == Some(claim.namespace.as_str())
             })
-            .map(|o| o.body.to_vec())
+            .map(|o| &o.body[..])
     }
 
     /// The access mode of the claim as the root holds its manifest (ReadWriteOnce when
     /// it holds none).
     fn claim_mode(&self, space: &Space, claim: &VolumeClaim) -> AccessMode {
-        self.log
-            .live()
-            .find(|o| {
-                let k = o.key();
-                k.space == *space
-                    && k.kind == CLAIM_KIND
-                    && k.group.is_empty()
-                    && k.name == claim.claim
-                    && k.namespace.as_deref() == Some(claim.namespace.as_str())
-            })
-            .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.body).ok())
+        self.claim_body(space, claim)
+            .and_then(|body| serde_json::from_slice::<serde_json::Value>(body).ok())
             .map_or(AccessMode::ReadWriteOnce, |v| access_mode_of(&v))
     }
 }
