@@ -300,12 +300,13 @@ impl Summary {
     }
 
     /// Whether the change from `before` to this summary is news that should not wait
-    /// behind a rollout's progress: it settled or stopped being settled, the clusters
-    /// expected changed, fewer report, or more are degraded, failed or erroring.
-    /// Anything else is progress on the way to settling.
+    /// behind a rollout's progress: it settled, the clusters expected changed, fewer
+    /// report, or more are degraded, failed or erroring. Anything else is progress on
+    /// the way to settling, leaving a settled state included: a change's start says
+    /// nothing its end will not say, and an update that settles soon needs no push
+    /// before the one that says so.
     pub fn is_news_after(&self, before: &Summary) -> bool {
         self.is_settled()
-            || before.is_settled()
             || self.expected != before.expected
             || self.reporting < before.reporting
             || self.health.degraded > before.health.degraded

@@ -367,10 +367,10 @@ fn a_rollout_is_progress_until_it_settles_and_bad_news_never_waits() {
     use Health::{Applied, Available, Degraded, Failed, Progressing};
     let old = of_three(&[at(Available, 1), at(Available, 1), at(Available, 1)]);
     assert!(old.is_settled());
-    // Leaving a settled state is news; the steps after it are progress.
+    // Leaving a settled state is progress, as are the steps after it.
     let started = of_three(&[at(Applied, 2), at(Available, 1), at(Available, 1)]);
     assert!(!started.is_settled());
-    assert!(started.is_news_after(&old));
+    assert!(!started.is_news_after(&old));
     let halfway = of_three(&[at(Available, 2), at(Progressing, 2), at(Available, 1)]);
     assert!(!halfway.is_settled(), "two revisions, one progressing");
     assert!(!halfway.is_news_after(&started));

@@ -168,10 +168,11 @@ pub struct NodeCore {
     /// Objects whose summaries may have changed.
     dirty: BTreeSet<ObjectKey>,
     /// Objects whose summaries progressed but were not pushed: due again at
-    /// `next_progress` (see [`SUMMARY_PROGRESS_SPACING`]).
+    /// `progress_clock` (see [`SUMMARY_PROGRESS_SPACING`]).
     paced: BTreeSet<ObjectKey>,
-    /// When a summary that is only progress may next be pushed.
-    next_progress: Instant,
+    /// When summaries that are only progress may next be pushed; none while nothing
+    /// progressed for a spacing (the next progress starts the clock and waits for it).
+    progress_clock: Option<Instant>,
     /// Which clusters each placement selects here, by (space, placement, current
     /// revision): kept across summary ticks and queries while the inventory does not
     /// move (an update moves only statuses), dropped when placements or the root's view
@@ -385,7 +386,8 @@ impl NodeCore {
             || self.wants_plan())
         .then_some(self.next_summary.max(self.next_replan));
         let paced = (self.parent.is_some() && !self.paced.is_empty())
-            .then_some(self.next_progress.max(self.next_summary));
+            .then(|| self.progress_clock.map(|at| at.max(self.next_summary)))
+            .flatten();
         let sweeps = self.cluster_sweeps.values().min().copied();
         sessions
             .chain(link)
@@ -539,10 +541,13 @@ pub const REPLAN_SPACING: Duration = Duration::from_secs(1);
 
 /// A relay pushes a summary that is only progress (a rollout on its way, see
 /// [`Summary::is_news_after`](strata_protocol::summary::Summary::is_news_after)) at most
-/// this often; news (settled, worse, or the clusters expected changed) goes at the next
-/// summary tick. Each push is a packet to the parent and a QUIC ACK back: pushing every
-/// 100 ms tick through a 10,000-cluster update was ~11 ACK packets per update on every
-/// link into the root, a third of the root's bytes beyond the objects.
+/// this often, and the first progress after a quiet spacing waits one spacing too; news
+/// (settled, worse, or the clusters expected changed) goes at the next summary tick.
+/// Each push is a packet to the parent and a QUIC ACK back: pushing every 100 ms tick
+/// through a 10,000-cluster update was ~11 ACK packets per update on every link into
+/// the root, a third of the root's bytes beyond the objects; pushing the start of every
+/// update at once was one of the four left. An update that settles within the spacing
+/// costs each link one push, the settled summary.
 pub const SUMMARY_PROGRESS_SPACING: Duration = Duration::from_secs(1);
 
 /// How long the inventory records a child reported in an earlier run outlive its new

@@ -98,7 +98,7 @@ impl NodeCore {
             sent: BTreeMap::new(),
             dirty: BTreeSet::new(),
             paced: BTreeSet::new(),
-            next_progress: now,
+            progress_clock: None,
             selections: RefCell::default(),
             routes_stale: true,
             report_all: false,

@@ -263,8 +263,8 @@ impl NodeCore {
             self.paced.clear();
             return;
         };
-        // Summaries that only progressed wait for `next_progress`; news goes now.
-        let progress_due = now >= self.next_progress;
+        // Summaries that only progressed wait for the progress clock; news goes now.
+        let progress_due = self.progress_clock.is_some_and(|at| now >= at);
         if progress_due {
             self.dirty.append(&mut self.paced);
         }
@@ -353,8 +353,15 @@ impl NodeCore {
                 }
             }
         }
+        // A push of progress restarts the clock; a due tick with nothing to push stops
+        // it; progress waiting while it stands starts it.
         if progressed {
-            self.next_progress = now + SUMMARY_PROGRESS_SPACING;
+            self.progress_clock = Some(now + SUMMARY_PROGRESS_SPACING);
+        } else if progress_due {
+            self.progress_clock = None;
+        }
+        if !self.paced.is_empty() && self.progress_clock.is_none() {
+            self.progress_clock = Some(now + SUMMARY_PROGRESS_SPACING);
         }
         // The summary tick coalesced these already: waiting the outbox's flush
         // interval too would add its 100 ms at every tier on the way to the root.
@@ -795,8 +802,8 @@ data: { greeting: hello }
     }
 
     /// Through a rollout a relay pushes its summary's progress at most every
-    /// SUMMARY_PROGRESS_SPACING, what waited included, and news (settled, worse) at the
-    /// next tick.
+    /// SUMMARY_PROGRESS_SPACING, what waited included, the first progress after a quiet
+    /// spacing waiting one too, and news (settled, worse) at the next tick.
     #[test]
     fn a_relay_paces_a_rollouts_progress_and_pushes_news_at_once() {
         use strata_protocol::model::Health::{Applied, Available, Failed, Progressing};
@@ -812,22 +819,18 @@ data: { greeting: hello }
                 .is_some_and(|s| s.is_settled() && s.expected == 3),
             "{settled:?}"
         );
-        // Leaving the settled state is news.
+        // Leaving the settled state is progress: nothing progressed for a second, so
+        // it starts the clock and waits for it.
         r.status(ms(1000), "c1", 2, Applied, 2);
-        assert_eq!(r.tick(ms(1100)).len(), 1, "the rollout began");
-        // Progress: the first goes (none for a second), the next waits.
+        assert!(r.tick(ms(1100)).is_empty(), "the rollout's start waits");
         r.status(ms(1150), "c2", 2, Progressing, 2);
-        assert_eq!(r.tick(ms(1200)).len(), 1, "first progress");
+        assert!(r.tick(ms(1200)).is_empty(), "progress waits with it");
         r.status(ms(1250), "c3", 2, Applied, 2);
-        assert!(
-            r.tick(ms(1300)).is_empty(),
-            "progress within the second waits"
-        );
         assert!(
             r.tick(ms(1700)).is_empty(),
             "and waits without anything new"
         );
-        let waited = r.tick(ms(1200) + SUMMARY_PROGRESS_SPACING);
+        let waited = r.tick(ms(1100) + SUMMARY_PROGRESS_SPACING);
         assert_eq!(waited.len(), 1, "what waited goes once the second is over");
         assert_eq!(waited[0].health.applied, 2, "{waited:?}");
         // Bad news does not wait.
@@ -844,6 +847,31 @@ data: { greeting: hello }
             done.last()
                 .is_some_and(|s| s.is_settled() && s.health.available == 3),
             "{done:?}"
+        );
+        // An update that settles within the spacing costs the parent one push, the
+        // settled summary, after the clock has stopped.
+        let mut pushed = Vec::new();
+        for t in (2500..5000).step_by(100) {
+            pushed.extend(r.tick(ms(t)));
+        }
+        assert!(pushed.is_empty(), "{pushed:?}");
+        r.status(ms(5000), "c1", 4, Available, 3);
+        r.status(ms(5150), "c2", 5, Available, 3);
+        for t in (5000..5300).step_by(100) {
+            pushed.extend(r.tick(ms(t)));
+        }
+        assert!(
+            pushed.is_empty(),
+            "the update's start and progress wait: {pushed:?}"
+        );
+        r.status(ms(5300), "c3", 4, Available, 3);
+        for t in (5300..7500).step_by(100) {
+            pushed.extend(r.tick(ms(t)));
+        }
+        assert_eq!(pushed.len(), 1, "{pushed:?}");
+        assert!(
+            pushed[0].is_settled() && pushed[0].min_revision == Some(Revision(3)),
+            "{pushed:?}"
         );
     }
 }
