@@ -4,8 +4,11 @@
 //! what our hierarchy does: every tier keeps the object durably, and every agent's
 //! status is counted.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 
 use super::super::BenchError;
 use super::client::{Conn, deliver_subject};
@@ -20,6 +23,14 @@ const STREAM: &str = "BENCH";
 /// Consumers asked for before their answers are read.
 const PIPELINE: u32 = 256;
 
+/// How long an answer of the JetStream API (or a PubAck) may take before the bench
+/// fails naming what it asked: a request the server dropped would otherwise wait
+/// forever (a 10,000-leaf run once sat 15 minutes in this phase with every server idle).
+const ANSWER_WAIT: Duration = Duration::from_secs(60);
+
+/// How often the set-up says how far it got, in consumers.
+const PROGRESS_EVERY: u32 = 1000;
+
 /// Creates the stream and one durable consumer per leaf (`0..leaves`), through the
 /// JetStream API on the publisher's connection (which it subscribes to [`INBOX`]).
 pub(super) async fn set_up(conn: &mut Conn, leaves: u32) -> Result<(), BenchError> {
@@ -33,7 +44,9 @@ pub(super) async fn set_up(conn: &mut Conn, leaves: u32) -> Result<(), BenchErro
         "max_msgs": 100_000,
     });
     request(conn, &format!("$JS.API.STREAM.CREATE.{STREAM}"), &stream).await?;
-    check(&answer(conn).await?, "creating the stream")?;
+    let what = "creating the stream";
+    check(&answer(conn, what).await?, what)?;
+    let started = Instant::now();
     let mut leaf = 0;
     while leaf < leaves {
         let batch = leaf..(leaf + PIPELINE).min(leaves);
@@ -53,7 +66,15 @@ pub(super) async fn set_up(conn: &mut Conn, leaves: u32) -> Result<(), BenchErro
             request(conn, &subject, &consumer).await?;
         }
         for l in batch.clone() {
-            check(&answer(conn).await?, &format!("creating consumer leaf{l}"))?;
+            let what = format!("creating consumer leaf{l}");
+            check(&answer(conn, &what).await?, &what)?;
+        }
+        if batch.end / PROGRESS_EVERY > batch.start / PROGRESS_EVERY || batch.end == leaves {
+            eprintln!(
+                "JetStream: {} of {leaves} durable consumers created in {:.1} s",
+                batch.end,
+                started.elapsed().as_secs_f64()
+            );
         }
         leaf = batch.end;
     }
@@ -74,9 +95,19 @@ async fn request(conn: &mut Conn, subject: &str, body: &Value) -> Result<(), Ben
     .await
 }
 
-/// The next message on [`INBOX`] (an API answer or a PubAck), checked: a JetStream
-/// error in it fails, naming `what` was asked. Answers the server's PINGs on the way.
-pub(super) async fn answer(conn: &mut Conn) -> Result<Vec<u8>, BenchError> {
+/// The next message on [`INBOX`] (an API answer or a PubAck) to the request `what`,
+/// within [`ANSWER_WAIT`]. Answers the server's PINGs on the way.
+pub(super) async fn answer(conn: &mut Conn, what: &str) -> Result<Vec<u8>, BenchError> {
+    tokio::time::timeout(ANSWER_WAIT, next_message(conn))
+        .await
+        .map_err(|_| {
+            err(format!(
+                "{what}: no answer from JetStream within {ANSWER_WAIT:?}"
+            ))
+        })?
+}
+
+async fn next_message(conn: &mut Conn) -> Result<Vec<u8>, BenchError> {
     let line = conn.read_until("MSG").await?;
     let size: usize = line
         .split_whitespace()

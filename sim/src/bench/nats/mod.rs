@@ -152,7 +152,10 @@ async fn publish(conn: &mut Conn, flavor: Flavor, seq: u64, size: usize) -> Resu
     conn.writer.write_all(&msg).await.map_err(err)?;
     match flavor {
         Flavor::Core => conn.flush().await,
-        Flavor::JetStream => jetstream::check(&jetstream::answer(conn).await?, "publishing"),
+        Flavor::JetStream => {
+            let what = format!("publishing message {seq}");
+            jetstream::check(&jetstream::answer(conn, &what).await?, &what)
+        }
     }
 }
 
