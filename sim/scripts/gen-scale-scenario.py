@@ -20,6 +20,9 @@ ap.add_argument("--sites", type=int, default=10, help="sites per region")
 ap.add_argument("--per-site", type=int, default=100, help="clusters per site")
 ap.add_argument("--tick", default="5ms", help="the simulator's step (1ms-10ms)")
 ap.add_argument("--out", help="the file (default sim/scenarios/scale/scale-N.yaml)")
+ap.add_argument("--short", action="store_true",
+                help="the placement and the first objects only, no partition (15 s; converges at about 3 s): "
+                     "for heap profiles per cluster (BENCHMARKS.md, \"Memory per simulated cluster\")")
 a = ap.parse_args()
 n = a.regions * a.sites * a.per_site
 out = pathlib.Path(a.out) if a.out else (
@@ -48,7 +51,7 @@ for r in range(a.regions):
         for c in range(a.per_site):
             lines.append(f"      - {{ name: r{r}-s{s}-c{c}, parent: r{r}-s{s}, labels: {{ role: pos }} }}")
 lines += [
-    "duration: 60s",
+    "duration: 15s" if a.short else "duration: 60s",
     f"tick: {a.tick}",
     "settle: 20s",
     "workload:",
@@ -61,10 +64,13 @@ lines += [
     "        objects: [ { kinds: [ConfigMap] } ]",
     "        clusters: { selector: { matchLabels: { role: pos } } }",
     "  - { at: 2s, configmaps: { count: 5, prefix: cfg, namespace: pos, version: 1 } }",
-    "  - { at: 25s, configmaps: { count: 5, prefix: cfg, namespace: pos, version: 2 } }",
-    "faults:",
-    "  - { at: 20s, partition: [center, r0] }",
-    "  - { at: 45s, repair: [center, r0] }",
 ]
+if not a.short:
+    lines += [
+        "  - { at: 25s, configmaps: { count: 5, prefix: cfg, namespace: pos, version: 2 } }",
+        "faults:",
+        "  - { at: 20s, partition: [center, r0] }",
+        "  - { at: 45s, repair: [center, r0] }",
+    ]
 out.write_text("\n".join(lines) + "\n")
 print(f"wrote {out} ({n:,} clusters)")

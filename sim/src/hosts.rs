@@ -9,7 +9,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
@@ -61,9 +61,12 @@ pub const READY_DELAY: Duration = Duration::from_millis(200);
 /// How often relays send summaries upward.
 pub const SUMMARY_INTERVAL: Duration = Duration::from_millis(500);
 
-/// TLS configurations of one node, made once before the simulation starts.
+/// TLS configurations of one node, made once before the simulation starts: a server
+/// configuration for relays only (an agent listens on nothing; each server
+/// configuration holds rustls's session cache, 31 KB, which per cluster was an eighth
+/// of the simulation's memory).
 struct Tls {
-    server: Arc<rustls::ServerConfig>,
+    server: Option<Arc<rustls::ServerConfig>>,
     client: Arc<rustls::ClientConfig>,
 }
 
@@ -171,7 +174,10 @@ impl SimHierarchy {
             )
             .map_err(|(_, e)| cert_err(&name, &e))?
             .with_time(Some(sim_time()));
-            let server = tls::server_config(&id).map_err(|e| cert_err(&name, &e))?;
+            let server = match topology.relay(&name) {
+                Some(_) => Some(tls::server_config(&id).map_err(|e| cert_err(&name, &e))?),
+                None => None,
+            };
             let client = tls::client_config(&id).map_err(|e| cert_err(&name, &e))?;
             tls_by_name.insert(name, Tls { server, client });
         }
@@ -327,7 +333,7 @@ impl SimHierarchy {
             tls::server_config(&id)
         };
         Ok(Tls {
-            server: server.map_err(std::io::Error::other)?,
+            server: Some(server.map_err(std::io::Error::other)?),
             client: tls::client_config(&id).map_err(std::io::Error::other)?,
         })
     }
@@ -346,17 +352,44 @@ impl SimHierarchy {
         endpoint.set_default_client_config(
             transport::client_configs(tls.client.clone()).map_err(std::io::Error::other)?,
         );
+        Ok(self.connector_on(name, tls, endpoint))
+    }
+
+    /// [`Self::connector`] on an endpoint made already (see [`Self::shared_endpoint`]).
+    fn connector_on(&self, name: &str, tls: &Tls, endpoint: quinn::Endpoint) -> Connector {
         let connector = match self.transport.get() {
             TransportMode::Quic => endpoint.into(),
             mode => Connector::new(mode, Some(endpoint), Some(tls.client.clone()), None)
                 .with_tcp_dial(net::tcp_dial()),
         };
-        Ok(match &self.cert_files {
+        match &self.cert_files {
             Some(files) => connector
                 .with_renewal(files.tls_files(name).renewal(name))
                 .with_tls_time(Some(sim_time())),
             None => connector,
-        })
+        }
+    }
+
+    /// One QUIC endpoint for every agent of the current host, when certificates never
+    /// expire (`None` otherwise: an agent renewing or joining keeps its own). Each
+    /// agent's connector presents the agent's own identity at every handshake
+    /// ([`Connector::use_tls`]); the connections share the endpoint's socket, as the
+    /// agents already share the host's address. quinn's endpoint holds a 47 KB receive
+    /// buffer (32 datagrams), a fifth of the simulation's memory per cluster when each
+    /// agent had its own.
+    async fn shared_endpoint(
+        &self,
+        host: &str,
+        ip: IpAddr,
+    ) -> std::io::Result<Option<quinn::Endpoint>> {
+        if self.cert_files.is_some()
+            || std::env::var("SIM_SHARED_ENDPOINT").is_ok_and(|v| v == "off")
+        {
+            return Ok(None);
+        }
+        let mut rng = self.next_start(host);
+        let socket = SimUdpSocket::bind(ip, 0, self.network.clone()).await?;
+        net::seeded_endpoint(socket, &mut rng).map(Some)
     }
 
     /// How long a finished move's old clusters drain at relay `name`: one DNS TTL plus
@@ -388,7 +421,8 @@ impl SimHierarchy {
         let tls = self.tls_for(&name, joins.is_some())?;
         // The endpoint secret lives on the node's disk: the same across restarts.
         let secret = SimRng::new(mix(self.seed ^ hash(&name))).bytes32();
-        let (config, server) = transport::server_configs(tls.server.clone(), secret)?;
+        let server_tls = tls.server.clone().ok_or_else(|| missing(&name))?;
+        let (config, server) = transport::server_configs(server_tls.clone(), secret)?;
         let socket = SimUdpSocket::bind(ip, RELAY_PORT, self.network.clone()).await?;
         let listener = net::endpoint(socket, config, Some(server.clone()), rng.bytes32())?;
         let listener = transport::QuicListener::new(listener, server);
@@ -396,7 +430,7 @@ impl SimHierarchy {
             TransportMode::Quic => None,
             _ => Some(strata_node::tcp::Listener::from_source(
                 Box::new(net::SimTcpListener::bind(ip, RELAY_PORT).await?),
-                tls.server.clone(),
+                server_tls,
             )),
         };
         let topo = &self.topology;
@@ -471,6 +505,7 @@ impl SimHierarchy {
             })
             .collect();
         specs.sort_by_key(|(at, _)| *at);
+        let shared = self.shared_endpoint(&agents_host(&relay), ip).await?;
         for (at, spec) in specs {
             tokio::time::sleep_until(host_started + at).await;
             let mut rng = self.next_start(&spec.name);
@@ -485,9 +520,18 @@ impl SimHierarchy {
                     self.recoveries.borrow_mut().insert(spec.name.clone(), r);
                 }
             }
-            let socket = SimUdpSocket::bind(ip, 0, self.network.clone()).await?;
             let tls = self.tls_for(&spec.name, false)?;
-            let connector = self.connector(&spec.name, &tls, socket, &mut rng)?;
+            let connector = match &shared {
+                Some(endpoint) => {
+                    let c = self.connector_on(&spec.name, &tls, endpoint.clone());
+                    c.use_tls(tls.client.clone());
+                    c
+                }
+                None => {
+                    let socket = SimUdpSocket::bind(ip, 0, self.network.clone()).await?;
+                    self.connector(&spec.name, &tls, socket, &mut rng)?
+                }
+            };
             let (removed, removals) = std::sync::mpsc::channel();
             self.removals
                 .borrow_mut()

@@ -383,8 +383,15 @@ impl Scenario {
             path: p.clone(),
             detail,
         };
+        // The parser's default budget (250,000 nodes, 1,000,000 events) guards against
+        // hostile input; a scenario is ours, and one of 100,000 clusters has about five
+        // nodes per cluster. Every node and event takes at least a byte of the text.
+        let size = text.len().max(1_000_000);
+        let options = serde_saphyr::options! {
+            budget: serde_saphyr::budget! { max_nodes: size, max_events: size },
+        };
         let raw: Scenario<TopologySource> =
-            serde_saphyr::from_str(text).map_err(|e| parse(e.to_string()))?;
+            serde_saphyr::from_str_with_options(text, options).map_err(|e| parse(e.to_string()))?;
         let checked = match raw.topology {
             TopologySource::File(file) => {
                 let dir = path.parent().unwrap_or(Path::new(""));

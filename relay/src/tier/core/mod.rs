@@ -179,6 +179,11 @@ pub struct NodeCore {
     /// change. A cache, so queries through `&self` fill it too ([`NodeCore::summary`]).
     selections: RefCell<Selections>,
     routes_stale: bool,
+    /// Children whose clusters changed since the last processing: their routes are
+    /// made again once per processing, not once per cluster record (a child's route
+    /// covers its whole subtree, so a region's 10,000 clusters arriving one record at
+    /// a time cost the root 10,000 routes of up to 10,000 clusters each).
+    stale_routes: BTreeSet<String>,
     /// Everything must be reported upward at the next processing.
     report_all: bool,
     /// This run's id.
@@ -410,6 +415,12 @@ impl NodeCore {
         }
         self.push_changed_links(now);
         self.sweep_clusters_due(now);
+        let stale_routes = std::mem::take(&mut self.stale_routes);
+        if !self.routes_stale {
+            for child in stale_routes {
+                self.refresh_route(&child);
+            }
+        }
         if self.routes_stale {
             self.routes_stale = false;
             self.reload_placements();

@@ -101,6 +101,7 @@ impl NodeCore {
             progress_clock: None,
             selections: RefCell::default(),
             routes_stale: true,
+            stale_routes: BTreeSet::new(),
             report_all: false,
             run: setup.run,
             stale: BTreeSet::new(),

@@ -62,7 +62,7 @@ impl NodeCore {
                     link.push_report(now, up);
                 }
             }
-            self.refresh_route(child);
+            self.stale_routes.insert(child.to_owned());
             self.dirty.extend(self.log.live().map(|o| o.key().clone()));
             self.link_clusters_changed(child);
             self.replan = true;
@@ -165,7 +165,7 @@ impl NodeCore {
                 self.forget_report(now, slot);
                 if cluster {
                     self.replan = true;
-                    self.refresh_route(child);
+                    self.stale_routes.insert(child.to_owned());
                     self.link_clusters_changed(child);
                 }
             }
