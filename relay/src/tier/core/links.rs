@@ -137,6 +137,21 @@ impl NodeCore {
     /// own sent its own packet upward (and drew an ACK back): ten children's refreshes
     /// were two packets a second on a region's link, as many as its summaries.
     pub(super) fn refresh_links(&mut self, now: Instant) {
+        self.refresh_links_older_than(now, LINK_REFRESH);
+    }
+
+    /// New entries from the parent are acknowledged with the next transmit: the
+    /// records of relay children half due or more ride in the ack's packet. A refresh
+    /// on its own clock during an update was a packet of its own, and a QUIC ACK back
+    /// from the parent, in about a third of the updates at a region (its window is
+    /// under 2 s, the refresh every 5 s): a quarter of the root's bytes beyond the
+    /// object and the ACKs an update must cost. After this none is due within half a
+    /// refresh of an update's start.
+    pub(super) fn refresh_links_with_ack(&mut self, now: Instant) {
+        self.refresh_links_older_than(now, LINK_REFRESH / 2);
+    }
+
+    fn refresh_links_older_than(&mut self, now: Instant, age: Duration) {
         if self.relay_links_up == 0 {
             // A site relay's links are its agents': none is refreshed, none walked.
             return;
@@ -146,7 +161,7 @@ impl NodeCore {
             .links
             .values()
             .filter(up)
-            .any(|l| l.last_pushed.is_none_or(|t| now >= t + LINK_REFRESH));
+            .any(|l| l.last_pushed.is_none_or(|t| now >= t + age));
         if !any_due {
             return;
         }

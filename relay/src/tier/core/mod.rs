@@ -408,7 +408,7 @@ impl NodeCore {
     /// [`NodeCore::transmit`].
     pub fn process(&mut self, now: Instant) -> Batch {
         self.last_now = self.last_now.max(now);
-        self.drain_parent_events();
+        self.drain_parent_events(now);
         self.drain_child_events(now);
         if std::mem::take(&mut self.report_all) {
             self.report_everything(now);

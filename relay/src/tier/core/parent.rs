@@ -35,16 +35,22 @@ impl NodeCore {
     }
 
     /// What the parent's events mean here: changes to note, labels to inherit,
-    /// everything to report again, or a link to close.
-    pub(super) fn drain_parent_events(&mut self) {
+    /// everything to report again, or a link to close. Changes are acknowledged with
+    /// the next transmit: link records half due go with them
+    /// ([`NodeCore::refresh_links_with_ack`]).
+    pub(super) fn drain_parent_events(&mut self, now: Instant) {
         let Some(mut parent) = self.parent.take() else {
             return;
         };
+        let mut changed = false;
         while let Some(followed) = parent.poll(&mut self.log, &mut self.batch) {
             match followed {
                 Followed::ReportAll => self.report_all = true,
                 Followed::Labels(labels) => self.inherit(labels),
-                Followed::Changed(change) => self.note_key(change.key().clone()),
+                Followed::Changed(change) => {
+                    changed = true;
+                    self.note_key(change.key().clone());
+                }
                 Followed::Closed { error, retry_after } => {
                     self.outgoing.close_parent = Some((error, retry_after));
                 }
@@ -54,6 +60,9 @@ impl NodeCore {
             tracing::info!("caught up with the parent: admitting children");
         }
         self.parent = Some(parent);
+        if changed {
+            self.refresh_links_with_ack(now);
+        }
     }
 
     /// The labels this node's ancestors give every cluster below changed (at a welcome,

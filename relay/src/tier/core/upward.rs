@@ -584,6 +584,8 @@ mod tests {
         pushed: Vec<Summary>,
         /// The keys of every batch of reports `eu` sent up, in order.
         batches: Vec<Vec<ReportKey>>,
+        /// The keys of the reports `eu` sent in the same transmit as each ack, in order.
+        with_ack: Vec<Vec<ReportKey>>,
     }
 
     impl Region {
@@ -625,6 +627,7 @@ mod tests {
                 eu,
                 pushed: Vec::new(),
                 batches: Vec::new(),
+                with_ack: Vec::new(),
             };
             region.root.child_connected(t0, "eu", 1).unwrap();
             region.eu.parent_connected(t0, LinkPath::Direct);
@@ -708,6 +711,18 @@ data: { greeting: hello }
             for _ in 0..20 {
                 let _ = self.eu.process(now);
                 let up = self.eu.transmit(now).to_parent;
+                if up.iter().any(|m| matches!(m, ChildToParent::Ack { .. })) {
+                    self.with_ack.push(
+                        up.iter()
+                            .filter_map(|m| match m {
+                                ChildToParent::Reports(b) => Some(b.items.iter()),
+                                _ => None,
+                            })
+                            .flatten()
+                            .map(|i| i.key.clone())
+                            .collect(),
+                    );
+                }
                 for msg in &up {
                     if let ChildToParent::Reports(batch) = msg {
                         self.batches
@@ -799,6 +814,89 @@ data: { greeting: hello }
             let _ = r.tick(ms(t));
         }
         assert_eq!(links_in(&r.batches), Vec::<Vec<String>>::new());
+    }
+
+    /// A change from the parent is acknowledged at once; relay children's link records
+    /// half due or more ride in the ack's packet, and none is refreshed on its own
+    /// clock within half a refresh after (an update's window at the parent: each
+    /// packet up draws a QUIC ACK down).
+    #[test]
+    fn relay_childrens_links_ride_with_the_ack_of_a_change() {
+        use crate::tier::core::LINK_REFRESH;
+        let ms = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
+        let links = |keys: &[ReportKey]| -> Vec<String> {
+            keys.iter()
+                .filter_map(|k| match k {
+                    ReportKey::Link { node } => Some(node.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let change = |r: &mut Region, greeting: &str| {
+            let text = format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: shop, namespace: retail, labels: {{ app: shop }} }}\ndata: {{ greeting: {greeting} }}\n"
+            );
+            let manifests = strata_node::objects::parse_manifests(
+                &text,
+                &strata_protocol::model::Space::default_space(),
+            )
+            .unwrap();
+            r.root.apply_manifests(&manifests).unwrap();
+        };
+        let mut r = Region::empty(ms(0), &["s1", "s2", "c1"]);
+        r.connect(ms(0), "s1", 21, Role::Relay);
+        r.connect(ms(0), "s2", 22, Role::Relay);
+        r.connect(ms(0), "c1", 11, Role::Agent);
+        let mut cluster = crate::tier::testing::cluster("c1", &[]);
+        cluster.labels.insert("tier".into(), "store".into());
+        r.agent_reports(
+            ms(0),
+            "c1",
+            0,
+            vec![Report {
+                key: ReportKey::Cluster { name: "c1".into() },
+                value: ReportValue::Cluster(cluster),
+            }],
+        );
+        let refresh = u64::try_from(LINK_REFRESH.as_millis()).unwrap();
+        let mut t = 0;
+        while t < refresh + 100 {
+            t += 100;
+            let _ = r.tick(ms(t));
+        }
+        let refreshed: Vec<String> = r.batches.iter().flat_map(|b| links(b)).collect();
+        assert!(
+            refreshed.ends_with(&["s1".to_owned(), "s2".to_owned()]),
+            "{refreshed:?}"
+        );
+        r.batches.clear();
+        r.with_ack.clear();
+        // A change within half a refresh: acknowledged alone.
+        change(&mut r, "hi");
+        t += 900;
+        r.pump(ms(t));
+        assert!(
+            r.eu.log().live().any(|o| o.revision.0 > 1),
+            "the change reached eu"
+        );
+        assert_eq!(r.with_ack.len(), 1, "one ack for the change");
+        assert!(links(&r.with_ack[0]).is_empty(), "{:?}", r.with_ack);
+        // Half a refresh on: the records go with the ack.
+        t += refresh / 2;
+        let _ = r.tick(ms(t));
+        change(&mut r, "hello");
+        r.pump(ms(t));
+        assert_eq!(r.with_ack.len(), 2, "one ack for each change");
+        assert_eq!(links(&r.with_ack[1]), ["s1", "s2"]);
+        // And none goes up on its own within half a refresh after.
+        let with_ack = t;
+        r.batches.clear();
+        while t < with_ack + refresh / 2 {
+            t += 100;
+            let _ = r.tick(ms(t));
+        }
+        let alone: Vec<String> = r.batches.iter().flat_map(|b| links(b)).collect();
+        assert!(alone.is_empty(), "{alone:?}");
     }
 
     /// Through a rollout a relay pushes its summary's progress at most every
