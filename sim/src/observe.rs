@@ -317,7 +317,9 @@ pub(crate) async fn observe(
             record.clone(),
         )))
     });
-    // SIM_SAMPLE_MS samples more often (finer figures; another trace hash).
+    // SIM_SAMPLE_MS sets the period: shorter for finer figures, longer at 100,000
+    // clusters, where each sample asks every agent (convergence is then seen at the
+    // first sample after it). Another trace hash either way.
     let sample = match std::env::var("SIM_SAMPLE_MS")
         .ok()
         .and_then(|v| v.parse().ok())
