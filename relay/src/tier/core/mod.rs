@@ -390,9 +390,10 @@ impl NodeCore {
             && (!self.dirty.is_empty() || self.has_relay_child_up()))
             || self.wants_plan())
         .then_some(self.next_summary.max(self.next_replan));
-        let paced = (self.parent.is_some() && !self.paced.is_empty())
-            .then(|| self.progress_clock.map(|at| at.max(self.next_summary)))
-            .flatten();
+        let paced = self
+            .progress_clock
+            .filter(|_| self.parent.is_some() && !self.paced.is_empty())
+            .map(|at| at.max(self.next_summary));
         let sweeps = self.cluster_sweeps.values().min().copied();
         sessions
             .chain(link)

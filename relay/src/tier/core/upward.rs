@@ -643,13 +643,18 @@ kind: ConfigMap
 metadata: { name: shop, namespace: retail, labels: { app: shop } }
 data: { greeting: hello }
 ";
+            region.apply(text);
+            region
+        }
+
+        /// Applies the manifests `text` at the root.
+        fn apply(&mut self, text: &str) {
             let manifests = strata_node::objects::parse_manifests(
                 text,
                 &strata_protocol::model::Space::default_space(),
             )
             .unwrap();
-            region.root.apply_manifests(&manifests).unwrap();
-            region
+            self.root.apply_manifests(&manifests).unwrap();
         }
 
         /// `name` (an agent or a relay) connects to `eu` on `conn` and says hello.
@@ -759,6 +764,16 @@ data: { greeting: hello }
         }
     }
 
+    /// The children whose link records are among `keys`, in order.
+    fn link_names(keys: &[ReportKey]) -> Vec<String> {
+        keys.iter()
+            .filter_map(|k| match k {
+                ReportKey::Link { node } => Some(node.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// A relay's relay children's link records are refreshed upward every LINK_REFRESH,
     /// all in one batch once the first is due: not each on its own clock, a packet (and
     /// an ACK back) apiece.
@@ -769,14 +784,7 @@ data: { greeting: hello }
         let links_in = |batches: &[Vec<ReportKey>]| -> Vec<Vec<String>> {
             batches
                 .iter()
-                .map(|b| {
-                    b.iter()
-                        .filter_map(|k| match k {
-                            ReportKey::Link { node } => Some(node.clone()),
-                            _ => None,
-                        })
-                        .collect::<Vec<_>>()
-                })
+                .map(|b| link_names(b))
                 .filter(|l| !l.is_empty())
                 .collect()
         };
@@ -824,24 +832,10 @@ data: { greeting: hello }
     fn relay_childrens_links_ride_with_the_ack_of_a_change() {
         use crate::tier::core::LINK_REFRESH;
         let ms = |ms: u64| Instant::ZERO + Duration::from_millis(ms);
-        let links = |keys: &[ReportKey]| -> Vec<String> {
-            keys.iter()
-                .filter_map(|k| match k {
-                    ReportKey::Link { node } => Some(node.clone()),
-                    _ => None,
-                })
-                .collect()
-        };
         let change = |r: &mut Region, greeting: &str| {
-            let text = format!(
+            r.apply(&format!(
                 "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: shop, namespace: retail, labels: {{ app: shop }} }}\ndata: {{ greeting: {greeting} }}\n"
-            );
-            let manifests = strata_node::objects::parse_manifests(
-                &text,
-                &strata_protocol::model::Space::default_space(),
-            )
-            .unwrap();
-            r.root.apply_manifests(&manifests).unwrap();
+            ));
         };
         let mut r = Region::empty(ms(0), &["s1", "s2", "c1"]);
         r.connect(ms(0), "s1", 21, Role::Relay);
@@ -864,7 +858,7 @@ data: { greeting: hello }
             t += 100;
             let _ = r.tick(ms(t));
         }
-        let refreshed: Vec<String> = r.batches.iter().flat_map(|b| links(b)).collect();
+        let refreshed: Vec<String> = r.batches.iter().flat_map(|b| link_names(b)).collect();
         assert!(
             refreshed.ends_with(&["s1".to_owned(), "s2".to_owned()]),
             "{refreshed:?}"
@@ -880,14 +874,14 @@ data: { greeting: hello }
             "the change reached eu"
         );
         assert_eq!(r.with_ack.len(), 1, "one ack for the change");
-        assert!(links(&r.with_ack[0]).is_empty(), "{:?}", r.with_ack);
+        assert!(link_names(&r.with_ack[0]).is_empty(), "{:?}", r.with_ack);
         // Half a refresh on: the records go with the ack.
         t += refresh / 2;
         let _ = r.tick(ms(t));
         change(&mut r, "hello");
         r.pump(ms(t));
         assert_eq!(r.with_ack.len(), 2, "one ack for each change");
-        assert_eq!(links(&r.with_ack[1]), ["s1", "s2"]);
+        assert_eq!(link_names(&r.with_ack[1]), ["s1", "s2"]);
         // And none goes up on its own within half a refresh after.
         let with_ack = t;
         r.batches.clear();
@@ -895,7 +889,7 @@ data: { greeting: hello }
             t += 100;
             let _ = r.tick(ms(t));
         }
-        let alone: Vec<String> = r.batches.iter().flat_map(|b| links(b)).collect();
+        let alone: Vec<String> = r.batches.iter().flat_map(|b| link_names(b)).collect();
         assert!(alone.is_empty(), "{alone:?}");
     }
 

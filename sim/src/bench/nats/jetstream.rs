@@ -48,8 +48,7 @@ pub(super) async fn set_up(conn: &mut Conn, leaves: u32) -> Result<(), BenchErro
         "max_msgs": 100_000,
     });
     request(conn, &format!("$JS.API.STREAM.CREATE.{STREAM}"), &stream).await?;
-    let what = "creating the stream";
-    check(&answer(conn, what).await?, what)?;
+    answered(conn, "creating the stream").await?;
     let started = Instant::now();
     let mut leaf = 0;
     while leaf < leaves {
@@ -70,8 +69,7 @@ pub(super) async fn set_up(conn: &mut Conn, leaves: u32) -> Result<(), BenchErro
             request(conn, &subject, &consumer).await?;
         }
         for l in batch.clone() {
-            let what = format!("creating consumer leaf{l}");
-            check(&answer(conn, &what).await?, &what)?;
+            answered(conn, &format!("creating consumer leaf{l}")).await?;
         }
         if batch.end / PROGRESS_EVERY > batch.start / PROGRESS_EVERY || batch.end == leaves {
             eprintln!(
@@ -99,16 +97,18 @@ async fn request(conn: &mut Conn, subject: &str, body: &Value) -> Result<(), Ben
     .await
 }
 
-/// The next message on [`INBOX`] (an API answer or a PubAck) to the request `what`,
-/// within [`ANSWER_WAIT`]. Answers the server's PINGs on the way.
-pub(super) async fn answer(conn: &mut Conn, what: &str) -> Result<Vec<u8>, BenchError> {
-    tokio::time::timeout(ANSWER_WAIT, next_message(conn))
+/// Waits for the next message on [`INBOX`] (an API answer or a PubAck) to the request
+/// `what`, within [`ANSWER_WAIT`], and fails when it carries a JetStream error (see
+/// [`check`]). Answers the server's PINGs on the way.
+pub(super) async fn answered(conn: &mut Conn, what: &str) -> Result<(), BenchError> {
+    let body = tokio::time::timeout(ANSWER_WAIT, next_message(conn))
         .await
         .map_err(|_| {
             err(format!(
                 "{what}: no answer from JetStream within {ANSWER_WAIT:?}"
             ))
-        })?
+        })??;
+    check(&body, what)
 }
 
 async fn next_message(conn: &mut Conn) -> Result<Vec<u8>, BenchError> {
@@ -125,7 +125,7 @@ async fn next_message(conn: &mut Conn) -> Result<Vec<u8>, BenchError> {
 }
 
 /// Fails when a JetStream answer carries an error, naming `what` was asked.
-pub(super) fn check(body: &[u8], what: &str) -> Result<(), BenchError> {
+fn check(body: &[u8], what: &str) -> Result<(), BenchError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| err(format!("{what}: JetStream answered no JSON ({e})")))?;
     match v.get("error") {

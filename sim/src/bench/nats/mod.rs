@@ -152,10 +152,7 @@ async fn publish(conn: &mut Conn, flavor: Flavor, seq: u64, size: usize) -> Resu
     conn.writer.write_all(&msg).await.map_err(err)?;
     match flavor {
         Flavor::Core => conn.flush().await,
-        Flavor::JetStream => {
-            let what = format!("publishing message {seq}");
-            jetstream::check(&jetstream::answer(conn, &what).await?, &what)
-        }
+        Flavor::JetStream => jetstream::answered(conn, &format!("publishing message {seq}")).await,
     }
 }
 
