@@ -9,6 +9,7 @@ use strata_protocol::wire::{Report, ReportKey, ReportValue};
 
 use strata_node::store::ReportSlot;
 
+mod by_object;
 mod endpoints;
 mod summaries;
 mod tier_counts;
@@ -98,6 +99,8 @@ pub struct SubtreeReports {
     counts: TierCounts,
     /// The endpoints reports among them, by object.
     endpoints: endpoints::EndpointIndex,
+    /// The clusters' statuses among them, by object.
+    statuses: by_object::StatusesByObject,
 }
 
 impl SubtreeReports {
@@ -117,12 +120,14 @@ impl SubtreeReports {
             labels: Labels::new(),
             counts: TierCounts::default(),
             endpoints: endpoints::EndpointIndex::default(),
+            statuses: by_object::StatusesByObject::default(),
         };
         reports.index_all();
         let slots: Vec<ReportSlot> = reports.stored.keys().cloned().collect();
         for slot in &slots {
             reports.count(slot);
             reports.endpoints.index(slot, true);
+            reports.statuses.index(slot, reports.stored.get(slot));
         }
         reports
     }
@@ -153,6 +158,7 @@ impl SubtreeReports {
     /// Keeps the inventory index in step with `slot`, which was just stored or dropped.
     fn index(&mut self, slot: &ReportSlot) {
         self.endpoints.index(slot, self.stored.contains_key(slot));
+        self.statuses.index(slot, self.stored.get(slot));
         let (from, ReportKey::Cluster { name }) = slot else {
             return;
         };

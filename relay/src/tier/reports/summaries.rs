@@ -161,75 +161,56 @@ impl SubtreeReports {
         // of a child whose summary counted are in that summary already. A cluster two
         // children report (it moved) counts once as reported: with such names the
         // reported ones are collected by name, else counting suffices.
-        let mut reported: Vec<BTreeSet<&str>> = if *unique_names {
-            Vec::new()
-        } else {
-            vec![BTreeSet::new(); objects.len()]
-        };
         let mut silent = vec![0u64; objects.len()];
-        // Per object, whether the record at hand reported it (with unique names).
-        let mut found = vec![false; if *unique_names { objects.len() } else { 0 }];
-        let status_of = |object: &ObjectKey| -> ReportSlot {
-            (
-                String::new(),
-                ReportKey::Status {
-                    cluster: String::new(),
-                    object: object.clone(),
-                },
-            )
-        };
-        let (mut lo, mut hi) = (status_of(first), status_of(last));
-        // Records come grouped by child: whether the child covers every object is
-        // looked up once per child.
-        let mut skipping: Option<(&str, bool)> = None;
-        for (from, name) in records {
-            let (from, name) = (from.as_str(), name.as_str());
-            let skip = match skipping {
-                Some((child, skip)) if child == from => skip,
-                _ => {
-                    let skip = covered_all.contains(from);
-                    skipping = Some((from, skip));
-                    skip
-                }
-            };
-            if skip {
-                // Counted in its child's summaries, for every object: nothing to add.
-                continue;
-            }
-            let counted = |i: usize| via_summary.is_empty() || !via_summary.contains(&(i, from));
-            for slot in [&mut lo, &mut hi] {
-                from.clone_into(&mut slot.0);
-                if let ReportKey::Status { cluster, .. } = &mut slot.1 {
-                    name.clone_into(cluster);
-                }
-            }
-            found.iter_mut().for_each(|f| *f = false);
-            for (i, value) in among(objects, self.between(&lo, &hi)) {
-                if let ReportValue::Status(status) = value
-                    && counted(i)
-                {
-                    out[i].add_status(name, status);
-                    match reported.get_mut(i) {
-                        Some(names) => {
-                            names.insert(name);
+        // Whether a record's child summarized every object (looked up once per record).
+        let covered: Vec<bool> = records
+            .iter()
+            .map(|(from, _)| covered_all.contains(from.as_str()))
+            .collect();
+        // The record whose status made an object's exact status, if any: the index
+        // keeps statuses without their `.status`, which is then looked up.
+        let mut exact_from: Vec<Option<usize>> = vec![None; objects.len()];
+        for (i, object) in objects.iter().enumerate() {
+            let counted = |from: &str| via_summary.is_empty() || !via_summary.contains(&(i, from));
+            let mut reported: BTreeSet<&str> = BTreeSet::new();
+            // Both in (child, cluster) order: one merge.
+            let mut statuses = self.statuses.of(object).peekable();
+            for (r, (from, name)) in records.iter().enumerate() {
+                let (from, name) = (from.as_str(), name.as_str());
+                let mut status = None;
+                while let Some((f, c, s)) = statuses.peek() {
+                    match (*f, *c).cmp(&(from, name)) {
+                        std::cmp::Ordering::Less => {
+                            statuses.next();
                         }
-                        None => found[i] = true,
+                        std::cmp::Ordering::Equal => {
+                            status = Some(*s);
+                            statuses.next();
+                            break;
+                        }
+                        std::cmp::Ordering::Greater => break,
                     }
                 }
-            }
-            if *unique_names {
-                for (i, found) in found.iter().enumerate() {
-                    if counted(i) && !found {
-                        silent[i] += 1;
+                if covered[r] || !counted(from) {
+                    continue;
+                }
+                match status {
+                    Some(status) => {
+                        if out[i].expected == 0 {
+                            exact_from[i] = Some(r);
+                        }
+                        out[i].add_status(name, status);
+                        if !*unique_names {
+                            reported.insert(name);
+                        }
                     }
+                    None if *unique_names => silent[i] += 1,
+                    None => {}
                 }
             }
-        }
-        if !*unique_names {
-            for (from, name) in records {
-                for (i, names) in reported.iter().enumerate() {
-                    if !via_summary.contains(&(i, from.as_str())) && !names.contains(name.as_str())
-                    {
+            if !*unique_names {
+                for (from, name) in records {
+                    if counted(from) && !reported.contains(name.as_str()) {
                         silent[i] += 1;
                     }
                 }
@@ -237,6 +218,22 @@ impl SubtreeReports {
         }
         for (s, silent) in out.iter_mut().zip(silent) {
             s.merge(&Summary::expected(silent));
+        }
+        // A summary of one cluster carries its status whole.
+        for ((s, object), r) in out.iter_mut().zip(objects).zip(exact_from) {
+            if let (Some(exact), Some(r)) = (&mut s.exact, r) {
+                let (from, name) = &records[r];
+                let slot = (
+                    from.clone(),
+                    ReportKey::Status {
+                        cluster: name.clone(),
+                        object: object.clone(),
+                    },
+                );
+                if let Some(ReportValue::Status(whole)) = self.stored.get(&slot) {
+                    exact.status = whole.clone();
+                }
+            }
         }
         out
     }
@@ -303,5 +300,273 @@ impl Selection {
     /// Whether it was made at this inventory generation.
     pub fn made_at(&self, generation: u64) -> bool {
         self.generation == generation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use strata_protocol::model::{Health, ObjectKeyParts, Revision, Space, Status};
+    use strata_protocol::time::UnixMillis;
+    use strata_protocol::wire::Report;
+
+    use super::*;
+    use crate::tier::testing::cluster_report;
+
+    /// A summary made the plain way, each record's status looked up by its whole key:
+    /// what [`SubtreeReports::summarize_many`] must agree with.
+    fn plainly(
+        r: &SubtreeReports,
+        selection: &Selection,
+        placement: &Placement,
+        object: &ObjectKey,
+        cut_off: &BTreeSet<String>,
+    ) -> Summary {
+        let mut out = Summary::default();
+        let mut summarized: BTreeSet<&str> = BTreeSet::new();
+        for from in &selection.selecting_children {
+            let slot = (
+                from.clone(),
+                ReportKey::Summary {
+                    placement: placement.name.clone(),
+                    object: object.clone(),
+                },
+            );
+            if let (false, Some(ReportValue::Summary(s))) = (cut_off.contains(from), r.get(&slot)) {
+                out.merge(s);
+                summarized.insert(from);
+            }
+        }
+        let mut reported: BTreeSet<&str> = BTreeSet::new();
+        let mut silent = 0;
+        for (from, name) in &selection.records {
+            if summarized.contains(from.as_str()) {
+                continue;
+            }
+            let slot = (
+                from.clone(),
+                ReportKey::Status {
+                    cluster: name.clone(),
+                    object: object.clone(),
+                },
+            );
+            match r.get(&slot) {
+                Some(ReportValue::Status(s)) => {
+                    out.add_status(name, s);
+                    reported.insert(name);
+                }
+                _ if selection.unique_names => silent += 1,
+                _ => {}
+            }
+        }
+        if !selection.unique_names {
+            silent += selection
+                .records
+                .iter()
+                .filter(|(from, name)| {
+                    !summarized.contains(from.as_str()) && !reported.contains(name.as_str())
+                })
+                .count() as u64;
+        }
+        out.merge(&Summary::expected(silent));
+        out
+    }
+
+    fn key(i: u8) -> ObjectKey {
+        ObjectKey::new(ObjectKeyParts {
+            space: Space::default_space(),
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some("pos".into()),
+            name: format!("o{i}"),
+        })
+    }
+
+    /// What a child may say: `Some` a status or summary, `None` taking it back.
+    #[derive(Debug, Clone)]
+    enum Said {
+        /// Agent `a{agent}` reports its cluster's status of object `object`.
+        Status {
+            agent: u8,
+            object: u8,
+            health: u8,
+            revision: u64,
+            removed: bool,
+        },
+        /// The relay `eu` (clusters e0 to e2) summarizes object `object` for
+        /// placement `p` (or another one's).
+        Summary {
+            object: u8,
+            reporting: u64,
+            ours: bool,
+            removed: bool,
+        },
+        /// Cluster `a{agent}` also reported under the relay `us` (it moved), with a
+        /// status of `object`.
+        Moved { agent: u8, object: u8 },
+    }
+
+    impl Said {
+        /// The same, moving one of the first `agents` agents (the others have no
+        /// cluster record: their statuses are of clusters no placement selects).
+        fn among(&self, agents: u8) -> Said {
+            let mut s = self.clone();
+            if let Said::Moved { agent, .. } = &mut s {
+                *agent %= agents;
+            }
+            s
+        }
+    }
+
+    fn said() -> impl Strategy<Value = Said> {
+        prop_oneof![
+            4 => (0u8..5, 0u8..6, 0u8..5, 1u64..4, prop::bool::weighted(0.15)).prop_map(
+                |(agent, object, health, revision, removed)| Said::Status {
+                    agent,
+                    object,
+                    health,
+                    revision,
+                    removed,
+                }
+            ),
+            1 => (0u8..6, 0u64..4, any::<bool>(), prop::bool::weighted(0.2)).prop_map(
+                |(object, reporting, ours, removed)| Said::Summary {
+                    object,
+                    reporting,
+                    ours,
+                    removed,
+                }
+            ),
+            1 => (0u8..5, 0u8..6).prop_map(|(agent, object)| Said::Moved { agent, object }),
+        ]
+    }
+
+    fn status_report(cluster: &str, object: u8, health: u8, revision: u64) -> Report {
+        let health = Health::ALL[usize::from(health) % Health::ALL.len()];
+        Report {
+            key: ReportKey::Status {
+                cluster: cluster.into(),
+                object: key(object),
+            },
+            value: ReportValue::Status(Status {
+                health,
+                revision: Revision(revision),
+                observed_generation: None,
+                message: matches!(health, Health::Failed | Health::Degraded)
+                    .then(|| format!("{cluster} at {revision}")),
+                numbers: [("ready".to_owned(), revision as i64)].into(),
+                status: format!("{{\"at\":{revision}}}").into_bytes(),
+                observed_at: UnixMillis(revision * 10 + u64::from(object)),
+            }),
+        }
+    }
+
+    fn apply(r: &mut SubtreeReports, said: &Said) {
+        match *said {
+            Said::Status {
+                agent,
+                object,
+                health,
+                revision,
+                removed,
+            } => {
+                let name = format!("a{agent}");
+                let mut report = status_report(&name, object, health, revision);
+                if removed {
+                    report.value = ReportValue::Removed;
+                }
+                r.accept(&name, report);
+            }
+            Said::Summary {
+                object,
+                reporting,
+                ours,
+                removed,
+            } => {
+                let mut s = Summary::expected(3 - reporting.min(3));
+                for c in 0..reporting.min(3) {
+                    if let ReportValue::Status(st) = status_report("e", object, 2, 1).value {
+                        s.add_status(&format!("e{c}"), &st);
+                    }
+                }
+                r.accept(
+                    "eu",
+                    Report {
+                        key: ReportKey::Summary {
+                            placement: if ours { "p" } else { "q" }.into(),
+                            object: key(object),
+                        },
+                        value: if removed {
+                            ReportValue::Removed
+                        } else {
+                            ReportValue::Summary(Box::new(s))
+                        },
+                    },
+                );
+            }
+            Said::Moved { agent, object } => {
+                let name = format!("a{agent}");
+                r.accept("us", cluster_report(&name, &["us"]));
+                r.accept("us", status_report(&name, object, 2, 2));
+            }
+        }
+    }
+
+    proptest! {
+        /// Whatever the children said, the summaries of any set of objects made at once
+        /// over the statuses by object are those made plainly, exact statuses included.
+        #[test]
+        fn summaries_by_object_agree_with_the_plain_ones(
+            said in prop::collection::vec(said(), 0..40),
+            wanted in prop::collection::btree_set(0u8..6, 1..6),
+            cut in any::<bool>(),
+            agents in 1u8..6,
+            relay in any::<bool>(),
+        ) {
+            let placement = Placement {
+                space: Space::default_space(),
+                name: "p".into(),
+                objects: vec![],
+                clusters: strata_protocol::placement::ClusterSelector::default(),
+                upsync: vec![],
+                moves: Default::default(),
+                customize: vec![],
+                status_summary: vec![],
+                rollout: None,
+            };
+            let mut r = SubtreeReports::new();
+            // One agent and no relay: a summary of a single cluster, with its exact status.
+            for agent in 0..agents {
+                let name = format!("a{agent}");
+                r.accept(&name, cluster_report(&name, &[]));
+            }
+            if relay {
+                for c in 0..3 {
+                    r.accept("eu", cluster_report(&format!("e{c}"), &["eu"]));
+                }
+            }
+            for s in &said {
+                apply(&mut r, &s.among(agents));
+            }
+            let objects: Vec<ObjectKey> = wanted.iter().map(|&i| key(i)).collect();
+            let cut_off: BTreeSet<String> = if cut { ["eu".to_owned()].into() } else { BTreeSet::new() };
+            let root = RootView::default();
+            let selection = r.selection(&placement, &root, true);
+            let many = r.summarize_many(&selection, &placement, &objects, &cut_off);
+            let plain: Vec<Summary> = objects
+                .iter()
+                .map(|o| plainly(&r, &selection, &placement, o, &cut_off))
+                .collect();
+            prop_assert_eq!(many, plain);
+            // Restored from what a store kept, the index is the same.
+            let restored = SubtreeReports::restore(r.iter().map(|(s, v)| (s.clone(), v.clone())));
+            let again = restored.summarize_many(&selection, &placement, &objects, &cut_off);
+            let plain: Vec<Summary> = objects
+                .iter()
+                .map(|o| plainly(&r, &selection, &placement, o, &cut_off))
+                .collect();
+            prop_assert_eq!(again, plain);
+        }
     }
 }

@@ -11,6 +11,8 @@ use super::super::tree::Applied;
 
 /// How often [`Arrivals::wait`] looks for applies.
 const ARRIVALS_POLL: Duration = Duration::from_millis(10);
+/// How often a long wait says how far it got.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// Applies seen by the harness, per leaf.
 pub(crate) struct Arrivals {
@@ -55,6 +57,7 @@ impl Arrivals {
         let mut seen: Vec<Option<Duration>> = vec![None; leaves.len()];
         let mut missing = leaves.len();
         let deadline = start + limit;
+        let mut next_progress = Instant::now() + PROGRESS_EVERY;
         while missing > 0 {
             // Polled, not awaited: a task waiting on the channel is woken by every
             // apply, a cross-thread wake-up from the agents' runtime each (20,000 per
@@ -66,6 +69,17 @@ impl Arrivals {
                     let now = Instant::now();
                     if now >= deadline {
                         break;
+                    }
+                    if now >= next_progress {
+                        // A long wait says how far it got, so a slow phase is told from
+                        // a stuck one while it runs.
+                        eprintln!(
+                            "bench: waiting for revision {rev}: {} of {} leaves have it after {:.0} s",
+                            leaves.len() - missing,
+                            leaves.len(),
+                            now.saturating_duration_since(start).as_secs_f64()
+                        );
+                        next_progress = now + PROGRESS_EVERY;
                     }
                     tokio::time::sleep(ARRIVALS_POLL.min(deadline - now)).await;
                     continue;
