@@ -110,6 +110,15 @@ fn phase_in_child(phase: Phase) -> anyhow::Result<TopologyReport> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // The nodes' own logs, to stderr, for a run that misbehaves: `STRATA_BENCH_LOG=warn`
+    // (an `EnvFilter`; off by default, the figures are taken without them).
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("STRATA_BENCH_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .init();
+    }
     let fanout = match args.fanout {
         Some(f) => f,
         None => bench::derive_fanout(args.leaves)?,
