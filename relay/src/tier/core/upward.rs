@@ -115,9 +115,8 @@ impl NodeCore {
     pub(super) fn sweep(&mut self, now: Instant, child: &str) {
         self.sweep_where(now, child, |key| !matches!(key, ReportKey::Cluster { .. }));
         if self
-            .stale
-            .iter()
-            .any(|(from, key)| from == child && matches!(key, ReportKey::Cluster { .. }))
+            .stale_of(child)
+            .any(|(_, key)| matches!(key, ReportKey::Cluster { .. }))
         {
             self.cluster_sweeps
                 .insert(child.to_owned(), now + CLUSTER_GRACE);
@@ -135,9 +134,8 @@ impl NodeCore {
         for child in due {
             self.cluster_sweeps.remove(&child);
             let gone = self
-                .stale
-                .iter()
-                .filter(|(from, key)| *from == child && matches!(key, ReportKey::Cluster { .. }))
+                .stale_of(&child)
+                .filter(|(_, key)| matches!(key, ReportKey::Cluster { .. }))
                 .count();
             if gone > 0 {
                 tracing::info!(
@@ -151,11 +149,19 @@ impl NodeCore {
         }
     }
 
+    /// The stale slots of `child`, found by range: every child of a relay whose agents
+    /// all restarted at once has its slots stale while it reports again, and each
+    /// child's sweep scanned all of them: quadratic in the children of a storm.
+    fn stale_of<'a>(&'a self, child: &'a str) -> impl Iterator<Item = &'a ReportSlot> + 'a {
+        self.stale
+            .range(crate::tier::reports::first_slot(child.to_owned())..)
+            .take_while(move |(from, _)| from == child)
+    }
+
     fn sweep_where(&mut self, now: Instant, child: &str, pick: impl Fn(&ReportKey) -> bool) {
         let gone: Vec<ReportSlot> = self
-            .stale
-            .iter()
-            .filter(|(from, key)| from == child && pick(key))
+            .stale_of(child)
+            .filter(|(_, key)| pick(key))
             .cloned()
             .collect();
         for slot in gone {
@@ -549,6 +555,41 @@ mod tests {
         );
         let _ = turn(&mut core, due);
         assert_eq!(clusters(&core), ["c1"], "what was not reported again went");
+    }
+
+    /// A child's sweep drops its own stale reports only, not those of a child whose
+    /// name begins with its own, stale too (both restarted).
+    #[test]
+    fn a_sweep_leaves_a_neighbours_stale_reports() {
+        let t0 = Instant::ZERO;
+        let mut core = NodeCore::new(
+            t0,
+            crate::tier::core::CoreSetup {
+                log: crate::tier::core::new_log(1, true),
+                ..setup("center", &["eu", "eu-2"], None)
+            },
+        );
+        let eu2 = |core: &mut NodeCore, conn: u64, run: u64, items: Vec<Report>| {
+            core.child_connected(t0, "eu-2", conn).unwrap();
+            core.child_message(t0, "eu-2", conn, hello_from("eu-2", Role::Relay, run));
+            let reports = strata_protocol::wire::Reports {
+                epoch: 0,
+                epoch_start: 0,
+                seq: 0,
+                items,
+            };
+            core.child_message(t0, "eu-2", conn, ChildToParent::Reports(reports));
+            let _ = turn(core, t0);
+        };
+        let d1 = crate::tier::testing::cluster_report("d1", &["eu-2"]);
+        eu2(&mut core, 7, 1, vec![d1, complete(1)]);
+        run(&mut core, t0, 1, 10, vec![cluster("c1")]);
+        assert_eq!(clusters(&core), ["c1", "d1"]);
+        // Both restart; eu reports everything again (nothing), eu-2 not yet.
+        eu2(&mut core, 8, 2, vec![]);
+        run(&mut core, t0, 2, 11, vec![]);
+        let _ = turn(&mut core, t0 + CLUSTER_GRACE);
+        assert_eq!(clusters(&core), ["d1"], "eu's went, eu-2's stays");
     }
 
     /// A run that ends before its grace is over does not get its sweep: the next

@@ -74,6 +74,26 @@ fn check_link(
     }
 }
 
+/// The first slot `from` may hold in the key order: the first report key of all is a
+/// status with every field empty. A child's slots are those from here on while the
+/// slot's child is `from`.
+pub(crate) fn first_slot(from: String) -> ReportSlot {
+    (
+        from,
+        ReportKey::Status {
+            cluster: String::new(),
+            object: ObjectKey::new(ObjectKeyParts {
+                space: strata_protocol::model::Space(String::new()),
+                group: String::new(),
+                version: String::new(),
+                kind: String::new(),
+                namespace: None,
+                name: String::new(),
+            }),
+        },
+    )
+}
+
 /// Reports received from children, indexed for routing and summarizing. Each child's
 /// reports are kept apart: several children report summaries of the same object.
 #[derive(Debug, Default)]
@@ -282,26 +302,9 @@ impl SubtreeReports {
     /// the root's reports each time (10,000 clusters) was quadratic in a storm.
     fn of_node(&self, node: &str) -> impl Iterator<Item = (&ReportSlot, &ReportValue)> {
         // Node names are DNS labels, so after `node` in the key order come only its
-        // replicas (`node#...`) before `node$`; the first report key of all is a status
-        // with every field empty.
-        let first = |from: String| -> ReportSlot {
-            (
-                from,
-                ReportKey::Status {
-                    cluster: String::new(),
-                    object: ObjectKey::new(ObjectKeyParts {
-                        space: strata_protocol::model::Space(String::new()),
-                        group: String::new(),
-                        version: String::new(),
-                        kind: String::new(),
-                        namespace: None,
-                        name: String::new(),
-                    }),
-                },
-            )
-        };
+        // replicas (`node#...`) before `node$`.
         self.stored
-            .range(first(node.to_owned())..first(format!("{node}$")))
+            .range(first_slot(node.to_owned())..first_slot(format!("{node}$")))
     }
 
     /// Drops one stored report. Returns whether it was there.
