@@ -20,6 +20,22 @@ pub(crate) fn cluster(name: &str, path: &[&str]) -> Cluster {
     }
 }
 
+/// A placement `name` in the default space that selects every cluster and sets
+/// nothing else.
+pub(crate) fn placement(name: &str) -> strata_protocol::placement::Placement {
+    strata_protocol::placement::Placement {
+        space: strata_protocol::model::Space::default_space(),
+        name: name.into(),
+        objects: vec![],
+        clusters: strata_protocol::placement::ClusterSelector::default(),
+        upsync: vec![],
+        moves: Default::default(),
+        customize: vec![],
+        status_summary: vec![],
+        rollout: None,
+    }
+}
+
 /// A child's report of [`cluster`].
 pub(crate) fn cluster_report(name: &str, path: &[&str]) -> Report {
     Report {

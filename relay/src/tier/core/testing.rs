@@ -104,9 +104,21 @@ pub(super) fn turn(core: &mut NodeCore, now: Instant) -> Vec<(String, u64, Error
 /// Sends one batch of reports on a connection (the report stream starts at 0 per
 /// session).
 pub(super) fn report(core: &mut NodeCore, now: Instant, conn: u64, seq: u64, items: Vec<Report>) {
+    report_from(core, now, "eu", conn, seq, items);
+}
+
+/// [`report`] from the child `child`.
+pub(super) fn report_from(
+    core: &mut NodeCore,
+    now: Instant,
+    child: &str,
+    conn: u64,
+    seq: u64,
+    items: Vec<Report>,
+) {
     core.child_message(
         now,
-        "eu",
+        child,
         conn,
         ChildToParent::Reports(Reports {
             epoch: 0,

@@ -499,7 +499,9 @@ mod tests {
     use strata_protocol::wire::{ChildToParent, LinkPath, Report, ReportKey, ReportValue, Role};
 
     use super::*;
-    use crate::tier::core::testing::{cluster, hello, hello_from, report, root, setup, turn};
+    use crate::tier::core::testing::{
+        cluster, hello, hello_from, report, report_from, root, setup, turn,
+    };
 
     fn complete(run: u64) -> Report {
         Report {
@@ -572,13 +574,7 @@ mod tests {
         let eu2 = |core: &mut NodeCore, conn: u64, run: u64, items: Vec<Report>| {
             core.child_connected(t0, "eu-2", conn).unwrap();
             core.child_message(t0, "eu-2", conn, hello_from("eu-2", Role::Relay, run));
-            let reports = strata_protocol::wire::Reports {
-                epoch: 0,
-                epoch_start: 0,
-                seq: 0,
-                items,
-            };
-            core.child_message(t0, "eu-2", conn, ChildToParent::Reports(reports));
+            report_from(core, t0, "eu-2", conn, 0, items);
             let _ = turn(core, t0);
         };
         let d1 = crate::tier::testing::cluster_report("d1", &["eu-2"]);

@@ -146,8 +146,7 @@ impl SubtreeReports {
         let slots: Vec<ReportSlot> = reports.stored.keys().cloned().collect();
         for slot in &slots {
             reports.count(slot);
-            reports.endpoints.index(slot, true);
-            reports.statuses.index(slot, reports.stored.get(slot));
+            reports.index_by_object(slot);
         }
         reports
     }
@@ -177,8 +176,7 @@ impl SubtreeReports {
 
     /// Keeps the inventory index in step with `slot`, which was just stored or dropped.
     fn index(&mut self, slot: &ReportSlot) {
-        self.endpoints.index(slot, self.stored.contains_key(slot));
-        self.statuses.index(slot, self.stored.get(slot));
+        self.index_by_object(slot);
         let (from, ReportKey::Cluster { name }) = slot else {
             return;
         };
@@ -198,6 +196,12 @@ impl SubtreeReports {
                 }
             }
         }
+    }
+
+    /// Keeps the indexes by object (endpoints, statuses) in step with `slot`.
+    fn index_by_object(&mut self, slot: &ReportSlot) {
+        self.endpoints.index(slot, self.stored.contains_key(slot));
+        self.statuses.index(slot, self.stored.get(slot));
     }
 
     /// A cluster as placements see it here: with the inherited labels (and before any
@@ -403,7 +407,6 @@ impl SubtreeReports {
 mod tests {
     use strata_protocol::choice::RootView;
     use strata_protocol::model::{Health, Status};
-    use strata_protocol::placement::Placement;
     use strata_protocol::summary::Summary;
 
     use super::*;
@@ -551,17 +554,7 @@ mod tests {
 
     #[test]
     fn many_objects_summarized_at_once_are_each_summarized_alone() {
-        let placement = Placement {
-            space: strata_protocol::model::Space::default_space(),
-            name: "p".into(),
-            objects: vec![],
-            clusters: strata_protocol::placement::ClusterSelector::default(),
-            upsync: vec![],
-            moves: Default::default(),
-            customize: vec![],
-            status_summary: vec![],
-            rollout: None,
-        };
+        let placement = crate::tier::testing::placement("p");
         // Sorted: b, d, f are summarized; a, c, e, g only lie between them.
         let [a, b, c, d, e, f, g] = ["a", "b", "c", "d", "e", "f", "g"].map(key);
         let wanted = [b.clone(), d.clone(), f.clone()];
