@@ -276,6 +276,9 @@ def main():
     ap.add_argument("--window", type=int, default=20, help="minutes at the end the slopes are taken over")
     ap.add_argument("--out", default=None, help="where the CSVs and the plot go (default: a new temporary directory)")
     ap.add_argument("--seed", type=int, default=49)
+    ap.add_argument("--minute", type=float, default=60.0,
+                    help="seconds between two rounds of churn (default 60; shorter to find a leak quickly, "
+                         "with the agents away for a third of it at most)")
     a = ap.parse_args()
     bins = {b: os.path.join(os.path.abspath(a.bin_dir), b) for b in ("relay", "agent")}
     rng = random.Random(a.seed)
@@ -302,6 +305,7 @@ def main():
     api = re.search(r"listen:\s*\"?([0-9.]+:[0-9]+)", open(nodes[0].config).read().split("api:", 1)[1]).group(1)
     env = dict(os.environ, STRATA_SERVER=api, STRATA_SERVER_NAME="center", STRATA_TOKEN=token,
                STRATA_CA=os.path.join(hier, "ca.crt"))
+    away_for = min(AGENTS_AWAY, a.minute / 3)
     print(f"soak: {len(relays) + 1} relays and {len(agents)} agents in {work}; {a.minutes} minutes", flush=True)
     t_zero = time.monotonic()
     for n in nodes:
@@ -337,7 +341,7 @@ def main():
             away = rng.sample(agents, max(1, len(agents) * 5 // 100))
             for n in away:
                 n.stop()
-            time.sleep(AGENTS_AWAY)
+            time.sleep(away_for)
             try:
                 behind = len(unconverged(bins, env))
             except RuntimeError:
@@ -345,8 +349,8 @@ def main():
             for n in away:
                 n.start(bins, logs)
                 n.last_start = time.monotonic() - t_zero
-            print(f"minute {minute + 1}: applied 101 objects, restarted {relay.name}, {len(away)} agents away for {AGENTS_AWAY} s (then {behind} of 101 objects not yet everywhere); load {os.getloadavg()[0]:.2f}", flush=True)
-            time.sleep(max(0.0, 60 - (time.monotonic() - t0)))
+            print(f"minute {minute + 1}: applied 101 objects, restarted {relay.name}, {len(away)} agents away for {away_for:g} s (then {behind} of 101 objects not yet everywhere); load {os.getloadavg()[0]:.2f}", flush=True)
+            time.sleep(max(0.0, a.minute - (time.monotonic() - t0)))
         end = time.monotonic() - t_zero
         behind = []
         for _ in range(60):

@@ -4,24 +4,35 @@
 //! The object log keeps only each key's latest change, so it cannot replay "created,
 //! patched, deleted" to a watch from before the create; this can.
 //!
-//! Bounded by a count of events: the oldest revisions go first, whole (a watch from a
-//! revision at or above the floor gets every event after it). A watch from below the
+//! Bounded by a count of events and by their age: the oldest revisions go first, whole
+//! (a watch from a revision at or above the floor gets every event after it), once
+//! there are more than the capacity or once they were committed more than
+//! [`WATCH_RETENTION`] ago, as kube-apiserver's etcd is compacted every five minutes.
+//! Without the age bound the root's memory grew with every write until the count was
+//! reached, which at a hundred writes a minute took well over an hour. A watch from below the
 //! floor, or from before this run (the history starts empty, its floor at the log's
 //! head), is answered 410 `Expired` and the client lists again, as kube-apiserver
 //! answers a `resourceVersion` its cache no longer holds.
 //!
-//! Pure: no clock, no I/O. What a watch sends for each event, given what it selects,
+//! Pure: no clock, no I/O (the core gives it `now`). What a watch sends for each event, given what it selects,
 //! is [`WatchHistory::events_after`]; the state of the changed keys at an older
 //! revision (a list at an exact `resourceVersion`, a later page of a paged list) is
 //! [`WatchHistory::state_at`].
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
 
 use strata_protocol::model::{Object, ObjectKey};
+use strata_protocol::time::Instant;
 
 /// How many events the root keeps for watches unless told otherwise
 /// ([`super::NodeCore::set_watch_events`]).
 pub const WATCH_EVENTS: usize = 10_000;
+
+/// How long the root keeps a committed write for watches: a watch from an older
+/// revision is answered 410 and lists again. kube-apiserver's default compaction of
+/// etcd, every five minutes, leaves a client about as long.
+pub const WATCH_RETENTION: Duration = Duration::from_secs(300);
 
 /// One committed write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +102,12 @@ pub struct WatchHistory {
     floor: u64,
     /// The committed head: events above it are staged, not yet visible.
     head: u64,
+    /// (when, the head committed then), oldest first: one per commit that moved the
+    /// head within the retention, so that [`WatchHistory::expire`] knows which
+    /// revisions are older than it.
+    commits: VecDeque<(Instant, u64)>,
+    /// How long a committed event is kept.
+    retention: Duration,
 }
 
 impl WatchHistory {
@@ -102,6 +119,8 @@ impl WatchHistory {
             capacity: capacity.max(1),
             floor: head,
             head,
+            commits: VecDeque::new(),
+            retention: WATCH_RETENTION,
         }
     }
 
@@ -140,6 +159,7 @@ impl WatchHistory {
     /// whole new copy of the log, whose changes it did not see one by one).
     pub fn reset(&mut self, head: u64) {
         self.events.clear();
+        self.commits.clear();
         self.floor = head;
         self.head = head;
     }
@@ -186,11 +206,35 @@ impl WatchHistory {
         });
     }
 
-    /// Makes every event at or below `revision` visible, and drops the oldest
-    /// revisions beyond the capacity.
-    pub fn commit(&mut self, revision: u64) {
-        self.head = self.head.max(revision);
+    /// Makes every event at or below `revision` visible, committed at `now`, and drops
+    /// the oldest revisions beyond the capacity or the retention.
+    pub fn commit(&mut self, revision: u64, now: Instant) {
+        if revision > self.head {
+            self.head = revision;
+            self.commits.push_back((now, revision));
+        }
         self.trim();
+        self.expire(now);
+    }
+
+    /// When the oldest committed event held passes the retention: when
+    /// [`WatchHistory::expire`] next has something to drop.
+    pub fn poll_expiry(&self) -> Option<Instant> {
+        self.commits.front().map(|(at, _)| *at + self.retention)
+    }
+
+    /// Drops the revisions committed more than the retention before `now`.
+    pub fn expire(&mut self, now: Instant) {
+        while let Some(&(at, revision)) = self.commits.front() {
+            if now.saturating_since(at) <= self.retention {
+                break;
+            }
+            self.commits.pop_front();
+            while self.events.front().is_some_and(|e| e.revision <= revision) {
+                self.events.pop_front();
+            }
+            self.floor = self.floor.max(revision);
+        }
     }
 
     fn trim(&mut self) {
@@ -206,6 +250,9 @@ impl WatchHistory {
                 self.events.pop_front();
             }
             self.floor = self.floor.max(oldest);
+            while self.commits.front().is_some_and(|(_, r)| *r <= oldest) {
+                self.commits.pop_front();
+            }
         }
     }
 
@@ -316,11 +363,11 @@ mod tests {
     fn create_patch_delete_replay_in_order_one_event_each() {
         let mut h = WatchHistory::new(100, 0);
         h.record(1, key("a"), Some(obj("a", 1, "x")), None);
-        h.commit(1);
+        h.commit(1, Instant::ZERO);
         h.record(2, key("a"), Some(obj("a", 2, "x")), Some(obj("a", 1, "x")));
-        h.commit(2);
+        h.commit(2, Instant::ZERO);
         h.record(3, key("a"), None, Some(obj("a", 2, "x")));
-        h.commit(3);
+        h.commit(3, Instant::ZERO);
         let events = h.events_after(0, |_| true).expect("in the window");
         assert_eq!(
             kinds(&events),
@@ -344,7 +391,7 @@ mod tests {
         h.record(2, key("a"), Some(obj("a", 2, "x")), Some(obj("a", 1, "y")));
         h.record(3, key("a"), Some(obj("a", 3, "x")), Some(obj("a", 2, "x")));
         h.record(4, key("a"), Some(obj("a", 4, "y")), Some(obj("a", 3, "x")));
-        h.commit(4);
+        h.commit(4, Instant::ZERO);
         let events = h.events_after(0, x).expect("ok");
         assert_eq!(
             kinds(&events),
@@ -362,7 +409,7 @@ mod tests {
         let mut h = WatchHistory::new(100, 5);
         h.record(6, key("a"), Some(obj("a", 6, "x")), None);
         assert!(h.events_after(5, |_| true).expect("ok").is_empty());
-        h.commit(6);
+        h.commit(6, Instant::ZERO);
         assert_eq!(h.events_after(5, |_| true).expect("ok").len(), 1);
         // Not above the head: ignored.
         h.record(6, key("b"), Some(obj("b", 6, "x")), None);
@@ -374,12 +421,12 @@ mod tests {
         let mut h = WatchHistory::new(3, 0);
         h.record(1, key("a"), Some(obj("a", 1, "x")), None);
         h.record(1, key("b"), Some(obj("b", 1, "x")), None);
-        h.commit(1);
+        h.commit(1, Instant::ZERO);
         h.record(2, key("a"), Some(obj("a", 2, "x")), Some(obj("a", 1, "x")));
-        h.commit(2);
+        h.commit(2, Instant::ZERO);
         assert_eq!(h.floor(), 0);
         h.record(3, key("b"), None, Some(obj("b", 1, "x")));
-        h.commit(3);
+        h.commit(3, Instant::ZERO);
         assert_eq!(h.floor(), 1);
         assert_eq!(h.len(), 2);
         let e = h.events_after(0, |_| true).expect_err("expired");
@@ -399,7 +446,7 @@ mod tests {
         let mut h = WatchHistory::new(10, 0);
         h.record(1, key("a"), Some(obj("a", 1, "x")), None);
         h.record(1, key("a"), Some(obj("a", 1, "y")), Some(obj("a", 1, "x")));
-        h.commit(1);
+        h.commit(1, Instant::ZERO);
         let events = h.events_after(0, |_| true).expect("ok");
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].kind, EventType::Added);
@@ -407,7 +454,7 @@ mod tests {
         // Created and deleted in one revision: nothing happened.
         h.record(2, key("b"), Some(obj("b", 2, "x")), None);
         h.record(2, key("b"), None, Some(obj("b", 2, "x")));
-        h.commit(2);
+        h.commit(2, Instant::ZERO);
         assert_eq!(h.events_after(1, |_| true).expect("ok").len(), 0);
     }
 
@@ -415,15 +462,71 @@ mod tests {
     fn state_at_undoes_later_writes() {
         let mut h = WatchHistory::new(10, 0);
         h.record(1, key("a"), Some(obj("a", 1, "x")), None);
-        h.commit(1);
+        h.commit(1, Instant::ZERO);
         h.record(2, key("a"), Some(obj("a", 2, "x")), Some(obj("a", 1, "x")));
         h.record(2, key("b"), Some(obj("b", 2, "x")), None);
-        h.commit(2);
+        h.commit(2, Instant::ZERO);
         h.record(3, key("a"), None, Some(obj("a", 2, "x")));
-        h.commit(3);
+        h.commit(3, Instant::ZERO);
         let at1 = h.state_at(1).expect("ok");
         assert_eq!(at1[&key("a")].map(|o| o.revision), Some(Revision(1)));
         assert_eq!(at1[&key("b")], None);
         assert!(h.state_at(3).expect("ok").is_empty());
+    }
+
+    fn secs(s: u64) -> Instant {
+        Instant::from_origin(Duration::from_secs(s))
+    }
+
+    #[test]
+    fn writes_older_than_the_retention_are_dropped_whole_revisions_at_a_time() {
+        let mut h = WatchHistory::new(100, 0);
+        h.record(1, key("a"), Some(obj("a", 1, "x")), None);
+        h.record(1, key("b"), Some(obj("b", 1, "x")), None);
+        h.commit(1, secs(0));
+        h.record(2, key("a"), Some(obj("a", 2, "x")), Some(obj("a", 1, "x")));
+        h.commit(2, secs(100));
+        assert_eq!(h.poll_expiry(), Some(secs(0) + WATCH_RETENTION));
+        // Exactly the retention old: still kept.
+        h.expire(secs(0) + WATCH_RETENTION);
+        assert_eq!((h.len(), h.floor()), (3, 0));
+        // Older: revision 1 goes, both its events; a watch from 1 still gets 2.
+        h.expire(secs(1) + WATCH_RETENTION);
+        assert_eq!((h.len(), h.floor()), (1, 1));
+        assert_eq!(h.events_after(1, |_| true).expect("ok").len(), 1);
+        assert!(
+            h.events_after(0, |_| true).is_err(),
+            "0 is below the floor now"
+        );
+        assert_eq!(h.poll_expiry(), Some(secs(100) + WATCH_RETENTION));
+        // Nothing written since: the history empties, and a watch from the head
+        // (caught up, no write missed) may still start.
+        h.expire(secs(101) + WATCH_RETENTION);
+        assert_eq!((h.len(), h.floor(), h.head()), (0, 2, 2));
+        assert_eq!(h.events_after(2, |_| true).expect("ok").len(), 0);
+        assert_eq!(h.poll_expiry(), None);
+    }
+
+    #[test]
+    fn staged_writes_outlive_the_retention_until_committed() {
+        let mut h = WatchHistory::new(100, 0);
+        h.record(1, key("a"), Some(obj("a", 1, "x")), None);
+        h.commit(1, secs(0));
+        h.record(2, key("a"), Some(obj("a", 2, "x")), Some(obj("a", 1, "x")));
+        h.expire(secs(1000));
+        assert_eq!((h.len(), h.floor()), (1, 1), "the staged event stays");
+        h.commit(2, secs(1000));
+        assert_eq!(h.events_after(1, |_| true).expect("ok").len(), 1);
+    }
+
+    #[test]
+    fn the_count_bound_forgets_the_commit_times_it_dropped() {
+        let mut h = WatchHistory::new(1, 0);
+        for rev in 1..=3 {
+            h.record(rev, key("a"), Some(obj("a", rev, "x")), None);
+            h.commit(rev, secs(rev));
+        }
+        assert_eq!((h.len(), h.floor()), (1, 2));
+        assert_eq!(h.poll_expiry(), Some(secs(3) + WATCH_RETENTION));
     }
 }

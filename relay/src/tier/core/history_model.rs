@@ -242,3 +242,38 @@ fn watches_replay_every_write_as_kube_apiserver() {
     println!("watch history property: {ran} cases passed");
     assert!(ran >= u64::from(cases));
 }
+
+/// The root's driver wakes it when the oldest write passes the retention, and the
+/// history then lets it go: a watch from before it lists again, one from the head
+/// still starts.
+#[test]
+fn the_root_lets_writes_go_once_they_pass_the_retention() {
+    use super::history::WATCH_RETENTION;
+    use strata_protocol::time::Instant;
+    let mut core = testing::root();
+    let put = |k: usize| {
+        Change::Upsert(Object {
+            meta: Arc::new(ObjectMeta {
+                key: key(k),
+                labels: labels(Some("x")),
+            }),
+            revision: Revision(1),
+            hash: ContentHash([k as u8; 32]),
+            body: Body::from(b"{}".to_vec()),
+        })
+    };
+    let first = core.apply(vec![put(0), put(1)]).expect("applied");
+    assert_eq!(core.history().len(), 2);
+    let expiry = Instant::ZERO + WATCH_RETENTION;
+    assert!(
+        core.poll_timeout().is_some_and(|t| t <= expiry),
+        "the core asks to be woken by the time the writes expire"
+    );
+    core.handle_timeout(expiry);
+    assert_eq!(core.history().len(), 2, "kept for exactly the retention");
+    core.handle_timeout(expiry + std::time::Duration::from_secs(1));
+    assert_eq!(core.history().len(), 0);
+    assert_eq!(core.history().floor(), first.0);
+    assert!(core.history().events_after(first.0 - 1, |_| true).is_err());
+    assert!(core.history().events_after(first.0, |_| true).is_ok());
+}

@@ -63,7 +63,7 @@ impl NodeCore {
             self.stage(pos, change)?;
         }
         self.log.commit(pos);
-        self.history.commit(pos.0);
+        self.history.commit(pos.0, self.last_now);
         if strata {
             self.reload_placements();
         }
@@ -98,7 +98,7 @@ impl NodeCore {
             }
         }
         self.log.commit(pos);
-        self.history.commit(pos.0);
+        self.history.commit(pos.0, now);
         self.reload_placements();
     }
 

@@ -371,6 +371,7 @@ impl NodeCore {
         if let Some(parent) = &mut self.parent {
             parent.handle_timeout(now);
         }
+        self.history.expire(now);
     }
 
     /// When [`NodeCore::handle_timeout`] should next run.
@@ -395,11 +396,14 @@ impl NodeCore {
             .filter(|_| self.parent.is_some() && !self.paced.is_empty())
             .map(|at| at.max(self.next_summary));
         let sweeps = self.cluster_sweeps.values().min().copied();
+        // At the root: the watch history's oldest writes passing their retention.
+        let expiry = self.history.poll_expiry();
         sessions
             .chain(link)
             .chain(summaries)
             .chain(paced)
             .chain(sweeps)
+            .chain(expiry)
             .min()
     }
 

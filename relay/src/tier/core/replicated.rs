@@ -102,7 +102,7 @@ impl NodeCore {
                 self.history.record(pos, key.clone(), object, prev);
             }
         }
-        self.history.commit(head);
+        self.history.commit(head, self.last_now);
     }
 
     /// Another replica's child reported (or its report went).
