@@ -9,15 +9,15 @@
 //! there are more than the capacity or once they were committed more than
 //! [`WATCH_RETENTION`] ago, as kube-apiserver's etcd is compacted every five minutes.
 //! Without the age bound the root's memory grew with every write until the count was
-//! reached, which at a hundred writes a minute took well over an hour. A watch from below the
-//! floor, or from before this run (the history starts empty, its floor at the log's
-//! head), is answered 410 `Expired` and the client lists again, as kube-apiserver
+//! reached, which at a hundred writes a minute took well over an hour. A watch from
+//! below the floor, or from before this run (the history starts empty, its floor at the
+//! log's head), is answered 410 `Expired` and the client lists again, as kube-apiserver
 //! answers a `resourceVersion` its cache no longer holds.
 //!
-//! Pure: no clock, no I/O (the core gives it `now`). What a watch sends for each event, given what it selects,
-//! is [`WatchHistory::events_after`]; the state of the changed keys at an older
-//! revision (a list at an exact `resourceVersion`, a later page of a paged list) is
-//! [`WatchHistory::state_at`].
+//! Pure: no clock, no I/O (the core gives it `now`). What a watch sends for each
+//! event, given what it selects, is [`WatchHistory::events_after`]; the state of the
+//! changed keys at an older revision (a list at an exact `resourceVersion`, a later
+//! page of a paged list) is [`WatchHistory::state_at`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -106,8 +106,6 @@ pub struct WatchHistory {
     /// head within the retention, so that [`WatchHistory::expire`] knows which
     /// revisions are older than it.
     commits: VecDeque<(Instant, u64)>,
-    /// How long a committed event is kept.
-    retention: Duration,
 }
 
 impl WatchHistory {
@@ -120,7 +118,6 @@ impl WatchHistory {
             floor: head,
             head,
             commits: VecDeque::new(),
-            retention: WATCH_RETENTION,
         }
     }
 
@@ -220,21 +217,29 @@ impl WatchHistory {
     /// When the oldest committed event held passes the retention: when
     /// [`WatchHistory::expire`] next has something to drop.
     pub fn poll_expiry(&self) -> Option<Instant> {
-        self.commits.front().map(|(at, _)| *at + self.retention)
+        self.commits.front().map(|(at, _)| *at + WATCH_RETENTION)
     }
 
-    /// Drops the revisions committed more than the retention before `now`.
+    /// Drops the revisions committed more than [`WATCH_RETENTION`] before `now`.
     pub fn expire(&mut self, now: Instant) {
         while let Some(&(at, revision)) = self.commits.front() {
-            if now.saturating_since(at) <= self.retention {
+            if now.saturating_since(at) <= WATCH_RETENTION {
                 break;
             }
-            self.commits.pop_front();
-            while self.events.front().is_some_and(|e| e.revision <= revision) {
-                self.events.pop_front();
-            }
-            self.floor = self.floor.max(revision);
+            self.drop_through(revision);
         }
+    }
+
+    /// Drops every committed event at or below `revision` and the commit times up to
+    /// it: a watch may start from `revision` on.
+    fn drop_through(&mut self, revision: u64) {
+        while self.events.front().is_some_and(|e| e.revision <= revision) {
+            self.events.pop_front();
+        }
+        while self.commits.front().is_some_and(|(_, r)| *r <= revision) {
+            self.commits.pop_front();
+        }
+        self.floor = self.floor.max(revision);
     }
 
     fn trim(&mut self) {
@@ -246,13 +251,7 @@ impl WatchHistory {
                 // Only staged events: nothing committed to drop.
                 break;
             }
-            while self.events.front().is_some_and(|e| e.revision == oldest) {
-                self.events.pop_front();
-            }
-            self.floor = self.floor.max(oldest);
-            while self.commits.front().is_some_and(|(_, r)| *r <= oldest) {
-                self.commits.pop_front();
-            }
+            self.drop_through(oldest);
         }
     }
 
