@@ -19,6 +19,10 @@ use strata_node::store::{SledStore, Store};
 use strata_node::tls::Identity;
 use strata_protocol::model::{BACKEND_PROPERTY, Cluster};
 
+/// jemalloc, not glibc's malloc: see the workspace's Cargo.toml.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();

@@ -64,8 +64,10 @@ binaries() { # binaries ARCH -> prints the directory holding relay and agent
     rustup target list --installed | grep -qx "$triple" || rustup target add "$triple" >&2
     local var
     var=$(echo "$triple" | tr 'a-z-' 'A-Z_')
+    # jemalloc cannot ask a cross build's host for the page size and would assume 4 KiB;
+    # arm64 kernels run with 4, 16 or 64 KiB pages, and one built for 64 works on all.
     env "CARGO_TARGET_${var}_LINKER=$gnu-gcc" "CC_${triple//-/_}=$gnu-gcc" \
-        "AR_${triple//-/_}=$gnu-ar" \
+        "AR_${triple//-/_}=$gnu-ar" JEMALLOC_SYS_WITH_LG_PAGE=16 \
         cargo build --profile "$profile" --target "$triple" -p strata-relay -p strata-agent --bins >&2
     echo "$target/$triple/$dir"
 }

@@ -2,6 +2,10 @@
 //! (or linked) as `kubectl-strata` on the PATH, it is a kubectl plugin: `kubectl strata
 //! clusters` runs `relay clusters`.
 
+/// jemalloc, not glibc's malloc: see the workspace's Cargo.toml.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = strata_relay::cmd::Cli::parse_invoked(std::env::args_os());

@@ -17,10 +17,11 @@ LEAVES / 20 simulated clusters per site, each node its own process, rendered by
 * one relay below the root restarts (SIGTERM, then started again on its store), in turn;
 * 5 % of the agents stop (SIGTERM) and come back 10 s later.
 
-Every 15 s it samples each process: RSS and open files from /proc, tokio tasks from its
-`/metrics` (`strata_tokio_alive_tasks`). At the end it waits until every cluster holds
-the latest revision of every object (the root's FleetStatus: every selected cluster
-reporting, the lowest revision observed equal to the object's), then prints:
+Every 15 s it samples each process: RSS (and its anonymous and file-backed parts) and
+open files from /proc, tokio tasks from its `/metrics` (`strata_tokio_alive_tasks`).
+At the end it waits until every cluster holds the latest revision of every object (the
+root's FleetStatus: every selected cluster reporting, the lowest revision observed
+equal to the object's), then prints:
 
 * the slope of RSS, open files and tokio tasks of each process over the last WINDOW
   minutes (since its last start, when it restarted within the window), per kind: the
@@ -105,13 +106,16 @@ class Node:
         self.proc = None
 
     def sample(self):
-        """(rss KiB, open files, tokio tasks) now, or None while it is not running."""
+        """(rss KiB, open files, tokio tasks, anonymous rss KiB, file-backed rss KiB) now, or
+        None while it is not running. The two parts of the RSS tell a heap that grows from
+        the binary's pages being read in as new code runs."""
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return None
         try:
             status = open(f"/proc/{proc.pid}/status").read()
-            rss = int(re.search(r"^VmRSS:\s+(\d+)", status, re.M).group(1))
+            rss, anon, file = (int(re.search(rf"^{f}:\s+(\d+)", status, re.M).group(1))
+                               for f in ("VmRSS", "RssAnon", "RssFile"))
             fds = len(os.listdir(f"/proc/{proc.pid}/fd"))
         except (OSError, AttributeError):
             return None
@@ -123,7 +127,7 @@ class Node:
                     tasks = float(m.group(1)) if m else None
             except OSError:
                 pass
-        return rss, fds, tasks
+        return rss, fds, tasks, anon, file
 
 
 def relay_cli(bins, env, args, stdin=None):
@@ -204,7 +208,7 @@ def slopes(samples, nodes, end, window):
         rows = [r for r in samples if r[1] == node.name and r[0] >= max(since, node.last_start)]
         if len(rows) < 8 or rows[-1][0] - rows[0][0] < min(300, window * 60 / 2):
             continue
-        for k, label in ((3, "rss_kib"), (4, "fds"), (5, "tasks")):
+        for k, label in ((3, "rss_kib"), (6, "rss_anon"), (7, "rss_file"), (4, "fds"), (5, "tasks")):
             pts = [(r[0], r[k]) for r in rows if r[k] is not None]
             if len(pts) < 8:
                 continue
@@ -371,7 +375,7 @@ def main():
         with lock:
             rows = list(samples)
         with open(os.path.join(out, "soak.csv"), "w") as f:
-            f.write("seconds,node,kind,rss_kib,fds,tasks\n")
+            f.write("seconds,node,kind,rss_kib,fds,tasks,rss_anon_kib,rss_file_kib\n")
             for r in rows:
                 f.write(",".join("" if v is None else (f"{v:.1f}" if isinstance(v, float) else str(v)) for v in r) + "\n")
         means_csv = os.path.join(out, "soak-means.csv")

@@ -112,7 +112,10 @@ impl AsyncUdpSocket for PlainUdp {
 const RECEIVE_SLOT_SEGMENTS: usize =
     ALWAYS_MAPPED.div_ceil(LARGEST_DATAGRAM * quinn::udp::BATCH_SIZE);
 
-/// Above glibc's largest threshold for mapping a block (32 MiB on 64-bit hosts).
+/// Above glibc's largest threshold for mapping a block (32 MiB on 64-bit hosts), which
+/// the simulator and the benchmarks allocate with. The `relay` and `agent` binaries use
+/// jemalloc, which takes every block above 8 MiB from an arena that gives its pages
+/// back as soon as the block is freed: the same holds there.
 const ALWAYS_MAPPED: usize = 40 << 20;
 
 /// The largest UDP payload quinn's default endpoint configuration receives.
