@@ -31,7 +31,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from soak import Node  # noqa: E402
+from soak import Node, status_kib  # noqa: E402
 
 
 def topology(children, transport):
@@ -44,9 +44,7 @@ def topology(children, transport):
 
 
 def memory(pid):
-    status = open(f"/proc/{pid}/status").read()
-    field = lambda name: int(re.search(rf"^{name}:\s+(\d+)", status, re.M).group(1))
-    return field("VmRSS"), field("RssAnon")
+    return status_kib(pid, "VmRSS", "RssAnon")
 
 
 def connected_children(metrics):

@@ -23,11 +23,12 @@ At the end it waits until every cluster holds the latest revision of every objec
 root's FleetStatus: every selected cluster reporting, the lowest revision observed
 equal to the object's), then prints:
 
-* the slope of RSS, open files and tokio tasks of each process over the last WINDOW
-  minutes (since its last start, when it restarted within the window), per kind: the
-  median and the largest, per minute and as a drift over the window relative to the
-  mean; and apart, the median and largest of the processes up the whole window (one
-  restarted within it is measured from its start, its warm-up included);
+* the slope of RSS (and of its two parts), open files and tokio tasks of each process
+  over the last WINDOW minutes (since its last start, when it restarted within the
+  window), per kind: the median and the largest, per minute and as a drift over the
+  window relative to the mean; and apart, the median and largest of the processes up
+  the whole window (one restarted within it is measured from its start, its warm-up
+  included);
 * every ERROR and WARN line the nodes logged, grouped by message with numbers taken
   out, so that what the churn does not explain stands out;
 * DIR/soak.csv (every sample), DIR/soak-means.csv (the mean per kind at each sample)
@@ -113,9 +114,7 @@ class Node:
         if proc is None or proc.poll() is not None:
             return None
         try:
-            status = open(f"/proc/{proc.pid}/status").read()
-            rss, anon, file = (int(re.search(rf"^{f}:\s+(\d+)", status, re.M).group(1))
-                               for f in ("VmRSS", "RssAnon", "RssFile"))
+            rss, anon, file = status_kib(proc.pid, "VmRSS", "RssAnon", "RssFile")
             fds = len(os.listdir(f"/proc/{proc.pid}/fd"))
         except (OSError, AttributeError):
             return None
@@ -128,6 +127,12 @@ class Node:
             except OSError:
                 pass
         return rss, fds, tasks, anon, file
+
+
+def status_kib(pid, *fields):
+    """The named fields (in KiB) of /proc/PID/status, in the order asked."""
+    status = open(f"/proc/{pid}/status").read()
+    return tuple(int(re.search(rf"^{f}:\s+(\d+)", status, re.M).group(1)) for f in fields)
 
 
 def relay_cli(bins, env, args, stdin=None):
