@@ -31,7 +31,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from soak import Node, status_kib  # noqa: E402
+from soak import Node, status_kib, stop_on_sigterm  # noqa: E402
 
 
 def topology(children, transport):
@@ -89,6 +89,7 @@ def main():
     agents = [node(f"site-c{c}", "agent") for c in range(a.children)]
     started = [root, site]
     site_pid = None
+    stop_on_sigterm()
     try:
         root.start(bins, logs)
         if a.heaptrack:

@@ -135,6 +135,15 @@ def status_kib(pid, *fields):
     return tuple(int(re.search(rf"^{f}:\s+(\d+)", status, re.M).group(1)) for f in fields)
 
 
+def stop_on_sigterm():
+    """Make SIGTERM unwind like an exception, so that the caller's `finally` stops every
+    process it started (Python's default dies at once and leaves them running; SIGINT is
+    ignored when the script was started in the background)."""
+    def unwind(signum, _frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, unwind)
+
+
 def relay_cli(bins, env, args, stdin=None):
     r = subprocess.run([bins["relay"]] + args, input=stdin, env=env, capture_output=True, text=True)
     if r.returncode != 0:
@@ -322,6 +331,7 @@ def main():
     away_for = min(AGENTS_AWAY, a.minute / 3)
     print(f"soak: {len(relays) + 1} relays and {len(agents)} agents in {work}; {a.minutes} minutes", flush=True)
     t_zero = time.monotonic()
+    stop_on_sigterm()
     for n in nodes:
         n.start(bins, logs)
     samples, stop_sampling = [], threading.Event()
