@@ -27,15 +27,11 @@ use crate::sim_volumes::{ClaimBoard, SimVolumes, new_store, requested_size};
 use crate::simulated_api::{PodBoard, SimPod, SimulatedApi};
 
 /// The first container's image of a workload's manifest, if it names one.
-fn image_of(body: &[u8]) -> String {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| {
-            v.pointer("/spec/template/spec/containers/0/image")
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| "simulated".into())
+fn image_of(body: &serde_json::Value) -> String {
+    body.pointer("/spec/template/spec/containers/0/image")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("simulated")
+        .to_owned()
 }
 
 /// The label that makes a simulated object fail.
@@ -69,6 +65,9 @@ struct Held {
     /// When it was applied, on the wall clock (its Pods' creation time).
     applied_at: UnixMillis,
     workload: bool,
+    /// A workload's first container's image, read once when applied: every apply of a
+    /// workload publishes the Pods of all of them, one per replica.
+    image: String,
     /// A Job: it runs for `ready_delay`, then completes.
     job: bool,
     /// A workload's `spec.replicas`; a Job's `spec.completions`.
@@ -162,7 +161,7 @@ impl SimulatedCluster {
                     ),
                     owner: format!("{}/{}", k.kind, k.name),
                     created: h.applied_at,
-                    image: image_of(&h.body),
+                    image: h.image.clone(),
                     failure: h.failure.clone(),
                 })
             })
@@ -238,6 +237,11 @@ impl ClusterBackend for SimulatedCluster {
                 applied: now,
                 applied_at: at,
                 workload,
+                image: if workload {
+                    image_of(&body)
+                } else {
+                    String::new()
+                },
                 job,
                 replicas,
                 failure,
@@ -533,6 +537,43 @@ mod tests {
         let status: serde_json::Value = serde_json::from_slice(&s[0].1.status).unwrap();
         assert_eq!(status["conditions"][1]["type"], "Complete");
         assert_eq!(status["conditions"][1]["status"], "True");
+    }
+
+    #[test]
+    fn a_workloads_pods_run_its_image_and_follow_a_new_one() {
+        let mut c = SimulatedCluster::new(SimulatedConfig::default());
+        let pods = c.pods.subscribe();
+        let mut web = deployment(1, &[]);
+        web.body = br#"{"spec":{"replicas":2,"template":{"spec":{"containers":[{"image":"nginx:1.27"}]}}}}"#
+            .as_slice()
+            .into();
+        c.apply(at(0), UnixMillis(0), &web).unwrap();
+        let images = |p: &tokio::sync::watch::Receiver<std::sync::Arc<Vec<SimPod>>>| {
+            p.borrow()
+                .iter()
+                .map(|pod| pod.image.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(images(&pods), ["nginx:1.27", "nginx:1.27"]);
+        web.revision = Revision(2);
+        web.body = br#"{"spec":{"replicas":1,"template":{"spec":{"containers":[{"image":"nginx:1.28"}]}}}}"#
+            .as_slice()
+            .into();
+        c.apply(at(1), UnixMillis(1), &web).unwrap();
+        assert_eq!(images(&pods), ["nginx:1.28"]);
+        let mut bare = deployment(1, &[]);
+        let mut key = web.key().clone();
+        key.parts_mut().name = "bare".into();
+        bare.meta = std::sync::Arc::new(ObjectMeta {
+            key,
+            labels: Default::default(),
+        });
+        c.apply(at(2), UnixMillis(2), &bare).unwrap();
+        assert_eq!(
+            images(&pods).iter().filter(|i| *i == "simulated").count(),
+            3,
+            "a workload that names no image runs `simulated`"
+        );
     }
 
     #[test]
