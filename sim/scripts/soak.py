@@ -3,7 +3,7 @@
 churned every minute, sampled all along.
 
     sim/scripts/soak.py BIN_DIR [--leaves 1000] [--minutes 30] [--window 20] [--out DIR]
-                                [--minute 60]
+                                [--minute 60] [--agents-away 5]
 
 BIN_DIR holds `relay` and `agent` (a production build for figures:
 `cargo build --profile production --bin relay --bin agent`, then
@@ -15,10 +15,13 @@ LEAVES / 20 simulated clusters per site, each node its own process, rendered by
   Deployment `soak-web` of a placement with a rollout in waves over every cluster gets a
   new image, so a rollout runs;
 * one relay below the root restarts (SIGTERM, then started again on its store), in turn;
-* 5 % of the agents stop (SIGTERM) and come back 10 s later.
+* 5 % of the agents stop (SIGTERM) and come back 10 s later (`--agents-away PERCENT`;
+  0 keeps every agent up, to follow one process's memory over the whole run).
 
 Every 15 s it samples each process: RSS (and its anonymous and file-backed parts) and
-open files from /proc, tokio tasks from its `/metrics` (`strata_tokio_alive_tasks`).
+open files from /proc, tokio tasks from its `/metrics` (`strata_tokio_alive_tasks`),
+and the bytes its store holds on disk (its data directory: sled's log grows to a few
+segments before it reuses them, and its memory with it).
 At the end it waits until every cluster holds the latest revision of every object (the
 root's FleetStatus: every selected cluster reporting, the lowest revision observed
 equal to the object's), then prints:
@@ -81,6 +84,8 @@ class Node:
     def __init__(self, name, kind, config):
         self.name, self.kind, self.config = name, kind, config
         text = open(config).read()
+        m = re.search(r"^data:\s*\"?([^\"\n]+)", text, re.M)
+        self.data = os.path.join(os.path.dirname(config), m.group(1).strip()) if m else None
         m = re.search(r"^metrics:\s*\"?([0-9.]+:[0-9]+)", text, re.M)
         self.metrics = m.group(1) if m else None
         self.proc = None
@@ -107,9 +112,9 @@ class Node:
         self.proc = None
 
     def sample(self):
-        """(rss KiB, open files, tokio tasks, anonymous rss KiB, file-backed rss KiB) now, or
-        None while it is not running. The two parts of the RSS tell a heap that grows from
-        the binary's pages being read in as new code runs."""
+        """(rss KiB, open files, tokio tasks, anonymous rss KiB, file-backed rss KiB, store
+        KiB on disk) now, or None while it is not running. The two parts of the RSS tell a
+        heap that grows from the binary's pages being read in as new code runs."""
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return None
@@ -126,7 +131,20 @@ class Node:
                     tasks = float(m.group(1)) if m else None
             except OSError:
                 pass
-        return rss, fds, tasks, anon, file
+        return rss, fds, tasks, anon, file, self.store_kib()
+
+    def store_kib(self):
+        """The size of the files under its data directory, in KiB (None without one)."""
+        if self.data is None:
+            return None
+        total = 0
+        for root, _dirs, files in os.walk(self.data):
+            for f in files:
+                try:
+                    total += os.stat(os.path.join(root, f)).st_size
+                except OSError:
+                    pass
+        return total // 1024
 
 
 def status_kib(pid, *fields):
@@ -222,7 +240,7 @@ def slopes(samples, nodes, end, window):
         rows = [r for r in samples if r[1] == node.name and r[0] >= max(since, node.last_start)]
         if len(rows) < 8 or rows[-1][0] - rows[0][0] < min(300, window * 60 / 2):
             continue
-        for k, label in ((3, "rss_kib"), (6, "rss_anon"), (7, "rss_file"), (4, "fds"), (5, "tasks")):
+        for k, label in ((3, "rss_kib"), (6, "rss_anon"), (7, "rss_file"), (8, "store"), (4, "fds"), (5, "tasks")):
             pts = [(r[0], r[k]) for r in rows if r[k] is not None]
             if len(pts) < 8:
                 continue
@@ -299,6 +317,8 @@ def main():
     ap.add_argument("--window", type=int, default=20, help="minutes at the end the slopes are taken over")
     ap.add_argument("--out", default=None, help="where the CSVs and the plot go (default: a new temporary directory)")
     ap.add_argument("--seed", type=int, default=49)
+    ap.add_argument("--agents-away", type=int, default=5, metavar="PERCENT",
+                    help="the share of agents stopped each minute and started again (default 5; 0: none)")
     ap.add_argument("--minute", type=float, default=60.0,
                     help="seconds between two rounds of churn (default 60; shorter to find a leak quickly, "
                          "with the agents away for a third of it at most)")
@@ -362,7 +382,7 @@ def main():
             relay.stop()
             relay.start(bins, logs)
             relay.last_start = time.monotonic() - t_zero
-            away = rng.sample(agents, max(1, len(agents) * 5 // 100))
+            away = rng.sample(agents, max(1, len(agents) * a.agents_away // 100)) if a.agents_away else []
             for n in away:
                 n.stop()
             time.sleep(away_for)
@@ -390,7 +410,7 @@ def main():
         with lock:
             rows = list(samples)
         with open(os.path.join(out, "soak.csv"), "w") as f:
-            f.write("seconds,node,kind,rss_kib,fds,tasks,rss_anon_kib,rss_file_kib\n")
+            f.write("seconds,node,kind,rss_kib,fds,tasks,rss_anon_kib,rss_file_kib,store_kib\n")
             for r in rows:
                 f.write(",".join("" if v is None else (f"{v:.1f}" if isinstance(v, float) else str(v)) for v in r) + "\n")
         means_csv = os.path.join(out, "soak-means.csv")
