@@ -308,6 +308,15 @@ impl AgentCore {
         if std::mem::take(&mut self.endpoints_stale) {
             self.refresh_endpoints(now);
         }
+        // An agent serves no child, and only children need a log's tombstones and the
+        // visibility history of its keys (deltas from a position): everything it
+        // committed is settled. Uncompacted, every removed object and every change of an
+        // object's labels stayed in memory and in the store for good (a rollout's pin,
+        // made and released at each rollout, added two records to its history).
+        let head = self.log.head();
+        if head > self.log.floor() {
+            self.log.compact(head);
+        }
         let mut batch = std::mem::take(&mut self.batch);
         batch.merge(Batch::log_changes(&mut self.log));
         batch

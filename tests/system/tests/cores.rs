@@ -286,6 +286,44 @@ fn an_agent_keeps_its_desired_state_while_its_relay_is_gone() {
     assert_eq!(t.held("eu-pos"), held);
 }
 
+/// An agent serves no child, so it keeps no tombstone and no visibility history: an
+/// object placed on it and taken off again and again leaves nothing behind, in its log
+/// or in its store.
+#[test]
+fn an_agent_keeps_no_tombstone_and_no_history() {
+    let mut t = two_regions();
+    t.connect_all();
+    let retired = WEB_EU.replace("labels: { app: web } }", "labels: { app: retired } }");
+    assert_ne!(retired, WEB_EU);
+    for _ in 0..5 {
+        t.apply(WEB_EU);
+        t.advance(Duration::from_secs(1));
+        assert!(holds_web(&t, "eu-pos"));
+        t.apply(&retired);
+        t.advance(Duration::from_secs(1));
+        assert!(!holds_web(&t, "eu-pos"), "the retired deployment stayed");
+    }
+    let log = t.agent("eu-pos").log();
+    assert_eq!(log.floor(), log.head(), "the agent compacted nothing");
+    let dead: Vec<_> = log
+        .entries()
+        .filter(|(_, e)| e.object().is_none())
+        .collect();
+    assert!(dead.is_empty(), "tombstones kept in memory: {dead:?}");
+    let stored = strata_node::store::Store::load(t.store("eu-pos")).unwrap();
+    assert_eq!(
+        stored.entries.len(),
+        log.live_len(),
+        "the store holds what the log holds"
+    );
+    let dead: Vec<_> = stored
+        .entries
+        .iter()
+        .filter(|(_, e)| e.object().is_none())
+        .collect();
+    assert!(dead.is_empty(), "tombstones kept in the store: {dead:?}");
+}
+
 /// A relay whose disk is full acknowledges and forwards nothing it could not store,
 /// and delivers everything once there is room again.
 #[test]
