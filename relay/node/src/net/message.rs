@@ -140,13 +140,8 @@ impl ClassBytes {
     }
 }
 
-/// What a link's queues carry: a boxed message. tokio's channel allocates its first
-/// block of 32 slots when it is made, and a TLS/TCP link's receiving half has three
-/// such channels, so slots the size of a message cost ~3 KiB per queue on every link,
-/// idle or not (20 KiB per connection end in the heap profile at 1,000 leaves, when
-/// the sending half had three too); a box is 8 bytes. The sending half's queues are
-/// `out_queue`'s, which take memory only while messages wait.
+/// What a link's sending queues carry (`out_queue`'s, which take memory only while
+/// messages wait): a boxed message, so that a queue's slots are 8 bytes, not a
+/// message's size. Neither transport's receiving half has a queue: both decode from
+/// the connection's buffers when the node asks for the next message.
 pub(crate) type Queued<M> = Box<M>;
-
-/// What a link's receiving queues carry.
-pub(crate) type Received<M> = Queued<Result<M, TransportError>>;

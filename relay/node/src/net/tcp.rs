@@ -33,9 +33,11 @@
 //! to a peer that announced them.
 
 mod listen;
+mod reader;
 mod streams;
 mod writer;
 pub use listen::{Accept, Listener, ServerTls};
+pub(crate) use reader::TcpReader;
 pub use streams::{OpenStreamError, TUNNEL_WINDOW};
 use writer::{Writer, write_frame};
 
@@ -44,21 +46,19 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::task::Waker;
 use std::time::Duration;
 
 use rustls_pki_types::{CertificateDer, ServerName};
-use strata_protocol::codec::{self, FrameDecoder};
 use tokio::io::{
     AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf,
 };
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 use tokio_rustls::TlsStream;
 
-use super::message::{
-    ClassBytes, Received, STREAM_CLASSES, TransportError, WireMessage, close_code,
-};
+use super::message::{ClassBytes, WireMessage, close_code};
 use super::out_queue::OutReceiver;
 
 /// The largest chunk of one class written at a time: what a heartbeat may wait behind
@@ -120,6 +120,9 @@ enum Event {
     Close(u32, Vec<u8>),
     /// Grant the peer `n` more bytes of tunnel stream `id`.
     TunnelGrant(u32, u32),
+    /// The first tunnel stream opened: the queue of tunnel frames to write, made then
+    /// (an idle link has none).
+    Tunnels(mpsc::Receiver<streams::TunnelFrame>),
 }
 
 /// A TLS-over-TCP link (see the module doc). Cloning gives another handle; the writer
@@ -151,6 +154,8 @@ struct Inner {
     streams: streams::Streams,
     /// This side dialled through an HTTP CONNECT proxy ([`TcpLink::mark_proxied`]).
     proxied: std::sync::atomic::AtomicBool,
+    /// Each class's chunks read and not yet decoded (see `tcp/reader.rs`).
+    inbound: reader::InboundCell,
 }
 
 /// How long a closing writer may take to write what is queued and the CLOSE.
@@ -230,6 +235,7 @@ impl TcpLink {
                 keep_alive: keep_alive.max(Duration::from_millis(10)),
                 streams,
                 proxied: std::sync::atomic::AtomicBool::new(false),
+                inbound: Default::default(),
             }),
         }
     }
@@ -315,17 +321,14 @@ impl TcpLink {
     }
 
     /// Starts the writer (owned by the link) on the classes' outgoing queues, and the
-    /// reader with one decoding task per class (returned: the receiving half owns them)
-    /// delivering into `incoming`. Only the first call gets the stream; later calls
-    /// start nothing.
-    pub(crate) fn spawn<Out: WireMessage, In: WireMessage>(
+    /// task that reads the connection and files each class's chunks for the receiving
+    /// half ([`TcpReader`]), which owns it. Only the first call gets the stream; later
+    /// calls start nothing.
+    pub(crate) fn spawn<Out: WireMessage>(
         &self,
         outgoing: OutReceiver<Out>,
-        incoming: [mpsc::Sender<Received<In>>; 3],
         bytes: Arc<ClassBytes>,
-        max_frame: usize,
-    ) -> JoinSet<()> {
-        let mut tasks = JoinSet::new();
+    ) -> Option<JoinHandle<()>> {
         let halves = self.inner.halves.try_lock().ok().and_then(|mut h| h.take());
         let events_rx = self
             .inner
@@ -333,15 +336,8 @@ impl TcpLink {
             .try_lock()
             .ok()
             .and_then(|mut e| e.take());
-        let tunnels = self
-            .inner
-            .streams
-            .out_rx
-            .try_lock()
-            .ok()
-            .and_then(|mut t| t.take());
-        let (Some((rd, wr)), Some(events_rx), Some(tunnels)) = (halves, events_rx, tunnels) else {
-            return tasks;
+        let (Some((rd, wr)), Some(events_rx)) = (halves, events_rx) else {
+            return None;
         };
         let writer = Writer {
             wr,
@@ -351,33 +347,26 @@ impl TcpLink {
             credit: [WINDOW; 3],
             pending: Default::default(),
             open: [true; 3],
-            bytes: bytes.clone(),
+            bytes,
             link: Arc::downgrade(&self.inner),
             closed: self.inner.closed.subscribe(),
             keep_alive: self.inner.keep_alive,
-            tunnels,
+            tunnels: None,
             tunnel_pending: None,
-            tunnels_open: true,
             tunnel_turn: false,
         };
         let _ = self.inner.writer.set(tokio::spawn(writer.run()));
-        let unacked = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
-        let mut chunk_txs = Vec::new();
-        for (i, queue) in incoming.into_iter().enumerate() {
-            let (tx, rx) = mpsc::unbounded_channel();
-            chunk_txs.push(tx);
-            tasks.spawn(decode_class::<In>(
-                i,
-                rx,
-                queue,
-                max_frame,
-                bytes.clone(),
-                unacked.clone(),
-                self.clone(),
-            ));
-        }
-        tasks.spawn(read_loop(rd, chunk_txs, unacked, self.clone()));
-        tasks
+        Some(tokio::spawn(read_loop(rd, self.clone())))
+    }
+
+    /// Each class's chunks read and not yet decoded.
+    fn inbound(&self) -> std::sync::MutexGuard<'_, reader::Inbound> {
+        self.inner.inbound.lock()
+    }
+
+    /// Asks the writer for something besides the classes' messages.
+    fn event(&self, ev: Event) {
+        let _ = self.inner.events.send(ev);
     }
 }
 
@@ -396,26 +385,14 @@ fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-async fn read_loop(
-    mut rd: ReadHalf<Stream>,
-    chunks: Vec<mpsc::UnboundedSender<Vec<u8>>>,
-    unacked: Arc<[AtomicU64; 3]>,
-    link: TcpLink,
-) {
-    let why = read_frames(&mut rd, &chunks, &unacked, &link).await;
+async fn read_loop(mut rd: ReadHalf<Stream>, link: TcpLink) {
+    let why = read_frames(&mut rd, &link).await;
     link.inner.streams.close_all().await;
-    // Let the decoders hand over what they hold before the link says it is closed.
-    drop(chunks);
-    tokio::time::sleep(Duration::from_millis(10)).await;
+    // The receiving half decodes what was filed before it reports the close.
     set_closed(&link.inner.closed, why);
 }
 
-async fn read_frames(
-    rd: &mut ReadHalf<Stream>,
-    chunks: &[mpsc::UnboundedSender<Vec<u8>>],
-    unacked: &[AtomicU64; 3],
-    link: &TcpLink,
-) -> String {
+async fn read_frames(rd: &mut ReadHalf<Stream>, link: &TcpLink) -> String {
     let mut closed = link.inner.closed.subscribe();
     loop {
         let mut header = [0u8; HEADER];
@@ -454,12 +431,10 @@ async fn read_frames(
                     return format!("read failed: {e}");
                 }
                 link.inner.wire[1].fetch_add(u64::from(len), Ordering::Relaxed);
-                let owed = unacked[class].fetch_add(u64::from(len), Ordering::Relaxed);
-                if owed + u64::from(len) > WINDOW {
-                    return malformed(format!("the peer sent beyond its {WINDOW}-byte credit"));
-                }
-                if chunks[class].send(buf).is_err() {
-                    return "a decoder stopped".into();
+                let filed = link.inbound().push(class, buf);
+                match filed {
+                    Ok(waker) => waker.into_iter().for_each(Waker::wake),
+                    Err(why) => return malformed(why),
                 }
             }
             CREDIT if class < 3 => {
@@ -489,59 +464,6 @@ async fn read_frames(
                 return format!("closed by peer: code {code}: {}", lossy(&reason));
             }
             _ => return malformed(format!("unknown frame kind {kind}")),
-        }
-    }
-}
-
-async fn decode_class<M: WireMessage>(
-    i: usize,
-    mut chunks: mpsc::UnboundedReceiver<Vec<u8>>,
-    queue: mpsc::Sender<Received<M>>,
-    max_frame: usize,
-    bytes: Arc<ClassBytes>,
-    unacked: Arc<[AtomicU64; 3]>,
-    link: TcpLink,
-) {
-    let class = STREAM_CLASSES[i];
-    let mut decoder = FrameDecoder::new(max_frame);
-    // Consumed and not yet granted back.
-    let mut owed = 0u64;
-    while let Some(chunk) = chunks.recv().await {
-        let n = chunk.len();
-        bytes.received[i].fetch_add(n as u64, Ordering::Relaxed);
-        decoder.extend(&chunk);
-        loop {
-            match decoder.next_message::<M>() {
-                Ok(Some(msg)) => {
-                    if queue.send(Box::new(Ok(msg))).await.is_err() {
-                        return;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    let code = match e {
-                        codec::DecodeError::Oversized { .. } => close_code::OVERSIZED,
-                        _ => close_code::MALFORMED,
-                    };
-                    let detail = e.to_string();
-                    link.close(code, detail.as_bytes());
-                    let _ = queue
-                        .send(Box::new(Err(TransportError::Malformed {
-                            class: Some(class),
-                            detail,
-                        })))
-                        .await;
-                    return;
-                }
-            }
-        }
-        // Consumed: the peer may send as much again, once a quarter window is owed.
-        unacked[i].fetch_sub(n as u64, Ordering::Relaxed);
-        owed += n as u64;
-        if owed >= GRANT_AT {
-            let grant = u32::try_from(owed).unwrap_or(u32::MAX);
-            owed -= u64::from(grant);
-            let _ = link.inner.events.send(Event::Grant(i, grant));
         }
     }
 }

@@ -30,12 +30,12 @@ use tokio::task::JoinSet;
 use super::link::Link;
 pub use super::listener::QuicListener;
 pub use super::message::{ClassBytes, STREAM_CLASSES, TransportError, WireMessage, close_code};
-use super::message::{Queued, Received, slot, tag};
+use super::message::{Queued, slot, tag};
 use super::out_queue::{OutReceiver, OutSender, out_queue};
 pub use super::quic_config::{
     parent_transport_config, parent_transport_starting_at, transport_config,
 };
-use super::tcp::TcpLink;
+use super::tcp::{TcpLink, TcpReader};
 use quic_reader::QuicReader;
 
 /// How many messages of one class may wait to be written or handled.
@@ -212,19 +212,17 @@ impl<M: WireMessage> Sender<M> {
 /// The receiving half of a link: messages of each class in order, control first.
 #[derive(Debug)]
 pub struct Receiver<M> {
-    incoming: Incoming<M>,
+    incoming: Incoming,
+    _messages: std::marker::PhantomData<fn() -> M>,
 }
 
 #[derive(Debug)]
-enum Incoming<M> {
+enum Incoming {
     /// QUIC: read from quinn's streams when the node asks for the next message.
     Quic(QuicReader),
-    /// TLS/TCP: one reader task per connection fills a queue per class.
-    Queued {
-        link: Link,
-        queues: [mpsc::Receiver<Received<M>>; 3],
-        _tasks: JoinSet<()>,
-    },
+    /// TLS/TCP: the link's reading task files each class's chunks; they are decoded
+    /// when the node asks for the next message.
+    Tcp(Box<TcpReader>),
 }
 
 impl<M: WireMessage> Receiver<M> {
@@ -233,17 +231,7 @@ impl<M: WireMessage> Receiver<M> {
     pub async fn recv(&mut self) -> Result<M, TransportError> {
         match &mut self.incoming {
             Incoming::Quic(reader) => std::future::poll_fn(|cx| reader.poll_next(cx)).await,
-            Incoming::Queued { link, queues, .. } => {
-                let [control, bulk, reports] = queues;
-                let next = tokio::select! {
-                    biased;
-                    Some(m) = control.recv() => *m,
-                    Some(m) = reports.recv() => *m,
-                    Some(m) = bulk.recv() => *m,
-                    reason = link.closed() => Err(TransportError::Closed(reason)),
-                };
-                next
-            }
+            Incoming::Tcp(reader) => std::future::poll_fn(|cx| reader.poll_next(cx)).await,
         }
     }
 }
@@ -271,6 +259,7 @@ pub fn split<Out: WireMessage, In: WireMessage>(
         },
         Receiver {
             incoming: Incoming::Quic(QuicReader::new(conn, link, max_frame, bytes)),
+            _messages: std::marker::PhantomData,
         },
     )
 }
@@ -282,10 +271,8 @@ fn split_tcp<Out: WireMessage, In: WireMessage>(
 ) -> (Sender<Out>, Receiver<In>) {
     let bytes = Arc::new(ClassBytes::default());
     let (queues, outgoing) = out_queue::<Out>(QUEUE);
-    let (ci_tx, ci_rx) = mpsc::channel::<Received<In>>(QUEUE);
-    let (bi_tx, bi_rx) = mpsc::channel(QUEUE);
-    let (ri_tx, ri_rx) = mpsc::channel(QUEUE);
-    let readers = tcp.spawn(outgoing, [ci_tx, bi_tx, ri_tx], bytes.clone(), max_frame);
+    let reading = tcp.spawn(outgoing, bytes.clone());
+    let reader = TcpReader::new(tcp.clone(), link, max_frame, bytes.clone(), reading);
     (
         Sender {
             queues,
@@ -293,11 +280,8 @@ fn split_tcp<Out: WireMessage, In: WireMessage>(
             _tasks: JoinSet::new(),
         },
         Receiver {
-            incoming: Incoming::Queued {
-                link,
-                queues: [ci_rx, bi_rx, ri_rx],
-                _tasks: readers,
-            },
+            incoming: Incoming::Tcp(Box::new(reader)),
+            _messages: std::marker::PhantomData,
         },
     )
 }

@@ -26,8 +26,8 @@
 //! closed are ignored (the peer may have sent them before it learnt).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
 use tokio::sync::{Notify, mpsc};
@@ -137,13 +137,17 @@ struct Ctx {
     events: mpsc::UnboundedSender<Event>,
 }
 
-/// The tunnel streams of one link.
+/// The tunnel streams of one link. The queue to the writer is made when the first
+/// stream opens, and the queue of accepted streams only on a child's side: a link that
+/// never carries a tunnel (nearly all of a relay's) holds neither.
 #[derive(Debug)]
 pub(super) struct Streams {
-    ctx: Ctx,
-    /// The writer's end of the tunnel frames, until the link is split.
-    pub(super) out_rx: tokio::sync::Mutex<Option<mpsc::Receiver<TunnelFrame>>>,
-    accept_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<DuplexStream>>,
+    table: Arc<tokio::sync::Mutex<Table>>,
+    events: mpsc::UnboundedSender<Event>,
+    /// The tunnel frames' queue to the writer, once a stream opened.
+    out: OnceLock<mpsc::Sender<TunnelFrame>>,
+    /// Streams the peer opened, on a child's side.
+    accept_rx: Option<tokio::sync::Mutex<mpsc::UnboundedReceiver<DuplexStream>>>,
     /// The peer said it carries tunnel streams.
     peer_tunnels: AtomicBool,
     /// This side opens streams (it accepted the connection: the parent).
@@ -152,22 +156,40 @@ pub(super) struct Streams {
 
 impl Streams {
     pub(super) fn new(opener: bool, events: mpsc::UnboundedSender<Event>) -> Self {
-        let (out, out_rx) = mpsc::channel(QUEUED_FRAMES);
-        let (accepted, accept_rx) = mpsc::unbounded_channel();
-        let table = Table {
-            accepted: Some(accepted),
-            ..Table::default()
-        };
+        let mut table = Table::default();
+        let accept_rx = (!opener).then(|| {
+            let (accepted, accept_rx) = mpsc::unbounded_channel();
+            table.accepted = Some(accepted);
+            tokio::sync::Mutex::new(accept_rx)
+        });
         Streams {
-            ctx: Ctx {
-                table: Arc::new(tokio::sync::Mutex::new(table)),
-                out,
-                events,
-            },
-            out_rx: tokio::sync::Mutex::new(Some(out_rx)),
-            accept_rx: tokio::sync::Mutex::new(accept_rx),
+            table: Arc::new(tokio::sync::Mutex::new(table)),
+            events,
+            out: OnceLock::new(),
+            accept_rx,
             peer_tunnels: AtomicBool::new(false),
             opener,
+        }
+    }
+
+    /// The queue of tunnel frames to the writer, made (and handed to the writer) on
+    /// first use.
+    fn out(&self) -> &mpsc::Sender<TunnelFrame> {
+        self.out.get_or_init(|| {
+            let (out, out_rx) = mpsc::channel(QUEUED_FRAMES);
+            // The writer gone, the receiver drops with the event: sends then fail as
+            // they would on a closed link.
+            let _ = self.events.send(Event::Tunnels(out_rx));
+            out
+        })
+    }
+
+    /// What a new stream's pump needs.
+    fn ctx(&self) -> Ctx {
+        Ctx {
+            table: self.table.clone(),
+            out: self.out().clone(),
+            events: self.events.clone(),
         }
     }
 
@@ -194,12 +216,11 @@ impl Streams {
         // A place in the writer's queue first, so that the table's lock is never held
         // while waiting for the writer.
         let slot = self
-            .ctx
-            .out
+            .out()
             .reserve()
             .await
             .map_err(|_| OpenStreamError::Closed)?;
-        let mut table = self.ctx.table.lock().await;
+        let mut table = self.table.lock().await;
         if table.closed {
             return Err(OpenStreamError::Closed);
         }
@@ -217,9 +238,10 @@ impl Streams {
         Ok(self.start(&mut table, id))
     }
 
-    /// The next stream the peer opened; `None` once the link has closed.
+    /// The next stream the peer opened; `None` once the link has closed, and at once
+    /// on the parent's side (the child opens none).
     pub(super) async fn accept(&self) -> Option<DuplexStream> {
-        self.accept_rx.lock().await.recv().await
+        self.accept_rx.as_ref()?.lock().await.recv().await
     }
 
     /// Registers stream `id` and starts its pump; the user's end is returned.
@@ -232,7 +254,7 @@ impl Streams {
             more: Notify::new(),
         });
         let pump = tokio::spawn(pump(
-            self.ctx.clone(),
+            self.ctx(),
             id,
             end,
             inbound_rx,
@@ -259,7 +281,7 @@ impl Streams {
             return Err(format!("tunnel frame {kind} without a stream id"));
         };
         let id = u32::from_be_bytes(*id);
-        let mut table = self.ctx.table.lock().await;
+        let mut table = self.table.lock().await;
         if table.closed {
             return Ok(());
         }
@@ -336,7 +358,7 @@ impl Streams {
     /// The link has ended: every stream ends with it (their users read the end), and
     /// no more are opened or accepted.
     pub(super) async fn close_all(&self) {
-        let mut table = self.ctx.table.lock().await;
+        let mut table = self.table.lock().await;
         table.closed = true;
         table.accepted = None;
         for (_, e) in std::mem::take(&mut table.entries) {
@@ -348,7 +370,7 @@ impl Streams {
 
     /// As [`Self::close_all`], without waiting (the link is being dropped).
     pub(super) fn abort_all(&self) {
-        if let Ok(mut table) = self.ctx.table.try_lock() {
+        if let Ok(mut table) = self.table.try_lock() {
             for (_, e) in std::mem::take(&mut table.entries) {
                 if let Some(p) = e.pump {
                     p.abort();

@@ -77,10 +77,10 @@ pub(super) struct Writer<M> {
     pub(super) link: std::sync::Weak<Inner>,
     pub(super) closed: watch::Receiver<Option<String>>,
     pub(super) keep_alive: Duration,
-    /// Tunnel streams' frames, in the order their pumps queued them.
-    pub(super) tunnels: mpsc::Receiver<streams::TunnelFrame>,
+    /// Tunnel streams' frames, in the order their pumps queued them (from the first
+    /// stream opened until the link's streams end).
+    pub(super) tunnels: Option<mpsc::Receiver<streams::TunnelFrame>>,
     pub(super) tunnel_pending: Option<streams::TunnelFrame>,
-    pub(super) tunnels_open: bool,
     /// Whether a tunnel frame goes before the protocol's data next time both wait.
     pub(super) tunnel_turn: bool,
 }
@@ -131,6 +131,7 @@ impl<M: WireMessage> Writer<M> {
                 let f = streams::credit_frame(id, n);
                 self.push(f.kind, 0, 0, &f.payload);
             }
+            Event::Tunnels(rx) => self.tunnels = Some(rx),
             Event::Close(code, reason) => {
                 // What is already queued goes first, boundedly: a peer that reads
                 // nothing must not keep this task alive.
@@ -159,10 +160,12 @@ impl<M: WireMessage> Writer<M> {
                 }
             }
         }
-        if self.tunnel_pending.is_none() && self.tunnels_open {
-            match self.tunnels.try_recv() {
+        if self.tunnel_pending.is_none()
+            && let Some(tunnels) = &mut self.tunnels
+        {
+            match tunnels.try_recv() {
                 Ok(f) => self.tunnel_pending = Some(f),
-                Err(mpsc::error::TryRecvError::Disconnected) => self.tunnels_open = false,
+                Err(mpsc::error::TryRecvError::Disconnected) => self.tunnels = None,
                 Err(mpsc::error::TryRecvError::Empty) => {}
             }
         }
@@ -246,7 +249,7 @@ impl<M: WireMessage> Writer<M> {
             self.write_out().await?;
             let wants = |w: &Self, i: usize| w.open[i] && w.pending[i].buf.is_empty();
             let (c, b, r) = (wants(self, 0), wants(self, 1), wants(self, 2));
-            let t = self.tunnels_open && self.tunnel_pending.is_none();
+            let t = self.tunnels.is_some() && self.tunnel_pending.is_none();
             let q = &self.queues;
             tokio::select! {
                 biased;
@@ -260,9 +263,9 @@ impl<M: WireMessage> Writer<M> {
                 m = q.recv(0), if c => self.take(0, m),
                 m = q.recv(2), if r => self.take(2, m),
                 m = q.recv(1), if b => self.take(1, m),
-                f = self.tunnels.recv(), if t => match f {
+                f = next_tunnel_frame(&mut self.tunnels), if t => match f {
                     Some(f) => self.tunnel_pending = Some(f),
-                    None => self.tunnels_open = false,
+                    None => self.tunnels = None,
                 },
                 _ = ping.tick() => self.push(PING, 0, 0, &[]),
             }
@@ -274,5 +277,17 @@ impl<M: WireMessage> Writer<M> {
             Some(m) => self.stage(i, &m),
             None => self.open[i] = false,
         }
+    }
+}
+
+/// The next tunnel frame queued; `None` once every stream's sender is gone. Never
+/// resolves before the first stream opened (the branch is disabled then; `select!`
+/// still builds its future).
+async fn next_tunnel_frame(
+    tunnels: &mut Option<mpsc::Receiver<streams::TunnelFrame>>,
+) -> Option<streams::TunnelFrame> {
+    match tunnels {
+        Some(t) => t.recv().await,
+        None => std::future::pending().await,
     }
 }
