@@ -123,6 +123,9 @@ pub struct ObjectLog {
     parent_index: ParentIndex,
     /// See [`ObjectLog::generation`].
     generation: u64,
+    /// The scalar state as [`ObjectLog::take_meta_change`] last gave it (as restored,
+    /// for a restored log): what the store holds.
+    saved_meta: Option<LogMeta>,
     /// Whether every entry at or below the floor is compacted (no tombstone, one
     /// visibility at or below it): then a compaction visits only the entries that
     /// settled since the last one. False after [`ObjectLog::restore`] and
@@ -144,6 +147,7 @@ impl ObjectLog {
             dirty: BTreeSet::new(),
             parent_index: ParentIndex::default(),
             generation: 0,
+            saved_meta: None,
             compacted: true,
         }
     }
@@ -166,6 +170,7 @@ impl ObjectLog {
             dirty: BTreeSet::new(),
             parent_index: ParentIndex::default(),
             generation: 0,
+            saved_meta: Some(meta),
             compacted: false,
         }
     }
@@ -186,6 +191,20 @@ impl ObjectLog {
     /// an input or a timer touched polls them all when it moved.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// The scalar state to persist if it changed since the last call (always at a new
+    /// log's first call; for a restored log, since what was restored). A node's turn
+    /// with nothing changed then writes nothing: before, every turn (a heartbeat, a
+    /// timer) rewrote the same meta and flushed the store, about once a second on an
+    /// idle agent, wearing an edge device's flash for nothing.
+    pub fn take_meta_change(&mut self) -> Option<LogMeta> {
+        let meta = self.meta();
+        if self.saved_meta == Some(meta) {
+            return None;
+        }
+        self.saved_meta = Some(meta);
+        Some(meta)
     }
 
     /// Keys whose entries changed (or were removed) since the last call.

@@ -324,6 +324,33 @@ fn an_agent_keeps_no_tombstone_and_no_history() {
     assert!(dead.is_empty(), "tombstones kept in the store: {dead:?}");
 }
 
+/// A tree with nothing changing writes nothing: heartbeats, summaries and timers go
+/// on, but no node commits to its store (an edge device's flash wears with every
+/// write; before, every turn rewrote the log's unchanged meta and flushed).
+#[test]
+fn an_idle_tree_writes_nothing() {
+    let mut t = two_regions();
+    t.connect_all();
+    t.apply(WEB_EU);
+    t.advance(Duration::from_secs(5));
+    assert!(holds_web(&t, "eu-pos"));
+    let nodes = ["center", "eu", "us", "eu-pos", "eu-kiosk", "us-pos"];
+    let before: Vec<u64> = nodes.iter().map(|n| t.store(n).commits()).collect();
+    assert!(
+        before.iter().all(|&c| c > 0),
+        "a node never committed: {before:?}"
+    );
+    t.advance(Duration::from_secs(120));
+    let after: Vec<u64> = nodes.iter().map(|n| t.store(n).commits()).collect();
+    let wrote: Vec<_> = nodes
+        .iter()
+        .zip(before.iter().zip(&after))
+        .filter(|(_, (b, a))| a > b)
+        .map(|(n, (b, a))| format!("{n}: {} commits", a - b))
+        .collect();
+    assert!(wrote.is_empty(), "idle for 2 minutes, yet {wrote:?}");
+}
+
 /// A relay whose disk is full acknowledges and forwards nothing it could not store,
 /// and delivers everything once there is room again.
 #[test]

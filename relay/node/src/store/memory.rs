@@ -27,6 +27,7 @@ struct Data {
 pub struct MemStore {
     inner: Arc<RwLock<Data>>,
     full: Arc<std::sync::atomic::AtomicBool>,
+    commits: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl MemStore {
@@ -38,7 +39,13 @@ impl MemStore {
                 ..Data::default()
             })),
             full: Arc::default(),
+            commits: Arc::default(),
         }
+    }
+
+    /// Commits written so far (a driver commits only a batch that writes something).
+    pub fn commits(&self) -> u64 {
+        self.commits.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Simulates a full disk: while set, every commit fails and changes nothing.
@@ -94,6 +101,8 @@ impl Store for MemStore {
             });
         }
         let mut d = self.inner.write().map_err(|_| poisoned())?;
+        self.commits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Some(meta) = batch.log_meta {
             d.log_meta = Some(meta);
         }

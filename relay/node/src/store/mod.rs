@@ -88,11 +88,11 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// The log's pending changes: its meta and every dirty entry.
+    /// The log's pending changes: its meta if it changed, and every dirty entry.
     pub fn log_changes(log: &mut ObjectLog) -> Batch {
         let dirty = log.take_dirty();
         Batch {
-            log_meta: Some(log.meta()),
+            log_meta: log.take_meta_change(),
             entries: dirty
                 .into_iter()
                 .map(|k| {
