@@ -59,7 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(n) => n.parse()?,
         None => 30_000,
     };
-    let db = sled::Config::new().path(&dir).open()?;
+    let db = strata_node::store::open_sled_db(std::path::Path::new(&dir))?;
     let mut written = 0usize;
     for i in 0..=commits {
         let (b, bytes) = batch(i);

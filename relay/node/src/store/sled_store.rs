@@ -90,7 +90,11 @@ impl SledStore {
 pub fn open_db(dir: &Path) -> sled::Result<sled::Db> {
     let mut attempts = 0;
     loop {
-        match sled::Config::new().path(dir).open() {
+        // No background flusher: every commit flushes before it returns (nothing is
+        // acknowledged before it is durable), and sled's flusher otherwise fsyncs the
+        // log twice a second with nothing to write, on every idle relay and agent.
+        let config = sled::Config::new().path(dir).flush_every_ms(None);
+        match config.open() {
             Err(sled::Error::Io(e)) if lock_busy(&e) && attempts < 100 => {
                 attempts += 1;
                 std::thread::sleep(std::time::Duration::from_millis(50));
