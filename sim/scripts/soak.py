@@ -60,7 +60,7 @@ import urllib.request
 REGIONS = 4
 SITES = 5
 SAMPLE_EVERY = 15
-AGENTS_AWAY = 10
+AWAY_SECONDS = 10
 KINDS = ("root", "relay", "agent")
 
 
@@ -348,7 +348,7 @@ def main():
     api = re.search(r"listen:\s*\"?([0-9.]+:[0-9]+)", open(nodes[0].config).read().split("api:", 1)[1]).group(1)
     env = dict(os.environ, STRATA_SERVER=api, STRATA_SERVER_NAME="center", STRATA_TOKEN=token,
                STRATA_CA=os.path.join(hier, "ca.crt"))
-    away_for = min(AGENTS_AWAY, a.minute / 3)
+    away_for = min(AWAY_SECONDS, a.minute / 3)
     print(f"soak: {len(relays) + 1} relays and {len(agents)} agents in {work}; {a.minutes} minutes", flush=True)
     t_zero = time.monotonic()
     stop_on_sigterm()
