@@ -245,7 +245,7 @@ pub fn split<Out: WireMessage, In: WireMessage>(
     let link = link.into();
     let conn = match &link {
         Link::Quic(conn) => conn.clone(),
-        Link::Tcp(tcp) => return split_tcp(tcp, link.clone(), max_frame),
+        Link::Tcp(tcp) => return split_tcp(tcp, max_frame),
     };
     let bytes = Arc::new(ClassBytes::default());
     let mut writers = JoinSet::new();
@@ -266,13 +266,12 @@ pub fn split<Out: WireMessage, In: WireMessage>(
 
 fn split_tcp<Out: WireMessage, In: WireMessage>(
     tcp: &TcpLink,
-    link: Link,
     max_frame: usize,
 ) -> (Sender<Out>, Receiver<In>) {
     let bytes = Arc::new(ClassBytes::default());
     let (queues, outgoing) = out_queue::<Out>(QUEUE);
     let reading = tcp.spawn(outgoing, bytes.clone());
-    let reader = TcpReader::new(tcp.clone(), link, max_frame, bytes.clone(), reading);
+    let reader = TcpReader::new(tcp.clone(), max_frame, bytes.clone(), reading);
     (
         Sender {
             queues,

@@ -21,7 +21,6 @@ use strata_protocol::codec::{self, FrameDecoder};
 use tokio::task::JoinHandle;
 
 use super::{Event, GRANT_AT, TcpLink, WINDOW};
-use crate::net::link::Link;
 use crate::net::message::{ClassBytes, STREAM_CLASSES, TransportError, WireMessage, close_code};
 
 /// Classes in the order the node takes them: heartbeats and acks, then reports, then
@@ -113,11 +112,11 @@ impl Drop for TcpReader {
 impl TcpReader {
     pub(crate) fn new(
         tcp: TcpLink,
-        link: Link,
         max_frame: usize,
         bytes: Arc<ClassBytes>,
         reading: Option<JoinHandle<()>>,
     ) -> Self {
+        let link = tcp.clone();
         TcpReader {
             tcp,
             decoders: std::array::from_fn(|_| FrameDecoder::new(max_frame)),
@@ -282,7 +281,8 @@ mod tests {
     #[tokio::test]
     async fn classes_come_out_control_first_and_a_drained_link_keeps_no_queue() {
         let (_rd, mut wr, parent) = raw_child_and_parent().await;
-        let (_tx, mut rx) = transport::split::<Msg, Msg>(Link::Tcp(parent.clone()), 1 << 20);
+        let (_tx, mut rx) =
+            transport::split::<Msg, Msg>(crate::net::link::Link::Tcp(parent.clone()), 1 << 20);
         let note = frame_of(&Msg::Note("a note".into()));
         let (first, second) = note.split_at(3);
         write_frame(&mut wr, DATA, 1, 0, &frame_of(&Msg::Blob(7)))
@@ -323,7 +323,8 @@ mod tests {
     #[tokio::test]
     async fn a_malformed_chunk_closes_the_link_naming_its_class() {
         let (mut rd, mut wr, parent) = raw_child_and_parent().await;
-        let (_tx, mut rx) = transport::split::<Msg, Msg>(Link::Tcp(parent), 1 << 20);
+        let (_tx, mut rx) =
+            transport::split::<Msg, Msg>(crate::net::link::Link::Tcp(parent), 1 << 20);
         write_frame(&mut wr, DATA, 1, 0, &[0, 0, 0, 3, 0xff, 0xff, 0xff])
             .await
             .unwrap();
@@ -363,7 +364,8 @@ mod tests {
     #[tokio::test]
     async fn a_peer_sending_beyond_its_credit_is_closed() {
         let (_rd, mut wr, parent) = raw_child_and_parent().await;
-        let (_tx, mut rx) = transport::split::<Msg, Msg>(Link::Tcp(parent.clone()), 1 << 20);
+        let (_tx, mut rx) =
+            transport::split::<Msg, Msg>(crate::net::link::Link::Tcp(parent.clone()), 1 << 20);
         let within = frame_of(&Msg::Note("within the credit".into()));
         write_frame(&mut wr, DATA, 2, 0, &within).await.unwrap();
         let chunk = vec![0u8; CHUNK];
