@@ -55,9 +55,13 @@ fn replicas_share_one_store_and_only_the_lease_holder_writes() {
         "a standby must wait for the writer's lease"
     );
 
-    // One member's loss changes nothing visible.
+    // One member's loss changes nothing visible. (Once in CI, under load, this commit
+    // failed after the store's 15 s of retries with "context deadline exceeded": the
+    // members' logs say why, should it happen again.)
     cluster.kill(2);
-    a.commit(&runs(4)).unwrap();
+    if let Err(e) = a.commit(&runs(4)) {
+        panic!("{e}\n{}", cluster.log_tails(40));
+    }
 
     // The writer goes away without a word (its lease is left to expire): the standby
     // takes over, with the same node id and everything committed.

@@ -108,15 +108,21 @@ impl EtcdCluster {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        panic!("etcd did not become healthy:\n{}", self.log_tails(5));
+    }
+
+    /// The last `lines` lines of every member's log, newest first, for a failure's
+    /// message (the logs live in the test's temporary directory, gone after it).
+    pub fn log_tails(&self, lines: usize) -> String {
         let logs: Vec<String> = (0..3)
             .map(|i| {
                 let log = std::fs::read_to_string(self.dir.join(format!("etcd-m{i}.log")));
                 let log = log.unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                let tail: Vec<&str> = log.lines().rev().take(lines).collect();
                 format!("--- m{i}\n{}", tail.join("\n"))
             })
             .collect();
-        panic!("etcd did not become healthy:\n{}", logs.join("\n"));
+        logs.join("\n")
     }
 
     /// Writes `key` directly, as another client of the cluster would (etcd's JSON
