@@ -29,6 +29,14 @@ pub mod close_code {
     pub const TOO_SLOW: u32 = 7;
     /// The child's name was revoked at the root: it is refused for good.
     pub const REVOKED: u32 = 8;
+
+    /// The code to close a link with over a frame that did not decode.
+    pub(crate) fn for_decode_error(e: &strata_protocol::codec::DecodeError) -> u32 {
+        match e {
+            strata_protocol::codec::DecodeError::Oversized { .. } => OVERSIZED,
+            _ => MALFORMED,
+        }
+    }
 }
 
 /// Why a link failed: each variant names the address, the peer or the stream, and the

@@ -75,6 +75,10 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// Silence after which a side gives the link up.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Class slots in the order the writer serves them and the reader hands them to the
+/// node: heartbeats and acks (control), then reports, then bulk.
+const PRIORITY: [usize; 3] = [0, 2, 1];
+
 const DATA: u8 = 0;
 const CREDIT: u8 = 1;
 const PING: u8 = 2;

@@ -20,12 +20,8 @@ use std::task::{Context, Poll, Waker};
 use strata_protocol::codec::{self, FrameDecoder};
 use tokio::task::JoinHandle;
 
-use super::{Event, GRANT_AT, TcpLink, WINDOW};
+use super::{Event, GRANT_AT, PRIORITY, TcpLink, WINDOW};
 use crate::net::message::{ClassBytes, STREAM_CLASSES, TransportError, WireMessage, close_code};
-
-/// Classes in the order the node takes them: heartbeats and acks, then reports, then
-/// bulk (as QUIC's reader and the writer).
-const PRIORITY: [usize; 3] = [0, 2, 1];
 
 /// Each class's chunks read from the connection and not yet decoded; the reading task
 /// fills it, the receiving half empties it. Counted against the class's credit until
@@ -181,10 +177,7 @@ impl TcpReader {
 
     /// Closes the link over what the peer sent, and stops decoding.
     fn fail(&mut self, i: usize, e: codec::DecodeError) -> TransportError {
-        let code = match e {
-            codec::DecodeError::Oversized { .. } => close_code::OVERSIZED,
-            _ => close_code::MALFORMED,
-        };
+        let code = close_code::for_decode_error(&e);
         let detail = e.to_string();
         self.tcp.close(code, detail.as_bytes());
         self.failed = true;
@@ -210,7 +203,7 @@ mod tests {
 
     use super::super::writer::write_frame;
     use super::super::{
-        CHUNK, CLOSE, DATA, HEADER, KEEP_ALIVE, Listener, Stream, TcpLink, accept, connect,
+        CHUNK, CLOSE, CREDIT, DATA, HEADER, KEEP_ALIVE, Listener, Stream, TcpLink, accept, connect,
         from_tokio,
     };
     use super::*;
@@ -345,7 +338,7 @@ mod tests {
                 let mut header = [0u8; HEADER];
                 rd.read_exact(&mut header).await.unwrap();
                 let len = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
-                let mut payload = vec![0u8; if header[0] == 1 { 0 } else { len as usize }];
+                let mut payload = vec![0u8; if header[0] == CREDIT { 0 } else { len as usize }];
                 rd.read_exact(&mut payload).await.unwrap();
                 if header[0] == CLOSE {
                     return u16::from_be_bytes([header[2], header[3]]);

@@ -11,8 +11,8 @@ use tokio::io::{AsyncWriteExt, WriteHalf};
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    CHUNK, CLOSE, CLOSE_WRITE_TIMEOUT, CREDIT, DATA, Event, HEADER, Inner, PING, Stream, lossy,
-    set_closed, streams,
+    CHUNK, CLOSE, CLOSE_WRITE_TIMEOUT, CREDIT, DATA, Event, HEADER, Inner, PING, PRIORITY, Stream,
+    lossy, set_closed, streams,
 };
 use crate::net::message::{ClassBytes, Queued, STREAM_CLASSES, WireMessage};
 use crate::net::out_queue::OutReceiver;
@@ -84,9 +84,6 @@ pub(super) struct Writer<M> {
     /// Whether a tunnel frame goes before the protocol's data next time both wait.
     pub(super) tunnel_turn: bool,
 }
-
-/// Classes in the order the writer serves them: heartbeats and acks first.
-const PRIORITY: [usize; 3] = [0, 2, 1];
 
 impl<M: WireMessage> Writer<M> {
     pub(super) async fn run(mut self) {

@@ -178,10 +178,7 @@ impl QuicReader {
                     match s.poll_message::<M>(cx, &self.bytes) {
                         Read::Message(msg) => return Poll::Ready(Ok(msg)),
                         Read::Malformed(class, e) => {
-                            let code = match e {
-                                codec::DecodeError::Oversized { .. } => close_code::OVERSIZED,
-                                _ => close_code::MALFORMED,
-                            };
+                            let code = close_code::for_decode_error(&e);
                             return Poll::Ready(Err(self.fail(Some(class), code, e.to_string())));
                         }
                         Read::Nothing => {}
